@@ -1,0 +1,86 @@
+/* fastbench scenario interface.
+ *
+ * A scenario is a named A/B measurement ("norm/layernorm_fwd", ...) whose name
+ * starts with its module. Each module keeps its scenarios in
+ * benchmarks/scenarios/<module>.c and registers them with FB_SCENARIO; the
+ * registry is filled before main() runs, so adding a module touches no
+ * shared file.
+ *
+ * A scenario's run function builds its inputs for the context in `run`, runs
+ * fp_ab_run() (or measures by other means) and reports one or more results
+ * with fb_result_new() / fb_result_set_ab() / fb_result_metric().
+ */
+#ifndef FASTBENCH_SCENARIO_H
+#define FASTBENCH_SCENARIO_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "fastpath/fastpath.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fb_run fb_run;
+typedef struct fb_result fb_result;
+
+typedef struct fb_scenario {
+    const char *name;        /* "<module>/<what>" */
+    const char *description; /* one line */
+    /* Runs the scenario. Return FP_ERR_UNSUPPORTED to have it listed as
+     * skipped (e.g. a CUDA-only scenario on a CPU context), with a reason
+     * set through fp_set_error-like detail (fb_skip). */
+    fp_status (*run)(fb_run *run);
+} fb_scenario;
+
+void fb_register(const fb_scenario *s);
+
+#define FB_SCENARIO(ident, name_, desc_, fn_)                                   \
+    static const fb_scenario ident = {name_, desc_, fn_};                       \
+    __attribute__((constructor)) static void ident##_register(void) { fb_register(&ident); }
+
+/* ---- what a running scenario can ask for ---- */
+fp_context *fb_ctx(fb_run *run);
+fp_device_kind fb_kind(fb_run *run);
+const fp_device_info *fb_device(fb_run *run);
+const fp_timing_config *fb_timing(fb_run *run);
+/* 1 with --quick: scenarios use smaller shapes and fewer variants. */
+int fb_quick(fb_run *run);
+
+/* dtypes requested with --dtype (default: the scenario's own list). Fills up
+ * to `max` entries and returns how many; 0 means "scenario default". */
+int fb_dtypes(fb_run *run, fp_dtype *out, int max);
+
+/* Shape options given on the command line as --NAME VALUE (e.g. --rows 4096)
+ * or --set NAME=VALUE. Returns `def` if absent. */
+int64_t fb_opt_int(fb_run *run, const char *name, int64_t def);
+double fb_opt_double(fb_run *run, const char *name, double def);
+/* 1 if the option was given. */
+int fb_opt_given(fb_run *run, const char *name);
+
+/* Marks the scenario skipped with a reason; returns FP_ERR_UNSUPPORTED. */
+fp_status fb_skip(fb_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- reporting ---- */
+/* Starts a result row named after the scenario plus an optional suffix
+ * ("norm/layernorm_fwd" + "bf16" -> shown with its params). */
+fb_result *fb_result_new(fb_run *run);
+/* Parameters shown in the "shape" column and written to "params". */
+void fb_param_int(fb_result *r, const char *key, int64_t v);
+void fb_param_str(fb_result *r, const char *key, const char *v);
+/* Timing, verdict, agreement and roofline from an A/B report. */
+void fb_result_set_ab(fb_result *r, const fp_ab_report *rep);
+/* Extra named metrics (written under "metrics" in JSON; the first two are
+ * also shown in the table's notes column). */
+void fb_result_metric(fb_result *r, const char *key, double v);
+/* A free-form note shown in the table (e.g. "baseline OOM"). */
+void fb_result_note(fb_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Marks the row failed (e.g. a status from the op) with a message. */
+void fb_result_fail(fb_result *r, fp_status st, const char *detail);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTBENCH_SCENARIO_H */

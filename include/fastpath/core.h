@@ -1,0 +1,220 @@
+/*
+ * libfastpath core API: version, status codes, dtypes, devices, contexts,
+ * device memory helpers.
+ *
+ * API tiers
+ *   1. Core (this header): everything else builds on it.
+ *   2. Timing engine (timing.h): measure, A/B-compare, roofline.
+ *   3. Capabilities (norm.h, attention.h, alloc.h, batcher.h, ...): each op
+ *      takes a context and a stream and ships a validate call that proves its
+ *      speedup over a baseline with the timing engine.
+ *
+ * Conventions (they hold for every function in every header)
+ *   - Functions return fp_status. FP_OK is 0; on any other value a detail
+ *     message for the calling thread is available from fp_last_error().
+ *   - On error, outputs are left untouched unless the function says otherwise.
+ *   - The library never prints, never calls exit()/abort().
+ *   - destroy functions accept NULL.
+ *   - Thread-safety is stated per function. "Thread-safe" means any number of
+ *     threads may call it concurrently on the same object.
+ */
+#ifndef FASTPATH_CORE_H
+#define FASTPATH_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fastpath/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================== */
+/*  Version                                                                 */
+/* ======================================================================== */
+
+#define FP_VERSION_MAJOR 0
+#define FP_VERSION_MINOR 1
+#define FP_VERSION_PATCH 0
+#define FP_VERSION_NUMBER \
+    (FP_VERSION_MAJOR * 10000 + FP_VERSION_MINOR * 100 + FP_VERSION_PATCH)
+
+/* Version of the library actually linked, as FP_VERSION_NUMBER. Compare with
+ * the macro to detect a header/library mismatch. Thread-safe. */
+FP_API int fp_version(void);
+/* "MAJOR.MINOR.PATCH". Static storage. Thread-safe. */
+FP_API const char *fp_version_string(void);
+
+/* ======================================================================== */
+/*  Status                                                                  */
+/* ======================================================================== */
+
+/* Values are pinned: they never change between releases. */
+typedef enum fp_status {
+    FP_OK = 0,
+    FP_ERR_INVALID_ARGUMENT = 1, /* a NULL, out-of-range or inconsistent argument */
+    FP_ERR_UNSUPPORTED = 2,      /* valid request this build/device cannot do */
+    FP_ERR_OUT_OF_MEMORY = 3,    /* host or device allocation failed */
+    FP_ERR_NO_DEVICE = 4,        /* no CUDA device / driver, or bad index */
+    FP_ERR_CUDA = 5,             /* a CUDA runtime call failed */
+    FP_ERR_CUBLAS = 6,           /* a cuBLAS / cuBLASLt call failed */
+    FP_ERR_NCCL = 7,             /* an NCCL call failed */
+    FP_ERR_TIMEOUT = 8,          /* a deadline passed */
+    FP_ERR_QUEUE_FULL = 9,       /* a bounded queue rejected the request */
+    FP_ERR_SHUT_DOWN = 10,       /* the object is shutting down / shut down */
+    FP_ERR_CANCELLED = 11,       /* the request was cancelled */
+    FP_ERR_NOT_FOUND = 12,       /* a name, pointer or key is unknown */
+    FP_ERR_MISMATCH = 13,        /* a numerical check failed (outputs differ) */
+    FP_ERR_IO = 14,              /* reading or writing a file failed */
+    FP_ERR_INTERNAL = 15         /* a bug in libfastpath: please report it */
+} fp_status;
+
+/* Constant name of a status, e.g. "invalid argument". Unknown values give
+ * "unknown status". Never NULL. Thread-safe. */
+FP_API const char *fp_status_string(fp_status status);
+
+/* Detail message of the last error raised on the calling thread (what was
+ * wrong, which argument, file:line of a failing CUDA/cuBLAS call), or "" if
+ * none. Valid until the next libfastpath call on this thread. Thread-local. */
+FP_API const char *fp_last_error(void);
+/* Clears the calling thread's detail message. Thread-local. */
+FP_API void fp_clear_error(void);
+
+/* ======================================================================== */
+/*  Data types                                                              */
+/* ======================================================================== */
+
+typedef enum fp_dtype {
+    FP_F32 = 0,
+    FP_F16 = 1,
+    FP_BF16 = 2,
+    FP_FP8_E4M3 = 3, /* reserved: no op accepts it yet */
+    FP_FP8_E5M2 = 4  /* reserved: no op accepts it yet */
+} fp_dtype;
+
+/* Size of one element in bytes, 0 for an unknown dtype. Thread-safe. */
+FP_API size_t fp_dtype_size(fp_dtype dtype);
+/* "f32", "f16", "bf16", "fp8e4m3", "fp8e5m2"; "unknown" otherwise. */
+FP_API const char *fp_dtype_name(fp_dtype dtype);
+/* Parses a name as printed by fp_dtype_name (also "float32", "float16",
+ * "half", "bfloat16"). FP_ERR_INVALID_ARGUMENT for an unknown name. */
+FP_API fp_status fp_dtype_parse(const char *name, fp_dtype *out);
+
+/* Scalar conversions, round-to-nearest-even; NaN and Inf preserved. */
+FP_API float fp_f16_to_f32(uint16_t h);
+FP_API uint16_t fp_f32_to_f16(float f);
+FP_API float fp_bf16_to_f32(uint16_t b);
+FP_API uint16_t fp_f32_to_bf16(float f);
+/* Converts n elements between dtypes on the host (f32 <-> f16/bf16/f32).
+ * FP_ERR_INVALID_ARGUMENT on NULL pointers or unknown dtypes. */
+FP_API fp_status fp_convert_host(const void *src, fp_dtype src_dtype, void *dst,
+                                 fp_dtype dst_dtype, size_t n);
+
+/* ======================================================================== */
+/*  Devices                                                                 */
+/* ======================================================================== */
+
+typedef enum fp_device_kind { FP_DEVICE_CPU = 0, FP_DEVICE_CUDA = 1 } fp_device_kind;
+
+typedef struct fp_device_info {
+    size_t struct_size;      /* set by fp_device_info_init */
+    fp_device_kind kind;
+    int index;               /* CUDA ordinal, -1 for the CPU */
+    char name[256];
+    int cc_major, cc_minor;  /* compute capability, 0.0 on CPU */
+    int sm_count;            /* SMs (CUDA) or logical cores (CPU) */
+    size_t total_mem_bytes;
+    size_t l2_bytes;
+    int mem_clock_khz, mem_bus_width_bits, sm_clock_khz;
+    /* Datasheet-style peaks derived from clocks and a per-architecture
+     * ops/clock table; 0 means unknown (always on CPU). */
+    double peak_gbps;        /* 2 (DDR) * mem_clock * bus_width / 8 */
+    double peak_tflops_fp32; /* FMA units: SMs * clock * fp32 ops/clk/SM */
+    double peak_tflops_bf16; /* dense tensor-core bf16 */
+    int driver_version;      /* CUDA driver API version, 0 if no driver */
+    int runtime_version;     /* CUDA runtime version linked */
+} fp_device_info;
+
+/* Initializes info (zeroes it, sets struct_size). */
+FP_API void fp_device_info_init(fp_device_info *info);
+
+/* Number of usable CUDA devices. Never fails for lack of a GPU or driver:
+ * *count is 0 and FP_OK is returned. FP_ERR_INVALID_ARGUMENT if count is
+ * NULL. Thread-safe. */
+FP_API fp_status fp_device_count(int *count);
+
+/* Describes CUDA device `index`. FP_ERR_NO_DEVICE if there is no such device
+ * (including: no GPU, no driver). Thread-safe. */
+FP_API fp_status fp_device_get_info(int index, fp_device_info *info);
+
+/* Describes the host CPU (name from the OS, logical core count, memory). */
+FP_API fp_status fp_cpu_get_info(fp_device_info *info);
+
+/* CUDA runtime and driver versions as integers (e.g. 13000); 0 when absent. */
+FP_API void fp_cuda_versions(int *runtime_version, int *driver_version);
+
+/* ======================================================================== */
+/*  Execution context                                                       */
+/* ======================================================================== */
+
+/* A context binds work to the CPU or to one CUDA device. A CUDA context owns
+ * a non-blocking default stream, a cuBLASLt handle and a workspace. A CPU
+ * context owns a worker pool used by CPU implementations of the ops. */
+typedef struct fp_context fp_context;
+
+/* A CUDA stream (cudaStream_t) passed as void*. NULL means the context's
+ * default stream. Ignored by CPU contexts (CPU work is synchronous). */
+typedef void *fp_stream;
+
+typedef enum fp_context_option {
+    FP_CTX_CPU_THREADS = 1,        /* CPU contexts: worker count (0 = all cores) */
+    FP_CTX_WORKSPACE_BYTES = 2,    /* CUDA contexts: cuBLASLt workspace (0 = 32 MiB) */
+} fp_context_option;
+
+/* Creates a context. kind FP_DEVICE_CPU ignores device_index. For
+ * FP_DEVICE_CUDA, FP_ERR_NO_DEVICE if the device does not exist (no GPU, no
+ * driver or index out of range), FP_ERR_CUDA/FP_ERR_CUBLAS if setting up
+ * fails. *out is set only on success. Thread-safe. */
+FP_API fp_status fp_context_create(fp_device_kind kind, int device_index, fp_context **out);
+/* Destroys a context after waiting for its default stream. NULL is a no-op.
+ * No other thread may use ctx during or after the call. */
+FP_API void fp_context_destroy(fp_context *ctx);
+
+/* Sets an option (see fp_context_option; value 0 restores the default).
+ * Not thread-safe with concurrent use of the same context. */
+FP_API fp_status fp_context_set_option(fp_context *ctx, fp_context_option opt, int64_t value);
+
+/* Accessors. Thread-safe. fp_context_kind of NULL is FP_DEVICE_CPU. */
+FP_API fp_device_kind fp_context_kind(const fp_context *ctx);
+FP_API int fp_context_device_index(const fp_context *ctx);
+FP_API fp_stream fp_context_stream(const fp_context *ctx);
+/* Copies the context's device description (peaks used by roofline). */
+FP_API fp_status fp_context_device_info(const fp_context *ctx, fp_device_info *info);
+
+/* Waits for all work queued on `stream` (NULL: the default stream). */
+FP_API fp_status fp_context_synchronize(fp_context *ctx, fp_stream stream);
+
+/* ======================================================================== */
+/*  Memory helpers (device memory for CUDA contexts, host memory for CPU)  */
+/* ======================================================================== */
+
+/* Allocates `bytes` (> 0) of memory usable by ops on ctx, 256-byte aligned.
+ * FP_ERR_OUT_OF_MEMORY with requested size in the detail message. */
+FP_API fp_status fp_mem_alloc(fp_context *ctx, size_t bytes, void **out);
+/* Frees memory from fp_mem_alloc. NULL is a no-op. */
+FP_API fp_status fp_mem_free(fp_context *ctx, void *ptr);
+/* Copies host -> context memory / context memory -> host, stream-ordered;
+ * the host side must stay valid until the stream is synchronized. */
+FP_API fp_status fp_mem_upload(fp_context *ctx, void *dst, const void *host_src, size_t bytes,
+                               fp_stream stream);
+FP_API fp_status fp_mem_download(fp_context *ctx, void *host_dst, const void *src, size_t bytes,
+                                 fp_stream stream);
+/* Fills `bytes` of context memory with byte `value` (poisoning, zeroing). */
+FP_API fp_status fp_mem_fill(fp_context *ctx, void *dst, int value, size_t bytes, fp_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTPATH_CORE_H */

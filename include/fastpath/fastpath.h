@@ -1,0 +1,9 @@
+/* libfastpath: GPU optimizations with built-in proof of their speedup.
+ * Umbrella header: include this one. See core.h for the conventions. */
+#ifndef FASTPATH_FASTPATH_H
+#define FASTPATH_FASTPATH_H
+
+#include "fastpath/core.h"
+#include "fastpath/timing.h"
+
+#endif /* FASTPATH_FASTPATH_H */

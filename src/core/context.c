@@ -1,0 +1,134 @@
+/* Execution contexts: a CUDA device (stream, cuBLASLt handle, workspace) or
+ * the CPU (worker pool). */
+#include <cublasLt.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define FP_DEFAULT_WORKSPACE_BYTES (32u << 20)
+
+fp_status fp_ctx_check(const fp_context *ctx, int want_kind) {
+    if (!ctx) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "argument 'ctx' is NULL");
+    if (want_kind >= 0 && (int)ctx->kind != want_kind)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "context is a %s context, expected %s",
+                            ctx->kind == FP_DEVICE_CUDA ? "CUDA" : "CPU",
+                            want_kind == FP_DEVICE_CUDA ? "CUDA" : "CPU");
+    return FP_OK;
+}
+
+fp_status fp_ctx_activate(const fp_context *ctx) {
+    if (ctx->kind != FP_DEVICE_CUDA) return FP_OK;
+    FP_CUDA_TRY(cudaSetDevice(ctx->device));
+    return FP_OK;
+}
+
+static int default_cpu_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static fp_status cuda_context_init(fp_context *ctx, int index) {
+    FP_TRY(fp_device_get_info(index, &ctx->info));
+    ctx->device = index;
+    FP_CUDA_TRY(cudaSetDevice(index));
+    FP_CUDA_TRY(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    cublasLtHandle_t lt = NULL;
+    cublasStatus_t cs = cublasLtCreate(&lt);
+    if (cs != CUBLAS_STATUS_SUCCESS)
+        return fp_set_error(FP_ERR_CUBLAS, "cublasLtCreate failed: %s", cublasLtGetStatusString(cs));
+    ctx->cublaslt = lt;
+    ctx->workspace_bytes = FP_DEFAULT_WORKSPACE_BYTES;
+    FP_CUDA_TRY(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
+    return FP_OK;
+}
+
+fp_status fp_context_create(fp_device_kind kind, int device_index, fp_context **out) {
+    FP_CHECK_NOT_NULL(out);
+    FP_CHECK_ARG(kind == FP_DEVICE_CPU || kind == FP_DEVICE_CUDA, "unknown device kind %d", (int)kind);
+    fp_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "context");
+    ctx->kind = kind;
+    ctx->device = -1;
+    fp_status st;
+    if (kind == FP_DEVICE_CUDA) {
+        st = cuda_context_init(ctx, device_index);
+    } else {
+        st = fp_cpu_get_info(&ctx->info);
+        if (st == FP_OK) st = fp_thread_pool_create(default_cpu_threads(), &ctx->pool);
+    }
+    if (st != FP_OK) {
+        fp_context_destroy(ctx); /* keeps the detail message: destroy sets none */
+        return st;
+    }
+    *out = ctx;
+    return FP_OK;
+}
+
+void fp_context_destroy(fp_context *ctx) {
+    if (!ctx) return;
+    if (ctx->kind == FP_DEVICE_CUDA && ctx->device >= 0) {
+        cudaSetDevice(ctx->device);
+        if (ctx->stream) {
+            cudaStreamSynchronize(ctx->stream);
+            cudaStreamDestroy(ctx->stream);
+        }
+        cudaFree(ctx->workspace);
+        cudaFree(ctx->l2_flush_buf);
+        if (ctx->cublaslt) cublasLtDestroy((cublasLtHandle_t)ctx->cublaslt);
+        (void)cudaGetLastError();
+    }
+    fp_thread_pool_destroy(ctx->pool);
+    free(ctx);
+}
+
+fp_status fp_context_set_option(fp_context *ctx, fp_context_option opt, int64_t value) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    switch (opt) {
+    case FP_CTX_CPU_THREADS: {
+        FP_CHECK_ARG(value >= 0 && value <= 4096, "FP_CTX_CPU_THREADS must be in [0, 4096] (got %lld)",
+                     (long long)value);
+        if (ctx->kind != FP_DEVICE_CPU) return FP_OK; /* meaningless on CUDA: ignored */
+        fp_thread_pool *pool = NULL;
+        FP_TRY(fp_thread_pool_create(value ? (int)value : default_cpu_threads(), &pool));
+        fp_thread_pool_destroy(ctx->pool);
+        ctx->pool = pool;
+        return FP_OK;
+    }
+    case FP_CTX_WORKSPACE_BYTES: {
+        FP_CHECK_ARG(value >= 0, "FP_CTX_WORKSPACE_BYTES must be >= 0 (got %lld)", (long long)value);
+        if (ctx->kind != FP_DEVICE_CUDA) return FP_OK;
+        size_t bytes = value ? (size_t)value : FP_DEFAULT_WORKSPACE_BYTES;
+        void *ws = NULL;
+        FP_TRY(fp_ctx_activate(ctx));
+        FP_CUDA_TRY(cudaStreamSynchronize(ctx->stream));
+        FP_CUDA_TRY(cudaMalloc(&ws, bytes));
+        cudaFree(ctx->workspace);
+        ctx->workspace = ws;
+        ctx->workspace_bytes = bytes;
+        return FP_OK;
+    }
+    }
+    return fp_set_error(FP_ERR_INVALID_ARGUMENT, "unknown context option %d", (int)opt);
+}
+
+fp_device_kind fp_context_kind(const fp_context *ctx) { return ctx ? ctx->kind : FP_DEVICE_CPU; }
+
+int fp_context_device_index(const fp_context *ctx) { return ctx ? ctx->device : -1; }
+
+fp_stream fp_context_stream(const fp_context *ctx) { return ctx ? (fp_stream)ctx->stream : NULL; }
+
+fp_status fp_context_device_info(const fp_context *ctx, fp_device_info *info) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    FP_CHECK_NOT_NULL(info);
+    *info = ctx->info;
+    return FP_OK;
+}
+
+fp_status fp_context_synchronize(fp_context *ctx, fp_stream stream) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    if (ctx->kind == FP_DEVICE_CPU) return FP_OK;
+    FP_TRY(fp_ctx_activate(ctx));
+    FP_CUDA_TRY(cudaStreamSynchronize(fp_ctx_stream(ctx, stream)));
+    return FP_OK;
+}

@@ -1,0 +1,90 @@
+/* Internal helpers shared by every capability: error recording, CUDA/cuBLAS
+ * check macros, the context layout and the CPU worker pool. Not installed. */
+#ifndef FASTPATH_INTERNAL_H
+#define FASTPATH_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+
+#include "fastpath/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Records a detail message for the calling thread and returns `status`, so
+ * error paths read `return fp_set_error(FP_ERR_..., "fmt", ...)`. The message
+ * is prefixed with "file:line: ". */
+fp_status fp_set_error_at(fp_status status, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define fp_set_error(status, ...) fp_set_error_at((status), __FILE__, __LINE__, __VA_ARGS__)
+
+/* Argument checks that name the argument. */
+#define FP_CHECK_ARG(cond, ...)                                                  \
+    do {                                                                         \
+        if (!(cond)) return fp_set_error(FP_ERR_INVALID_ARGUMENT, __VA_ARGS__);  \
+    } while (0)
+#define FP_CHECK_NOT_NULL(p) FP_CHECK_ARG((p) != NULL, "argument '%s' is NULL", #p)
+
+/* Evaluates a CUDA runtime call; on failure records "file:line: call: error"
+ * and returns FP_ERR_CUDA (FP_ERR_OUT_OF_MEMORY for allocation failures). */
+fp_status fp_cuda_status(cudaError_t err, const char *expr, const char *file, int line);
+#define FP_CUDA_TRY(expr)                                                         \
+    do {                                                                          \
+        cudaError_t fp_err_ = (expr);                                             \
+        if (fp_err_ != cudaSuccess)                                               \
+            return fp_cuda_status(fp_err_, #expr, __FILE__, __LINE__);            \
+    } while (0)
+
+/* Propagates a non-OK status (the callee already recorded the detail). */
+#define FP_TRY(expr)                          \
+    do {                                      \
+        fp_status fp_st_ = (expr);            \
+        if (fp_st_ != FP_OK) return fp_st_;   \
+    } while (0)
+
+/* CPU worker pool: a fixed set of threads that run parallel_for ranges. */
+typedef struct fp_thread_pool fp_thread_pool;
+fp_status fp_thread_pool_create(int threads, fp_thread_pool **out);
+void fp_thread_pool_destroy(fp_thread_pool *pool);
+int fp_thread_pool_size(const fp_thread_pool *pool);
+/* Calls fn(arg, begin, end) over [0, n) split into chunks of `grain` (>= 1)
+ * items, on the pool's threads and the caller. Returns when all are done.
+ * Safe to call from several threads (calls are serialized). */
+void fp_parallel_for(fp_thread_pool *pool, size_t n, size_t grain,
+                     void (*fn)(void *arg, size_t begin, size_t end), void *arg);
+
+struct fp_context {
+    fp_device_kind kind;
+    int device;                 /* CUDA ordinal or -1 */
+    fp_device_info info;
+    /* CUDA */
+    cudaStream_t stream;
+    void *cublaslt;             /* cublasLtHandle_t */
+    void *workspace;            /* cuBLASLt workspace */
+    size_t workspace_bytes;
+    void *l2_flush_buf;         /* lazily allocated by the timing engine */
+    size_t l2_flush_bytes;
+    /* CPU */
+    fp_thread_pool *pool;
+};
+
+/* Resolves a stream argument: NULL means the context's default stream. */
+static inline cudaStream_t fp_ctx_stream(const fp_context *ctx, fp_stream s) {
+    return s ? (cudaStream_t)s : ctx->stream;
+}
+
+/* Makes ctx's device current on the calling thread (CUDA contexts). */
+fp_status fp_ctx_activate(const fp_context *ctx);
+
+/* Checks a context argument; `want_kind` < 0 accepts either kind. */
+fp_status fp_ctx_check(const fp_context *ctx, int want_kind);
+
+/* Monotonic clock in seconds. */
+double fp_now_s(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTPATH_INTERNAL_H */

@@ -1,0 +1,190 @@
+/* Pure pieces of the timing engine: statistics of samples, the noise-aware
+ * verdict, numerical agreement and roofline arithmetic. No device calls
+ * except fp_compare's downloads. */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "fastpath/timing.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Linear interpolation between order statistics (numpy's default). */
+static double percentile_sorted(const double *s, int n, double q) {
+    double pos = q * (n - 1);
+    int lo = (int)floor(pos);
+    int hi = lo + 1 < n ? lo + 1 : n - 1;
+    double frac = pos - lo;
+    return s[lo] + (s[hi] - s[lo]) * frac;
+}
+
+fp_status fp_stats_compute(const double *samples_ms, int n, fp_stats *out) {
+    FP_CHECK_NOT_NULL(samples_ms);
+    FP_CHECK_NOT_NULL(out);
+    FP_CHECK_ARG(n >= 1, "argument 'n' must be >= 1 (got %d)", n);
+    for (int i = 0; i < n; ++i)
+        FP_CHECK_ARG(isfinite(samples_ms[i]) && samples_ms[i] >= 0,
+                     "sample %d is %g: samples must be finite and >= 0", i, samples_ms[i]);
+    double *s = malloc((size_t)n * sizeof *s);
+    if (!s) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "stats buffer of %d samples", n);
+    memcpy(s, samples_ms, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    fp_stats st;
+    memset(&st, 0, sizeof st);
+    st.samples = n;
+    st.min_ms = s[0];
+    st.max_ms = s[n - 1];
+    st.median_ms = percentile_sorted(s, n, 0.5);
+    st.p10_ms = percentile_sorted(s, n, 0.1);
+    st.p90_ms = percentile_sorted(s, n, 0.9);
+    double sum = 0;
+    for (int i = 0; i < n; ++i) sum += s[i];
+    st.mean_ms = sum / n;
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += (s[i] - st.mean_ms) * (s[i] - st.mean_ms);
+    st.stdev_ms = n > 1 ? sqrt(ss / (n - 1)) : 0.0;
+    st.rel_stdev = st.mean_ms > 0 ? st.stdev_ms / st.mean_ms : 0.0;
+    /* p90 - p10 of a normal distribution spans 2 * 1.2816 sigma. */
+    st.noise = st.median_ms > 0 ? (st.p90_ms - st.p10_ms) / (2.5631 * st.median_ms) : 0.0;
+    free(s);
+    *out = st;
+    return FP_OK;
+}
+
+const char *fp_verdict_string(fp_verdict v) {
+    switch (v) {
+    case FP_VERDICT_SAME: return "SAME";
+    case FP_VERDICT_FASTER: return "FASTER";
+    case FP_VERDICT_SLOWER: return "SLOWER";
+    }
+    return "UNKNOWN";
+}
+
+fp_verdict fp_verdict_decide(const fp_stats *baseline, const fp_stats *optimized, double min_effect,
+                             double *speedup) {
+    if (!baseline || !optimized || baseline->median_ms <= 0 || optimized->median_ms <= 0) {
+        if (speedup) *speedup = 0;
+        return FP_VERDICT_SAME;
+    }
+    double sp = baseline->median_ms / optimized->median_ms;
+    if (speedup) *speedup = sp;
+    double noise = 2.0 * sqrt(baseline->noise * baseline->noise + optimized->noise * optimized->noise);
+    double threshold = fmax(min_effect, noise);
+    double gap = log(sp);
+    if (gap > log1p(threshold)) return FP_VERDICT_FASTER;
+    if (-gap > log1p(threshold)) return FP_VERDICT_SLOWER;
+    return FP_VERDICT_SAME;
+}
+
+void fp_default_tolerance(fp_dtype dtype, double *atol, double *rtol) {
+    double a, r;
+    switch (dtype) {
+    case FP_F16: a = 1e-3; r = 2e-3; break;      /* 2^-10 mantissa, ~2 ulp */
+    case FP_BF16: a = 1e-2; r = 1.6e-2; break;   /* 2^-7 mantissa, ~2 ulp */
+    default: a = 1e-5; r = 1e-5; break;
+    }
+    if (atol) *atol = a;
+    if (rtol) *rtol = r;
+}
+
+static double load_double(const void *p, fp_dtype dt, size_t i) {
+    switch (dt) {
+    case FP_F16: return fp_f16_to_f32(((const uint16_t *)p)[i]);
+    case FP_BF16: return fp_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+fp_status fp_compare_host(const void *ref, const void *got, size_t n, fp_dtype dtype, double atol,
+                          double rtol, fp_compare_result *out) {
+    FP_CHECK_NOT_NULL(ref);
+    FP_CHECK_NOT_NULL(got);
+    FP_CHECK_NOT_NULL(out);
+    FP_CHECK_ARG(dtype == FP_F32 || dtype == FP_F16 || dtype == FP_BF16,
+                 "dtype %s cannot be compared", fp_dtype_name(dtype));
+    double da, dr;
+    fp_default_tolerance(dtype, &da, &dr);
+    fp_compare_result res;
+    memset(&res, 0, sizeof res);
+    res.atol = atol < 0 ? da : atol;
+    res.rtol = rtol < 0 ? dr : rtol;
+    res.count = n;
+    res.first_bad = SIZE_MAX;
+    for (size_t i = 0; i < n; ++i) {
+        double r = load_double(ref, dtype, i), g = load_double(got, dtype, i);
+        double err;
+        int bad;
+        if (isnan(r) || isnan(g)) {
+            err = INFINITY; /* NaN never passes: it is how unwritten poison shows */
+            bad = 1;
+        } else if (isinf(r) || isinf(g)) {
+            err = (r == g) ? 0.0 : INFINITY;
+            bad = r != g;
+        } else {
+            err = fabs(g - r);
+            bad = !(err <= res.atol + res.rtol * fabs(r));
+        }
+        if (err > res.max_abs_err) res.max_abs_err = err;
+        /* Relative error only where |ref| is above the absolute tolerance:
+         * near zero it says nothing. */
+        if (fabs(r) > res.atol && err / fabs(r) > res.max_rel_err) res.max_rel_err = err / fabs(r);
+        if (bad) {
+            if (res.mismatches == 0) {
+                res.first_bad = i;
+                res.first_bad_got = g;
+                res.first_bad_ref = r;
+            }
+            res.mismatches++;
+        }
+    }
+    res.passed = res.mismatches == 0;
+    *out = res;
+    return FP_OK;
+}
+
+fp_status fp_compare(fp_context *ctx, const void *ref, const void *got, size_t n, fp_dtype dtype,
+                     double atol, double rtol, fp_compare_result *out) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    if (ctx->kind == FP_DEVICE_CPU) return fp_compare_host(ref, got, n, dtype, atol, rtol, out);
+    FP_CHECK_NOT_NULL(ref);
+    FP_CHECK_NOT_NULL(got);
+    FP_CHECK_NOT_NULL(out);
+    size_t bytes = n * fp_dtype_size(dtype);
+    FP_CHECK_ARG(bytes > 0 || n == 0, "dtype %d unknown", (int)dtype);
+    void *h_ref = malloc(bytes ? bytes : 1), *h_got = malloc(bytes ? bytes : 1);
+    fp_status st = FP_OK;
+    if (!h_ref || !h_got) st = fp_set_error(FP_ERR_OUT_OF_MEMORY, "%zu bytes for comparison", bytes);
+    if (st == FP_OK) st = fp_mem_download(ctx, h_ref, ref, bytes, NULL);
+    if (st == FP_OK) st = fp_mem_download(ctx, h_got, got, bytes, NULL);
+    if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
+    if (st == FP_OK) st = fp_compare_host(h_ref, h_got, n, dtype, atol, rtol, out);
+    free(h_ref);
+    free(h_got);
+    return st;
+}
+
+void fp_roofline(const fp_device_info *dev, double median_ms, double bytes, double flops,
+                 int tensor_cores, fp_ab_report *rep) {
+    if (!rep) return;
+    rep->achieved_gbps = 0;
+    rep->achieved_tflops = 0;
+    rep->pct_of_peak = -1;
+    rep->bound = "unknown";
+    if (median_ms <= 0) return;
+    double s = median_ms * 1e-3;
+    if (bytes > 0) rep->achieved_gbps = bytes / s / 1e9;
+    if (flops > 0) rep->achieved_tflops = flops / s / 1e12;
+    if (!dev) return;
+    double peak_flops = (tensor_cores ? dev->peak_tflops_bf16 : dev->peak_tflops_fp32) * 1e12;
+    double t_mem = (bytes > 0 && dev->peak_gbps > 0) ? bytes / (dev->peak_gbps * 1e9) : 0;
+    double t_cmp = (flops > 0 && peak_flops > 0) ? flops / peak_flops : 0;
+    if (t_mem <= 0 && t_cmp <= 0) return;
+    rep->bound = t_mem >= t_cmp ? "memory" : "compute";
+    rep->pct_of_peak = 100.0 * fmax(t_mem, t_cmp) / s;
+}

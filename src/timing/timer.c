@@ -1,0 +1,247 @@
+/* The measuring half of the timing engine: warm-up, calibration of calls per
+ * sample, sampling until the noise target or a cap, interleaved A/B. CUDA
+ * contexts time with events on the stream; CPU contexts with the monotonic
+ * clock (CPU work is synchronous). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "fastpath/timing.h"
+
+#define FP_MAX_REPS 100000
+
+void fp_timing_config_default(fp_timing_config *cfg) {
+    if (!cfg) return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = sizeof *cfg;
+    cfg->warmup = 3;
+    cfg->min_samples = 10;
+    cfg->max_samples = 1000;
+    cfg->max_time_s = 2.0;
+    cfg->target_noise = 0.005;
+    cfg->min_effect = 0.01;
+    cfg->flush_l2 = 0;
+    cfg->min_sample_ms = 0.05;
+}
+
+static fp_status check_config(const fp_timing_config *c) {
+    FP_CHECK_ARG(c->struct_size == sizeof *c,
+                 "timing config struct_size %zu != %zu: initialize it with fp_timing_config_default",
+                 c->struct_size, sizeof *c);
+    FP_CHECK_ARG(c->warmup >= 0, "warmup must be >= 0 (got %d)", c->warmup);
+    FP_CHECK_ARG(c->min_samples >= 1, "min_samples must be >= 1 (got %d)", c->min_samples);
+    FP_CHECK_ARG(c->max_samples >= c->min_samples, "max_samples (%d) < min_samples (%d)",
+                 c->max_samples, c->min_samples);
+    FP_CHECK_ARG(c->max_time_s > 0 && isfinite(c->max_time_s), "max_time_s must be > 0");
+    FP_CHECK_ARG(c->target_noise >= 0 && isfinite(c->target_noise), "target_noise must be >= 0");
+    FP_CHECK_ARG(c->min_effect >= 0 && isfinite(c->min_effect), "min_effect must be >= 0");
+    FP_CHECK_ARG(c->min_sample_ms >= 0 && isfinite(c->min_sample_ms), "min_sample_ms must be >= 0");
+    return FP_OK;
+}
+
+/* One callable being sampled. */
+typedef struct sampler {
+    fp_timed_fn fn;
+    void *user;
+    int reps;          /* calls per sample */
+    double *samples;   /* ms per call */
+    int n, cap;
+    int done;
+} sampler;
+
+typedef struct timing_env {
+    fp_context *ctx;
+    cudaStream_t stream;
+    const fp_timing_config *cfg;
+    cudaEvent_t start, stop;
+} timing_env;
+
+static fp_status flush_l2(timing_env *env, int salt) {
+    fp_context *ctx = env->ctx;
+    if (!ctx->l2_flush_buf) {
+        /* Twice the L2 so nothing of the op's working set survives. */
+        size_t bytes = ctx->info.l2_bytes ? 2 * ctx->info.l2_bytes : (size_t)128 << 20;
+        FP_CUDA_TRY(cudaMalloc(&ctx->l2_flush_buf, bytes));
+        ctx->l2_flush_bytes = bytes;
+    }
+    FP_CUDA_TRY(cudaMemsetAsync(ctx->l2_flush_buf, salt & 0xff, ctx->l2_flush_bytes, env->stream));
+    return FP_OK;
+}
+
+/* Runs s->reps calls and returns the mean duration per call in *ms. */
+static fp_status sample_once(timing_env *env, sampler *s, int reps, double *ms) {
+    if (env->ctx->kind == FP_DEVICE_CPU) {
+        double t0 = fp_now_s();
+        for (int r = 0; r < reps; ++r) FP_TRY(s->fn(s->user, NULL));
+        *ms = (fp_now_s() - t0) * 1e3 / reps;
+        return FP_OK;
+    }
+    if (env->cfg->flush_l2) FP_TRY(flush_l2(env, s->n));
+    FP_CUDA_TRY(cudaEventRecord(env->start, env->stream));
+    for (int r = 0; r < reps; ++r) FP_TRY(s->fn(s->user, (fp_stream)env->stream));
+    FP_CUDA_TRY(cudaEventRecord(env->stop, env->stream));
+    FP_CUDA_TRY(cudaEventSynchronize(env->stop));
+    float elapsed = 0;
+    FP_CUDA_TRY(cudaEventElapsedTime(&elapsed, env->start, env->stop));
+    *ms = (double)elapsed / reps;
+    return FP_OK;
+}
+
+/* Warm-up, then picks calls-per-sample so one sample lasts >= min_sample_ms
+ * (event and clock resolution would otherwise dominate tiny ops). */
+static fp_status prepare(timing_env *env, sampler *s) {
+    for (int i = 0; i < env->cfg->warmup; ++i) {
+        double ms = 0;
+        FP_TRY(sample_once(env, s, 1, &ms));
+    }
+    s->reps = 1;
+    if (env->cfg->flush_l2 && env->ctx->kind == FP_DEVICE_CUDA) return FP_OK;
+    double ms = 0;
+    FP_TRY(sample_once(env, s, 1, &ms));
+    if (ms < env->cfg->min_sample_ms) {
+        double r = ceil(env->cfg->min_sample_ms / fmax(ms, 1e-5));
+        s->reps = r > FP_MAX_REPS ? FP_MAX_REPS : (int)r;
+    }
+    return FP_OK;
+}
+
+static fp_status take_sample(timing_env *env, sampler *s) {
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 64;
+        double *p = realloc(s->samples, (size_t)cap * sizeof *p);
+        if (!p) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "sample buffer");
+        s->samples = p;
+        s->cap = cap;
+    }
+    double ms = 0;
+    FP_TRY(sample_once(env, s, s->reps, &ms));
+    s->samples[s->n++] = ms;
+    return FP_OK;
+}
+
+/* The stopping rule documented on fp_timing_config.target_noise. */
+static int converged(const fp_timing_config *cfg, const sampler *s) {
+    if (s->n < cfg->min_samples) return 0;
+    if (s->n >= cfg->max_samples) return 1;
+    fp_stats st;
+    if (fp_stats_compute(s->samples, s->n, &st) != FP_OK) return 1;
+    if (st.noise <= cfg->target_noise) return 1;
+    return 1.2533 * st.noise / sqrt((double)s->n) < cfg->target_noise / 5.0;
+}
+
+static fp_status env_open(timing_env *env, fp_context *ctx, fp_stream stream,
+                          const fp_timing_config *cfg) {
+    memset(env, 0, sizeof *env);
+    env->ctx = ctx;
+    env->cfg = cfg;
+    if (ctx->kind == FP_DEVICE_CUDA) {
+        FP_TRY(fp_ctx_activate(ctx));
+        env->stream = fp_ctx_stream(ctx, stream);
+        FP_CUDA_TRY(cudaEventCreate(&env->start));
+        FP_CUDA_TRY(cudaEventCreate(&env->stop));
+    }
+    return FP_OK;
+}
+
+static void env_close(timing_env *env) {
+    if (env->start) cudaEventDestroy(env->start);
+    if (env->stop) cudaEventDestroy(env->stop);
+}
+
+/* Samples each of n callables in turn (A B A B ...) until all converge, or
+ * the time cap (max_time_s per callable) is spent. */
+static fp_status run_interleaved(timing_env *env, sampler *s, int n) {
+    for (int i = 0; i < n; ++i) FP_TRY(prepare(env, &s[i]));
+    double t0 = fp_now_s(), cap = env->cfg->max_time_s * n;
+    for (;;) {
+        int pending = 0;
+        for (int i = 0; i < n; ++i) {
+            if (s[i].done) continue;
+            FP_TRY(take_sample(env, &s[i]));
+            s[i].done = converged(env->cfg, &s[i]);
+            pending += !s[i].done;
+        }
+        if (!pending) return FP_OK;
+        if (fp_now_s() - t0 > cap) {
+            /* Out of time: every side keeps what it has, min_samples or not
+             * (a caller asking for 1000 samples of a 1 s op gets fewer). */
+            return FP_OK;
+        }
+    }
+}
+
+fp_status fp_time(fp_context *ctx, fp_stream stream, fp_timed_fn fn, void *user,
+                  const fp_timing_config *cfg, fp_stats *out) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    FP_CHECK_NOT_NULL(fn);
+    FP_CHECK_NOT_NULL(out);
+    fp_timing_config def;
+    if (!cfg) { fp_timing_config_default(&def); cfg = &def; }
+    FP_TRY(check_config(cfg));
+    timing_env env;
+    sampler s = {.fn = fn, .user = user};
+    fp_status st = env_open(&env, ctx, stream, cfg);
+    if (st == FP_OK) st = run_interleaved(&env, &s, 1);
+    if (st == FP_OK) st = fp_stats_compute(s.samples, s.n, out);
+    env_close(&env);
+    free(s.samples);
+    return st;
+}
+
+void fp_ab_spec_init(fp_ab_spec *spec) {
+    if (!spec) return;
+    memset(spec, 0, sizeof *spec);
+    spec->struct_size = sizeof *spec;
+    spec->atol = -1;
+    spec->rtol = -1;
+}
+
+fp_status fp_ab_run(fp_context *ctx, fp_stream stream, const fp_ab_spec *spec,
+                    const fp_timing_config *cfg, fp_ab_report *report) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    FP_CHECK_NOT_NULL(spec);
+    FP_CHECK_NOT_NULL(report);
+    FP_CHECK_ARG(spec->struct_size == sizeof *spec,
+                 "spec struct_size %zu != %zu: initialize it with fp_ab_spec_init",
+                 spec->struct_size, sizeof *spec);
+    FP_CHECK_ARG(spec->baseline && spec->optimized, "spec needs both a baseline and an optimized callable");
+    FP_CHECK_ARG((spec->baseline_out == NULL) == (spec->optimized_out == NULL),
+                 "spec gives only one of baseline_out / optimized_out");
+    fp_timing_config def;
+    if (!cfg) { fp_timing_config_default(&def); cfg = &def; }
+    FP_TRY(check_config(cfg));
+
+    fp_ab_report rep;
+    memset(&rep, 0, sizeof rep);
+    /* One untimed run of each, then the numerical check: a fast wrong answer
+     * is not a result. */
+    FP_TRY(spec->baseline(spec->baseline_user, stream));
+    FP_TRY(spec->optimized(spec->optimized_user, stream));
+    FP_TRY(fp_context_synchronize(ctx, stream));
+    if (spec->baseline_out && spec->out_count > 0) {
+        FP_TRY(fp_compare(ctx, spec->baseline_out, spec->optimized_out, spec->out_count,
+                          spec->out_dtype, spec->atol, spec->rtol, &rep.agreement));
+        rep.compared = 1;
+    } else {
+        rep.agreement.passed = 1;
+        rep.agreement.first_bad = SIZE_MAX;
+    }
+
+    timing_env env;
+    sampler s[2] = {{.fn = spec->baseline, .user = spec->baseline_user},
+                    {.fn = spec->optimized, .user = spec->optimized_user}};
+    fp_status st = env_open(&env, ctx, stream, cfg);
+    if (st == FP_OK) st = run_interleaved(&env, s, 2);
+    if (st == FP_OK) st = fp_stats_compute(s[0].samples, s[0].n, &rep.baseline);
+    if (st == FP_OK) st = fp_stats_compute(s[1].samples, s[1].n, &rep.optimized);
+    env_close(&env);
+    free(s[0].samples);
+    free(s[1].samples);
+    if (st != FP_OK) return st;
+    rep.verdict = fp_verdict_decide(&rep.baseline, &rep.optimized, cfg->min_effect, &rep.speedup);
+    fp_roofline(&ctx->info, rep.optimized.median_ms, spec->bytes, spec->flops,
+                spec->flops_on_tensor_cores, &rep);
+    *report = rep;
+    return FP_OK;
+}

@@ -1,0 +1,104 @@
+/* Minimal test helpers for CTest-driven C tests: checks that report
+ * file:line and fp_last_error(), a GPU-skip helper (exit 77), and random
+ * inputs (never zeros). */
+#ifndef FP_TEST_H
+#define FP_TEST_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fastpath/fastpath.h"
+
+#define FP_SKIP_CODE 77
+
+static int fp_test_failures = 0;
+
+#define CHECK(cond)                                                                 \
+    do {                                                                            \
+        if (!(cond)) {                                                              \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            fp_test_failures++;                                                     \
+        }                                                                           \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                        \
+    do {                                                                            \
+        if (!(cond)) {                                                              \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                           \
+            fputc('\n', stderr);                                                    \
+            fp_test_failures++;                                                     \
+        }                                                                           \
+    } while (0)
+
+/* Expects an exact status; prints the detail message when it differs. */
+#define CHECK_STATUS(expr, want)                                                     \
+    do {                                                                             \
+        fp_status got_ = (expr);                                                     \
+        if (got_ != (want)) {                                                        \
+            fprintf(stderr, "%s:%d: %s returned '%s', expected '%s' (detail: %s)\n",  \
+                    __FILE__, __LINE__, #expr, fp_status_string(got_),               \
+                    fp_status_string(want), fp_last_error());                        \
+            fp_test_failures++;                                                      \
+        }                                                                            \
+    } while (0)
+#define CHECK_OK(expr) CHECK_STATUS(expr, FP_OK)
+
+#define CHECK_NEAR(a, b, tol)                                                        \
+    do {                                                                             \
+        double a_ = (a), b_ = (b);                                                   \
+        if (!(fabs(a_ - b_) <= (tol))) {                                             \
+            fprintf(stderr, "%s:%d: %s = %.9g, expected %.9g (tol %g)\n", __FILE__,  \
+                    __LINE__, #a, a_, b_, (double)(tol));                            \
+            fp_test_failures++;                                                      \
+        }                                                                            \
+    } while (0)
+
+/* Ends main(): prints a summary line and returns the exit code. */
+#define TEST_END()                                                                   \
+    do {                                                                             \
+        if (fp_test_failures) fprintf(stderr, "%d check(s) failed\n", fp_test_failures); \
+        return fp_test_failures ? 1 : 0;                                             \
+    } while (0)
+
+/* Returns a CUDA context on device 0, or exits 77 when there is no GPU. */
+static inline fp_context *fp_test_cuda_context_or_skip(void) {
+    int n = 0;
+    fp_device_count(&n);
+    if (n == 0) {
+        printf("SKIP: no CUDA device\n");
+        exit(FP_SKIP_CODE);
+    }
+    fp_context *ctx = NULL;
+    if (fp_context_create(FP_DEVICE_CUDA, 0, &ctx) != FP_OK) {
+        fprintf(stderr, "cannot create CUDA context: %s\n", fp_last_error());
+        exit(1);
+    }
+    return ctx;
+}
+
+/* xorshift64*: deterministic per seed, fast. */
+static inline uint64_t fp_test_rand_u64(uint64_t *state) {
+    uint64_t x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+/* Uniform in [lo, hi). */
+static inline double fp_test_rand_uniform(uint64_t *state, double lo, double hi) {
+    return lo + (hi - lo) * ((double)(fp_test_rand_u64(state) >> 11) * (1.0 / 9007199254740992.0));
+}
+/* Fills n floats uniform in [lo, hi), never exactly zero. */
+static inline void fp_test_fill(float *x, size_t n, uint64_t seed, float lo, float hi) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+    for (size_t i = 0; i < n; ++i) {
+        float v = (float)fp_test_rand_uniform(&s, lo, hi);
+        x[i] = v == 0.0f ? 1e-3f : v;
+    }
+}
+
+#endif /* FP_TEST_H */

@@ -1,0 +1,2 @@
+#include "fp_test.h"
+int main(void){TEST_END();}
