@@ -171,6 +171,12 @@ FP_API fp_status fp_ab_run(fp_context *ctx, fp_stream stream, const fp_ab_spec *
 FP_API void fp_roofline(const fp_device_info *dev, double median_ms, double bytes, double flops,
                         int tensor_cores, fp_ab_report *report);
 
+/* Measures the device-to-device copy bandwidth (cudaMemcpyAsync on CUDA,
+ * memcpy on the CPU) over `bytes` (0: 1 GiB on CUDA, 64 MiB on CPU), counting
+ * bytes read plus bytes written: the practical memory roofline that
+ * memory-bound ops are judged against. Allocates two buffers of `bytes`. */
+FP_API fp_status fp_measure_copy_bandwidth(fp_context *ctx, size_t bytes, double *gbps);
+
 #ifdef __cplusplus
 }
 #endif

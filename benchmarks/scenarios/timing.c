@@ -1,0 +1,196 @@
+/* timing/... scenarios: memory-bound probes that exercise the timing engine
+ * end to end, and a self-check of its verdict.
+ *
+ *   timing/elementwise  out = a*x + b*y: naive (v1) vs vectorized (v2)
+ *   timing/copy         library copy (cudaMemcpy / memcpy) vs vector copy
+ *                       kernel (threaded memcpy on CPU): the practical
+ *                       memory roofline other ops are judged against
+ *   timing/self_check   the same callable as A and B: the verdict must be SAME
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "scenario.h"
+#include "timing/probes.h"
+
+typedef struct axpby_case {
+    fp_context *ctx;
+    int version;
+    fp_dtype dtype;
+    size_t n;
+    void *x, *y, *out;
+} axpby_case;
+
+static fp_status axpby_fn(void *user, fp_stream stream) {
+    axpby_case *c = user;
+    return fp_axpby(c->ctx, stream, c->version, c->dtype, c->n, 1.5f, c->x, -0.75f, c->y, c->out);
+}
+
+/* Uploads n random values (never zero) of dtype into ctx memory. */
+static fp_status upload_random(fp_context *ctx, fp_dtype dt, size_t n, uint64_t seed, void **out) {
+    size_t bytes = n * fp_dtype_size(dt);
+    float *h = malloc(n * sizeof *h);
+    void *hd = malloc(bytes);
+    fp_status st = (h && hd) ? FP_OK : FP_ERR_OUT_OF_MEMORY;
+    uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 7;
+    for (size_t i = 0; st == FP_OK && i < n; ++i) {
+        s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
+        float v = (float)((s * 0x2545F4914F6CDD1DULL) >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
+        h[i] = v == 0.0f ? 0.5f : v;
+    }
+    if (st == FP_OK) st = fp_convert_host(h, FP_F32, hd, dt, n);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, bytes, out);
+    if (st == FP_OK) st = fp_mem_upload(ctx, *out, hd, bytes, NULL);
+    if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
+    free(h);
+    free(hd);
+    return st;
+}
+
+static fp_status run_elementwise(fb_run *run) {
+    fp_context *ctx = fb_ctx(run);
+    int gpu = fb_kind(run) == FP_DEVICE_CUDA;
+    size_t n = (size_t)fb_opt_int(run, "n", gpu ? (64 << 20) : (fb_quick(run) ? (1 << 20) : (8 << 20)));
+    fp_dtype dts[8] = {FP_F32, FP_BF16};
+    int ndt = fb_dtypes(run, dts, 8);
+    if (ndt == 0) ndt = 2;
+    for (int d = 0; d < ndt; ++d) {
+        fp_dtype dt = dts[d];
+        fb_result *r = fb_result_new(run);
+        fb_param_int(r, "n", (int64_t)n);
+        fb_param_str(r, "dtype", fp_dtype_name(dt));
+        axpby_case base = {ctx, 1, dt, n, NULL, NULL, NULL}, opt;
+        void *out2 = NULL;
+        fp_status st = upload_random(ctx, dt, n, 1, &base.x);
+        if (st == FP_OK) st = upload_random(ctx, dt, n, 2, &base.y);
+        if (st == FP_OK) st = fp_mem_alloc(ctx, n * fp_dtype_size(dt), &base.out);
+        if (st == FP_OK) st = fp_mem_alloc(ctx, n * fp_dtype_size(dt), &out2);
+        /* Poison both outputs: an unwritten element shows as NaN. */
+        if (st == FP_OK) st = fp_mem_fill(ctx, base.out, 0xff, n * fp_dtype_size(dt), NULL);
+        if (st == FP_OK) st = fp_mem_fill(ctx, out2, 0xff, n * fp_dtype_size(dt), NULL);
+        opt = base;
+        opt.version = 2;
+        opt.out = out2;
+        fp_ab_report rep;
+        if (st == FP_OK) {
+            fp_ab_spec spec;
+            fp_ab_spec_init(&spec);
+            spec.baseline = axpby_fn;
+            spec.baseline_user = &base;
+            spec.optimized = axpby_fn;
+            spec.optimized_user = &opt;
+            spec.baseline_out = base.out;
+            spec.optimized_out = out2;
+            spec.out_count = n;
+            spec.out_dtype = dt;
+            spec.atol = 0; /* same arithmetic in the same order: bit-identical */
+            spec.rtol = 0;
+            spec.bytes = 3.0 * (double)n * (double)fp_dtype_size(dt);
+            st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+        }
+        if (st == FP_OK) fb_result_set_ab(r, &rep);
+        else fb_result_fail(r, st, fp_last_error());
+        fp_mem_free(ctx, base.x);
+        fp_mem_free(ctx, base.y);
+        fp_mem_free(ctx, base.out);
+        fp_mem_free(ctx, out2);
+    }
+    return FP_OK;
+}
+
+typedef struct copy_case {
+    fp_context *ctx;
+    int version;
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_case;
+
+static fp_status copy_fn(void *user, fp_stream stream) {
+    copy_case *c = user;
+    return fp_copy(c->ctx, stream, c->version, c->dst, c->src, c->bytes);
+}
+
+static fp_status run_copy(fb_run *run) {
+    fp_context *ctx = fb_ctx(run);
+    int gpu = fb_kind(run) == FP_DEVICE_CUDA;
+    size_t mib = (size_t)fb_opt_int(run, "mib", gpu ? 1024 : (fb_quick(run) ? 16 : 64));
+    size_t bytes = mib << 20, n = bytes / 4;
+    fb_result *r = fb_result_new(run);
+    fb_param_int(r, "mib", (int64_t)mib);
+    void *src = NULL, *d1 = NULL, *d2 = NULL;
+    fp_status st = upload_random(ctx, FP_F32, n, 3, &src);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, bytes, &d1);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, bytes, &d2);
+    if (st == FP_OK) st = fp_mem_fill(ctx, d1, 0xff, bytes, NULL);
+    if (st == FP_OK) st = fp_mem_fill(ctx, d2, 0xff, bytes, NULL);
+    copy_case base = {ctx, 1, d1, src, bytes}, opt = {ctx, 2, d2, src, bytes};
+    fp_ab_report rep;
+    if (st == FP_OK) {
+        fp_ab_spec spec;
+        fp_ab_spec_init(&spec);
+        spec.baseline = copy_fn;
+        spec.baseline_user = &base;
+        spec.optimized = copy_fn;
+        spec.optimized_user = &opt;
+        spec.baseline_out = d1;
+        spec.optimized_out = d2;
+        spec.out_count = n;
+        spec.out_dtype = FP_F32;
+        spec.atol = 0;
+        spec.rtol = 0;
+        spec.bytes = 2.0 * (double)bytes;
+        st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+    }
+    if (st == FP_OK) {
+        fb_result_set_ab(r, &rep);
+        fb_result_metric(r, "baseline_gbps", 2.0 * (double)bytes / (rep.baseline.median_ms * 1e-3) / 1e9);
+    } else {
+        fb_result_fail(r, st, fp_last_error());
+    }
+    fp_mem_free(ctx, src);
+    fp_mem_free(ctx, d1);
+    fp_mem_free(ctx, d2);
+    return FP_OK;
+}
+
+static fp_status run_self_check(fb_run *run) {
+    fp_context *ctx = fb_ctx(run);
+    int gpu = fb_kind(run) == FP_DEVICE_CUDA;
+    size_t n = (size_t)fb_opt_int(run, "n", gpu ? (16 << 20) : (1 << 20));
+    fb_result *r = fb_result_new(run);
+    fb_param_int(r, "n", (int64_t)n);
+    axpby_case c = {ctx, 2, FP_F32, n, NULL, NULL, NULL};
+    fp_status st = upload_random(ctx, FP_F32, n, 4, &c.x);
+    if (st == FP_OK) st = upload_random(ctx, FP_F32, n, 5, &c.y);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, n * 4, &c.out);
+    fp_ab_report rep;
+    if (st == FP_OK) {
+        fp_ab_spec spec;
+        fp_ab_spec_init(&spec);
+        spec.baseline = axpby_fn;
+        spec.baseline_user = &c;
+        spec.optimized = axpby_fn;
+        spec.optimized_user = &c;
+        spec.bytes = 12.0 * (double)n;
+        st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+    }
+    if (st == FP_OK) {
+        fb_result_set_ab(r, &rep);
+        /* A vs A must read SAME: anything else means the noise model lies. */
+        fb_result_note(r, rep.verdict == FP_VERDICT_SAME ? "A=A ok" : "A=A verdict not SAME: noisy machine");
+    } else {
+        fb_result_fail(r, st, fp_last_error());
+    }
+    fp_mem_free(ctx, c.x);
+    fp_mem_free(ctx, c.y);
+    fp_mem_free(ctx, c.out);
+    return FP_OK;
+}
+
+FB_SCENARIO(fb_timing_elementwise, "timing/elementwise",
+            "out = a*x + b*y: naive scalar (v1) vs 16-byte vectorized / threaded (v2)", run_elementwise)
+FB_SCENARIO(fb_timing_copy, "timing/copy",
+            "device copy: cudaMemcpy/memcpy vs vector copy kernel/threaded memcpy (memory roofline)", run_copy)
+FB_SCENARIO(fb_timing_self_check, "timing/self_check",
+            "the same callable as A and B: the verdict must be SAME", run_self_check)
