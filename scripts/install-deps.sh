@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need beyond the CUDA toolkit, from
+# Debian's packages and PyPI, only when missing:
+#   cmake >= 3.25, ninja, pkg-config, cJSON (libcjson-dev), ccache (optional),
+#   pytest (for fastbench's CLI tests and the Python bindings' tests).
+set -euo pipefail
+
+need_apt=()
+have_pkg() { dpkg -s "$1" >/dev/null 2>&1; }
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+command -v ninja >/dev/null 2>&1 || need_apt+=(ninja-build)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+command -v ccache >/dev/null 2>&1 || need_apt+=(ccache)
+if ! have_pkg libcjson-dev && [ ! -f /usr/include/cjson/cJSON.h ]; then need_apt+=(libcjson-dev); fi
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "install-deps: apt-get install ${need_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  else
+    echo "install-deps: missing ${need_apt[*]}: install them (Debian: sudo apt-get install ${need_apt[*]})" >&2
+    exit 1
+  fi
+fi
+
+if ! python3 -c "import pytest" >/dev/null 2>&1; then
+  echo "install-deps: pip install pytest"
+  python3 -m pip install -q pytest 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages pytest 2>/dev/null ||
+    python3 -m pip install -q --user pytest
+fi
