@@ -1,0 +1,184 @@
+"""Python bindings for libfastpath (ctypes).
+
+    import fastpath
+    ctx = fastpath.Context("cpu")              # or "cuda:0"
+    report = fastpath.ab(ctx, baseline_fn, optimized_fn)
+    print(report)                               # speedup, verdict, both distributions
+
+Errors raise fastpath.FastpathError carrying the status and the library's
+detail message. PyTorch drop-ins live in fastpath.torch (imported on demand).
+"""
+import ctypes
+import enum
+
+from . import _lib
+from ._lib import lib
+
+__all__ = ["Status", "FastpathError", "Context", "version", "device_count", "stats", "time", "ab",
+           "Verdict"]
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    INVALID_ARGUMENT = 1
+    UNSUPPORTED = 2
+    OUT_OF_MEMORY = 3
+    NO_DEVICE = 4
+    CUDA = 5
+    CUBLAS = 6
+    NCCL = 7
+    TIMEOUT = 8
+    QUEUE_FULL = 9
+    SHUT_DOWN = 10
+    CANCELLED = 11
+    NOT_FOUND = 12
+    MISMATCH = 13
+    IO = 14
+    INTERNAL = 15
+
+
+class Verdict(enum.IntEnum):
+    SAME = 0
+    FASTER = 1
+    SLOWER = 2
+
+
+class FastpathError(RuntimeError):
+    def __init__(self, status, detail):
+        self.status = Status(status) if status in Status._value2member_map_ else status
+        self.detail = detail
+        super().__init__(f"{lib.fp_status_string(status).decode()}: {detail}")
+
+
+def check(status):
+    """Raises FastpathError for a non-OK status, with fp_last_error()."""
+    if status != 0:
+        raise FastpathError(status, lib.fp_last_error().decode(errors="replace"))
+
+
+def version():
+    return lib.fp_version_string().decode()
+
+
+def device_count():
+    n = ctypes.c_int(0)
+    check(lib.fp_device_count(ctypes.byref(n)))
+    return n.value
+
+
+DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
+
+
+class Context:
+    """An execution context: "cpu" or "cuda" / "cuda:N"."""
+
+    def __init__(self, device="cpu"):
+        if device == "cpu":
+            kind, index = 0, 0
+        elif device.startswith("cuda"):
+            kind, index = 1, int(device.split(":")[1]) if ":" in device else 0
+        else:
+            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+        self._h = ctypes.c_void_p()
+        check(lib.fp_context_create(kind, index, ctypes.byref(self._h)))
+        self.device = device
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise ValueError("context is closed")
+        return self._h
+
+    @property
+    def is_cuda(self):
+        return lib.fp_context_kind(self.handle) == 1
+
+    def info(self):
+        info = _lib.DeviceInfo()
+        lib.fp_device_info_init(ctypes.byref(info))
+        check(lib.fp_context_device_info(self.handle, ctypes.byref(info)))
+        return {f: (getattr(info, f).decode() if f == "name" else getattr(info, f))
+                for f, _ in _lib.DeviceInfo._fields_ if f != "struct_size"}
+
+    def synchronize(self, stream=None):
+        check(lib.fp_context_synchronize(self.handle, stream))
+
+    def close(self):
+        if self._h:
+            lib.fp_context_destroy(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _stats_dict(s):
+    return {f: getattr(s, f) for f, _ in _lib.Stats._fields_}
+
+
+def stats(samples_ms):
+    """Statistics of durations (ms) as computed by the timing engine."""
+    arr = (ctypes.c_double * len(samples_ms))(*samples_ms)
+    out = _lib.Stats()
+    check(lib.fp_stats_compute(arr, len(samples_ms), ctypes.byref(out)))
+    return _stats_dict(out)
+
+
+def _config(max_time_s=None, min_samples=None, flush_l2=False):
+    cfg = _lib.TimingConfig()
+    lib.fp_timing_config_default(ctypes.byref(cfg))
+    if max_time_s is not None:
+        cfg.max_time_s = max_time_s
+    if min_samples is not None:
+        cfg.min_samples = min_samples
+        cfg.max_samples = max(cfg.max_samples, min_samples)
+    cfg.flush_l2 = int(bool(flush_l2))
+    return cfg
+
+
+def _wrap(fn):
+    """A Python callable fn(stream) as an fp_timed_fn; exceptions become an error status."""
+    def call(user, stream):
+        try:
+            fn(stream)
+            return 0
+        except Exception:  # the engine aborts the measurement with this status
+            return int(Status.INTERNAL)
+    return _lib.TIMED_FN(call)
+
+
+def time(ctx, fn, max_time_s=None, min_samples=None, flush_l2=False):
+    """Times fn(stream) on ctx; returns the statistics as a dict."""
+    cfn = _wrap(fn)
+    cfg = _config(max_time_s, min_samples, flush_l2)
+    out = _lib.Stats()
+    check(lib.fp_time(ctx.handle, None, cfn, None, ctypes.byref(cfg), ctypes.byref(out)))
+    return _stats_dict(out)
+
+
+def ab(ctx, baseline, optimized, bytes=0.0, flops=0.0, max_time_s=None, min_samples=None,
+       flush_l2=False):
+    """Baseline vs optimized through the timing engine (interleaved, noise-aware
+    verdict, roofline). Compare outputs yourself, or use a capability's validate."""
+    spec = _lib.ABSpec()
+    lib.fp_ab_spec_init(ctypes.byref(spec))
+    b, o = _wrap(baseline), _wrap(optimized)
+    spec.baseline, spec.optimized = b, o
+    spec.bytes, spec.flops = float(bytes), float(flops)
+    cfg = _config(max_time_s, min_samples, flush_l2)
+    rep = _lib.ABReport()
+    check(lib.fp_ab_run(ctx.handle, None, ctypes.byref(spec), ctypes.byref(cfg), ctypes.byref(rep)))
+    return {"baseline": _stats_dict(rep.baseline), "optimized": _stats_dict(rep.optimized),
+            "speedup": rep.speedup, "verdict": Verdict(rep.verdict).name,
+            "achieved_gbps": rep.achieved_gbps, "achieved_tflops": rep.achieved_tflops,
+            "pct_of_peak": rep.pct_of_peak if rep.pct_of_peak >= 0 else None,
+            "bound": rep.bound.decode() if rep.bound else "unknown"}

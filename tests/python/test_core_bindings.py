@@ -1,0 +1,66 @@
+"""Core and timing bindings: versions, errors with detail, contexts, stats,
+time/ab with Python callables."""
+import pytest
+
+import fastpath
+
+
+def test_version():
+    assert fastpath.version().count(".") == 2
+
+
+def test_no_device_is_a_clean_error():
+    if fastpath.device_count() > 0:
+        pytest.skip("a GPU is present")
+    with pytest.raises(fastpath.FastpathError) as e:
+        fastpath.Context("cuda:0")
+    assert e.value.status == fastpath.Status.NO_DEVICE
+    assert "no CUDA device" in e.value.detail
+
+
+def test_bad_device_string():
+    with pytest.raises(ValueError):
+        fastpath.Context("tpu")
+
+
+def test_cpu_context_info():
+    with fastpath.Context("cpu") as ctx:
+        info = ctx.info()
+        assert info["kind"] == 0 and info["sm_count"] >= 1 and info["name"]
+        assert not ctx.is_cuda
+        ctx.synchronize()
+
+
+def test_stats_match_numpy_convention():
+    s = fastpath.stats([float(i) for i in range(1, 11)])
+    assert s["median_ms"] == pytest.approx(5.5)
+    assert s["p10_ms"] == pytest.approx(1.9)
+    assert s["p90_ms"] == pytest.approx(9.1)
+    assert s["samples"] == 10
+    with pytest.raises(fastpath.FastpathError) as e:
+        fastpath.stats([])
+    assert e.value.status == fastpath.Status.INVALID_ARGUMENT
+
+
+def test_time_and_ab_with_python_callables():
+    def work(n):
+        def fn(stream):
+            sum(i * i for i in range(n))
+        return fn
+
+    with fastpath.Context("cpu") as ctx:
+        s = fastpath.time(ctx, work(2000), max_time_s=0.3)
+        assert s["samples"] >= 1 and s["median_ms"] > 0
+        r = fastpath.ab(ctx, work(40000), work(5000), max_time_s=0.3)
+        assert r["verdict"] == "FASTER" and r["speedup"] > 2
+        assert r["pct_of_peak"] is None  # CPU peaks are unknown
+
+
+def test_callable_exception_becomes_status():
+    def boom(stream):
+        raise RuntimeError("x")
+
+    with fastpath.Context("cpu") as ctx:
+        with pytest.raises(fastpath.FastpathError) as e:
+            fastpath.time(ctx, boom, max_time_s=0.1)
+        assert e.value.status == fastpath.Status.INTERNAL
