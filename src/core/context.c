@@ -1,6 +1,7 @@
 /* Execution contexts: a CUDA device (stream, cuBLASLt handle, workspace) or
  * the CPU (worker pool). */
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -76,6 +77,7 @@ void fp_context_destroy(fp_context *ctx) {
         cudaFree(ctx->workspace);
         cudaFree(ctx->l2_flush_buf);
         if (ctx->cublaslt) cublasLtDestroy((cublasLtHandle_t)ctx->cublaslt);
+        if (ctx->cublas) cublasDestroy((cublasHandle_t)ctx->cublas);
         (void)cudaGetLastError();
     }
     fp_thread_pool_destroy(ctx->pool);
@@ -110,6 +112,24 @@ fp_status fp_context_set_option(fp_context *ctx, fp_context_option opt, int64_t 
     }
     }
     return fp_set_error(FP_ERR_INVALID_ARGUMENT, "unknown context option %d", (int)opt);
+}
+
+fp_status fp_ctx_cublas(fp_context *ctx, fp_stream stream, void **handle) {
+    FP_TRY(fp_ctx_check(ctx, FP_DEVICE_CUDA));
+    FP_CHECK_NOT_NULL(handle);
+    FP_TRY(fp_ctx_activate(ctx));
+    if (!ctx->cublas) {
+        cublasHandle_t h = NULL;
+        cublasStatus_t cs = cublasCreate(&h);
+        if (cs != CUBLAS_STATUS_SUCCESS)
+            return fp_set_error(FP_ERR_CUBLAS, "cublasCreate failed: %s", cublasGetStatusString(cs));
+        ctx->cublas = h;
+    }
+    cublasStatus_t cs = cublasSetStream((cublasHandle_t)ctx->cublas, fp_ctx_stream(ctx, stream));
+    if (cs != CUBLAS_STATUS_SUCCESS)
+        return fp_set_error(FP_ERR_CUBLAS, "cublasSetStream failed: %s", cublasGetStatusString(cs));
+    *handle = ctx->cublas;
+    return FP_OK;
 }
 
 fp_device_kind fp_context_kind(const fp_context *ctx) { return ctx ? ctx->kind : FP_DEVICE_CPU; }

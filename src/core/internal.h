@@ -61,6 +61,7 @@ struct fp_context {
     /* CUDA */
     cudaStream_t stream;
     void *cublaslt;             /* cublasLtHandle_t */
+    void *cublas;               /* cublasHandle_t, created on first use */
     void *workspace;            /* cuBLASLt workspace */
     size_t workspace_bytes;
     void *l2_flush_buf;         /* lazily allocated by the timing engine */
@@ -76,6 +77,11 @@ static inline cudaStream_t fp_ctx_stream(const fp_context *ctx, fp_stream s) {
 
 /* Makes ctx's device current on the calling thread (CUDA contexts). */
 fp_status fp_ctx_activate(const fp_context *ctx);
+
+/* The context's cuBLAS handle (created on first use, destroyed with the
+ * context), bound to `stream` (NULL: the default stream). Like the context,
+ * not for concurrent use from several threads. */
+fp_status fp_ctx_cublas(fp_context *ctx, fp_stream stream, void **handle);
 
 /* Checks a context argument; `want_kind` < 0 accepts either kind. */
 fp_status fp_ctx_check(const fp_context *ctx, int want_kind);
