@@ -192,12 +192,18 @@ FP_API fp_stream fp_context_stream(const fp_context *ctx);
 /* Copies the context's device description (peaks used by roofline). */
 FP_API fp_status fp_context_device_info(const fp_context *ctx, fp_device_info *info);
 
-/* Waits for all work queued on `stream` (NULL: the default stream). */
+/* Waits for all work queued on `stream` (NULL: the default stream).
+ * FP_ERR_CUDA if queued work failed. Thread-safe. */
 FP_API fp_status fp_context_synchronize(fp_context *ctx, fp_stream stream);
 
 /* ======================================================================== */
 /*  Memory helpers (device memory for CUDA contexts, host memory for CPU)  */
 /* ======================================================================== */
+/* These are plain cudaMalloc/cudaMemcpyAsync (or malloc/memcpy) wrappers so
+ * that code can be written once for both context kinds; alloc.h has the
+ * caching allocator for hot paths. All are thread-safe. Errors:
+ * FP_ERR_INVALID_ARGUMENT (NULL ctx/pointers), FP_ERR_CUDA (a failing call,
+ * with file:line in the detail). */
 
 /* Allocates `bytes` (> 0) of memory usable by ops on ctx, 256-byte aligned.
  * FP_ERR_OUT_OF_MEMORY with requested size in the detail message. */
