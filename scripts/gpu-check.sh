@@ -38,7 +38,7 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
   : > "$out/sanitizer.log"
   for t in $(ctest --test-dir build-gpu -L gpu -N -V 2>/dev/null | sed -n 's/^[0-9]*: Test command: //p' | awk '{print $1}'); do
     echo "== $t" >> "$out/sanitizer.log"
-    FP_TEST_QUICK=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 "$t" >> "$out/sanitizer.log" 2>&1
+    FP_TEST_QUICK=1 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$t" >> "$out/sanitizer.log" 2>&1
     r=$?
     [ $r -ne 0 ] && [ $r -ne 77 ] && { rc_san=1; echo "FAILED rc=$r: $t" >> "$out/sanitizer.log"; }
   done

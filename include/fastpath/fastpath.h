@@ -5,5 +5,6 @@
 
 #include "fastpath/core.h"
 #include "fastpath/timing.h"
+#include "fastpath/alloc.h"
 
 #endif /* FASTPATH_FASTPATH_H */

@@ -63,6 +63,13 @@ static int fp_test_failures = 0;
         return fp_test_failures ? 1 : 0;                                             \
     } while (0)
 
+/* 1 when FP_TEST_QUICK is set (scripts/gpu-check.sh sets it for the runs
+ * under compute-sanitizer, which are 10-100x slower): tests shrink sizes. */
+static inline int fp_test_quick(void) {
+    const char *q = getenv("FP_TEST_QUICK");
+    return q && *q && *q != '0';
+}
+
 /* Returns a CUDA context on device 0, or exits 77 when there is no GPU. */
 static inline fp_context *fp_test_cuda_context_or_skip(void) {
     int n = 0;

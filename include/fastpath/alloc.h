@@ -1,0 +1,423 @@
+/*
+ * libfastpath caching allocator: one allocation policy over a pluggable
+ * upstream (device memory, pinned host memory, plain host memory).
+ *
+ * Why: cudaMalloc/cudaFree cost microseconds to milliseconds per call and
+ * cudaFree synchronizes the device. A caching allocator keeps freed blocks and
+ * hands them out again; a split limit keeps large blocks from being chopped
+ * into fragments nobody can use.
+ *
+ * API tiers
+ *   1. Upstreams and event ops: where memory comes from (fp_alloc_upstream, a
+ *      {alloc, free, opaque} table in the style of zstd's customMem) and how
+ *      stream-ordered reuse learns that other streams are done with a block
+ *      (fp_alloc_event_ops). Built-ins: host (malloc), device (cudaMalloc),
+ *      pinned host (cudaHostAlloc) and CUDA events.
+ *   2. The allocator: create/destroy, alloc/free/record_stream, empty_cache
+ *      and trim, statistics, JSON snapshot, event ring, private pools for
+ *      graph capture.
+ *   3. Trace replay (A/B): a generated transformer-like trace or one recorded
+ *      by the event ring, replayed through the allocator and through direct
+ *      upstream calls, with per-op latency and upstream call counts.
+ *
+ * Policy (the numbers are fixed; the knobs are in fp_alloc_config)
+ *   - Sizes: a request of n bytes becomes a block of round(n) bytes: at least
+ *     FP_ALLOC_MIN_BLOCK (512), a multiple of FP_ALLOC_ALIGN (256), or a
+ *     power-of-two division boundary when roundup_power2_divisions asks for
+ *     it. Every returned pointer is FP_ALLOC_ALIGN-aligned (provided the
+ *     upstream returns 256-aligned memory; the built-ins do).
+ *   - Small pool: blocks <= FP_ALLOC_SMALL_SIZE (1 MiB) are carved from
+ *     FP_ALLOC_SMALL_SEGMENT (2 MiB) segments.
+ *   - Large pool: blocks < FP_ALLOC_MIN_LARGE_ALLOC (10 MiB) are carved from
+ *     FP_ALLOC_LARGE_SEGMENT (20 MiB) segments; bigger requests get their own
+ *     segment rounded up to FP_ALLOC_ROUND_LARGE (2 MiB).
+ *   - Best fit: each pool keeps its free blocks in an ordered set keyed by
+ *     (stream, size, address); a lookup is O(log n). The best block is split
+ *     when the remainder is >= 512 bytes (small pool) or > 1 MiB (large
+ *     pool) and the block is not larger than max_split_size. On free a block
+ *     is merged with its free neighbours.
+ *   - Streams: a segment belongs to the stream that caused it; its blocks are
+ *     reused only by allocations on that stream. A block used on other streams
+ *     (fp_alloc_record_stream) is reused only after events recorded on those
+ *     streams at free time have completed. Events are polled only on the slow
+ *     path (cache miss, empty_cache, trim) and never while a private pool is
+ *     capturing.
+ *   - Out of memory (the upstream fails, or the cap would be exceeded):
+ *     release cached unsplit segments of the same pool class and retry, then
+ *     release the whole cache and retry, then fail with FP_ERR_OUT_OF_MEMORY
+ *     and a message giving requested, allocated, reserved and inactive-split
+ *     bytes.
+ *
+ * Thread-safety: every fp_alloc_* call on an allocator is thread-safe (one
+ * short lock per allocator: spin, then yield, then sleep); a cache hit makes
+ * no upstream or CUDA call. Upstream and event ops are called with that lock
+ * held: they must not call back into the same allocator.
+ */
+#ifndef FASTPATH_ALLOC_H
+#define FASTPATH_ALLOC_H
+
+#include "fastpath/core.h"
+#include "fastpath/timing.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FP_ALLOC_MIN_BLOCK ((size_t)512)
+#define FP_ALLOC_ALIGN ((size_t)256)
+#define FP_ALLOC_SMALL_SIZE ((size_t)1 << 20)
+#define FP_ALLOC_SMALL_SEGMENT ((size_t)2 << 20)
+#define FP_ALLOC_MIN_LARGE_ALLOC ((size_t)10 << 20)
+#define FP_ALLOC_LARGE_SEGMENT ((size_t)20 << 20)
+#define FP_ALLOC_ROUND_LARGE ((size_t)2 << 20)
+/* Largest request accepted: anything bigger fails with
+ * FP_ERR_INVALID_ARGUMENT (it would overflow when rounded). */
+#define FP_ALLOC_MAX_REQUEST (((size_t)1 << 62))
+
+/* ======================================================================== */
+/*  Upstreams: where memory comes from                                      */
+/* ======================================================================== */
+
+typedef struct fp_alloc_upstream {
+    /* Allocates `bytes` (> 0). Returns FP_OK and sets *out, or
+     * FP_ERR_OUT_OF_MEMORY when memory is exhausted (the allocator then frees
+     * cache and retries), or another status for other failures (reported
+     * as is). Called with the allocator's lock held: it must not call back
+     * into the same allocator. */
+    fp_status (*alloc)(void *opaque, size_t bytes, void **out);
+    /* Returns memory from alloc; `bytes` is the size that was asked for. */
+    void (*free)(void *opaque, void *ptr, size_t bytes);
+    /* Optional: total memory behind this upstream (device memory for the
+     * device upstream), used by fp_alloc_config.memory_fraction. NULL or 0:
+     * unknown. */
+    size_t (*total_bytes)(void *opaque);
+    void *opaque;
+} fp_alloc_upstream;
+
+/* Host memory (aligned_alloc, 256-byte aligned). Thread-safe. */
+FP_API fp_alloc_upstream fp_alloc_upstream_host(void);
+/* Device memory of CUDA device `device` (cudaMalloc/cudaFree; the device is
+ * made current for each call). FP_ERR_NO_DEVICE without that device. */
+FP_API fp_status fp_alloc_upstream_device(int device, fp_alloc_upstream *out);
+/* Pinned (page-locked) host memory through cudaHostAlloc(cudaHostAllocPortable)
+ * / cudaFreeHost, registered while device `device` is current. */
+FP_API fp_status fp_alloc_upstream_pinned(int device, fp_alloc_upstream *out);
+
+/* ======================================================================== */
+/*  Event ops: stream-ordered reuse across streams                          */
+/* ======================================================================== */
+
+typedef struct fp_alloc_event_ops {
+    /* Records an event on `stream` and returns it in *event. A non-OK status
+     * means "not now" (the CUDA ops refuse while `stream` is capturing): the
+     * block stays unavailable and recording is retried on a later slow
+     * path. */
+    fp_status (*record)(void *opaque, fp_stream stream, void **event);
+    /* 1 when all work before the event has completed, 0 if not yet. An
+     * error counts as completed (the block must not leak). */
+    int (*query)(void *opaque, void *event);
+    /* Optional: blocks until the event completes (used when memory runs out
+     * and by fp_alloc_synchronize_events). */
+    void (*synchronize)(void *opaque, void *event);
+    void (*destroy)(void *opaque, void *event);
+    /* Optional: FP_OK if `stream` may be used with this allocator, else a
+     * status with a message (the CUDA ops: FP_ERR_INVALID_ARGUMENT for a
+     * stream of another device). Called when a stream needs a new segment
+     * and by fp_alloc_record_stream, never on a cache hit. */
+    fp_status (*check_stream)(void *opaque, fp_stream stream);
+    void *opaque;
+} fp_alloc_event_ops;
+
+/* CUDA events (cudaEventDisableTiming) on device `device`; record refuses a
+ * stream that is being captured (cudaStreamIsCapturing); check_stream
+ * rejects streams of other devices (cudaStreamGetDevice, CUDA >= 12.8). */
+FP_API fp_status fp_alloc_event_ops_cuda(int device, fp_alloc_event_ops *out);
+
+/* ======================================================================== */
+/*  Configuration                                                           */
+/* ======================================================================== */
+
+#define FP_ALLOC_POW2_INTERVALS 64
+
+typedef struct fp_alloc_config {
+    size_t struct_size;            /* set by fp_alloc_config_default */
+    /* Blocks larger than this are never split, and requests smaller than it
+     * never get such a block (PyTorch's max_split_size_mb). Default SIZE_MAX:
+     * no limit. Values below FP_ALLOC_LARGE_SEGMENT are raised to it. */
+    size_t max_split_size;
+    /* A cached block that will not be split (size > max_split_size) is
+     * handed out only if it is at most this much larger than the request
+     * (PyTorch's max_non_split_rounding_mb). Default 20 MiB. */
+    size_t max_non_split_rounding;
+    /* roundup_power2_divisions[k] = d (a power of two, 0 or 1: off): sizes in
+     * [2^k, 2^(k+1)) are rounded up to the next multiple of 2^k / d (when that
+     * step is >= 256). Fill ranges with fp_alloc_config_set_divisions. */
+    uint32_t roundup_power2_divisions[FP_ALLOC_POW2_INTERVALS];
+    /* Cap on reserved bytes: memory_cap_bytes (0: none) and/or
+     * memory_fraction of upstream.total_bytes() (0: none); the smaller
+     * applies. Exceeding it behaves like upstream out-of-memory. */
+    size_t memory_cap_bytes;
+    double memory_fraction;
+    /* In (0, 1): before reserving a new segment that would take reserved
+     * bytes above threshold * cap, release cached unsplit segments, least
+     * recently freed first (needs a cap). 0: off. */
+    double garbage_collection_threshold;
+    /* Capacity of the ring of alloc/free events (0: off). */
+    size_t event_ring_size;
+} fp_alloc_config;
+
+/* Fills the defaults above. */
+FP_API void fp_alloc_config_default(fp_alloc_config *cfg);
+/* Sets roundup_power2_divisions for every interval [2^k, 2^(k+1)) that
+ * intersects [lo_bytes, hi_bytes]. FP_ERR_INVALID_ARGUMENT if divisions is not
+ * 0 or a power of two <= 2^20, or lo > hi. */
+FP_API fp_status fp_alloc_config_set_divisions(fp_alloc_config *cfg, size_t lo_bytes,
+                                               size_t hi_bytes, uint32_t divisions);
+
+/* ======================================================================== */
+/*  The allocator                                                           */
+/* ======================================================================== */
+
+typedef struct fp_allocator fp_allocator;
+
+/* Creates an allocator over `upstream` (copied). `events` NULL means streams
+ * are synchronous (the host case): a block freed after record_stream is
+ * reusable at once. cfg NULL means defaults. FP_ERR_INVALID_ARGUMENT for a bad
+ * config (struct_size, divisions, fraction/threshold outside [0, 1)). */
+FP_API fp_status fp_alloc_create(const fp_alloc_upstream *upstream,
+                                 const fp_alloc_event_ops *events, const fp_alloc_config *cfg,
+                                 fp_allocator **out);
+/* Device upstream + CUDA events for a CUDA context, host upstream for a CPU
+ * context. */
+FP_API fp_status fp_alloc_create_for_context(fp_context *ctx, const fp_alloc_config *cfg,
+                                             fp_allocator **out);
+/* Releases every segment to the upstream, including ones that still hold
+ * live blocks (their pointers become invalid), and destroys pending events.
+ * NULL is a no-op. No other thread may use the allocator during the call. */
+FP_API void fp_alloc_destroy(fp_allocator *a);
+
+/* Allocates `size` bytes for use on `stream` (an opaque handle, NULL is a
+ * valid stream). size 0: *out = NULL and FP_OK, nothing changes. Errors:
+ * FP_ERR_INVALID_ARGUMENT (NULL a/out, size > FP_ALLOC_MAX_REQUEST),
+ * FP_ERR_OUT_OF_MEMORY (after the retries described above; the message gives
+ * requested, allocated, reserved and inactive-split bytes), the status of
+ * events->check_stream for a stream it rejects (another device's), or the
+ * upstream's status. *out is set only on success. Thread-safe. */
+FP_API fp_status fp_alloc_alloc(fp_allocator *a, size_t size, fp_stream stream, void **out);
+/* Frees a pointer returned by fp_alloc_alloc. NULL is a no-op. Errors:
+ * FP_ERR_NOT_FOUND if the pointer is not a live allocation of this allocator:
+ * its message says "double free" when the pointer lies inside one of this
+ * allocator's segments (a block already freed, or the inside of a block),
+ * "not owned" otherwise. Nothing changes on error. Thread-safe. */
+FP_API fp_status fp_alloc_free(fp_allocator *a, void *ptr);
+/* Marks that `ptr` is used on `stream` besides its allocation stream: when
+ * freed, it is reused only after the work queued on `stream` at free time is
+ * done. FP_ERR_NOT_FOUND for a pointer that is not live; check_stream's status
+ * for a rejected stream. Thread-safe. */
+FP_API fp_status fp_alloc_record_stream(fp_allocator *a, void *ptr, fp_stream stream);
+
+/* Size of the block behind a live allocation (>= the rounded request: a
+ * block is not split when the remainder would be too small to use).
+ * FP_ERR_NOT_FOUND for a pointer that is not live. Thread-safe. */
+FP_API fp_status fp_alloc_usable_size(fp_allocator *a, const void *ptr, size_t *out);
+
+/* Block size a request of `size` bytes gets under a's rounding rules
+ * (FP_ERR_INVALID_ARGUMENT if size is 0 or too large). Thread-safe. */
+FP_API fp_status fp_alloc_round_size(const fp_allocator *a, size_t size, size_t *out);
+
+/* Polls pending events (non-blocking) and returns every cached segment that
+ * holds no live or pending block to the upstream, except segments of private
+ * pools that are not released. Thread-safe. */
+FP_API fp_status fp_alloc_empty_cache(fp_allocator *a);
+/* Like empty_cache but stops once reserved bytes are <= target_reserved;
+ * least recently freed segments go first. Thread-safe. */
+FP_API fp_status fp_alloc_trim(fp_allocator *a, size_t target_reserved);
+/* Waits for every pending event (needs event ops with synchronize) and makes
+ * the blocks behind them reusable. Thread-safe. */
+FP_API fp_status fp_alloc_synchronize_events(fp_allocator *a);
+
+/* ======================================================================== */
+/*  Statistics                                                              */
+/* ======================================================================== */
+
+typedef struct fp_alloc_stat {
+    int64_t current;
+    int64_t peak;       /* since creation or fp_alloc_reset_peak */
+    uint64_t total;     /* cumulative increments since creation */
+    uint64_t freed;     /* cumulative decrements since creation */
+} fp_alloc_stat;
+
+typedef struct fp_alloc_stats {
+    size_t struct_size;                 /* set by the caller: sizeof(fp_alloc_stats) */
+    fp_alloc_stat allocated_bytes;      /* rounded block bytes held by users */
+    fp_alloc_stat requested_bytes;      /* bytes users asked for */
+    fp_alloc_stat reserved_bytes;       /* bytes held from the upstream */
+    fp_alloc_stat active_bytes;         /* allocated + freed but waiting on events */
+    fp_alloc_stat inactive_split_bytes; /* free blocks inside split segments */
+    fp_alloc_stat allocation_count;
+    fp_alloc_stat segment_count;
+    fp_alloc_stat active_count;
+    fp_alloc_stat inactive_split_count;
+    uint64_t upstream_allocs;           /* successful upstream alloc calls */
+    uint64_t upstream_frees;
+    uint64_t upstream_failures;         /* failed upstream alloc calls */
+    uint64_t cache_hits;                /* allocations served from the cache */
+    uint64_t cache_misses;              /* allocations that needed a new segment */
+    uint64_t retries;                   /* retries after releasing cache on OOM */
+    uint64_t ooms;                      /* FP_ERR_OUT_OF_MEMORY returned */
+    uint64_t oversize_allocations;      /* blocks > max_split_size handed out */
+    uint64_t gc_releases;               /* segments released by the GC threshold */
+    uint64_t pending_event_blocks;      /* blocks waiting on events now */
+} fp_alloc_stats;
+
+/* Copies the statistics. out->struct_size must be sizeof(fp_alloc_stats)
+ * (FP_ERR_INVALID_ARGUMENT otherwise). Thread-safe. */
+FP_API fp_status fp_alloc_get_stats(fp_allocator *a, fp_alloc_stats *out);
+/* Sets every peak to its current value. Thread-safe. */
+FP_API fp_status fp_alloc_reset_peak(fp_allocator *a);
+
+/* Snapshot of config, stats, segments and their blocks as JSON:
+ *   {"config": {...}, "stats": {...},
+ *    "segments": [{"address": "0x..", "size": N, "stream": "0x..",
+ *                  "pool": id (0: default), "kind": "small"|"large",
+ *                  "blocks": [{"address": "0x..", "size": N, "requested": N,
+ *                              "state": "allocated"|"free"|"pending"}]}]}
+ * Segments are sorted by address. *out is a NUL-terminated string to release
+ * with fp_alloc_json_free. Thread-safe. */
+FP_API fp_status fp_alloc_snapshot_json(fp_allocator *a, char **out);
+FP_API void fp_alloc_json_free(char *json);
+
+/* ======================================================================== */
+/*  Event ring                                                              */
+/* ======================================================================== */
+
+typedef enum fp_alloc_event_kind {
+    FP_ALLOC_EV_ALLOC = 0,
+    FP_ALLOC_EV_FREE = 1,
+    FP_ALLOC_EV_RECORD_STREAM = 2, /* stream = the stream recorded */
+    FP_ALLOC_EV_SEGMENT_ALLOC = 3, /* size = segment bytes */
+    FP_ALLOC_EV_SEGMENT_FREE = 4,
+    FP_ALLOC_EV_OOM = 5            /* ptr NULL, size = requested */
+} fp_alloc_event_kind;
+
+typedef struct fp_alloc_event {
+    uint64_t seq;        /* 0, 1, 2, ... over the allocator's life */
+    uint32_t kind;       /* fp_alloc_event_kind */
+    uint32_t pool;       /* 0: default pool, else the low bits of the pool id */
+    uintptr_t ptr;
+    size_t size;         /* requested bytes for ALLOC/FREE */
+    fp_stream stream;
+} fp_alloc_event;
+
+/* Copies up to `max` of the most recent events, oldest first, into out; sets
+ * *n. With clear != 0 the ring is emptied. FP_ERR_UNSUPPORTED when the ring is
+ * off (event_ring_size 0). Thread-safe. */
+FP_API fp_status fp_alloc_read_events(fp_allocator *a, fp_alloc_event *out, size_t max,
+                                      size_t *n, int clear);
+
+/* ======================================================================== */
+/*  Private pools (graph capture)                                           */
+/* ======================================================================== */
+
+/* From now on, allocations on `stream` come from private pool `pool_id`
+ * (nonzero; created on first use). Memory of a private pool is reused only by
+ * allocations into that pool, and empty_cache leaves it alone until the pool
+ * is released: a captured graph keeps its addresses valid. While any pool is
+ * active, events are neither recorded nor polled (frees needing events are
+ * deferred until capture ends). FP_ERR_INVALID_ARGUMENT if pool_id is 0 or
+ * released, or if `stream` is already directed to a pool. Thread-safe. */
+FP_API fp_status fp_alloc_pool_begin(fp_allocator *a, uint64_t pool_id, fp_stream stream);
+/* Stops directing allocations on the streams mapped to pool_id.
+ * FP_ERR_NOT_FOUND if pool_id is not active. Thread-safe. */
+FP_API fp_status fp_alloc_pool_end(fp_allocator *a, uint64_t pool_id);
+/* The owner (graph) is gone: the pool's free segments go back to the
+ * upstream now, the rest as soon as their blocks are freed. FP_ERR_NOT_FOUND
+ * for an unknown pool; FP_ERR_INVALID_ARGUMENT if still active. */
+FP_API fp_status fp_alloc_pool_release(fp_allocator *a, uint64_t pool_id);
+
+/* ======================================================================== */
+/*  Trace replay (A/B)                                                      */
+/* ======================================================================== */
+
+typedef enum fp_alloc_trace_kind {
+    FP_ALLOC_TRACE_ALLOC = 0,         /* slot <- alloc(size) on stream */
+    FP_ALLOC_TRACE_FREE = 1,          /* free(slot) */
+    FP_ALLOC_TRACE_RECORD_STREAM = 2  /* record_stream(slot, stream) */
+} fp_alloc_trace_kind;
+
+typedef struct fp_alloc_trace_op {
+    uint8_t kind;      /* fp_alloc_trace_kind */
+    uint8_t stream;    /* index into the replay's stream table */
+    uint16_t reserved;
+    uint32_t slot;     /* which live pointer */
+    uint64_t size;
+} fp_alloc_trace_op;
+
+typedef struct fp_alloc_trace {
+    fp_alloc_trace_op *ops;
+    size_t n_ops;
+    uint32_t n_slots;
+    uint32_t n_streams;
+} fp_alloc_trace;
+
+typedef struct fp_alloc_trace_config {
+    size_t struct_size;
+    int layers;        /* transformer blocks (default 12) */
+    int steps;         /* training steps (default 4) */
+    int streams;       /* 1..8 (default 3: compute, communication, data) */
+    int batch;         /* default 8 */
+    int hidden;        /* default 1024 */
+    int heads;         /* default 16 */
+    int max_seq;       /* sequence lengths vary per step in [max/4, max] (default 1024) */
+    double random_free_fraction; /* share of temporaries freed out of order (default 0.3) */
+    uint64_t seed;     /* default 1 */
+} fp_alloc_trace_config;
+
+FP_API void fp_alloc_trace_config_default(fp_alloc_trace_config *cfg);
+/* Generates a training-like trace: persistent weights, per-layer forward
+ * activations kept for backward (LIFO frees), temporaries freed at once or
+ * out of order, gradient buckets on a communication stream with
+ * record_stream, small input batches on a data stream, sequence length
+ * varying per step. Every allocation is freed by the end, so replaying it
+ * again reaches a steady state. Release with fp_alloc_trace_destroy. */
+FP_API fp_status fp_alloc_trace_generate(const fp_alloc_trace_config *cfg, fp_alloc_trace **out);
+/* Builds a trace from events read from the ring (ALLOC, FREE and
+ * RECORD_STREAM; frees of pointers allocated before the window are dropped,
+ * pointers still live at the end are freed at the end). Streams are numbered
+ * in order of appearance (at most 256). */
+FP_API fp_status fp_alloc_trace_from_events(const fp_alloc_event *events, size_t n,
+                                            fp_alloc_trace **out);
+FP_API void fp_alloc_trace_destroy(fp_alloc_trace *t);
+
+typedef struct fp_alloc_replay_result {
+    size_t struct_size;
+    fp_stats alloc_latency;   /* per alloc call, milliseconds (time_ops != 0) */
+    fp_stats free_latency;    /* per free call */
+    double total_ms;          /* wall time of the whole replay */
+    uint64_t upstream_allocs; /* during this replay */
+    uint64_t upstream_frees;
+    size_t peak_requested;    /* peak of live requested bytes */
+    size_t peak_allocated;    /* caching: peak of allocated (rounded) bytes */
+    size_t peak_reserved;     /* peak bytes held from the upstream */
+} fp_alloc_replay_result;
+
+/* Replays t through a (streams[i] is the stream of trace stream i; NULL
+ * streams means trace stream i is the handle (void*)(i + 1), usable only
+ * without CUDA events). With time_ops each call is timed. The replay resets
+ * a's peaks (fp_alloc_reset_peak) at its start, so the peaks are this
+ * replay's (peak_reserved includes what a already held). Ends with every
+ * trace pointer freed; a's cache is kept, so a second replay shows the
+ * steady state. FP_ERR_INVALID_ARGUMENT for a malformed trace (slot or
+ * stream out of range, a slot allocated twice). */
+FP_API fp_status fp_alloc_trace_replay(fp_allocator *a, const fp_alloc_trace *t,
+                                       const fp_stream *streams, int time_ops,
+                                       fp_alloc_replay_result *out);
+/* The baseline: the same trace straight through upstream alloc/free. */
+FP_API fp_status fp_alloc_trace_replay_direct(const fp_alloc_upstream *up, const fp_alloc_trace *t,
+                                              int time_ops, fp_alloc_replay_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTPATH_ALLOC_H */

@@ -1,0 +1,1419 @@
+/* The caching allocator policy: size rounding, small/large pools, best fit
+ * over an ordered set keyed by (stream, size, address), split, coalesce,
+ * split limits, stream-ordered reuse through event ops, caps, garbage
+ * collection, the OOM retry ladder, statistics, snapshot, event ring and
+ * private pools. Host-only code: the upstream and the event ops are the only
+ * ways out, so the same code runs on device, pinned and host memory (and
+ * under ThreadSanitizer).
+ *
+ * Data structures
+ *   segment: one upstream allocation; its blocks form an address-ordered
+ *            doubly linked list that tiles it exactly.
+ *   block:   FREE (in its pool's free tree), ALLOCATED (in the pointer map)
+ *            or PENDING (freed, waiting on events or deferred by capture).
+ *   free tree: a treap per pool and class (small/large), intrusive in the
+ *            blocks, priority = hash of the address. O(log n) expected for
+ *            insert, remove and lower bound.
+ *   pointer map: chained hash table address -> allocated block.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc/alloc_internal.h"
+#include "internal.h"
+
+enum { B_FREE = 0, B_ALLOCATED = 1, B_PENDING = 2 };
+
+typedef struct fp_pool fp_pool;
+typedef struct fp_segment fp_segment;
+typedef struct fp_block fp_block;
+
+/* The fields a tree descent reads (key, children, priority) come first so a
+ * visit touches one cache line; the structs are 64-byte aligned. */
+struct fp_block {
+    uintptr_t stream;        /* the segment's stream, copied for the tree key */
+    size_t size;
+    uintptr_t addr;
+    fp_block *left, *right;  /* free tree */
+    uint32_t prio;
+    uint8_t state;
+    size_t requested;
+    fp_segment *seg;
+    fp_block *prev, *next;   /* address neighbours inside the segment */
+    uint8_t deferred;        /* PENDING without events yet (freed during capture) */
+    uint16_t n_uses, cap_uses;
+    int pending_events;
+    fp_stream *uses;         /* other streams that used the block */
+    fp_block *hnext;         /* pointer map chain, or recycle list */
+    uint64_t free_tick;      /* when it last became free (GC / trim order) */
+};
+
+struct fp_segment {
+    uintptr_t base;
+    size_t size;
+    uintptr_t stream;
+    fp_pool *pool;
+    int is_small;
+    fp_block *head;
+    fp_segment *prev, *next;
+};
+
+struct fp_pool {
+    uint64_t id;             /* 0: the default pool */
+    fp_block *root[2];       /* [0] large, [1] small */
+    int active;              /* streams currently directed here */
+    int released;
+    size_t n_segments;
+    fp_pool *next;
+};
+
+typedef struct pending_event {
+    void *event;
+    fp_block *block;
+} pending_event;
+
+typedef struct capture_map {
+    uintptr_t stream;
+    fp_pool *pool;
+} capture_map;
+
+struct fp_allocator {
+    atomic_int lock;         /* see lock() below */
+    fp_alloc_upstream up;
+    fp_alloc_event_ops ev;
+    int have_events;
+    fp_alloc_config cfg;
+    size_t cap;              /* effective cap on reserved bytes, SIZE_MAX: none */
+    size_t max_split;
+
+    fp_pool default_pool;
+    fp_pool *private_pools;
+    capture_map *captures;
+    int n_captures, cap_captures;
+
+    fp_segment *segments;    /* all segments, unordered */
+
+    fp_block **buckets;      /* pointer map */
+    size_t n_buckets, n_mapped;
+    unsigned bucket_shift;
+
+    fp_block *recycled;      /* spare block structs */
+
+    pending_event *pending;
+    size_t n_pending, cap_pending;
+    fp_block **deferred;
+    size_t n_deferred, cap_deferred;
+
+    fp_alloc_event *ring;
+    size_t ring_cap, ring_head, ring_count;
+    uint64_t ring_seq;
+
+    uint64_t tick;
+    fp_alloc_stats st;
+};
+
+/* ======================================================================== */
+/*  Lock                                                                    */
+/* ======================================================================== */
+
+/* A test-and-set lock: one atomic exchange to take it and a plain release
+ * store to drop it (a glibc mutex costs two atomics and ~110 instructions per
+ * lock/unlock pair, a third of a cache hit). Critical sections are short
+ * except when the upstream is called (cudaMalloc/cudaFree), so waiters spin
+ * briefly, then yield, then sleep. */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void lock_slow(atomic_int *l) {
+    for (unsigned n = 0;; ++n) {
+        if (n < 64) {
+            cpu_relax();
+        } else if (n < 256) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+        if (!atomic_load_explicit(l, memory_order_relaxed) &&
+            !atomic_exchange_explicit(l, 1, memory_order_acquire))
+            return;
+    }
+}
+
+static inline void lock(fp_allocator *a) {
+    if (atomic_exchange_explicit(&a->lock, 1, memory_order_acquire)) lock_slow(&a->lock);
+}
+
+static inline void unlock(fp_allocator *a) { atomic_store_explicit(&a->lock, 0, memory_order_release); }
+
+/* ======================================================================== */
+/*  Small helpers                                                           */
+/* ======================================================================== */
+
+static inline void stat_add(fp_alloc_stat *s, size_t v) {
+    s->current += (int64_t)v;
+    s->total += v;
+    if (s->current > s->peak) s->peak = s->current;
+}
+static inline void stat_sub(fp_alloc_stat *s, size_t v) {
+    s->current -= (int64_t)v;
+    s->freed += v;
+}
+
+static inline uint32_t hash32(uintptr_t x) {
+    uint64_t h = (uint64_t)x * 0x9E3779B97F4A7C15ULL;
+    return (uint32_t)(h >> 32);
+}
+
+static inline int block_is_split(const fp_block *b) { return b->prev || b->next; }
+
+static inline fp_pool *pool_of(const fp_block *b) { return b->seg->pool; }
+
+static inline void ring_push(fp_allocator *a, uint32_t kind, uint64_t pool, uintptr_t ptr,
+                             size_t size, fp_stream stream) {
+    if (!a->ring_cap) return;
+    size_t idx = (a->ring_head + a->ring_count) % a->ring_cap;
+    if (a->ring_count == a->ring_cap)
+        a->ring_head = (a->ring_head + 1) % a->ring_cap;
+    else
+        a->ring_count++;
+    fp_alloc_event *e = &a->ring[idx];
+    e->seq = a->ring_seq++;
+    e->kind = kind;
+    e->pool = (uint32_t)pool;
+    e->ptr = ptr;
+    e->size = size;
+    e->stream = stream;
+}
+
+static fp_block *block_new(fp_allocator *a) {
+    fp_block *b = a->recycled;
+    if (b) {
+        a->recycled = b->hnext;
+        fp_stream *uses = b->uses;
+        uint16_t cap = b->cap_uses;
+        memset(b, 0, sizeof *b);
+        b->uses = uses;
+        b->cap_uses = cap;
+        return b;
+    }
+    size_t bytes = (sizeof(fp_block) + 63) & ~(size_t)63;
+    b = aligned_alloc(64, bytes);
+    if (b) memset(b, 0, sizeof *b);
+    return b;
+}
+
+static void block_recycle(fp_allocator *a, fp_block *b) {
+    b->hnext = a->recycled;
+    a->recycled = b;
+}
+
+/* ======================================================================== */
+/*  Free tree: treap keyed by (stream, size, addr)                          */
+/* ======================================================================== */
+
+static inline int key_less(const fp_block *x, uintptr_t stream, size_t size, uintptr_t addr) {
+    if (x->stream != stream) return x->stream < stream;
+    if (x->size != size) return x->size < size;
+    return x->addr < addr;
+}
+
+/* Splits t into keys < (key of b) and keys > it. */
+static void treap_split(fp_block *t, const fp_block *b, fp_block **l, fp_block **r) {
+    while (t) {
+        if (key_less(t, b->stream, b->size, b->addr)) {
+            *l = t;
+            l = &t->right;
+            t = t->right;
+        } else {
+            *r = t;
+            r = &t->left;
+            t = t->left;
+        }
+    }
+    *l = NULL;
+    *r = NULL;
+}
+
+static fp_block *treap_merge(fp_block *l, fp_block *r) {
+    fp_block *root = NULL, **link = &root;
+    while (l && r) {
+        if (l->prio > r->prio) {
+            *link = l;
+            link = &l->right;
+            l = l->right;
+        } else {
+            *link = r;
+            link = &r->left;
+            r = r->left;
+        }
+    }
+    *link = l ? l : r;
+    return root;
+}
+
+static void treap_insert(fp_block **root, fp_block *b) {
+    b->prio = hash32(b->addr);
+    fp_block **link = root;
+    while (*link && (*link)->prio > b->prio)
+        link = key_less(*link, b->stream, b->size, b->addr) ? &(*link)->right : &(*link)->left;
+    treap_split(*link, b, &b->left, &b->right);
+    *link = b;
+}
+
+static void treap_remove(fp_block **root, fp_block *b) {
+    fp_block **link = root;
+    while (*link != b)
+        link = key_less(*link, b->stream, b->size, b->addr) ? &(*link)->right : &(*link)->left;
+    *link = treap_merge(b->left, b->right);
+    b->left = b->right = NULL;
+}
+
+static inline fp_block **tree_of(fp_block *b) { return &pool_of(b)->root[b->seg->is_small]; }
+
+static void free_insert(fp_allocator *a, fp_block *b) {
+    b->state = B_FREE;
+    b->free_tick = ++a->tick;
+    treap_insert(tree_of(b), b);
+    if (block_is_split(b)) {
+        stat_add(&a->st.inactive_split_bytes, b->size);
+        stat_add(&a->st.inactive_split_count, 1);
+    }
+}
+
+static void free_remove(fp_allocator *a, fp_block *b) {
+    treap_remove(tree_of(b), b);
+    if (block_is_split(b)) {
+        stat_sub(&a->st.inactive_split_bytes, b->size);
+        stat_sub(&a->st.inactive_split_count, 1);
+    }
+}
+
+/* ======================================================================== */
+/*  Pointer map                                                             */
+/* ======================================================================== */
+
+static inline size_t bucket_of(const fp_allocator *a, uintptr_t addr) {
+    return (size_t)(((uint64_t)addr * 0x9E3779B97F4A7C15ULL) >> a->bucket_shift);
+}
+
+static int map_grow(fp_allocator *a) {
+    size_t n = a->n_buckets ? a->n_buckets * 2 : 1024;
+    fp_block **nb = calloc(n, sizeof *nb);
+    if (!nb) return 0;
+    unsigned shift = 64;
+    for (size_t k = n; k > 1; k >>= 1) shift--;
+    for (size_t i = 0; i < a->n_buckets; ++i) {
+        fp_block *b = a->buckets[i];
+        while (b) {
+            fp_block *nx = b->hnext;
+            size_t h = (size_t)(((uint64_t)b->addr * 0x9E3779B97F4A7C15ULL) >> shift);
+            b->hnext = nb[h];
+            nb[h] = b;
+            b = nx;
+        }
+    }
+    free(a->buckets);
+    a->buckets = nb;
+    a->n_buckets = n;
+    a->bucket_shift = shift;
+    return 1;
+}
+
+static inline void map_insert(fp_allocator *a, fp_block *b) {
+    size_t h = bucket_of(a, b->addr);
+    b->hnext = a->buckets[h];
+    a->buckets[h] = b;
+    a->n_mapped++;
+}
+
+static inline fp_block *map_find(const fp_allocator *a, uintptr_t addr) {
+    fp_block *b = a->buckets[bucket_of(a, addr)];
+    while (b && b->addr != addr) b = b->hnext;
+    return b;
+}
+
+static inline fp_block *map_remove(fp_allocator *a, uintptr_t addr) {
+    fp_block **link = &a->buckets[bucket_of(a, addr)];
+    while (*link && (*link)->addr != addr) link = &(*link)->hnext;
+    fp_block *b = *link;
+    if (b) {
+        *link = b->hnext;
+        b->hnext = NULL;
+        a->n_mapped--;
+    }
+    return b;
+}
+
+/* ======================================================================== */
+/*  Configuration                                                           */
+/* ======================================================================== */
+
+void fp_alloc_config_default(fp_alloc_config *cfg) {
+    if (!cfg) return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = sizeof *cfg;
+    cfg->max_split_size = SIZE_MAX;
+    cfg->max_non_split_rounding = FP_ALLOC_LARGE_SEGMENT;
+}
+
+static int is_pow2_u32(uint32_t v) { return v && !(v & (v - 1)); }
+
+fp_status fp_alloc_config_set_divisions(fp_alloc_config *cfg, size_t lo_bytes, size_t hi_bytes,
+                                        uint32_t divisions) {
+    FP_CHECK_NOT_NULL(cfg);
+    FP_CHECK_ARG(cfg->struct_size == sizeof *cfg,
+                 "cfg->struct_size %zu != %zu: initialize it with fp_alloc_config_default",
+                 cfg->struct_size, sizeof *cfg);
+    FP_CHECK_ARG(divisions == 0 || (is_pow2_u32(divisions) && divisions <= (1u << 20)),
+                 "argument 'divisions' (%u) must be 0 or a power of two <= 2^20", divisions);
+    FP_CHECK_ARG(lo_bytes <= hi_bytes, "argument 'lo_bytes' (%zu) > 'hi_bytes' (%zu)", lo_bytes,
+                 hi_bytes);
+    for (int k = 0; k < FP_ALLOC_POW2_INTERVALS; ++k) {
+        size_t start = (size_t)1 << k;
+        size_t end = k == 63 ? SIZE_MAX : ((size_t)1 << (k + 1)) - 1;
+        if (end >= lo_bytes && start <= hi_bytes) cfg->roundup_power2_divisions[k] = divisions;
+    }
+    return FP_OK;
+}
+
+static fp_status check_config(const fp_alloc_config *c) {
+    FP_CHECK_ARG(c->struct_size == sizeof *c,
+                 "cfg->struct_size %zu != %zu: initialize it with fp_alloc_config_default",
+                 c->struct_size, sizeof *c);
+    for (int k = 0; k < FP_ALLOC_POW2_INTERVALS; ++k) {
+        uint32_t d = c->roundup_power2_divisions[k];
+        FP_CHECK_ARG(d == 0 || (is_pow2_u32(d) && d <= (1u << 20)),
+                     "cfg->roundup_power2_divisions[%d] = %u is not 0 or a power of two <= 2^20",
+                     k, d);
+    }
+    FP_CHECK_ARG(c->memory_fraction >= 0 && c->memory_fraction <= 1,
+                 "cfg->memory_fraction (%g) must be in [0, 1]", c->memory_fraction);
+    FP_CHECK_ARG(c->garbage_collection_threshold >= 0 && c->garbage_collection_threshold < 1,
+                 "cfg->garbage_collection_threshold (%g) must be in [0, 1)",
+                 c->garbage_collection_threshold);
+    FP_CHECK_ARG(c->event_ring_size <= ((size_t)1 << 28), "cfg->event_ring_size (%zu) too large",
+                 c->event_ring_size);
+    return FP_OK;
+}
+
+/* Rounds a request (1 <= n <= FP_ALLOC_MAX_REQUEST) to its block size. */
+static inline size_t round_size(const fp_alloc_config *cfg, size_t n) {
+    if (n <= FP_ALLOC_MIN_BLOCK) return FP_ALLOC_MIN_BLOCK;
+    int k = 63 - __builtin_clzll((unsigned long long)n);
+    uint32_t d = cfg->roundup_power2_divisions[k];
+    if (d > 1) {
+        size_t step = ((size_t)1 << k) / d;
+        if (step >= FP_ALLOC_ALIGN) return (n + step - 1) & ~(step - 1);
+    }
+    return (n + FP_ALLOC_ALIGN - 1) & ~(FP_ALLOC_ALIGN - 1);
+}
+
+/* ======================================================================== */
+/*  Create / destroy                                                        */
+/* ======================================================================== */
+
+fp_status fp_alloc_create(const fp_alloc_upstream *upstream, const fp_alloc_event_ops *events,
+                          const fp_alloc_config *cfg, fp_allocator **out) {
+    FP_CHECK_NOT_NULL(upstream);
+    FP_CHECK_NOT_NULL(out);
+    FP_CHECK_ARG(upstream->alloc && upstream->free, "upstream->alloc and upstream->free are required");
+    if (events)
+        FP_CHECK_ARG(events->record && events->query && events->destroy,
+                     "events->record, query and destroy are required");
+    fp_alloc_config def;
+    if (!cfg) {
+        fp_alloc_config_default(&def);
+        cfg = &def;
+    }
+    FP_TRY(check_config(cfg));
+    size_t cap = SIZE_MAX;
+    if (cfg->memory_cap_bytes) cap = cfg->memory_cap_bytes;
+    if (cfg->memory_fraction > 0) {
+        size_t total = upstream->total_bytes ? upstream->total_bytes(upstream->opaque) : 0;
+        FP_CHECK_ARG(total > 0, "cfg->memory_fraction needs an upstream with total_bytes");
+        size_t c = (size_t)((double)total * cfg->memory_fraction);
+        if (c < cap) cap = c;
+    }
+    FP_CHECK_ARG(cfg->garbage_collection_threshold == 0 || cap != SIZE_MAX,
+                 "cfg->garbage_collection_threshold needs a cap (memory_cap_bytes or memory_fraction)");
+
+    fp_allocator *a = calloc(1, sizeof *a);
+    if (!a) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "allocator state");
+    a->up = *upstream;
+    if (events) {
+        a->ev = *events;
+        a->have_events = 1;
+    }
+    a->cfg = *cfg;
+    a->cap = cap;
+    a->max_split = cfg->max_split_size < FP_ALLOC_LARGE_SEGMENT ? FP_ALLOC_LARGE_SEGMENT
+                                                                : cfg->max_split_size;
+    a->st.struct_size = sizeof a->st;
+    if (cfg->event_ring_size) {
+        a->ring = calloc(cfg->event_ring_size, sizeof *a->ring);
+        a->ring_cap = cfg->event_ring_size;
+    }
+    if ((cfg->event_ring_size && !a->ring) || !map_grow(a)) {
+        free(a->ring);
+        free(a);
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "allocator state");
+    }
+    atomic_init(&a->lock, 0);
+    *out = a;
+    return FP_OK;
+}
+
+static void free_block_struct(fp_block *b) {
+    free(b->uses);
+    free(b);
+}
+
+void fp_alloc_destroy(fp_allocator *a) {
+    if (!a) return;
+    for (size_t i = 0; i < a->n_pending; ++i) a->ev.destroy(a->ev.opaque, a->pending[i].event);
+    fp_segment *s = a->segments;
+    while (s) {
+        fp_segment *nx = s->next;
+        fp_block *b = s->head;
+        while (b) {
+            fp_block *bn = b->next;
+            free_block_struct(b);
+            b = bn;
+        }
+        a->up.free(a->up.opaque, (void *)s->base, s->size);
+        free(s);
+        s = nx;
+    }
+    while (a->recycled) {
+        fp_block *nx = a->recycled->hnext;
+        free_block_struct(a->recycled);
+        a->recycled = nx;
+    }
+    fp_pool *p = a->private_pools;
+    while (p) {
+        fp_pool *nx = p->next;
+        free(p);
+        p = nx;
+    }
+    free(a->captures);
+    free(a->buckets);
+    free(a->pending);
+    free(a->deferred);
+    free(a->ring);
+    free(a);
+}
+
+/* ======================================================================== */
+/*  Segments                                                                */
+/* ======================================================================== */
+
+static int pool_releasable(const fp_pool *p) { return p->id == 0 || p->released; }
+
+static void pool_unlink_free(fp_allocator *a, fp_pool *p) {
+    fp_pool **link = &a->private_pools;
+    while (*link && *link != p) link = &(*link)->next;
+    if (*link) *link = p->next;
+    free(p);
+}
+
+/* Returns a segment whose only block is free to the upstream. */
+static void segment_release(fp_allocator *a, fp_segment *s) {
+    fp_block *b = s->head;
+    free_remove(a, b);
+    block_recycle(a, b);
+    if (s->prev) s->prev->next = s->next; else a->segments = s->next;
+    if (s->next) s->next->prev = s->prev;
+    a->up.free(a->up.opaque, (void *)s->base, s->size);
+    a->st.upstream_frees++;
+    stat_sub(&a->st.reserved_bytes, s->size);
+    stat_sub(&a->st.segment_count, 1);
+    ring_push(a, FP_ALLOC_EV_SEGMENT_FREE, s->pool->id, s->base, s->size, (fp_stream)s->stream);
+    fp_pool *p = s->pool;
+    p->n_segments--;
+    free(s);
+    if (p->id && p->released && p->n_segments == 0) pool_unlink_free(a, p);
+}
+
+static inline int segment_is_free(const fp_segment *s) {
+    return s->head->state == B_FREE && !s->head->next;
+}
+
+static int cmp_oldest(const void *x, const void *y) {
+    const fp_segment *a = *(fp_segment *const *)x, *b = *(fp_segment *const *)y;
+    return a->head->free_tick < b->head->free_tick ? -1 : a->head->free_tick > b->head->free_tick;
+}
+static int cmp_largest(const void *x, const void *y) {
+    const fp_segment *a = *(fp_segment *const *)x, *b = *(fp_segment *const *)y;
+    return a->size > b->size ? -1 : a->size < b->size;
+}
+
+/* Releases free segments of releasable pools (class: 0 large, 1 small, -1
+ * both), in `order` (cmp_oldest or cmp_largest), until reserved <= target or
+ * `want` bytes were released (0: no such bound). Returns bytes released. */
+static size_t release_free_segments(fp_allocator *a, int cls, int (*order)(const void *, const void *),
+                                    size_t target, size_t want) {
+    size_t n = 0;
+    for (fp_segment *s = a->segments; s; s = s->next)
+        if (segment_is_free(s) && pool_releasable(s->pool) && (cls < 0 || s->is_small == cls)) n++;
+    if (!n) return 0;
+    fp_segment **list = malloc(n * sizeof *list);
+    size_t released = 0;
+    if (!list) {
+        /* No memory for ordering: release in list order. */
+        fp_segment *s = a->segments;
+        while (s && (size_t)a->st.reserved_bytes.current > target && (!want || released < want)) {
+            fp_segment *nx = s->next;
+            if (segment_is_free(s) && pool_releasable(s->pool) && (cls < 0 || s->is_small == cls)) {
+                released += s->size;
+                segment_release(a, s);
+            }
+            s = nx;
+        }
+        return released;
+    }
+    size_t k = 0;
+    for (fp_segment *s = a->segments; s; s = s->next)
+        if (segment_is_free(s) && pool_releasable(s->pool) && (cls < 0 || s->is_small == cls))
+            list[k++] = s;
+    qsort(list, n, sizeof *list, order);
+    for (size_t i = 0; i < n; ++i) {
+        if ((size_t)a->st.reserved_bytes.current <= target) break;
+        if (want && released >= want) break;
+        released += list[i]->size;
+        segment_release(a, list[i]);
+    }
+    free(list);
+    return released;
+}
+
+/* Asks the upstream for a segment (respecting the cap); FP_ERR_OUT_OF_MEMORY
+ * when refused. */
+static fp_status segment_reserve(fp_allocator *a, size_t size, void **out) {
+    if (a->cap != SIZE_MAX && (size > a->cap || (size_t)a->st.reserved_bytes.current > a->cap - size))
+        return FP_ERR_OUT_OF_MEMORY;
+    fp_status st = a->up.alloc(a->up.opaque, size, out);
+    if (st != FP_OK) {
+        a->st.upstream_failures++;
+        return st;
+    }
+    a->st.upstream_allocs++;
+    return FP_OK;
+}
+
+static fp_status segment_create(fp_allocator *a, void *mem, size_t size, uintptr_t stream, fp_pool *pool,
+                                int is_small, fp_block **out) {
+    fp_segment *s = calloc(1, sizeof *s);
+    fp_block *b = s ? block_new(a) : NULL;
+    if (!b) {
+        free(s);
+        a->up.free(a->up.opaque, mem, size);
+        a->st.upstream_frees++;
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "allocator bookkeeping for a %zu-byte segment", size);
+    }
+    s->base = (uintptr_t)mem;
+    s->size = size;
+    s->stream = stream;
+    s->pool = pool;
+    s->is_small = is_small;
+    s->head = b;
+    s->next = a->segments;
+    if (a->segments) a->segments->prev = s;
+    a->segments = s;
+    pool->n_segments++;
+    b->addr = s->base;
+    b->size = size;
+    b->stream = stream;
+    b->seg = s;
+    b->state = B_FREE;
+    stat_add(&a->st.reserved_bytes, size);
+    stat_add(&a->st.segment_count, 1);
+    ring_push(a, FP_ALLOC_EV_SEGMENT_ALLOC, pool->id, s->base, size, (fp_stream)stream);
+    *out = b;
+    return FP_OK;
+}
+
+/* ======================================================================== */
+/*  Stream-ordered reuse                                                    */
+/* ======================================================================== */
+
+/* A block whose events all completed (or that needs none) goes back to the
+ * free tree, merged with its free neighbours. */
+static void block_make_free(fp_allocator *a, fp_block *b) {
+    stat_sub(&a->st.active_bytes, b->size);
+    stat_sub(&a->st.active_count, 1);
+    fp_block *p = b->prev;
+    if (p && p->state == B_FREE) {
+        free_remove(a, p);
+        p->size += b->size;
+        p->next = b->next;
+        if (b->next) b->next->prev = p;
+        block_recycle(a, b);
+        b = p;
+    }
+    fp_block *n = b->next;
+    if (n && n->state == B_FREE) {
+        free_remove(a, n);
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next) n->next->prev = b;
+        block_recycle(a, n);
+    }
+    free_insert(a, b);
+    fp_pool *pool = pool_of(b);
+    if (pool->released && !block_is_split(b)) segment_release(a, b->seg);
+}
+
+static void pending_done(fp_allocator *a, fp_block *b) {
+    a->st.pending_event_blocks--;
+    block_make_free(a, b);
+}
+
+static int push_pending(fp_allocator *a, void *event, fp_block *b) {
+    if (a->n_pending == a->cap_pending) {
+        size_t nc = a->cap_pending ? a->cap_pending * 2 : 64;
+        pending_event *np = realloc(a->pending, nc * sizeof *np);
+        if (!np) return 0;
+        a->pending = np;
+        a->cap_pending = nc;
+    }
+    a->pending[a->n_pending].event = event;
+    a->pending[a->n_pending].block = b;
+    a->n_pending++;
+    return 1;
+}
+
+/* Parks a block whose events cannot be recorded yet (capture in progress).
+ * Returns 0 if the list cannot grow: the block then stays pending for good
+ * rather than risk reuse while another stream may still use it. */
+static int defer_block(fp_allocator *a, fp_block *b) {
+    if (a->n_deferred == a->cap_deferred) {
+        size_t nc = a->cap_deferred ? a->cap_deferred * 2 : 32;
+        fp_block **nd = realloc(a->deferred, nc * sizeof *nd);
+        if (!nd) return 0;
+        a->deferred = nd;
+        a->cap_deferred = nc;
+    }
+    b->deferred = 1;
+    a->deferred[a->n_deferred++] = b;
+    return 1;
+}
+
+/* Records one event per stream that used b. Streams whose event cannot be
+ * recorded now (e.g. the CUDA ops refuse while that stream is capturing) stay
+ * in b->uses and the block is deferred; it becomes free only when every
+ * stream has an event and all of them completed. */
+static void record_block_events(fp_allocator *a, fp_block *b) {
+    b->deferred = 0;
+    uint16_t keep = 0;
+    for (uint16_t i = 0; i < b->n_uses; ++i) {
+        void *ev = NULL;
+        if (a->ev.record(a->ev.opaque, b->uses[i], &ev) != FP_OK) {
+            b->uses[keep++] = b->uses[i];
+            continue;
+        }
+        if (!push_pending(a, ev, b)) {
+            if (a->ev.synchronize) a->ev.synchronize(a->ev.opaque, ev);
+            a->ev.destroy(a->ev.opaque, ev);
+            continue;
+        }
+        b->pending_events++;
+    }
+    b->n_uses = keep;
+    if (keep)
+        (void)defer_block(a, b);
+    else if (b->pending_events == 0)
+        pending_done(a, b);
+}
+
+static void record_deferred(fp_allocator *a) {
+    size_t n = a->n_deferred;
+    a->n_deferred = 0;
+    for (size_t i = 0; i < n; ++i) record_block_events(a, a->deferred[i]);
+}
+
+/* Non-blocking poll (blocking with wait != 0) of every pending event. */
+static void process_events(fp_allocator *a, int wait) {
+    if (a->n_captures) return; /* no event calls while a graph may be capturing */
+    if (a->n_deferred) record_deferred(a);
+    size_t k = 0;
+    for (size_t i = 0; i < a->n_pending; ++i) {
+        pending_event pe = a->pending[i];
+        if (wait && a->ev.synchronize) a->ev.synchronize(a->ev.opaque, pe.event);
+        if (a->ev.query(a->ev.opaque, pe.event)) {
+            a->ev.destroy(a->ev.opaque, pe.event);
+            if (--pe.block->pending_events == 0 && !pe.block->deferred) pending_done(a, pe.block);
+        } else {
+            a->pending[k++] = pe;
+        }
+    }
+    a->n_pending = k;
+}
+
+/* ======================================================================== */
+/*  Allocation                                                              */
+/* ======================================================================== */
+
+static inline fp_pool *pool_for_stream(fp_allocator *a, uintptr_t stream) {
+    for (int i = 0; i < a->n_captures; ++i)
+        if (a->captures[i].stream == stream) return a->captures[i].pool;
+    return &a->default_pool;
+}
+
+/* Best fit in the pool's tree for this stream, honouring the split limits.
+ * Removes the block from the tree, reusing the link found by the search (one
+ * descent instead of two). */
+static inline fp_block *find_fit(fp_allocator *a, fp_pool *pool, int small, uintptr_t stream,
+                                 size_t rsize) {
+    fp_block **link = &pool->root[small], **best_link = NULL;
+    while (*link) {
+        fp_block *t = *link;
+        if (key_less(t, stream, rsize, 0)) {
+            link = &t->right;
+        } else {
+            best_link = link;
+            link = &t->left;
+        }
+    }
+    if (!best_link) return NULL;
+    fp_block *b = *best_link;
+    if (b->stream != stream) return NULL;
+    if (!small && b->size > a->max_split) {
+        /* An unsplittable block: never for a request that could be served by
+         * splitting, and only when it wastes at most max_non_split_rounding. */
+        if (rsize <= a->max_split) return NULL;
+        if (b->size - rsize > a->cfg.max_non_split_rounding) return NULL;
+    }
+    *best_link = treap_merge(b->left, b->right);
+    b->left = b->right = NULL;
+    if (block_is_split(b)) {
+        stat_sub(&a->st.inactive_split_bytes, b->size);
+        stat_sub(&a->st.inactive_split_count, 1);
+    }
+    return b;
+}
+
+static inline int should_split(const fp_allocator *a, const fp_block *b, size_t rsize, int small) {
+    size_t rem = b->size - rsize;
+    if (small) return rem >= FP_ALLOC_MIN_BLOCK;
+    return rem > FP_ALLOC_SMALL_SIZE && b->size <= a->max_split;
+}
+
+static fp_status oom(fp_allocator *a, size_t size, size_t rsize, fp_stream stream) {
+    a->st.ooms++;
+    ring_push(a, FP_ALLOC_EV_OOM, 0, 0, size, stream);
+    char capbuf[64] = "none";
+    if (a->cap != SIZE_MAX) snprintf(capbuf, sizeof capbuf, "%zu bytes", a->cap);
+    return fp_set_error(FP_ERR_OUT_OF_MEMORY,
+                        "caching allocator out of memory: requested %zu bytes (block %zu), "
+                        "allocated %lld bytes, reserved %lld bytes, inactive split %lld bytes, "
+                        "cap %s",
+                        size, rsize, (long long)a->st.allocated_bytes.current,
+                        (long long)a->st.reserved_bytes.current,
+                        (long long)a->st.inactive_split_bytes.current, capbuf);
+}
+
+/* Cache miss: poll events, GC, reserve a segment, OOM ladder. */
+static fp_status alloc_slow(fp_allocator *a, fp_pool *pool, int small, uintptr_t stream, size_t size,
+                            size_t rsize, fp_block **out) {
+    if (a->n_pending || a->n_deferred) {
+        process_events(a, 0);
+        fp_block *b = find_fit(a, pool, small, stream, rsize);
+        if (b) {
+            a->st.cache_hits++;
+            *out = b;
+            return FP_OK;
+        }
+    }
+    if (a->ev.check_stream) FP_TRY(a->ev.check_stream(a->ev.opaque, (fp_stream)stream));
+    a->st.cache_misses++;
+    size_t seg_size = small ? FP_ALLOC_SMALL_SEGMENT
+                    : rsize < FP_ALLOC_MIN_LARGE_ALLOC
+                        ? FP_ALLOC_LARGE_SEGMENT
+                        : (rsize + FP_ALLOC_ROUND_LARGE - 1) & ~(FP_ALLOC_ROUND_LARGE - 1);
+    if (a->cfg.garbage_collection_threshold > 0) {
+        double limit = a->cfg.garbage_collection_threshold * (double)a->cap;
+        if ((double)a->st.reserved_bytes.current + (double)seg_size > limit) {
+            size_t target = limit > (double)seg_size ? (size_t)(limit - (double)seg_size) : 0;
+            size_t before = (size_t)a->st.segment_count.current;
+            release_free_segments(a, -1, cmp_oldest, target, 0);
+            a->st.gc_releases += before - (size_t)a->st.segment_count.current;
+        }
+    }
+    void *mem = NULL;
+    fp_status st = segment_reserve(a, seg_size, &mem);
+    if (st == FP_ERR_OUT_OF_MEMORY) {
+        /* 1: release cached unsplit segments of this class, largest first. */
+        if (release_free_segments(a, small, cmp_largest, 0, seg_size)) {
+            a->st.retries++;
+            st = segment_reserve(a, seg_size, &mem);
+        }
+    }
+    if (st == FP_ERR_OUT_OF_MEMORY) {
+        /* 2: wait for pending events and release the whole cache. */
+        if (a->n_pending || a->n_deferred) process_events(a, 1);
+        fp_block *b = find_fit(a, pool, small, stream, rsize);
+        if (b) {
+            *out = b;
+            return FP_OK;
+        }
+        if (release_free_segments(a, -1, cmp_largest, 0, 0)) {
+            a->st.retries++;
+            st = segment_reserve(a, seg_size, &mem);
+        }
+    }
+    if (st == FP_ERR_OUT_OF_MEMORY) return oom(a, size, rsize, (fp_stream)stream);
+    if (st != FP_OK) return st;
+    return segment_create(a, mem, seg_size, stream, pool, small, out);
+}
+
+fp_status fp_alloc_alloc(fp_allocator *a, size_t size, fp_stream stream, void **out) {
+    FP_CHECK_NOT_NULL(a);
+    FP_CHECK_NOT_NULL(out);
+    if (size == 0) {
+        *out = NULL;
+        return FP_OK;
+    }
+    FP_CHECK_ARG(size <= FP_ALLOC_MAX_REQUEST,
+                 "argument 'size' (%zu) is larger than FP_ALLOC_MAX_REQUEST (overflows when rounded)",
+                 size);
+    size_t rsize = round_size(&a->cfg, size);
+    int small = rsize <= FP_ALLOC_SMALL_SIZE;
+    uintptr_t s = (uintptr_t)stream;
+
+    lock(a);
+    fp_pool *pool = a->n_captures ? pool_for_stream(a, s) : &a->default_pool;
+    fp_block *b = find_fit(a, pool, small, s, rsize);
+    if (b) {
+        a->st.cache_hits++;
+    } else {
+        fp_status st = alloc_slow(a, pool, small, s, size, rsize, &b);
+        if (st != FP_OK) {
+            unlock(a);
+            return st;
+        }
+    }
+    if (a->n_mapped >= a->n_buckets && !map_grow(a)) {
+        free_insert(a, b);
+        unlock(a);
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "allocator pointer map growth");
+    }
+    if (should_split(a, b, rsize, small)) {
+        fp_block *r = block_new(a);
+        if (r) {
+            r->addr = b->addr + rsize;
+            r->size = b->size - rsize;
+            r->stream = b->stream;
+            r->seg = b->seg;
+            r->prev = b;
+            r->next = b->next;
+            if (b->next) b->next->prev = r;
+            b->next = r;
+            b->size = rsize;
+            free_insert(a, r);
+        }
+    }
+    if (b->size > a->max_split) a->st.oversize_allocations++;
+    b->state = B_ALLOCATED;
+    b->requested = size;
+    map_insert(a, b);
+    stat_add(&a->st.allocated_bytes, b->size);
+    stat_add(&a->st.requested_bytes, size);
+    stat_add(&a->st.allocation_count, 1);
+    stat_add(&a->st.active_bytes, b->size);
+    stat_add(&a->st.active_count, 1);
+    ring_push(a, FP_ALLOC_EV_ALLOC, pool->id, b->addr, size, stream);
+    *out = (void *)b->addr;
+    unlock(a);
+    return FP_OK;
+}
+
+static fp_status not_live(fp_allocator *a, uintptr_t p, const char *what) {
+    for (fp_segment *s = a->segments; s; s = s->next)
+        if (p >= s->base && p - s->base < s->size)
+            return fp_set_error(FP_ERR_NOT_FOUND,
+                                "%s: pointer %p is inside a segment of this allocator but is not "
+                                "a live allocation (double free, or not the start of a block)",
+                                what, (void *)p);
+    return fp_set_error(FP_ERR_NOT_FOUND, "%s: pointer %p is not owned by this allocator", what,
+                        (void *)p);
+}
+
+fp_status fp_alloc_free(fp_allocator *a, void *ptr) {
+    FP_CHECK_NOT_NULL(a);
+    if (!ptr) return FP_OK;
+    lock(a);
+    fp_block *b = map_remove(a, (uintptr_t)ptr);
+    if (!b) {
+        fp_status st = not_live(a, (uintptr_t)ptr, "fp_alloc_free");
+        unlock(a);
+        return st;
+    }
+    stat_sub(&a->st.allocated_bytes, b->size);
+    stat_sub(&a->st.requested_bytes, b->requested);
+    stat_sub(&a->st.allocation_count, 1);
+    ring_push(a, FP_ALLOC_EV_FREE, pool_of(b)->id, b->addr, b->requested, (fp_stream)b->stream);
+    if (b->n_uses && a->have_events) {
+        b->state = B_PENDING;
+        a->st.pending_event_blocks++;
+        if (a->n_captures) {
+            (void)defer_block(a, b);
+        } else {
+            record_block_events(a, b);
+        }
+    } else {
+        b->n_uses = 0;
+        block_make_free(a, b);
+    }
+    unlock(a);
+    return FP_OK;
+}
+
+fp_status fp_alloc_record_stream(fp_allocator *a, void *ptr, fp_stream stream) {
+    FP_CHECK_NOT_NULL(a);
+    FP_CHECK_NOT_NULL(ptr);
+    lock(a);
+    fp_block *b = map_find(a, (uintptr_t)ptr);
+    if (!b) {
+        fp_status st = not_live(a, (uintptr_t)ptr, "fp_alloc_record_stream");
+        unlock(a);
+        return st;
+    }
+    fp_status st = FP_OK;
+    if ((uintptr_t)stream != b->stream) {
+        int seen = 0;
+        for (uint16_t i = 0; i < b->n_uses; ++i) seen |= b->uses[i] == stream;
+        if (!seen && a->ev.check_stream) {
+            st = a->ev.check_stream(a->ev.opaque, stream);
+            if (st != FP_OK) goto done;
+        }
+        if (!seen) {
+            if (b->n_uses == b->cap_uses) {
+                uint16_t nc = b->cap_uses ? (uint16_t)(b->cap_uses * 2) : 4;
+                fp_stream *nu = nc > b->cap_uses ? realloc(b->uses, nc * sizeof *nu) : NULL;
+                if (!nu) {
+                    st = fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_alloc_record_stream: stream list");
+                    goto done;
+                }
+                b->uses = nu;
+                b->cap_uses = nc;
+            }
+            b->uses[b->n_uses++] = stream;
+        }
+        ring_push(a, FP_ALLOC_EV_RECORD_STREAM, pool_of(b)->id, b->addr, b->requested, stream);
+    }
+done:
+    unlock(a);
+    return st;
+}
+
+fp_status fp_alloc_usable_size(fp_allocator *a, const void *ptr, size_t *out) {
+    FP_CHECK_NOT_NULL(a);
+    FP_CHECK_NOT_NULL(ptr);
+    FP_CHECK_NOT_NULL(out);
+    lock(a);
+    fp_block *b = map_find(a, (uintptr_t)ptr);
+    fp_status st = FP_OK;
+    if (b)
+        *out = b->size;
+    else
+        st = not_live(a, (uintptr_t)ptr, "fp_alloc_usable_size");
+    unlock(a);
+    return st;
+}
+
+fp_status fp_alloc_round_size(const fp_allocator *a, size_t size, size_t *out) {
+    FP_CHECK_NOT_NULL(a);
+    FP_CHECK_NOT_NULL(out);
+    FP_CHECK_ARG(size > 0, "argument 'size' is 0");
+    FP_CHECK_ARG(size <= FP_ALLOC_MAX_REQUEST, "argument 'size' (%zu) is larger than FP_ALLOC_MAX_REQUEST", size);
+    *out = round_size(&a->cfg, size);
+    return FP_OK;
+}
+
+/* ======================================================================== */
+/*  Release                                                                 */
+/* ======================================================================== */
+
+fp_status fp_alloc_trim(fp_allocator *a, size_t target_reserved) {
+    FP_CHECK_NOT_NULL(a);
+    lock(a);
+    process_events(a, 0);
+    release_free_segments(a, -1, cmp_oldest, target_reserved, 0);
+    unlock(a);
+    return FP_OK;
+}
+
+fp_status fp_alloc_empty_cache(fp_allocator *a) { return fp_alloc_trim(a, 0); }
+
+fp_status fp_alloc_synchronize_events(fp_allocator *a) {
+    FP_CHECK_NOT_NULL(a);
+    lock(a);
+    fp_status st = FP_OK;
+    if (a->n_captures) {
+        st = fp_set_error(FP_ERR_UNSUPPORTED, "fp_alloc_synchronize_events: a private pool is active");
+    } else if (a->n_pending && !a->ev.synchronize) {
+        st = fp_set_error(FP_ERR_UNSUPPORTED, "fp_alloc_synchronize_events: event ops lack synchronize");
+    } else {
+        process_events(a, 1);
+    }
+    unlock(a);
+    return st;
+}
+
+/* ======================================================================== */
+/*  Statistics, ring                                                        */
+/* ======================================================================== */
+
+fp_status fp_alloc_get_stats(fp_allocator *a, fp_alloc_stats *out) {
+    FP_CHECK_NOT_NULL(a);
+    FP_CHECK_NOT_NULL(out);
+    FP_CHECK_ARG(out->struct_size == sizeof *out, "out->struct_size %zu != sizeof(fp_alloc_stats) %zu",
+                 out->struct_size, sizeof *out);
+    lock(a);
+    *out = a->st;
+    unlock(a);
+    return FP_OK;
+}
+
+fp_status fp_alloc_reset_peak(fp_allocator *a) {
+    FP_CHECK_NOT_NULL(a);
+    lock(a);
+    fp_alloc_stat *all[] = {&a->st.allocated_bytes, &a->st.requested_bytes, &a->st.reserved_bytes,
+                            &a->st.active_bytes, &a->st.inactive_split_bytes,
+                            &a->st.allocation_count, &a->st.segment_count, &a->st.active_count,
+                            &a->st.inactive_split_count};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) all[i]->peak = all[i]->current;
+    unlock(a);
+    return FP_OK;
+}
+
+fp_status fp_alloc_read_events(fp_allocator *a, fp_alloc_event *out, size_t max, size_t *n, int clear) {
+    FP_CHECK_NOT_NULL(a);
+    FP_CHECK_NOT_NULL(n);
+    FP_CHECK_ARG(out || max == 0, "argument 'out' is NULL with max %zu", max);
+    if (!a->ring_cap) return fp_set_error(FP_ERR_UNSUPPORTED, "event ring is off (cfg.event_ring_size 0)");
+    lock(a);
+    size_t cnt = a->ring_count < max ? a->ring_count : max;
+    size_t first = a->ring_count - cnt; /* most recent `cnt` */
+    for (size_t i = 0; i < cnt; ++i) out[i] = a->ring[(a->ring_head + first + i) % a->ring_cap];
+    if (clear) {
+        a->ring_head = 0;
+        a->ring_count = 0;
+    }
+    unlock(a);
+    *n = cnt;
+    return FP_OK;
+}
+
+/* ======================================================================== */
+/*  Private pools                                                           */
+/* ======================================================================== */
+
+static fp_pool *find_pool(fp_allocator *a, uint64_t id) {
+    for (fp_pool *p = a->private_pools; p; p = p->next)
+        if (p->id == id) return p;
+    return NULL;
+}
+
+fp_status fp_alloc_pool_begin(fp_allocator *a, uint64_t pool_id, fp_stream stream) {
+    FP_CHECK_NOT_NULL(a);
+    FP_CHECK_ARG(pool_id != 0, "argument 'pool_id' is 0 (reserved for the default pool)");
+    fp_status st = FP_OK;
+    lock(a);
+    fp_pool *p = find_pool(a, pool_id);
+    for (int i = 0; i < a->n_captures; ++i)
+        if (a->captures[i].stream == (uintptr_t)stream) {
+            st = fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                              "fp_alloc_pool_begin: stream %p already allocates into pool %llu",
+                              stream, (unsigned long long)a->captures[i].pool->id);
+            goto done;
+        }
+    if (p && p->released) {
+        st = fp_set_error(FP_ERR_INVALID_ARGUMENT, "fp_alloc_pool_begin: pool %llu was released",
+                          (unsigned long long)pool_id);
+        goto done;
+    }
+    if (a->n_captures == a->cap_captures) {
+        int nc = a->cap_captures ? a->cap_captures * 2 : 4;
+        capture_map *ncap = realloc(a->captures, (size_t)nc * sizeof *ncap);
+        if (!ncap) {
+            st = fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_alloc_pool_begin: capture table");
+            goto done;
+        }
+        a->captures = ncap;
+        a->cap_captures = nc;
+    }
+    if (!p) {
+        p = calloc(1, sizeof *p);
+        if (!p) {
+            st = fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_alloc_pool_begin: pool");
+            goto done;
+        }
+        p->id = pool_id;
+        p->next = a->private_pools;
+        a->private_pools = p;
+    }
+    p->active++;
+    a->captures[a->n_captures].stream = (uintptr_t)stream;
+    a->captures[a->n_captures].pool = p;
+    a->n_captures++;
+done:
+    unlock(a);
+    return st;
+}
+
+fp_status fp_alloc_pool_end(fp_allocator *a, uint64_t pool_id) {
+    FP_CHECK_NOT_NULL(a);
+    lock(a);
+    int k = 0, found = 0;
+    for (int i = 0; i < a->n_captures; ++i) {
+        if (a->captures[i].pool->id == pool_id) {
+            a->captures[i].pool->active--;
+            found = 1;
+        } else {
+            a->captures[k++] = a->captures[i];
+        }
+    }
+    a->n_captures = k;
+    unlock(a);
+    if (!found)
+        return fp_set_error(FP_ERR_NOT_FOUND, "fp_alloc_pool_end: pool %llu is not active",
+                            (unsigned long long)pool_id);
+    return FP_OK;
+}
+
+fp_status fp_alloc_pool_release(fp_allocator *a, uint64_t pool_id) {
+    FP_CHECK_NOT_NULL(a);
+    fp_status st = FP_OK;
+    lock(a);
+    fp_pool *p = pool_id ? find_pool(a, pool_id) : NULL;
+    if (!p || p->released) {
+        st = fp_set_error(FP_ERR_NOT_FOUND, "fp_alloc_pool_release: unknown pool %llu",
+                          (unsigned long long)pool_id);
+    } else if (p->active) {
+        st = fp_set_error(FP_ERR_INVALID_ARGUMENT, "fp_alloc_pool_release: pool %llu is still active",
+                          (unsigned long long)pool_id);
+    } else {
+        p->released = 1;
+        size_t left = p->n_segments;
+        if (left == 0) pool_unlink_free(a, p);
+        /* segment_release frees p with its last segment: stop looking at p
+         * once all of its segments were visited. */
+        fp_segment *s = a->segments;
+        while (s && left) {
+            fp_segment *nx = s->next;
+            if (s->pool == p) {
+                left--;
+                if (segment_is_free(s)) segment_release(a, s);
+            }
+            s = nx;
+        }
+    }
+    unlock(a);
+    return st;
+}
+
+/* ======================================================================== */
+/*  Snapshot                                                                */
+/* ======================================================================== */
+
+static int cmp_base(const void *x, const void *y) {
+    const fp_segment *a = *(fp_segment *const *)x, *b = *(fp_segment *const *)y;
+    return a->base < b->base ? -1 : a->base > b->base;
+}
+
+static void add_hex(cJSON *o, const char *key, uintptr_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)v);
+    cJSON_AddStringToObject(o, key, buf);
+}
+
+static void add_stat(cJSON *o, const char *key, const fp_alloc_stat *s) {
+    cJSON *j = cJSON_AddObjectToObject(o, key);
+    cJSON_AddNumberToObject(j, "current", (double)s->current);
+    cJSON_AddNumberToObject(j, "peak", (double)s->peak);
+    cJSON_AddNumberToObject(j, "total", (double)s->total);
+    cJSON_AddNumberToObject(j, "freed", (double)s->freed);
+}
+
+fp_status fp_alloc_snapshot_json(fp_allocator *a, char **out) {
+    FP_CHECK_NOT_NULL(a);
+    FP_CHECK_NOT_NULL(out);
+    lock(a);
+    cJSON *root = cJSON_CreateObject();
+    size_t n = 0;
+    for (fp_segment *s = a->segments; s; s = s->next) n++;
+    fp_segment **list = malloc((n ? n : 1) * sizeof *list);
+    if (!root || !list) goto oom;
+    n = 0;
+    for (fp_segment *s = a->segments; s; s = s->next) list[n++] = s;
+    qsort(list, n, sizeof *list, cmp_base);
+
+    cJSON *cfg = cJSON_AddObjectToObject(root, "config");
+    cJSON_AddNumberToObject(cfg, "max_split_size", (double)a->max_split);
+    cJSON_AddNumberToObject(cfg, "max_non_split_rounding", (double)a->cfg.max_non_split_rounding);
+    cJSON_AddNumberToObject(cfg, "cap", a->cap == SIZE_MAX ? -1.0 : (double)a->cap);
+    cJSON_AddNumberToObject(cfg, "garbage_collection_threshold", a->cfg.garbage_collection_threshold);
+    cJSON_AddNumberToObject(cfg, "event_ring_size", (double)a->cfg.event_ring_size);
+
+    cJSON *st = cJSON_AddObjectToObject(root, "stats");
+    add_stat(st, "allocated_bytes", &a->st.allocated_bytes);
+    add_stat(st, "requested_bytes", &a->st.requested_bytes);
+    add_stat(st, "reserved_bytes", &a->st.reserved_bytes);
+    add_stat(st, "active_bytes", &a->st.active_bytes);
+    add_stat(st, "inactive_split_bytes", &a->st.inactive_split_bytes);
+    add_stat(st, "allocation_count", &a->st.allocation_count);
+    add_stat(st, "segment_count", &a->st.segment_count);
+    add_stat(st, "active_count", &a->st.active_count);
+    add_stat(st, "inactive_split_count", &a->st.inactive_split_count);
+    cJSON_AddNumberToObject(st, "upstream_allocs", (double)a->st.upstream_allocs);
+    cJSON_AddNumberToObject(st, "upstream_frees", (double)a->st.upstream_frees);
+    cJSON_AddNumberToObject(st, "upstream_failures", (double)a->st.upstream_failures);
+    cJSON_AddNumberToObject(st, "cache_hits", (double)a->st.cache_hits);
+    cJSON_AddNumberToObject(st, "cache_misses", (double)a->st.cache_misses);
+    cJSON_AddNumberToObject(st, "retries", (double)a->st.retries);
+    cJSON_AddNumberToObject(st, "ooms", (double)a->st.ooms);
+
+    cJSON *segs = cJSON_AddArrayToObject(root, "segments");
+    for (size_t i = 0; i < n; ++i) {
+        fp_segment *s = list[i];
+        cJSON *js = cJSON_CreateObject();
+        if (!js) goto oom;
+        cJSON_AddItemToArray(segs, js);
+        add_hex(js, "address", s->base);
+        cJSON_AddNumberToObject(js, "size", (double)s->size);
+        add_hex(js, "stream", s->stream);
+        cJSON_AddNumberToObject(js, "pool", (double)s->pool->id);
+        cJSON_AddStringToObject(js, "kind", s->is_small ? "small" : "large");
+        cJSON *blocks = cJSON_AddArrayToObject(js, "blocks");
+        for (fp_block *b = s->head; b; b = b->next) {
+            cJSON *jb = cJSON_CreateObject();
+            if (!jb) goto oom;
+            cJSON_AddItemToArray(blocks, jb);
+            add_hex(jb, "address", b->addr);
+            cJSON_AddNumberToObject(jb, "size", (double)b->size);
+            cJSON_AddNumberToObject(jb, "requested", b->state == B_FREE ? 0.0 : (double)b->requested);
+            cJSON_AddStringToObject(jb, "state", b->state == B_FREE        ? "free"
+                                                 : b->state == B_ALLOCATED ? "allocated"
+                                                                           : "pending");
+        }
+    }
+    free(list);
+    unlock(a);
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!text) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_alloc_snapshot_json: printing");
+    *out = text;
+    return FP_OK;
+oom:
+    free(list);
+    unlock(a);
+    cJSON_Delete(root);
+    return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_alloc_snapshot_json: building the document");
+}
+
+void fp_alloc_json_free(char *json) { cJSON_free(json); }
+
+/* ======================================================================== */
+/*  Invariants (tests)                                                      */
+/* ======================================================================== */
+
+typedef struct tree_walk {
+    size_t nodes, bytes;
+    const fp_block *last;
+    const char *err;
+} tree_walk;
+
+static void walk_tree(const fp_block *t, const fp_pool *pool, int small, tree_walk *w, int depth) {
+    if (!t || w->err) return;
+    if (depth > 10000) { w->err = "free tree too deep (cycle?)"; return; }
+    if (t->left && t->left->prio > t->prio) w->err = "treap heap order violated";
+    if (t->right && t->right->prio > t->prio) w->err = "treap heap order violated";
+    walk_tree(t->left, pool, small, w, depth + 1);
+    if (w->err) return;
+    if (w->last && !key_less(w->last, t->stream, t->size, t->addr)) w->err = "free tree out of order";
+    if (t->state != B_FREE) w->err = "non-free block in a free tree";
+    if (t->seg->pool != pool || t->seg->is_small != small) w->err = "block in the wrong tree";
+    w->last = t;
+    w->nodes++;
+    w->bytes += t->size;
+    walk_tree(t->right, pool, small, w, depth + 1);
+}
+
+fp_status fp_alloc_check_invariants(fp_allocator *a) {
+    FP_CHECK_NOT_NULL(a);
+    lock(a);
+    const char *err = NULL;
+    size_t reserved = 0, segs = 0, alloc_b = 0, alloc_n = 0, req = 0, pend_b = 0, pend_n = 0;
+    size_t free_n = 0, split_b = 0, split_n = 0;
+    for (fp_segment *s = a->segments; s && !err; s = s->next) {
+        segs++;
+        reserved += s->size;
+        if (s->head->prev) err = "segment head has a prev";
+        uintptr_t at = s->base;
+        for (fp_block *b = s->head; b && !err; b = b->next) {
+            if (b->addr != at) err = "blocks do not tile the segment (gap or overlap)";
+            if (b->seg != s || b->stream != s->stream) err = "block has the wrong segment/stream";
+            if (b->next && b->next->prev != b) err = "broken block links";
+            if (b->size < FP_ALLOC_MIN_BLOCK || b->size % FP_ALLOC_ALIGN) err = "bad block size";
+            if (b->state == B_FREE) {
+                free_n++;
+                if (b->next && b->next->state == B_FREE) err = "two free neighbours not coalesced";
+                if (block_is_split(b)) {
+                    split_b += b->size;
+                    split_n++;
+                }
+            } else if (b->state == B_ALLOCATED) {
+                alloc_b += b->size;
+                alloc_n++;
+                req += b->requested;
+                if (map_find(a, b->addr) != b) err = "allocated block missing from the pointer map";
+            } else {
+                pend_b += b->size;
+                pend_n++;
+            }
+            at += b->size;
+        }
+        if (!err && at != s->base + s->size) err = "blocks do not add up to the segment size";
+    }
+    size_t tree_nodes = 0;
+    fp_pool *pools[1024];
+    size_t np = 0;
+    pools[np++] = &a->default_pool;
+    for (fp_pool *p = a->private_pools; p && np < 1024; p = p->next) pools[np++] = p;
+    for (size_t i = 0; i < np && !err; ++i)
+        for (int small = 0; small < 2 && !err; ++small) {
+            tree_walk w = {0, 0, NULL, NULL};
+            walk_tree(pools[i]->root[small], pools[i], small, &w, 0);
+            err = w.err;
+            tree_nodes += w.nodes;
+        }
+    const fp_alloc_stats *st = &a->st;
+    if (!err && tree_nodes != free_n) err = "free blocks and free-tree nodes differ";
+    if (!err && a->n_mapped != alloc_n) err = "pointer map count differs from allocated blocks";
+    if (!err && (size_t)st->reserved_bytes.current != reserved) err = "stats: reserved_bytes";
+    if (!err && (size_t)st->segment_count.current != segs) err = "stats: segment_count";
+    if (!err && (size_t)st->allocated_bytes.current != alloc_b) err = "stats: allocated_bytes";
+    if (!err && (size_t)st->allocation_count.current != alloc_n) err = "stats: allocation_count";
+    if (!err && (size_t)st->requested_bytes.current != req) err = "stats: requested_bytes";
+    if (!err && (size_t)st->active_bytes.current != alloc_b + pend_b) err = "stats: active_bytes";
+    if (!err && (size_t)st->active_count.current != alloc_n + pend_n) err = "stats: active_count";
+    if (!err && st->pending_event_blocks != pend_n) err = "stats: pending_event_blocks";
+    if (!err && (size_t)st->inactive_split_bytes.current != split_b) err = "stats: inactive_split_bytes";
+    if (!err && (size_t)st->inactive_split_count.current != split_n) err = "stats: inactive_split_count";
+    unlock(a);
+    if (err) return fp_set_error(FP_ERR_INTERNAL, "allocator invariant violated: %s", err);
+    return FP_OK;
+}

@@ -1,0 +1,132 @@
+/* Test doubles for the caching allocator: a counting, capped upstream that
+ * logs every call, and fake events whose completion the test decides. */
+#ifndef ALLOC_TEST_UTIL_H
+#define ALLOC_TEST_UTIL_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fastpath/alloc.h"
+
+/* ---- counting / capped upstream ---- */
+
+typedef struct up_call {
+    char kind;     /* 'A' alloc ok, 'X' alloc refused, 'F' free */
+    size_t bytes;
+} up_call;
+
+typedef struct counting_upstream {
+    size_t cap;    /* refuse allocations that would hold more (0: none) */
+    size_t held, peak_held;
+    size_t allocs, frees, refused;
+    up_call log[256];
+    size_t n_log;  /* calls logged (the log keeps the first 256) */
+} counting_upstream;
+
+static fp_status cu_alloc(void *opaque, size_t bytes, void **out) {
+    counting_upstream *u = opaque;
+    if ((u->cap && u->held + bytes > u->cap) || bytes > ((size_t)1 << 40)) {
+        if (u->n_log < 256) u->log[u->n_log] = (up_call){'X', bytes};
+        u->n_log++;
+        u->refused++;
+        return FP_ERR_OUT_OF_MEMORY;
+    }
+    void *p = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+    if (!p) return FP_ERR_OUT_OF_MEMORY;
+    if (u->n_log < 256) u->log[u->n_log] = (up_call){'A', bytes};
+    u->n_log++;
+    u->allocs++;
+    u->held += bytes;
+    if (u->held > u->peak_held) u->peak_held = u->held;
+    *out = p;
+    return FP_OK;
+}
+
+static void cu_free(void *opaque, void *ptr, size_t bytes) {
+    counting_upstream *u = opaque;
+    if (u->n_log < 256) u->log[u->n_log] = (up_call){'F', bytes};
+    u->n_log++;
+    u->frees++;
+    u->held -= bytes;
+    free(ptr);
+}
+
+static size_t cu_total(void *opaque) {
+    counting_upstream *u = opaque;
+    return u->cap;
+}
+
+static inline fp_alloc_upstream counting_upstream_table(counting_upstream *u) {
+    fp_alloc_upstream t = {cu_alloc, cu_free, cu_total, u};
+    return t;
+}
+
+/* ---- fake events ---- */
+
+typedef struct fake_event {
+    fp_stream stream;
+    int done;
+    struct fake_event *next;  /* all live events */
+} fake_event;
+
+typedef struct fake_events {
+    fp_stream refuse;  /* record fails on this stream (like a capturing one) */
+    fp_stream foreign; /* check_stream rejects this stream (another device's) */
+    fake_event *live;
+    size_t records, queries, destroys, live_count;
+} fake_events;
+
+static fp_status fe_record(void *opaque, fp_stream stream, void **event) {
+    fake_events *f = opaque;
+    if (f->refuse && stream == f->refuse) return FP_ERR_UNSUPPORTED;
+    fake_event *e = calloc(1, sizeof *e);
+    if (!e) return FP_ERR_OUT_OF_MEMORY;
+    e->stream = stream;
+    e->next = f->live;
+    f->live = e;
+    f->records++;
+    f->live_count++;
+    *event = e;
+    return FP_OK;
+}
+
+static int fe_query(void *opaque, void *event) {
+    fake_events *f = opaque;
+    f->queries++;
+    return ((fake_event *)event)->done;
+}
+
+static void fe_sync(void *opaque, void *event) {
+    (void)opaque;
+    ((fake_event *)event)->done = 1;
+}
+
+static void fe_destroy(void *opaque, void *event) {
+    fake_events *f = opaque;
+    fake_event **link = &f->live;
+    while (*link && *link != event) link = &(*link)->next;
+    if (*link) *link = ((fake_event *)event)->next;
+    f->destroys++;
+    f->live_count--;
+    free(event);
+}
+
+/* Completes every live event recorded on `stream` (NULL: all streams when
+ * all != 0). */
+static inline void fake_complete(fake_events *f, fp_stream stream, int all) {
+    for (fake_event *e = f->live; e; e = e->next)
+        if (all || e->stream == stream) e->done = 1;
+}
+
+/* Rejects f->foreign (like a stream of another device). */
+static fp_status fe_check_stream(void *opaque, fp_stream stream) {
+    fake_events *f = opaque;
+    return f->foreign && stream == f->foreign ? FP_ERR_INVALID_ARGUMENT : FP_OK;
+}
+
+static inline fp_alloc_event_ops fake_event_ops(fake_events *f) {
+    fp_alloc_event_ops ops = {fe_record, fe_query, fe_sync, fe_destroy, fe_check_stream, f};
+    return ops;
+}
+
+#endif /* ALLOC_TEST_UTIL_H */

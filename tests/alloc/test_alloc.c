@@ -1,0 +1,954 @@
+/* Caching allocator tests on the host upstream (the same policy code that
+ * serves device memory): rounding, pools, split limits, coalescing, streams
+ * with fake events, private pools, the OOM ladder with a counting capped
+ * upstream, GC, bad input, snapshot JSON, event ring, trace replay and a
+ * multi-threaded randomized stress checked against a shadow model.
+ *
+ *   test_alloc [--stress-ops N]   (N total ops of the threaded stress)
+ * Built twice: normally and with ThreadSanitizer (FP_TSAN_BUILD, fewer ops). */
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/alloc_internal.h"
+#include "alloc_test_util.h"
+#include "fastpath/alloc.h"
+#include "fp_test.h"
+
+#define MiB ((size_t)1 << 20)
+#define S1 ((fp_stream)(uintptr_t)0x1000)
+#define S2 ((fp_stream)(uintptr_t)0x2000)
+#define S3 ((fp_stream)(uintptr_t)0x3000)
+
+static fp_alloc_stats get_stats(fp_allocator *a) {
+    fp_alloc_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    CHECK_OK(fp_alloc_get_stats(a, &s));
+    return s;
+}
+
+static void check_inv(fp_allocator *a) { CHECK_OK(fp_alloc_check_invariants(a)); }
+
+static fp_allocator *make(counting_upstream *u, fake_events *f, const fp_alloc_config *cfg) {
+    fp_alloc_upstream up = counting_upstream_table(u);
+    fp_alloc_event_ops ev;
+    if (f) ev = fake_event_ops(f);
+    fp_allocator *a = NULL;
+    CHECK_OK(fp_alloc_create(&up, f ? &ev : NULL, cfg, &a));
+    if (!a) exit(1);
+    return a;
+}
+
+static void *xalloc(fp_allocator *a, size_t n, fp_stream s) {
+    void *p = NULL;
+    CHECK_OK(fp_alloc_alloc(a, n, s, &p));
+    CHECK(n == 0 || p != NULL);
+    return p;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_rounding(void) {
+    counting_upstream u = {0};
+    fp_alloc_config cfg;
+    fp_alloc_config_default(&cfg);
+    CHECK_OK(fp_alloc_config_set_divisions(&cfg, MiB, 2 * MiB - 1, 4));
+    fp_allocator *a = make(&u, NULL, &cfg);
+    size_t r = 0;
+    struct { size_t in, out; } cases[] = {
+        {1, 512}, {512, 512}, {513, 768}, {1000, 1024}, {4096, 4096}, {4097, 4352},
+        {MiB + 1, MiB + MiB / 4}, {MiB + MiB / 4 + 1, MiB + MiB / 2}, {2 * MiB + 1, 2 * MiB + 256},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        CHECK_OK(fp_alloc_round_size(a, cases[i].in, &r));
+        CHECK_MSG(r == cases[i].out, "round(%zu) = %zu, want %zu", cases[i].in, r, cases[i].out);
+    }
+    CHECK_STATUS(fp_alloc_round_size(a, 0, &r), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_alloc_round_size(a, SIZE_MAX, &r), FP_ERR_INVALID_ARGUMENT);
+    /* Every pointer 256-aligned and the block size a multiple of 256. */
+    for (size_t n = 1; n < 5000; n += 97) {
+        void *p = xalloc(a, n, S1);
+        CHECK(((uintptr_t)p & 255) == 0);
+        CHECK_OK(fp_alloc_free(a, p));
+    }
+    check_inv(a);
+    fp_alloc_destroy(a);
+    /* Bad divisions. */
+    fp_alloc_config_default(&cfg);
+    CHECK_STATUS(fp_alloc_config_set_divisions(&cfg, 0, 10, 3), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_alloc_config_set_divisions(&cfg, 10, 0, 4), FP_ERR_INVALID_ARGUMENT);
+    cfg.roundup_power2_divisions[5] = 6;
+    fp_alloc_upstream up = fp_alloc_upstream_host();
+    fp_allocator *b = NULL;
+    CHECK_STATUS(fp_alloc_create(&up, NULL, &cfg, &b), FP_ERR_INVALID_ARGUMENT);
+    CHECK(b == NULL);
+}
+
+static void test_small_pool_split_coalesce(void) {
+    counting_upstream u = {0};
+    fp_allocator *a = make(&u, NULL, NULL);
+    char *p1 = xalloc(a, 1000, S1), *p2 = xalloc(a, 1000, S1), *p3 = xalloc(a, 1000, S1);
+    CHECK(u.allocs == 1 && u.log[0].bytes == FP_ALLOC_SMALL_SEGMENT);
+    CHECK(p2 == p1 + 1024 && p3 == p2 + 1024);
+    fp_alloc_stats s = get_stats(a);
+    CHECK(s.allocated_bytes.current == 3 * 1024);
+    CHECK(s.requested_bytes.current == 3000);
+    CHECK(s.reserved_bytes.current == (int64_t)FP_ALLOC_SMALL_SEGMENT);
+    CHECK(s.inactive_split_bytes.current == (int64_t)(FP_ALLOC_SMALL_SEGMENT - 3 * 1024));
+    CHECK(s.inactive_split_count.current == 1);
+    CHECK_OK(fp_alloc_free(a, p2));
+    s = get_stats(a);
+    CHECK(s.inactive_split_count.current == 2);
+    /* Best fit: a 1000-byte request takes the 1024 hole, not the big tail. */
+    char *p4 = xalloc(a, 900, S1);
+    CHECK(p4 == p2);
+    CHECK_OK(fp_alloc_free(a, p4));
+    CHECK_OK(fp_alloc_free(a, p1));
+    CHECK_OK(fp_alloc_free(a, p3));
+    check_inv(a);
+    s = get_stats(a);
+    /* Everything merged back into one whole-segment block. */
+    CHECK(s.inactive_split_bytes.current == 0 && s.inactive_split_count.current == 0);
+    CHECK(s.allocated_bytes.current == 0 && s.active_bytes.current == 0);
+    CHECK(s.cache_hits == 3 && s.cache_misses == 1);
+    /* A 1 MiB request is small; 1 MiB + 1 is large (20 MiB segment). */
+    void *q = xalloc(a, MiB, S1);
+    CHECK(u.allocs == 1);
+    void *r = xalloc(a, MiB + 1, S1);
+    CHECK(u.allocs == 2 && u.log[1].bytes == FP_ALLOC_LARGE_SEGMENT);
+    CHECK_OK(fp_alloc_free(a, q));
+    CHECK_OK(fp_alloc_free(a, r));
+    CHECK_OK(fp_alloc_empty_cache(a));
+    CHECK(u.held == 0 && u.frees == 2);
+    s = get_stats(a);
+    CHECK(s.reserved_bytes.current == 0 && s.segment_count.current == 0);
+    check_inv(a);
+    fp_alloc_destroy(a);
+}
+
+static void test_large_pool(void) {
+    counting_upstream u = {0};
+    fp_allocator *a = make(&u, NULL, NULL);
+    char *a1 = xalloc(a, 3 * MiB, S1), *a2 = xalloc(a, 3 * MiB, S1), *a3 = xalloc(a, 3 * MiB, S1);
+    CHECK(u.allocs == 1 && u.log[0].bytes == 20 * MiB);
+    CHECK(a2 == a1 + 3 * MiB && a3 == a2 + 3 * MiB);
+    /* >= 10 MiB: own segment rounded to 2 MiB. */
+    void *h = xalloc(a, 11 * MiB + 1, S1);
+    CHECK(u.allocs == 2 && u.log[1].bytes == 12 * MiB);
+    /* The 11 MiB tail of the first segment is not split for a remainder of
+     * <= 1 MiB: a 10.5 MiB request takes the whole 11 MiB tail. */
+    fp_alloc_stats s0 = get_stats(a);
+    void *t = xalloc(a, 10 * MiB + MiB / 2, S1);
+    CHECK(t == a3 + 3 * MiB);
+    fp_alloc_stats s1 = get_stats(a);
+    CHECK(s1.allocated_bytes.current - s0.allocated_bytes.current == (int64_t)(11 * MiB));
+    CHECK(u.allocs == 2);
+    /* Coalescing: free a1, a3, a2 in that order, then the tail: one block. */
+    CHECK_OK(fp_alloc_free(a, a1));
+    CHECK_OK(fp_alloc_free(a, a3));
+    CHECK_OK(fp_alloc_free(a, t));
+    CHECK_OK(fp_alloc_free(a, a2));
+    check_inv(a);
+    fp_alloc_stats s = get_stats(a);
+    CHECK(s.inactive_split_count.current == 0);
+    void *w = xalloc(a, 20 * MiB, S1);
+    CHECK(w == a1 && u.allocs == 2);
+    CHECK_OK(fp_alloc_free(a, w));
+    CHECK_OK(fp_alloc_free(a, h));
+    fp_alloc_destroy(a);
+    CHECK(u.held == 0);
+}
+
+static void test_split_limit(void) {
+    counting_upstream u = {0};
+    fp_alloc_config cfg;
+    fp_alloc_config_default(&cfg);
+    cfg.max_split_size = 32 * MiB;
+    cfg.max_non_split_rounding = 8 * MiB;
+    fp_allocator *a = make(&u, NULL, &cfg);
+    void *big = xalloc(a, 40 * MiB, S1);
+    CHECK(u.allocs == 1 && u.log[0].bytes == 40 * MiB);
+    CHECK_OK(fp_alloc_free(a, big));
+    /* A request below max_split_size never gets the oversize block. */
+    void *p = xalloc(a, 4 * MiB, S1);
+    CHECK(p != big && u.allocs == 2 && u.log[1].bytes == 20 * MiB);
+    void *q = xalloc(a, 30 * MiB, S1);
+    CHECK(q != big && u.allocs == 3 && u.log[2].bytes == 30 * MiB);
+    /* 35 MiB > max_split: the 40 MiB block is within 8 MiB: reused, unsplit. */
+    void *r = xalloc(a, 35 * MiB, S1);
+    CHECK(r == big && u.allocs == 3);
+    fp_alloc_stats s = get_stats(a);
+    CHECK(s.oversize_allocations == 2); /* big itself, then r */
+    CHECK(s.allocated_bytes.current == (int64_t)(4 * MiB + 30 * MiB + 40 * MiB));
+    CHECK_OK(fp_alloc_free(a, r));
+    /* 33 MiB: 40 - 33 = 7 <= 8 -> reuse. */
+    void *r2 = xalloc(a, 33 * MiB, S1);
+    CHECK(r2 == big);
+    CHECK_OK(fp_alloc_free(a, r2));
+    /* A tighter bound on waste. */
+    cfg.max_non_split_rounding = 2 * MiB;
+    fp_alloc_destroy(a);
+    CHECK(u.held == 0);
+    counting_upstream u2 = {0};
+    a = make(&u2, NULL, &cfg);
+    big = xalloc(a, 40 * MiB, S1);
+    CHECK_OK(fp_alloc_free(a, big));
+    void *r3 = xalloc(a, 35 * MiB, S1); /* 5 MiB waste > 2 MiB: new segment */
+    CHECK(r3 != big && u2.allocs == 2);
+    void *r4 = xalloc(a, 39 * MiB, S1); /* 1 MiB waste: reuse */
+    CHECK(r4 == big && u2.allocs == 2);
+    /* Oversize blocks are never split: nothing left behind. */
+    fp_alloc_stats s2 = get_stats(a);
+    CHECK(s2.inactive_split_count.current == 0);
+    CHECK_OK(fp_alloc_free(a, r3));
+    CHECK_OK(fp_alloc_free(a, r4));
+    check_inv(a);
+    fp_alloc_destroy(a);
+    CHECK(u.held == 0 && u2.held == 0);
+}
+
+static void test_streams_and_events(void) {
+    counting_upstream u = {0};
+    fake_events f = {0};
+    fp_allocator *a = make(&u, &f, NULL);
+    /* A block freed on S1 is reused on S1 at once, never on S2. */
+    void *p = xalloc(a, 12 * MiB, S1);
+    CHECK_OK(fp_alloc_free(a, p));
+    void *p2 = xalloc(a, 12 * MiB, S1);
+    CHECK(p2 == p && u.allocs == 1);
+    CHECK_OK(fp_alloc_free(a, p2));
+    void *o = xalloc(a, 12 * MiB, S2);
+    CHECK(o != p && u.allocs == 2);
+    CHECK_OK(fp_alloc_free(a, o));
+    /* Used on S2 too: reusable only after S2's event completes. */
+    p = xalloc(a, 12 * MiB, S1);
+    CHECK_OK(fp_alloc_record_stream(a, p, S2));
+    CHECK_OK(fp_alloc_record_stream(a, p, S2)); /* once per stream */
+    CHECK_OK(fp_alloc_record_stream(a, p, S1)); /* own stream: no-op */
+    CHECK_OK(fp_alloc_free(a, p));
+    CHECK(f.records == 1 && f.live_count == 1);
+    fp_alloc_stats s = get_stats(a);
+    CHECK(s.pending_event_blocks == 1);
+    CHECK(s.allocated_bytes.current == 0 && s.active_bytes.current == (int64_t)(12 * MiB));
+    check_inv(a);
+    size_t q0 = f.queries;
+    void *q = xalloc(a, 12 * MiB, S1); /* miss: polls, event not done */
+    CHECK(q != p && u.allocs == 3 && f.queries == q0 + 1);
+    CHECK_OK(fp_alloc_free(a, q));
+    fake_complete(&f, S2, 0);
+    void *x = xalloc(a, 12 * MiB, S1); /* hit on q: no poll on the fast path */
+    CHECK(x == q && f.queries == q0 + 1);
+    void *y = xalloc(a, 12 * MiB, S1); /* miss: poll frees p */
+    CHECK(y == p && u.allocs == 3 && f.live_count == 0);
+    CHECK_OK(fp_alloc_free(a, x));
+    CHECK_OK(fp_alloc_free(a, y));
+    /* synchronize_events: blocks until done (fake: completes) and frees. */
+    p = xalloc(a, 12 * MiB, S1);
+    CHECK_OK(fp_alloc_record_stream(a, p, S3));
+    CHECK_OK(fp_alloc_free(a, p));
+    CHECK(get_stats(a).pending_event_blocks == 1);
+    CHECK_OK(fp_alloc_synchronize_events(a));
+    CHECK(get_stats(a).pending_event_blocks == 0 && f.live_count == 0);
+    /* A stream whose event cannot be recorded yet (capturing): the block
+     * waits for it even after the other stream's event completed. */
+    f.refuse = S3;
+    size_t rec0 = f.records;
+    p = xalloc(a, 12 * MiB, S1);
+    CHECK_OK(fp_alloc_record_stream(a, p, S2));
+    CHECK_OK(fp_alloc_record_stream(a, p, S3));
+    CHECK_OK(fp_alloc_free(a, p));
+    CHECK(f.records == rec0 + 1);
+    fake_complete(&f, S2, 0);
+    void *z = xalloc(a, 12 * MiB, S1); /* hit on the other cached block */
+    void *z2 = xalloc(a, 12 * MiB, S1); /* miss: polls, p still waits on S3 */
+    CHECK(z != p && z2 != p && get_stats(a).pending_event_blocks == 1);
+    check_inv(a);
+    f.refuse = NULL;
+    CHECK_OK(fp_alloc_synchronize_events(a)); /* records S3's event, waits */
+    CHECK(f.records == rec0 + 2 && get_stats(a).pending_event_blocks == 0);
+    CHECK_OK(fp_alloc_free(a, z));
+    CHECK_OK(fp_alloc_free(a, z2));
+    check_inv(a);
+    /* A stream the event ops reject (another device's): clear status, no
+     * upstream call, nothing changes. */
+    f.foreign = (fp_stream)(uintptr_t)0x9000;
+    fp_alloc_stats before = get_stats(a);
+    size_t calls = u.n_log;
+    void *bad = (void *)0x1;
+    CHECK_STATUS(fp_alloc_alloc(a, 12 * MiB, f.foreign, &bad), FP_ERR_INVALID_ARGUMENT);
+    CHECK(bad == (void *)0x1 && u.n_log == calls);
+    z = xalloc(a, 4096, S1);
+    CHECK_STATUS(fp_alloc_record_stream(a, z, f.foreign), FP_ERR_INVALID_ARGUMENT);
+    CHECK_OK(fp_alloc_free(a, z));
+    fp_alloc_stats after = get_stats(a);
+    CHECK(after.allocated_bytes.current == before.allocated_bytes.current &&
+          after.reserved_bytes.current == before.reserved_bytes.current + (int64_t)FP_ALLOC_SMALL_SEGMENT);
+    f.foreign = NULL;
+    check_inv(a);
+    /* empty_cache polls (non-blocking) and leaves pending blocks alone. */
+    p = xalloc(a, 12 * MiB, S1);
+    CHECK_OK(fp_alloc_record_stream(a, p, S3));
+    CHECK_OK(fp_alloc_free(a, p));
+    CHECK_OK(fp_alloc_empty_cache(a));
+    s = get_stats(a);
+    CHECK(s.reserved_bytes.current == (int64_t)(12 * MiB) && s.pending_event_blocks == 1);
+    fake_complete(&f, S3, 0);
+    CHECK_OK(fp_alloc_empty_cache(a));
+    s = get_stats(a);
+    CHECK(s.reserved_bytes.current == 0 && u.held == 0);
+    check_inv(a);
+    fp_alloc_destroy(a);
+    CHECK(f.live_count == 0);
+}
+
+static void test_private_pools(void) {
+    counting_upstream u = {0};
+    fake_events f = {0};
+    fp_allocator *a = make(&u, &f, NULL);
+    void *d = xalloc(a, 4 * MiB, S2);
+    CHECK_OK(fp_alloc_free(a, d)); /* cached in the default pool, stream S2 */
+    CHECK_OK(fp_alloc_pool_begin(a, 7, S1));
+    CHECK_STATUS(fp_alloc_pool_begin(a, 8, S1), FP_ERR_INVALID_ARGUMENT); /* stream taken */
+    CHECK_STATUS(fp_alloc_pool_begin(a, 0, S2), FP_ERR_INVALID_ARGUMENT);
+    void *g = xalloc(a, 4 * MiB, S1); /* not from the default pool's cache */
+    CHECK(g != d && u.allocs == 2);
+    void *o = xalloc(a, 4 * MiB, S2); /* other streams still use the default pool */
+    CHECK(o == d);
+    /* Frees needing events during capture are deferred: no event calls. */
+    void *g2 = xalloc(a, 1000, S1);
+    CHECK_OK(fp_alloc_record_stream(a, g2, S2));
+    CHECK_OK(fp_alloc_free(a, g2));
+    CHECK(f.records == 0 && f.queries == 0);
+    void *g3 = xalloc(a, 17 * MiB, S1); /* slow path during capture: no polling */
+    CHECK(f.records == 0 && f.queries == 0);
+    check_inv(a);
+    CHECK_STATUS(fp_alloc_pool_release(a, 7), FP_ERR_INVALID_ARGUMENT); /* active */
+    CHECK_OK(fp_alloc_pool_end(a, 7));
+    CHECK_STATUS(fp_alloc_pool_end(a, 7), FP_ERR_NOT_FOUND);
+    CHECK_OK(fp_alloc_free(a, g));
+    CHECK_OK(fp_alloc_free(a, o));
+    /* empty_cache keeps the pool's memory (the graph owns it). */
+    CHECK_OK(fp_alloc_empty_cache(a));
+    CHECK(f.records == 1); /* the deferred free got its event now */
+    fp_alloc_stats s = get_stats(a);
+    CHECK(s.segment_count.current == 3); /* the pool's: 20 MiB free, small, 18 MiB */
+    /* After the pool ends, S1 allocations use the default pool again. */
+    void *n = xalloc(a, 4 * MiB, S1);
+    CHECK(n != g);
+    CHECK_OK(fp_alloc_free(a, n));
+    CHECK_OK(fp_alloc_pool_release(a, 7));
+    s = get_stats(a);
+    CHECK(s.segment_count.current == 3); /* the large pool segment holds g3 */
+    fake_complete(&f, NULL, 1);
+    CHECK_OK(fp_alloc_synchronize_events(a)); /* g2's small segment goes back */
+    CHECK_OK(fp_alloc_free(a, g3));           /* last block: segment released */
+    CHECK_OK(fp_alloc_empty_cache(a));
+    s = get_stats(a);
+    CHECK_MSG(s.segment_count.current == 0, "segments left %lld", (long long)s.segment_count.current);
+    CHECK(u.held == 0);
+    CHECK_STATUS(fp_alloc_pool_release(a, 7), FP_ERR_NOT_FOUND);
+    CHECK_OK(fp_alloc_pool_begin(a, 9, S2));
+    CHECK_OK(fp_alloc_pool_end(a, 9));
+    CHECK_OK(fp_alloc_pool_release(a, 9)); /* empty pool */
+    check_inv(a);
+    fp_alloc_destroy(a);
+}
+
+static void expect_log(const counting_upstream *u, size_t from, const char *kinds, const size_t *mib) {
+    size_t n = strlen(kinds);
+    CHECK_MSG(u->n_log == from + n, "upstream calls %zu, expected %zu", u->n_log, from + n);
+    for (size_t i = 0; i < n && from + i < u->n_log; ++i)
+        CHECK_MSG(u->log[from + i].kind == kinds[i] && u->log[from + i].bytes == mib[i] * MiB,
+                  "call %zu: %c %zu, expected %c %zu MiB", from + i, u->log[from + i].kind,
+                  u->log[from + i].bytes, kinds[i], mib[i]);
+}
+
+static void test_oom_ladder(void) {
+    counting_upstream u = {0};
+    u.cap = 40 * MiB;
+    fp_allocator *a = make(&u, NULL, NULL);
+    void *a1 = xalloc(a, 12 * MiB, S1);
+    CHECK_OK(fp_alloc_free(a, a1));
+    /* 30 MiB: refused, release the cached 12 MiB segment, retry: ok. */
+    void *a2 = xalloc(a, 30 * MiB, S1);
+    expect_log(&u, 0, "AXFA", (size_t[]){12, 30, 12, 30});
+    void *sm = xalloc(a, 1000, S1);
+    CHECK_OK(fp_alloc_free(a, sm));
+    /* 9 MiB needs a 20 MiB segment: refused; no large segment to release;
+     * the whole cache (the small segment) goes; retry refused; OOM. */
+    void *p = (void *)0x1;
+    fp_clear_error();
+    CHECK_STATUS(fp_alloc_alloc(a, 9 * MiB, S1, &p), FP_ERR_OUT_OF_MEMORY);
+    CHECK(p == (void *)0x1);
+    expect_log(&u, 4, "AXFX", (size_t[]){2, 20, 2, 20});
+    const char *msg = fp_last_error();
+    CHECK_MSG(strstr(msg, "requested 9437184") && strstr(msg, "allocated 31457280") &&
+                  strstr(msg, "reserved 31457280") && strstr(msg, "inactive split 0"),
+              "message: %s", msg);
+    fp_alloc_stats s = get_stats(a);
+    CHECK(s.retries == 2 && s.ooms == 1 && s.upstream_failures == 3);
+    CHECK(s.upstream_allocs == 3 && s.upstream_frees == 2);
+    check_inv(a);
+    CHECK_OK(fp_alloc_free(a, a2));
+    fp_alloc_destroy(a);
+    CHECK(u.held == 0);
+
+    /* The allocator's own cap refuses without calling the upstream. */
+    counting_upstream u2 = {0};
+    fp_alloc_config cfg;
+    fp_alloc_config_default(&cfg);
+    cfg.memory_cap_bytes = 16 * MiB;
+    a = make(&u2, NULL, &cfg);
+    void *c1 = xalloc(a, 12 * MiB, S1);
+    CHECK_STATUS(fp_alloc_alloc(a, 12 * MiB, S1, &p), FP_ERR_OUT_OF_MEMORY);
+    CHECK(u2.n_log == 1 && u2.refused == 0);
+    CHECK_OK(fp_alloc_free(a, c1));
+    void *c2 = xalloc(a, 14 * MiB, S1); /* releases the cached 12, fits */
+    expect_log(&u2, 0, "AFA", (size_t[]){12, 12, 14});
+    CHECK_OK(fp_alloc_free(a, c2));
+    fp_alloc_destroy(a);
+
+    /* Fraction of the upstream's total. */
+    counting_upstream u3 = {0};
+    u3.cap = 100 * MiB;
+    fp_alloc_config_default(&cfg);
+    cfg.memory_fraction = 0.25;
+    a = make(&u3, NULL, &cfg);
+    CHECK_STATUS(fp_alloc_alloc(a, 26 * MiB, S1, &p), FP_ERR_OUT_OF_MEMORY);
+    void *c3 = xalloc(a, 24 * MiB, S1);
+    CHECK_OK(fp_alloc_free(a, c3));
+    fp_alloc_destroy(a);
+}
+
+static void test_gc_threshold(void) {
+    counting_upstream u = {0};
+    fp_alloc_config cfg;
+    fp_alloc_config_default(&cfg);
+    cfg.memory_cap_bytes = 100 * MiB;
+    cfg.garbage_collection_threshold = 0.5;
+    fp_allocator *a = make(&u, NULL, &cfg);
+    size_t sizes[4] = {12, 14, 16, 18};
+    void *ps[4];
+    for (int i = 0; i < 4; ++i) ps[i] = xalloc(a, sizes[i] * MiB, S1);
+    for (int i = 0; i < 4; ++i) CHECK_OK(fp_alloc_free(a, ps[i]));
+    /* 60 MiB cached; a 22 MiB segment would pass 50 MiB: the oldest cached
+     * segments go until 28 MiB or less are reserved. */
+    size_t from = u.n_log;
+    void *p = xalloc(a, 22 * MiB, S1);
+    expect_log(&u, from, "FFFA", (size_t[]){12, 14, 16, 22});
+    fp_alloc_stats s = get_stats(a);
+    CHECK(s.gc_releases == 3);
+    CHECK_OK(fp_alloc_free(a, p));
+    fp_alloc_config bad = cfg;
+    bad.memory_cap_bytes = 0;
+    fp_alloc_upstream up = fp_alloc_upstream_host();
+    fp_allocator *b = NULL;
+    CHECK_STATUS(fp_alloc_create(&up, NULL, &bad, &b), FP_ERR_INVALID_ARGUMENT); /* no cap */
+    /* trim: oldest first down to the target. */
+    CHECK_OK(fp_alloc_trim(a, 25 * MiB)); /* 18 (older) goes, 22 stays */
+    s = get_stats(a);
+    CHECK(s.reserved_bytes.current == 22 * (int64_t)MiB);
+    check_inv(a);
+    fp_alloc_destroy(a);
+}
+
+static void test_bad_input(void) {
+    counting_upstream u = {0};
+    fp_allocator *a = make(&u, NULL, NULL);
+    void *p = (void *)0x1;
+    CHECK_OK(fp_alloc_alloc(a, 0, S1, &p));
+    CHECK(p == NULL);
+    p = (void *)0x1;
+    CHECK_STATUS(fp_alloc_alloc(a, SIZE_MAX, S1, &p), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_alloc_alloc(a, FP_ALLOC_MAX_REQUEST + 1, S1, &p), FP_ERR_INVALID_ARGUMENT);
+    CHECK(p == (void *)0x1);
+    /* Valid but impossible: goes down the ladder to OOM. */
+    CHECK_STATUS(fp_alloc_alloc(a, FP_ALLOC_MAX_REQUEST, S1, &p), FP_ERR_OUT_OF_MEMORY);
+    CHECK(p == (void *)0x1);
+    CHECK_STATUS(fp_alloc_alloc(NULL, 10, S1, &p), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_alloc_alloc(a, 10, S1, NULL), FP_ERR_INVALID_ARGUMENT);
+    CHECK_OK(fp_alloc_free(a, NULL));
+    int local = 0;
+    CHECK_STATUS(fp_alloc_free(a, &local), FP_ERR_NOT_FOUND);
+    CHECK(strstr(fp_last_error(), "not owned") != NULL);
+    char *q = xalloc(a, 4096, S1);
+    fp_alloc_stats before = get_stats(a);
+    CHECK_STATUS(fp_alloc_free(a, q + 512), FP_ERR_NOT_FOUND); /* interior */
+    CHECK(strstr(fp_last_error(), "double free") != NULL);
+    CHECK_STATUS(fp_alloc_record_stream(a, q + 512, S2), FP_ERR_NOT_FOUND);
+    size_t us = 0;
+    CHECK_STATUS(fp_alloc_usable_size(a, q + 512, &us), FP_ERR_NOT_FOUND);
+    CHECK_OK(fp_alloc_usable_size(a, q, &us));
+    CHECK(us == 4096);
+    CHECK_OK(fp_alloc_free(a, q));
+    CHECK_STATUS(fp_alloc_free(a, q), FP_ERR_NOT_FOUND); /* double free */
+    CHECK(strstr(fp_last_error(), "double free") != NULL);
+    fp_alloc_stats after = get_stats(a);
+    CHECK(after.allocated_bytes.current == before.allocated_bytes.current - 4096);
+    CHECK(after.allocation_count.current == 0);
+    check_inv(a);
+    fp_alloc_stats bad;
+    memset(&bad, 0, sizeof bad);
+    CHECK_STATUS(fp_alloc_get_stats(a, &bad), FP_ERR_INVALID_ARGUMENT);
+    size_t n = 0;
+    fp_alloc_event ev[4];
+    CHECK_STATUS(fp_alloc_read_events(a, ev, 4, &n, 0), FP_ERR_UNSUPPORTED);
+    fp_alloc_destroy(a);
+    fp_alloc_destroy(NULL);
+    fp_alloc_config cfg;
+    fp_alloc_config_default(&cfg);
+    cfg.struct_size = 3;
+    fp_alloc_upstream up = fp_alloc_upstream_host();
+    fp_allocator *b = NULL;
+    CHECK_STATUS(fp_alloc_create(&up, NULL, &cfg, &b), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_alloc_create(NULL, NULL, NULL, &b), FP_ERR_INVALID_ARGUMENT);
+    fp_alloc_config_default(&cfg);
+    cfg.memory_fraction = 0.5; /* host upstream has no total */
+    CHECK_STATUS(fp_alloc_create(&up, NULL, &cfg, &b), FP_ERR_INVALID_ARGUMENT);
+    cfg.memory_fraction = 1.5;
+    CHECK_STATUS(fp_alloc_create(&up, NULL, &cfg, &b), FP_ERR_INVALID_ARGUMENT);
+    CHECK(b == NULL);
+}
+
+static void test_snapshot_json(void) {
+    counting_upstream u = {0};
+    fp_allocator *a = make(&u, NULL, NULL);
+    void *p[5];
+    size_t sz[5] = {700, 5000, 3 * MiB, 12 * MiB, 100};
+    for (int i = 0; i < 5; ++i) p[i] = xalloc(a, sz[i], i == 4 ? S2 : S1);
+    CHECK_OK(fp_alloc_free(a, p[1]));
+    char *json = NULL;
+    CHECK_OK(fp_alloc_snapshot_json(a, &json));
+    cJSON *root = cJSON_Parse(json);
+    CHECK(root != NULL);
+    fp_alloc_stats s = get_stats(a);
+    if (root) {
+        cJSON *segs = cJSON_GetObjectItem(root, "segments");
+        CHECK(cJSON_IsArray(segs));
+        CHECK(cJSON_GetArraySize(segs) == s.segment_count.current);
+        double reserved = 0, allocated = 0, requested = 0;
+        int n_alloc = 0;
+        uint64_t last = 0;
+        cJSON *seg;
+        cJSON_ArrayForEach(seg, segs) {
+            double seg_size = cJSON_GetObjectItem(seg, "size")->valuedouble, sum = 0;
+            uint64_t base = strtoull(cJSON_GetObjectItem(seg, "address")->valuestring, NULL, 16);
+            CHECK(base > last);
+            last = base;
+            reserved += seg_size;
+            cJSON *blk;
+            cJSON_ArrayForEach(blk, cJSON_GetObjectItem(seg, "blocks")) {
+                uint64_t addr = strtoull(cJSON_GetObjectItem(blk, "address")->valuestring, NULL, 16);
+                CHECK(addr == base + (uint64_t)sum);
+                sum += cJSON_GetObjectItem(blk, "size")->valuedouble;
+                if (!strcmp(cJSON_GetObjectItem(blk, "state")->valuestring, "allocated")) {
+                    allocated += cJSON_GetObjectItem(blk, "size")->valuedouble;
+                    requested += cJSON_GetObjectItem(blk, "requested")->valuedouble;
+                    n_alloc++;
+                }
+            }
+            CHECK(sum == seg_size);
+        }
+        CHECK(reserved == (double)s.reserved_bytes.current);
+        CHECK(allocated == (double)s.allocated_bytes.current);
+        CHECK(requested == 700 + 3 * MiB + 12 * MiB + 100);
+        CHECK(n_alloc == 4);
+        cJSON *st = cJSON_GetObjectItem(root, "stats");
+        CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(st, "allocated_bytes"), "current")->valuedouble ==
+              allocated);
+        CHECK(cJSON_GetObjectItem(st, "upstream_allocs")->valuedouble == (double)u.allocs);
+        cJSON_Delete(root);
+    }
+    fp_alloc_json_free(json);
+    for (int i = 0; i < 5; ++i)
+        if (i != 1) CHECK_OK(fp_alloc_free(a, p[i]));
+    fp_alloc_destroy(a);
+}
+
+static void test_event_ring_and_replay(void) {
+    counting_upstream u = {0};
+    fp_alloc_config cfg;
+    fp_alloc_config_default(&cfg);
+    cfg.event_ring_size = 8;
+    fp_allocator *a = make(&u, NULL, &cfg);
+    void *p = xalloc(a, 100, S1);      /* seg alloc + alloc */
+    CHECK_OK(fp_alloc_record_stream(a, p, S2));
+    void *q = xalloc(a, 2000, S2);     /* seg alloc + alloc */
+    CHECK_OK(fp_alloc_free(a, p));
+    CHECK_OK(fp_alloc_free(a, q));
+    fp_alloc_event ev[16];
+    size_t n = 0;
+    CHECK_OK(fp_alloc_read_events(a, ev, 16, &n, 0));
+    uint32_t kinds[] = {FP_ALLOC_EV_SEGMENT_ALLOC, FP_ALLOC_EV_ALLOC, FP_ALLOC_EV_RECORD_STREAM,
+                        FP_ALLOC_EV_SEGMENT_ALLOC, FP_ALLOC_EV_ALLOC, FP_ALLOC_EV_FREE,
+                        FP_ALLOC_EV_FREE};
+    CHECK(n == 7);
+    for (size_t i = 0; i < n && i < 7; ++i) {
+        CHECK_MSG(ev[i].kind == kinds[i], "event %zu kind %u want %u", i, ev[i].kind, kinds[i]);
+        CHECK(ev[i].seq == i);
+    }
+    CHECK(ev[1].ptr == (uintptr_t)p && ev[1].size == 100 && ev[1].stream == S1);
+    CHECK(ev[4].stream == S2 && ev[6].ptr == (uintptr_t)q);
+    /* Ring wraps: keeps the most recent 8. */
+    for (int i = 0; i < 10; ++i) CHECK_OK(fp_alloc_free(a, xalloc(a, 64 + (size_t)i, S1)));
+    CHECK_OK(fp_alloc_read_events(a, ev, 16, &n, 1));
+    CHECK(n == 8 && ev[7].seq == 26 && ev[0].seq == 19);
+    CHECK_OK(fp_alloc_read_events(a, ev, 16, &n, 0));
+    CHECK(n == 0);
+
+    fp_alloc_destroy(a);
+#ifndef FP_TSAN_BUILD
+    /* Record a short workload and replay it. */
+    cfg.event_ring_size = 1024;
+    counting_upstream u2 = {0};
+    a = make(&u2, NULL, &cfg);
+    void *live[8];
+    for (int i = 0; i < 8; ++i) live[i] = xalloc(a, (size_t)(i + 1) * 100000, i % 2 ? S1 : S2);
+    CHECK_OK(fp_alloc_record_stream(a, live[3], S3));
+    for (int i = 7; i >= 1; --i) CHECK_OK(fp_alloc_free(a, live[i]));
+    fp_alloc_event *evs = calloc(1024, sizeof *evs);
+    CHECK_OK(fp_alloc_read_events(a, evs, 1024, &n, 1));
+    fp_alloc_trace *t = NULL;
+    CHECK_OK(fp_alloc_trace_from_events(evs, n, &t));
+    CHECK(t && t->n_ops == 8 + 1 + 8 && t->n_streams == 3);
+    CHECK(t && t->ops[t->n_ops - 1].kind == FP_ALLOC_TRACE_FREE);
+    fp_alloc_replay_result r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    CHECK_OK(fp_alloc_trace_replay(a, t, NULL, 1, &r));
+    CHECK(r.peak_requested == 3600000 && r.alloc_latency.samples == 8 && r.free_latency.samples == 8);
+    fp_alloc_trace_destroy(t);
+    free(evs);
+    CHECK_OK(fp_alloc_free(a, live[0]));
+    check_inv(a);
+    fp_alloc_destroy(a);
+#endif
+}
+
+static void test_trace_replay(void) {
+#ifdef FP_TSAN_BUILD
+    return; /* the trace code is not in the TSan build */
+#else
+    fp_alloc_trace_config tc;
+    fp_alloc_trace_config_default(&tc);
+    fp_alloc_trace *t = NULL;
+    CHECK_OK(fp_alloc_trace_generate(&tc, &t));
+    if (!t) return;
+    CHECK(t->n_ops > 1000 && t->n_streams == 3);
+    counting_upstream u = {0};
+    fp_allocator *a = make(&u, NULL, NULL);
+    fp_alloc_replay_result r1, r2, rd;
+    memset(&r1, 0, sizeof r1);
+    r1.struct_size = sizeof r1;
+    r2 = rd = r1;
+    CHECK_OK(fp_alloc_trace_replay(a, t, NULL, 0, &r1));
+    check_inv(a);
+    CHECK_OK(fp_alloc_trace_replay(a, t, NULL, 1, &r2));
+    check_inv(a);
+    /* The repeated trace is in steady state: no upstream calls at all. */
+    CHECK_MSG(r2.upstream_allocs == 0 && r2.upstream_frees == 0, "steady state: %llu allocs %llu frees",
+              (unsigned long long)r2.upstream_allocs, (unsigned long long)r2.upstream_frees);
+    fp_alloc_upstream host = fp_alloc_upstream_host();
+    CHECK_OK(fp_alloc_trace_replay_direct(&host, t, 1, &rd));
+    CHECK(rd.peak_requested == r1.peak_requested);
+    CHECK(r1.peak_reserved >= r1.peak_allocated && r1.peak_allocated >= r1.peak_requested);
+    double ratio = (double)r2.peak_reserved / (double)r2.peak_allocated;
+    printf("trace: %zu ops, first pass %llu upstream allocs, repeat %llu; peak requested %.1f MiB, "
+           "allocated %.1f MiB, reserved %.1f MiB (reserved/allocated %.3f)\n",
+           t->n_ops, (unsigned long long)r1.upstream_allocs, (unsigned long long)r2.upstream_allocs,
+           (double)r2.peak_requested / MiB, (double)r2.peak_allocated / MiB,
+           (double)r2.peak_reserved / MiB, ratio);
+    printf("trace replay: caching %.3f ms (alloc median %.0f ns) vs direct malloc %.3f ms "
+           "(alloc median %.0f ns), %llu direct upstream allocs\n",
+           r2.total_ms, r2.alloc_latency.median_ms * 1e6, rd.total_ms, rd.alloc_latency.median_ms * 1e6,
+           (unsigned long long)rd.upstream_allocs);
+    CHECK_MSG(ratio <= 1.25, "peak reserved / peak allocated %.3f", ratio);
+    fp_alloc_destroy(a);
+    CHECK(u.held == 0);
+    /* Bad configs and traces. */
+    tc.streams = 9;
+    fp_alloc_trace *bad = NULL;
+    CHECK_STATUS(fp_alloc_trace_generate(&tc, &bad), FP_ERR_INVALID_ARGUMENT);
+    t->ops[0].slot = t->n_slots;
+    CHECK_STATUS(fp_alloc_trace_replay_direct(&host, t, 0, &rd), FP_ERR_INVALID_ARGUMENT);
+    fp_alloc_trace_destroy(t);
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/*  Randomized stress with a shadow model                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct live_block {
+    unsigned char *p;
+    size_t size;
+    size_t rounded; /* the block's usable size */
+    uint64_t tag;
+} live_block;
+
+typedef struct worker {
+    fp_allocator *a;
+    int id;
+    size_t ops;
+    uint64_t rng;
+    live_block *live;
+    size_t n_live, cap_live;
+    size_t bytes, rounded_bytes; /* shadow model */
+    int failures;
+} worker;
+
+static size_t random_size(uint64_t *rng) {
+    uint64_t r = fp_test_rand_u64(rng);
+    switch (r % 16) {
+    case 0: return 1 + (size_t)(r >> 8) % 512;                     /* tiny */
+    case 1: case 2: case 3: case 4: case 5: case 6: case 7:
+        return 1 + (size_t)(r >> 8) % (64 << 10);                   /* small */
+    case 8: case 9: case 10: return 1 + (size_t)(r >> 8) % MiB;     /* up to 1 MiB */
+    case 11: case 12: case 13: return MiB + (size_t)(r >> 8) % (9 * MiB); /* large split */
+    case 14: return 10 * MiB + (size_t)(r >> 8) % (14 * MiB);      /* huge */
+    default: return (size_t)1 << (9 + (r >> 8) % 14);              /* powers of two */
+    }
+}
+
+/* Tags at both ends of small-pool blocks catch overlaps as they happen;
+ * large blocks are left untouched so the test's resident memory stays small
+ * (their overlaps are caught by the address check after each phase). */
+static void stamp(live_block *b) {
+    if (b->size > MiB) return;
+    memcpy(b->p, &b->tag, sizeof b->tag < b->size ? sizeof b->tag : b->size);
+    if (b->size >= 16) memcpy(b->p + b->size - 8, &b->tag, 8);
+}
+static int stamp_ok(const live_block *b) {
+    if (b->size > MiB) return 1;
+    uint64_t v = 0;
+    memcpy(&v, b->p, sizeof v < b->size ? sizeof v : b->size);
+    if (b->size >= 8 && v != b->tag) return 0;
+    if (b->size >= 16) {
+        memcpy(&v, b->p + b->size - 8, 8);
+        if (v != b->tag) return 0;
+    }
+    return 1;
+}
+
+static void worker_free_one(worker *w, size_t i) {
+    live_block b = w->live[i];
+    if (!stamp_ok(&b)) w->failures++;
+    if (fp_alloc_free(w->a, b.p) != FP_OK) w->failures++;
+    w->bytes -= b.size;
+    w->rounded_bytes -= b.rounded;
+    w->live[i] = w->live[--w->n_live];
+}
+
+static void *worker_run(void *arg) {
+    worker *w = arg;
+    fp_stream s = (fp_stream)(uintptr_t)(0x100 * (w->id + 1));
+    for (size_t op = 0; op < w->ops; ++op) {
+        uint64_t r = fp_test_rand_u64(&w->rng);
+        /* Keep the live set around a few hundred blocks, bytes bounded. */
+        int do_alloc = w->n_live < 8 || (w->n_live < 400 && (r & 3) != 0 && w->bytes < 96 * MiB);
+        if (do_alloc) {
+            size_t n = random_size(&w->rng);
+            live_block b;
+            b.size = n;
+            b.tag = fp_test_rand_u64(&w->rng) | 1;
+            size_t rounded = 0;
+            if (fp_alloc_round_size(w->a, n, &rounded) != FP_OK ||
+                fp_alloc_alloc(w->a, n, s, (void **)&b.p) != FP_OK ||
+                fp_alloc_usable_size(w->a, b.p, &b.rounded) != FP_OK || b.rounded < rounded) {
+                w->failures++;
+                continue;
+            }
+            stamp(&b);
+            if (w->n_live == w->cap_live) {
+                w->cap_live = w->cap_live ? w->cap_live * 2 : 512;
+                w->live = realloc(w->live, w->cap_live * sizeof *w->live);
+            }
+            w->live[w->n_live++] = b;
+            w->bytes += n;
+            w->rounded_bytes += b.rounded;
+            if ((r >> 8) % 64 == 0) (void)fp_alloc_record_stream(w->a, b.p, S3);
+        } else {
+            /* Mostly LIFO (stack-like tensors), sometimes random. */
+            size_t i = (r >> 8) % 3 ? w->n_live - 1 : (size_t)((r >> 16) % w->n_live);
+            worker_free_one(w, i);
+        }
+    }
+    return NULL;
+}
+
+static int cmp_live(const void *x, const void *y) {
+    const live_block *a = x, *b = y;
+    return a->p < b->p ? -1 : a->p > b->p;
+}
+
+/* After joining: no overlap among live blocks, stats == shadow model. */
+static void check_phase(fp_allocator *a, worker *ws, int nw, const counting_upstream *u) {
+    size_t n = 0, bytes = 0, rounded = 0;
+    for (int i = 0; i < nw; ++i) {
+        n += ws[i].n_live;
+        bytes += ws[i].bytes;
+        rounded += ws[i].rounded_bytes;
+        CHECK_MSG(ws[i].failures == 0, "worker %d: %d failures", i, ws[i].failures);
+    }
+    live_block *all = malloc((n + 1) * sizeof *all);
+    size_t k = 0;
+    for (int i = 0; i < nw; ++i)
+        for (size_t j = 0; j < ws[i].n_live; ++j) all[k++] = ws[i].live[j];
+    qsort(all, n, sizeof *all, cmp_live);
+    for (size_t i = 0; i + 1 < n; ++i)
+        CHECK_MSG(all[i].p + all[i].rounded <= all[i + 1].p, "live blocks overlap: %p+%zu > %p",
+                  (void *)all[i].p, all[i].rounded, (void *)all[i + 1].p);
+    for (size_t i = 0; i < n; ++i) CHECK(stamp_ok(&all[i]));
+    free(all);
+    check_inv(a);
+    fp_alloc_stats s = get_stats(a);
+    CHECK(s.allocation_count.current == (int64_t)n);
+    CHECK(s.requested_bytes.current == (int64_t)bytes);
+    CHECK(s.allocated_bytes.current == (int64_t)rounded);
+    CHECK(s.active_bytes.current == (int64_t)rounded);
+    CHECK(s.reserved_bytes.current == (int64_t)u->held);
+    CHECK(s.upstream_allocs == u->allocs && s.upstream_frees == u->frees);
+}
+
+static void test_stress(size_t total_ops) {
+    enum { NW = 4, PHASES = 4 };
+    counting_upstream u = {0};
+    fp_allocator *a = make(&u, NULL, NULL);
+    worker ws[NW];
+    memset(ws, 0, sizeof ws);
+    for (int i = 0; i < NW; ++i) {
+        ws[i].a = a;
+        ws[i].id = i;
+        ws[i].rng = 0x1234567ULL * (uint64_t)(i + 1);
+        ws[i].ops = total_ops / (NW * PHASES);
+    }
+    for (int ph = 0; ph < PHASES; ++ph) {
+        pthread_t th[NW];
+        for (int i = 0; i < NW; ++i) pthread_create(&th[i], NULL, worker_run, &ws[i]);
+        for (int i = 0; i < NW; ++i) pthread_join(th[i], NULL);
+        check_phase(a, ws, NW, &u);
+        if (ph == 1) {
+            /* Free half, trim, continue. */
+            for (int i = 0; i < NW; ++i)
+                while (ws[i].n_live > 100) worker_free_one(&ws[i], ws[i].n_live / 2);
+            CHECK_OK(fp_alloc_empty_cache(a));
+            check_phase(a, ws, NW, &u);
+        }
+    }
+    for (int i = 0; i < NW; ++i) {
+        while (ws[i].n_live) worker_free_one(&ws[i], ws[i].n_live - 1);
+        free(ws[i].live);
+    }
+    check_phase(a, ws, NW, &u);
+    fp_alloc_stats s = get_stats(a);
+    CHECK(s.allocated_bytes.current == 0 && s.inactive_split_bytes.current == 0);
+    printf("stress: %zu ops on %d threads, %llu upstream allocs, %llu cache hits, peak reserved "
+           "%.1f MiB / peak allocated %.1f MiB\n",
+           total_ops, NW, (unsigned long long)s.upstream_allocs, (unsigned long long)s.cache_hits,
+           (double)s.reserved_bytes.peak / MiB, (double)s.allocated_bytes.peak / MiB);
+    CHECK_OK(fp_alloc_empty_cache(a));
+    CHECK(u.held == 0);
+    fp_alloc_destroy(a);
+}
+
+/* Single-threaded random ops with fake events: a block freed after
+ * record_stream must not come back before its events complete. */
+typedef struct quarantined {
+    uintptr_t lo, hi;
+} quarantined;
+
+static void test_stress_events(size_t ops) {
+    counting_upstream u = {0};
+    fake_events f = {0};
+    fp_allocator *a = make(&u, &f, NULL);
+    worker w;
+    memset(&w, 0, sizeof w);
+    w.a = a;
+    w.rng = 99;
+    quarantined *q = malloc(4096 * sizeof *q);
+    size_t nq = 0, violations = 0;
+    fp_stream streams[3] = {S1, S2, S3};
+    for (size_t op = 0; op < ops; ++op) {
+        uint64_t r = fp_test_rand_u64(&w.rng);
+        if (r % 512 == 0) {
+            fake_complete(&f, NULL, 1);
+            nq = 0;
+        }
+        if (w.n_live < 4 || (w.n_live < 200 && (r & 1))) {
+            live_block b;
+            b.size = random_size(&w.rng) % (4 * MiB) + 1;
+            b.tag = r | 1;
+            size_t rounded = 0;
+            CHECK_OK(fp_alloc_round_size(a, b.size, &rounded));
+            if (fp_alloc_alloc(a, b.size, streams[(r >> 8) % 2], (void **)&b.p) != FP_OK) {
+                CHECK(0);
+                continue;
+            }
+            CHECK_OK(fp_alloc_usable_size(a, b.p, &b.rounded));
+            CHECK(b.rounded >= rounded);
+            for (size_t i = 0; i < nq; ++i)
+                if ((uintptr_t)b.p < q[i].hi && (uintptr_t)b.p + b.rounded > q[i].lo) violations++;
+            stamp(&b);
+            if (w.n_live == w.cap_live) {
+                w.cap_live = w.cap_live ? w.cap_live * 2 : 512;
+                w.live = realloc(w.live, w.cap_live * sizeof *w.live);
+            }
+            w.live[w.n_live++] = b;
+            w.bytes += b.size;
+            w.rounded_bytes += b.rounded;
+            if ((r >> 12) % 4 == 0) CHECK_OK(fp_alloc_record_stream(a, b.p, S3));
+        } else {
+            size_t i = (size_t)((r >> 16) % w.n_live);
+            live_block b = w.live[i];
+            /* tag = r | 1 of the alloc op: the same bits chose record_stream. */
+            int used = (b.tag >> 12) % 4 == 0;
+            worker_free_one(&w, i);
+            if (used && nq < 4096) q[nq++] = (quarantined){(uintptr_t)b.p, (uintptr_t)b.p + b.rounded};
+        }
+        if (op % 20000 == 0) check_inv(a);
+    }
+    CHECK_MSG(violations == 0, "%zu allocations overlapped blocks still in use on another stream", violations);
+    check_inv(a);
+    fp_alloc_stats s = get_stats(a);
+    CHECK(s.allocated_bytes.current == (int64_t)w.rounded_bytes);
+    CHECK(s.active_bytes.current >= s.allocated_bytes.current);
+    while (w.n_live) worker_free_one(&w, w.n_live - 1);
+    fake_complete(&f, NULL, 1);
+    CHECK_OK(fp_alloc_synchronize_events(a));
+    s = get_stats(a);
+    CHECK(s.active_bytes.current == 0 && s.pending_event_blocks == 0);
+    CHECK(f.records > 0 && f.live_count == 0);
+    check_inv(a);
+    free(q);
+    free(w.live);
+    fp_alloc_destroy(a);
+    CHECK(u.held == 0);
+}
+
+int main(int argc, char **argv) {
+#ifdef FP_TSAN_BUILD
+    size_t stress_ops = 80000;
+#else
+    size_t stress_ops = 1200000;
+#endif
+    for (int i = 1; i + 1 < argc; ++i)
+        if (!strcmp(argv[i], "--stress-ops")) stress_ops = strtoull(argv[i + 1], NULL, 10);
+    test_rounding();
+    test_small_pool_split_coalesce();
+    test_large_pool();
+    test_split_limit();
+    test_streams_and_events();
+    test_private_pools();
+    test_oom_ladder();
+    test_gc_threshold();
+    test_bad_input();
+    test_snapshot_json();
+    test_event_ring_and_replay();
+    test_trace_replay();
+    test_stress_events(stress_ops / 6);
+    test_stress(stress_ops);
+    TEST_END();
+}
