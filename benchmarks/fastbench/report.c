@@ -15,7 +15,7 @@ static void fmt_time(double ms, char *buf, size_t n) {
 }
 
 void fb_print_header(FILE *f) {
-    fprintf(f, "%-28s %-34s %11s %11s %8s %-7s %9s %8s %6s %9s %s\n", "scenario", "shape", "baseline",
+    fprintf(f, "%-28s %-44s %11s %11s %8s %-7s %9s %8s %6s %9s %s\n", "scenario", "shape", "baseline",
             "optimized", "speedup", "verdict", "GB/s", "TFLOP/s", "%peak", "max_err", "check/notes");
 }
 
@@ -23,7 +23,7 @@ void fb_print_row(FILE *f, const fb_result *r) {
     char shape[256], b[32], o[32], gbps[32], tf[32], pct[32], err[32];
     fb_params_string(r->params, shape, sizeof shape);
     if (r->status != FP_OK) {
-        fprintf(f, "%-28s %-34s FAILED: %s: %s\n", r->name, shape, fp_status_string(r->status), r->detail);
+        fprintf(f, "%-28s %-44s FAILED: %s: %s\n", r->name, shape, fp_status_string(r->status), r->detail);
         return;
     }
     char notes[256] = "";
@@ -38,10 +38,10 @@ void fb_print_row(FILE *f, const fb_result *r) {
         if (a->compared) snprintf(err, sizeof err, "%.2e", a->agreement.max_abs_err);
         else snprintf(err, sizeof err, "-");
         snprintf(notes, sizeof notes, "%s", a->compared ? (a->agreement.passed ? "ok" : "MISMATCH") : "");
-        fprintf(f, "%-28s %-34s %11s %11s %7.2fx %-7s %9s %8s %6s %9s ", r->name, shape, b, o,
+        fprintf(f, "%-28s %-44s %11s %11s %7.2fx %-7s %9s %8s %6s %9s ", r->name, shape, b, o,
                 a->speedup, fp_verdict_string(a->verdict), gbps, tf, pct, err);
     } else {
-        fprintf(f, "%-28s %-34s %11s %11s %8s %-7s %9s %8s %6s %9s ", r->name, shape, "-", "-", "-",
+        fprintf(f, "%-28s %-44s %11s %11s %8s %-7s %9s %8s %6s %9s ", r->name, shape, "-", "-", "-",
                 "-", "-", "-", "-", "-");
     }
     int shown = 0;

@@ -6,5 +6,6 @@
 #include "fastpath/core.h"
 #include "fastpath/timing.h"
 #include "fastpath/alloc.h"
+#include "fastpath/norm.h"
 
 #endif /* FASTPATH_FASTPATH_H */

@@ -1,6 +1,6 @@
-/* The ThreadSanitizer build links no CUDA library; src/core/status.c only
- * needs these three for its CUDA error mapping, which the host-only
- * allocator never reaches. */
+/* ThreadSanitizer builds link no CUDA library (host logic only);
+ * src/core/status.c names these three for its CUDA error mapping, which host
+ * code never reaches. fp_add_tsan_test adds this file to every TSan target. */
 #include <cuda_runtime_api.h>
 
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }

@@ -1,0 +1,271 @@
+/* norm/... scenarios: the fused LayerNorm / RMSNorm (+ residual, bias,
+ * activation) against the same math as separate unfused passes, through
+ * fp_norm_validate / fp_norm_backward_validate (timing, agreement, roofline
+ * from the bytes the fused op must move).
+ *
+ *   norm/layernorm_fwd   LayerNorm forward: "plain" (gamma, beta, stats) and
+ *                        "fused" (residual + residual_out + gamma, beta, bias
+ *                        + GELU tanh, stats)
+ *   norm/rmsnorm_fwd     RMSNorm forward: "plain" (gamma, rstd) and "fused"
+ *                        (residual + residual_out + gamma + bias + SiLU)
+ *   norm/layernorm_bwd   LayerNorm backward: "plain" (dx, dgamma, dbeta) and
+ *                        "fused" (through GELU tanh and bias, + dresidual_out)
+ *   norm/rmsnorm_bwd     the same for RMSNorm (SiLU)
+ *
+ * Shapes (GPU): 4096x768, 16384x4096, 8192x8192, 2048x12288, 1000x5120,
+ * 333x1537; --rows R --cols C for one shape. With --quick and on CPU
+ * contexts: 256x768 and 333x1537. dtypes: bf16, f16, f32 (--dtype to pick;
+ * CPU default bf16 only). On a GPU each row also reports the fused op's
+ * bandwidth as a fraction of the measured device-to-device copy bandwidth
+ * (metric pct_of_copy, the issue's target figure).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fastpath/norm.h"
+#include "scenario.h"
+#include "timing/probes.h"
+
+static const int64_t k_gpu_shapes[][2] = {{4096, 768},  {16384, 4096}, {8192, 8192},
+                                          {2048, 12288}, {1000, 5120},  {333, 1537}};
+static const int64_t k_small_shapes[][2] = {{256, 768}, {333, 1537}};
+
+/* n random values in [lo, hi) (never zero) of dtype uploaded to ctx memory. */
+static fp_status upload_random(fp_context *ctx, fp_dtype dt, size_t n, uint64_t seed, float lo, float hi,
+                               void **out) {
+    size_t bytes = n * fp_dtype_size(dt);
+    float *h = malloc(n * sizeof *h);
+    void *hd = malloc(bytes);
+    fp_status st = (h && hd) ? FP_OK : FP_ERR_OUT_OF_MEMORY;
+    uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 7;
+    for (size_t i = 0; st == FP_OK && i < n; ++i) {
+        s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
+        float u = (float)((s * 0x2545F4914F6CDD1DULL) >> 40) / (float)(1 << 24);
+        float v = lo + (hi - lo) * u;
+        h[i] = v == 0.0f ? 0.5f : v;
+    }
+    *out = NULL;
+    if (st == FP_OK) st = fp_convert_host(h, FP_F32, hd, dt, n);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, bytes, out);
+    if (st == FP_OK) st = fp_mem_upload(ctx, *out, hd, bytes, NULL);
+    if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
+    free(h);
+    free(hd);
+    return st;
+}
+
+typedef struct copy_job {
+    fp_context *ctx;
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_job;
+
+static fp_status copy_fn(void *user, fp_stream stream) {
+    copy_job *c = user;
+    return fp_copy(c->ctx, stream, 1, c->dst, c->src, c->bytes);
+}
+
+/* Device-to-device copy bandwidth (GB/s, read + write) on 512 MiB, or 0. */
+static double measure_copy_gbps(fb_run *run) {
+    fp_context *ctx = fb_ctx(run);
+    size_t bytes = (size_t)512 << 20;
+    void *a = NULL, *b = NULL;
+    double gbps = 0.0;
+    if (fp_mem_alloc(ctx, bytes, &a) == FP_OK && fp_mem_alloc(ctx, bytes, &b) == FP_OK &&
+        fp_mem_fill(ctx, a, 1, bytes, NULL) == FP_OK) {
+        copy_job job = {ctx, b, a, bytes};
+        fp_stats st;
+        if (fp_time(ctx, NULL, copy_fn, &job, fb_timing(run), &st) == FP_OK && st.median_ms > 0)
+            gbps = 2.0 * (double)bytes / (st.median_ms * 1e-3) / 1e9;
+    }
+    fp_mem_free(ctx, a);
+    fp_mem_free(ctx, b);
+    fp_clear_error();
+    return gbps;
+}
+
+typedef struct shape_list {
+    int64_t (*shapes)[2];
+    int n;
+    int64_t one[1][2];
+} shape_list;
+
+static void pick_shapes(fb_run *run, shape_list *sl) {
+    int small = fb_quick(run) || fb_kind(run) == FP_DEVICE_CPU;
+    if (fb_opt_given(run, "rows") || fb_opt_given(run, "cols")) {
+        sl->one[0][0] = fb_opt_int(run, "rows", 4096);
+        sl->one[0][1] = fb_opt_int(run, "cols", 4096);
+        sl->shapes = sl->one;
+        sl->n = 1;
+    } else if (small) {
+        sl->shapes = (int64_t(*)[2])k_small_shapes;
+        sl->n = (int)(sizeof k_small_shapes / sizeof k_small_shapes[0]);
+    } else {
+        sl->shapes = (int64_t(*)[2])k_gpu_shapes;
+        sl->n = (int)(sizeof k_gpu_shapes / sizeof k_gpu_shapes[0]);
+    }
+}
+
+static int pick_dtypes(fb_run *run, fp_dtype *dts) {
+    int n = fb_dtypes(run, dts, 3);
+    if (n > 0) return n;
+    dts[0] = FP_BF16;
+    dts[1] = FP_F16;
+    dts[2] = FP_F32;
+    return fb_kind(run) == FP_DEVICE_CPU ? 1 : 3;
+}
+
+static void report(fb_result *r, fp_status st, const fp_ab_report *rep, double copy_gbps) {
+    if (st != FP_OK) {
+        fb_result_fail(r, st, fp_last_error());
+        return;
+    }
+    fb_result_set_ab(r, rep);
+    if (copy_gbps > 0.0) fb_result_metric(r, "pct_of_copy", 100.0 * rep->achieved_gbps / copy_gbps);
+    fb_result_metric(r, "baseline_gbps",
+                     rep->baseline.median_ms > 0 ? rep->achieved_gbps * rep->optimized.median_ms /
+                                                       rep->baseline.median_ms
+                                                 : 0.0);
+}
+
+/* ---- forward ---- */
+
+static fp_status run_fwd(fb_run *run, fp_norm_kind kind) {
+    fp_context *ctx = fb_ctx(run);
+    shape_list sl;
+    pick_shapes(run, &sl);
+    fp_dtype dts[3];
+    int ndt = pick_dtypes(run, dts);
+    double copy_gbps = fb_kind(run) == FP_DEVICE_CUDA ? measure_copy_gbps(run) : 0.0;
+    for (int si = 0; si < sl.n; ++si)
+        for (int di = 0; di < ndt; ++di)
+            for (int fused = 0; fused < 2; ++fused) {
+                const int64_t rows = sl.shapes[si][0], cols = sl.shapes[si][1];
+                const fp_dtype dt = dts[di];
+                const size_t n = (size_t)rows * (size_t)cols;
+                fb_result *r = fb_result_new(run);
+                fb_param_int(r, "rows", rows);
+                fb_param_int(r, "cols", cols);
+                fb_param_str(r, "dtype", fp_dtype_name(dt));
+                fb_param_str(r, "variant", fused ? "fused" : "plain");
+                void *x = NULL, *res = NULL, *g = NULL, *b = NULL, *bias = NULL, *stats = NULL;
+                fp_status st = upload_random(ctx, dt, n, 1, -2.0f, 3.0f, &x);
+                if (st == FP_OK && fused) st = upload_random(ctx, dt, n, 2, -1.0f, 1.0f, &res);
+                if (st == FP_OK) st = upload_random(ctx, dt, (size_t)cols, 3, 0.5f, 1.5f, &g);
+                if (st == FP_OK) st = upload_random(ctx, dt, (size_t)cols, 4, -0.5f, 0.5f, &b);
+                if (st == FP_OK && fused) st = upload_random(ctx, dt, (size_t)cols, 5, -0.2f, 0.2f, &bias);
+                if (st == FP_OK) st = fp_mem_alloc(ctx, 2 * (size_t)rows * sizeof(float), &stats);
+                fp_ab_report rep;
+                if (st == FP_OK) {
+                    fp_norm_params p;
+                    fp_norm_params_default(&p);
+                    p.kind = kind;
+                    p.rows = rows;
+                    p.cols = cols;
+                    p.x_dtype = p.residual_dtype = p.out_dtype = p.param_dtype = dt;
+                    p.x = x;
+                    p.gamma = g;
+                    p.beta = kind == FP_NORM_LAYERNORM ? b : NULL;
+                    p.mean = kind == FP_NORM_LAYERNORM ? (float *)stats : NULL;
+                    p.rstd = (float *)stats + rows;
+                    if (fused) {
+                        p.residual = res;
+                        p.residual_out = x; /* selects the fused write; validate uses scratch */
+                        p.bias = bias;
+                        p.activation = kind == FP_NORM_LAYERNORM ? FP_NORM_ACT_GELU_TANH : FP_NORM_ACT_SILU;
+                    }
+                    st = fp_norm_validate(ctx, NULL, &p, fb_timing(run), &rep);
+                }
+                report(r, st, &rep, copy_gbps);
+                void *ptrs[] = {x, res, g, b, bias, stats};
+                for (int k = 0; k < 6; ++k) fp_mem_free(ctx, ptrs[k]);
+            }
+    return FP_OK;
+}
+
+/* ---- backward ---- */
+
+static fp_status run_bwd(fb_run *run, fp_norm_kind kind) {
+    fp_context *ctx = fb_ctx(run);
+    shape_list sl;
+    pick_shapes(run, &sl);
+    fp_dtype dts[3];
+    int ndt = pick_dtypes(run, dts);
+    double copy_gbps = fb_kind(run) == FP_DEVICE_CUDA ? measure_copy_gbps(run) : 0.0;
+    for (int si = 0; si < sl.n; ++si)
+        for (int di = 0; di < ndt; ++di)
+            for (int fused = 0; fused < 2; ++fused) {
+                const int64_t rows = sl.shapes[si][0], cols = sl.shapes[si][1];
+                const fp_dtype dt = dts[di];
+                const size_t n = (size_t)rows * (size_t)cols, es = fp_dtype_size(dt);
+                fb_result *r = fb_result_new(run);
+                fb_param_int(r, "rows", rows);
+                fb_param_int(r, "cols", cols);
+                fb_param_str(r, "dtype", fp_dtype_name(dt));
+                fb_param_str(r, "variant", fused ? "fused" : "plain");
+                void *x = NULL, *dy = NULL, *dres = NULL, *g = NULL, *b = NULL, *stats = NULL, *tmp = NULL;
+                fp_status st = upload_random(ctx, dt, n, 11, -2.0f, 3.0f, &x);
+                if (st == FP_OK) st = upload_random(ctx, dt, n, 12, -1.0f, 1.0f, &dy);
+                if (st == FP_OK && fused) st = upload_random(ctx, dt, n, 13, -1.0f, 1.0f, &dres);
+                if (st == FP_OK) st = upload_random(ctx, dt, (size_t)cols, 14, 0.5f, 1.5f, &g);
+                if (st == FP_OK) st = upload_random(ctx, dt, (size_t)cols, 15, -0.5f, 0.5f, &b);
+                if (st == FP_OK) st = fp_mem_alloc(ctx, 2 * (size_t)rows * sizeof(float), &stats);
+                if (st == FP_OK) st = fp_mem_alloc(ctx, n * es, &tmp);
+                /* mean / rstd of x, as the forward saves them */
+                if (st == FP_OK) {
+                    fp_norm_params fp;
+                    fp_norm_params_default(&fp);
+                    fp.kind = kind;
+                    fp.rows = rows;
+                    fp.cols = cols;
+                    fp.x_dtype = fp.residual_dtype = fp.out_dtype = fp.param_dtype = dt;
+                    fp.x = x;
+                    fp.out = tmp;
+                    fp.mean = (float *)stats;
+                    fp.rstd = (float *)stats + rows;
+                    st = fp_norm_forward(ctx, NULL, &fp);
+                }
+                fp_ab_report rep;
+                if (st == FP_OK) {
+                    fp_norm_backward_params p;
+                    fp_norm_backward_params_default(&p);
+                    p.kind = kind;
+                    p.rows = rows;
+                    p.cols = cols;
+                    p.dtype = p.param_dtype = dt;
+                    p.dout = dy;
+                    p.x = x;
+                    p.gamma = g;
+                    p.mean = (float *)stats;
+                    p.rstd = (float *)stats + rows;
+                    p.dgamma = g; /* non-NULL selects dgamma/dbeta; validate writes scratch only */
+                    p.dbeta = kind == FP_NORM_LAYERNORM ? b : NULL;
+                    if (fused) {
+                        p.activation = kind == FP_NORM_LAYERNORM ? FP_NORM_ACT_GELU_TANH : FP_NORM_ACT_SILU;
+                        p.beta = kind == FP_NORM_LAYERNORM ? b : NULL;
+                        p.bias = b;
+                        p.dresidual_out = dres;
+                    }
+                    st = fp_norm_backward_validate(ctx, NULL, &p, fb_timing(run), &rep);
+                }
+                report(r, st, &rep, copy_gbps);
+                void *ptrs[] = {x, dy, dres, g, b, stats, tmp};
+                for (int k = 0; k < 7; ++k) fp_mem_free(ctx, ptrs[k]);
+            }
+    return FP_OK;
+}
+
+static fp_status run_layernorm_fwd(fb_run *run) { return run_fwd(run, FP_NORM_LAYERNORM); }
+static fp_status run_rmsnorm_fwd(fb_run *run) { return run_fwd(run, FP_NORM_RMSNORM); }
+static fp_status run_layernorm_bwd(fb_run *run) { return run_bwd(run, FP_NORM_LAYERNORM); }
+static fp_status run_rmsnorm_bwd(fb_run *run) { return run_bwd(run, FP_NORM_RMSNORM); }
+
+FB_SCENARIO(norm_layernorm_fwd, "norm/layernorm_fwd",
+            "LayerNorm forward: fused (residual, bias, GELU) vs unfused passes", run_layernorm_fwd)
+FB_SCENARIO(norm_rmsnorm_fwd, "norm/rmsnorm_fwd",
+            "RMSNorm forward: fused (residual, bias, SiLU) vs unfused passes", run_rmsnorm_fwd)
+FB_SCENARIO(norm_layernorm_bwd, "norm/layernorm_bwd",
+            "LayerNorm backward (dx, dgamma, dbeta; through GELU + residual) vs unfused", run_layernorm_bwd)
+FB_SCENARIO(norm_rmsnorm_bwd, "norm/rmsnorm_bwd",
+            "RMSNorm backward (dx, dgamma; through SiLU + residual) vs unfused", run_rmsnorm_bwd)

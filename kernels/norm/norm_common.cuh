@@ -1,0 +1,107 @@
+// Device helpers shared by the fused-norm kernels: dtype conversion, 16-byte
+// vector pack/unpack, activations and their derivatives, row reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "norm/norm_launch.h"
+
+namespace fpnorm {
+
+// Mirrors of the public enums (kernels do not include the C headers' enums).
+enum { KIND_LAYERNORM = 0, KIND_RMSNORM = 1 };
+enum { ACT_NONE = 0, ACT_GELU_ERF = 1, ACT_GELU_TANH = 2, ACT_RELU = 3, ACT_SILU = 4 };
+enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+// v rounded to T and back: what storing and re-loading gives.
+template <typename T> __device__ __forceinline__ float round_to(float v) { return to_f(from_f<T>(v)); }
+
+// Elements per 16-byte vector.
+template <typename T> struct Vec { static constexpr int N = 16 / (int)sizeof(T); };
+
+template <typename T>
+__device__ __forceinline__ void unpack(const uint4 &u, float (&f)[Vec<T>::N]) {
+    const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) f[i] = to_f(e[i]);
+}
+template <typename T>
+__device__ __forceinline__ uint4 pack(const float (&f)[Vec<T>::N]) {
+    uint4 u;
+    T *e = reinterpret_cast<T *>(&u);
+#pragma unroll
+    for (int i = 0; i < Vec<T>::N; ++i) e[i] = from_f<T>(f[i]);
+    return u;
+}
+// 128-bit global load / store (LDG.E.128 / STG.E.128); p must be 16-byte aligned.
+__device__ __forceinline__ uint4 ldg16(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
+__device__ __forceinline__ void stg16(void *p, const uint4 &v) { *reinterpret_cast<uint4 *>(p) = v; }
+
+constexpr float kSqrtHalf = 0.70710678118654752f;
+constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluC = 0.044715f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+// act is uniform across the grid: the switch costs a predictable branch.
+__device__ __forceinline__ float act_f(int act, float y) {
+    switch (act) {
+    case ACT_GELU_ERF: return 0.5f * y * (1.0f + erff(y * kSqrtHalf));
+    case ACT_GELU_TANH: return 0.5f * y * (1.0f + tanhf(kGeluK * (y + kGeluC * y * y * y)));
+    case ACT_RELU: return y > 0.0f ? y : 0.0f;
+    case ACT_SILU: return y / (1.0f + expf(-y));
+    default: return y;
+    }
+}
+__device__ __forceinline__ float dact_f(int act, float y) {
+    switch (act) {
+    case ACT_GELU_ERF: return 0.5f * (1.0f + erff(y * kSqrtHalf)) + y * kInvSqrt2Pi * expf(-0.5f * y * y);
+    case ACT_GELU_TANH: {
+        float t = tanhf(kGeluK * (y + kGeluC * y * y * y));
+        return 0.5f * (1.0f + t) + 0.5f * y * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * y * y);
+    }
+    case ACT_RELU: return y > 0.0f ? 1.0f : 0.0f;
+    case ACT_SILU: {
+        float sg = 1.0f / (1.0f + expf(-y));
+        return sg * (1.0f + y * (1.0f - sg));
+    }
+    default: return 1.0f;
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Sum over the blockDim.x threads that share a row. blockDim.x is 32 (a warp
+// per row: shuffles only) or a multiple of 32 with blockDim.y == 1 (a block
+// per row: shuffles, then one value per warp through shared memory). Every
+// thread gets the same total, summed in the same order (deterministic).
+__device__ __forceinline__ float row_sum(float v, float *red_smem /* [32] */) {
+    v = warp_sum(v);
+    if (blockDim.x == 32) return v;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    __syncthreads();  // red_smem may still be read by a previous row_sum
+    if (lane == 0) red_smem[warp] = v;
+    __syncthreads();
+    float t = lane < nwarps ? red_smem[lane] : 0.0f;
+    return warp_sum(t);
+}
+
+__host__ __device__ __forceinline__ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+}  // namespace fpnorm

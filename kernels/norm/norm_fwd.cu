@@ -1,0 +1,388 @@
+// Fused forward of LayerNorm / RMSNorm with residual add, affine, bias and
+// activation, plus the unfused baseline used by fp_norm_validate.
+//
+// Kernel versions (fp_norm_fwd_launch(desc, version, stream); 0 = automatic):
+//   norm_fwd_v1  any shape, any alignment: a block per row, scalar loads, the
+//                row re-read through L1/L2 for each of its three passes (sum,
+//                squared deviations, output). Fallback for misaligned
+//                pointers, cols or strides not a multiple of the vector width,
+//                and rows too long for registers.
+//   norm_fwd_v2  the row in registers: 16-byte vector loads, NV vectors per
+//                thread, blockDim.x threads per row: a warp per row (4 rows
+//                per block) when the row fits 32 threads x 4 vectors, else a
+//                block per row (<= 512 threads). Two-pass variance over the
+//                registers; one read of x/residual, one write of out/res_out.
+//   unfused      baseline: elementwise add (vectorized when aligned); norm
+//                (norm_fwd_v2/v1 with nothing fused); elementwise affine;
+//                elementwise activation. Each step re-reads the tensor.
+// Run: tests/norm/test_norm_gpu (correctness, every version), fastbench
+// --scenario norm/... (timing, fused vs unfused).
+#include "norm/norm_common.cuh"
+
+namespace fpnorm {
+
+// (rows, cols) row-major with row strides; gamma/beta/bias [cols].
+constexpr int kV1Threads = 256;
+constexpr int kV2MaxThreads = 512;
+constexpr int kWarpRows = 4;  // rows per block in warp-per-row mode
+
+// ---------------------------------------------------------------------------
+// v1: scalar, any shape
+// ---------------------------------------------------------------------------
+template <typename T>
+__global__ void __launch_bounds__(kV1Threads) norm_fwd_v1(const fp_norm_fwd_desc d) {
+    __shared__ float red_smem[32];
+    const int64_t row = blockIdx.x;
+    const int64_t n = d.cols;
+    const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
+    const T *res = d.res ? static_cast<const T *>(d.res) + row * d.res_stride : nullptr;
+    const T *gamma = static_cast<const T *>(d.gamma);
+    const T *beta = static_cast<const T *>(d.beta);
+    const T *bias = static_cast<const T *>(d.bias);
+    // s = round_T(x + res), recomputed in each pass (res_out is written only
+    // in the last pass so that it may alias res).
+    auto load_s = [&](int64_t j) {
+        float v = to_f(x[j]);
+        return res ? round_to<T>(v + to_f(res[j])) : v;
+    };
+    // LayerNorm sums s - shift with shift = x[0]: near the data, so the f32
+    // sums carry no large offset (a mean of 1e4 with a spread of 1 keeps its
+    // digits); mean = shift + delta.
+    const float shift = d.kind == KIND_LAYERNORM ? to_f(x[0]) : 0.0f;
+    float delta = 0.0f;
+    if (d.kind == KIND_LAYERNORM) {
+        float acc = 0.0f;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc += load_s(j) - shift;
+        delta = row_sum(acc, red_smem) / (float)n;
+    }
+    float acc = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float t = (load_s(j) - shift) - delta;
+        acc += t * t;
+    }
+    const float rstd = rsqrtf(row_sum(acc, red_smem) / (float)n + d.eps);
+    if (threadIdx.x == 0) {
+        if (d.mean) d.mean[row] = shift + delta;
+        if (d.rstd) d.rstd[row] = rstd;
+    }
+    T *out = static_cast<T *>(d.out) + row * d.out_stride;
+    T *res_out = d.res_out ? static_cast<T *>(d.res_out) + row * d.res_out_stride : nullptr;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float s = load_s(j);
+        if (res_out) res_out[j] = from_f<T>(s);
+        float y = ((s - shift) - delta) * rstd;
+        if (gamma) y *= to_f(gamma[j]);
+        float sh = beta ? to_f(beta[j]) : 0.0f;
+        if (bias) sh += to_f(bias[j]);
+        out[j] = from_f<T>(act_f(d.act, y + sh));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// v2: row in registers, 16-byte vectors
+// ---------------------------------------------------------------------------
+template <typename T, int NV>
+__global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_desc d) {
+    constexpr int V = Vec<T>::N;
+    __shared__ float red_smem[32];
+    const int64_t row = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+    // Warp-per-row: a whole warp leaves together (no block barrier in that
+    // mode). Block-per-row: blockDim.y == 1 and the whole block leaves.
+    if (row >= d.rows) return;
+    const int nvec = (int)(d.cols / V);
+    const int tpr = blockDim.x;
+    const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
+    const T *res = d.res ? static_cast<const T *>(d.res) + row * d.res_stride : nullptr;
+    T *res_out = d.res_out ? static_cast<T *>(d.res_out) + row * d.res_out_stride : nullptr;
+
+    // s_reg holds s - shift (see norm_fwd_v1). x[0] is read before any
+    // thread writes out (which may alias x): the writes come after row_sum.
+    const float shift = d.kind == KIND_LAYERNORM ? to_f(x[0]) : 0.0f;
+    float s_reg[NV][V];
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int j = threadIdx.x + k * tpr;  // vector index in the row
+        if (j < nvec) {
+            unpack<T>(ldg16(x + (int64_t)j * V), s_reg[k]);
+            if (res) {
+                float r[V];
+                unpack<T>(ldg16(res + (int64_t)j * V), r);
+#pragma unroll
+                for (int e = 0; e < V; ++e) s_reg[k][e] = round_to<T>(s_reg[k][e] + r[e]);
+            }
+            if (res_out) stg16(res_out + (int64_t)j * V, pack<T>(s_reg[k]));
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                s_reg[k][e] -= shift;
+                acc += s_reg[k][e];
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) s_reg[k][e] = 0.0f;
+        }
+    }
+    const float inv_n = 1.0f / (float)d.cols;
+    float mean = 0.0f;  // of s - shift
+    if (d.kind == KIND_LAYERNORM) mean = row_sum(acc, red_smem) * inv_n;
+    // Second pass over registers: sum of squared deviations (no cancellation).
+    acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        if (threadIdx.x + k * tpr < nvec) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                float t = s_reg[k][e] - mean;
+                acc += t * t;
+            }
+        }
+    }
+    const float rstd = rsqrtf(row_sum(acc, red_smem) * inv_n + d.eps);
+    if (threadIdx.x == 0) {
+        if (d.mean) d.mean[row] = shift + mean;
+        if (d.rstd) d.rstd[row] = rstd;
+    }
+    T *out = static_cast<T *>(d.out) + row * d.out_stride;
+    const T *gamma = static_cast<const T *>(d.gamma);
+    const T *beta = static_cast<const T *>(d.beta);
+    const T *bias = static_cast<const T *>(d.bias);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int j = threadIdx.x + k * tpr;
+        if (j < nvec) {
+            float y[V], p[V];
+#pragma unroll
+            for (int e = 0; e < V; ++e) y[e] = (s_reg[k][e] - mean) * rstd;
+            if (gamma) {
+                unpack<T>(ldg16(gamma + (int64_t)j * V), p);
+#pragma unroll
+                for (int e = 0; e < V; ++e) y[e] *= p[e];
+            }
+            if (beta || bias) {
+                float sh[V];
+#pragma unroll
+                for (int e = 0; e < V; ++e) sh[e] = 0.0f;
+                if (beta) {
+                    unpack<T>(ldg16(beta + (int64_t)j * V), p);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) sh[e] = p[e];
+                }
+                if (bias) {
+                    unpack<T>(ldg16(bias + (int64_t)j * V), p);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) sh[e] += p[e];
+                }
+#pragma unroll
+                for (int e = 0; e < V; ++e) y[e] += sh[e];
+            }
+            if (d.act != ACT_NONE) {
+#pragma unroll
+                for (int e = 0; e < V; ++e) y[e] = act_f(d.act, y[e]);
+            }
+            stg16(out + (int64_t)j * V, pack<T>(y));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Unfused baseline: one elementwise kernel per step (op is uniform).
+// ---------------------------------------------------------------------------
+enum { EW_ADD = 0, EW_AFFINE = 1, EW_ACT = 2 };
+
+// Grid: x over column chunks of blockDim.x * (VECTOR ? V : 1) elements, y over
+// rows (grid-stride when rows > gridDim.y).
+template <typename T, bool VECTOR>
+__global__ void __launch_bounds__(256) norm_unfused_elementwise(const fp_norm_fwd_desc d, int op) {
+    constexpr int W = VECTOR ? Vec<T>::N : 1;
+    const int64_t j0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
+    if (j0 >= d.cols) return;
+    const T *gamma = static_cast<const T *>(d.gamma);
+    const T *beta = static_cast<const T *>(d.beta);
+    const T *bias = static_cast<const T *>(d.bias);
+    for (int64_t row = blockIdx.y; row < d.rows; row += gridDim.y) {
+        T *out = static_cast<T *>(d.out) + row * d.out_stride + j0;
+        float a[W], b[W];
+        auto load = [&](const T *p, float(&f)[W]) {
+            if constexpr (VECTOR) unpack<T>(ldg16(p), f);
+            else f[0] = to_f(*p);
+        };
+        auto store = [&](T *p, const float(&f)[W]) {
+            if constexpr (VECTOR) stg16(p, pack<T>(f));
+            else *p = from_f<T>(f[0]);
+        };
+        if (op == EW_ADD) {  // out = x + res (res may be absent: a copy to res_out)
+            load(static_cast<const T *>(d.x) + row * d.x_stride + j0, a);
+            if (d.res) {
+                load(static_cast<const T *>(d.res) + row * d.res_stride + j0, b);
+#pragma unroll
+                for (int e = 0; e < W; ++e) a[e] += b[e];
+                store(out, a);
+            }
+            if (d.res_out) store(static_cast<T *>(d.res_out) + row * d.res_out_stride + j0, a);
+        } else if (op == EW_AFFINE) {
+            load(out, a);
+            if (gamma) {
+                load(gamma + j0, b);
+#pragma unroll
+                for (int e = 0; e < W; ++e) a[e] *= b[e];
+            }
+            float sh[W];
+#pragma unroll
+            for (int e = 0; e < W; ++e) sh[e] = 0.0f;
+            if (beta) {
+                load(beta + j0, b);
+#pragma unroll
+                for (int e = 0; e < W; ++e) sh[e] = b[e];
+            }
+            if (bias) {
+                load(bias + j0, b);
+#pragma unroll
+                for (int e = 0; e < W; ++e) sh[e] += b[e];
+            }
+#pragma unroll
+            for (int e = 0; e < W; ++e) a[e] += sh[e];
+            store(out, a);
+        } else {
+            load(out, a);
+#pragma unroll
+            for (int e = 0; e < W; ++e) a[e] = act_f(d.act, a[e]);
+            store(out, a);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Launchers
+// ---------------------------------------------------------------------------
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int round_up32(int64_t v) { return (int)(ceil_div(v, 32) * 32); }
+
+// Every tensor / vector pointer 16-byte aligned, cols and strides multiples of
+// the vector width: the preconditions of the vectorized kernels.
+static bool fwd_vectorizable(const fp_norm_fwd_desc &d, int V) {
+    const void *ptrs[] = {d.x, d.res, d.res_out, d.out, d.gamma, d.beta, d.bias};
+    for (const void *p : ptrs)
+        if (p && !aligned16(p)) return false;
+    if (d.cols % V) return false;
+    if (d.x_stride % V || d.out_stride % V) return false;
+    if (d.res && d.res_stride % V) return false;
+    if (d.res_out && d.res_out_stride % V) return false;
+    return true;
+}
+
+template <typename T>
+static cudaError_t launch_v1(const fp_norm_fwd_desc &d, cudaStream_t stream) {
+    if (d.rows > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    const int threads = (int)(d.cols < kV1Threads ? round_up32(d.cols) : kV1Threads);
+    norm_fwd_v1<T><<<(unsigned)d.rows, threads, 0, stream>>>(d);
+    return cudaGetLastError();
+}
+
+template <typename T, int NV>
+static void launch_v2_nv(const fp_norm_fwd_desc &d, dim3 grid, dim3 block, cudaStream_t stream) {
+    norm_fwd_v2<T, NV><<<grid, block, 0, stream>>>(d);
+}
+
+// Picks NV (vectors per thread) and threads per row; false if the row does
+// not fit the registers of one block (then v1 runs).
+template <typename T>
+static bool launch_v2(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_t *err) {
+    constexpr int V = Vec<T>::N;
+    constexpr int kMaxNV = 32 / V;  // <= 32 floats of row per thread: no spills
+    const int64_t nvec = d.cols / V;
+    dim3 grid, block;
+    int nv;
+    if (nvec <= 32 * 4) {  // warp per row
+        nv = nvec <= 32 ? 1 : nvec <= 64 ? 2 : 4;
+        block = dim3(32, kWarpRows);
+        grid = dim3((unsigned)ceil_div(d.rows, kWarpRows));
+        if (ceil_div(d.rows, kWarpRows) > 0x7fffffffLL) return false;
+    } else {  // block per row: the fewest vectors per thread that fit 512 threads
+        nv = 0;
+        for (int c = 2; c <= kMaxNV; c *= 2)
+            if (ceil_div(nvec, c) <= kV2MaxThreads) { nv = c; break; }
+        if (nv == 0 || d.rows > 0x7fffffffLL) return false;
+        block = dim3(round_up32(ceil_div(nvec, nv)), 1);
+        grid = dim3((unsigned)d.rows);
+    }
+    switch (nv) {
+    case 1: launch_v2_nv<T, 1>(d, grid, block, stream); break;
+    case 2: launch_v2_nv<T, 2>(d, grid, block, stream); break;
+    case 4: launch_v2_nv<T, 4>(d, grid, block, stream); break;
+    default:
+        if constexpr (kMaxNV >= 8) launch_v2_nv<T, kMaxNV>(d, grid, block, stream);
+        break;
+    }
+    *err = cudaGetLastError();
+    return true;
+}
+
+template <typename T>
+static cudaError_t fwd_dispatch(const fp_norm_fwd_desc &d, int version, cudaStream_t stream) {
+    if (version != 1 && fwd_vectorizable(d, Vec<T>::N)) {
+        cudaError_t err = cudaSuccess;
+        if (launch_v2<T>(d, stream, &err)) return err;
+    }
+    return launch_v1<T>(d, stream);
+}
+
+template <typename T>
+static cudaError_t unfused_step(const fp_norm_fwd_desc &d, int op, cudaStream_t stream) {
+    constexpr int V = Vec<T>::N;
+    const bool vec = fwd_vectorizable(d, V);
+    const int64_t per_block = 256LL * (vec ? V : 1);
+    const int64_t gx = ceil_div(d.cols, per_block);
+    if (gx > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    dim3 grid((unsigned)gx, (unsigned)(d.rows < 65535 ? d.rows : 65535));
+    if (vec) norm_unfused_elementwise<T, true><<<grid, 256, 0, stream>>>(d, op);
+    else norm_unfused_elementwise<T, false><<<grid, 256, 0, stream>>>(d, op);
+    return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t unfused_dispatch(const fp_norm_fwd_desc &d, cudaStream_t stream) {
+    cudaError_t err;
+    if (d.res || d.res_out) {
+        if ((err = unfused_step<T>(d, EW_ADD, stream)) != cudaSuccess) return err;
+    }
+    // Norm alone: input is the sum (in out) or x, output out, stats saved.
+    fp_norm_fwd_desc n = d;
+    n.res = nullptr;
+    n.res_out = nullptr;
+    n.gamma = n.beta = n.bias = nullptr;
+    n.act = ACT_NONE;
+    if (d.res) {
+        n.x = d.out;
+        n.x_stride = d.out_stride;
+    }
+    if ((err = fwd_dispatch<T>(n, 0, stream)) != cudaSuccess) return err;
+    if (d.gamma || d.beta || d.bias) {
+        if ((err = unfused_step<T>(d, EW_AFFINE, stream)) != cudaSuccess) return err;
+    }
+    if (d.act != ACT_NONE) {
+        if ((err = unfused_step<T>(d, EW_ACT, stream)) != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+}
+
+}  // namespace fpnorm
+
+using namespace fpnorm;
+
+extern "C" cudaError_t fp_norm_fwd_launch(const fp_norm_fwd_desc *d, int version, cudaStream_t stream) {
+    switch (d->dtype) {
+    case DT_F32: return fwd_dispatch<float>(*d, version, stream);
+    case DT_F16: return fwd_dispatch<__half>(*d, version, stream);
+    case DT_BF16: return fwd_dispatch<__nv_bfloat16>(*d, version, stream);
+    }
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t fp_norm_fwd_unfused_launch(const fp_norm_fwd_desc *d, cudaStream_t stream) {
+    switch (d->dtype) {
+    case DT_F32: return unfused_dispatch<float>(*d, stream);
+    case DT_F16: return unfused_dispatch<__half>(*d, stream);
+    case DT_BF16: return unfused_dispatch<__nv_bfloat16>(*d, stream);
+    }
+    return cudaErrorInvalidValue;
+}

@@ -1,0 +1,395 @@
+/* Fused norm on a CPU context: every option combination against the double
+ * reference, odd shapes, strides and misaligned pointers, the unfused
+ * baseline through validate, backward against the reference backward and a
+ * finite-difference check, determinism over thread counts, and bad input. */
+#include "norm_test_util.h"
+
+static void test_forward_combos(fp_context *ctx) {
+    nt_fwd_all_combos(ctx, 5, 37, 0, 0, -1, 100);
+    nt_fwd_all_combos(ctx, 4, 64, 3, 1, -1, 20000);
+}
+
+static void test_forward_shapes(fp_context *ctx) {
+    static const int64_t shapes[][3] = {{1, 1, 0}, {3, 3, 0}, {2, 1, 5}, {333, 1537, 0}, {17, 4096, 8},
+                                        {2, 40000, 0}, {64, 768, 0}};
+    static const fp_dtype dts[] = {FP_F32, FP_F16, FP_BF16};
+    uint64_t seed = 7;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+        for (int kind = 0; kind < 2; ++kind)
+            for (int di = 0; di < 3; ++di) {
+                norm_case c = {0};
+                c.kind = (fp_norm_kind)kind;
+                c.act = kind ? FP_NORM_ACT_SILU : FP_NORM_ACT_GELU_TANH;
+                c.dtype = dts[di];
+                c.rows = shapes[s][0];
+                c.cols = shapes[s][1];
+                c.pad = shapes[s][2];
+                c.res = c.res_out = c.gamma = c.beta = c.bias = c.stats = 1;
+                nt_run_fwd(ctx, &c, seed++, -1);
+                c.res = c.res_out = c.bias = 0;
+                c.act = FP_NORM_ACT_NONE;
+                nt_run_fwd(ctx, &c, seed++, -1);
+            }
+}
+
+/* A large mean over a small spread: E[x^2] - E[x]^2 in f32 would lose every
+ * digit of the variance; the two-pass variance keeps it. */
+static void test_stable_variance(fp_context *ctx) {
+    norm_case c = {0};
+    c.kind = FP_NORM_LAYERNORM;
+    c.dtype = FP_F32;
+    c.rows = 8;
+    c.cols = 4096;
+    c.lo = 9999.0f;
+    c.hi = 10001.0f;
+    c.stats = 1;
+    c.gamma = 1;
+    nt_run_fwd(ctx, &c, 99, -1);
+}
+
+static void test_in_place(fp_context *ctx) {
+    nt_in_place(ctx, FP_F32, 9, 100, FP_NORM_ACT_RELU);
+    nt_in_place(ctx, FP_BF16, 5, 333, FP_NORM_ACT_GELU_ERF);
+}
+
+static void test_validate(fp_context *ctx) {
+    static const fp_dtype dts[] = {FP_F32, FP_F16, FP_BF16};
+    fp_timing_config cfg;
+    fp_timing_config_default(&cfg);
+    cfg.warmup = 1;
+    cfg.min_samples = 3;
+    cfg.max_samples = 10;
+    cfg.max_time_s = 0.05;
+    for (int di = 0; di < 3; ++di)
+        for (int variant = 0; variant < 3; ++variant) {
+            const int64_t rows = 64, cols = 333;
+            const fp_dtype dt = dts[di];
+            const size_t es = fp_dtype_size(dt), n = (size_t)(rows * cols);
+            void *x = nt_random(dt, n, 5 + di, -2, 3), *res = nt_random(dt, n, 6, -1, 1);
+            void *g = nt_random(dt, cols, 7, 0.5f, 1.5f), *b = nt_random(dt, cols, 8, -0.5f, 0.5f);
+            void *bias = nt_random(dt, cols, 9, -0.2f, 0.2f);
+            void *out = malloc(n * es), *ro = malloc(n * es);
+            float mean[64], rstd[64];
+            memset(out, 0xAB, n * es);
+            fp_norm_params p;
+            fp_norm_params_default(&p);
+            p.kind = variant == 2 ? FP_NORM_RMSNORM : FP_NORM_LAYERNORM;
+            p.activation = variant == 0 ? FP_NORM_ACT_NONE : FP_NORM_ACT_GELU_ERF;
+            p.rows = rows;
+            p.cols = cols;
+            p.x_dtype = p.residual_dtype = p.out_dtype = p.param_dtype = dt;
+            p.x = x;
+            p.out = out;
+            if (variant >= 1) {
+                p.residual = res;
+                p.residual_out = ro;
+                p.gamma = g;
+                p.beta = b;
+                p.bias = bias;
+                p.mean = mean;
+                p.rstd = rstd;
+            }
+            fp_ab_report rep;
+            CHECK_OK(fp_norm_validate(ctx, NULL, &p, &cfg, &rep));
+            CHECK_MSG(rep.compared && rep.agreement.passed, "validate %s variant %d: %zu mismatches, max abs %g",
+                      fp_dtype_name(dt), variant, rep.agreement.mismatches, rep.agreement.max_abs_err);
+            CHECK(rep.baseline.samples >= 3 && rep.optimized.samples >= 3);
+            /* validate writes only its scratch */
+            unsigned char *o = out;
+            int untouched = 1;
+            for (size_t i = 0; i < n * es; ++i) untouched &= o[i] == 0xAB;
+            CHECK(untouched);
+            /* out may be NULL for validate */
+            p.out = NULL;
+            CHECK_OK(fp_norm_validate(ctx, NULL, &p, &cfg, &rep));
+            free(x); free(res); free(g); free(b); free(bias); free(out); free(ro);
+        }
+}
+
+static void test_backward_validate(fp_context *ctx) {
+    fp_timing_config cfg;
+    fp_timing_config_default(&cfg);
+    cfg.warmup = 1;
+    cfg.min_samples = 3;
+    cfg.max_samples = 10;
+    cfg.max_time_s = 0.05;
+    static const fp_dtype dts[] = {FP_F32, FP_F16, FP_BF16};
+    for (int di = 0; di < 3; ++di) {
+        nt_bwd_validate(ctx, FP_NORM_LAYERNORM, FP_NORM_ACT_GELU_TANH, dts[di], 40, 257, 1, &cfg, 0);
+        nt_bwd_validate(ctx, FP_NORM_RMSNORM, FP_NORM_ACT_NONE, dts[di], 40, 256, 0, &cfg, 0);
+    }
+}
+
+static void test_backward_combos(fp_context *ctx) {
+    static const fp_dtype dts[] = {FP_F32, FP_F16, FP_BF16};
+    static const int64_t shapes[][3] = {{6, 37, 0}, {70, 300, 5}, {3, 1, 0}};
+    uint64_t seed = 500;
+    for (size_t s = 0; s < 3; ++s)
+        for (int kind = 0; kind < 2; ++kind)
+            for (int act = 0; act <= FP_NORM_ACT_SILU; ++act)
+                for (int di = 0; di < 3; ++di)
+                    for (int opt = 0; opt < 4; ++opt) {
+                        norm_bwd_case c = {0};
+                        c.kind = (fp_norm_kind)kind;
+                        c.act = (fp_norm_activation)act;
+                        c.dtype = dts[di];
+                        c.rows = shapes[s][0];
+                        c.cols = shapes[s][1];
+                        c.pad = shapes[s][2];
+                        c.offset = (int)s & 1;
+                        c.gamma = c.beta = c.bias = opt & 1;
+                        c.dres = (opt >> 1) & 1;
+                        c.dgamma = opt != 2;
+                        c.dbeta = opt & 1;
+                        c.dbias = opt == 3;
+                        nt_run_bwd(ctx, &c, seed++);
+                    }
+}
+
+/* Loss L = sum(out * w); checks dx, dgamma, dbeta of the op's backward
+ * against central differences of the op's own forward, f32. */
+static double fd_loss(fp_context *ctx, fp_norm_params *p, const float *w, float *out, size_t n) {
+    CHECK_OK(fp_norm_forward(ctx, NULL, p));
+    double l = 0.0;
+    for (size_t i = 0; i < n; ++i) l += (double)out[i] * (double)w[i];
+    return l;
+}
+
+static void test_finite_differences(fp_context *ctx) {
+    for (int kind = 0; kind < 2; ++kind)
+        for (int act = 0; act <= FP_NORM_ACT_SILU; ++act) {
+            if (act == FP_NORM_ACT_RELU) continue; /* kink at 0: differences are not derivatives there */
+            const int64_t rows = 3, cols = 7;
+            const size_t n = (size_t)(rows * cols);
+            float x[21], res[21], g[7], b[7], bias[7], w[21], out[21], s[21], mean[3], rstd[3];
+            float dx[21], dg[7], db[7];
+            fp_test_fill(x, n, 11 + act, -2, 2);
+            fp_test_fill(res, n, 12, -1, 1);
+            fp_test_fill(g, 7, 13, 0.5f, 1.5f);
+            fp_test_fill(b, 7, 14, -0.5f, 0.5f);
+            fp_test_fill(bias, 7, 15, -0.3f, 0.3f);
+            fp_test_fill(w, n, 16, -1, 1);
+            fp_norm_params p;
+            fp_norm_params_default(&p);
+            p.kind = (fp_norm_kind)kind;
+            p.activation = (fp_norm_activation)act;
+            p.rows = rows;
+            p.cols = cols;
+            p.x = x;
+            p.residual = res;
+            p.residual_out = s;
+            p.gamma = g;
+            p.beta = b;
+            p.bias = bias;
+            p.out = out;
+            p.mean = mean;
+            p.rstd = rstd;
+            fd_loss(ctx, &p, w, out, n);
+            fp_norm_backward_params bp;
+            fp_norm_backward_params_default(&bp);
+            bp.kind = p.kind;
+            bp.activation = p.activation;
+            bp.rows = rows;
+            bp.cols = cols;
+            bp.dout = w;
+            bp.x = s;
+            bp.gamma = g;
+            bp.beta = b;
+            bp.bias = bias;
+            bp.mean = mean;
+            bp.rstd = rstd;
+            bp.dx = dx;
+            bp.dgamma = dg;
+            bp.dbeta = db;
+            CHECK_OK(fp_norm_backward(ctx, NULL, &bp));
+            /* Copies so that the saved stats above are not overwritten. */
+            p.residual_out = NULL;
+            p.mean = p.rstd = NULL;
+            const float h = 1e-2f;
+            struct { float *v; const float *grad; int n; const char *name; } vars[] = {
+                {x, dx, 21, "x"}, {res, dx, 21, "residual"}, {g, dg, 7, "gamma"}, {b, db, 7, "beta"},
+                {bias, db, 7, "bias"}};
+            for (size_t k = 0; k < sizeof vars / sizeof vars[0]; ++k)
+                for (int i = 0; i < vars[k].n; ++i) {
+                    float keep = vars[k].v[i];
+                    vars[k].v[i] = keep + h;
+                    double lp = fd_loss(ctx, &p, w, out, n);
+                    vars[k].v[i] = keep - h;
+                    double lm = fd_loss(ctx, &p, w, out, n);
+                    vars[k].v[i] = keep;
+                    double fd = (lp - lm) / (2.0 * h), an = vars[k].grad[i];
+                    CHECK_MSG(fabs(fd - an) <= 5e-3 + 5e-3 * fabs(fd), "%s act %s: d%s[%d] analytic %.6g fd %.6g",
+                              fp_norm_kind_name(p.kind), fp_norm_activation_name(p.activation), vars[k].name, i,
+                              an, fd);
+                }
+        }
+}
+
+/* dgamma/dbeta must not depend on the worker count. */
+static void test_backward_deterministic(void) {
+    const int64_t rows = 300, cols = 129;
+    const size_t n = (size_t)(rows * cols);
+    float *x = malloc(n * 4), *dy = malloc(n * 4), *dx = malloc(n * 4), mean[300], rstd[300];
+    float g[129], dg1[129], db1[129], dg2[129], db2[129];
+    fp_test_fill(x, n, 3, -2, 2);
+    fp_test_fill(dy, n, 4, -1, 1);
+    fp_test_fill(g, (size_t)cols, 5, 0.5f, 1.5f);
+    for (int64_t r = 0; r < rows; ++r) {
+        mean[r] = 0.1f;
+        rstd[r] = 1.2f;
+    }
+    for (int t = 0; t < 2; ++t) {
+        fp_context *ctx = NULL;
+        CHECK_OK(fp_context_create(FP_DEVICE_CPU, -1, &ctx));
+        CHECK_OK(fp_context_set_option(ctx, FP_CTX_CPU_THREADS, t ? 5 : 1));
+        fp_norm_backward_params bp;
+        fp_norm_backward_params_default(&bp);
+        bp.activation = FP_NORM_ACT_GELU_ERF;
+        bp.rows = rows;
+        bp.cols = cols;
+        bp.dout = dy;
+        bp.x = x;
+        bp.gamma = g;
+        bp.mean = mean;
+        bp.rstd = rstd;
+        bp.dx = dx;
+        bp.dgamma = t ? dg2 : dg1;
+        bp.dbeta = t ? db2 : db1;
+        CHECK_OK(fp_norm_backward(ctx, NULL, &bp));
+        fp_context_destroy(ctx);
+    }
+    CHECK(memcmp(dg1, dg2, sizeof dg1) == 0);
+    CHECK(memcmp(db1, db2, sizeof db1) == 0);
+    free(x); free(dy); free(dx);
+}
+
+/* Bad input: the right status, the argument named, outputs untouched. */
+#define EXPECT_BAD(ctx, p, name)                                                             \
+    do {                                                                                     \
+        memset(out, 0x5A, sizeof out);                                                       \
+        CHECK_STATUS(fp_norm_forward((ctx), NULL, &(p)), FP_ERR_INVALID_ARGUMENT);           \
+        CHECK_MSG(strstr(fp_last_error(), (name)) != NULL, "message '%s' does not name %s",   \
+                  fp_last_error(), (name));                                                  \
+        int same_ = 1;                                                                       \
+        for (size_t i_ = 0; i_ < sizeof out; ++i_) same_ &= ((unsigned char *)out)[i_] == 0x5A; \
+        CHECK_MSG(same_, "output written on bad input (%s)", (name));                        \
+    } while (0)
+
+static void test_bad_input(fp_context *ctx) {
+    float x[12], out[12], g[4], mean[3], rstd[3];
+    fp_test_fill(x, 12, 1, -1, 1);
+    fp_test_fill(g, 4, 2, -1, 1);
+    fp_norm_params ok;
+    fp_norm_params_default(&ok);
+    ok.rows = 3;
+    ok.cols = 4;
+    ok.x = x;
+    ok.out = out;
+    ok.gamma = g;
+    ok.mean = mean;
+    ok.rstd = rstd;
+    CHECK_OK(fp_norm_forward(ctx, NULL, &ok));
+    fp_norm_params p;
+    p = ok; p.x = NULL; EXPECT_BAD(ctx, p, "x");
+    p = ok; p.out = NULL;
+    CHECK_STATUS(fp_norm_forward(ctx, NULL, &p), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "out") != NULL);
+    p = ok; p.rows = 0; EXPECT_BAD(ctx, p, "rows");
+    p = ok; p.rows = -3; EXPECT_BAD(ctx, p, "rows");
+    p = ok; p.cols = 0; EXPECT_BAD(ctx, p, "cols");
+    p = ok; p.eps = 0.0f; EXPECT_BAD(ctx, p, "eps");
+    p = ok; p.eps = -1e-5f; EXPECT_BAD(ctx, p, "eps");
+    p = ok; p.eps = NAN; EXPECT_BAD(ctx, p, "eps");
+    p = ok; p.eps = INFINITY; EXPECT_BAD(ctx, p, "eps");
+    p = ok; p.x_stride = 3; EXPECT_BAD(ctx, p, "x_stride");
+    p = ok; p.out_stride = 2; EXPECT_BAD(ctx, p, "out_stride");
+    p = ok; p.residual = x; p.residual_stride = 1; EXPECT_BAD(ctx, p, "residual_stride");
+    p = ok; p.out_dtype = FP_BF16; EXPECT_BAD(ctx, p, "out_dtype");
+    p = ok; p.residual_dtype = FP_F16; EXPECT_BAD(ctx, p, "residual_dtype");
+    p = ok; p.param_dtype = FP_F16; EXPECT_BAD(ctx, p, "param_dtype");
+    p = ok; p.x_dtype = FP_FP8_E4M3; EXPECT_BAD(ctx, p, "x_dtype");
+    p = ok; p.kind = (fp_norm_kind)7; EXPECT_BAD(ctx, p, "kind");
+    p = ok; p.activation = (fp_norm_activation)9; EXPECT_BAD(ctx, p, "activation");
+    p = ok; p.struct_size = 8; EXPECT_BAD(ctx, p, "struct_size");
+    p = ok; p.x = (const char *)x + 1; EXPECT_BAD(ctx, p, "x");
+    p = ok; p.gamma = (const char *)g + 2; EXPECT_BAD(ctx, p, "gamma");
+    p = ok; p.rstd = (float *)((char *)rstd + 1); EXPECT_BAD(ctx, p, "rstd");
+    CHECK_STATUS(fp_norm_forward(NULL, NULL, &ok), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_norm_forward(ctx, NULL, NULL), FP_ERR_INVALID_ARGUMENT);
+    CHECK(fp_norm_forward_bytes(&ok) > 0.0);
+    p = ok; p.cols = 0;
+    CHECK(fp_norm_forward_bytes(&p) == 0.0);
+
+    /* backward */
+    float dy[12], dx[12], dg[4];
+    fp_test_fill(dy, 12, 3, -1, 1);
+    for (int i = 0; i < 3; ++i) rstd[i] = 1.0f, mean[i] = 0.0f;
+    fp_norm_backward_params bok;
+    fp_norm_backward_params_default(&bok);
+    bok.rows = 3;
+    bok.cols = 4;
+    bok.dout = dy;
+    bok.x = x;
+    bok.mean = mean;
+    bok.rstd = rstd;
+    bok.dx = dx;
+    bok.dgamma = dg;
+    CHECK_OK(fp_norm_backward(ctx, NULL, &bok));
+    struct { fp_norm_backward_params p; const char *name; } bads[9];
+    for (int i = 0; i < 9; ++i) bads[i].p = bok;
+    bads[0].p.dout = NULL; bads[0].name = "dout";
+    bads[1].p.x = NULL; bads[1].name = "x";
+    bads[2].p.rstd = NULL; bads[2].name = "rstd";
+    bads[3].p.mean = NULL; bads[3].name = "mean";
+    bads[4].p.dx = NULL; bads[4].name = "dx";
+    bads[5].p.cols = -1; bads[5].name = "cols";
+    bads[6].p.dx_stride = 2; bads[6].name = "dx_stride";
+    bads[7].p.param_dtype = FP_BF16; bads[7].name = "param_dtype";
+    bads[8].p.rows = 0; bads[8].name = "rows";
+    for (int i = 0; i < 9; ++i) {
+        memset(dx, 0x5A, sizeof dx);
+        memset(dg, 0x5A, sizeof dg);
+        CHECK_STATUS(fp_norm_backward(ctx, NULL, &bads[i].p), FP_ERR_INVALID_ARGUMENT);
+        CHECK_MSG(strstr(fp_last_error(), bads[i].name) != NULL, "message '%s' does not name %s",
+                  fp_last_error(), bads[i].name);
+        int same = 1;
+        for (size_t k = 0; k < sizeof dx; ++k) same &= ((unsigned char *)dx)[k] == 0x5A;
+        for (size_t k = 0; k < sizeof dg; ++k) same &= ((unsigned char *)dg)[k] == 0x5A;
+        CHECK_MSG(same, "backward output written on bad input (%s)", bads[i].name);
+    }
+    /* RMSNorm needs no mean */
+    fp_norm_backward_params rms = bok;
+    rms.kind = FP_NORM_RMSNORM;
+    rms.mean = NULL;
+    CHECK_OK(fp_norm_backward(ctx, NULL, &rms));
+    fp_ab_report rep;
+    CHECK_STATUS(fp_norm_validate(ctx, NULL, &ok, NULL, NULL), FP_ERR_INVALID_ARGUMENT);
+    p = ok; p.cols = 0;
+    CHECK_STATUS(fp_norm_validate(ctx, NULL, &p, NULL, &rep), FP_ERR_INVALID_ARGUMENT);
+}
+
+static void test_names(void) {
+    CHECK(strcmp(fp_norm_kind_name(FP_NORM_RMSNORM), "rmsnorm") == 0);
+    CHECK(strcmp(fp_norm_activation_name(FP_NORM_ACT_GELU_TANH), "gelu_tanh") == 0);
+    CHECK(strcmp(fp_norm_activation_name((fp_norm_activation)42), "unknown") == 0);
+}
+
+int main(void) {
+    fp_context *ctx = NULL;
+    CHECK_OK(fp_context_create(FP_DEVICE_CPU, -1, &ctx));
+    if (!ctx) return 1;
+    CHECK_OK(fp_context_set_option(ctx, FP_CTX_CPU_THREADS, 4));
+    test_names();
+    test_bad_input(ctx);
+    test_forward_combos(ctx);
+    test_forward_shapes(ctx);
+    test_stable_variance(ctx);
+    test_in_place(ctx);
+    test_validate(ctx);
+    test_backward_combos(ctx);
+    test_backward_validate(ctx);
+    test_finite_differences(ctx);
+    test_backward_deterministic();
+    fp_context_destroy(ctx);
+    TEST_END();
+}
