@@ -1,8 +1,8 @@
 /* dtype names and host-side f16/bf16 conversions (round-to-nearest-even). */
-#include <math.h>
 #include <string.h>
 #include <strings.h>
 
+#include "half.h"
 #include "internal.h"
 
 size_t fp_dtype_size(fp_dtype dtype) {
@@ -44,64 +44,10 @@ fp_status fp_dtype_parse(const char *name, fp_dtype *out) {
                         "unknown dtype '%s' (expected f32, f16 or bf16)", name);
 }
 
-static uint32_t f32_bits(float f) { uint32_t x; memcpy(&x, &f, 4); return x; }
-static float bits_f32(uint32_t x) { float f; memcpy(&f, &x, 4); return f; }
-
-float fp_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-    if (exp == 0) {
-        float v = ldexpf((float)mant, -24); /* zero or subnormal */
-        return sign ? -v : v;
-    }
-    if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13));
-    return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
-uint16_t fp_f32_to_f16(float f) {
-    uint32_t x = f32_bits(f);
-    uint32_t sign = (x >> 16) & 0x8000u;
-    uint32_t exp = (x >> 23) & 0xffu, mant = x & 0x7fffffu;
-    if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
-    if (e <= 0) {
-        if (e < -10) return (uint16_t)sign; /* below half the smallest subnormal */
-        mant |= 0x800000u;
-        int shift = 14 - e;
-        uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (h & 1u))) h++;
-        return (uint16_t)(sign | h);
-    }
-    uint32_t h = sign | ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* carry may reach Inf: correct */
-    return (uint16_t)h;
-}
-
-float fp_bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
-
-uint16_t fp_f32_to_bf16(float f) {
-    uint32_t x = f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-static float load_f32(const void *p, fp_dtype dt, size_t i) {
-    switch (dt) {
-    case FP_F16: return fp_f16_to_f32(((const uint16_t *)p)[i]);
-    case FP_BF16: return fp_bf16_to_f32(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
-}
-
-static void store_f32(void *p, fp_dtype dt, size_t i, float v) {
-    switch (dt) {
-    case FP_F16: ((uint16_t *)p)[i] = fp_f32_to_f16(v); break;
-    case FP_BF16: ((uint16_t *)p)[i] = fp_f32_to_bf16(v); break;
-    default: ((float *)p)[i] = v; break;
-    }
-}
+float fp_f16_to_f32(uint16_t h) { return fp_h2f(h); }
+uint16_t fp_f32_to_f16(float f) { return fp_f2h(f); }
+float fp_bf16_to_f32(uint16_t b) { return fp_b2f(b); }
+uint16_t fp_f32_to_bf16(float f) { return fp_f2b(f); }
 
 static int convertible(fp_dtype d) { return d == FP_F32 || d == FP_F16 || d == FP_BF16; }
 
@@ -115,6 +61,6 @@ fp_status fp_convert_host(const void *src, fp_dtype src_dtype, void *dst, fp_dty
         memmove(dst, src, n * fp_dtype_size(src_dtype));
         return FP_OK;
     }
-    for (size_t i = 0; i < n; ++i) store_f32(dst, dst_dtype, i, load_f32(src, src_dtype, i));
+    for (size_t i = 0; i < n; ++i) fp_store_f32(dst, dst_dtype, i, fp_load_f32(src, src_dtype, i));
     return FP_OK;
 }

@@ -18,21 +18,21 @@
 
 static void load_row(float *dst, const void *src, int dt, int64_t n) {
     switch (dt) {
-    case FP_F16: for (int64_t i = 0; i < n; ++i) dst[i] = fp_norm_h2f(((const uint16_t *)src)[i]); break;
-    case FP_BF16: for (int64_t i = 0; i < n; ++i) dst[i] = fp_norm_b2f(((const uint16_t *)src)[i]); break;
+    case FP_F16: for (int64_t i = 0; i < n; ++i) dst[i] = fp_h2f(((const uint16_t *)src)[i]); break;
+    case FP_BF16: for (int64_t i = 0; i < n; ++i) dst[i] = fp_b2f(((const uint16_t *)src)[i]); break;
     default: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     }
 }
 static void store_row(void *dst, int dt, const float *src, int64_t n) {
     switch (dt) {
-    case FP_F16: for (int64_t i = 0; i < n; ++i) ((uint16_t *)dst)[i] = fp_f32_to_f16(src[i]); break;
-    case FP_BF16: for (int64_t i = 0; i < n; ++i) ((uint16_t *)dst)[i] = fp_f32_to_bf16(src[i]); break;
+    case FP_F16: for (int64_t i = 0; i < n; ++i) ((uint16_t *)dst)[i] = fp_f2h(src[i]); break;
+    case FP_BF16: for (int64_t i = 0; i < n; ++i) ((uint16_t *)dst)[i] = fp_f2b(src[i]); break;
     default: memmove(dst, src, (size_t)n * sizeof(float)); break;
     }
 }
 static void round_row(float *v, int dt, int64_t n) {
     if (dt == FP_F32) return;
-    for (int64_t i = 0; i < n; ++i) v[i] = fp_norm_round(dt, v[i]);
+    for (int64_t i = 0; i < n; ++i) v[i] = fp_round_to(dt, v[i]);
 }
 static const char *row_c(const void *base, int64_t r, int64_t stride, size_t es) {
     return (const char *)base + (size_t)r * (size_t)stride * es;
@@ -166,16 +166,16 @@ static void fwd_chunk(void *arg, size_t begin, size_t end) {
          * into one shift (bias is added after beta by definition, and the
          * f32 sum is what both paths add). */
         for (int64_t j = 0; j < n; ++j) {
-            g[j] = d->gamma ? fp_norm_ld(d->gamma, dt, j) : 1.0f;
-            float sh = d->beta ? fp_norm_ld(d->beta, dt, j) : 0.0f;
-            b[j] = d->bias ? sh + fp_norm_ld(d->bias, dt, j) : sh;
+            g[j] = d->gamma ? fp_load_f32(d->gamma, dt, j) : 1.0f;
+            float sh = d->beta ? fp_load_f32(d->beta, dt, j) : 0.0f;
+            b[j] = d->bias ? sh + fp_load_f32(d->bias, dt, j) : sh;
         }
         int64_t r0 = (int64_t)ch * d->rows / c->nchunks, r1 = ((int64_t)ch + 1) * d->rows / c->nchunks;
         for (int64_t r = r0; r < r1; ++r) {
             load_row(s, row_c(d->x, r, d->x_stride, es), dt, n);
             if (d->res) {
                 const char *rp = row_c(d->res, r, d->res_stride, es);
-                for (int64_t j = 0; j < n; ++j) s[j] += fp_norm_ld(rp, dt, j);
+                for (int64_t j = 0; j < n; ++j) s[j] += fp_load_f32(rp, dt, j);
                 round_row(s, dt, n);
             }
             if (d->res_out) store_row(row_m(d->res_out, r, d->res_out_stride, es), dt, s, n);
@@ -227,43 +227,43 @@ static void unf_rows(void *arg, size_t begin, size_t end) {
             const char *rs = d->res ? row_c(d->res, (int64_t)r, d->res_stride, es) : NULL;
             char *ro = d->res_out ? row_m(d->res_out, (int64_t)r, d->res_out_stride, es) : NULL;
             for (int64_t j = 0; j < n; ++j) {
-                float v = fp_norm_ld(x, dt, j) + (rs ? fp_norm_ld(rs, dt, j) : 0.0f);
-                if (rs) fp_norm_st(o, dt, j, v);
-                if (ro) fp_norm_st(ro, dt, j, v);
+                float v = fp_load_f32(x, dt, j) + (rs ? fp_load_f32(rs, dt, j) : 0.0f);
+                if (rs) fp_store_f32(o, dt, j, v);
+                if (ro) fp_store_f32(ro, dt, j, v);
             }
             break;
         }
         case STEP_NORM: { /* reads the sum from out (or x without residual) */
             const char *in = d->res ? o : row_c(d->x, (int64_t)r, d->x_stride, es);
             /* shifted by the first element, as the fused version */
-            float k = d->kind == FP_NORM_LAYERNORM ? fp_norm_ld(in, dt, 0) : 0.0f, m = 0.0f;
+            float k = d->kind == FP_NORM_LAYERNORM ? fp_load_f32(in, dt, 0) : 0.0f, m = 0.0f;
             if (d->kind == FP_NORM_LAYERNORM) {
                 float acc = 0.0f;
-                for (int64_t j = 0; j < n; ++j) acc += fp_norm_ld(in, dt, j) - k;
+                for (int64_t j = 0; j < n; ++j) acc += fp_load_f32(in, dt, j) - k;
                 m = acc / (float)n;
             }
             float acc = 0.0f;
             for (int64_t j = 0; j < n; ++j) {
-                float t = (fp_norm_ld(in, dt, j) - k) - m;
+                float t = (fp_load_f32(in, dt, j) - k) - m;
                 acc += t * t;
             }
             float rstd = 1.0f / sqrtf(acc / (float)n + d->eps);
             if (d->mean) d->mean[r] = k + m;
             if (d->rstd) d->rstd[r] = rstd;
-            for (int64_t j = 0; j < n; ++j) fp_norm_st(o, dt, j, ((fp_norm_ld(in, dt, j) - k) - m) * rstd);
+            for (int64_t j = 0; j < n; ++j) fp_store_f32(o, dt, j, ((fp_load_f32(in, dt, j) - k) - m) * rstd);
             break;
         }
         case STEP_AFFINE:
             for (int64_t j = 0; j < n; ++j) {
-                float v = fp_norm_ld(o, dt, j);
-                if (d->gamma) v *= fp_norm_ld(d->gamma, dt, j);
-                float sh = d->beta ? fp_norm_ld(d->beta, dt, j) : 0.0f;
-                if (d->bias) sh += fp_norm_ld(d->bias, dt, j);
-                fp_norm_st(o, dt, j, v + sh);
+                float v = fp_load_f32(o, dt, j);
+                if (d->gamma) v *= fp_load_f32(d->gamma, dt, j);
+                float sh = d->beta ? fp_load_f32(d->beta, dt, j) : 0.0f;
+                if (d->bias) sh += fp_load_f32(d->bias, dt, j);
+                fp_store_f32(o, dt, j, v + sh);
             }
             break;
         case STEP_ACT:
-            for (int64_t j = 0; j < n; ++j) fp_norm_st(o, dt, j, fp_norm_act_f(d->act, fp_norm_ld(o, dt, j)));
+            for (int64_t j = 0; j < n; ++j) fp_store_f32(o, dt, j, fp_norm_act_f(d->act, fp_load_f32(o, dt, j)));
             break;
         }
     }
@@ -305,8 +305,8 @@ static void bwd_chunk(void *arg, size_t begin, size_t end) {
         float *xn = c->scratch + (size_t)ch * 6 * (size_t)n;
         float *dn = xn + n, *g = dn + n, *sh = g + n, *pg = sh + n, *pb = pg + n;
         for (int64_t j = 0; j < n; ++j) {
-            g[j] = d->gamma ? fp_norm_ld(d->gamma, dt, j) : 1.0f;
-            sh[j] = (d->beta ? fp_norm_ld(d->beta, dt, j) : 0.0f) + (d->bias ? fp_norm_ld(d->bias, dt, j) : 0.0f);
+            g[j] = d->gamma ? fp_load_f32(d->gamma, dt, j) : 1.0f;
+            sh[j] = (d->beta ? fp_load_f32(d->beta, dt, j) : 0.0f) + (d->bias ? fp_load_f32(d->bias, dt, j) : 0.0f);
             pg[j] = 0.0f;
             pb[j] = 0.0f;
         }
@@ -326,7 +326,7 @@ static void bwd_chunk(void *arg, size_t begin, size_t end) {
                 for (int64_t j = 0; j < n; ++j) dn[j] = 1.0f;
             }
             for (int64_t j = 0; j < n; ++j) {
-                float gr = fp_norm_ld(dy, dt, j) * dn[j];
+                float gr = fp_load_f32(dy, dt, j) * dn[j];
                 pg[j] += gr * xn[j];
                 pb[j] += gr;
                 dn[j] = gr * g[j];
@@ -337,7 +337,7 @@ static void bwd_chunk(void *arg, size_t begin, size_t end) {
             const char *dr = d->dres ? row_c(d->dres, r, d->dres_stride, es) : NULL;
             for (int64_t j = 0; j < n; ++j) {
                 float v = rstd * (dn[j] - a - xn[j] * b);
-                if (dr) v += fp_norm_ld(dr, dt, j);
+                if (dr) v += fp_load_f32(dr, dt, j);
                 dn[j] = v;
             }
             store_row(row_m(d->dx, r, d->dx_stride, es), dt, dn, n);
@@ -366,9 +366,9 @@ fp_status fp_norm_bwd_cpu(fp_thread_pool *pool, const fp_norm_bwd_desc *d) {
                 sg += base[4 * n + j];
                 sb += base[5 * n + j];
             }
-            if (d->dgamma) fp_norm_st(d->dgamma, dt, j, sg);
-            if (d->dbeta) fp_norm_st(d->dbeta, dt, j, sb);
-            if (d->dbias) fp_norm_st(d->dbias, dt, j, sb);
+            if (d->dgamma) fp_store_f32(d->dgamma, dt, j, sg);
+            if (d->dbeta) fp_store_f32(d->dbeta, dt, j, sb);
+            if (d->dbias) fp_store_f32(d->dbias, dt, j, sb);
         }
     }
     free(c.scratch);
@@ -396,16 +396,16 @@ static void bwd_unf_rows(void *arg, size_t begin, size_t end) {
             const char *dy = row_c(d->dout, (int64_t)r, d->dout_stride, es);
             float mean = d->mean ? d->mean[r] : 0.0f, rstd = d->rstd[r];
             for (int64_t j = 0; j < d->cols; ++j) {
-                float y = (fp_norm_ld(x, dt, j) - mean) * rstd;
-                if (d->gamma) y *= fp_norm_ld(d->gamma, dt, j);
-                if (d->beta) y += fp_norm_ld(d->beta, dt, j);
-                if (d->bias) y += fp_norm_ld(d->bias, dt, j);
-                fp_norm_st(dx, dt, j, fp_norm_ld(dy, dt, j) * fp_norm_dact_f(d->act, y));
+                float y = (fp_load_f32(x, dt, j) - mean) * rstd;
+                if (d->gamma) y *= fp_load_f32(d->gamma, dt, j);
+                if (d->beta) y += fp_load_f32(d->beta, dt, j);
+                if (d->bias) y += fp_load_f32(d->bias, dt, j);
+                fp_store_f32(dx, dt, j, fp_load_f32(dy, dt, j) * fp_norm_dact_f(d->act, y));
             }
         } else {
             const char *dr = row_c(d->dres, (int64_t)r, d->dres_stride, es);
             for (int64_t j = 0; j < d->cols; ++j)
-                fp_norm_st(dx, dt, j, fp_norm_ld(dx, dt, j) + fp_norm_ld(dr, dt, j));
+                fp_store_f32(dx, dt, j, fp_load_f32(dx, dt, j) + fp_load_f32(dr, dt, j));
         }
     }
 }

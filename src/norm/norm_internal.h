@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fastpath/norm.h"
+#include "half.h"
 #include "internal.h"
 #include "norm/norm_launch.h"
 
@@ -36,49 +37,6 @@ fp_status fp_norm_ref_forward(const fp_norm_fwd_desc *d);
 fp_status fp_norm_ref_backward(const fp_norm_bwd_desc *d);
 
 /* ---- scalar helpers (host) ---- */
-
-static inline float fp_norm_h2f(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, x;
-    if (exp == 0) {
-        float v = (float)mant * (1.0f / 16777216.0f); /* zero or subnormal: mant * 2^-24 */
-        return sign ? -v : v;
-    }
-    if (exp == 31) x = sign | 0x7f800000u | (mant << 13);
-    else x = sign | ((exp + 112u) << 23) | (mant << 13);
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-static inline float fp_norm_b2f(uint16_t b) {
-    uint32_t x = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-
-/* Element i of a tensor of dtype dt as f32 / stored from f32 (RNE). */
-static inline float fp_norm_ld(const void *p, int dt, int64_t i) {
-    switch (dt) {
-    case FP_F16: return fp_norm_h2f(((const uint16_t *)p)[i]);
-    case FP_BF16: return fp_norm_b2f(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
-}
-static inline void fp_norm_st(void *p, int dt, int64_t i, float v) {
-    switch (dt) {
-    case FP_F16: ((uint16_t *)p)[i] = fp_f32_to_f16(v); break;
-    case FP_BF16: ((uint16_t *)p)[i] = fp_f32_to_bf16(v); break;
-    default: ((float *)p)[i] = v; break;
-    }
-}
-/* v rounded to dtype dt and back (what storing then loading gives). */
-static inline float fp_norm_round(int dt, float v) {
-    switch (dt) {
-    case FP_F16: return fp_norm_h2f(fp_f32_to_f16(v));
-    case FP_BF16: return fp_norm_b2f(fp_f32_to_bf16(v));
-    default: return v;
-    }
-}
 
 #define FP_NORM_GELU_K 0.7978845608028654   /* sqrt(2/pi) */
 #define FP_NORM_GELU_C 0.044715

@@ -7,7 +7,7 @@
 #include "norm/norm_internal.h"
 
 static double ld(const void *base, int dt, int64_t r, int64_t stride, int64_t j) {
-    return (double)fp_norm_ld(base, dt, r * stride + j);
+    return (double)fp_load_f32(base, dt, r * stride + j);
 }
 
 static double act_d(int act, double y) {
@@ -46,9 +46,9 @@ fp_status fp_norm_ref_forward(const fp_norm_fwd_desc *d) {
     for (int64_t r = 0; r < d->rows; ++r) {
         for (int64_t j = 0; j < n; ++j) {
             double v = ld(d->x, dt, r, d->x_stride, j);
-            if (d->res) v = (double)fp_norm_round(dt, (float)(v + ld(d->res, dt, r, d->res_stride, j)));
+            if (d->res) v = (double)fp_round_to(dt, (float)(v + ld(d->res, dt, r, d->res_stride, j)));
             s[j] = v;
-            if (d->res_out) fp_norm_st(d->res_out, dt, r * d->res_out_stride + j, (float)v);
+            if (d->res_out) fp_store_f32(d->res_out, dt, r * d->res_out_stride + j, (float)v);
         }
         double mean = 0.0;
         if (d->kind == FP_NORM_LAYERNORM) {
@@ -66,7 +66,7 @@ fp_status fp_norm_ref_forward(const fp_norm_fwd_desc *d) {
             if (d->gamma) y *= ld(d->gamma, dt, 0, 0, j);
             if (d->beta) y += ld(d->beta, dt, 0, 0, j);
             if (d->bias) y += ld(d->bias, dt, 0, 0, j);
-            fp_norm_st(d->out, dt, r * d->out_stride + j, (float)act_d(d->act, y));
+            fp_store_f32(d->out, dt, r * d->out_stride + j, (float)act_d(d->act, y));
         }
     }
     free(s);
@@ -99,13 +99,13 @@ fp_status fp_norm_ref_backward(const fp_norm_bwd_desc *d) {
         for (int64_t j = 0; j < n; ++j) {
             double v = rstd * (dn[j] - a - xn[j] * b);
             if (d->dres) v += ld(d->dres, dt, r, d->dres_stride, j);
-            fp_norm_st(d->dx, dt, r * d->dx_stride + j, (float)v);
+            fp_store_f32(d->dx, dt, r * d->dx_stride + j, (float)v);
         }
     }
     for (int64_t j = 0; j < n; ++j) {
-        if (d->dgamma) fp_norm_st(d->dgamma, dt, j, (float)dg[j]);
-        if (d->dbeta) fp_norm_st(d->dbeta, dt, j, (float)db[j]);
-        if (d->dbias) fp_norm_st(d->dbias, dt, j, (float)db[j]);
+        if (d->dgamma) fp_store_f32(d->dgamma, dt, j, (float)dg[j]);
+        if (d->dbeta) fp_store_f32(d->dbeta, dt, j, (float)db[j]);
+        if (d->dbias) fp_store_f32(d->dbias, dt, j, (float)db[j]);
     }
     free(buf);
     return FP_OK;

@@ -1,26 +1,11 @@
 /* Probe ops (see probes.h) and the public copy-bandwidth measurement. */
 #include <string.h>
 
+#include "half.h"
 #include "internal.h"
 #include "fastpath/timing.h"
 #include "timing/bandwidth.h"
 #include "timing/probes.h"
-
-static float load(const void *p, fp_dtype dt, size_t i) {
-    switch (dt) {
-    case FP_F16: return fp_f16_to_f32(((const uint16_t *)p)[i]);
-    case FP_BF16: return fp_bf16_to_f32(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
-}
-
-static void store(void *p, fp_dtype dt, size_t i, float v) {
-    switch (dt) {
-    case FP_F16: ((uint16_t *)p)[i] = fp_f32_to_f16(v); break;
-    case FP_BF16: ((uint16_t *)p)[i] = fp_f32_to_bf16(v); break;
-    default: ((float *)p)[i] = v; break;
-    }
-}
 
 typedef struct axpby_job {
     fp_dtype dtype;
@@ -41,12 +26,12 @@ static void axpby_chunk(void *arg, size_t begin, size_t end) {
         const uint16_t *x = j->x, *y = j->y;
         uint16_t *o = j->out;
         for (size_t i = begin; i < end; ++i)
-            o[i] = fp_f32_to_bf16(a * fp_bf16_to_f32(x[i]) + b * fp_bf16_to_f32(y[i]));
+            o[i] = fp_f2b(a * fp_b2f(x[i]) + b * fp_b2f(y[i]));
     } else {
         const uint16_t *x = j->x, *y = j->y;
         uint16_t *o = j->out;
         for (size_t i = begin; i < end; ++i)
-            o[i] = fp_f32_to_f16(a * fp_f16_to_f32(x[i]) + b * fp_f16_to_f32(y[i]));
+            o[i] = fp_f2h(a * fp_h2f(x[i]) + b * fp_h2f(y[i]));
     }
 }
 
@@ -66,7 +51,7 @@ fp_status fp_axpby(fp_context *ctx, fp_stream stream, int version, fp_dtype dtyp
         return FP_OK;
     }
     if (version == 1) {
-        for (size_t i = 0; i < n; ++i) store(out, dtype, i, alpha * load(x, dtype, i) + beta * load(y, dtype, i));
+        for (size_t i = 0; i < n; ++i) fp_store_f32(out, dtype, i, alpha * fp_load_f32(x, dtype, i) + beta * fp_load_f32(y, dtype, i));
         return FP_OK;
     }
     axpby_job job = {dtype, alpha, beta, x, y, out};

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "half.h"
 #include "internal.h"
 #include "fastpath/timing.h"
 
@@ -93,14 +94,6 @@ void fp_default_tolerance(fp_dtype dtype, double *atol, double *rtol) {
     if (rtol) *rtol = r;
 }
 
-static double load_double(const void *p, fp_dtype dt, size_t i) {
-    switch (dt) {
-    case FP_F16: return fp_f16_to_f32(((const uint16_t *)p)[i]);
-    case FP_BF16: return fp_bf16_to_f32(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
-}
-
 fp_status fp_compare_host(const void *ref, const void *got, size_t n, fp_dtype dtype, double atol,
                           double rtol, fp_compare_result *out) {
     FP_CHECK_NOT_NULL(ref);
@@ -117,7 +110,7 @@ fp_status fp_compare_host(const void *ref, const void *got, size_t n, fp_dtype d
     res.count = n;
     res.first_bad = SIZE_MAX;
     for (size_t i = 0; i < n; ++i) {
-        double r = load_double(ref, dtype, i), g = load_double(got, dtype, i);
+        double r = fp_load_f32(ref, dtype, i), g = fp_load_f32(got, dtype, i);
         double err;
         int bad;
         if (isnan(r) || isnan(g)) {
