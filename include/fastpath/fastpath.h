@@ -7,5 +7,6 @@
 #include "fastpath/timing.h"
 #include "fastpath/alloc.h"
 #include "fastpath/norm.h"
+#include "fastpath/batcher.h"
 
 #endif /* FASTPATH_FASTPATH_H */

@@ -86,10 +86,14 @@ typedef enum fp_verdict { FP_VERDICT_SAME = 0, FP_VERDICT_FASTER = 1, FP_VERDICT
 FP_API const char *fp_verdict_string(fp_verdict v);
 
 /* Noise-aware comparison of two timings. speedup = baseline median /
- * optimized median (> 1: optimized is faster). The gap counts only if
- * |ln(speedup)| exceeds max(min_effect, 2 * sqrt(noise_b^2 + noise_o^2)):
- * a difference inside the spread of the samples is SAME. Sets *speedup if
- * non-NULL. Thread-safe, pure. */
+ * optimized median (> 1: optimized is faster). Each median's relative
+ * standard error is taken as 1.25 * noise / sqrt(samples); the gap counts
+ * only if |ln(speedup)| exceeds max(min_effect, 3 * sqrt(se_b^2 + se_o^2)),
+ * so a difference the samples cannot resolve is SAME. fp_ab_run's samples
+ * are interleaved, so drift cancels and all of them count; to compare two
+ * separate runs, where drift between runs does not cancel, pass samples = 1
+ * (the samples' own spread becomes the noise), as fastbench compare does.
+ * Sets *speedup if non-NULL. Thread-safe, pure. */
 FP_API fp_verdict fp_verdict_decide(const fp_stats *baseline, const fp_stats *optimized,
                                     double min_effect, double *speedup);
 

@@ -1,6 +1,7 @@
 /* Pure pieces of the timing engine: statistics of samples, the noise-aware
- * verdict, numerical agreement and roofline arithmetic. No device calls
- * except fp_compare's downloads. */
+ * verdict, numerical agreement of host arrays and roofline arithmetic. No
+ * context or device calls (host-only builds such as the TSan tests link this
+ * file alone); fp_compare, which downloads, is in compare.c. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -67,6 +68,12 @@ const char *fp_verdict_string(fp_verdict v) {
     return "UNKNOWN";
 }
 
+/* Relative standard error of a median from the robust spread of its samples
+ * (1.2533 = sqrt(pi/2): the median's efficiency against the mean). */
+static double median_rel_error(const fp_stats *s) {
+    return 1.2533 * s->noise / sqrt(s->samples > 1 ? (double)s->samples : 1.0);
+}
+
 fp_verdict fp_verdict_decide(const fp_stats *baseline, const fp_stats *optimized, double min_effect,
                              double *speedup) {
     if (!baseline || !optimized || baseline->median_ms <= 0 || optimized->median_ms <= 0) {
@@ -75,8 +82,8 @@ fp_verdict fp_verdict_decide(const fp_stats *baseline, const fp_stats *optimized
     }
     double sp = baseline->median_ms / optimized->median_ms;
     if (speedup) *speedup = sp;
-    double noise = 2.0 * sqrt(baseline->noise * baseline->noise + optimized->noise * optimized->noise);
-    double threshold = fmax(min_effect, noise);
+    double eb = median_rel_error(baseline), eo = median_rel_error(optimized);
+    double threshold = fmax(min_effect, 3.0 * sqrt(eb * eb + eo * eo));
     double gap = log(sp);
     if (gap > log1p(threshold)) return FP_VERDICT_FASTER;
     if (-gap > log1p(threshold)) return FP_VERDICT_SLOWER;
@@ -139,27 +146,6 @@ fp_status fp_compare_host(const void *ref, const void *got, size_t n, fp_dtype d
     res.passed = res.mismatches == 0;
     *out = res;
     return FP_OK;
-}
-
-fp_status fp_compare(fp_context *ctx, const void *ref, const void *got, size_t n, fp_dtype dtype,
-                     double atol, double rtol, fp_compare_result *out) {
-    FP_TRY(fp_ctx_check(ctx, -1));
-    if (ctx->kind == FP_DEVICE_CPU) return fp_compare_host(ref, got, n, dtype, atol, rtol, out);
-    FP_CHECK_NOT_NULL(ref);
-    FP_CHECK_NOT_NULL(got);
-    FP_CHECK_NOT_NULL(out);
-    size_t bytes = n * fp_dtype_size(dtype);
-    FP_CHECK_ARG(bytes > 0 || n == 0, "dtype %d unknown", (int)dtype);
-    void *h_ref = malloc(bytes ? bytes : 1), *h_got = malloc(bytes ? bytes : 1);
-    fp_status st = FP_OK;
-    if (!h_ref || !h_got) st = fp_set_error(FP_ERR_OUT_OF_MEMORY, "%zu bytes for comparison", bytes);
-    if (st == FP_OK) st = fp_mem_download(ctx, h_ref, ref, bytes, NULL);
-    if (st == FP_OK) st = fp_mem_download(ctx, h_got, got, bytes, NULL);
-    if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
-    if (st == FP_OK) st = fp_compare_host(h_ref, h_got, n, dtype, atol, rtol, out);
-    free(h_ref);
-    free(h_got);
-    return st;
 }
 
 void fp_roofline(const fp_device_info *dev, double median_ms, double bytes, double flops,

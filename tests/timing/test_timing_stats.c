@@ -44,37 +44,44 @@ static void test_stats(void) {
     CHECK_STATUS(fp_stats_compute(NULL, 3, &st), FP_ERR_INVALID_ARGUMENT);
 }
 
-static fp_stats mk(double median, double noise) {
+static fp_stats mk(double median, double noise, int samples) {
     fp_stats s;
     memset(&s, 0, sizeof s);
     s.median_ms = median;
     s.noise = noise;
-    s.samples = 100;
+    s.samples = samples;
     return s;
 }
 
 static void test_verdict(void) {
     double sp = 0;
-    fp_stats a = mk(2.0, 0.001), b = mk(1.0, 0.001);
+    fp_stats a = mk(2.0, 0.001, 100), b = mk(1.0, 0.001, 100);
     CHECK(fp_verdict_decide(&a, &b, 0.01, &sp) == FP_VERDICT_FASTER);
     CHECK_NEAR(sp, 2.0, 1e-12);
     CHECK(fp_verdict_decide(&b, &a, 0.01, &sp) == FP_VERDICT_SLOWER);
     CHECK_NEAR(sp, 0.5, 1e-12);
     CHECK(fp_verdict_decide(&a, &a, 0.01, &sp) == FP_VERDICT_SAME);
     /* Below min_effect: SAME even with no noise at all. */
-    fp_stats c = mk(1.0, 0), d = mk(1.005, 0);
+    fp_stats c = mk(1.0, 0, 100), d = mk(1.005, 0, 100);
     CHECK(fp_verdict_decide(&d, &c, 0.01, NULL) == FP_VERDICT_SAME);
     CHECK(fp_verdict_decide(&d, &c, 0.001, NULL) == FP_VERDICT_FASTER);
-    /* Inside the noise: 5% gap, 3% noise each -> threshold 2*sqrt(2)*3% = 8.5%. */
-    fp_stats e = mk(1.05, 0.03), f = mk(1.0, 0.03);
-    CHECK(fp_verdict_decide(&e, &f, 0.01, NULL) == FP_VERDICT_SAME);
-    fp_stats g = mk(1.20, 0.03);
-    CHECK(fp_verdict_decide(&g, &f, 0.01, NULL) == FP_VERDICT_FASTER);
-    CHECK(fp_verdict_decide(&f, &g, 0.01, NULL) == FP_VERDICT_SLOWER);
+    /* Medians known to 1.25 * 3% / sqrt(n): with 4 samples a side the 5% gap
+     * is inside 3 standard errors (8%), with 100 samples (1.6%) it is not. */
+    fp_stats e4 = mk(1.05, 0.03, 4), f4 = mk(1.0, 0.03, 4);
+    CHECK(fp_verdict_decide(&e4, &f4, 0.01, NULL) == FP_VERDICT_SAME);
+    fp_stats e100 = mk(1.05, 0.03, 100), f100 = mk(1.0, 0.03, 100);
+    CHECK(fp_verdict_decide(&e100, &f100, 0.01, NULL) == FP_VERDICT_FASTER);
+    CHECK(fp_verdict_decide(&f100, &e100, 0.01, NULL) == FP_VERDICT_SLOWER);
+    /* samples = 1 (separate runs): the distributions' spread is the noise. */
+    fp_stats e1 = mk(1.20, 0.05, 1), f1 = mk(1.0, 0.05, 1);
+    CHECK(fp_verdict_decide(&e1, &f1, 0.01, NULL) == FP_VERDICT_SAME);
+    /* A loaded machine: a huge spread, but 8x apart over 200 samples each. */
+    fp_stats slow = mk(8.0, 2.5, 200), fast = mk(1.0, 2.5, 200);
+    CHECK(fp_verdict_decide(&slow, &fast, 0.01, NULL) == FP_VERDICT_FASTER);
     /* Degenerate input never claims a win. */
-    fp_stats z = mk(0, 0);
-    CHECK(fp_verdict_decide(&z, &f, 0.01, &sp) == FP_VERDICT_SAME && sp == 0);
-    CHECK(fp_verdict_decide(NULL, &f, 0.01, NULL) == FP_VERDICT_SAME);
+    fp_stats z = mk(0, 0, 10);
+    CHECK(fp_verdict_decide(&z, &f100, 0.01, &sp) == FP_VERDICT_SAME && sp == 0);
+    CHECK(fp_verdict_decide(NULL, &f100, 0.01, NULL) == FP_VERDICT_SAME);
     CHECK(strcmp(fp_verdict_string(FP_VERDICT_FASTER), "FASTER") == 0);
 }
 
