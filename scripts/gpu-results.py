@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Files a GPU run and checks it against the issues' targets.
+
+    scripts/gpu-results.py OUTDIR        # OUTDIR written by scripts/gpu-check.sh
+    scripts/gpu-results.py --check FILE  # only print the targets table for a fastbench JSON
+
+Copies OUTDIR's summary, logs and JSON into
+benchmarks/results/<date>-<device>-<commit>/ and rewrites the table in
+benchmarks/results/README.md (between the TARGETS markers) from
+benchmarks/results/targets.json. Prints the table.
+"""
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+KEEP = ("summary.txt", "env.txt", "info.txt", "info.json", "fastbench.json", "fastbench.txt",
+        "ctest.log", "sanitizer.log", "python-bench.json", "python-bench.txt")
+
+
+def field(result, name):
+    if name.startswith("metrics."):
+        return (result.get("metrics") or {}).get(name[len("metrics."):])
+    return result.get(name)
+
+
+def matches(result, name, params):
+    if result.get("name") != name:
+        return False
+    got = result.get("params") or {}
+    for k, want in params.items():
+        wants = want if isinstance(want, list) else [want]
+        if got.get(k) not in wants:
+            return False
+    return True
+
+
+def evaluate(doc, targets):
+    kind = (doc.get("device") or {}).get("kind")
+    rows = []
+    for t in targets:
+        if t.get("device") and t["device"] != kind:
+            rows.append((t, None, f"not measured ({kind} run)"))
+            continue
+        hits = [r for r in doc.get("results", []) if matches(r, t["name"], t.get("params", {}))]
+        vals = []
+        for r in hits:
+            v = field(r, t["field"])
+            bound = field(r, t["value_field"]) if "value_field" in t else t["value"]
+            if v is None or bound is None or r.get("status", "ok") != "ok":
+                continue
+            ok = v >= bound if t["op"] == ">=" else v <= bound
+            vals.append((v, bound, ok))
+        if not vals:
+            rows.append((t, None, "no matching result"))
+            continue
+        worst = min(vals, key=lambda x: x[0]) if t["op"] == ">=" else max(vals, key=lambda x: x[0])
+        met = all(ok for _, _, ok in vals)
+        figure = ", ".join(f"{v:.4g}" for v, _, _ in vals)
+        rows.append((t, figure, "met" if met else f"NOT met (worst {worst[0]:.4g} vs {worst[1]:.4g})"))
+    return rows
+
+
+def table(rows, source):
+    out = [f"Source: {source}", "", "| issue | target | figure | status |", "|---|---|---|---|"]
+    for t, fig, status in rows:
+        out.append(f"| {t['issue']} | {t['what']} | {fig or '-'} | {status} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv):
+    targets = json.loads((RESULTS / "targets.json").read_text())["targets"]
+    if len(argv) == 3 and argv[1] == "--check":
+        doc = json.loads(Path(argv[2]).read_text())
+        print(table(evaluate(doc, targets), argv[2]))
+        return 0
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    src = Path(argv[1])
+    doc = json.loads((src / "fastbench.json").read_text())
+    dev = re.sub(r"[^A-Za-z0-9]+", "-", doc["device"]["name"]).strip("-").lower()
+    dest = RESULTS / f"{doc['date'][:10]}-{dev}-{doc['git_commit'][:7]}"
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in KEEP:
+        if (src / name).exists():
+            shutil.copy2(src / name, dest / name)
+    text = table(evaluate(doc, targets), f"`{dest.relative_to(RESULTS)}/` ({doc['device']['name']}, "
+                                         f"{doc['date']}, commit {doc['git_commit'][:12]})")
+    readme = RESULTS / "README.md"
+    body = readme.read_text()
+    start, end = "<!-- TARGETS -->", "<!-- /TARGETS -->"
+    if start in body and end in body:
+        body = body[:body.index(start) + len(start)] + "\n" + text + body[body.index(end):]
+    else:
+        body += f"\n{start}\n{text}{end}\n"
+    readme.write_text(body)
+    print(text)
+    print(f"filed under {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
