@@ -62,6 +62,17 @@ int fb_opt_given(fb_run *run, const char *name);
 /* Marks the scenario skipped with a reason; returns FP_ERR_UNSUPPORTED. */
 fp_status fb_skip(fb_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- inputs ---- */
+/* Fills n elements of dtype (f32/f16/bf16) at dst in ctx memory with
+ * deterministic uniform values in [lo, hi), never exactly zero (never time or
+ * test on zeros). Large buffers are filled by repeating an 8 MiB random chunk
+ * so multi-GiB KV caches stay cheap to make. Synchronizes the context. */
+fp_status fb_fill_random(fp_context *ctx, void *dst, size_t n, fp_dtype dt, uint64_t seed, float lo,
+                         float hi);
+/* fp_mem_alloc + fb_fill_random; *out is NULL on failure. */
+fp_status fb_alloc_random(fp_context *ctx, size_t n, fp_dtype dt, uint64_t seed, float lo, float hi,
+                          void **out);
+
 /* ---- reporting ---- */
 /* Starts a result row named after the scenario plus an optional suffix
  * ("norm/layernorm_fwd" + "bf16" -> shown with its params). */

@@ -32,20 +32,6 @@ typedef struct gpu_model {
     void *d_w, *d_gamma;          /* bf16 [hidden, hidden], [hidden] */
 } gpu_model;
 
-static fp_status upload_const(fp_context *ctx, void *dst, size_t n, fp_dtype dt, float lo, float step) {
-    size_t bytes = n * fp_dtype_size(dt);
-    float *h = malloc(n * sizeof *h);
-    void *hd = malloc(bytes);
-    fp_status st = (h && hd) ? FP_OK : FP_ERR_OUT_OF_MEMORY;
-    for (size_t i = 0; st == FP_OK && i < n; ++i) h[i] = lo + step * (float)(i % 97);
-    if (st == FP_OK) st = fp_convert_host(h, FP_F32, hd, dt, n);
-    if (st == FP_OK) st = fp_mem_upload(ctx, dst, hd, bytes, NULL);
-    if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
-    free(h);
-    free(hd);
-    return st;
-}
-
 static void gpu_model_free(gpu_model *m) {
     cudaFreeHost(m->h_in);
     cudaFreeHost(m->h_out);
@@ -70,10 +56,10 @@ static fp_status gpu_model_init(gpu_model *m, fp_context *ctx, int hidden, int m
     FP_TRY(fp_mem_alloc(ctx, act * 2, &m->d_y));
     FP_TRY(fp_mem_alloc(ctx, (size_t)hidden * hidden * 2, &m->d_w));
     FP_TRY(fp_mem_alloc(ctx, (size_t)hidden * 2, &m->d_gamma));
-    FP_TRY(upload_const(ctx, m->d_ones, io, FP_F32, 1.0f, 0.0f));
-    FP_TRY(upload_const(ctx, m->d_x, act, FP_BF16, -1.0f, 0.02f));
-    FP_TRY(upload_const(ctx, m->d_w, (size_t)hidden * hidden, FP_BF16, -0.01f, 0.0002f));
-    FP_TRY(upload_const(ctx, m->d_gamma, (size_t)hidden, FP_BF16, 0.5f, 0.01f));
+    FP_TRY(fb_fill_random(ctx, m->d_ones, io, FP_F32, 1, 1.0f, 1.0f)); /* all ones */
+    FP_TRY(fb_fill_random(ctx, m->d_x, act, FP_BF16, 2, -1.0f, 1.0f));
+    FP_TRY(fb_fill_random(ctx, m->d_w, (size_t)hidden * hidden, FP_BF16, 3, -0.03f, 0.03f));
+    FP_TRY(fb_fill_random(ctx, m->d_gamma, (size_t)hidden, FP_BF16, 4, 0.5f, 1.5f));
     return FP_OK;
 }
 

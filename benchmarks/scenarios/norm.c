@@ -30,30 +30,6 @@ static const int64_t k_gpu_shapes[][2] = {{4096, 768},  {16384, 4096}, {8192, 81
                                           {2048, 12288}, {1000, 5120},  {333, 1537}};
 static const int64_t k_small_shapes[][2] = {{256, 768}, {333, 1537}};
 
-/* n random values in [lo, hi) (never zero) of dtype uploaded to ctx memory. */
-static fp_status upload_random(fp_context *ctx, fp_dtype dt, size_t n, uint64_t seed, float lo, float hi,
-                               void **out) {
-    size_t bytes = n * fp_dtype_size(dt);
-    float *h = malloc(n * sizeof *h);
-    void *hd = malloc(bytes);
-    fp_status st = (h && hd) ? FP_OK : FP_ERR_OUT_OF_MEMORY;
-    uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 7;
-    for (size_t i = 0; st == FP_OK && i < n; ++i) {
-        s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
-        float u = (float)((s * 0x2545F4914F6CDD1DULL) >> 40) / (float)(1 << 24);
-        float v = lo + (hi - lo) * u;
-        h[i] = v == 0.0f ? 0.5f : v;
-    }
-    *out = NULL;
-    if (st == FP_OK) st = fp_convert_host(h, FP_F32, hd, dt, n);
-    if (st == FP_OK) st = fp_mem_alloc(ctx, bytes, out);
-    if (st == FP_OK) st = fp_mem_upload(ctx, *out, hd, bytes, NULL);
-    if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
-    free(h);
-    free(hd);
-    return st;
-}
-
 typedef struct copy_job {
     fp_context *ctx;
     void *dst;
@@ -150,11 +126,11 @@ static fp_status run_fwd(fb_run *run, fp_norm_kind kind) {
                 fb_param_str(r, "dtype", fp_dtype_name(dt));
                 fb_param_str(r, "variant", fused ? "fused" : "plain");
                 void *x = NULL, *res = NULL, *g = NULL, *b = NULL, *bias = NULL, *stats = NULL;
-                fp_status st = upload_random(ctx, dt, n, 1, -2.0f, 3.0f, &x);
-                if (st == FP_OK && fused) st = upload_random(ctx, dt, n, 2, -1.0f, 1.0f, &res);
-                if (st == FP_OK) st = upload_random(ctx, dt, (size_t)cols, 3, 0.5f, 1.5f, &g);
-                if (st == FP_OK) st = upload_random(ctx, dt, (size_t)cols, 4, -0.5f, 0.5f, &b);
-                if (st == FP_OK && fused) st = upload_random(ctx, dt, (size_t)cols, 5, -0.2f, 0.2f, &bias);
+                fp_status st = fb_alloc_random(ctx, n, dt, 1, -2.0f, 3.0f, &x);
+                if (st == FP_OK && fused) st = fb_alloc_random(ctx, n, dt, 2, -1.0f, 1.0f, &res);
+                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 3, 0.5f, 1.5f, &g);
+                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 4, -0.5f, 0.5f, &b);
+                if (st == FP_OK && fused) st = fb_alloc_random(ctx, (size_t)cols, dt, 5, -0.2f, 0.2f, &bias);
                 if (st == FP_OK) st = fp_mem_alloc(ctx, 2 * (size_t)rows * sizeof(float), &stats);
                 fp_ab_report rep;
                 if (st == FP_OK) {
@@ -205,11 +181,11 @@ static fp_status run_bwd(fb_run *run, fp_norm_kind kind) {
                 fb_param_str(r, "dtype", fp_dtype_name(dt));
                 fb_param_str(r, "variant", fused ? "fused" : "plain");
                 void *x = NULL, *dy = NULL, *dres = NULL, *g = NULL, *b = NULL, *stats = NULL, *tmp = NULL;
-                fp_status st = upload_random(ctx, dt, n, 11, -2.0f, 3.0f, &x);
-                if (st == FP_OK) st = upload_random(ctx, dt, n, 12, -1.0f, 1.0f, &dy);
-                if (st == FP_OK && fused) st = upload_random(ctx, dt, n, 13, -1.0f, 1.0f, &dres);
-                if (st == FP_OK) st = upload_random(ctx, dt, (size_t)cols, 14, 0.5f, 1.5f, &g);
-                if (st == FP_OK) st = upload_random(ctx, dt, (size_t)cols, 15, -0.5f, 0.5f, &b);
+                fp_status st = fb_alloc_random(ctx, n, dt, 11, -2.0f, 3.0f, &x);
+                if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, 12, -1.0f, 1.0f, &dy);
+                if (st == FP_OK && fused) st = fb_alloc_random(ctx, n, dt, 13, -1.0f, 1.0f, &dres);
+                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 14, 0.5f, 1.5f, &g);
+                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 15, -0.5f, 0.5f, &b);
                 if (st == FP_OK) st = fp_mem_alloc(ctx, 2 * (size_t)rows * sizeof(float), &stats);
                 if (st == FP_OK) st = fp_mem_alloc(ctx, n * es, &tmp);
                 /* mean / rstd of x, as the forward saves them */

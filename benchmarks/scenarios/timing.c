@@ -26,27 +26,6 @@ static fp_status axpby_fn(void *user, fp_stream stream) {
     return fp_axpby(c->ctx, stream, c->version, c->dtype, c->n, 1.5f, c->x, -0.75f, c->y, c->out);
 }
 
-/* Uploads n random values (never zero) of dtype into ctx memory. */
-static fp_status upload_random(fp_context *ctx, fp_dtype dt, size_t n, uint64_t seed, void **out) {
-    size_t bytes = n * fp_dtype_size(dt);
-    float *h = malloc(n * sizeof *h);
-    void *hd = malloc(bytes);
-    fp_status st = (h && hd) ? FP_OK : FP_ERR_OUT_OF_MEMORY;
-    uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 7;
-    for (size_t i = 0; st == FP_OK && i < n; ++i) {
-        s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
-        float v = (float)((s * 0x2545F4914F6CDD1DULL) >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
-        h[i] = v == 0.0f ? 0.5f : v;
-    }
-    if (st == FP_OK) st = fp_convert_host(h, FP_F32, hd, dt, n);
-    if (st == FP_OK) st = fp_mem_alloc(ctx, bytes, out);
-    if (st == FP_OK) st = fp_mem_upload(ctx, *out, hd, bytes, NULL);
-    if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
-    free(h);
-    free(hd);
-    return st;
-}
-
 static fp_status run_elementwise(fb_run *run) {
     fp_context *ctx = fb_ctx(run);
     int gpu = fb_kind(run) == FP_DEVICE_CUDA;
@@ -61,8 +40,8 @@ static fp_status run_elementwise(fb_run *run) {
         fb_param_str(r, "dtype", fp_dtype_name(dt));
         axpby_case base = {ctx, 1, dt, n, NULL, NULL, NULL}, opt;
         void *out2 = NULL;
-        fp_status st = upload_random(ctx, dt, n, 1, &base.x);
-        if (st == FP_OK) st = upload_random(ctx, dt, n, 2, &base.y);
+        fp_status st = fb_alloc_random(ctx, n, dt, 1, -1.0f, 1.0f, &base.x);
+        if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, 2, -1.0f, 1.0f, &base.y);
         if (st == FP_OK) st = fp_mem_alloc(ctx, n * fp_dtype_size(dt), &base.out);
         if (st == FP_OK) st = fp_mem_alloc(ctx, n * fp_dtype_size(dt), &out2);
         /* Poison both outputs: an unwritten element shows as NaN. */
@@ -119,7 +98,7 @@ static fp_status run_copy(fb_run *run) {
     fb_result *r = fb_result_new(run);
     fb_param_int(r, "mib", (int64_t)mib);
     void *src = NULL, *d1 = NULL, *d2 = NULL;
-    fp_status st = upload_random(ctx, FP_F32, n, 3, &src);
+    fp_status st = fb_alloc_random(ctx, n, FP_F32, 3, -1.0f, 1.0f, &src);
     if (st == FP_OK) st = fp_mem_alloc(ctx, bytes, &d1);
     if (st == FP_OK) st = fp_mem_alloc(ctx, bytes, &d2);
     if (st == FP_OK) st = fp_mem_fill(ctx, d1, 0xff, bytes, NULL);
@@ -161,8 +140,8 @@ static fp_status run_self_check(fb_run *run) {
     fb_result *r = fb_result_new(run);
     fb_param_int(r, "n", (int64_t)n);
     axpby_case c = {ctx, 2, FP_F32, n, NULL, NULL, NULL};
-    fp_status st = upload_random(ctx, FP_F32, n, 4, &c.x);
-    if (st == FP_OK) st = upload_random(ctx, FP_F32, n, 5, &c.y);
+    fp_status st = fb_alloc_random(ctx, n, FP_F32, 4, -1.0f, 1.0f, &c.x);
+    if (st == FP_OK) st = fb_alloc_random(ctx, n, FP_F32, 5, -1.0f, 1.0f, &c.y);
     if (st == FP_OK) st = fp_mem_alloc(ctx, n * 4, &c.out);
     fp_ab_report rep;
     if (st == FP_OK) {
