@@ -7,6 +7,7 @@
 #include "fastpath/timing.h"
 #include "fastpath/alloc.h"
 #include "fastpath/norm.h"
+#include "fastpath/attention.h"
 #include "fastpath/batcher.h"
 
 #endif /* FASTPATH_FASTPATH_H */

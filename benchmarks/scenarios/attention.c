@@ -1,0 +1,296 @@
+/* attention/... scenarios: flash attention (fp_attention_forward) against the
+ * materialized baseline (fp_attention_forward_baseline) through
+ * fp_attention_validate, i.e. fp_ab_run with the outputs compared.
+ *
+ *   attention/prefill  FlashAttention's benchmark grid: seqlen 512..16k,
+ *                      batch = 16384 / seqlen, hidden 2048 (heads = 2048 /
+ *                      head_dim), head_dim 64, 128, 256, causal and not, bf16
+ *                      and f16. TFLOP/s (4 b h s^2 d, halved when causal) and
+ *                      % of the bf16 tensor-core peak. Where the baseline's
+ *                      score matrix does not fit, flash alone is timed
+ *                      ("baseline OOM").
+ *   attention/gqa      the same with 8 query heads per KV head (head_dim 128,
+ *                      bf16 unless --head_dim / --dtype say otherwise).
+ *   attention/flash_versions  flash kernel v1 vs v2 (CUDA only): which one
+ *                      fp_attention_forward should run.
+ *   attention/decode   seqlen_q 1 against a KV cache of 4k..128k, batch
+ *                      1..64, 32 query / 8 KV heads, head_dim 128: KV-cache
+ *                      read GB/s and % of HBM bandwidth.
+ * Options: --seqlen N, --head_dim N, --causal 0|1, --batch N, --kv N restrict
+ * the grids; --dtype picks dtypes. CPU contexts and --quick run a few tiny
+ * shapes (the CPU tiled implementation vs the naive one). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention/attention_internal.h" /* flash kernel versions (static link) */
+#include "fastpath/attention.h"
+#include "scenario.h"
+
+static double spec_flops_tflops(double flops, double ms) { return ms > 0.0 ? flops / (ms * 1e-3) / 1e12 : 0.0; }
+
+typedef struct shape {
+    int batch, sq, sk, hq, hkv, d, causal;
+    fp_dtype dt;
+} shape;
+
+typedef struct flash_only {
+    fp_context *ctx;
+    const fp_attention_params *p;
+} flash_only;
+
+static fp_status flash_fn(void *user, fp_stream stream) {
+    flash_only *f = user;
+    return fp_attention_forward(f->ctx, stream, f->p);
+}
+
+/* One result row: validate (A/B) or, when the baseline runs out of memory,
+ * flash alone. decode: also report KV-cache read bandwidth. */
+static void run_shape(fb_run *run, const shape *s, int decode) {
+    fp_context *ctx = fb_ctx(run);
+    const fp_device_info *dev = fb_device(run);
+    fb_result *r = fb_result_new(run);
+    fb_param_str(r, "dtype", fp_dtype_name(s->dt));
+    fb_param_int(r, "batch", s->batch);
+    fb_param_int(r, "seqlen_q", s->sq);
+    fb_param_int(r, "seqlen_k", s->sk);
+    fb_param_int(r, "heads_q", s->hq);
+    fb_param_int(r, "heads_kv", s->hkv);
+    fb_param_int(r, "head_dim", s->d);
+    fb_param_int(r, "causal", s->causal);
+    const size_t elt = fp_dtype_size(s->dt);
+    const size_t nq = (size_t)s->batch * s->sq * s->hq * s->d;
+    const size_t nk = (size_t)s->batch * s->sk * s->hkv * s->d;
+    void *q = NULL, *k = NULL, *v = NULL, *o = NULL;
+    fp_status st = fp_mem_alloc(ctx, nq * elt, &q);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nk * elt, &k);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nk * elt, &v);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * elt, &o);
+    if (st == FP_OK) st = fb_fill_random(ctx, q, nq, s->dt, 1, -1.0f, 1.0f);
+    if (st == FP_OK) st = fb_fill_random(ctx, k, nk, s->dt, 2, -1.0f, 1.0f);
+    if (st == FP_OK) st = fb_fill_random(ctx, v, nk, s->dt, 3, -1.0f, 1.0f);
+    fp_attention_params p;
+    fp_attention_params_default(&p);
+    p.batch = s->batch; p.seqlen_q = s->sq; p.seqlen_k = s->sk;
+    p.heads_q = s->hq; p.heads_kv = s->hkv; p.head_dim = s->d;
+    p.dtype = s->dt; p.causal = s->causal;
+    p.q = q; p.k = k; p.v = v; p.o = o;
+    const double flops = fp_attention_flops(&p);
+    const double kv_bytes = 2.0 * (double)nk * (double)elt;
+    double flash_ms = 0.0;
+    if (st == FP_OK) {
+        fp_ab_report rep;
+        st = fp_attention_validate(ctx, NULL, &p, fb_timing(run), &rep);
+        if (st == FP_OK) {
+            fb_result_set_ab(r, &rep);
+            flash_ms = rep.optimized.median_ms;
+        } else if (st == FP_ERR_OUT_OF_MEMORY) {
+            /* the baseline's score matrix does not fit: flash alone */
+            fp_stats stats;
+            flash_only f = {ctx, &p};
+            st = fp_time(ctx, NULL, flash_fn, &f, fb_timing(run), &stats);
+            if (st == FP_OK) {
+                flash_ms = stats.median_ms;
+                fb_result_note(r, "baseline OOM (scores %.1f GB): flash only",
+                               (double)s->batch * s->hq * (double)s->sq * s->sk * elt / 1e9);
+                fb_result_metric(r, "flash_ms", flash_ms);
+            }
+        }
+    }
+    if (st == FP_OK && flash_ms > 0.0) {
+        double tflops = flops / (flash_ms * 1e-3) / 1e12;
+        if (decode) {
+            double gbps = kv_bytes / (flash_ms * 1e-3) / 1e9;
+            fb_result_metric(r, "kv_gbps", gbps);
+            if (dev && dev->peak_gbps > 0) fb_result_metric(r, "pct_hbm", 100.0 * gbps / dev->peak_gbps);
+        } else {
+            fb_result_metric(r, "tflops", tflops);
+            if (dev && dev->peak_tflops_bf16 > 0 && fb_kind(run) == FP_DEVICE_CUDA)
+                fb_result_metric(r, "pct_tc_peak", 100.0 * tflops / dev->peak_tflops_bf16);
+        }
+    }
+    if (st != FP_OK) fb_result_fail(r, st, fp_last_error());
+    fp_mem_free(ctx, q);
+    fp_mem_free(ctx, k);
+    fp_mem_free(ctx, v);
+    fp_mem_free(ctx, o);
+}
+
+static int small_run(fb_run *run) { return fb_quick(run) || fb_kind(run) != FP_DEVICE_CUDA; }
+
+static int dtypes_or(fb_run *run, fp_dtype *dts, int ndef) {
+    int n = fb_dtypes(run, dts, 4);
+    return n > 0 ? n : ndef;
+}
+
+/* FlashAttention's grid (head dims `dims`, default dtypes `dts`), or tiny
+ * shapes on the CPU / with --quick. */
+static fp_status run_grid(fb_run *run, int group, const int *dims, int ndims, int ndef_dtypes) {
+    if (small_run(run)) {
+        fp_dtype dts[4] = {FP_BF16};
+        int ndt = dtypes_or(run, dts, 1);
+        for (int i = 0; i < ndt; ++i)
+            for (int causal = 0; causal < 2; ++causal) {
+                shape s = {1, 128, 128, 8, 8 / group, 64, causal, dts[i]};
+                s.sq = s.sk = (int)fb_opt_int(run, "seqlen", 128);
+                run_shape(run, &s, 0);
+            }
+        return FP_OK;
+    }
+    static const int seqlens[] = {512, 1024, 2048, 4096, 8192, 16384};
+    fp_dtype dts[4] = {FP_BF16, FP_F16};
+    int ndt = dtypes_or(run, dts, ndef_dtypes);
+    for (int di = 0; di < ndims; ++di) {
+        int d = dims[di];
+        if (fb_opt_given(run, "head_dim") && fb_opt_int(run, "head_dim", d) != d) continue;
+        for (int causal = 0; causal < 2; ++causal) {
+            if (fb_opt_given(run, "causal") && fb_opt_int(run, "causal", causal) != causal) continue;
+            for (int si = 0; si < 6; ++si) {
+                int sl = seqlens[si];
+                if (fb_opt_given(run, "seqlen") && fb_opt_int(run, "seqlen", sl) != sl) continue;
+                for (int t = 0; t < ndt; ++t) {
+                    int hq = 2048 / d;
+                    shape s = {16384 / sl, sl, sl, hq, hq / group, d, causal, dts[t]};
+                    run_shape(run, &s, 0);
+                }
+            }
+        }
+    }
+    return FP_OK;
+}
+
+/* prefill: head_dim 64, 128, 256 in bf16 and f16; gqa: head_dim 128 in bf16
+ * (--head_dim / --dtype widen it), to keep a full run within minutes. */
+static fp_status run_prefill(fb_run *run) {
+    static const int dims[] = {64, 128, 256};
+    return run_grid(run, 1, dims, 3, 2);
+}
+static fp_status run_gqa(fb_run *run) {
+    static const int dims[] = {64, 128, 256};
+    static const int dim128[] = {128};
+    return fb_opt_given(run, "head_dim") ? run_grid(run, 8, dims, 3, 1) : run_grid(run, 8, dim128, 1, 1);
+}
+
+static fp_status run_decode(fb_run *run) {
+    fp_dtype dts[4] = {FP_BF16};
+    int ndt = dtypes_or(run, dts, 1);
+    if (small_run(run)) {
+        for (int t = 0; t < ndt; ++t) {
+            shape s = {2, 1, (int)fb_opt_int(run, "kv", 1024), 8, 2, 64, 0, dts[t]};
+            run_shape(run, &s, 1);
+        }
+        return FP_OK;
+    }
+    static const int kvs[] = {4096, 16384, 32768, 131072};
+    static const int batches[] = {1, 8, 64};
+    for (int ki = 0; ki < 4; ++ki) {
+        if (fb_opt_given(run, "kv") && fb_opt_int(run, "kv", kvs[ki]) != kvs[ki]) continue;
+        for (int bi = 0; bi < 3; ++bi) {
+            if (fb_opt_given(run, "batch") && fb_opt_int(run, "batch", batches[bi]) != batches[bi]) continue;
+            shape s = {batches[bi], 1, kvs[ki], 32, 8, 128, 0, FP_BF16};
+            /* keep the cache (K + V) under 24 GB so it fits next to the baseline */
+            if (2.0 * s.batch * (double)s.sk * s.hkv * s.d * 2.0 > 24e9) continue;
+            for (int t = 0; t < ndt; ++t) {
+                s.dt = dts[t];
+                run_shape(run, &s, 1);
+            }
+        }
+    }
+    return FP_OK;
+}
+
+/* attention/flash_versions: flash kernel v1 (16 rows per warp) as the
+ * baseline against v2 (32 rows per warp), outputs compared: the measurement
+ * that decides which one fp_attention_forward should use (now v1). */
+typedef struct version_run {
+    fp_attn_args a;
+    int version;
+} version_run;
+
+static fp_status version_fn(void *user, fp_stream stream) {
+    version_run *v = user;
+    return fp_attn_cuda_flash_version(&v->a, v->version, 1, (cudaStream_t)stream);
+}
+
+static fp_status run_versions(fb_run *run) {
+    if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "needs a CUDA device");
+    fp_context *ctx = fb_ctx(run);
+    static const int dims[] = {64, 128};
+    static const int seqlens[] = {1024, 4096, 16384};
+    fp_dtype dts[4] = {FP_BF16};
+    int ndt = dtypes_or(run, dts, 1);
+    for (int di = 0; di < 2; ++di)
+        for (int causal = 0; causal < 2; ++causal)
+            for (int si = fb_quick(run) ? 1 : 0; si < (fb_quick(run) ? 2 : 3); ++si)
+                for (int t = 0; t < ndt; ++t) {
+                    const int d = dims[di], sl = seqlens[si], hq = 2048 / d, batch = 16384 / sl;
+                    if (fb_opt_given(run, "head_dim") && fb_opt_int(run, "head_dim", d) != d) continue;
+                    if (fb_opt_given(run, "seqlen") && fb_opt_int(run, "seqlen", sl) != sl) continue;
+                    fb_result *r = fb_result_new(run);
+                    fb_param_str(r, "dtype", fp_dtype_name(dts[t]));
+                    fb_param_int(r, "batch", batch);
+                    fb_param_int(r, "seqlen", sl);
+                    fb_param_int(r, "heads", hq);
+                    fb_param_int(r, "head_dim", d);
+                    fb_param_int(r, "causal", causal);
+                    const size_t elt = fp_dtype_size(dts[t]), n = (size_t)batch * sl * hq * d;
+                    void *q = NULL, *k = NULL, *v = NULL, *o1 = NULL, *o2 = NULL;
+                    fp_status st = fp_mem_alloc(ctx, n * elt, &q);
+                    if (st == FP_OK) st = fp_mem_alloc(ctx, n * elt, &k);
+                    if (st == FP_OK) st = fp_mem_alloc(ctx, n * elt, &v);
+                    if (st == FP_OK) st = fp_mem_alloc(ctx, n * elt, &o1);
+                    if (st == FP_OK) st = fp_mem_alloc(ctx, n * elt, &o2);
+                    if (st == FP_OK) st = fb_fill_random(ctx, q, n, dts[t], 1, -1.0f, 1.0f);
+                    if (st == FP_OK) st = fb_fill_random(ctx, k, n, dts[t], 2, -1.0f, 1.0f);
+                    if (st == FP_OK) st = fb_fill_random(ctx, v, n, dts[t], 3, -1.0f, 1.0f);
+                    fp_attention_params p;
+                    fp_attention_params_default(&p);
+                    p.batch = batch; p.seqlen_q = p.seqlen_k = sl; p.heads_q = p.heads_kv = hq;
+                    p.head_dim = d; p.dtype = dts[t]; p.causal = causal;
+                    p.q = q; p.k = k; p.v = v; p.o = o1;
+                    version_run v1 = {.version = 1}, v2 = {.version = 2};
+                    if (st == FP_OK) st = fp_attn_check(&p, 1, &v1.a);
+                    p.o = o2;
+                    if (st == FP_OK) st = fp_attn_check(&p, 1, &v2.a);
+                    fp_ab_report rep;
+                    if (st == FP_OK) {
+                        fp_ab_spec spec;
+                        fp_ab_spec_init(&spec);
+                        spec.baseline = version_fn;
+                        spec.baseline_user = &v1;
+                        spec.optimized = version_fn;
+                        spec.optimized_user = &v2;
+                        spec.baseline_out = o1;
+                        spec.optimized_out = o2;
+                        spec.out_count = n;
+                        spec.out_dtype = dts[t];
+                        spec.bytes = 4.0 * (double)n * (double)elt;
+                        spec.flops = fp_attention_flops(&p);
+                        spec.flops_on_tensor_cores = 1;
+                        st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+                    }
+                    if (st == FP_OK) {
+                        fb_result_set_ab(r, &rep);
+                        fb_result_metric(r, "v2_tflops", rep.achieved_tflops);
+                        fb_result_metric(r, "v1_tflops", spec_flops_tflops(fp_attention_flops(&p), rep.baseline.median_ms));
+                    } else {
+                        fb_result_fail(r, st, fp_last_error());
+                    }
+                    fp_mem_free(ctx, q);
+                    fp_mem_free(ctx, k);
+                    fp_mem_free(ctx, v);
+                    fp_mem_free(ctx, o1);
+                    fp_mem_free(ctx, o2);
+                }
+    return FP_OK;
+}
+
+FB_SCENARIO(fb_attention_prefill, "attention/prefill",
+            "flash attention vs materialized (cuBLAS + softmax): FlashAttention's seqlen/head_dim grid",
+            run_prefill)
+FB_SCENARIO(fb_attention_gqa, "attention/gqa", "flash attention vs materialized with GQA 8:1", run_gqa)
+FB_SCENARIO(fb_attention_decode, "attention/decode",
+            "seqlen_q 1 vs a 4k..128k KV cache, batch 1..64: split-KV flash vs materialized, KV GB/s",
+            run_decode)
+FB_SCENARIO(fb_attention_flash_versions, "attention/flash_versions",
+            "flash kernel v1 (16 rows/warp) vs v2 (32 rows/warp) on prefill shapes (CUDA only)", run_versions)

@@ -1,0 +1,223 @@
+/*
+ * libfastpath attention: softmax(Q K^T * scale + mask) V without materializing
+ * the [seqlen_q x seqlen_k] score matrix (flash attention), prefill and
+ * decode, with the materialized version as the baseline it is measured
+ * against.
+ *
+ * What one call computes, for every batch b, query head h, query row i:
+ *
+ *     hk     = h / (heads_q / heads_kv)            (GQA / MQA head sharing)
+ *     L      = seqlens_k ? seqlens_k[b] : seqlen_k (keys of this sequence)
+ *     s_ij   = scale * dot(Q[b, i, h, :], K[b, j, hk, :])   for j < L
+ *     keep j if  j <= i + (L - seqlen_q) + window_right   (window_right >= 0)
+ *          and   j >= i + (L - seqlen_q) - window_left    (window_left >= 0)
+ *     O[b, i, h, :] = sum_j softmax_j(s_ij) V[b, j, hk, :]   (over kept j)
+ *     lse[b, h, i]  = log(sum_j exp(s_ij))                   (natural log)
+ *
+ * With cu_seqlens_q / cu_seqlens_k (varlen), L and seqlen_q above are the
+ * sequence's own key and query counts.
+ *
+ * causal = 1 is window_right = 0: masks are aligned bottom-right, so the last
+ * query row sees every key, as in FlashAttention >= 2.1 and PyTorch's
+ * scaled_dot_product_attention with is_causal on a KV cache. A query row that
+ * keeps no key (e.g. causal with seqlen_q > seqlen_k, its first rows) gets
+ * O = 0 and lse = -inf.
+ *
+ * API tiers
+ *   fp_attention_forward          the op: flash attention on a CUDA context,
+ *                                 a tiled online-softmax implementation on a
+ *                                 CPU context
+ *   fp_attention_forward_baseline the materialized version (scores in memory):
+ *                                 cuBLAS GEMM, softmax kernel, cuBLAS GEMM on
+ *                                 CUDA; a per-head score matrix on the CPU
+ *   fp_attention_validate         baseline vs forward on your shapes, timed
+ *                                 A/B by the timing engine with a numerical
+ *                                 agreement check and a roofline figure
+ *
+ * Tensors
+ *   Q [batch, seqlen_q, heads_q,  head_dim]   dtype
+ *   K [batch, seqlen_k, heads_kv, head_dim]   dtype
+ *   V [batch, seqlen_k, heads_kv, head_dim]   dtype
+ *   O [batch, seqlen_q, heads_q,  head_dim]   dtype (written)
+ *   lse [batch, heads_q, seqlen_q]            f32, dense (optional, written)
+ *   seqlens_k [batch]                         int32 (optional, read)
+ *   cu_seqlens_q, cu_seqlens_k [batch + 1]    int32 (optional, read: varlen)
+ *   Every pointer is ctx memory (device memory on a CUDA context, host memory
+ *   on a CPU context). Strides are in elements, per tensor, for the batch,
+ *   sequence and head dimensions; head_dim is contiguous (stride 1). A stride
+ *   of 0 selects the packed value of the layout above (head: head_dim, seq:
+ *   heads * head_dim, batch: seqlen * heads * head_dim), so PyTorch views such
+ *   as a slice of a fused QKV tensor or a (batch, heads, seq, dim) transpose
+ *   are passed without copies by giving their strides.
+ *
+ * Precision
+ *   f16 / bf16: products on tensor cores with f32 accumulation, softmax in
+ *   f32, P rounded to the input dtype before P V (as FlashAttention), O
+ *   rounded once. Expect errors vs an exact result of the order of the
+ *   materialized baseline's (which also rounds the scores), i.e. a few ulps of
+ *   the dtype relative to max |V|.
+ *   f32: accepted. On the GPU it runs a simple CUDA-core kernel (one warp per
+ *   query row, f32 FMA, no tensor cores, several times slower than bf16 flash
+ *   attention) whose error is that of f32 accumulation (~1e-6 relative).
+ *   The CPU implementation converts every dtype to f32 on load and accumulates
+ *   in f32.
+ *
+ * Supported shapes
+ *   head_dim: a multiple of 8 in [8, 256]. On the GPU, f16/bf16 with head_dim
+ *   32, 64, 96, 128 or 256 run the tensor-core flash kernel; other head dims
+ *   (e.g. 80) and f32 run the simple CUDA-core kernel (correct, slower).
+ *   batch, seqlen_q, seqlen_k, heads >= 1; heads_q a multiple of heads_kv.
+ *
+ * Thread-safety: every function is thread-safe for distinct contexts, and for
+ * one CUDA context from several threads as long as outputs differ. A CPU
+ * context's worker pool serializes concurrent calls.
+ */
+#ifndef FASTPATH_ATTENTION_H
+#define FASTPATH_ATTENTION_H
+
+#include "fastpath/core.h"
+#include "fastpath/timing.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================== */
+/*  Parameters                                                              */
+/* ======================================================================== */
+
+typedef struct fp_attention_params {
+    size_t struct_size;      /* set by fp_attention_params_default */
+
+    /* Shape */
+    int batch;
+    int seqlen_q;            /* 1..16 with a long seqlen_k is "decode" */
+    int seqlen_k;            /* extent of K and V (max cache length) */
+    int heads_q;
+    int heads_kv;            /* heads_q % heads_kv == 0 */
+    int head_dim;
+    fp_dtype dtype;          /* FP_F16, FP_BF16 or FP_F32, for Q, K, V and O */
+
+    /* Tensors and their strides in elements (0 = packed, see the intro). */
+    const void *q;
+    int64_t q_batch_stride, q_seq_stride, q_head_stride;
+    const void *k;
+    int64_t k_batch_stride, k_seq_stride, k_head_stride;
+    const void *v;
+    int64_t v_batch_stride, v_seq_stride, v_head_stride;
+    void *o;
+    int64_t o_batch_stride, o_seq_stride, o_head_stride;
+
+    /* Scores are scaled by softmax_scale (> 0); 0 selects 1/sqrt(head_dim). */
+    float softmax_scale;
+    /* 1: causal mask, bottom-right aligned (same as window_right = 0). */
+    int causal;
+    /* Sliding window in keys left / right of the (aligned) diagonal; -1 =
+     * unbounded. With causal, window_right must be -1 or 0. */
+    int window_left;
+    int window_right;
+
+    /* Optional f32 [batch, heads_q, seqlen_q] dense output: the log-sum-exp
+     * of the scaled, masked scores (natural log), -inf for a row that keeps
+     * no key. NULL: not computed. */
+    float *lse;
+
+    /* Optional int32 [batch]: keys actually present for each sequence (a KV
+     * cache filled to different lengths; batched decode). Values are clamped
+     * to [0, seqlen_k]; the masks align to each sequence's own length. NULL:
+     * every sequence has seqlen_k keys. */
+    const int32_t *seqlens_k;
+
+    /* Optional int32 [batch + 1] offsets for variable-length packed batches
+     * (both or neither; not with seqlens_k). Sequence b's queries are rows
+     * cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1 of Q and O along the sequence
+     * dimension, its keys rows cu_seqlens_k[b] .. cu_seqlens_k[b+1]-1 of K
+     * and V; the batch strides must then be 0 (unused). seqlen_q / seqlen_k
+     * are the maximum lengths (a longer sequence is clipped to them), lse
+     * keeps its [batch, heads_q, seqlen_q] layout with rows past a
+     * sequence's length left unwritten. Offsets must be non-decreasing
+     * (checked on a CPU context; on CUDA a decreasing pair reads as an empty
+     * sequence). */
+    const int32_t *cu_seqlens_q;
+    const int32_t *cu_seqlens_k;
+} fp_attention_params;
+
+/* Zeroes p and sets struct_size, dtype = FP_BF16, softmax_scale = 0 (default
+ * scale), causal = 0, window_left = window_right = -1. The caller then sets
+ * the shape and pointers. */
+FP_API void fp_attention_params_default(fp_attention_params *p);
+
+/* ======================================================================== */
+/*  The op                                                                  */
+/* ======================================================================== */
+
+/* Computes O (and lse if requested) as described above, enqueued on `stream`
+ * (CUDA; NULL = the context's default stream) or run before returning (CPU).
+ *
+ * On a CUDA context, f16/bf16 with head_dim 32, 64, 96, 128, 256 run the flash
+ * kernel
+ * (tensor-core mma.sync, cp.async double buffering, online softmax in
+ * registers). When the grid would not fill the GPU (decode: small seqlen_q,
+ * few heads, long seqlen_k) the keys are split over several thread blocks
+ * whose partial results are merged through their log-sum-exp by a combine
+ * kernel (it allocates the partials stream-ordered, cudaMallocAsync).
+ *
+ * Errors (nothing is written):
+ *   FP_ERR_INVALID_ARGUMENT: NULL ctx / params / q / k / v / o; struct_size
+ *     mismatch; batch, seqlen_q, seqlen_k, heads <= 0; heads_q not a multiple
+ *     of heads_kv; head_dim not a multiple of 8 in [8, 256]; an unknown dtype;
+ *     softmax_scale < 0 or not finite; window_left / window_right < -1, or
+ *     window_right > 0 with causal; only one of cu_seqlens_q / _k given, or
+ *     them with seqlens_k or non-zero batch strides, or (CPU) decreasing
+ *     offsets / a sequence longer than seqlen_q / seqlen_k; negative strides
+ *     or strides under which
+ *     two rows of a tensor overlap; pointers not aligned to the element size
+ *     (CPU) or to 16 bytes, with row strides not multiples of 16 bytes (CUDA).
+ *     The message names the argument.
+ *   FP_ERR_OUT_OF_MEMORY: scratch for split-KV partials or CPU tiles.
+ *   FP_ERR_CUDA: a launch failed.
+ * Thread-safety: see the header introduction. */
+FP_API fp_status fp_attention_forward(fp_context *ctx, fp_stream stream,
+                                      const fp_attention_params *params);
+
+/* The materialized baseline, same contract and result (to rounding) as
+ * fp_attention_forward: scores for every (batch, head) are written to a
+ * scratch buffer of batch * heads_q * seqlen_q * seqlen_k elements of dtype
+ * (f32 on the CPU), softmax-ed in place, then multiplied by V. On CUDA the two
+ * products are cuBLAS strided-batched GEMMs with f32 compute (scores rounded
+ * to dtype, as PyTorch's math path) and the cuBLAS handle is created once
+ * per device and kept until process exit.
+ * With cu_seqlens on CUDA it reads the offsets back to size its GEMMs (a
+ * stream synchronization: it is a baseline).
+ * Errors: as fp_attention_forward, plus FP_ERR_OUT_OF_MEMORY when the score
+ * buffer does not fit (it grows as seqlen_q * seqlen_k), FP_ERR_CUBLAS. */
+FP_API fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream,
+                                               const fp_attention_params *params);
+
+/* ======================================================================== */
+/*  Validation: run it on your own shapes                                   */
+/* ======================================================================== */
+
+/* Runs the baseline and fp_attention_forward on params' inputs through
+ * fp_ab_run: both outputs go to packed scratch buffers (params->o and
+ * params->lse are not written), are compared with the dtype's default
+ * tolerance, then both are timed interleaved. FLOPs declared:
+ * 4 * batch * heads_q * seqlen_q * seqlen_k * head_dim, halved with causal,
+ * on tensor cores; bytes: Q, K, V read and O written once.
+ * cfg NULL = timing defaults. FP_OK means the measurement ran: read
+ * report->agreement.passed for the numerical verdict.
+ * Errors: those of the two implementations (FP_ERR_OUT_OF_MEMORY when the
+ * baseline's score matrix does not fit: nothing is timed), FP_ERR_INVALID_ARGUMENT
+ * for a NULL report. */
+FP_API fp_status fp_attention_validate(fp_context *ctx, fp_stream stream,
+                                       const fp_attention_params *params,
+                                       const fp_timing_config *cfg, fp_ab_report *report);
+
+/* FLOPs counted for params (the formula above); 0 for NULL. Pure. */
+FP_API double fp_attention_flops(const fp_attention_params *params);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTPATH_ATTENTION_H */

@@ -1,0 +1,625 @@
+// Flash attention forward on tensor cores (sm_80+), prefill and split-KV
+// decode. Versions:
+//   attention_flash_fwd_v1      one CTA = 64 packed query rows x one KV head
+//                               (head_dim 32, 64, 96, 128, 256);
+//                               4 warps, each owns 16 rows (one m16 MMA row
+//                               block). Q K^T and P V with mma.sync m16n8k16
+//                               (f16/bf16 in, f32 accumulate), fragments from
+//                               bank-conflict-free (XOR-swizzled or padded)
+//                               shared memory via ldmatrix (.trans for V),
+//                               K/V tiles double-buffered with 16-byte
+//                               cp.async, online softmax in registers (exp2,
+//                               scale * log2(e) folded into one FMA), masks on
+//                               edge/diagonal tiles only, no scores in global
+//                               memory. With num_splits > 1 each CTA takes a
+//                               slice of the KV tiles and writes an f32 partial
+//                               O and its log-sum-exp.
+//   attention_flash_fwd_v2      the same body with two 16-row blocks per warp
+//                               (128 rows per CTA, head_dim 64 / 128): each
+//                               K / V fragment loaded from shared memory feeds
+//                               two MMAs. Selected only through
+//                               fp_attn_cuda_flash_version (tests, fastbench
+//                               attention/flash_versions) until measured.
+//   attention_split_combine_v1  merges the split partials: O = sum_s
+//                               exp(lse_s - lse) O_s, lse = logsumexp(lse_s).
+// GQA: a CTA packs the group's query heads into its rows (row r of a (batch,
+// kv head) is query position r / group, head hk * group + r % group), so K/V
+// are loaded once for the whole group; this is what makes decode (seqlen_q 1)
+// fill the MMA rows.
+// Index math (tiles, swizzle, ldmatrix lanes, key ranges) lives in
+// attention_flash_layout.h, shared with the warp-level CPU emulation
+// tests/attention/test_attention_flash_emu.cpp that checks it without a GPU.
+// Run: tests/attention/test_attention_gpu (label gpu), fastbench attention/...
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "attention/attention_flash_layout.h"
+#include "attention/attention_internal.h"
+
+namespace {
+
+using fp_flash::traits;
+using fp_flash::traits_v2;
+
+struct flash_params {
+    const void *q, *k, *v;
+    void *o;
+    int64_t q_bs, q_ss, q_hs, k_bs, k_ss, k_hs, v_bs, v_ss, v_hs, o_bs, o_ss, o_hs;
+    int batch, sq, sk, hq, hkv, group;
+    int rows;           // sq * group: packed query rows per (batch, kv head), max
+    int m_tiles;        // ceil(rows / kBr)
+    float scale_log2;   // softmax_scale * log2(e)
+    int wl, wr;         // window, -1 = unbounded (causal: wr = 0)
+    float *lse;         // [batch, hq, sq] or NULL
+    const int32_t *seqlens_k;
+    const int32_t *cu_q, *cu_k; // varlen offsets [batch + 1] or NULL
+    int num_splits;
+    float *o_part;      // [num_splits, batch, hq, sq, D] when num_splits > 1
+    float *lse_part;    // [num_splits, batch, hq, sq]
+};
+
+// ---- PTX wrappers --------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global -> shared; pred false zero-fills (src-size 0),
+// which keeps rows past the sequence end finite (0 * garbage could be NaN).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool pred) {
+    int n = pred ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// D (16x8 f32) += A (16x16 row-major) * B (16x8 col-major).
+// Fragments (g = lane / 4, t = lane % 4):
+//   A: a0 (row g, k 2t..2t+1), a1 (row g+8, k 2t..), a2 (row g, k 2t+8..), a3 (row g+8, k 2t+8..)
+//   B: b0 (k 2t..2t+1, col g), b1 (k 2t+8..2t+9, col g)
+//   C: c0,c1 (row g, cols 2t, 2t+1), c2,c3 (row g+8, cols 2t, 2t+1)
+template <typename T> struct mma_op;
+template <> struct mma_op<__nv_bfloat16> {
+    static __device__ __forceinline__ void run(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+            "{%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); // .x = lo = lower 16 bits
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+};
+template <> struct mma_op<__half> {
+    static __device__ __forceinline__ void run(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+            "{%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+};
+
+using fp_flash::swz;
+
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+__device__ __forceinline__ fp_flash::seq_view seq_of(const flash_params &p, int b) {
+    return fp_flash::make_seq(b, p.sq, p.sk, p.seqlens_k, p.cu_q, p.cu_k, p.q_bs, p.q_ss, p.k_bs, p.k_ss, p.v_bs,
+                              p.v_ss, p.o_bs, p.o_ss);
+}
+
+// Copies `rows` x D elements (row r at base + r * row_stride) into a
+// swizzled tile; rows >= valid are zero-filled. All threads take part.
+template <typename T, int D, int NT>
+__device__ __forceinline__ void load_tile(T *tile, const T *base, int64_t row_stride, int rows, int valid,
+                                          int tid) {
+    constexpr int CH = D / 8;
+    // Not unrolled: unrolled, the compiler hoists every chunk's shared and
+    // global offsets out of the KV loop and holds them in registers the
+    // accumulators need; recomputing them is a few integer ops per 16 bytes.
+#pragma unroll 1
+    for (int idx = tid; idx < rows * CH; idx += NT) {
+        int r = idx / CH, c = idx % CH;
+        bool ok = r < valid;
+        const T *src = ok ? base + r * row_stride + c * 8 : base;
+        cp_async16(smem_u32(tile + swz<D>(r, c)), src, ok);
+    }
+}
+
+// The body of both versions; Tr = traits<D> (v1) or traits_v2<D> (v2).
+// grid: (m_tiles * num_splits, heads_kv, batch); block: kWarps * 32.
+template <typename T, int D, typename Tr>
+__device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
+    using Mma = mma_op<T>;
+    constexpr int Br = Tr::kBr, Bc = Tr::kBc, NT = Tr::kWarps * 32, MT = Tr::kMT;
+    constexpr int RW = 16 * MT; // rows per warp
+    static_assert(Br == RW * Tr::kWarps, "kMT 16-row MMA blocks per warp");
+    constexpr int P = fp_flash::smem_layout<D>::kPitch; // tile row pitch (elements)
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    T *q_smem = reinterpret_cast<T *>(smem_raw); // [Br][P]
+    T *k_smem = q_smem + Br * P;                 // [2][Bc][P]
+    T *v_smem = k_smem + 2 * Bc * P;             // [2][Bc][P]
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    int m_tile, split;
+    fp_flash::cta_coords(blockIdx.x, p.m_tiles, &m_tile, &split);
+    const int hk = blockIdx.y, b = blockIdx.z;
+    const int m0 = m_tile * Br;
+    const fp_flash::seq_view S = seq_of(p, b);
+    const int L = S.L;
+    const int rows = S.sq * p.group; // this sequence's packed rows (varlen: <= p.rows)
+    if (m0 >= rows) return;          // CTA-uniform, before any barrier
+
+    // Key tiles this CTA (and split) visits, and the keys every row keeps.
+    const fp_flash::block_plan plan =
+        fp_flash::plan_block(m0, Br, Bc, rows, p.group, L, S.sq, p.wl, p.wr, split, p.num_splits);
+    const int s_begin = plan.s_begin, s_end = plan.s_end;
+
+    // This thread's rows: g and g + 8 of each of its warp's 16-row blocks
+    // (their key ranges are recomputed in the rare masked tiles rather than
+    // held in registers through the loop).
+    const int wrow = warp * RW; // first tile row of this warp
+    // A warp whose rows are all padding (the last query tile; decode, where
+    // seqlen_q * group < kBr) skips the math but still loads and syncs.
+    const bool warp_active = m0 + wrow < rows;
+
+    const T *k_base = static_cast<const T *>(p.k) + S.k0 + hk * p.k_hs;
+    const T *v_base = static_cast<const T *>(p.v) + S.v0 + hk * p.v_hs;
+
+    float o_acc[MT][D / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) o_acc[mt][j][0] = o_acc[mt][j][1] = o_acc[mt][j][2] = o_acc[mt][j][3] = 0.0f;
+    float m_run[MT][2], l_run[MT][2]; // running max of raw scores; this thread's part of the row sums
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        m_run[mt][0] = m_run[mt][1] = -INFINITY;
+        l_run[mt][0] = l_run[mt][1] = 0.0f;
+    }
+    // Q A-fragments: kept in registers for the whole KV loop when they fit;
+    // otherwise (D = 256, v2 at D = 128) re-read per k step from shared
+    // memory, where Q stays for the CTA's lifetime.
+    constexpr bool kQRegs = Tr::kQInRegisters;
+    uint32_t q_frag[MT][kQRegs ? D / 16 : 1][4];
+
+    if (s_begin < s_end) {
+        // Stage 0: Q (rows unpacked from the GQA group) and K[first] in one
+        // group, V[first] in a second, so Q K^T can start before V lands.
+        {
+            constexpr int CH = D / 8;
+            for (int idx = tid; idx < Br * CH; idx += NT) {
+                int r = idx / CH, c = idx % CH, gr = m0 + r;
+                bool ok = gr < rows;
+                const T *src = static_cast<const T *>(p.q);
+                if (ok)
+                    src += S.q0 + (int64_t)(gr / p.group) * p.q_ss +
+                           (int64_t)(hk * p.group + gr % p.group) * p.q_hs + c * 8;
+                cp_async16(smem_u32(q_smem + swz<D>(r, c)), src, ok);
+            }
+        }
+        load_tile<T, D, NT>(k_smem, k_base + (int64_t)s_begin * Bc * p.k_ss, p.k_ss, Bc, L - s_begin * Bc, tid);
+        cp_async_commit();
+        load_tile<T, D, NT>(v_smem, v_base + (int64_t)s_begin * Bc * p.v_ss, p.v_ss, Bc, L - s_begin * Bc, tid);
+        cp_async_commit();
+
+        cp_async_wait<1>(); // all but the newest group (V[first]): Q and K landed
+        __syncthreads();
+        if constexpr (kQRegs) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; ++kk)
+                    ldmatrix_x4(q_frag[mt][kk], smem_u32(q_smem + swz<D>(fp_flash::q_ldsm_row(wrow + mt * 16, lane),
+                                                                         fp_flash::q_ldsm_chunk(kk, lane))));
+        }
+
+        for (int t = s_begin; t < s_end; ++t) {
+            const int buf = (t - s_begin) & 1;
+            const int n0 = t * Bc;
+            const bool has_next = t + 1 < s_end;
+            cp_async_wait<1>(); // all but the newest group (V[t]): K[t] landed
+            __syncthreads();
+
+            // S = Q K^T: B fragments are K rows (keys) read non-transposed;
+            // one ldmatrix.x4 feeds two n8 key blocks of every row block.
+            float s_acc[MT][Bc / 8][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int j = 0; j < Bc / 8; ++j)
+                    s_acc[mt][j][0] = s_acc[mt][j][1] = s_acc[mt][j][2] = s_acc[mt][j][3] = 0.0f;
+            if (warp_active) {
+                const T *k_tile = k_smem + buf * Bc * P;
+                // With Q re-read from shared memory nothing is indexed by kk, so
+                // a partial unroll bounds the live shared-memory addresses.
+                constexpr int kUnrollK = kQRegs ? D / 16 : 2;
+#pragma unroll kUnrollK
+                for (int kk = 0; kk < D / 16; ++kk) {
+                    const int qk = kQRegs ? kk : 0;
+                    if constexpr (!kQRegs) {
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt)
+                            ldmatrix_x4(q_frag[mt][0],
+                                        smem_u32(q_smem + swz<D>(fp_flash::q_ldsm_row(wrow + mt * 16, lane),
+                                                                 fp_flash::q_ldsm_chunk(kk, lane))));
+                    }
+#pragma unroll
+                    for (int np = 0; np < Bc / 16; ++np) {
+                        uint32_t bf[4];
+                        ldmatrix_x4(bf, smem_u32(k_tile + swz<D>(fp_flash::k_ldsm_row(np, lane),
+                                                                 fp_flash::k_ldsm_chunk(kk, lane))));
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt) {
+                            Mma::run(s_acc[mt][2 * np], q_frag[mt][qk], bf[0], bf[1]);
+                            Mma::run(s_acc[mt][2 * np + 1], q_frag[mt][qk], bf[2], bf[3]);
+                        }
+                    }
+                }
+            }
+
+            // Prefetch K[t+1] into the other stage (its last reader, Q K^T of
+            // t-1, finished before the barrier above). Always commit so the
+            // group count stays fixed.
+            if (has_next)
+                load_tile<T, D, NT>(k_smem + (buf ^ 1) * Bc * P, k_base + (int64_t)(n0 + Bc) * p.k_ss, p.k_ss,
+                                    Bc, L - (n0 + Bc), tid);
+            cp_async_commit();
+
+            if (warp_active) {
+                // Masks only on tiles crossing a row's range (edges, diagonal).
+                if (fp_flash::tile_needs_mask(plan, n0, Bc)) {
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            int lo, hi;
+                            fp_flash::row_keys(m0 + wrow + mt * 16 + lane / 4 + 8 * e, p.group, L, S.sq, p.wl, p.wr,
+                                               &lo, &hi);
+#pragma unroll
+                            for (int j = 0; j < Bc / 8; ++j)
+#pragma unroll
+                                for (int c = 0; c < 2; ++c) {
+                                    int col = n0 + j * 8 + 2 * (lane & 3) + c;
+                                    if (col < lo || col > hi) s_acc[mt][j][2 * e + c] = -INFINITY;
+                                }
+                        }
+                }
+
+                // Online softmax, per row: new max over the quad (the 4 lanes that
+                // share a row), rescale O and the row sum by exp2(old - new).
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float mx = m_run[mt][e];
+#pragma unroll
+                        for (int j = 0; j < Bc / 8; ++j)
+                            mx = fmaxf(mx, fmaxf(s_acc[mt][j][2 * e], s_acc[mt][j][2 * e + 1]));
+                        mx = quad_max(mx);
+                        // a row with no key kept so far: keep exp2 arguments finite
+                        const float m_scaled = mx == -INFINITY ? 0.0f : mx * p.scale_log2;
+                        const float corr = exp2f(m_run[mt][e] * p.scale_log2 - m_scaled);
+                        m_run[mt][e] = mx;
+                        float rs = 0.0f;
+#pragma unroll
+                        for (int j = 0; j < Bc / 8; ++j) {
+                            float p0 = exp2f(fmaf(s_acc[mt][j][2 * e], p.scale_log2, -m_scaled));
+                            float p1 = exp2f(fmaf(s_acc[mt][j][2 * e + 1], p.scale_log2, -m_scaled));
+                            s_acc[mt][j][2 * e] = p0;
+                            s_acc[mt][j][2 * e + 1] = p1;
+                            rs += p0 + p1;
+                        }
+                        l_run[mt][e] = l_run[mt][e] * corr + rs;
+#pragma unroll
+                        for (int j = 0; j < D / 8; ++j) {
+                            o_acc[mt][j][2 * e] *= corr;
+                            o_acc[mt][j][2 * e + 1] *= corr;
+                        }
+                    }
+            }
+
+            cp_async_wait<1>(); // all but K[t+1]: V[t] landed
+            __syncthreads();
+
+            // O += P V: the S accumulator layout of two n8 key blocks is the
+            // A fragment of one k16 step; V read with ldmatrix.trans gives
+            // the col-major B fragment, shared by every row block.
+            if (warp_active) {
+                const T *v_tile = v_smem + buf * Bc * P;
+#pragma unroll
+                for (int kk = 0; kk < Bc / 16; ++kk) {
+                    uint32_t pa[MT][4];
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        pa[mt][0] = Mma::pack(s_acc[mt][2 * kk][0], s_acc[mt][2 * kk][1]);
+                        pa[mt][1] = Mma::pack(s_acc[mt][2 * kk][2], s_acc[mt][2 * kk][3]);
+                        pa[mt][2] = Mma::pack(s_acc[mt][2 * kk + 1][0], s_acc[mt][2 * kk + 1][1]);
+                        pa[mt][3] = Mma::pack(s_acc[mt][2 * kk + 1][2], s_acc[mt][2 * kk + 1][3]);
+                    }
+#pragma unroll
+                    for (int dp = 0; dp < D / 16; ++dp) {
+                        uint32_t bf[4];
+                        ldmatrix_x4_trans(bf, smem_u32(v_tile + swz<D>(fp_flash::v_ldsm_row(kk, lane),
+                                                                       fp_flash::v_ldsm_chunk(dp, lane))));
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt) {
+                            Mma::run(o_acc[mt][2 * dp], pa[mt], bf[0], bf[1]);
+                            Mma::run(o_acc[mt][2 * dp + 1], pa[mt], bf[2], bf[3]);
+                        }
+                    }
+                }
+            }
+
+            // Prefetch V[t+1] (its stage was last read by P V of t-1).
+            if (has_next)
+                load_tile<T, D, NT>(v_smem + (buf ^ 1) * Bc * P, v_base + (int64_t)(n0 + Bc) * p.v_ss, p.v_ss,
+                                    Bc, L - (n0 + Bc), tid);
+            cp_async_commit();
+        }
+        cp_async_wait<0>();
+    }
+
+    // Epilogue: row sums over the quad, normalize, write O (and lse) or the
+    // split partials. Rows past `rows` are padding.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const float l = quad_sum(l_run[mt][e]);
+            const int r = m0 + wrow + mt * 16 + lane / 4 + 8 * e;
+            if (r >= rows) continue;
+            const int qi = r / p.group, h = hk * p.group + r % p.group;
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            const float lse =
+                l > 0.0f ? (m_run[mt][e] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f : -INFINITY;
+            const int col0 = 2 * (lane & 3);
+            if (p.num_splits == 1) {
+                T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
+#pragma unroll
+                for (int j = 0; j < D / 8; ++j)
+                    *reinterpret_cast<uint32_t *>(o + j * 8 + col0) =
+                        Mma::pack(o_acc[mt][j][2 * e] * inv, o_acc[mt][j][2 * e + 1] * inv);
+                if (p.lse && (lane & 3) == 0) p.lse[((int64_t)b * p.hq + h) * p.sq + qi] = lse;
+            } else {
+                const int64_t prow = (((int64_t)split * p.batch + b) * p.hq + h) * p.sq + qi;
+                float *o = p.o_part + prow * D;
+#pragma unroll
+                for (int j = 0; j < D / 8; ++j)
+                    *reinterpret_cast<float2 *>(o + j * 8 + col0) =
+                        make_float2(o_acc[mt][j][2 * e] * inv, o_acc[mt][j][2 * e + 1] * inv);
+                if ((lane & 3) == 0) p.lse_part[prow] = lse;
+            }
+        }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(traits<D>::kWarps * 32, 2)
+    attention_flash_fwd_v1(const __grid_constant__ flash_params p) {
+    flash_fwd_body<T, D, traits<D>>(p);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(traits_v2<D>::kWarps * 32, 2)
+    attention_flash_fwd_v2(const __grid_constant__ flash_params p) {
+    flash_fwd_body<T, D, traits_v2<D>>(p);
+}
+
+template <typename T> struct store_op;
+template <> struct store_op<__nv_bfloat16> {
+    static __device__ __forceinline__ __nv_bfloat16 cvt(float x) { return __float2bfloat16_rn(x); }
+};
+template <> struct store_op<__half> {
+    static __device__ __forceinline__ __half cvt(float x) { return __float2half_rn(x); }
+};
+
+// grid: batch * hq * sq (one CTA per query row); block: 128 threads over D.
+template <typename T, int D>
+__global__ void __launch_bounds__(128) attention_split_combine_v1(const __grid_constant__ flash_params p) {
+    const int64_t row = blockIdx.x; // (b * hq + h) * sq + qi
+    const int64_t rows_total = (int64_t)p.batch * p.hq * p.sq;
+    const int qi = (int)(row % p.sq), h = (int)(row / p.sq % p.hq), b = (int)(row / ((int64_t)p.sq * p.hq));
+    const fp_flash::seq_view S = seq_of(p, b);
+    if (qi >= S.sq) return; // varlen: past this sequence's queries (no partials written)
+    float mx = -INFINITY;
+    for (int s = 0; s < p.num_splits; ++s) mx = fmaxf(mx, p.lse_part[s * rows_total + row]);
+    float sum = 0.0f;
+    if (mx != -INFINITY)
+        for (int s = 0; s < p.num_splits; ++s) sum += __expf(p.lse_part[s * rows_total + row] - mx);
+    const float lse = mx == -INFINITY ? -INFINITY : mx + __logf(sum);
+    T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
+    for (int col = threadIdx.x; col < D; col += blockDim.x) {
+        float acc = 0.0f;
+        if (mx != -INFINITY)
+            for (int s = 0; s < p.num_splits; ++s) {
+                float ls = p.lse_part[s * rows_total + row];
+                if (ls != -INFINITY) acc += __expf(ls - lse) * p.o_part[(s * rows_total + row) * D + col];
+            }
+        o[col] = store_op<T>::cvt(acc);
+    }
+    if (p.lse && threadIdx.x == 0) p.lse[row] = lse;
+}
+
+// Version V of the flash kernel: its traits and entry point.
+template <typename T, int D, int V> struct flash_version;
+template <typename T, int D> struct flash_version<T, D, 1> {
+    using Tr = traits<D>;
+    static constexpr void (*kernel)(flash_params) = attention_flash_fwd_v1<T, D>;
+};
+template <typename T, int D> struct flash_version<T, D, 2> {
+    using Tr = traits_v2<D>;
+    static constexpr void (*kernel)(flash_params) = attention_flash_fwd_v2<T, D>;
+};
+
+template <typename T, int D, int V = 1>
+fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
+    using Tr = typename flash_version<T, D, V>::Tr;
+    flash_params p;
+    p.q = a->q;
+    p.k = a->k;
+    p.v = a->v;
+    p.o = a->o;
+    p.q_bs = a->q_bs; p.q_ss = a->q_ss; p.q_hs = a->q_hs;
+    p.k_bs = a->k_bs; p.k_ss = a->k_ss; p.k_hs = a->k_hs;
+    p.v_bs = a->v_bs; p.v_ss = a->v_ss; p.v_hs = a->v_hs;
+    p.o_bs = a->o_bs; p.o_ss = a->o_ss; p.o_hs = a->o_hs;
+    p.batch = a->batch;
+    p.sq = a->seqlen_q;
+    p.sk = a->seqlen_k;
+    p.hq = a->heads_q;
+    p.hkv = a->heads_kv;
+    p.group = a->group;
+    p.rows = a->seqlen_q * a->group;
+    p.m_tiles = (p.rows + Tr::kBr - 1) / Tr::kBr;
+    p.scale_log2 = a->scale * 1.4426950408889634f;
+    p.wl = a->window_left;
+    p.wr = a->window_right;
+    p.lse = a->lse;
+    p.seqlens_k = a->seqlens_k;
+    p.cu_q = a->cu_q;
+    p.cu_k = a->cu_k;
+    p.num_splits = num_splits;
+    p.o_part = nullptr;
+    p.lse_part = nullptr;
+    if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention: grid too large (m_tiles %d x splits %d, heads_kv %d, batch %d)",
+                            p.m_tiles, num_splits, a->heads_kv, a->batch);
+    const int64_t rows_total = (int64_t)a->batch * a->heads_q * a->seqlen_q;
+    if (num_splits > 1 && rows_total > 2147483647LL)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention: too many query rows for split-KV");
+
+    const size_t smem = (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * fp_flash::smem_layout<D>::kPitch * sizeof(T);
+    auto kernel = flash_version<T, D, V>::kernel;
+    FP_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (num_splits > 1) {
+        size_t n = (size_t)num_splits * rows_total;
+        cudaError_t e1 = cudaMallocAsync(reinterpret_cast<void **>(&p.o_part), n * D * sizeof(float), stream);
+        cudaError_t e2 = e1 == cudaSuccess
+                             ? cudaMallocAsync(reinterpret_cast<void **>(&p.lse_part), n * sizeof(float), stream)
+                             : e1;
+        if (e2 != cudaSuccess) {
+            (void)cudaGetLastError();
+            if (p.o_part) cudaFreeAsync(p.o_part, stream);
+            return fp_set_error(e2 == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
+                                "attention split-KV partials (%zu bytes): %s", n * (D + 1) * sizeof(float),
+                                cudaGetErrorString(e2));
+        }
+    }
+    dim3 grid((unsigned)(p.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
+    kernel<<<grid, Tr::kWarps * 32, smem, stream>>>(p);
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess && num_splits > 1) {
+        attention_split_combine_v1<T, D><<<(unsigned)rows_total, 128, 0, stream>>>(p);
+        err = cudaGetLastError();
+    }
+    if (num_splits > 1) {
+        cudaFreeAsync(p.o_part, stream);
+        cudaFreeAsync(p.lse_part, stream);
+    }
+    FP_CUDA_TRY(err);
+    return FP_OK;
+}
+
+template <typename T>
+fp_status dispatch_dim(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
+    switch (a->head_dim) {
+    case 32: return launch_flash<T, 32>(a, num_splits, stream);
+    case 64: return launch_flash<T, 64>(a, num_splits, stream);
+    case 96: return launch_flash<T, 96>(a, num_splits, stream);
+    case 256: return launch_flash<T, 256>(a, num_splits, stream);
+    case 128: return launch_flash<T, 128>(a, num_splits, stream);
+    default: break;
+    }
+    return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: head_dim %d not instantiated", a->head_dim);
+}
+
+template <typename T>
+fp_status dispatch_v2(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
+    switch (a->head_dim) {
+    case 64: return launch_flash<T, 64, 2>(a, num_splits, stream);
+    case 128: return launch_flash<T, 128, 2>(a, num_splits, stream);
+    default: break;
+    }
+    return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v2: head_dim %d not instantiated (64, 128)",
+                        a->head_dim);
+}
+
+} // namespace
+
+extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits,
+                                                cudaStream_t stream) {
+    if (version == 1) return fp_attn_cuda_flash_splits(a, num_splits, stream);
+    if (version != 2) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 or 2)", version);
+    if (num_splits < 1 || num_splits > 1024)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
+    if (a->dtype == FP_BF16) return dispatch_v2<__nv_bfloat16>(a, num_splits, stream);
+    if (a->dtype == FP_F16) return dispatch_v2<__half>(a, num_splits, stream);
+    return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: dtype %s", fp_dtype_name(a->dtype));
+}
+
+extern "C" int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim) {
+    return (dtype == FP_F16 || dtype == FP_BF16) &&
+           (head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256);
+}
+
+extern "C" fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
+    if (num_splits < 1 || num_splits > 1024)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
+    if (a->dtype == FP_BF16) return dispatch_dim<__nv_bfloat16>(a, num_splits, stream);
+    if (a->dtype == FP_F16) return dispatch_dim<__half>(a, num_splits, stream);
+    return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: dtype %s", fp_dtype_name(a->dtype));
+}
+
+// Split the keys when the grid would leave SMs idle (decode, few heads):
+// aim for two CTAs per SM, at least 2 KV tiles per split, at most 128 splits.
+extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int sm_count, cudaStream_t stream) {
+    int br = traits<64>::kBr, bc = traits<64>::kBc;
+    switch (a->head_dim) {
+    case 32: br = traits<32>::kBr; bc = traits<32>::kBc; break;
+    case 96: br = traits<96>::kBr; bc = traits<96>::kBc; break;
+    case 128: br = traits<128>::kBr; bc = traits<128>::kBc; break;
+    case 256: br = traits<256>::kBr; bc = traits<256>::kBc; break;
+    default: break;
+    }
+    const int64_t rows = (int64_t)a->seqlen_q * a->group;
+    const int64_t ctas = (rows + br - 1) / br * a->heads_kv * a->batch;
+    const int64_t kv_tiles = (a->seqlen_k + bc - 1) / bc;
+    const int64_t target = 2 * (int64_t)(sm_count > 0 ? sm_count : 1);
+    int64_t splits = 1;
+    if (ctas < target && kv_tiles >= 4) {
+        splits = (target + ctas - 1) / ctas;
+        if (splits > kv_tiles / 2) splits = kv_tiles / 2;
+        if (splits > 128) splits = 128;
+        if (splits < 1) splits = 1;
+    }
+    return fp_attn_cuda_flash_splits(a, (int)splits, stream);
+}

@@ -1,0 +1,196 @@
+// Index math of the flash attention kernel, shared (host + device) with the
+// warp-level CPU emulation in tests/attention/test_attention_flash_emu.cpp,
+// which checks it without a GPU: tile shapes per head dim, the shared-memory
+// swizzle, which row/chunk each lane hands to ldmatrix for every operand, and
+// which key tiles a CTA (and each KV split) visits.
+//
+// MMA m16n8k16 fragments (PTX ISA; g = lane / 4, t = lane % 4):
+//   A 16x16 row-major: a0 (row g, k 2t..2t+1), a1 (row g+8, k 2t..),
+//                      a2 (row g, k 2t+8..),  a3 (row g+8, k 2t+8..)
+//   B 16x8 col-major:  b0 (k 2t..2t+1, col g), b1 (k 2t+8..2t+9, col g)
+//   C 16x8 f32:        c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, same cols)
+// ldmatrix.x4: lanes 8i..8i+7 give the 8 row addresses of matrix i; register
+// i of a lane then holds (row g, cols 2t, 2t+1) of matrix i, or with .trans
+// (rows 2t, 2t+1; col g).
+#ifndef FP_ATTENTION_FLASH_LAYOUT_H
+#define FP_ATTENTION_FLASH_LAYOUT_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define FLASH_HD __host__ __device__ __forceinline__
+#else
+#define FLASH_HD inline
+#endif
+
+namespace fp_flash {
+
+// Per head-dim configuration of attention_flash_fwd_v1 (D = 32, 64, 96,
+// 128, 256).
+// kMT = 1: each warp owns one 16-row MMA block (kBr = 16 * kWarps), which
+// keeps Q (D/4 registers), S (kBc/2) and O (D/2) in registers without
+// spilling up to D = 128.
+// kBc = 64: 4 k-steps of P V per tile, enough work between barriers.
+// Shared memory: Q + 2 stages of K + 2 of V = (kBr + 4 kBc) * pitch * 2 bytes
+// (20 / 40 / 65 / 80 / 96 KiB at D = 32 / 64 / 96 / 128 / 256: two CTAs per
+// SM on H100, and on A100 up to D = 128).
+template <int D> struct traits; // only the head dims below
+template <> struct traits<32> {
+    static constexpr int kWarps = 4, kMT = 1, kBr = 64, kBc = 64, kStages = 2;
+    static constexpr bool kQInRegisters = true;
+};
+template <> struct traits<64> {
+    static constexpr int kWarps = 4, kMT = 1, kBr = 64, kBc = 64, kStages = 2;
+    static constexpr bool kQInRegisters = true;
+};
+template <> struct traits<96> {
+    static constexpr int kWarps = 4, kMT = 1, kBr = 64, kBc = 64, kStages = 2;
+    static constexpr bool kQInRegisters = true;
+};
+template <> struct traits<128> {
+    static constexpr int kWarps = 4, kMT = 1, kBr = 64, kBc = 64, kStages = 2;
+    static constexpr bool kQInRegisters = true;
+};
+// D = 256: O alone takes 128 registers per thread, so Q is re-read from
+// shared memory at every k step, and 32-key tiles keep the CTA at 96 KiB.
+template <> struct traits<256> {
+    static constexpr int kWarps = 4, kMT = 1, kBr = 64, kBc = 32, kStages = 2;
+    static constexpr bool kQInRegisters = false;
+};
+
+// attention_flash_fwd_v2 (D = 64, 128): each warp owns two 16-row blocks
+// (kBr = 128), so every K / V fragment read from shared memory feeds two
+// MMAs: half the ldmatrix traffic per MMA of v1, whose 16 rows per warp make
+// shared-memory bandwidth, not the tensor cores, the likely limit on H100.
+// Costs: twice the accumulator registers (at D = 128: Q re-read from shared
+// memory and 32-key tiles), 48 / 64 KiB of shared memory, coarser query
+// tiles for short or causal sequences. Not selected by default until measured (fastbench
+// attention/flash_versions).
+template <int D> struct traits_v2;
+template <> struct traits_v2<64> {
+    static constexpr int kWarps = 4, kMT = 2, kBr = 128, kBc = 64, kStages = 2;
+    static constexpr bool kQInRegisters = true;
+};
+template <> struct traits_v2<128> { // 32-key tiles: S for 32 rows fits next to O without spilling
+    static constexpr int kWarps = 4, kMT = 2, kBr = 128, kBc = 32, kStages = 2;
+    static constexpr bool kQInRegisters = false;
+};
+
+FLASH_HD int imin(int a, int b) { return a < b ? a : b; }
+FLASH_HD int imax(int a, int b) { return a > b ? a : b; }
+
+// Shared tiles are [rows][pitch] 16-bit elements read as 16-byte chunks by
+// ldmatrix, 8 consecutive rows at the same logical chunk per phase; the
+// layout must put those 8 rows in 8 different 16-byte bank groups.
+//   D = 64, 128 (row = 8 or 16 chunks, a multiple of 128 bytes): XOR swizzle,
+//     chunk c of row r stored at chunk c ^ (r & 7); no padding, so D = 128
+//     stays at 80 KiB and two CTAs fit an A100 SM.
+//   D = 32, 96: rows padded by one chunk (pitch D + 8 elements = 80 / 208
+//     bytes = 20 / 52 words): 8 rows start 20 words (mod 32) apart, i.e. at
+//     banks 0, 20, 8, 28, 16, 4, 24, 12: also conflict-free.
+template <int D> struct smem_layout {
+    static constexpr bool kSwizzle = D % 64 == 0;
+    static constexpr int kPitch = kSwizzle ? D : D + 8; // elements per row
+};
+// Element offset of chunk c (8 elements) of row r.
+template <int D> FLASH_HD int swz(int r, int c) {
+    return smem_layout<D>::kSwizzle ? (r * (D / 8) + (c ^ (r & 7))) * 8 : r * smem_layout<D>::kPitch + c * 8;
+}
+
+// A fragments of Q (16-row block starting at tile row r0, k step kk):
+// matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
+// (rows 8-15, k 8-15) = a0..a3.
+FLASH_HD int q_ldsm_row(int r0, int lane) { return r0 + (lane & 15); }
+FLASH_HD int q_ldsm_chunk(int kk, int lane) { return kk * 2 + (lane >> 4); }
+// B fragments of K^T for key blocks 2np, 2np+1: K rows are keys (= B
+// columns), non-transposed: matrices (keys 0-7, k 0-7) = b0 and (keys 0-7,
+// k 8-15) = b1 of block 2np, then the same for keys 8-15 (block 2np+1).
+FLASH_HD int k_ldsm_row(int np, int lane) { return np * 16 + (lane & 7) + ((lane >> 4) << 3); }
+FLASH_HD int k_ldsm_chunk(int kk, int lane) { return kk * 2 + ((lane >> 3) & 1); }
+// B fragments of V for head-dim blocks 2dp, 2dp+1, keys kk*16..: V rows are
+// keys (= B rows, the k dimension), so .trans: matrices (keys 0-7, d 0-7) =
+// b0, (keys 8-15, d 0-7) = b1 of block 2dp, then d 8-15 for block 2dp+1.
+FLASH_HD int v_ldsm_row(int kk, int lane) { return kk * 16 + (lane & 15); }
+FLASH_HD int v_ldsm_chunk(int dp, int lane) { return dp * 2 + (lane >> 4); }
+
+// blockIdx.x -> (query tile, KV split). Query tiles run last-first: with a
+// causal mask the last tiles see the most keys, and starting them first
+// keeps the tail of the grid short.
+FLASH_HD void cta_coords(int bx, int m_tiles, int *m_tile, int *split) {
+    *m_tile = m_tiles - 1 - bx % m_tiles;
+    *split = bx / m_tiles;
+}
+
+// Sequence b: query count, key count, element offsets of its row 0 in Q, K,
+// V, O. Plain batches use the batch strides (and seqlens_k, clamped to
+// [0, sk]); varlen batches the cumulative offsets (lengths clamped to the
+// maxima sq / sk, a decreasing pair reads as empty).
+struct seq_view {
+    int sq, L;
+    int64_t q0, k0, v0, o0;
+};
+
+FLASH_HD int clamp_len(int64_t x, int hi) { return x < 0 ? 0 : (x > hi ? hi : (int)x); }
+
+FLASH_HD seq_view make_seq(int b, int sq, int sk, const int32_t *seqlens_k, const int32_t *cu_q,
+                           const int32_t *cu_k, int64_t q_bs, int64_t q_ss, int64_t k_bs, int64_t k_ss,
+                           int64_t v_bs, int64_t v_ss, int64_t o_bs, int64_t o_ss) {
+    seq_view s;
+    if (cu_q) {
+        s.sq = clamp_len((int64_t)cu_q[b + 1] - cu_q[b], sq);
+        s.L = clamp_len((int64_t)cu_k[b + 1] - cu_k[b], sk);
+        s.q0 = cu_q[b] * q_ss;
+        s.o0 = cu_q[b] * o_ss;
+        s.k0 = cu_k[b] * k_ss;
+        s.v0 = cu_k[b] * v_ss;
+    } else {
+        s.sq = sq;
+        s.L = seqlens_k ? clamp_len(seqlens_k[b], sk) : sk;
+        s.q0 = b * q_bs;
+        s.o0 = b * o_bs;
+        s.k0 = b * k_bs;
+        s.v0 = b * v_bs;
+    }
+    return s;
+}
+
+// Keys kept by packed query row r (position r / group): [lo, hi].
+FLASH_HD void row_keys(int r, int group, int L, int sq, int wl, int wr, int *lo, int *hi) {
+    int diag = r / group + L - sq; // bottom-right aligned diagonal
+    *lo = wl >= 0 ? imax(0, diag - wl) : 0;
+    *hi = wr >= 0 ? imin(L - 1, diag + wr) : L - 1;
+}
+
+// What one CTA (packed rows m0..m0+Br-1, KV split `split`) visits.
+struct block_plan {
+    int full_lo, full_hi; // keys every row of the CTA keeps: tiles inside need no mask
+    int s_begin, s_end;   // key tiles [s_begin, s_end) of this split
+};
+
+FLASH_HD block_plan plan_block(int m0, int Br, int Bc, int rows, int group, int L, int sq, int wl, int wr,
+                               int split, int num_splits) {
+    const int off = L - sq;
+    const int qi_min = m0 / group;
+    const int qi_max = (imin(m0 + Br, rows) - 1) / group;
+    // union of the rows' key ranges: [kb, ke)
+    const int kb = wl >= 0 ? imax(0, qi_min + off - wl) : 0;
+    const int ke = wr >= 0 ? imin(L, qi_max + off + wr + 1) : L;
+    block_plan p;
+    p.full_lo = wl >= 0 ? imax(0, qi_max + off - wl) : 0;
+    p.full_hi = wr >= 0 ? imin(L - 1, qi_min + off + wr) : L - 1;
+    const int t_begin = kb / Bc;
+    const int t_end = ke > kb ? (ke + Bc - 1) / Bc : t_begin;
+    const int per_split = (t_end - t_begin + num_splits - 1) / num_splits;
+    p.s_begin = imin(t_end, t_begin + split * per_split);
+    p.s_end = imin(t_end, p.s_begin + per_split);
+    return p;
+}
+
+// A tile needs the element mask unless all its keys are kept by every row.
+FLASH_HD bool tile_needs_mask(const block_plan &p, int n0, int Bc) {
+    return !(n0 >= p.full_lo && n0 + Bc - 1 <= p.full_hi);
+}
+
+} // namespace fp_flash
+
+#endif // FP_ATTENTION_FLASH_LAYOUT_H

@@ -1,0 +1,244 @@
+// Simple CUDA attention kernels (no tensor cores). Versions:
+//   attention_rowwise_v0        one warp per query row, online softmax over
+//                               32-key chunks (lane j scores key j0 + j, the
+//                               warp then accumulates P V with each lane
+//                               owning head_dim / 32 columns). f32 math: the
+//                               f32 path and head dims the flash kernel is not
+//                               instantiated for. Several times slower than
+//                               the flash kernel; correct for any shape.
+//   attention_zero_rows_v0      zeroes O rows (varlen baseline: a sequence
+//                               without keys, where no GEMM runs).
+//   attention_masked_softmax_v0 the materialized baseline's middle step: one
+//                               CTA per score row, scale + mask + softmax in
+//                               f32, P written back in place in the scores'
+//                               dtype (and the row's log-sum-exp).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "attention/attention_flash_layout.h"
+#include "attention/attention_internal.h"
+
+namespace {
+
+template <typename T> struct elt;
+template <> struct elt<float> {
+    static __device__ __forceinline__ float load(const float *p) { return *p; }
+    static __device__ __forceinline__ float cvt(float x) { return x; }
+};
+template <> struct elt<__half> {
+    static __device__ __forceinline__ float load(const __half *p) { return __half2float(*p); }
+    static __device__ __forceinline__ __half cvt(float x) { return __float2half_rn(x); }
+};
+template <> struct elt<__nv_bfloat16> {
+    static __device__ __forceinline__ float load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+    static __device__ __forceinline__ __nv_bfloat16 cvt(float x) { return __float2bfloat16_rn(x); }
+};
+
+struct simple_params {
+    const void *q, *k, *v;
+    void *o;
+    int64_t q_bs, q_ss, q_hs, k_bs, k_ss, k_hs, v_bs, v_ss, v_hs, o_bs, o_ss, o_hs;
+    int batch, sq, sk, hq, group, d;
+    float scale;
+    int wl, wr;
+    float *lse;
+    const int32_t *seqlens_k;
+    const int32_t *cu_q, *cu_k;
+};
+
+simple_params make_params(const fp_attn_args *a) {
+    simple_params p;
+    p.q = a->q; p.k = a->k; p.v = a->v; p.o = a->o;
+    p.q_bs = a->q_bs; p.q_ss = a->q_ss; p.q_hs = a->q_hs;
+    p.k_bs = a->k_bs; p.k_ss = a->k_ss; p.k_hs = a->k_hs;
+    p.v_bs = a->v_bs; p.v_ss = a->v_ss; p.v_hs = a->v_hs;
+    p.o_bs = a->o_bs; p.o_ss = a->o_ss; p.o_hs = a->o_hs;
+    p.batch = a->batch; p.sq = a->seqlen_q; p.sk = a->seqlen_k; p.hq = a->heads_q;
+    p.group = a->group; p.d = a->head_dim;
+    p.scale = a->scale;
+    p.wl = a->window_left; p.wr = a->window_right;
+    p.lse = a->lse;
+    p.seqlens_k = a->seqlens_k;
+    p.cu_q = a->cu_q;
+    p.cu_k = a->cu_k;
+    return p;
+}
+
+__device__ __forceinline__ fp_flash::seq_view seq_of(const simple_params &p, int b) {
+    return fp_flash::make_seq(b, p.sq, p.sk, p.seqlens_k, p.cu_q, p.cu_k, p.q_bs, p.q_ss, p.k_bs, p.k_ss, p.v_bs,
+                              p.v_ss, p.o_bs, p.o_ss);
+}
+
+constexpr int kRowWarps = 4;
+constexpr int kMaxDim = 256;
+
+// grid: ceil(batch * hq * sq / 4); block: 128 (4 warps, a row each).
+template <typename T>
+__global__ void __launch_bounds__(kRowWarps * 32) attention_rowwise_v0(const __grid_constant__ simple_params p) {
+    __shared__ float q_smem[kRowWarps][kMaxDim];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t row = (int64_t)blockIdx.x * kRowWarps + warp; // (b * hq + h) * sq + qi
+    if (row >= (int64_t)p.batch * p.hq * p.sq) return;
+    const int qi = (int)(row % p.sq), h = (int)(row / p.sq % p.hq), b = (int)(row / ((int64_t)p.sq * p.hq));
+    const int hk = h / p.group;
+    const fp_flash::seq_view S = seq_of(p, b);
+    if (qi >= S.sq) return; // varlen: past this sequence's queries (whole warp)
+    int lo, hi;
+    fp_flash::row_keys(qi, 1, S.L, S.sq, p.wl, p.wr, &lo, &hi);
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    const T *q = static_cast<const T *>(p.q) + S.q0 + (int64_t)qi * p.q_ss + (int64_t)h * p.q_hs;
+    for (int d = lane; d < p.d; d += 32) q_smem[warp][d] = elt<T>::load(q + d) * scale_log2;
+    __syncwarp();
+    const T *kb = static_cast<const T *>(p.k) + S.k0 + (int64_t)hk * p.k_hs;
+    const T *vb = static_cast<const T *>(p.v) + S.v0 + (int64_t)hk * p.v_hs;
+    float o[kMaxDim / 32];
+#pragma unroll
+    for (int i = 0; i < kMaxDim / 32; ++i) o[i] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (int j0 = lo; j0 <= hi; j0 += 32) {
+        const int j = j0 + lane;
+        float s = -INFINITY;
+        if (j <= hi) {
+            const T *kr = kb + (int64_t)j * p.k_ss;
+            float dot = 0.0f;
+            for (int d = 0; d < p.d; ++d) dot = fmaf(q_smem[warp][d], elt<T>::load(kr + d), dot);
+            s = dot;
+        }
+        float cmax = s;
+        for (int w = 16; w > 0; w >>= 1) cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, w));
+        const float m_new = fmaxf(m, cmax); // finite: key j0 <= hi is in range
+        const float corr = exp2f(m - m_new);
+        const float pj = j <= hi ? exp2f(s - m_new) : 0.0f;
+        float psum = pj;
+        for (int w = 16; w > 0; w >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, w);
+        l = l * corr + psum;
+#pragma unroll
+        for (int i = 0; i < kMaxDim / 32; ++i) o[i] *= corr;
+        const int n = min(32, hi - j0 + 1);
+        for (int jj = 0; jj < n; ++jj) {
+            const float pw = __shfl_sync(0xffffffffu, pj, jj);
+            const T *vr = vb + (int64_t)(j0 + jj) * p.v_ss;
+#pragma unroll
+            for (int i = 0; i < kMaxDim / 32; ++i) {
+                const int d = lane + 32 * i;
+                if (d < p.d) o[i] = fmaf(pw, elt<T>::load(vr + d), o[i]);
+            }
+        }
+        m = m_new;
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    T *out = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
+#pragma unroll
+    for (int i = 0; i < kMaxDim / 32; ++i) {
+        const int d = lane + 32 * i;
+        if (d < p.d) out[d] = elt<T>::cvt(o[i] * inv);
+    }
+    if (p.lse && lane == 0) p.lse[row] = l > 0.0f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+}
+
+constexpr int kSoftmaxThreads = 256;
+
+__device__ float block_reduce(float x, bool is_max, float *red) {
+    for (int w = 16; w > 0; w >>= 1) {
+        float y = __shfl_xor_sync(0xffffffffu, x, w);
+        x = is_max ? fmaxf(x, y) : x + y;
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads(); // red is reused by consecutive reductions
+    if (lane == 0) red[warp] = x;
+    __syncthreads();
+    x = red[0];
+    for (int i = 1; i < kSoftmaxThreads / 32; ++i) x = is_max ? fmaxf(x, red[i]) : x + red[i];
+    return x;
+}
+
+// grid: batch * hq * sq score rows; block: 256.
+template <typename S>
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    attention_masked_softmax_v0(const __grid_constant__ simple_params p, S *scores) {
+    __shared__ float red[kSoftmaxThreads / 32];
+    const int64_t row = blockIdx.x;
+    const int qi = (int)(row % p.sq), b = (int)(row / ((int64_t)p.sq * p.hq));
+    const fp_flash::seq_view sv = seq_of(p, b);
+    if (qi >= sv.sq) return; // varlen: past this sequence's queries (whole CTA)
+    int lo, hi;
+    fp_flash::row_keys(qi, 1, sv.L, sv.sq, p.wl, p.wr, &lo, &hi);
+    S *s = scores + row * p.sk;
+    float mx = -INFINITY;
+    for (int j = lo + threadIdx.x; j <= hi; j += kSoftmaxThreads) mx = fmaxf(mx, elt<S>::load(s + j) * p.scale);
+    mx = block_reduce(mx, true, red);
+    float sum = 0.0f;
+    for (int j = lo + threadIdx.x; j <= hi; j += kSoftmaxThreads) sum += __expf(elt<S>::load(s + j) * p.scale - mx);
+    sum = block_reduce(sum, false, red);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    for (int j = threadIdx.x; j < p.sk; j += kSoftmaxThreads) {
+        float v = (j >= lo && j <= hi) ? __expf(elt<S>::load(s + j) * p.scale - mx) * inv : 0.0f;
+        s[j] = elt<S>::cvt(v);
+    }
+    if (p.lse && threadIdx.x == 0) p.lse[row] = sum > 0.0f ? mx + __logf(sum) : -INFINITY;
+}
+
+// grid: ceil(sq * hq * d / 256); block 256: O[o0 + i * o_ss + h * o_hs + x] = 0.
+template <typename T>
+__global__ void __launch_bounds__(256) attention_zero_rows_v0(const __grid_constant__ simple_params p, int64_t o0, int sq) {
+    const int64_t idx = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (idx >= (int64_t)sq * p.hq * p.d) return;
+    const int x = (int)(idx % p.d), h = (int)(idx / p.d % p.hq), i = (int)(idx / ((int64_t)p.d * p.hq));
+    static_cast<T *>(p.o)[o0 + (int64_t)i * p.o_ss + (int64_t)h * p.o_hs + x] = elt<T>::cvt(0.0f);
+}
+
+} // namespace
+
+extern "C" fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t stream) {
+    if (a->head_dim > kMaxDim)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention rowwise kernel: head_dim %d > %d", a->head_dim, kMaxDim);
+    simple_params p = make_params(a);
+    const int64_t rows = (int64_t)a->batch * a->heads_q * a->seqlen_q;
+    const int64_t blocks = (rows + kRowWarps - 1) / kRowWarps;
+    if (blocks > 2147483647LL) return fp_set_error(FP_ERR_UNSUPPORTED, "attention: %lld rows", (long long)rows);
+    switch (a->dtype) {
+    case FP_F32: attention_rowwise_v0<float><<<(unsigned)blocks, kRowWarps * 32, 0, stream>>>(p); break;
+    case FP_F16: attention_rowwise_v0<__half><<<(unsigned)blocks, kRowWarps * 32, 0, stream>>>(p); break;
+    case FP_BF16: attention_rowwise_v0<__nv_bfloat16><<<(unsigned)blocks, kRowWarps * 32, 0, stream>>>(p); break;
+    default: return fp_set_error(FP_ERR_UNSUPPORTED, "attention: dtype %s", fp_dtype_name(a->dtype));
+    }
+    FP_CUDA_TRY(cudaGetLastError());
+    return FP_OK;
+}
+
+extern "C" fp_status fp_attn_cuda_masked_softmax(const fp_attn_args *a, void *scores, cudaStream_t stream) {
+    simple_params p = make_params(a);
+    const int64_t rows = (int64_t)a->batch * a->heads_q * a->seqlen_q;
+    if (rows > 2147483647LL) return fp_set_error(FP_ERR_UNSUPPORTED, "attention: %lld score rows", (long long)rows);
+    switch (a->dtype) {
+    case FP_F32:
+        attention_masked_softmax_v0<float><<<(unsigned)rows, kSoftmaxThreads, 0, stream>>>(p, (float *)scores);
+        break;
+    case FP_F16:
+        attention_masked_softmax_v0<__half><<<(unsigned)rows, kSoftmaxThreads, 0, stream>>>(p, (__half *)scores);
+        break;
+    case FP_BF16:
+        attention_masked_softmax_v0<__nv_bfloat16>
+            <<<(unsigned)rows, kSoftmaxThreads, 0, stream>>>(p, (__nv_bfloat16 *)scores);
+        break;
+    default: return fp_set_error(FP_ERR_UNSUPPORTED, "attention: dtype %s", fp_dtype_name(a->dtype));
+    }
+    FP_CUDA_TRY(cudaGetLastError());
+    return FP_OK;
+}
+
+extern "C" fp_status fp_attn_cuda_zero_rows(const fp_attn_args *a, int64_t o0, int sq, cudaStream_t stream) {
+    simple_params p = make_params(a);
+    const int64_t n = (int64_t)sq * a->heads_q * a->head_dim;
+    if (n <= 0) return FP_OK;
+    const unsigned blocks = (unsigned)((n + 255) / 256);
+    switch (a->dtype) {
+    case FP_F32: attention_zero_rows_v0<float><<<blocks, 256, 0, stream>>>(p, o0, sq); break;
+    case FP_F16: attention_zero_rows_v0<__half><<<blocks, 256, 0, stream>>>(p, o0, sq); break;
+    case FP_BF16: attention_zero_rows_v0<__nv_bfloat16><<<blocks, 256, 0, stream>>>(p, o0, sq); break;
+    default: return fp_set_error(FP_ERR_UNSUPPORTED, "attention: dtype %s", fp_dtype_name(a->dtype));
+    }
+    FP_CUDA_TRY(cudaGetLastError());
+    return FP_OK;
+}

@@ -1,0 +1,224 @@
+/* Attention dispatch: fp_attention_forward (flash on CUDA, tiled on the CPU),
+ * fp_attention_forward_baseline (materialized scores: cuBLAS + softmax
+ * kernel on CUDA, naive on the CPU) and fp_attention_validate (the two
+ * through fp_ab_run). */
+#include <cublas_v2.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention/attention_internal.h"
+
+fp_status fp_attention_forward(fp_context *ctx, fp_stream stream, const fp_attention_params *params) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    fp_attn_args a;
+    const int cuda = ctx->kind == FP_DEVICE_CUDA;
+    FP_TRY(fp_attn_check(params, cuda, &a));
+    if (!cuda) return fp_attn_cpu_tiled(ctx->pool, &a);
+    FP_TRY(fp_ctx_activate(ctx));
+    cudaStream_t s = fp_ctx_stream(ctx, stream);
+    if (fp_attn_cuda_flash_supported(a.dtype, a.head_dim))
+        return fp_attn_cuda_flash(&a, ctx->info.sm_count, s);
+    return fp_attn_cuda_rowwise(&a, s);
+}
+
+/* The baseline's cuBLAS handle is the context's (fp_ctx_cublas): created on
+ * first use, bound to the call's stream, destroyed with the context. */
+
+static fp_status cublas_check(cublasStatus_t st, const char *what) {
+    if (st == CUBLAS_STATUS_SUCCESS) return FP_OK;
+    return fp_set_error(st == CUBLAS_STATUS_ALLOC_FAILED ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUBLAS,
+                        "%s failed: %s", what, cublasGetStatusString(st));
+}
+
+static cudaDataType_t cuda_type(fp_dtype dt) {
+    return dt == FP_F32 ? CUDA_R_32F : dt == FP_F16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+/* S[b, h] = Q[b, :, h] K[b, :, hk]^T per (batch, head) and O = P V with the
+ * context's cuBLAS handle. GEMMs are issued per sequence (all heads as one
+ * strided batch) or, with GQA, per (sequence, kv head) with the K/V stride 0
+ * so the group's query heads share one K/V head. Column-major view: a
+ * row-major [seqlen, head_dim] slice with row stride ld is a col-major
+ * [head_dim, seqlen] matrix with leading dimension ld. Scores are [batch *
+ * heads_q, seqlen_q, seqlen_k] (row stride seqlen_k); a varlen sequence
+ * fills the top-left [sq_b, L_b] corner of its slices, the softmax kernel
+ * zeroes P past L_b. `cu` holds host copies of the varlen offsets (or NULL). */
+static fp_status baseline_gemms(cublasHandle_t hdl, const fp_attn_args *a, const int32_t *cu_q,
+                                const int32_t *cu_k, void *scores, int which, cudaStream_t stream) {
+    const size_t elt = fp_dtype_size(a->dtype);
+    const int D = a->head_dim, SQ = a->seqlen_q, SK = a->seqlen_k;
+    const long long s_stride = (long long)SQ * SK;
+    const int gqa = a->group > 1;
+    const int per_b = gqa ? a->heads_kv : 1;
+    const int count = gqa ? a->group : a->heads_q;
+    const float one = 1.0f, zero = 0.0f;
+    const cudaDataType_t t = cuda_type(a->dtype);
+    /* ld of a dimension of extent 1 is irrelevant but must be >= head_dim */
+    const long long ldq = SQ > 1 ? a->q_ss : D, ldk = SK > 1 ? a->k_ss : D;
+    const long long ldv = SK > 1 ? a->v_ss : D, ldo = SQ > 1 ? a->o_ss : D;
+    for (int b = 0; b < a->batch; ++b) {
+        fp_attn_args hv = *a; /* host view of the offsets for fp_attn_seq_host */
+        hv.cu_q = cu_q;
+        hv.cu_k = cu_k;
+        hv.seqlens_k = NULL; /* keys past seqlens_k are masked by the softmax, the GEMMs run all SK */
+        const fp_attn_seq S = fp_attn_seq_host(&hv, b);
+        if (S.sq == 0) continue;
+        if (S.L == 0) { /* no keys: O = 0 (no GEMM of k = 0) */
+            if (which == 1) FP_TRY(fp_attn_cuda_zero_rows(a, S.o0, S.sq, stream));
+            continue;
+        }
+        for (int u = 0; u < per_b; ++u) {
+            int hk = gqa ? u : 0, h0 = gqa ? hk * a->group : 0;
+            const char *q = (const char *)a->q + (size_t)(S.q0 + h0 * a->q_hs) * elt;
+            const char *k = (const char *)a->k + (size_t)(S.k0 + hk * a->k_hs) * elt;
+            const char *v = (const char *)a->v + (size_t)(S.v0 + hk * a->v_hs) * elt;
+            char *o = (char *)a->o + (size_t)(S.o0 + h0 * a->o_hs) * elt;
+            char *s = (char *)scores + (size_t)((long long)(b * a->heads_q + h0) * s_stride) * elt;
+            long long ks = gqa ? 0 : a->k_hs, vs = gqa ? 0 : a->v_hs;
+            if (which == 0) {
+                /* S^T (col-major L x sq, ld SK) = K^T Q: scores row-major [sq, SK] */
+                FP_TRY(cublas_check(cublasGemmStridedBatchedEx(hdl, CUBLAS_OP_T, CUBLAS_OP_N, S.L, S.sq, D, &one,
+                                                               k, t, (int)ldk, ks, q, t, (int)ldq, a->q_hs,
+                                                               &zero, s, t, SK, s_stride, count,
+                                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                    "cublasGemmStridedBatchedEx (Q K^T)"));
+            } else {
+                /* O^T (col-major D x sq) = V^T P^T */
+                FP_TRY(cublas_check(cublasGemmStridedBatchedEx(hdl, CUBLAS_OP_N, CUBLAS_OP_N, D, S.sq, S.L, &one,
+                                                               v, t, (int)ldv, vs, s, t, SK, s_stride, &zero,
+                                                               o, t, (int)ldo, a->o_hs, count,
+                                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                    "cublasGemmStridedBatchedEx (P V)"));
+            }
+        }
+    }
+    return FP_OK;
+}
+
+static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, cudaStream_t stream) {
+    if (a->q_ss > 2147483647LL || a->k_ss > 2147483647LL || a->v_ss > 2147483647LL ||
+        a->o_ss > 2147483647LL)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention baseline: a sequence stride exceeds int");
+    const size_t elt = fp_dtype_size(a->dtype);
+    const double want = (double)a->batch * a->heads_q * (double)a->seqlen_q * a->seqlen_k * (double)elt;
+    if (want > 1.0e15)
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention baseline: score matrix needs %.3g bytes", want);
+    /* varlen: the GEMM shapes depend on the offsets, so the baseline reads
+     * them back (a stream synchronization: acceptable for a baseline) */
+    int32_t *cu = NULL;
+    if (a->cu_q) {
+        cu = malloc(sizeof(int32_t) * 2 * ((size_t)a->batch + 1));
+        if (!cu) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention baseline: host offsets");
+        size_t nb = sizeof(int32_t) * ((size_t)a->batch + 1);
+        cudaError_t e = cudaMemcpyAsync(cu, a->cu_q, nb, cudaMemcpyDeviceToHost, stream);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(cu + a->batch + 1, a->cu_k, nb, cudaMemcpyDeviceToHost, stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+        if (e != cudaSuccess) {
+            free(cu);
+            return fp_cuda_status(e, "reading cu_seqlens", __FILE__, __LINE__);
+        }
+    }
+    void *scores = NULL;
+    cudaError_t ce = cudaMallocAsync(&scores, (size_t)want, stream);
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(cu);
+        return fp_set_error(ce == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
+                            "attention baseline: score matrix of %.0f bytes (batch %d x heads %d x %d x %d "
+                            "x %zu B): %s",
+                            want, a->batch, a->heads_q, a->seqlen_q, a->seqlen_k, elt, cudaGetErrorString(ce));
+    }
+    const int32_t *cu_q = cu, *cu_k = cu ? cu + a->batch + 1 : NULL;
+    void *handle = NULL;
+    fp_status st = fp_ctx_cublas(ctx, (fp_stream)stream, &handle);
+    cublasHandle_t hdl = (cublasHandle_t)handle;
+    if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, scores, 0, stream);
+    if (st == FP_OK) st = fp_attn_cuda_masked_softmax(a, scores, stream);
+    if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, scores, 1, stream);
+    cudaFreeAsync(scores, stream);
+    free(cu);
+    return st;
+}
+
+fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream, const fp_attention_params *params) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    fp_attn_args a;
+    const int cuda = ctx->kind == FP_DEVICE_CUDA;
+    FP_TRY(fp_attn_check(params, cuda, &a));
+    if (!cuda) return fp_attn_cpu_naive(ctx->pool, &a);
+    FP_TRY(fp_ctx_activate(ctx));
+    return baseline_cuda(ctx, &a, fp_ctx_stream(ctx, stream));
+}
+
+/* ------------------------------------------------------------------------ */
+/*  Validate                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct validate_side {
+    fp_context *ctx;
+    fp_attention_params p;
+} validate_side;
+
+static fp_status run_baseline(void *user, fp_stream stream) {
+    validate_side *s = user;
+    return fp_attention_forward_baseline(s->ctx, stream, &s->p);
+}
+
+static fp_status run_flash(void *user, fp_stream stream) {
+    validate_side *s = user;
+    return fp_attention_forward(s->ctx, stream, &s->p);
+}
+
+fp_status fp_attention_validate(fp_context *ctx, fp_stream stream, const fp_attention_params *params,
+                                const fp_timing_config *cfg, fp_ab_report *report) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    FP_CHECK_NOT_NULL(report);
+    fp_attn_args a;
+    FP_TRY(fp_attn_check(params, ctx->kind == FP_DEVICE_CUDA, &a));
+    /* packed scratch rows: batch * seqlen_q, or with varlen the rows up to
+     * the last offset (read back from the device: validate is not an
+     * enqueue-only call) */
+    size_t rows = (size_t)a.batch * a.seqlen_q;
+    if (a.cu_q) {
+        int32_t last = 0;
+        FP_TRY(fp_mem_download(ctx, &last, a.cu_q + a.batch, sizeof last, stream));
+        FP_TRY(fp_context_synchronize(ctx, stream));
+        rows = last > 0 ? (size_t)last : 1;
+    }
+    const size_t n_out = rows * a.heads_q * a.head_dim;
+    const size_t elt = fp_dtype_size(a.dtype);
+    void *o_base = NULL, *o_flash = NULL;
+    FP_TRY(fp_mem_alloc(ctx, n_out * elt, &o_base));
+    fp_status st = fp_mem_alloc(ctx, n_out * elt, &o_flash);
+    /* rows neither writes (varlen gaps) must compare equal */
+    if (st == FP_OK) st = fp_mem_fill(ctx, o_base, 0, n_out * elt, stream);
+    if (st == FP_OK) st = fp_mem_fill(ctx, o_flash, 0, n_out * elt, stream);
+    if (st == FP_OK) {
+        validate_side sb = {ctx, *params}, sf = {ctx, *params};
+        /* packed scratch outputs; params' own o / lse are not written */
+        sb.p.o = o_base;
+        sf.p.o = o_flash;
+        sb.p.o_batch_stride = sb.p.o_seq_stride = sb.p.o_head_stride = 0;
+        sf.p.o_batch_stride = sf.p.o_seq_stride = sf.p.o_head_stride = 0;
+        sb.p.lse = sf.p.lse = NULL;
+        fp_ab_spec spec;
+        fp_ab_spec_init(&spec);
+        spec.baseline = run_baseline;
+        spec.baseline_user = &sb;
+        spec.optimized = run_flash;
+        spec.optimized_user = &sf;
+        spec.baseline_out = o_base;
+        spec.optimized_out = o_flash;
+        spec.out_count = n_out;
+        spec.out_dtype = a.dtype;
+        spec.bytes = (double)elt * a.head_dim *
+                     (2.0 * a.batch * a.seqlen_q * a.heads_q + 2.0 * a.batch * a.seqlen_k * a.heads_kv);
+        spec.flops = fp_attention_flops(params);
+        spec.flops_on_tensor_cores = ctx->kind == FP_DEVICE_CUDA && a.dtype != FP_F32;
+        st = fp_ab_run(ctx, stream, &spec, cfg, report);
+    }
+    fp_context_synchronize(ctx, stream);
+    fp_mem_free(ctx, o_base);
+    fp_mem_free(ctx, o_flash);
+    return st;
+}

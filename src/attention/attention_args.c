@@ -1,0 +1,184 @@
+/* Attention argument checking: every rule of the header's error list, each
+ * failure naming the argument, and resolution of the defaults (packed
+ * strides, scale, causal as window_right = 0). */
+#include <math.h>
+#include <string.h>
+
+#include "attention/attention_internal.h"
+
+void fp_attention_params_default(fp_attention_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    p->dtype = FP_BF16;
+    p->window_left = -1;
+    p->window_right = -1;
+}
+
+/* Rows of head_dim contiguous elements at b*bs + s*ss + h*hs must not
+ * overlap: sorted by stride (extent-1 dimensions ignored), every stride must
+ * step over the whole span of the dimensions inside it. */
+static fp_status check_strides(const char *name, int64_t bs, int64_t ss, int64_t hs, int nb,
+                               int ns, int nh, int d) {
+    if (bs < 0 || ss < 0 || hs < 0)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                            "%s strides (batch %lld, seq %lld, head %lld) must be >= 0", name,
+                            (long long)bs, (long long)ss, (long long)hs);
+    int64_t st[3] = {bs, ss, hs};
+    int64_t ex[3] = {nb, ns, nh};
+    int n = 0;
+    int64_t s2[3], e2[3];
+    for (int i = 0; i < 3; ++i)
+        if (ex[i] > 1) { s2[n] = st[i]; e2[n] = ex[i]; ++n; }
+    for (int i = 1; i < n; ++i) /* insertion sort by stride */
+        for (int j = i; j > 0 && s2[j] < s2[j - 1]; --j) {
+            int64_t t = s2[j]; s2[j] = s2[j - 1]; s2[j - 1] = t;
+            t = e2[j]; e2[j] = e2[j - 1]; e2[j - 1] = t;
+        }
+    int64_t span = d; /* elements covered by the dimensions inside */
+    for (int i = 0; i < n; ++i) {
+        if (s2[i] < span)
+            return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                                "%s strides (batch %lld, seq %lld, head %lld) make rows of "
+                                "head_dim %d contiguous elements overlap",
+                                name, (long long)bs, (long long)ss, (long long)hs, d);
+        span = s2[i] * (e2[i] - 1) + span;
+    }
+    return FP_OK;
+}
+
+static fp_status check_align(const char *name, const void *ptr, int64_t bs, int64_t ss, int64_t hs,
+                             size_t elt, int cuda) {
+    size_t align = cuda ? 16 : elt;
+    if ((uintptr_t)ptr % align)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                            "argument '%s' (%p) is not %zu-byte aligned%s", name, ptr, align,
+                            cuda ? " (the CUDA path loads 16-byte vectors)" : "");
+    if (cuda) {
+        int64_t v = (int64_t)(16 / elt);
+        if (bs % v || ss % v || hs % v)
+            return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                                "%s strides (batch %lld, seq %lld, head %lld) must be multiples of "
+                                "%lld elements (16 bytes) on the CUDA path",
+                                name, (long long)bs, (long long)ss, (long long)hs, (long long)v);
+    }
+    return FP_OK;
+}
+
+#define RESOLVE(x, def) ((x) ? (x) : (def))
+
+fp_status fp_attn_check(const fp_attention_params *p, int cuda, fp_attn_args *a) {
+    FP_CHECK_NOT_NULL(p);
+    FP_CHECK_ARG(p->struct_size == sizeof *p,
+                 "params struct_size %zu != %zu: initialize it with fp_attention_params_default",
+                 p->struct_size, sizeof *p);
+    FP_CHECK_ARG(p->batch > 0, "argument 'batch' must be > 0 (got %d)", p->batch);
+    FP_CHECK_ARG(p->seqlen_q > 0, "argument 'seqlen_q' must be > 0 (got %d)", p->seqlen_q);
+    FP_CHECK_ARG(p->seqlen_k > 0, "argument 'seqlen_k' must be > 0 (got %d)", p->seqlen_k);
+    FP_CHECK_ARG(p->heads_q > 0, "argument 'heads_q' must be > 0 (got %d)", p->heads_q);
+    FP_CHECK_ARG(p->heads_kv > 0, "argument 'heads_kv' must be > 0 (got %d)", p->heads_kv);
+    FP_CHECK_ARG(p->heads_q % p->heads_kv == 0,
+                 "argument 'heads_q' (%d) must be a multiple of 'heads_kv' (%d)", p->heads_q,
+                 p->heads_kv);
+    FP_CHECK_ARG(p->head_dim >= 8 && p->head_dim <= 256 && p->head_dim % 8 == 0,
+                 "argument 'head_dim' (%d) is unsupported: a multiple of 8 in [8, 256] is required",
+                 p->head_dim);
+    FP_CHECK_ARG(p->dtype == FP_F32 || p->dtype == FP_F16 || p->dtype == FP_BF16,
+                 "argument 'dtype' (%s) is unsupported: f32, f16 or bf16", fp_dtype_name(p->dtype));
+    FP_CHECK_ARG(isfinite(p->softmax_scale) && p->softmax_scale >= 0.0f,
+                 "argument 'softmax_scale' (%g) must be finite and > 0 (0 = 1/sqrt(head_dim))",
+                 (double)p->softmax_scale);
+    FP_CHECK_ARG(p->causal == 0 || p->causal == 1, "argument 'causal' must be 0 or 1 (got %d)",
+                 p->causal);
+    FP_CHECK_ARG(p->window_left >= -1, "argument 'window_left' must be >= -1 (got %d)",
+                 p->window_left);
+    FP_CHECK_ARG(p->window_right >= -1, "argument 'window_right' must be >= -1 (got %d)",
+                 p->window_right);
+    FP_CHECK_ARG(!p->causal || p->window_right <= 0,
+                 "argument 'window_right' (%d) must be -1 or 0 with causal", p->window_right);
+    FP_CHECK_ARG(p->q != NULL, "argument 'q' is NULL");
+    FP_CHECK_ARG(p->k != NULL, "argument 'k' is NULL");
+    FP_CHECK_ARG(p->v != NULL, "argument 'v' is NULL");
+    FP_CHECK_ARG(p->o != NULL, "argument 'o' is NULL");
+    const int varlen = p->cu_seqlens_q != NULL || p->cu_seqlens_k != NULL;
+    if (varlen) {
+        FP_CHECK_ARG(p->cu_seqlens_q && p->cu_seqlens_k,
+                     "arguments 'cu_seqlens_q' and 'cu_seqlens_k' must be given together");
+        FP_CHECK_ARG(!p->seqlens_k, "argument 'seqlens_k' cannot be combined with cu_seqlens_q / cu_seqlens_k");
+        FP_CHECK_ARG(!p->q_batch_stride && !p->k_batch_stride && !p->v_batch_stride && !p->o_batch_stride,
+                     "batch strides must be 0 with cu_seqlens_q / cu_seqlens_k (sequences are packed "
+                     "along the sequence dimension)");
+        FP_CHECK_ARG((uintptr_t)p->cu_seqlens_q % 4 == 0 && (uintptr_t)p->cu_seqlens_k % 4 == 0,
+                     "arguments 'cu_seqlens_q' / 'cu_seqlens_k' are not 4-byte aligned");
+        if (!cuda) /* host memory: the offsets can be checked */
+            for (int b = 0; b < p->batch; ++b) {
+                int64_t nq = (int64_t)p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b];
+                int64_t nk = (int64_t)p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b];
+                FP_CHECK_ARG(p->cu_seqlens_q[0] >= 0 && nq >= 0 && nq <= p->seqlen_q,
+                             "argument 'cu_seqlens_q': sequence %d has %lld queries (must be in [0, "
+                             "seqlen_q = %d], offsets >= 0 and non-decreasing)",
+                             b, (long long)nq, p->seqlen_q);
+                FP_CHECK_ARG(p->cu_seqlens_k[0] >= 0 && nk >= 0 && nk <= p->seqlen_k,
+                             "argument 'cu_seqlens_k': sequence %d has %lld keys (must be in [0, "
+                             "seqlen_k = %d], offsets >= 0 and non-decreasing)",
+                             b, (long long)nk, p->seqlen_k);
+            }
+    }
+    FP_CHECK_ARG((int64_t)p->seqlen_q * p->heads_q <= (int64_t)1 << 30,
+                 "seqlen_q * heads_q (%lld) too large", (long long)p->seqlen_q * p->heads_q);
+
+    a->batch = p->batch;
+    a->seqlen_q = p->seqlen_q;
+    a->seqlen_k = p->seqlen_k;
+    a->heads_q = p->heads_q;
+    a->heads_kv = p->heads_kv;
+    a->head_dim = p->head_dim;
+    a->group = p->heads_q / p->heads_kv;
+    a->dtype = p->dtype;
+    a->q = p->q;
+    a->k = p->k;
+    a->v = p->v;
+    a->o = p->o;
+    const int64_t d = p->head_dim;
+    a->q_hs = RESOLVE(p->q_head_stride, d);
+    a->q_ss = RESOLVE(p->q_seq_stride, d * p->heads_q);
+    a->q_bs = RESOLVE(p->q_batch_stride, d * p->heads_q * p->seqlen_q);
+    a->k_hs = RESOLVE(p->k_head_stride, d);
+    a->k_ss = RESOLVE(p->k_seq_stride, d * p->heads_kv);
+    a->k_bs = RESOLVE(p->k_batch_stride, d * p->heads_kv * p->seqlen_k);
+    a->v_hs = RESOLVE(p->v_head_stride, d);
+    a->v_ss = RESOLVE(p->v_seq_stride, d * p->heads_kv);
+    a->v_bs = RESOLVE(p->v_batch_stride, d * p->heads_kv * p->seqlen_k);
+    a->o_hs = RESOLVE(p->o_head_stride, d);
+    a->o_ss = RESOLVE(p->o_seq_stride, d * p->heads_q);
+    a->o_bs = RESOLVE(p->o_batch_stride, d * p->heads_q * p->seqlen_q);
+    if (varlen) /* one packed sequence dimension; batch strides unused */
+        a->q_bs = a->k_bs = a->v_bs = a->o_bs = 0;
+    const int nb = varlen ? 1 : p->batch;
+    FP_TRY(check_strides("q", a->q_bs, a->q_ss, a->q_hs, nb, p->seqlen_q, p->heads_q, p->head_dim));
+    FP_TRY(check_strides("k", a->k_bs, a->k_ss, a->k_hs, nb, p->seqlen_k, p->heads_kv, p->head_dim));
+    FP_TRY(check_strides("v", a->v_bs, a->v_ss, a->v_hs, nb, p->seqlen_k, p->heads_kv, p->head_dim));
+    FP_TRY(check_strides("o", a->o_bs, a->o_ss, a->o_hs, nb, p->seqlen_q, p->heads_q, p->head_dim));
+    size_t elt = fp_dtype_size(p->dtype);
+    FP_TRY(check_align("q", p->q, a->q_bs, a->q_ss, a->q_hs, elt, cuda));
+    FP_TRY(check_align("k", p->k, a->k_bs, a->k_ss, a->k_hs, elt, cuda));
+    FP_TRY(check_align("v", p->v, a->v_bs, a->v_ss, a->v_hs, elt, cuda));
+    FP_TRY(check_align("o", p->o, a->o_bs, a->o_ss, a->o_hs, elt, cuda));
+    FP_CHECK_ARG((uintptr_t)p->lse % 4 == 0, "argument 'lse' is not 4-byte aligned");
+    FP_CHECK_ARG((uintptr_t)p->seqlens_k % 4 == 0, "argument 'seqlens_k' is not 4-byte aligned");
+
+    a->scale = p->softmax_scale > 0.0f ? p->softmax_scale : (float)(1.0 / sqrt((double)p->head_dim));
+    a->window_left = p->window_left;
+    a->window_right = p->causal ? 0 : p->window_right;
+    a->lse = p->lse;
+    a->seqlens_k = p->seqlens_k;
+    a->cu_q = p->cu_seqlens_q;
+    a->cu_k = p->cu_seqlens_k;
+    return FP_OK;
+}
+
+double fp_attention_flops(const fp_attention_params *p) {
+    if (!p) return 0.0;
+    double f = 4.0 * p->batch * p->heads_q * (double)p->seqlen_q * p->seqlen_k * p->head_dim;
+    return p->causal ? f * 0.5 : f;
+}

@@ -1,0 +1,119 @@
+/* Attention internals shared by the host code (src/attention) and the CUDA
+ * launchers (kernels/attention): the checked, normalized arguments every
+ * implementation takes, the mask rule, and the launchers. Not installed. */
+#ifndef FP_ATTENTION_INTERNAL_H
+#define FP_ATTENTION_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "fastpath/attention.h"
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Arguments after checking: strides resolved (no 0 = packed left), causal
+ * folded into window_right, the scale resolved. Strides in elements. */
+typedef struct fp_attn_args {
+    int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+    int group;                        /* heads_q / heads_kv */
+    fp_dtype dtype;
+    const void *q, *k, *v;
+    void *o;
+    int64_t q_bs, q_ss, q_hs;
+    int64_t k_bs, k_ss, k_hs;
+    int64_t v_bs, v_ss, v_hs;
+    int64_t o_bs, o_ss, o_hs;
+    float scale;                      /* > 0 */
+    int window_left, window_right;    /* -1 = unbounded; causal -> right = 0 */
+    float *lse;                       /* [batch, heads_q, seqlen_q] or NULL */
+    const int32_t *seqlens_k;         /* [batch] or NULL */
+    const int32_t *cu_q, *cu_k;       /* [batch + 1] varlen offsets, or NULL */
+} fp_attn_args;
+
+/* Keys kept by query row i of a sequence with sq queries and L keys: [lo,
+ * hi] (inclusive; empty when lo > hi). The one definition of the mask, used
+ * by every CPU implementation (the kernels share
+ * kernels/attention/attention_flash_layout.h's row_keys, the same rule). */
+static inline void fp_attn_row_range(const fp_attn_args *a, int sq, int L, int i, int *lo, int *hi) {
+    int64_t diag = (int64_t)i + L - sq; /* bottom-right aligned */
+    int64_t l = 0, h = (int64_t)L - 1;
+    if (a->window_left >= 0 && diag - a->window_left > l) l = diag - a->window_left;
+    if (a->window_right >= 0 && diag + a->window_right < h) h = diag + a->window_right;
+    if (l > h) { l = 0; h = -1; }
+    *lo = (int)l;
+    *hi = (int)h;
+}
+
+/* Sequence b: its query and key counts and the element offsets of its row 0
+ * in Q, K, V, O (batch strides, or the varlen offsets). */
+typedef struct fp_attn_seq {
+    int sq, L;
+    int64_t q0, k0, v0, o0;
+} fp_attn_seq;
+
+static inline int fp_attn_clamp(int64_t x, int hi) { return x < 0 ? 0 : (x > hi ? hi : (int)x); }
+
+/* Host memory for seqlens_k / cu_seqlens (CPU implementations). */
+static inline fp_attn_seq fp_attn_seq_host(const fp_attn_args *a, int b) {
+    fp_attn_seq s;
+    if (a->cu_q) {
+        s.sq = fp_attn_clamp((int64_t)a->cu_q[b + 1] - a->cu_q[b], a->seqlen_q);
+        s.L = fp_attn_clamp((int64_t)a->cu_k[b + 1] - a->cu_k[b], a->seqlen_k);
+        s.q0 = (int64_t)a->cu_q[b] * a->q_ss;
+        s.o0 = (int64_t)a->cu_q[b] * a->o_ss;
+        s.k0 = (int64_t)a->cu_k[b] * a->k_ss;
+        s.v0 = (int64_t)a->cu_k[b] * a->v_ss;
+    } else {
+        s.sq = a->seqlen_q;
+        s.L = a->seqlens_k ? fp_attn_clamp(a->seqlens_k[b], a->seqlen_k) : a->seqlen_k;
+        s.q0 = b * a->q_bs;
+        s.o0 = b * a->o_bs;
+        s.k0 = b * a->k_bs;
+        s.v0 = b * a->v_bs;
+    }
+    return s;
+}
+
+/* Checks params and fills args. `cuda` selects the GPU alignment rules. */
+fp_status fp_attn_check(const fp_attention_params *p, int cuda, fp_attn_args *out);
+
+/* ---- CPU implementations (host memory) ---- */
+/* Tiled online softmax over (batch, kv head, 32 GQA-packed rows) on the pool. */
+fp_status fp_attn_cpu_tiled(fp_thread_pool *pool, const fp_attn_args *a);
+/* Materialized: one [seqlen_q x seqlen_k] f32 score matrix per (batch, head). */
+fp_status fp_attn_cpu_naive(fp_thread_pool *pool, const fp_attn_args *a);
+/* The oracle: double accumulation, two-pass softmax. Writes o_ref packed
+ * [batch, seqlen_q, heads_q, head_dim] and lse_ref [batch, heads_q, seqlen_q]
+ * (either may be NULL); ignores a->o and a->lse. pool may be NULL. */
+fp_status fp_attn_reference(fp_thread_pool *pool, const fp_attn_args *a, double *o_ref,
+                            double *lse_ref);
+
+/* ---- CUDA launchers (kernels/attention) ---- */
+/* 1 if the tensor-core flash kernel handles this dtype / head_dim. */
+int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim);
+/* Flash attention: picks the number of KV splits from the grid size and
+ * sm_count, allocates partials stream-ordered when splitting. */
+fp_status fp_attn_cuda_flash(const fp_attn_args *a, int sm_count, cudaStream_t stream);
+/* Same with an explicit split count (>= 1; tests force split-KV with it). */
+fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream);
+/* A numbered version of the flash kernel (1 = the default, 2 = two 16-row
+ * blocks per warp, head_dim 64 / 128) with an explicit split count. */
+fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
+/* Simple CUDA-core kernel: one warp per query row, any dtype and head_dim. */
+fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t stream);
+/* Masked, scaled softmax in place over materialized scores
+ * [batch * heads_q, seqlen_q, seqlen_k] of dtype (f32 for FP_F32), also
+ * writes a->lse if set. */
+fp_status fp_attn_cuda_masked_softmax(const fp_attn_args *a, void *scores, cudaStream_t stream);
+/* Zeroes O for the sq query rows (all heads) of sequence b starting at
+ * element offset o0 (varlen baseline: a sequence with no keys). */
+fp_status fp_attn_cuda_zero_rows(const fp_attn_args *a, int64_t o0, int sq, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FP_ATTENTION_INTERNAL_H */

@@ -1,0 +1,308 @@
+/* Attention on a CPU context: the tiled online-softmax implementation
+ * (fp_attention_forward) and the materialized baseline
+ * (fp_attention_forward_baseline) against the double reference, over every
+ * option: seqlens 1..1024, causal with seqlen_q < and > seqlen_k, GQA/MQA,
+ * windows, LSE, ragged decode, strided layouts, f32/f16/bf16, head dims; bad
+ * input with outputs untouched; validate. */
+#include <string.h>
+
+#include "attn_test_util.h"
+
+static fp_context *g_ctx;
+
+/* Tolerance vs the double reference: f32 accumulation error (grows slowly
+ * with the number of keys: 2e-5 covers 1024 keys of |v| <= 1) plus one
+ * rounding of O to the dtype. */
+static void run_case(const attn_case *c) {
+    attn_host H;
+    if (!attn_host_make(c, &H, 1234 + (uint64_t)c->sq * 7 + (uint64_t)c->sk)) {
+        CHECK_MSG(0, "%s: host allocation", c->name);
+        return;
+    }
+    double *o_ref = NULL, *lse_ref = NULL;
+    CHECK(attn_reference(g_ctx->pool, &H, &o_ref, &lse_ref));
+    const double atol = 2e-5, rtol = attn_eps(c->dtype) + 2e-5;
+    for (int impl = 0; impl < 2; ++impl) {
+        memset(H.o, 0xFF, H.o_bytes);
+        if (H.lse) memset(H.lse, 0xFF, sizeof(float) * (size_t)c->batch * c->hq * c->sq);
+        fp_status st = impl == 0 ? fp_attention_forward(g_ctx, NULL, &H.p)
+                                 : fp_attention_forward_baseline(g_ctx, NULL, &H.p);
+        CHECK_MSG(st == FP_OK, "%s/%s: %s (%s)", c->name, impl ? "naive" : "tiled", fp_status_string(st),
+                  fp_last_error());
+        if (st != FP_OK) continue;
+        attn_err E = attn_compare(&H, H.o, H.lse, o_ref, lse_ref, atol, rtol);
+        CHECK_MSG(E.bad == 0 && E.lse_bad == 0,
+                  "%s/%s: %zu bad of %zu (first at %zu: got %.8g ref %.8g), max abs err %.3g, lse bad %zu "
+                  "(max err %.3g)",
+                  c->name, impl ? "naive" : "tiled", E.bad, H.n_o, E.first_bad, E.first_got, E.first_ref,
+                  E.max_abs, E.lse_bad, E.lse_max_abs);
+    }
+    free(o_ref);
+    free(lse_ref);
+    attn_host_free(&H);
+}
+
+static void test_options(void) {
+    static const attn_case cases[] = {
+        /* name            b  sq    sk    hq hkv d   dtype   causal wl  wr scale lse rag str */
+        {"seq1",           2, 1,    1,    2, 2, 64, FP_F32, 0, -1, -1, 0, 1, 0, 0},
+        {"seq17",          2, 17,   17,   2, 2, 64, FP_F32, 0, -1, -1, 0, 1, 0, 0},
+        {"seq128",         1, 128,  128,  2, 2, 64, FP_F32, 0, -1, -1, 0, 1, 0, 0},
+        {"seq333",         1, 333,  333,  2, 1, 64, FP_F32, 0, -1, -1, 0, 1, 0, 0},
+        {"seq1024",        1, 1024, 1024, 1, 1, 64, FP_F32, 0, -1, -1, 0, 1, 0, 0},
+        {"causal333",      1, 333,  333,  2, 2, 64, FP_F32, 1, -1, -1, 0, 1, 0, 0},
+        {"causal1024",     1, 1024, 1024, 1, 1, 32, FP_F32, 1, -1, -1, 0, 1, 0, 0},
+        {"causal_q<k",     2, 17,   333,  2, 2, 64, FP_F32, 1, -1, -1, 0, 1, 0, 0},
+        {"causal_q>k",     2, 333,  17,   2, 2, 64, FP_F32, 1, -1, -1, 0, 1, 0, 0},
+        {"causal_q>k_1",   1, 128,  1,    2, 1, 64, FP_F32, 1, -1, -1, 0, 1, 0, 0},
+        {"gqa3",           2, 128,  128,  6, 2, 64, FP_F32, 0, -1, -1, 0, 1, 0, 0},
+        {"mqa_causal",     1, 333,  333,  4, 1, 64, FP_F32, 1, -1, -1, 0, 1, 0, 0},
+        {"window_32_8",    1, 333,  333,  2, 2, 64, FP_F32, 0, 32, 8, 0, 1, 0, 0},
+        {"window_causal",  1, 333,  400,  2, 2, 64, FP_F32, 1, 16, -1, 0, 1, 0, 0},
+        {"window_0_0",     1, 128,  128,  2, 2, 64, FP_F32, 0, 0, 0, 0, 1, 0, 0},
+        {"window_left",    1, 128,  333,  2, 2, 64, FP_F32, 0, 5, -1, 0, 1, 0, 0},
+        {"window_right",   1, 333,  128,  2, 2, 64, FP_F32, 0, -1, 3, 0, 1, 0, 0},
+        {"scale0.3",       1, 128,  128,  2, 2, 64, FP_F32, 0, -1, -1, 0.3f, 1, 0, 0},
+        {"no_lse",         1, 128,  128,  2, 2, 64, FP_F32, 1, -1, -1, 0, 0, 0, 0},
+        {"f16",            1, 333,  333,  2, 2, 64, FP_F16, 1, -1, -1, 0, 1, 0, 0},
+        {"bf16",           1, 333,  333,  2, 2, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"bf16_gqa",       2, 17,   128,  4, 2, 64, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"d8",             1, 128,  128,  2, 2, 8, FP_F32, 0, -1, -1, 0, 1, 0, 0},
+        {"d96",            1, 128,  128,  2, 2, 96, FP_F16, 1, -1, -1, 0, 1, 0, 0},
+        {"d256",           1, 128,  128,  1, 1, 256, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"decode_ragged",  8, 1,    1024, 8, 2, 128, FP_F32, 0, -1, -1, 0, 1, 1, 0},
+        {"decode4_ragged_c", 4, 4,  1024, 4, 1, 64, FP_BF16, 1, -1, -1, 0, 1, 1, 0},
+        {"decode_ragged_w", 4, 3,   333,  2, 2, 64, FP_F16, 1, 40, -1, 0, 1, 1, 0},
+        {"strided",        2, 77,   77,   4, 2, 64, FP_F32, 1, -1, -1, 0, 1, 0, 1},
+        {"strided_bf16",   2, 33,   129,  2, 1, 128, FP_BF16, 0, 20, 4, 0, 1, 0, 1},
+        {"strided_decode", 4, 2,    300,  4, 4, 64, FP_F16, 1, -1, -1, 0, 1, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i]);
+}
+
+/* Each bad argument: INVALID_ARGUMENT naming it, O and lse untouched. */
+static void test_bad_input(void) {
+    attn_case c = {"bad", 1, 16, 16, 4, 2, 64, FP_F32, 0, -1, -1, 0, 1, 0, 0};
+    attn_host H;
+    CHECK(attn_host_make(&c, &H, 5));
+    const size_t n_lse = (size_t)c.batch * c.hq * c.sq;
+    struct {
+        const char *what;   /* expected in the message */
+        int field;
+    } bad[] = {
+        {"head_dim", 0}, {"head_dim", 1}, {"heads_q", 2}, {"seqlen_q", 3}, {"seqlen_k", 4},
+        {"batch", 5}, {"window_left", 6}, {"window_right", 7}, {"window_right", 8},
+        {"softmax_scale", 9}, {"q strides", 10}, {"o strides", 11}, {"'q'", 12}, {"'o'", 13},
+        {"dtype", 14}, {"struct_size", 15}, {"'k'", 16}, {"heads_kv", 17}, {"k strides", 18},
+        {"'v'", 19},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        fp_attention_params p = H.p;
+        switch (bad[i].field) {
+        case 0: p.head_dim = 60; break;
+        case 1: p.head_dim = 512; break;
+        case 2: p.heads_q = 3; break;
+        case 3: p.seqlen_q = 0; break;
+        case 4: p.seqlen_k = -5; break;
+        case 5: p.batch = 0; break;
+        case 6: p.window_left = -2; break;
+        case 7: p.window_right = -7; break;
+        case 8: p.causal = 1; p.window_right = 4; break;
+        case 9: p.softmax_scale = -1.0f; break;
+        case 10: p.q_head_stride = 32; break;          /* heads overlap */
+        case 11: p.o_seq_stride = 64; break;           /* seq rows overlap heads */
+        case 12: p.q = NULL; break;
+        case 13: p.o = NULL; break;
+        case 14: p.dtype = FP_FP8_E4M3; break;
+        case 15: p.struct_size = 8; break;
+        case 16: p.k = (const char *)p.k + 1; break;   /* misaligned */
+        case 17: p.heads_kv = 0; break;
+        case 18: p.k_batch_stride = -1; break;
+        case 19: p.v = NULL; break;
+        }
+        memset(H.o, 0x5A, H.o_bytes);
+        memset(H.lse, 0x5A, n_lse * sizeof(float));
+        for (int impl = 0; impl < 2; ++impl) {
+            fp_status st = impl ? fp_attention_forward_baseline(g_ctx, NULL, &p)
+                                : fp_attention_forward(g_ctx, NULL, &p);
+            CHECK_MSG(st == FP_ERR_INVALID_ARGUMENT, "case %s: got %s", bad[i].what, fp_status_string(st));
+            CHECK_MSG(strstr(fp_last_error(), bad[i].what) != NULL, "message '%s' does not name %s",
+                      fp_last_error(), bad[i].what);
+        }
+        int untouched = 1;
+        for (size_t b = 0; b < H.o_bytes; ++b) untouched &= ((unsigned char *)H.o)[b] == 0x5A;
+        for (size_t b = 0; b < n_lse * sizeof(float); ++b) untouched &= ((unsigned char *)H.lse)[b] == 0x5A;
+        CHECK_MSG(untouched, "case %s: outputs written on bad input", bad[i].what);
+    }
+    CHECK_STATUS(fp_attention_forward(NULL, NULL, &H.p), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_attention_forward(g_ctx, NULL, NULL), FP_ERR_INVALID_ARGUMENT);
+    fp_ab_report rep;
+    CHECK_STATUS(fp_attention_validate(g_ctx, NULL, &H.p, NULL, NULL), FP_ERR_INVALID_ARGUMENT);
+    fp_attention_params p = H.p;
+    p.heads_q = 5;
+    CHECK_STATUS(fp_attention_validate(g_ctx, NULL, &p, NULL, &rep), FP_ERR_INVALID_ARGUMENT);
+    attn_host_free(&H);
+}
+
+/* Varlen (cu_seqlens): each packed sequence must equal the same sequence run
+ * on its own as a batch of one (the reference on a plain batch: independent
+ * of the varlen offset logic). Lengths include 0 queries and 0 keys. */
+static void test_varlen(fp_dtype dt, int causal, int wl) {
+    enum { B = 5, SQ = 70, SK = 90, HQ = 4, HKV = 2, D = 64 };
+    static const int nq[B] = {70, 5, 0, 17, 33}, nk[B] = {90, 40, 17, 0, 1};
+    int32_t cu_q[B + 1] = {0}, cu_k[B + 1] = {0};
+    for (int b = 0; b < B; ++b) {
+        cu_q[b + 1] = cu_q[b] + nq[b];
+        cu_k[b + 1] = cu_k[b] + nk[b];
+    }
+    const size_t elt = fp_dtype_size(dt);
+    const int64_t q_ss = HQ * D + 8, kv_ss = HKV * D, o_ss = HQ * D; /* padded Q rows */
+    const size_t nq_el = (size_t)cu_q[B] * q_ss, nk_el = (size_t)cu_k[B] * kv_ss, no_el = (size_t)cu_q[B] * o_ss;
+    void *q = malloc(nq_el * elt), *k = malloc(nk_el * elt), *v = malloc(nk_el * elt), *o = malloc(no_el * elt);
+    float *lse = malloc(sizeof(float) * B * HQ * SQ);
+    uint64_t st = 99;
+    for (size_t i = 0; i < nq_el; ++i) attn_store(q, i, dt, (float)fp_test_rand_uniform(&st, -1, 1));
+    for (size_t i = 0; i < nk_el; ++i) attn_store(k, i, dt, (float)fp_test_rand_uniform(&st, -1, 1));
+    for (size_t i = 0; i < nk_el; ++i) attn_store(v, i, dt, (float)fp_test_rand_uniform(&st, -1, 1));
+    fp_attention_params p;
+    fp_attention_params_default(&p);
+    p.batch = B; p.seqlen_q = SQ; p.seqlen_k = SK; p.heads_q = HQ; p.heads_kv = HKV; p.head_dim = D;
+    p.dtype = dt; p.causal = causal; p.window_left = wl;
+    p.q = q; p.k = k; p.v = v; p.o = o; p.lse = lse;
+    p.q_seq_stride = q_ss;
+    p.cu_seqlens_q = cu_q;
+    p.cu_seqlens_k = cu_k;
+    for (int impl = 0; impl < 2; ++impl) {
+        memset(o, 0xFF, no_el * elt);
+        memset(lse, 0xFF, sizeof(float) * B * HQ * SQ);
+        CHECK_OK(impl ? fp_attention_forward_baseline(g_ctx, NULL, &p) : fp_attention_forward(g_ctx, NULL, &p));
+        size_t bad = 0;
+        for (int b = 0; b < B; ++b) {
+            double *o_ref = calloc((size_t)SQ * HQ * D, sizeof(double));
+            double *lse_ref = calloc((size_t)HQ * SQ, sizeof(double));
+            if (nq[b] > 0 && nk[b] > 0) {
+                fp_attention_params one = p;
+                one.batch = 1; one.seqlen_q = nq[b]; one.seqlen_k = nk[b];
+                one.cu_seqlens_q = one.cu_seqlens_k = NULL;
+                one.q = (const char *)q + (size_t)cu_q[b] * q_ss * elt;
+                one.k = (const char *)k + (size_t)cu_k[b] * kv_ss * elt;
+                one.v = (const char *)v + (size_t)cu_k[b] * kv_ss * elt;
+                fp_attn_args a1;
+                CHECK_OK(fp_attn_check(&one, 0, &a1));
+                CHECK_OK(fp_attn_reference(NULL, &a1, o_ref, lse_ref));
+            } else {
+                for (int i = 0; i < HQ * SQ; ++i) lse_ref[i] = -INFINITY; /* no keys: O = 0 */
+            }
+            for (int i = 0; i < nq[b]; ++i)
+                for (int h = 0; h < HQ; ++h) {
+                    for (int x = 0; x < D; ++x) {
+                        double ref = o_ref[((size_t)i * HQ + h) * D + x];
+                        double got = attn_load(o, (size_t)(cu_q[b] + i) * o_ss + h * D + x, dt);
+                        if (!(fabs(got - ref) <= 2e-5 + (attn_eps(dt) + 2e-5) * fabs(ref))) bad++;
+                    }
+                    double lr = lse_ref[(size_t)h * nq[b] + i], lg = lse[((size_t)b * HQ + h) * SQ + i];
+                    if (isinf(lr) ? !(isinf(lg) && lg < 0) : !(fabs(lg - lr) <= 1e-4 + 1e-5 * fabs(lr))) bad++;
+                }
+            for (int i = nq[b]; i < SQ; ++i) /* rows past the sequence: lse untouched (NaN poison) */
+                for (int h = 0; h < HQ; ++h) bad += !isnan(lse[((size_t)b * HQ + h) * SQ + i]);
+            free(o_ref);
+            free(lse_ref);
+        }
+        CHECK_MSG(bad == 0, "varlen %s causal %d wl %d (%s): %zu bad", fp_dtype_name(dt), causal, wl,
+                  impl ? "naive" : "tiled", bad);
+    }
+    if (dt == FP_F32) { /* validate handles packed varlen outputs */
+        fp_timing_config cfg;
+        fp_timing_config_default(&cfg);
+        cfg.warmup = 0;
+        cfg.min_samples = 2;
+        cfg.max_samples = 2;
+        cfg.max_time_s = 0.1;
+        fp_ab_report rep;
+        CHECK_OK(fp_attention_validate(g_ctx, NULL, &p, &cfg, &rep));
+        CHECK_MSG(rep.compared && rep.agreement.passed, "varlen validate: %zu mismatches", rep.agreement.mismatches);
+    }
+    /* bad varlen input: a clear status, nothing written */
+    memset(o, 0x5A, no_el * elt);
+    fp_attention_params bp = p;
+    bp.cu_seqlens_k = NULL;
+    CHECK_STATUS(fp_attention_forward(g_ctx, NULL, &bp), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "cu_seqlens_k") != NULL);
+    bp = p;
+    bp.q_batch_stride = 1000;
+    CHECK_STATUS(fp_attention_forward(g_ctx, NULL, &bp), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "batch strides") != NULL);
+    int32_t dec[B + 1] = {0, 10, 5, 20, 30, 40};
+    bp = p;
+    bp.cu_seqlens_k = dec;
+    CHECK_STATUS(fp_attention_forward_baseline(g_ctx, NULL, &bp), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "cu_seqlens_k") != NULL);
+    int32_t longq[B + 1] = {0, 71, 72, 73, 74, 75};
+    bp = p;
+    bp.cu_seqlens_q = longq;
+    CHECK_STATUS(fp_attention_forward(g_ctx, NULL, &bp), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "cu_seqlens_q") != NULL);
+    int32_t lens[B] = {1, 2, 3, 4, 5};
+    bp = p;
+    bp.seqlens_k = lens;
+    CHECK_STATUS(fp_attention_forward(g_ctx, NULL, &bp), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "seqlens_k") != NULL);
+    int untouched = 1;
+    for (size_t i = 0; i < no_el * elt; ++i) untouched &= ((unsigned char *)o)[i] == 0x5A;
+    CHECK_MSG(untouched, "varlen: outputs written on bad input");
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    free(lse);
+}
+
+static void test_defaults_and_flops(void) {
+    fp_attention_params p;
+    fp_attention_params_default(&p);
+    CHECK(p.struct_size == sizeof p);
+    CHECK(p.window_left == -1 && p.window_right == -1 && p.causal == 0 && p.softmax_scale == 0.0f);
+    p.batch = 2; p.seqlen_q = 3; p.seqlen_k = 5; p.heads_q = 4; p.head_dim = 8;
+    CHECK_NEAR(fp_attention_flops(&p), 4.0 * 2 * 4 * 3 * 5 * 8, 0);
+    p.causal = 1;
+    CHECK_NEAR(fp_attention_flops(&p), 2.0 * 2 * 4 * 3 * 5 * 8, 0);
+    CHECK(fp_attention_flops(NULL) == 0.0);
+}
+
+static void test_validate(void) {
+    attn_case c = {"validate", 2, 64, 96, 4, 2, 64, FP_BF16, 1, -1, -1, 0, 0, 0, 0};
+    attn_host H;
+    CHECK(attn_host_make(&c, &H, 9));
+    memset(H.o, 0x5A, H.o_bytes);
+    fp_timing_config cfg;
+    fp_timing_config_default(&cfg);
+    cfg.warmup = 1;
+    cfg.min_samples = 3;
+    cfg.max_samples = 5;
+    cfg.max_time_s = 0.2;
+    fp_ab_report rep;
+    CHECK_OK(fp_attention_validate(g_ctx, NULL, &H.p, &cfg, &rep));
+    CHECK(rep.compared == 1);
+    CHECK_MSG(rep.agreement.passed, "validate: %zu mismatches, max abs err %g", rep.agreement.mismatches,
+              rep.agreement.max_abs_err);
+    CHECK(rep.baseline.samples >= 3 && rep.optimized.samples >= 3);
+    CHECK(rep.achieved_tflops > 0.0);
+    int untouched = 1;
+    for (size_t b = 0; b < H.o_bytes; ++b) untouched &= ((unsigned char *)H.o)[b] == 0x5A;
+    CHECK_MSG(untouched, "validate wrote params->o");
+    attn_host_free(&H);
+}
+
+int main(void) {
+    CHECK_OK(fp_context_create(FP_DEVICE_CPU, -1, &g_ctx));
+    if (!g_ctx) return 1;
+    test_defaults_and_flops();
+    test_options();
+    test_varlen(FP_F32, 0, -1);
+    test_varlen(FP_BF16, 1, -1);
+    test_varlen(FP_F16, 1, 20);
+    test_bad_input();
+    test_validate();
+    fp_context_destroy(g_ctx);
+    TEST_END();
+}

@@ -1,0 +1,533 @@
+// Warp-level CPU emulation of attention_flash_fwd_v1 + attention_split_combine_v1
+// (kernels/attention/attention_flash.cu), so the kernel's index math is
+// tested on machines without a GPU (label cpu).
+//
+// The emulation follows the kernel step by step with the *same* index
+// functions (kernels/attention/attention_flash_layout.h): cp.async tile
+// loads into the swizzled layout, ldmatrix (.trans) per-lane addresses,
+// mma.sync m16n8k16 fragment layouts (implemented here independently from
+// the PTX ISA tables), quad shuffles of the online softmax, P repacked from
+// the S accumulators, the epilogue and the split-KV combine. Shared memory
+// starts as NaN so a read of an unloaded element poisons the result.
+// What it cannot see: races (barrier placement), PTX syntax, register
+// allocation. Those need the GPU test (test_attention_gpu).
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "attention/attention_flash_layout.h"
+#include "attention/attention_internal.h"
+
+using namespace fp_flash;
+typedef uint16_t h16;
+
+static int g_failures = 0;
+
+static float to_f(h16 x, fp_dtype dt) { return dt == FP_F16 ? fp_f16_to_f32(x) : fp_bf16_to_f32(x); }
+static h16 from_f(float x, fp_dtype dt) { return dt == FP_F16 ? fp_f32_to_f16(x) : fp_f32_to_bf16(x); }
+static uint32_t pack(h16 lo, h16 hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+static h16 lo16(uint32_t r) { return (h16)(r & 0xFFFF); }
+static h16 hi16(uint32_t r) { return (h16)(r >> 16); }
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).b16: addr[lane] = element offset of
+// the row lane hands in (lanes 8i..8i+7: rows 0..7 of matrix i).
+// Also audits the addresses: each row must be 16-byte aligned, and the 8
+// rows of one matrix (one shared-memory phase) must fall in 8 different
+// 4-bank groups, else the hardware serializes the phase (bank conflict).
+static long g_ldsm_conflicts = 0, g_ldsm_misaligned = 0;
+
+static void ldsm_x4(const h16 *smem, const int addr[32], bool trans, uint32_t out[32][4]) {
+    for (int i = 0; i < 4; ++i) {
+        unsigned used = 0;
+        for (int r = 0; r < 8; ++r) {
+            int a = addr[8 * i + r];
+            if (a % 8) g_ldsm_misaligned++;
+            int quad = (a * 2 / 16) % 8; /* 16-byte bank group within 128 bytes */
+            if (used & (1u << quad)) g_ldsm_conflicts++;
+            used |= 1u << quad;
+        }
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+        int g = lane / 4, t = lane % 4;
+        for (int i = 0; i < 4; ++i) {
+            if (!trans) {
+                const h16 *row = smem + addr[8 * i + g];
+                out[lane][i] = pack(row[2 * t], row[2 * t + 1]);
+            } else {
+                const h16 *r0 = smem + addr[8 * i + 2 * t], *r1 = smem + addr[8 * i + 2 * t + 1];
+                out[lane][i] = pack(r0[g], r1[g]);
+            }
+        }
+    }
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: C[lane][4] += A B with
+// the PTX ISA fragment layouts.
+static void mma(float c[32][4], const uint32_t a[32][4], const uint32_t b0[32], const uint32_t b1[32],
+                fp_dtype dt) {
+    float A[16][16], B[16][8];
+    for (int lane = 0; lane < 32; ++lane) {
+        int g = lane / 4, t = lane % 4;
+        A[g][2 * t] = to_f(lo16(a[lane][0]), dt);
+        A[g][2 * t + 1] = to_f(hi16(a[lane][0]), dt);
+        A[g + 8][2 * t] = to_f(lo16(a[lane][1]), dt);
+        A[g + 8][2 * t + 1] = to_f(hi16(a[lane][1]), dt);
+        A[g][2 * t + 8] = to_f(lo16(a[lane][2]), dt);
+        A[g][2 * t + 9] = to_f(hi16(a[lane][2]), dt);
+        A[g + 8][2 * t + 8] = to_f(lo16(a[lane][3]), dt);
+        A[g + 8][2 * t + 9] = to_f(hi16(a[lane][3]), dt);
+        B[2 * t][g] = to_f(lo16(b0[lane]), dt);
+        B[2 * t + 1][g] = to_f(hi16(b0[lane]), dt);
+        B[2 * t + 8][g] = to_f(lo16(b1[lane]), dt);
+        B[2 * t + 9][g] = to_f(hi16(b1[lane]), dt);
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+        int g = lane / 4, t = lane % 4;
+        for (int e = 0; e < 4; ++e) {
+            int row = g + 8 * (e / 2), col = 2 * t + (e % 2);
+            float acc = 0.0f;
+            for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
+            c[lane][e] += acc;
+        }
+    }
+}
+
+struct emu_args {
+    fp_attn_args a;   // host pointers (h16 data)
+    int num_splits;
+    std::vector<float> o_part, lse_part;
+};
+
+template <int D> struct warp_state {
+    float o_acc[32][D / 8][4];
+    float m_run[32][2], l_run[32][2];
+    uint32_t q_frag[D / 16][32][4]; // the kernel re-reads them from shared memory when !kQInRegisters
+    int lo[32][2], hi[32][2];
+};
+
+// One CTA of attention_flash_fwd_v1<T, D>: (m_tile, split) = blockIdx.x,
+// hk = blockIdx.y, b = blockIdx.z.
+// Tr = traits<D> (v1) or traits_v2<D> (v2). A warp of v2 owns kMT 16-row
+// blocks that share every K / V fragment; the blocks' math is independent,
+// so each is emulated as its own "virtual warp" w (rows w * 16 ..), which is
+// where the kernel puts block mt of warp: warp * 16 * kMT + mt * 16.
+template <int D, typename Tr> static void emulate_cta(emu_args &E, int bx, int hk, int b) {
+    constexpr int Br = Tr::kBr, Bc = Tr::kBc, NT = Tr::kWarps * 32, W = Tr::kWarps * Tr::kMT, CH = D / 8;
+    constexpr int P = smem_layout<D>::kPitch;
+    const fp_attn_args &a = E.a;
+    const fp_dtype dt = a.dtype;
+    const int m_tiles = (a.seqlen_q * a.group + Br - 1) / Br;
+    int m_tile, split;
+    cta_coords(bx, m_tiles, &m_tile, &split);
+    const int m0 = m_tile * Br;
+    const seq_view SV = make_seq(b, a.seqlen_q, a.seqlen_k, a.seqlens_k, a.cu_q, a.cu_k, a.q_bs, a.q_ss, a.k_bs,
+                                 a.k_ss, a.v_bs, a.v_ss, a.o_bs, a.o_ss);
+    const int L = SV.L;
+    const int rows = SV.sq * a.group;
+    if (m0 >= rows) return;
+    const block_plan plan =
+        plan_block(m0, Br, Bc, rows, a.group, L, SV.sq, a.window_left, a.window_right, split, E.num_splits);
+    const float scale_log2 = a.scale * 1.4426950408889634f;
+
+    std::vector<h16> q_smem(Br * P, 0xFFFF), k_smem(2 * Bc * P, 0xFFFF), v_smem(2 * Bc * P, 0xFFFF);
+    std::vector<warp_state<D>> ws(W);
+    for (int w = 0; w < W; ++w)
+        for (int lane = 0; lane < 32; ++lane) {
+            for (int j = 0; j < D / 8; ++j)
+                for (int e = 0; e < 4; ++e) ws[w].o_acc[lane][j][e] = 0.0f;
+            for (int e = 0; e < 2; ++e) {
+                ws[w].m_run[lane][e] = -INFINITY;
+                ws[w].l_run[lane][e] = 0.0f;
+                row_keys(m0 + w * 16 + lane / 4 + 8 * e, a.group, L, SV.sq, a.window_left, a.window_right,
+                         &ws[w].lo[lane][e], &ws[w].hi[lane][e]);
+            }
+        }
+    const h16 *Q = (const h16 *)a.q, *K = (const h16 *)a.k, *V = (const h16 *)a.v;
+    auto cp16 = [](h16 *dst, const h16 *src, bool ok) {
+        for (int x = 0; x < 8; ++x) dst[x] = ok ? src[x] : (h16)0;
+    };
+    auto load_tile = [&](h16 *tile, const h16 *base, int64_t row_stride, int nrows, int valid) {
+        for (int tid = 0; tid < NT; ++tid)
+            for (int idx = tid; idx < nrows * CH; idx += NT) {
+                int r = idx / CH, c = idx % CH;
+                bool ok = r < valid;
+                cp16(tile + swz<D>(r, c), ok ? base + r * row_stride + c * 8 : base, ok);
+            }
+    };
+    const h16 *k_base = K + SV.k0 + hk * a.k_hs;
+    const h16 *v_base = V + SV.v0 + hk * a.v_hs;
+
+    if (plan.s_begin < plan.s_end) {
+        for (int tid = 0; tid < NT; ++tid)
+            for (int idx = tid; idx < Br * CH; idx += NT) {
+                int r = idx / CH, c = idx % CH, gr = m0 + r;
+                bool ok = gr < rows;
+                const h16 *src = Q;
+                if (ok)
+                    src += SV.q0 + (int64_t)(gr / a.group) * a.q_ss +
+                           (int64_t)(hk * a.group + gr % a.group) * a.q_hs + c * 8;
+                cp16(&q_smem[swz<D>(r, c)], src, ok);
+            }
+        load_tile(k_smem.data(), k_base + (int64_t)plan.s_begin * Bc * a.k_ss, a.k_ss, Bc, L - plan.s_begin * Bc);
+        load_tile(v_smem.data(), v_base + (int64_t)plan.s_begin * Bc * a.v_ss, a.v_ss, Bc, L - plan.s_begin * Bc);
+        for (int w = 0; w < W; ++w)
+            for (int kk = 0; kk < D / 16; ++kk) {
+                int addr[32];
+                for (int lane = 0; lane < 32; ++lane) addr[lane] = swz<D>(q_ldsm_row(w * 16, lane), q_ldsm_chunk(kk, lane));
+                ldsm_x4(q_smem.data(), addr, false, ws[w].q_frag[kk]);
+            }
+        for (int t = plan.s_begin; t < plan.s_end; ++t) {
+            const int buf = (t - plan.s_begin) & 1;
+            const int n0 = t * Bc;
+            const bool has_next = t + 1 < plan.s_end;
+            const h16 *k_tile = k_smem.data() + buf * Bc * P;
+            const h16 *v_tile = v_smem.data() + buf * Bc * P;
+            static float s_acc[W][32][Bc / 8][4];
+            for (int w = 0; w < W; ++w) {
+                memset(s_acc[w], 0, sizeof s_acc[w]);
+                for (int kk = 0; kk < D / 16; ++kk) {
+                    if (!Tr::kQInRegisters) { /* re-read Q's A fragment from shared memory */
+                        int qaddr[32];
+                        for (int lane = 0; lane < 32; ++lane)
+                            qaddr[lane] = swz<D>(q_ldsm_row(w * 16, lane), q_ldsm_chunk(kk, lane));
+                        ldsm_x4(q_smem.data(), qaddr, false, ws[w].q_frag[kk]);
+                    }
+                    for (int np = 0; np < Bc / 16; ++np) {
+                        int addr[32];
+                        uint32_t bf[32][4], b0[32], b1[32], b2[32], b3[32];
+                        for (int lane = 0; lane < 32; ++lane)
+                            addr[lane] = swz<D>(k_ldsm_row(np, lane), k_ldsm_chunk(kk, lane));
+                        ldsm_x4(k_tile, addr, false, bf);
+                        for (int lane = 0; lane < 32; ++lane) {
+                            b0[lane] = bf[lane][0]; b1[lane] = bf[lane][1];
+                            b2[lane] = bf[lane][2]; b3[lane] = bf[lane][3];
+                        }
+                        float c0[32][4], c1[32][4];
+                        for (int lane = 0; lane < 32; ++lane)
+                            for (int e = 0; e < 4; ++e) {
+                                c0[lane][e] = s_acc[w][lane][2 * np][e];
+                                c1[lane][e] = s_acc[w][lane][2 * np + 1][e];
+                            }
+                        mma(c0, ws[w].q_frag[kk], b0, b1, dt);
+                        mma(c1, ws[w].q_frag[kk], b2, b3, dt);
+                        for (int lane = 0; lane < 32; ++lane)
+                            for (int e = 0; e < 4; ++e) {
+                                s_acc[w][lane][2 * np][e] = c0[lane][e];
+                                s_acc[w][lane][2 * np + 1][e] = c1[lane][e];
+                            }
+                    }
+                }
+            }
+            if (has_next)
+                load_tile(k_smem.data() + (buf ^ 1) * Bc * P, k_base + (int64_t)(n0 + Bc) * a.k_ss, a.k_ss, Bc,
+                          L - (n0 + Bc));
+            for (int w = 0; w < W; ++w) {
+                warp_state<D> &S = ws[w];
+                if (tile_needs_mask(plan, n0, Bc))
+                    for (int lane = 0; lane < 32; ++lane)
+                        for (int j = 0; j < Bc / 8; ++j)
+                            for (int c = 0; c < 2; ++c) {
+                                int col = n0 + j * 8 + 2 * (lane & 3) + c;
+                                for (int e = 0; e < 2; ++e)
+                                    if (col < S.lo[lane][e] || col > S.hi[lane][e]) s_acc[w][lane][j][2 * e + c] = -INFINITY;
+                            }
+                for (int e = 0; e < 2; ++e) {
+                    float mx[32];
+                    for (int lane = 0; lane < 32; ++lane) {
+                        mx[lane] = S.m_run[lane][e];
+                        for (int j = 0; j < Bc / 8; ++j)
+                            mx[lane] = fmaxf(mx[lane], fmaxf(s_acc[w][lane][j][2 * e], s_acc[w][lane][j][2 * e + 1]));
+                    }
+                    float qm[32]; // quad_max: shfl_xor 1 then 2
+                    for (int lane = 0; lane < 32; ++lane) qm[lane] = fmaxf(mx[lane], mx[lane ^ 1]);
+                    for (int lane = 0; lane < 32; ++lane) mx[lane] = fmaxf(qm[lane], qm[lane ^ 2]);
+                    for (int lane = 0; lane < 32; ++lane) {
+                        const float m_scaled = mx[lane] == -INFINITY ? 0.0f : mx[lane] * scale_log2;
+                        const float corr = exp2f(S.m_run[lane][e] * scale_log2 - m_scaled);
+                        S.m_run[lane][e] = mx[lane];
+                        float rs = 0.0f;
+                        for (int j = 0; j < Bc / 8; ++j) {
+                            float p0 = exp2f(fmaf(s_acc[w][lane][j][2 * e], scale_log2, -m_scaled));
+                            float p1 = exp2f(fmaf(s_acc[w][lane][j][2 * e + 1], scale_log2, -m_scaled));
+                            s_acc[w][lane][j][2 * e] = p0;
+                            s_acc[w][lane][j][2 * e + 1] = p1;
+                            rs += p0 + p1;
+                        }
+                        S.l_run[lane][e] = S.l_run[lane][e] * corr + rs;
+                        for (int j = 0; j < D / 8; ++j) {
+                            S.o_acc[lane][j][2 * e] *= corr;
+                            S.o_acc[lane][j][2 * e + 1] *= corr;
+                        }
+                    }
+                }
+                // O += P V
+                for (int kk = 0; kk < Bc / 16; ++kk) {
+                    uint32_t pa[32][4];
+                    for (int lane = 0; lane < 32; ++lane) {
+                        float(*s)[4] = s_acc[w][lane];
+                        pa[lane][0] = pack(from_f(s[2 * kk][0], dt), from_f(s[2 * kk][1], dt));
+                        pa[lane][1] = pack(from_f(s[2 * kk][2], dt), from_f(s[2 * kk][3], dt));
+                        pa[lane][2] = pack(from_f(s[2 * kk + 1][0], dt), from_f(s[2 * kk + 1][1], dt));
+                        pa[lane][3] = pack(from_f(s[2 * kk + 1][2], dt), from_f(s[2 * kk + 1][3], dt));
+                    }
+                    for (int dp = 0; dp < D / 16; ++dp) {
+                        int addr[32];
+                        uint32_t bf[32][4], b0[32], b1[32], b2[32], b3[32];
+                        for (int lane = 0; lane < 32; ++lane)
+                            addr[lane] = swz<D>(v_ldsm_row(kk, lane), v_ldsm_chunk(dp, lane));
+                        ldsm_x4(v_tile, addr, true, bf);
+                        for (int lane = 0; lane < 32; ++lane) {
+                            b0[lane] = bf[lane][0]; b1[lane] = bf[lane][1];
+                            b2[lane] = bf[lane][2]; b3[lane] = bf[lane][3];
+                        }
+                        float c0[32][4], c1[32][4];
+                        for (int lane = 0; lane < 32; ++lane)
+                            for (int e = 0; e < 4; ++e) {
+                                c0[lane][e] = S.o_acc[lane][2 * dp][e];
+                                c1[lane][e] = S.o_acc[lane][2 * dp + 1][e];
+                            }
+                        mma(c0, pa, b0, b1, dt);
+                        mma(c1, pa, b2, b3, dt);
+                        for (int lane = 0; lane < 32; ++lane)
+                            for (int e = 0; e < 4; ++e) {
+                                S.o_acc[lane][2 * dp][e] = c0[lane][e];
+                                S.o_acc[lane][2 * dp + 1][e] = c1[lane][e];
+                            }
+                    }
+                }
+            }
+            if (has_next)
+                load_tile(v_smem.data() + (buf ^ 1) * Bc * P, v_base + (int64_t)(n0 + Bc) * a.v_ss, a.v_ss, Bc,
+                          L - (n0 + Bc));
+        }
+    }
+    // Epilogue
+    for (int w = 0; w < W; ++w)
+        for (int e = 0; e < 2; ++e) {
+            float lq[32], ls[32];
+            for (int lane = 0; lane < 32; ++lane) lq[lane] = ws[w].l_run[lane][e] + ws[w].l_run[lane ^ 1][e];
+            for (int lane = 0; lane < 32; ++lane) ls[lane] = lq[lane] + lq[lane ^ 2];
+            for (int lane = 0; lane < 32; ++lane) {
+                const float l = ls[lane];
+                const int r = m0 + w * 16 + lane / 4 + 8 * e;
+                if (r >= rows) continue;
+                const int qi = r / a.group, h = hk * a.group + r % a.group;
+                const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+                const float lse = l > 0.0f ? (ws[w].m_run[lane][e] * scale_log2 + log2f(l)) * 0.69314718055994531f
+                                           : -INFINITY;
+                const int col0 = 2 * (lane & 3);
+                if (E.num_splits == 1) {
+                    h16 *o = (h16 *)a.o + SV.o0 + (int64_t)qi * a.o_ss + (int64_t)h * a.o_hs;
+                    for (int j = 0; j < D / 8; ++j) {
+                        o[j * 8 + col0] = from_f(ws[w].o_acc[lane][j][2 * e] * inv, dt);
+                        o[j * 8 + col0 + 1] = from_f(ws[w].o_acc[lane][j][2 * e + 1] * inv, dt);
+                    }
+                    if (a.lse && (lane & 3) == 0) a.lse[((int64_t)b * a.heads_q + h) * a.seqlen_q + qi] = lse;
+                } else {
+                    const int64_t prow = (((int64_t)split * a.batch + b) * a.heads_q + h) * a.seqlen_q + qi;
+                    float *o = E.o_part.data() + prow * D;
+                    for (int j = 0; j < D / 8; ++j) {
+                        o[j * 8 + col0] = ws[w].o_acc[lane][j][2 * e] * inv;
+                        o[j * 8 + col0 + 1] = ws[w].o_acc[lane][j][2 * e + 1] * inv;
+                    }
+                    if ((lane & 3) == 0) E.lse_part[prow] = lse;
+                }
+            }
+        }
+}
+
+template <int D> static void emulate_combine(emu_args &E) {
+    const fp_attn_args &a = E.a;
+    const int64_t rows_total = (int64_t)a.batch * a.heads_q * a.seqlen_q;
+    for (int64_t row = 0; row < rows_total; ++row) {
+        const int qi = (int)(row % a.seqlen_q), h = (int)(row / a.seqlen_q % a.heads_q);
+        const int b = (int)(row / ((int64_t)a.seqlen_q * a.heads_q));
+        const seq_view SV = make_seq(b, a.seqlen_q, a.seqlen_k, a.seqlens_k, a.cu_q, a.cu_k, a.q_bs, a.q_ss,
+                                     a.k_bs, a.k_ss, a.v_bs, a.v_ss, a.o_bs, a.o_ss);
+        if (qi >= SV.sq) continue;
+        float mx = -INFINITY;
+        for (int s = 0; s < E.num_splits; ++s) mx = fmaxf(mx, E.lse_part[s * rows_total + row]);
+        float sum = 0.0f;
+        if (mx != -INFINITY)
+            for (int s = 0; s < E.num_splits; ++s) sum += expf(E.lse_part[s * rows_total + row] - mx);
+        const float lse = mx == -INFINITY ? -INFINITY : mx + logf(sum);
+        h16 *o = (h16 *)a.o + SV.o0 + (int64_t)qi * a.o_ss + (int64_t)h * a.o_hs;
+        for (int col = 0; col < D; ++col) {
+            float acc = 0.0f;
+            if (mx != -INFINITY)
+                for (int s = 0; s < E.num_splits; ++s) {
+                    float ls = E.lse_part[s * rows_total + row];
+                    if (ls != -INFINITY) acc += expf(ls - lse) * E.o_part[(s * rows_total + row) * D + col];
+                }
+            o[col] = from_f(acc, a.dtype);
+        }
+        if (a.lse) a.lse[row] = lse;
+    }
+}
+
+template <int D, typename Tr = traits<D>> static void emulate(emu_args &E) {
+    const int Br = Tr::kBr;
+    const int rows = E.a.seqlen_q * E.a.group;
+    const int m_tiles = (rows + Br - 1) / Br;
+    if (E.num_splits > 1) {
+        size_t n = (size_t)E.num_splits * E.a.batch * E.a.heads_q * E.a.seqlen_q;
+        E.o_part.assign(n * D, NAN);
+        E.lse_part.assign(n, NAN);
+    }
+    for (int b = 0; b < E.a.batch; ++b)
+        for (int hk = 0; hk < E.a.heads_kv; ++hk)
+            for (int bx = 0; bx < m_tiles * E.num_splits; ++bx) emulate_cta<D, Tr>(E, bx, hk, b);
+    if (E.num_splits > 1) emulate_combine<D>(E);
+}
+
+struct emu_case {
+    const char *name;
+    int batch, sq, sk, hq, hkv, d;
+    fp_dtype dtype;
+    int causal, wl, wr, ragged, splits, pad; // pad: extra elements per seq row (strided)
+    int varlen; // packed sequences of lengths cycling through (sq|sk, 5, 0, 17) via cu_seqlens
+};
+
+static uint64_t rng_state = 88172645463325252ULL;
+static float rnd() {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    float v = (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+    return v == 0.0f ? 1e-3f : v;
+}
+
+static void run(const emu_case &c, int version) {
+    const int64_t d = c.d;
+    const int64_t q_ss = c.hq * d + c.pad, kv_ss = c.hkv * d + c.pad, o_ss = c.hq * d + c.pad;
+    // per-sequence lengths and the row where each starts (varlen: packed)
+    std::vector<int32_t> cu_q(c.batch + 1, 0), cu_k(c.batch + 1, 0), seqlens(c.batch);
+    for (int b = 0; b < c.batch; ++b) {
+        static const int pat[4] = {-1, 5, 0, 17}; /* -1: full */
+        int nq = c.varlen ? (pat[b % 4] < 0 ? c.sq : (pat[b % 4] > c.sq ? c.sq : pat[b % 4])) : c.sq;
+        int nk = c.varlen ? (pat[(b + 1) % 4] < 0 ? c.sk : (pat[(b + 1) % 4] > c.sk ? c.sk : pat[(b + 1) % 4]))
+                          : c.sk;
+        cu_q[b + 1] = cu_q[b] + nq;
+        cu_k[b + 1] = cu_k[b] + nk;
+        static const int rag[4] = {-1, 17, 0, 3};
+        seqlens[b] = rag[b % 4] < 0 ? c.sk : (rag[b % 4] > c.sk ? c.sk : rag[b % 4]);
+    }
+    const int64_t rows_q = c.varlen ? cu_q[c.batch] + 1 : (int64_t)c.batch * c.sq; /* +1: never empty */
+    const int64_t rows_k = c.varlen ? cu_k[c.batch] + 1 : (int64_t)c.batch * c.sk;
+    std::vector<h16> q((size_t)(rows_q * q_ss)), k((size_t)(rows_k * kv_ss)), v((size_t)(rows_k * kv_ss)),
+        o((size_t)(rows_q * o_ss), 0xFFFF);
+    for (auto &x : q) x = from_f(rnd(), c.dtype);
+    for (auto &x : k) x = from_f(rnd(), c.dtype);
+    for (auto &x : v) x = from_f(rnd(), c.dtype);
+    std::vector<float> lse((size_t)c.batch * c.hq * c.sq, NAN);
+    fp_attention_params p;
+    fp_attention_params_default(&p);
+    p.batch = c.batch; p.seqlen_q = c.sq; p.seqlen_k = c.sk; p.heads_q = c.hq; p.heads_kv = c.hkv;
+    p.head_dim = c.d; p.dtype = c.dtype; p.causal = c.causal; p.window_left = c.wl; p.window_right = c.wr;
+    p.q = q.data(); p.k = k.data(); p.v = v.data(); p.o = o.data(); p.lse = lse.data();
+    p.q_seq_stride = q_ss; p.k_seq_stride = p.v_seq_stride = kv_ss; p.o_seq_stride = o_ss;
+    if (c.varlen) {
+        p.cu_seqlens_q = cu_q.data();
+        p.cu_seqlens_k = cu_k.data();
+    } else {
+        p.q_batch_stride = q_ss * c.sq; p.k_batch_stride = p.v_batch_stride = kv_ss * c.sk;
+        p.o_batch_stride = o_ss * c.sq;
+    }
+    p.seqlens_k = c.ragged ? seqlens.data() : nullptr;
+    emu_args E;
+    if (fp_attn_check(&p, 1, &E.a) != FP_OK) {
+        fprintf(stderr, "%s: bad params: %s\n", c.name, fp_last_error());
+        g_failures++;
+        return;
+    }
+    E.num_splits = c.splits;
+    switch (c.d) {
+    case 32: emulate<32>(E); break;
+    case 64: version == 2 ? emulate<64, traits_v2<64>>(E) : emulate<64>(E); break;
+    case 96: emulate<96>(E); break;
+    case 256: emulate<256>(E); break;
+    default: version == 2 ? emulate<128, traits_v2<128>>(E) : emulate<128>(E); break;
+    }
+
+    std::vector<double> o_ref((size_t)c.batch * c.sq * c.hq * d), lse_ref((size_t)c.batch * c.hq * c.sq);
+    fp_attn_reference(nullptr, &E.a, o_ref.data(), lse_ref.data());
+    // P is rounded to the dtype before P V, O once at the end: a few ulps.
+    const double eps = c.dtype == FP_F16 ? 4.9e-4 : 3.9e-3;
+    const double atol = 2.0 * eps, rtol = 2.0 * eps;
+    size_t bad = 0, lse_bad = 0;
+    double max_err = 0.0;
+    for (int b = 0; b < c.batch; ++b) {
+        const int nq = cu_q[b + 1] - cu_q[b];
+        const int64_t row0 = c.varlen ? cu_q[b] : (int64_t)b * c.sq;
+        for (int i = 0; i < c.sq; ++i)
+            for (int h = 0; h < c.hq; ++h) {
+                double lg = lse[((size_t)b * c.hq + h) * c.sq + i];
+                if (i >= nq) { /* varlen: past the sequence: lse untouched */
+                    if (!std::isnan(lg)) lse_bad++;
+                    continue;
+                }
+                for (int x = 0; x < c.d; ++x) {
+                    double ref = o_ref[(((size_t)b * c.sq + i) * c.hq + h) * d + x];
+                    double got = to_f(o[(size_t)((row0 + i) * o_ss + h * d + x)], c.dtype);
+                    double err = fabs(got - ref);
+                    if (!(err <= atol + rtol * fabs(ref))) {
+                        if (bad < 3)
+                            fprintf(stderr, "%s: O[b %d, i %d, h %d, %d] = %.6g, ref %.6g\n", c.name, b, i, h, x, got, ref);
+                        bad++;
+                    }
+                    if (err > max_err || err != err) max_err = err;
+                }
+                double lr = lse_ref[((size_t)b * c.hq + h) * c.sq + i];
+                if (std::isinf(lr) ? !(std::isinf(lg) && lg < 0) : !(fabs(lg - lr) <= 1e-4 + 1e-5 * fabs(lr))) {
+                    if (lse_bad < 3) fprintf(stderr, "%s: lse[b %d, h %d, i %d] = %.6g, ref %.6g\n", c.name, b, h, i, lg, lr);
+                    lse_bad++;
+                }
+            }
+    }
+    /* every element outside the written rows' head_dim columns is untouched:
+     * padding after each row, and (varlen) the spare last row */
+    const int64_t written = c.varlen ? cu_q[c.batch] : rows_q;
+    for (int64_t r = 0; r < rows_q; ++r)
+        for (int64_t x = (r < written ? c.hq * d : 0); x < o_ss; ++x)
+            if (o[(size_t)(r * o_ss + x)] != 0xFFFF) bad++;
+    printf("v%d %-22s max err %.3g, %zu bad, %zu lse bad\n", version, c.name, max_err, bad, lse_bad);
+    if (bad || lse_bad) g_failures++;
+}
+
+int main() {
+    static const emu_case cases[] = {
+        /* name              b  sq   sk   hq hkv d    dtype    causal wl  wr rag splits pad varlen */
+        {"bf16_d64_17x17",   1, 17,  17,  2, 2, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"f16_d128_1x1",     2, 1,   1,   2, 1, 128, FP_F16,  0, -1, -1, 0, 1, 0, 0},
+        {"bf16_d128_130x200",1, 130, 200, 2, 2, 128, FP_BF16, 0, -1, -1, 0, 1, 8, 0},
+        {"f16_d64_causal",   1, 150, 150, 2, 2, 64,  FP_F16,  1, -1, -1, 0, 1, 0, 0},
+        {"bf16_causal_q<k",  1, 33,  250, 2, 1, 64,  FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"f16_causal_q>k",   1, 200, 40,  2, 2, 128, FP_F16,  1, -1, -1, 0, 1, 0, 0},
+        {"bf16_gqa3_causal", 1, 70,  70,  6, 2, 64,  FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"f16_window",       1, 200, 200, 2, 2, 64,  FP_F16,  0, 30, 5, 0, 1, 0, 0},
+        {"bf16_window_causal",1,190, 300, 2, 2, 128, FP_BF16, 1, 70, -1, 0, 1, 0, 0},
+        {"f16_decode_split3",2, 1,   700, 8, 1, 128, FP_F16,  0, -1, -1, 0, 3, 0, 0},
+        {"bf16_decode_rag_s5",4, 2,  333, 4, 2, 64,  FP_BF16, 1, -1, -1, 1, 5, 8, 0},
+        {"f16_prefill_split4",1, 100, 300, 2, 2, 64, FP_F16,  1, -1, -1, 0, 4, 0, 0},
+        {"bf16_split_win",   1, 3,   500, 8, 2, 64,  FP_BF16, 1, 100, -1, 0, 6, 0, 0},
+        {"f16_d32_causal",   2, 90,  90,  2, 1, 32,  FP_F16,  1, -1, -1, 0, 1, 0, 0},
+        {"bf16_d96_window",  1, 130, 170, 2, 2, 96,  FP_BF16, 0, 40, 10, 0, 1, 8, 0},
+        {"f16_d96_decode_s3",3, 2,   400, 4, 1, 96,  FP_F16,  1, -1, -1, 1, 3, 0, 0},
+        {"bf16_d256_causal", 1, 100, 130, 2, 1, 256, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"f16_d256_dec_s4",  2, 1,   500, 4, 2, 256, FP_F16,  0, -1, -1, 1, 4, 0, 0},
+        {"bf16_varlen",      5, 70,  90,  2, 2, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 1},
+        {"f16_varlen_causal",4, 100, 60,  4, 2, 128, FP_F16,  1, -1, -1, 0, 1, 8, 1},
+        {"bf16_varlen_split",6, 3,   400, 8, 2, 64,  FP_BF16, 1, 50, -1, 0, 4, 0, 1},
+    };
+    for (const emu_case &c : cases) {
+        run(c, 1);
+        if (c.d == 64 || c.d == 128) run(c, 2); /* attention_flash_fwd_v2 */
+    }
+    printf("ldmatrix phases with bank conflicts: %ld, misaligned rows: %ld\n", g_ldsm_conflicts, g_ldsm_misaligned);
+    if (g_ldsm_conflicts || g_ldsm_misaligned) g_failures++;
+    if (g_failures) fprintf(stderr, "%d case(s) failed\n", g_failures);
+    return g_failures ? 1 : 0;
+}

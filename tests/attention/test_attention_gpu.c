@@ -1,0 +1,365 @@
+/* Attention on a CUDA context (label gpu; exits 77 without a device).
+ * Flash kernel (f16/bf16, head_dim 32/64/96/128/256), forced split-KV + combine,
+ * the simple kernel (f32, other head dims) and the cuBLAS baseline, against the
+ * double reference on the same rounded inputs.
+ *
+ * Pass criterion (FlashAttention's): the flash output's max error vs the
+ * reference is at most 2x the max error of the materialized baseline doing
+ * the same math in the low precision (scores and P rounded to the dtype),
+ * plus a small absolute slack of a few output ulps. Outputs are poisoned
+ * (NaN) first; strided outputs must leave their padding untouched. */
+#include <string.h>
+
+#include "attn_test_util.h"
+
+static fp_context *g_ctx;
+/* FP_TEST_QUICK=1 (scripts/gpu-check.sh under compute-sanitizer): small
+ * shapes only, short timing. */
+static int g_quick;
+
+typedef struct dev_case {
+    attn_host H;               /* host data and params (host pointers) */
+    fp_attention_params dp;    /* same params on device pointers */
+    void *d_qkv, *d_o;
+    float *d_lse;
+    int32_t *d_seqlens;
+    void *h_o;                 /* download buffer */
+    float *h_lse;
+} dev_case;
+
+static int dev_make(const attn_case *c, dev_case *D, uint64_t seed) {
+    memset(D, 0, sizeof *D);
+    if (!attn_host_make(c, &D->H, seed)) return 0;
+    attn_host *H = &D->H;
+    size_t n_lse = (size_t)c->batch * c->hq * c->sq;
+    if (fp_mem_alloc(g_ctx, H->qkv_bytes, &D->d_qkv) != FP_OK) return 0;
+    if (fp_mem_alloc(g_ctx, H->o_bytes, &D->d_o) != FP_OK) return 0;
+    if (fp_mem_alloc(g_ctx, n_lse * sizeof(float), (void **)&D->d_lse) != FP_OK) return 0;
+    if (fp_mem_alloc(g_ctx, (size_t)c->batch * sizeof(int32_t), (void **)&D->d_seqlens) != FP_OK) return 0;
+    fp_mem_upload(g_ctx, D->d_qkv, H->qkv, H->qkv_bytes, NULL);
+    if (H->seqlens) fp_mem_upload(g_ctx, D->d_seqlens, H->seqlens, (size_t)c->batch * sizeof(int32_t), NULL);
+    D->dp = H->p;
+    D->dp.q = (char *)D->d_qkv + ((char *)H->q - (char *)H->qkv);
+    D->dp.k = (char *)D->d_qkv + ((char *)H->k - (char *)H->qkv);
+    D->dp.v = (char *)D->d_qkv + ((char *)H->v - (char *)H->qkv);
+    D->dp.o = D->d_o;
+    D->dp.lse = H->lse ? D->d_lse : NULL;
+    D->dp.seqlens_k = H->seqlens ? D->d_seqlens : NULL;
+    D->h_o = malloc(H->o_bytes);
+    D->h_lse = malloc(n_lse * sizeof(float));
+    fp_context_synchronize(g_ctx, NULL);
+    return D->h_o && D->h_lse;
+}
+
+static void dev_free(dev_case *D) {
+    fp_mem_free(g_ctx, D->d_qkv);
+    fp_mem_free(g_ctx, D->d_o);
+    fp_mem_free(g_ctx, D->d_lse);
+    fp_mem_free(g_ctx, D->d_seqlens);
+    free(D->h_o);
+    free(D->h_lse);
+    attn_host_free(&D->H);
+}
+
+/* Runs one implementation (0 forward, 1 baseline, n >= 2: flash kernel v1
+ * with n - 1 forced splits, n <= -1: flash kernel v2 with -n splits) on
+ * poisoned outputs and downloads them. */
+static fp_status dev_run(dev_case *D, int impl) {
+    size_t n_lse = (size_t)D->H.p.batch * D->H.p.heads_q * D->H.p.seqlen_q;
+    fp_mem_fill(g_ctx, D->d_o, 0xFF, D->H.o_bytes, NULL);
+    fp_mem_fill(g_ctx, D->d_lse, 0xFF, n_lse * sizeof(float), NULL);
+    fp_status st;
+    if (impl == 0) {
+        st = fp_attention_forward(g_ctx, NULL, &D->dp);
+    } else if (impl == 1) {
+        st = fp_attention_forward_baseline(g_ctx, NULL, &D->dp);
+    } else {
+        fp_attn_args a;
+        st = fp_attn_check(&D->dp, 1, &a);
+        if (st == FP_OK)
+            st = fp_attn_cuda_flash_version(&a, impl > 0 ? 1 : 2, impl > 0 ? impl - 1 : -impl,
+                                            (cudaStream_t)fp_context_stream(g_ctx));
+    }
+    if (st != FP_OK) return st;
+    FP_TRY(fp_context_synchronize(g_ctx, NULL));
+    FP_TRY(fp_mem_download(g_ctx, D->h_o, D->d_o, D->H.o_bytes, NULL));
+    FP_TRY(fp_mem_download(g_ctx, D->h_lse, D->d_lse, n_lse * sizeof(float), NULL));
+    return fp_context_synchronize(g_ctx, NULL);
+}
+
+static void run_case(const attn_case *c, int extra_splits) {
+    if (g_quick && (double)c->batch * c->hq * c->sq * c->sk > 2e6) return;
+    dev_case D;
+    if (!dev_make(c, &D, 77 + (uint64_t)c->sq * 3 + (uint64_t)c->sk)) {
+        CHECK_MSG(0, "%s: allocation", c->name);
+        dev_free(&D);
+        return;
+    }
+    double *o_ref = NULL, *lse_ref = NULL;
+    CHECK(attn_reference(NULL, &D.H, &o_ref, &lse_ref));
+    /* baseline error: the low-precision materialized math */
+    fp_status st = dev_run(&D, 1);
+    CHECK_MSG(st == FP_OK, "%s/baseline: %s (%s)", c->name, fp_status_string(st), fp_last_error());
+    attn_err Eb = attn_compare(&D.H, D.h_o, NULL, o_ref, NULL, INFINITY, 0);
+    const double slack = 4.0 * attn_eps(c->dtype) * (Eb.max_ref > 0 ? Eb.max_ref : 1.0) + 1e-6;
+    const double allowed = 2.0 * Eb.max_abs + slack;
+    CHECK_MSG(Eb.bad == 0, "%s/baseline: NaN or padding written", c->name);
+    int impls[8], n_impl = 0;
+    impls[n_impl++] = 0;
+    if (extra_splits) {
+        impls[n_impl++] = 3; /* v1, 2 splits */
+        impls[n_impl++] = 8; /* v1, 7 splits */
+    }
+    if (c->dtype != FP_F32 && (c->d == 64 || c->d == 128)) {
+        impls[n_impl++] = -1; /* v2 */
+        if (extra_splits) impls[n_impl++] = -3; /* v2, 3 splits */
+    }
+    for (int t = 0; t < n_impl; ++t) {
+        st = dev_run(&D, impls[t]);
+        CHECK_MSG(st == FP_OK, "%s/impl %d: %s (%s)", c->name, impls[t], fp_status_string(st), fp_last_error());
+        if (st != FP_OK) continue;
+        attn_err E = attn_compare(&D.H, D.h_o, D.H.lse ? D.h_lse : NULL, o_ref, lse_ref, allowed, 0);
+        CHECK_MSG(E.bad == 0 && E.lse_bad == 0,
+                  "%s/impl %d: %zu bad (first at %zu: got %.6g ref %.6g), max err %.3g vs baseline %.3g "
+                  "(allowed %.3g), lse bad %zu (max err %.3g)",
+                  c->name, impls[t], E.bad, E.first_bad, E.first_got, E.first_ref, E.max_abs, Eb.max_abs,
+                  allowed, E.lse_bad, E.lse_max_abs);
+        printf("%-20s impl %d: max err %.3g (baseline %.3g)\n", c->name, impls[t], E.max_abs, Eb.max_abs);
+    }
+    free(o_ref);
+    free(lse_ref);
+    dev_free(&D);
+}
+
+static void test_cases(void) {
+    static const attn_case cases[] = {
+        /* name            b  sq    sk    hq hkv d   dtype    causal wl  wr scale lse rag str */
+        {"bf16_seq1",      2, 1,    1,    2, 2, 64, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"bf16_seq17",     2, 17,   17,   2, 2, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"f16_seq128",     1, 128,  128,  4, 4, 64, FP_F16, 0, -1, -1, 0, 1, 0, 0},
+        {"bf16_seq333_c",  1, 333,  333,  2, 1, 128, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"f16_seq1024",    1, 1024, 1024, 2, 2, 128, FP_F16, 0, -1, -1, 0, 1, 0, 0},
+        {"bf16_1024_c",    2, 1024, 1024, 4, 2, 64, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"f16_q<k_c",      2, 17,   333,  2, 2, 64, FP_F16, 1, -1, -1, 0, 1, 0, 0},
+        {"bf16_q>k_c",     2, 333,  17,   2, 2, 128, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"f16_gqa3",       2, 128,  200,  6, 2, 64, FP_F16, 0, -1, -1, 0, 1, 0, 0},
+        {"bf16_window",    1, 333,  333,  2, 2, 64, FP_BF16, 0, 32, 8, 0, 1, 0, 0},
+        {"f16_window_c",   1, 500,  700,  2, 2, 128, FP_F16, 1, 100, -1, 0, 1, 0, 0},
+        {"bf16_scale",     1, 128,  128,  2, 2, 64, FP_BF16, 0, -1, -1, 0.05f, 1, 0, 0},
+        {"bf16_strided",   2, 77,   77,   4, 2, 64, FP_BF16, 1, -1, -1, 0, 1, 0, 1},
+        {"f16_strided_w",  2, 33,   129,  2, 1, 128, FP_F16, 0, 20, 4, 0, 1, 0, 1},
+        {"f32_rowwise",    1, 200,  200,  2, 1, 64, FP_F32, 1, -1, -1, 0, 1, 0, 0},
+        {"bf16_d96",       1, 100,  150,  2, 2, 96, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"f16_d32",        2, 64,   64,   2, 2, 32, FP_F16, 1, -1, -1, 0, 1, 0, 0},
+        {"bf16_d256",      1, 100,  130,  2, 1, 256, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"f16_d40_rw",     1, 50,   70,   2, 2, 40, FP_F16, 0, 10, 10, 0, 1, 1, 0},
+        {"f32_decode_rw",  4, 1,   1000,  4, 2, 128, FP_F32, 0, -1, -1, 0, 1, 1, 0},
+    };
+    static const attn_case decode[] = {
+        {"bf16_decode",     2, 1,  4096, 8, 1, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"f16_decode_rag",  8, 1,  2048, 8, 2, 128, FP_F16, 1, -1, -1, 0, 1, 1, 0},
+        {"bf16_decode4_c",  4, 4,  1500, 4, 4, 64, FP_BF16, 1, -1, -1, 0, 1, 1, 0},
+        {"bf16_dec_win",    2, 2,  3000, 4, 2, 64, FP_BF16, 1, 256, -1, 0, 1, 0, 0},
+        {"f16_dec_strided", 4, 2,  600,  4, 4, 64, FP_F16, 1, -1, -1, 0, 1, 1, 1},
+        {"bf16_prefill_sp", 1, 256, 512, 2, 1, 64, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"f16_d256_decode", 3, 1,  2000, 4, 1, 256, FP_F16, 0, -1, -1, 0, 1, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i], 0);
+    for (size_t i = 0; i < sizeof decode / sizeof decode[0]; ++i) run_case(&decode[i], 1);
+}
+
+/* Varlen on the device: flash (plain and forced 3 splits) and the baseline
+ * against each sequence's reference computed as a batch of one. */
+static void test_varlen_gpu(fp_dtype dt, int d, int causal) {
+    enum { B = 5, SQ = 200, SK = 300, HQ = 4, HKV = 2 };
+    static const int nq[B] = {200, 5, 0, 17, 1}, nk[B] = {300, 40, 17, 0, 260};
+    int32_t cu_q[B + 1] = {0}, cu_k[B + 1] = {0};
+    for (int b = 0; b < B; ++b) {
+        cu_q[b + 1] = cu_q[b] + nq[b];
+        cu_k[b + 1] = cu_k[b] + nk[b];
+    }
+    const size_t elt = fp_dtype_size(dt);
+    const size_t nq_el = (size_t)cu_q[B] * HQ * d, nk_el = (size_t)cu_k[B] * HKV * d;
+    const size_t bytes = (nq_el + 2 * nk_el) * elt, o_bytes = nq_el * elt, lse_bytes = sizeof(float) * B * HQ * SQ;
+    void *h = malloc(bytes), *h_o = malloc(o_bytes);
+    float *h_lse = malloc(lse_bytes);
+    uint64_t st = 5;
+    for (size_t i = 0; i < nq_el + 2 * nk_el; ++i) attn_store(h, i, dt, (float)fp_test_rand_uniform(&st, -1, 1));
+    /* references, one sequence at a time */
+    double *o_ref = calloc(nq_el, sizeof(double)), *lse_ref = malloc(sizeof(double) * B * HQ * SQ);
+    for (int i = 0; i < B * HQ * SQ; ++i) lse_ref[i] = -INFINITY;
+    fp_attention_params p;
+    fp_attention_params_default(&p);
+    p.batch = B; p.seqlen_q = SQ; p.seqlen_k = SK; p.heads_q = HQ; p.heads_kv = HKV; p.head_dim = d;
+    p.dtype = dt; p.causal = causal;
+    for (int b = 0; b < B; ++b) {
+        if (nq[b] == 0 || nk[b] == 0) continue;
+        fp_attention_params one = p;
+        one.batch = 1; one.seqlen_q = nq[b]; one.seqlen_k = nk[b];
+        one.q = (const char *)h + (size_t)cu_q[b] * HQ * d * elt;
+        one.k = (const char *)h + (nq_el + (size_t)cu_k[b] * HKV * d) * elt;
+        one.v = (const char *)h + (nq_el + nk_el + (size_t)cu_k[b] * HKV * d) * elt;
+        one.o = h_o;
+        fp_attn_args a1;
+        double *lse1 = malloc(sizeof(double) * HQ * nq[b]);
+        CHECK_OK(fp_attn_check(&one, 0, &a1));
+        CHECK_OK(fp_attn_reference(NULL, &a1, o_ref + (size_t)cu_q[b] * HQ * d, lse1));
+        for (int hh = 0; hh < HQ; ++hh)
+            for (int i = 0; i < nq[b]; ++i) lse_ref[((size_t)b * HQ + hh) * SQ + i] = lse1[(size_t)hh * nq[b] + i];
+        free(lse1);
+    }
+    void *d_in = NULL, *d_o = NULL, *d_lse = NULL, *d_cu = NULL;
+    CHECK_OK(fp_mem_alloc(g_ctx, bytes, &d_in));
+    CHECK_OK(fp_mem_alloc(g_ctx, o_bytes, &d_o));
+    CHECK_OK(fp_mem_alloc(g_ctx, lse_bytes, &d_lse));
+    CHECK_OK(fp_mem_alloc(g_ctx, sizeof cu_q + sizeof cu_k, &d_cu));
+    fp_mem_upload(g_ctx, d_in, h, bytes, NULL);
+    fp_mem_upload(g_ctx, d_cu, cu_q, sizeof cu_q, NULL);
+    fp_mem_upload(g_ctx, (char *)d_cu + sizeof cu_q, cu_k, sizeof cu_k, NULL);
+    fp_context_synchronize(g_ctx, NULL);
+    p.q = d_in;
+    p.k = (char *)d_in + nq_el * elt;
+    p.v = (char *)d_in + (nq_el + nk_el) * elt;
+    p.o = d_o;
+    p.lse = d_lse;
+    p.cu_seqlens_q = d_cu;
+    p.cu_seqlens_k = (const int32_t *)((char *)d_cu + sizeof cu_q);
+    double err_base = 0.0;
+    for (int impl = 1; impl >= -1; --impl) { /* 1 baseline, 0 forward, -1 forced 3 splits */
+        if (impl == -1 && !fp_attn_cuda_flash_supported(dt, d)) continue;
+        fp_mem_fill(g_ctx, d_o, 0xFF, o_bytes, NULL);
+        fp_mem_fill(g_ctx, d_lse, 0xFF, lse_bytes, NULL);
+        fp_status rs;
+        if (impl == 1) {
+            rs = fp_attention_forward_baseline(g_ctx, NULL, &p);
+        } else if (impl == 0) {
+            rs = fp_attention_forward(g_ctx, NULL, &p);
+        } else {
+            fp_attn_args a;
+            rs = fp_attn_check(&p, 1, &a);
+            if (rs == FP_OK) rs = fp_attn_cuda_flash_splits(&a, 3, (cudaStream_t)fp_context_stream(g_ctx));
+        }
+        CHECK_MSG(rs == FP_OK, "varlen impl %d: %s (%s)", impl, fp_status_string(rs), fp_last_error());
+        fp_context_synchronize(g_ctx, NULL);
+        fp_mem_download(g_ctx, h_o, d_o, o_bytes, NULL);
+        fp_mem_download(g_ctx, h_lse, d_lse, lse_bytes, NULL);
+        fp_context_synchronize(g_ctx, NULL);
+        double err = 0.0;
+        size_t bad_lse = 0;
+        for (size_t i = 0; i < nq_el; ++i) {
+            double e = fabs(attn_load(h_o, i, dt) - o_ref[i]);
+            if (e > err || e != e) err = e != e ? INFINITY : e;
+        }
+        for (int b = 0; b < B; ++b)
+            for (int hh = 0; hh < HQ; ++hh)
+                for (int i = 0; i < SQ; ++i) {
+                    double lr = lse_ref[((size_t)b * HQ + hh) * SQ + i], lg = h_lse[((size_t)b * HQ + hh) * SQ + i];
+                    if (i >= nq[b]) bad_lse += !isnan(lg);
+                    else if (isinf(lr)) bad_lse += !(isinf(lg) && lg < 0);
+                    else bad_lse += !(fabs(lg - lr) <= (impl == 1 ? 5e-2 : 1e-4) + 1e-4 * fabs(lr));
+                }
+        if (impl == 1) err_base = err;
+        const double allowed = 2.0 * err_base + 4.0 * attn_eps(dt) + 1e-6;
+        CHECK_MSG(err <= (impl == 1 ? INFINITY : allowed) && bad_lse == 0,
+                  "varlen %s d%d causal %d impl %d: max err %.3g (baseline %.3g), lse bad %zu", fp_dtype_name(dt), d,
+                  causal, impl, err, err_base, bad_lse);
+        printf("varlen %s d%d causal %d impl %d: max err %.3g\n", fp_dtype_name(dt), d, causal, impl, err);
+    }
+    fp_mem_free(g_ctx, d_in);
+    fp_mem_free(g_ctx, d_o);
+    fp_mem_free(g_ctx, d_lse);
+    fp_mem_free(g_ctx, d_cu);
+    free(h);
+    free(h_o);
+    free(h_lse);
+    free(o_ref);
+    free(lse_ref);
+}
+
+static void test_bad_input_gpu(void) {
+    attn_case c = {"bad", 1, 64, 64, 2, 2, 64, FP_BF16, 0, -1, -1, 0, 1, 0, 0};
+    dev_case D;
+    CHECK(dev_make(&c, &D, 3));
+    fp_mem_fill(g_ctx, D.d_o, 0x5A, D.H.o_bytes, NULL);
+    fp_attention_params p = D.dp;
+    p.q = (const char *)p.q + 2; /* element-aligned, not 16-byte aligned */
+    CHECK_STATUS(fp_attention_forward(g_ctx, NULL, &p), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "'q'") != NULL);
+    p = D.dp;
+    p.v_seq_stride = 2 * 64 + 4; /* rows not 16-byte aligned */
+    CHECK_STATUS(fp_attention_forward(g_ctx, NULL, &p), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "v strides") != NULL);
+    p = D.dp;
+    p.head_dim = 20;
+    CHECK_STATUS(fp_attention_forward_baseline(g_ctx, NULL, &p), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "head_dim") != NULL);
+    fp_context_synchronize(g_ctx, NULL);
+    fp_mem_download(g_ctx, D.h_o, D.d_o, D.H.o_bytes, NULL);
+    fp_context_synchronize(g_ctx, NULL);
+    int untouched = 1;
+    for (size_t b = 0; b < D.H.o_bytes; ++b) untouched &= ((unsigned char *)D.h_o)[b] == 0x5A;
+    CHECK_MSG(untouched, "outputs written on bad input");
+    dev_free(&D);
+}
+
+/* The baseline's score matrix (64 heads x 65536^2 x 2 B = 550 GB) cannot
+ * fit: a clean FP_ERR_OUT_OF_MEMORY. */
+static void test_baseline_oom(void) {
+    fp_attention_params p;
+    fp_attention_params_default(&p);
+    p.batch = 1; p.seqlen_q = 65536; p.seqlen_k = 65536; p.heads_q = 64; p.heads_kv = 1; p.head_dim = 64;
+    void *q = NULL, *kv = NULL, *o = NULL;
+    size_t nq = (size_t)65536 * 64 * 64 * 2, nk = (size_t)65536 * 64 * 2;
+    if (fp_mem_alloc(g_ctx, nq, &q) != FP_OK || fp_mem_alloc(g_ctx, 2 * nk, &kv) != FP_OK ||
+        fp_mem_alloc(g_ctx, nq, &o) != FP_OK) {
+        printf("baseline OOM test skipped: inputs do not fit\n");
+    } else {
+        p.q = q; p.k = kv; p.v = (char *)kv + nk; p.o = o;
+        CHECK_STATUS(fp_attention_forward_baseline(g_ctx, NULL, &p), FP_ERR_OUT_OF_MEMORY);
+        CHECK_OK(fp_context_synchronize(g_ctx, NULL));
+    }
+    fp_mem_free(g_ctx, q);
+    fp_mem_free(g_ctx, kv);
+    fp_mem_free(g_ctx, o);
+}
+
+static void test_validate_gpu(void) {
+    attn_case c = {"validate", 4, 1024, 1024, 16, 16, 128, FP_BF16, 1, -1, -1, 0, 0, 0, 0};
+    if (g_quick) {
+        c.batch = 1; c.sq = c.sk = 128; c.hq = c.hkv = 2;
+    }
+    dev_case D;
+    CHECK(dev_make(&c, &D, 11));
+    fp_timing_config cfg;
+    fp_timing_config_default(&cfg);
+    cfg.max_time_s = 0.5;
+    if (g_quick) {
+        cfg.warmup = 1;
+        cfg.min_samples = 2;
+        cfg.max_samples = 3;
+    }
+    fp_ab_report rep;
+    CHECK_OK(fp_attention_validate(g_ctx, NULL, &D.dp, &cfg, &rep));
+    CHECK(rep.compared == 1);
+    CHECK_MSG(rep.agreement.passed, "validate: %zu mismatches, max abs err %g", rep.agreement.mismatches,
+              rep.agreement.max_abs_err);
+    printf("validate b%d s%d h%d d128 causal bf16: baseline %.3f ms, flash %.3f ms, %.1f TFLOP/s, speedup %.2f\n",
+           c.batch, c.sq, c.hq, rep.baseline.median_ms, rep.optimized.median_ms, rep.achieved_tflops, rep.speedup);
+    dev_free(&D);
+}
+
+int main(void) {
+    g_ctx = fp_test_cuda_context_or_skip();
+    g_quick = getenv("FP_TEST_QUICK") != NULL && atoi(getenv("FP_TEST_QUICK")) != 0;
+    test_cases();
+    test_varlen_gpu(FP_BF16, 64, 1);
+    if (!g_quick) {
+        test_varlen_gpu(FP_F16, 128, 0);
+        test_varlen_gpu(FP_F32, 64, 1);
+    }
+    test_bad_input_gpu();
+    test_baseline_oom();
+    test_validate_gpu();
+    fp_context_destroy(g_ctx);
+    TEST_END();
+}
