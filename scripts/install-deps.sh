@@ -26,9 +26,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
-if ! python3 -c "import pytest" >/dev/null 2>&1; then
-  echo "install-deps: pip install pytest"
-  python3 -m pip install -q pytest 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages pytest 2>/dev/null ||
-    python3 -m pip install -q --user pytest
+if ! python3 -c "import pytest, numpy" >/dev/null 2>&1; then
+  echo "install-deps: pip install pytest numpy"
+  python3 -m pip install -q pytest numpy 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages pytest numpy 2>/dev/null ||
+    python3 -m pip install -q --user pytest numpy
 fi

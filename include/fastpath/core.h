@@ -164,7 +164,10 @@ FP_API void fp_cuda_versions(int *runtime_version, int *driver_version);
 typedef struct fp_context fp_context;
 
 /* A CUDA stream (cudaStream_t) passed as void*. NULL means the context's
- * default stream. Ignored by CPU contexts (CPU work is synchronous). */
+ * own (non-blocking) default stream, not CUDA's stream 0. To run on the
+ * legacy default stream (stream 0, e.g. PyTorch's default stream) pass
+ * cudaStreamLegacy ((fp_stream)0x1). Ignored by CPU contexts (CPU work is
+ * synchronous). */
 typedef void *fp_stream;
 
 typedef enum fp_context_option {

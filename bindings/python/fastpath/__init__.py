@@ -6,7 +6,14 @@
     print(report)                               # speedup, verdict, both distributions
 
 Errors raise fastpath.FastpathError carrying the status and the library's
-detail message. PyTorch drop-ins live in fastpath.torch (imported on demand).
+detail message.
+
+Capabilities (present when libfastpath was built with them):
+    fastpath.norm        fused LayerNorm / RMSNorm (+ residual, bias, activation)
+    fastpath.attention   flash attention
+Both take raw pointers (ints) with shapes, strides and dtypes, and offer a thin
+numpy layer for CPU contexts. PyTorch drop-ins live in fastpath.torch
+(`import fastpath.torch`; needs torch).
 """
 import ctypes
 import enum
@@ -15,7 +22,7 @@ from . import _lib
 from ._lib import lib
 
 __all__ = ["Status", "FastpathError", "Context", "version", "device_count", "stats", "time", "ab",
-           "Verdict"]
+           "Verdict", "DTYPES", "dtype_id", "convert", "norm", "attention"]
 
 
 class Status(enum.IntEnum):
@@ -67,6 +74,35 @@ def device_count():
 
 
 DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
+_DTYPE_ALIASES = {"float32": "f32", "float": "f32", "float16": "f16", "half": "f16",
+                  "bfloat16": "bf16"}
+
+
+def dtype_id(dtype):
+    """fp_dtype value of "f32" / "f16" / "bf16" (or float32/float16/half/bfloat16,
+    or the int itself)."""
+    if isinstance(dtype, int):
+        if dtype not in DTYPES.values():
+            raise ValueError(f"unknown dtype id {dtype}")
+        return dtype
+    name = _DTYPE_ALIASES.get(str(dtype), str(dtype))
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    return DTYPES[name]
+
+
+def dtype_size(dtype):
+    return 4 if dtype_id(dtype) == 0 else 2
+
+
+def convert(src_ptr, src_dtype, dst_ptr, dst_dtype, n):
+    """Converts n host elements between f32 / f16 / bf16 (round to nearest even)."""
+    check(lib.fp_convert_host(src_ptr, dtype_id(src_dtype), dst_ptr, dtype_id(dst_dtype), int(n)))
+
+
+def _opt_ptr(p):
+    """None / 0 -> NULL, else the address as an int (ctypes c_void_p field)."""
+    return int(p) if p else None
 
 
 class Context:
@@ -119,6 +155,19 @@ class Context:
             self.close()
         except Exception:
             pass
+
+
+def _ab_report_dict(rep):
+    a = rep.agreement
+    return {"baseline": _stats_dict(rep.baseline), "optimized": _stats_dict(rep.optimized),
+            "speedup": rep.speedup, "verdict": Verdict(rep.verdict).name,
+            "compared": bool(rep.compared),
+            "agreement": {"passed": bool(a.passed), "max_abs_err": a.max_abs_err,
+                          "max_rel_err": a.max_rel_err, "atol": a.atol, "rtol": a.rtol,
+                          "count": a.count, "mismatches": a.mismatches},
+            "achieved_gbps": rep.achieved_gbps, "achieved_tflops": rep.achieved_tflops,
+            "pct_of_peak": rep.pct_of_peak if rep.pct_of_peak >= 0 else None,
+            "bound": rep.bound.decode() if rep.bound else "unknown"}
 
 
 def _stats_dict(s):
@@ -177,8 +226,7 @@ def ab(ctx, baseline, optimized, bytes=0.0, flops=0.0, max_time_s=None, min_samp
     cfg = _config(max_time_s, min_samples, flush_l2)
     rep = _lib.ABReport()
     check(lib.fp_ab_run(ctx.handle, None, ctypes.byref(spec), ctypes.byref(cfg), ctypes.byref(rep)))
-    return {"baseline": _stats_dict(rep.baseline), "optimized": _stats_dict(rep.optimized),
-            "speedup": rep.speedup, "verdict": Verdict(rep.verdict).name,
-            "achieved_gbps": rep.achieved_gbps, "achieved_tflops": rep.achieved_tflops,
-            "pct_of_peak": rep.pct_of_peak if rep.pct_of_peak >= 0 else None,
-            "bound": rep.bound.decode() if rep.bound else "unknown"}
+    return _ab_report_dict(rep)
+
+
+from . import norm, attention  # noqa: E402  (they use the names above)

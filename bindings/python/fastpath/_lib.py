@@ -121,3 +121,114 @@ _sig("fp_ab_run", c_int, c_void_p, c_void_p, P(ABSpec), P(TimingConfig), P(ABRep
 _sig("fp_compare_host", c_int, c_void_p, c_void_p, c_size_t, c_int, c_double, c_double, P(CompareResult))
 _sig("fp_f32_to_bf16", ctypes.c_uint16, ctypes.c_float)
 _sig("fp_bf16_to_f32", ctypes.c_float, ctypes.c_uint16)
+_sig("fp_dtype_size", c_size_t, c_int)
+_sig("fp_convert_host", c_int, c_void_p, c_int, c_void_p, c_int, c_size_t)
+_sig("fp_default_tolerance", None, c_int, P(c_double), P(c_double))
+
+
+# ---------------------------------------------------------------------------
+# Optional capabilities: declared when the library was built with them
+# (FASTPATH_MODULES). has(name) tells; the Python modules raise a clear error
+# when a capability is missing instead of failing at import time.
+# ---------------------------------------------------------------------------
+
+def has(symbol):
+    try:
+        getattr(lib, symbol)
+        return True
+    except AttributeError:
+        return False
+
+
+def _sig_opt(name, restype, *argtypes):
+    if has(name):
+        _sig(name, restype, *argtypes)
+
+
+i64 = ctypes.c_int64
+c_float = ctypes.c_float
+
+
+class NormParams(ctypes.Structure):
+    """fp_norm_params (include/fastpath/norm.h), field for field."""
+    _fields_ = [("struct_size", c_size_t), ("kind", c_int), ("activation", c_int),
+                ("rows", i64), ("cols", i64),
+                ("x_dtype", c_int), ("residual_dtype", c_int), ("out_dtype", c_int),
+                ("param_dtype", c_int),
+                ("x_stride", i64), ("residual_stride", i64), ("residual_out_stride", i64),
+                ("out_stride", i64),
+                ("x", c_void_p), ("residual", c_void_p), ("gamma", c_void_p), ("beta", c_void_p),
+                ("bias", c_void_p),
+                ("out", c_void_p), ("residual_out", c_void_p), ("mean", c_void_p), ("rstd", c_void_p),
+                ("eps", c_float)]
+
+
+class NormBackwardParams(ctypes.Structure):
+    """fp_norm_backward_params (include/fastpath/norm.h), field for field."""
+    _fields_ = [("struct_size", c_size_t), ("kind", c_int), ("activation", c_int),
+                ("rows", i64), ("cols", i64), ("dtype", c_int), ("param_dtype", c_int),
+                ("dout_stride", i64), ("x_stride", i64), ("dresidual_out_stride", i64),
+                ("dx_stride", i64),
+                ("dout", c_void_p), ("x", c_void_p), ("gamma", c_void_p), ("beta", c_void_p),
+                ("bias", c_void_p), ("mean", c_void_p), ("rstd", c_void_p),
+                ("dresidual_out", c_void_p),
+                ("dx", c_void_p), ("dgamma", c_void_p), ("dbeta", c_void_p), ("dbias", c_void_p)]
+
+
+class AttentionParams(ctypes.Structure):
+    """fp_attention_params (include/fastpath/attention.h), field for field."""
+    _fields_ = [("struct_size", c_size_t),
+                ("batch", c_int), ("seqlen_q", c_int), ("seqlen_k", c_int), ("heads_q", c_int),
+                ("heads_kv", c_int), ("head_dim", c_int), ("dtype", c_int),
+                ("q", c_void_p), ("q_batch_stride", i64), ("q_seq_stride", i64), ("q_head_stride", i64),
+                ("k", c_void_p), ("k_batch_stride", i64), ("k_seq_stride", i64), ("k_head_stride", i64),
+                ("v", c_void_p), ("v_batch_stride", i64), ("v_seq_stride", i64), ("v_head_stride", i64),
+                ("o", c_void_p), ("o_batch_stride", i64), ("o_seq_stride", i64), ("o_head_stride", i64),
+                ("softmax_scale", c_float), ("causal", c_int), ("window_left", c_int),
+                ("window_right", c_int),
+                ("lse", c_void_p), ("seqlens_k", c_void_p), ("cu_seqlens_q", c_void_p),
+                ("cu_seqlens_k", c_void_p)]
+
+
+_sig_opt("fp_norm_params_default", None, P(NormParams))
+_sig_opt("fp_norm_backward_params_default", None, P(NormBackwardParams))
+_sig_opt("fp_norm_forward", c_int, c_void_p, c_void_p, P(NormParams))
+_sig_opt("fp_norm_backward", c_int, c_void_p, c_void_p, P(NormBackwardParams))
+_sig_opt("fp_norm_validate", c_int, c_void_p, c_void_p, P(NormParams), P(TimingConfig), P(ABReport))
+_sig_opt("fp_norm_backward_validate", c_int, c_void_p, c_void_p, P(NormBackwardParams),
+         P(TimingConfig), P(ABReport))
+_sig_opt("fp_norm_forward_bytes", c_double, P(NormParams))
+_sig_opt("fp_norm_backward_bytes", c_double, P(NormBackwardParams))
+_sig_opt("fp_attention_params_default", None, P(AttentionParams))
+_sig_opt("fp_attention_forward", c_int, c_void_p, c_void_p, P(AttentionParams))
+_sig_opt("fp_attention_forward_baseline", c_int, c_void_p, c_void_p, P(AttentionParams))
+_sig_opt("fp_attention_validate", c_int, c_void_p, c_void_p, P(AttentionParams), P(TimingConfig),
+         P(ABReport))
+_sig_opt("fp_attention_flops", c_double, P(AttentionParams))
+
+
+def c_struct_size(default_fn):
+    """The struct_size the C *_default function writes (read from a buffer
+    larger than any params struct), to check a ctypes mirror against."""
+    buf = ctypes.create_string_buffer(4096)
+    default_fn(ctypes.cast(buf, c_void_p))
+    return c_size_t.from_buffer(buf).value
+
+
+def init_struct(cls, default_name):
+    """A cls filled by the C default function after checking that the ctypes
+    layout has the size the library expects."""
+    fn = getattr(lib, default_name)
+    want = _checked_sizes.get(default_name)
+    if want is None:
+        raw = ctypes.CFUNCTYPE(None, c_void_p)((default_name, lib))
+        want = _checked_sizes[default_name] = c_struct_size(raw)
+    if want != ctypes.sizeof(cls):
+        raise RuntimeError(f"{cls.__name__}: ctypes size {ctypes.sizeof(cls)} != {want} written by "
+                           f"{default_name}: bindings and libfastpath are out of sync")
+    s = cls()
+    fn(ctypes.byref(s))
+    return s
+
+
+_checked_sizes = {}

@@ -1,0 +1,180 @@
+"""Flash attention (include/fastpath/attention.h).
+
+Raw layer: pointers are ints (ctx memory), tensors laid out
+Q [batch, seqlen_q, heads_q, head_dim], K / V [batch, seqlen_k, heads_kv,
+head_dim], O like Q, each with (batch, seq, head) strides in elements
+(0 = packed; head_dim must be contiguous). A (batch, heads, seq, dim) tensor
+is passed without a copy by giving its strides.
+
+    fastpath.attention.forward(ctx, batch=B, seqlen_q=L, seqlen_k=S, heads_q=H,
+                               heads_kv=H, head_dim=D, q=pq, k=pk, v=pv, o=po,
+                               dtype="bf16", causal=True)
+
+Array layer (CPU contexts, numpy): forward_arrays takes float arrays in
+"bshd" (batch, seq, heads, dim) or "bhsd" layout and returns float32 arrays.
+"""
+import ctypes
+
+from . import _lib
+from ._lib import lib
+from .norm import to_buffer, from_buffer, _np, _check_cpu
+
+__all__ = ["available", "make_params", "forward", "forward_baseline", "validate", "flops",
+           "forward_arrays"]
+
+
+def available():
+    """True when libfastpath was built with the attention capability."""
+    return _lib.has("fp_attention_forward")
+
+
+def _need():
+    if not available():
+        raise RuntimeError("libfastpath was built without the attention capability "
+                           "(FASTPATH_MODULES must include 'attention')")
+
+
+def _fp():
+    import fastpath
+    return fastpath
+
+
+_STRIDES = [f"{t}_{d}_stride" for t in "qkvo" for d in ("batch", "seq", "head")]
+
+
+def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, heads_kv=None,
+                dtype="bf16", softmax_scale=0.0, causal=False, window_left=-1, window_right=-1,
+                lse=None, seqlens_k=None, cu_seqlens_q=None, cu_seqlens_k=None, **strides):
+    """An fp_attention_params from keyword arguments: the shape, the q, k, v, o
+    pointers, dtype, softmax_scale (0 or None: 1/sqrt(head_dim)), causal,
+    window_left / window_right (-1: unbounded), lse (f32 [batch, heads_q,
+    seqlen_q]), seqlens_k (int32 [batch]), cu_seqlens_q / cu_seqlens_k (int32
+    [batch+1]) pointers, and any of q_batch_stride, q_seq_stride,
+    q_head_stride (likewise k_, v_, o_) in elements."""
+    _need()
+    fp = _fp()
+    bad = set(strides) - set(_STRIDES)
+    if bad:
+        raise TypeError(f"unknown argument(s) {sorted(bad)}")
+    p = _lib.init_struct(_lib.AttentionParams, "fp_attention_params_default")
+    p.batch, p.seqlen_q, p.seqlen_k = int(batch), int(seqlen_q), int(seqlen_k)
+    p.heads_q = int(heads_q)
+    p.heads_kv = int(heads_q if heads_kv is None else heads_kv)
+    p.head_dim = int(head_dim)
+    p.dtype = fp.dtype_id(dtype)
+    p.q, p.k, p.v, p.o = fp._opt_ptr(q), fp._opt_ptr(k), fp._opt_ptr(v), fp._opt_ptr(o)
+    for name, val in strides.items():
+        setattr(p, name, int(val))
+    p.softmax_scale = float(softmax_scale or 0.0)
+    p.causal = int(bool(causal))
+    p.window_left, p.window_right = int(window_left), int(window_right)
+    p.lse = fp._opt_ptr(lse)
+    p.seqlens_k = fp._opt_ptr(seqlens_k)
+    p.cu_seqlens_q, p.cu_seqlens_k = fp._opt_ptr(cu_seqlens_q), fp._opt_ptr(cu_seqlens_k)
+    return p
+
+
+def forward(ctx, *, stream=None, **kw):
+    """fp_attention_forward (flash attention on CUDA, tiled on CPU).
+    Asynchronous on a CUDA context (stream: a CUDA stream handle as an int, or
+    None for the context's default stream). Keywords: see make_params."""
+    p = make_params(**kw)
+    _fp().check(lib.fp_attention_forward(ctx.handle, stream, ctypes.byref(p)))
+
+
+def forward_baseline(ctx, *, stream=None, **kw):
+    """fp_attention_forward_baseline: the materialized-scores version."""
+    p = make_params(**kw)
+    _fp().check(lib.fp_attention_forward_baseline(ctx.handle, stream, ctypes.byref(p)))
+
+
+def validate(ctx, *, stream=None, max_time_s=None, min_samples=None, flush_l2=False, **kw):
+    """fp_attention_validate: baseline vs flash on kw's inputs (o and lse are
+    not written, but o must be given), timed A/B. Returns the report as a dict."""
+    p = make_params(**kw)
+    fp = _fp()
+    cfg = fp._config(max_time_s, min_samples, flush_l2)
+    rep = _lib.ABReport()
+    fp.check(lib.fp_attention_validate(ctx.handle, stream, ctypes.byref(p), ctypes.byref(cfg),
+                                       ctypes.byref(rep)))
+    return fp._ab_report_dict(rep)
+
+
+def flops(**kw):
+    """FLOPs counted for the shape (4 B Hq Lq Lk D, halved with causal)."""
+    for t in "qkvo":
+        kw.setdefault(t, None)
+    return lib.fp_attention_flops(ctypes.byref(make_params(**kw)))
+
+
+# ---------------------------------------------------------------------------
+# numpy layer (CPU contexts)
+# ---------------------------------------------------------------------------
+
+def _view_strides(a, layout):
+    """(batch, seq, head) strides in elements of a 4-d array in layout, and
+    its (batch, seq, heads, dim) sizes."""
+    es = a.itemsize
+    if any(s % es for s in a.strides):
+        raise ValueError("array strides must be multiples of the element size")
+    st = [s // es for s in a.strides]
+    if layout == "bshd":
+        b, s, h, d = a.shape
+        bs, ss, hs, ds = st
+    elif layout == "bhsd":
+        b, h, s, d = a.shape
+        bs, hs, ss, ds = st
+    else:
+        raise ValueError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
+    if ds != 1 and d > 1:
+        raise ValueError("head_dim must be contiguous (last stride == element size)")
+    # An extent-1 dimension's stride does not matter: 0 lets the library use
+    # the packed value (which also meets its alignment rules).
+    bs, ss, hs = (0 if n == 1 else x for n, x in ((b, bs), (s, ss), (h, hs)))
+    if 0 in [x for n, x in ((b, bs), (s, ss), (h, hs)) if n > 1]:
+        raise ValueError("broadcast (stride 0) dimensions are not supported")
+    return (b, s, h, d), (bs, ss, hs)
+
+
+def forward_arrays(ctx, q, k, v, *, layout="bshd", dtype="f32", causal=False, scale=None,
+                   window_left=-1, window_right=-1, seqlens_k=None, want_lse=False):
+    """Attention on numpy arrays (CPU context). q: [B, Lq, Hq, D] ("bshd") or
+    [B, Hq, Lq, D] ("bhsd"), k / v likewise with Hkv heads. Arrays already in
+    the storage type of dtype (float32 for f32, float16 for f16, uint16 bits
+    for bf16) are passed with their own strides, without copies; others are
+    converted (C-contiguous in the same layout). Returns float32 O in the
+    layout of q (and lse [B, Hq, Lq] with want_lse)."""
+    np = _np()
+    _check_cpu(ctx)
+    store = {0: np.float32, 1: np.float16, 2: np.uint16}[_fp().dtype_id(dtype)]
+
+    def prep(a):
+        a = np.asarray(a)
+        if a.ndim != 4:
+            raise ValueError("q, k, v must be 4-d")
+        if a.dtype == store and a.strides[-1] == a.itemsize:
+            return a
+        return to_buffer(a, dtype)
+
+    qb, kb, vb = prep(q), prep(k), prep(v)
+    (B, Lq, Hq, D), qs = _view_strides(qb, layout)
+    (Bk, Lk, Hkv, Dk), ks = _view_strides(kb, layout)
+    vshape, vs = _view_strides(vb, layout)
+    if Bk != B or Dk != D or vshape != (Bk, Lk, Hkv, Dk):
+        raise ValueError("q, k, v shapes disagree")
+    ob = np.empty((B, Lq, Hq, D) if layout == "bshd" else (B, Hq, Lq, D), dtype=store)
+    _, os_ = _view_strides(ob, layout)
+    lse = np.empty((B, Hq, Lq), np.float32) if want_lse else None
+    sk = None
+    if seqlens_k is not None:
+        sk = np.ascontiguousarray(seqlens_k, dtype=np.int32)
+    strides = {}
+    for t, s in (("q", qs), ("k", ks), ("v", vs), ("o", os_)):
+        strides[f"{t}_batch_stride"], strides[f"{t}_seq_stride"], strides[f"{t}_head_stride"] = s
+    forward(ctx, batch=B, seqlen_q=Lq, seqlen_k=Lk, heads_q=Hq, heads_kv=Hkv, head_dim=D,
+            q=qb.ctypes.data, k=kb.ctypes.data, v=vb.ctypes.data, o=ob.ctypes.data, dtype=dtype,
+            softmax_scale=scale or 0.0, causal=causal, window_left=window_left,
+            window_right=window_right, lse=None if lse is None else lse.ctypes.data,
+            seqlens_k=None if sk is None else sk.ctypes.data, **strides)
+    o = from_buffer(ob, dtype)
+    return (o, lse) if want_lse else o

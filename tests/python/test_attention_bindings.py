@@ -1,0 +1,166 @@
+"""fastpath.attention on a CPU context with numpy arrays, against a float64
+numpy reference (bottom-right aligned masks, GQA, windows, seqlens_k), in f32
+and converted f16 / bf16, with (batch, heads, seq, dim) views passed by strides."""
+import ctypes
+import math
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+import fastpath  # noqa: E402
+from fastpath import _lib, attention, norm  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not attention.available(),
+                                reason="built without the attention capability")
+
+TOL = {"f32": 1e-5, "f16": 3e-3, "bf16": 2.5e-2}  # absolute, for |V| ~ 1
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    with fastpath.Context("cpu") as c:
+        yield c
+
+
+def quant(a, dtype):
+    return norm.from_buffer(norm.to_buffer(a, dtype), dtype).astype(np.float64)
+
+
+def ref_attention(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1, seqlens_k=None):
+    """q [B, Lq, Hq, D], k / v [B, Lk, Hkv, D] (float64); returns O, lse."""
+    B, Lq, Hq, D = q.shape
+    Lk, Hkv = k.shape[1], k.shape[2]
+    scale = scale or 1 / math.sqrt(D)
+    if causal:
+        window_right = 0
+    o = np.zeros((B, Lq, Hq, D))
+    lse = np.full((B, Hq, Lq), -np.inf)
+    for b in range(B):
+        L = Lk if seqlens_k is None else min(max(int(seqlens_k[b]), 0), Lk)
+        for h in range(Hq):
+            hk = h // (Hq // Hkv)
+            s = scale * q[b, :, h, :] @ k[b, :L, hk, :].T  # [Lq, L]
+            i = np.arange(Lq)[:, None] + (L - Lq)
+            j = np.arange(L)[None, :]
+            keep = np.ones_like(s, dtype=bool)
+            if window_right >= 0:
+                keep &= j <= i + window_right
+            if window_left >= 0:
+                keep &= j >= i - window_left
+            s = np.where(keep, s, -np.inf)
+            for r in range(Lq):
+                if not keep[r].any():
+                    continue
+                m = s[r].max()
+                p = np.exp(s[r] - m)
+                lse[b, h, r] = m + math.log(p.sum())
+                o[b, r, h] = (p / p.sum()) @ v[b, :L, hk, :]
+    return o, lse
+
+
+def rand(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def test_struct_layout_matches_the_library():
+    raw = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(("fp_attention_params_default", _lib.lib))
+    assert _lib.c_struct_size(raw) == ctypes.sizeof(_lib.AttentionParams)
+    p = attention.make_params(batch=1, seqlen_q=1, seqlen_k=1, heads_q=1, head_dim=8,
+                              q=None, k=None, v=None, o=None)
+    assert p.window_left == -1 and p.window_right == -1 and p.causal == 0
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_matches_reference(ctx, dtype, causal):
+    rng = np.random.default_rng(10)
+    q, k, v = rand(rng, 2, 37, 4, 32), rand(rng, 2, 45, 2, 32), rand(rng, 2, 45, 2, 32)  # GQA 4:2
+    o, lse = attention.forward_arrays(ctx, q, k, v, dtype=dtype, causal=causal, want_lse=True)
+    ro, rl = ref_attention(quant(q, dtype), quant(k, dtype), quant(v, dtype), causal=causal)
+    assert o.shape == q.shape
+    assert np.abs(o - ro).max() <= TOL[dtype]
+    assert np.abs(lse - rl).max() <= max(TOL[dtype], 1e-4)
+
+
+def test_bhsd_views_by_strides_without_copies(ctx):
+    rng = np.random.default_rng(11)
+    # PyTorch's (batch, heads, seq, dim) layout as a view of a packed
+    # (batch, seq, heads, dim) buffer, and a slice of a fused QKV tensor.
+    qkv = rand(rng, 2, 33, 3, 4, 16)  # [B, L, 3, H, D]
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # [B, H, L, D] views
+    assert not q.flags.c_contiguous and np.shares_memory(q, qkv)
+    o = attention.forward_arrays(ctx, q, k, v, layout="bhsd", causal=True, scale=0.3)
+    ro, _ = ref_attention(*(t.transpose(0, 2, 1, 3).astype(np.float64) for t in (q, k, v)),
+                          causal=True, scale=0.3)
+    assert o.shape == q.shape
+    assert np.abs(o.transpose(0, 2, 1, 3) - ro).max() <= TOL["f32"]
+
+
+def test_bf16_bhsd_converted(ctx):
+    rng = np.random.default_rng(12)
+    q, k, v = rand(rng, 1, 2, 20, 64), rand(rng, 1, 2, 50, 64), rand(rng, 1, 2, 50, 64)
+    o = attention.forward_arrays(ctx, q, k, v, layout="bhsd", dtype="bf16")
+    ro, _ = ref_attention(*(quant(t, "bf16").transpose(0, 2, 1, 3) for t in (q, k, v)))
+    assert np.abs(o.transpose(0, 2, 1, 3) - ro).max() <= TOL["bf16"]
+
+
+def test_window_and_seqlens_k(ctx):
+    rng = np.random.default_rng(13)
+    q, k, v = rand(rng, 3, 4, 2, 16), rand(rng, 3, 30, 2, 16), rand(rng, 3, 30, 2, 16)
+    sk = np.array([30, 11, 1], np.int32)
+    o = attention.forward_arrays(ctx, q, k, v, seqlens_k=sk, window_left=5, window_right=0)
+    ro, _ = ref_attention(*(t.astype(np.float64) for t in (q, k, v)), seqlens_k=sk,
+                          window_left=5, window_right=0)
+    assert np.abs(o - ro).max() <= TOL["f32"]
+
+
+def test_causal_row_without_keys_is_zero(ctx):
+    rng = np.random.default_rng(14)
+    q, k, v = rand(rng, 1, 6, 1, 8), rand(rng, 1, 3, 1, 8), rand(rng, 1, 3, 1, 8)
+    o, lse = attention.forward_arrays(ctx, q, k, v, causal=True, want_lse=True)
+    assert (o[0, :3] == 0).all() and np.isneginf(lse[0, 0, :3]).all()
+    ro, _ = ref_attention(*(t.astype(np.float64) for t in (q, k, v)), causal=True)
+    assert np.abs(o - ro).max() <= TOL["f32"]
+
+
+def test_baseline_and_validate(ctx):
+    rng = np.random.default_rng(15)
+    B, L, H, D = 1, 64, 2, 32
+    q, k, v = rand(rng, B, L, H, D), rand(rng, B, L, H, D), rand(rng, B, L, H, D)
+    o = np.full_like(q, np.nan)
+    shape = dict(batch=B, seqlen_q=L, seqlen_k=L, heads_q=H, head_dim=D, dtype="f32",
+                 q=q.ctypes.data, k=k.ctypes.data, v=v.ctypes.data)
+    attention.forward_baseline(ctx, o=o.ctypes.data, causal=True, **shape)
+    ro, _ = ref_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), causal=True)
+    assert np.abs(o - ro).max() <= TOL["f32"]
+    o2 = np.full_like(q, np.nan)
+    rep = attention.validate(ctx, o=o2.ctypes.data, causal=True, max_time_s=0.2, **shape)
+    assert np.isnan(o2).all()  # validate writes only its scratch
+    assert rep["agreement"]["passed"] and rep["speedup"] > 0
+    assert attention.flops(causal=True, batch=B, seqlen_q=L, seqlen_k=L, heads_q=H,
+                           head_dim=D) == pytest.approx(4 * B * H * L * L * D / 2)
+
+
+def test_bad_input_is_invalid_argument(ctx):
+    q = np.ones((1, 4, 2, 16), np.float32)
+    o = np.full_like(q, 5.0)
+    base = dict(batch=1, seqlen_q=4, seqlen_k=4, heads_q=2, heads_kv=2, head_dim=16, dtype="f32",
+                q=q.ctypes.data, k=q.ctypes.data, v=q.ctypes.data, o=o.ctypes.data)
+
+    def bad(**kw):
+        with pytest.raises(fastpath.FastpathError) as e:
+            attention.forward(ctx, **{**base, **kw})
+        assert e.value.status == fastpath.Status.INVALID_ARGUMENT
+        assert e.value.detail
+
+    bad(head_dim=12)
+    bad(heads_kv=3)
+    bad(batch=0)
+    bad(k=None)
+    bad(softmax_scale=-1.0)
+    bad(causal=True, window_right=2)
+    bad(q_seq_stride=4)  # rows of 16 elements overlap
+    assert (o == 5.0).all()
+    with pytest.raises(TypeError):
+        attention.forward(ctx, **base, q_stride=3)
