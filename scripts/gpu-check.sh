@@ -53,11 +53,28 @@ fi
 
 ./build-gpu/fastbench info --json "$out/info.json" > "$out/info.txt" 2>&1
 [ $# -eq 0 ] && set -- --max-time 0.5
-remaining=$(( 540 - ($(date +%s) - start) ))
+remaining=$(( 480 - ($(date +%s) - start) ))
 stamp "fastbench run (${remaining}s left)"
 timeout "$remaining" ./build-gpu/fastbench run "$@" --json "$out/fastbench.json" > "$out/fastbench.txt" 2>&1
 rc_bench=$?
 stamp "fastbench rc=$rc_bench"
+
+# PyTorch comparison (fastpath drop-ins vs torch eager), when torch is there.
+rc_py=0
+if python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
+  remaining=$(( 590 - ($(date +%s) - start) ))
+  if [ "$remaining" -gt 20 ]; then
+    FASTPATH_LIB=$PWD/build-gpu/libfastpath.so PYTHONPATH=$PWD/bindings/python \
+      timeout "$remaining" python3 benchmarks/python/bench_torch.py --json "$out/python-bench.json" \
+      > "$out/python-bench.txt" 2>&1
+    rc_py=$?
+    stamp "python bench rc=$rc_py"
+  else
+    stamp "python bench skipped: out of time"
+  fi
+else
+  stamp "python bench skipped: no torch with CUDA"
+fi
 tail -n 60 "$out/fastbench.txt"
 cat "$out/summary.txt"
-[ $rc_tests -eq 0 ] && [ $rc_san -eq 0 ] && [ $rc_bench -eq 0 ]
+[ $rc_tests -eq 0 ] && [ $rc_san -eq 0 ] && [ $rc_bench -eq 0 ] && [ $rc_py -eq 0 ]
