@@ -9,7 +9,9 @@
  *   alloc/trace_replay  the generated transformer-like trace (--layers,
  *                       --steps) replayed through a warm caching allocator vs
  *                       direct upstream calls; metrics: steady-state upstream
- *                       calls, peak reserved / peak allocated, per-op medians
+ *                       calls, peak reserved / peak allocated (also per pool
+ *                       class: small_/large_peak_reserved_mib, ..._allocated_mib),
+ *                       per-op medians
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -240,6 +242,17 @@ static fp_status run_trace_replay(fb_run *run) {
         fb_result_metric(r, "peak_reserved_mib", (double)steady.peak_reserved / (1 << 20));
         fb_result_metric(r, "peak_allocated_mib", (double)steady.peak_allocated / (1 << 20));
         fb_result_metric(r, "ops", (double)t->n_ops);
+        /* Per pool class, from the last (steady) replay: its peaks were reset
+         * at its start. */
+        fp_alloc_stats ps;
+        ps.struct_size = sizeof ps;
+        if (fp_alloc_get_stats(opt.a, &ps) == FP_OK) {
+            const fp_alloc_pool_stats *sm = &ps.pools[FP_ALLOC_POOL_SMALL], *lg = &ps.pools[FP_ALLOC_POOL_LARGE];
+            fb_result_metric(r, "small_peak_reserved_mib", (double)sm->reserved_bytes.peak / (1 << 20));
+            fb_result_metric(r, "small_peak_allocated_mib", (double)sm->allocated_bytes.peak / (1 << 20));
+            fb_result_metric(r, "large_peak_reserved_mib", (double)lg->reserved_bytes.peak / (1 << 20));
+            fb_result_metric(r, "large_peak_allocated_mib", (double)lg->allocated_bytes.peak / (1 << 20));
+        }
         fb_result_note(r, "baseline: %s per op", gpu ? "cudaMalloc/cudaFree" : "malloc/free");
     } else {
         fb_result_fail(r, st, fp_last_error());

@@ -12,7 +12,8 @@
  *      {alloc, free, opaque} table in the style of zstd's customMem) and how
  *      stream-ordered reuse learns that other streams are done with a block
  *      (fp_alloc_event_ops). Built-ins: host (malloc), device (cudaMalloc),
- *      pinned host (cudaHostAlloc) and CUDA events.
+ *      pinned host (cudaHostAlloc, or user memory registered with
+ *      cudaHostRegister), a caller-provided region, and CUDA events.
  *   2. The allocator: create/destroy, alloc/free/record_stream, empty_cache
  *      and trim, statistics, JSON snapshot, event ring, private pools for
  *      graph capture.
@@ -102,6 +103,35 @@ FP_API fp_status fp_alloc_upstream_device(int device, fp_alloc_upstream *out);
 /* Pinned (page-locked) host memory through cudaHostAlloc(cudaHostAllocPortable)
  * / cudaFreeHost, registered while device `device` is current. */
 FP_API fp_status fp_alloc_upstream_pinned(int device, fp_alloc_upstream *out);
+
+/* Segments carved out of caller memory [base, base + bytes) (base rounded up
+ * and the end down to FP_ALLOC_ALIGN): best fit over the free ranges, which
+ * are coalesced on free; alloc returns FP_ERR_OUT_OF_MEMORY when no free range
+ * is large enough (the allocator then releases cache and retries, which
+ * coalesces the region). total_bytes is the usable size, so
+ * memory_fraction works. The caller keeps owning the memory; release the
+ * upstream's state with fp_alloc_upstream_release once every allocator over
+ * it is destroyed. A free of a pointer that is visibly not a live piece
+ * (outside the region, overlapping a free range) is ignored. Thread-safe (its
+ * own lock: several allocators may share one region).
+ * FP_ERR_INVALID_ARGUMENT for NULL base/out or fewer than FP_ALLOC_MIN_BLOCK
+ * usable bytes. */
+FP_API fp_status fp_alloc_upstream_region(void *base, size_t bytes, fp_alloc_upstream *out);
+/* Pinned host memory by registering user memory: the region upstream over
+ * [base, base + bytes) after cudaHostRegister(base, bytes,
+ * cudaHostRegisterPortable) with device `device` current;
+ * fp_alloc_upstream_release unregisters it (cudaHostUnregister). Pair it
+ * with fp_alloc_event_ops_cuda(device) when blocks feed async copies.
+ * Errors: those of fp_alloc_upstream_region, FP_ERR_NO_DEVICE without that
+ * device, FP_ERR_CUDA when registration fails (e.g. the range is already
+ * registered). Nothing is registered on error. */
+FP_API fp_status fp_alloc_upstream_registered(int device, void *base, size_t bytes,
+                                              fp_alloc_upstream *out);
+/* Releases the state of an upstream made by fp_alloc_upstream_region or
+ * fp_alloc_upstream_registered (and unregisters the latter's memory), then
+ * zeroes *up. Other upstreams and NULL: no-op. Not while an allocator uses
+ * it. */
+FP_API void fp_alloc_upstream_release(fp_alloc_upstream *up);
 
 /* ======================================================================== */
 /*  Event ops: stream-ordered reuse across streams                          */
@@ -247,8 +277,37 @@ typedef struct fp_alloc_stat {
     uint64_t freed;     /* cumulative decrements since creation */
 } fp_alloc_stat;
 
+/* Pool classes of the per-pool statistics (fp_alloc_stats.pools[]). */
+typedef enum fp_alloc_pool_class {
+    FP_ALLOC_POOL_LARGE = 0, /* large-pool segments and huge requests' own segments */
+    FP_ALLOC_POOL_SMALL = 1  /* FP_ALLOC_SMALL_SEGMENT segments of blocks <= 1 MiB */
+} fp_alloc_pool_class;
+
+/* The statistics of one pool class, summed over the default pool and the
+ * private pools. The first nine fields mean what the same fields of
+ * fp_alloc_stats mean. For every field, current, total and freed of
+ * pools[FP_ALLOC_POOL_LARGE] + pools[FP_ALLOC_POOL_SMALL] equal the aggregate;
+ * peaks do not add up (the two classes peak at different times): the
+ * aggregate peak lies between the larger class peak and their sum. */
+typedef struct fp_alloc_pool_stats {
+    fp_alloc_stat allocated_bytes;
+    fp_alloc_stat requested_bytes;
+    fp_alloc_stat reserved_bytes;
+    fp_alloc_stat active_bytes;
+    fp_alloc_stat inactive_split_bytes;
+    fp_alloc_stat allocation_count;
+    fp_alloc_stat segment_count;
+    fp_alloc_stat active_count;
+    fp_alloc_stat inactive_split_count;
+    uint64_t upstream_allocs;
+    uint64_t upstream_frees;
+    uint64_t cache_hits;
+    uint64_t cache_misses;
+} fp_alloc_pool_stats;
+
 typedef struct fp_alloc_stats {
-    size_t struct_size;                 /* set by the caller: sizeof(fp_alloc_stats) */
+    size_t struct_size;                 /* set by the caller: sizeof(fp_alloc_stats), or
+                                           FP_ALLOC_STATS_SIZE_V1 for the fields before pools[] */
     fp_alloc_stat allocated_bytes;      /* rounded block bytes held by users */
     fp_alloc_stat requested_bytes;      /* bytes users asked for */
     fp_alloc_stat reserved_bytes;       /* bytes held from the upstream */
@@ -268,16 +327,23 @@ typedef struct fp_alloc_stats {
     uint64_t oversize_allocations;      /* blocks > max_split_size handed out */
     uint64_t gc_releases;               /* segments released by the GC threshold */
     uint64_t pending_event_blocks;      /* blocks waiting on events now */
+    /* Appended in 0.x (callers built before it pass FP_ALLOC_STATS_SIZE_V1): */
+    fp_alloc_pool_stats pools[2];       /* by class, indexed by fp_alloc_pool_class */
 } fp_alloc_stats;
 
-/* Copies the statistics. out->struct_size must be sizeof(fp_alloc_stats)
- * (FP_ERR_INVALID_ARGUMENT otherwise). Thread-safe. */
+/* struct_size of fp_alloc_stats before pools[] was appended. */
+#define FP_ALLOC_STATS_SIZE_V1 offsetof(fp_alloc_stats, pools)
+
+/* Copies the statistics: the first out->struct_size bytes, which must be
+ * sizeof(fp_alloc_stats) or FP_ALLOC_STATS_SIZE_V1 (FP_ERR_INVALID_ARGUMENT
+ * otherwise, *out untouched). Thread-safe. */
 FP_API fp_status fp_alloc_get_stats(fp_allocator *a, fp_alloc_stats *out);
 /* Sets every peak to its current value. Thread-safe. */
 FP_API fp_status fp_alloc_reset_peak(fp_allocator *a);
 
 /* Snapshot of config, stats, segments and their blocks as JSON:
- *   {"config": {...}, "stats": {...},
+ *   {"config": {...},
+ *    "stats": {..., "pools": {"large": {...}, "small": {...}}},
  *    "segments": [{"address": "0x..", "size": N, "stream": "0x..",
  *                  "pool": id (0: default), "kind": "small"|"large",
  *                  "blocks": [{"address": "0x..", "size": N, "requested": N,

@@ -14,4 +14,14 @@
  * lock). */
 fp_status fp_alloc_check_invariants(fp_allocator *a);
 
+/* Region upstream (upstream_region.c). set_release installs the hook that
+ * fp_alloc_upstream_release calls with the caller's base and bytes
+ * (cudaHostUnregister for the registered flavour). region_info returns 0 for
+ * an upstream that is not a region, else 1 with the bytes and pieces handed
+ * out and the number of free ranges (1 when everything was given back: the
+ * ranges coalesced). */
+void fp_alloc_region_set_release(fp_alloc_upstream *up, int device,
+                                 void (*release)(void *user_base, size_t user_bytes, int device));
+int fp_alloc_region_info(const fp_alloc_upstream *up, size_t *used, size_t *n_live, size_t *n_free);
+
 #endif /* FASTPATH_ALLOC_INTERNAL_H */

@@ -166,10 +166,62 @@ static inline void stat_add(fp_alloc_stat *s, size_t v) {
     s->total += v;
     if (s->current > s->peak) s->peak = s->current;
 }
-static inline void stat_sub(fp_alloc_stat *s, size_t v) {
-    s->current -= (int64_t)v;
-    s->freed += v;
+/* `freed` is not kept on the hot path: it is always total - current, and is
+ * filled in when the statistics are read (stats_fill_freed). */
+static inline void stat_sub(fp_alloc_stat *s, size_t v) { s->current -= (int64_t)v; }
+
+/* The nine fp_alloc_stat fields of the aggregate (cls < 0) or of one pool
+ * class, in the same order as k_stat_names. */
+static void stat_fields(fp_alloc_stats *s, int cls, fp_alloc_stat *f[9]) {
+    if (cls < 0) {
+        fp_alloc_stat *g[9] = {&s->allocated_bytes,  &s->requested_bytes, &s->reserved_bytes,
+                               &s->active_bytes,     &s->inactive_split_bytes,
+                               &s->allocation_count, &s->segment_count,   &s->active_count,
+                               &s->inactive_split_count};
+        memcpy(f, g, sizeof g);
+    } else {
+        fp_alloc_pool_stats *p = &s->pools[cls];
+        fp_alloc_stat *g[9] = {&p->allocated_bytes,  &p->requested_bytes, &p->reserved_bytes,
+                               &p->active_bytes,     &p->inactive_split_bytes,
+                               &p->allocation_count, &p->segment_count,   &p->active_count,
+                               &p->inactive_split_count};
+        memcpy(f, g, sizeof g);
+    }
 }
+
+static void stats_fill_derived(fp_alloc_stats *s) {
+    fp_alloc_stat *g[9], *l[9], *m[9];
+    stat_fields(s, -1, g);
+    stat_fields(s, FP_ALLOC_POOL_LARGE, l);
+    stat_fields(s, FP_ALLOC_POOL_SMALL, m);
+    for (int i = 0; i < 9; ++i) {
+        g[i]->total = l[i]->total + m[i]->total;
+        g[i]->freed = g[i]->total - (uint64_t)g[i]->current;
+        l[i]->freed = l[i]->total - (uint64_t)l[i]->current;
+        m[i]->freed = m[i]->total - (uint64_t)m[i]->current;
+    }
+    const fp_alloc_pool_stats *pl = &s->pools[FP_ALLOC_POOL_LARGE], *ps = &s->pools[FP_ALLOC_POOL_SMALL];
+    s->upstream_allocs = pl->upstream_allocs + ps->upstream_allocs;
+    s->upstream_frees = pl->upstream_frees + ps->upstream_frees;
+    s->cache_hits = pl->cache_hits + ps->cache_hits;
+    s->cache_misses = pl->cache_misses + ps->cache_misses;
+}
+
+/* Every statistic is kept per pool class (cls = seg->is_small, which is the
+ * fp_alloc_pool_class) and as an aggregate. The aggregate keeps only what
+ * cannot be summed from the classes when the statistics are read (current
+ * and its peak); total, freed and the counters are filled in by
+ * stats_fill_derived. This keeps a cache hit to one extra store per stat. */
+_Static_assert(FP_ALLOC_POOL_LARGE == 0 && FP_ALLOC_POOL_SMALL == 1, "class = is_small");
+static inline void stat_add2(fp_alloc_stat *agg, fp_alloc_stat *cls, size_t v) {
+    stat_add(cls, v);
+    agg->current += (int64_t)v;
+    if (agg->current > agg->peak) agg->peak = agg->current;
+}
+#define STAT_ADD(a, cls, field, v) stat_add2(&(a)->st.field, &(a)->st.pools[(cls)].field, (v))
+#define STAT_SUB(a, cls, field, v) \
+    (stat_sub(&(a)->st.field, (v)), stat_sub(&(a)->st.pools[(cls)].field, (v)))
+#define COUNT(a, cls, field) ((a)->st.pools[(cls)].field++)
 
 static inline uint32_t hash32(uintptr_t x) {
     uint64_t h = (uint64_t)x * 0x9E3779B97F4A7C15ULL;
@@ -287,16 +339,16 @@ static void free_insert(fp_allocator *a, fp_block *b) {
     b->free_tick = ++a->tick;
     treap_insert(tree_of(b), b);
     if (block_is_split(b)) {
-        stat_add(&a->st.inactive_split_bytes, b->size);
-        stat_add(&a->st.inactive_split_count, 1);
+        STAT_ADD(a, b->seg->is_small, inactive_split_bytes, b->size);
+        STAT_ADD(a, b->seg->is_small, inactive_split_count, 1);
     }
 }
 
 static void free_remove(fp_allocator *a, fp_block *b) {
     treap_remove(tree_of(b), b);
     if (block_is_split(b)) {
-        stat_sub(&a->st.inactive_split_bytes, b->size);
-        stat_sub(&a->st.inactive_split_count, 1);
+        STAT_SUB(a, b->seg->is_small, inactive_split_bytes, b->size);
+        STAT_SUB(a, b->seg->is_small, inactive_split_count, 1);
     }
 }
 
@@ -536,9 +588,9 @@ static void segment_release(fp_allocator *a, fp_segment *s) {
     if (s->prev) s->prev->next = s->next; else a->segments = s->next;
     if (s->next) s->next->prev = s->prev;
     a->up.free(a->up.opaque, (void *)s->base, s->size);
-    a->st.upstream_frees++;
-    stat_sub(&a->st.reserved_bytes, s->size);
-    stat_sub(&a->st.segment_count, 1);
+    COUNT(a, s->is_small, upstream_frees);
+    STAT_SUB(a, s->is_small, reserved_bytes, s->size);
+    STAT_SUB(a, s->is_small, segment_count, 1);
     ring_push(a, FP_ALLOC_EV_SEGMENT_FREE, s->pool->id, s->base, s->size, (fp_stream)s->stream);
     fp_pool *p = s->pool;
     p->n_segments--;
@@ -600,7 +652,7 @@ static size_t release_free_segments(fp_allocator *a, int cls, int (*order)(const
 
 /* Asks the upstream for a segment (respecting the cap); FP_ERR_OUT_OF_MEMORY
  * when refused. */
-static fp_status segment_reserve(fp_allocator *a, size_t size, void **out) {
+static fp_status segment_reserve(fp_allocator *a, size_t size, int is_small, void **out) {
     if (a->cap != SIZE_MAX && (size > a->cap || (size_t)a->st.reserved_bytes.current > a->cap - size))
         return FP_ERR_OUT_OF_MEMORY;
     fp_status st = a->up.alloc(a->up.opaque, size, out);
@@ -608,7 +660,7 @@ static fp_status segment_reserve(fp_allocator *a, size_t size, void **out) {
         a->st.upstream_failures++;
         return st;
     }
-    a->st.upstream_allocs++;
+    COUNT(a, is_small, upstream_allocs);
     return FP_OK;
 }
 
@@ -619,7 +671,7 @@ static fp_status segment_create(fp_allocator *a, void *mem, size_t size, uintptr
     if (!b) {
         free(s);
         a->up.free(a->up.opaque, mem, size);
-        a->st.upstream_frees++;
+        COUNT(a, is_small, upstream_frees);
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "allocator bookkeeping for a %zu-byte segment", size);
     }
     s->base = (uintptr_t)mem;
@@ -637,8 +689,8 @@ static fp_status segment_create(fp_allocator *a, void *mem, size_t size, uintptr
     b->stream = stream;
     b->seg = s;
     b->state = B_FREE;
-    stat_add(&a->st.reserved_bytes, size);
-    stat_add(&a->st.segment_count, 1);
+    STAT_ADD(a, is_small, reserved_bytes, size);
+    STAT_ADD(a, is_small, segment_count, 1);
     ring_push(a, FP_ALLOC_EV_SEGMENT_ALLOC, pool->id, s->base, size, (fp_stream)stream);
     *out = b;
     return FP_OK;
@@ -651,8 +703,8 @@ static fp_status segment_create(fp_allocator *a, void *mem, size_t size, uintptr
 /* A block whose events all completed (or that needs none) goes back to the
  * free tree, merged with its free neighbours. */
 static void block_make_free(fp_allocator *a, fp_block *b) {
-    stat_sub(&a->st.active_bytes, b->size);
-    stat_sub(&a->st.active_count, 1);
+    STAT_SUB(a, b->seg->is_small, active_bytes, b->size);
+    STAT_SUB(a, b->seg->is_small, active_count, 1);
     fp_block *p = b->prev;
     if (p && p->state == B_FREE) {
         free_remove(a, p);
@@ -798,8 +850,8 @@ static inline fp_block *find_fit(fp_allocator *a, fp_pool *pool, int small, uint
     *best_link = treap_merge(b->left, b->right);
     b->left = b->right = NULL;
     if (block_is_split(b)) {
-        stat_sub(&a->st.inactive_split_bytes, b->size);
-        stat_sub(&a->st.inactive_split_count, 1);
+        STAT_SUB(a, small, inactive_split_bytes, b->size);
+        STAT_SUB(a, small, inactive_split_count, 1);
     }
     return b;
 }
@@ -831,13 +883,13 @@ static fp_status alloc_slow(fp_allocator *a, fp_pool *pool, int small, uintptr_t
         process_events(a, 0);
         fp_block *b = find_fit(a, pool, small, stream, rsize);
         if (b) {
-            a->st.cache_hits++;
+            COUNT(a, small, cache_hits);
             *out = b;
             return FP_OK;
         }
     }
     if (a->ev.check_stream) FP_TRY(a->ev.check_stream(a->ev.opaque, (fp_stream)stream));
-    a->st.cache_misses++;
+    COUNT(a, small, cache_misses);
     size_t seg_size = small ? FP_ALLOC_SMALL_SEGMENT
                     : rsize < FP_ALLOC_MIN_LARGE_ALLOC
                         ? FP_ALLOC_LARGE_SEGMENT
@@ -852,12 +904,12 @@ static fp_status alloc_slow(fp_allocator *a, fp_pool *pool, int small, uintptr_t
         }
     }
     void *mem = NULL;
-    fp_status st = segment_reserve(a, seg_size, &mem);
+    fp_status st = segment_reserve(a, seg_size, small, &mem);
     if (st == FP_ERR_OUT_OF_MEMORY) {
         /* 1: release cached unsplit segments of this class, largest first. */
         if (release_free_segments(a, small, cmp_largest, 0, seg_size)) {
             a->st.retries++;
-            st = segment_reserve(a, seg_size, &mem);
+            st = segment_reserve(a, seg_size, small, &mem);
         }
     }
     if (st == FP_ERR_OUT_OF_MEMORY) {
@@ -870,7 +922,7 @@ static fp_status alloc_slow(fp_allocator *a, fp_pool *pool, int small, uintptr_t
         }
         if (release_free_segments(a, -1, cmp_largest, 0, 0)) {
             a->st.retries++;
-            st = segment_reserve(a, seg_size, &mem);
+            st = segment_reserve(a, seg_size, small, &mem);
         }
     }
     if (st == FP_ERR_OUT_OF_MEMORY) return oom(a, size, rsize, (fp_stream)stream);
@@ -896,7 +948,7 @@ fp_status fp_alloc_alloc(fp_allocator *a, size_t size, fp_stream stream, void **
     fp_pool *pool = a->n_captures ? pool_for_stream(a, s) : &a->default_pool;
     fp_block *b = find_fit(a, pool, small, s, rsize);
     if (b) {
-        a->st.cache_hits++;
+        COUNT(a, small, cache_hits);
     } else {
         fp_status st = alloc_slow(a, pool, small, s, size, rsize, &b);
         if (st != FP_OK) {
@@ -928,11 +980,11 @@ fp_status fp_alloc_alloc(fp_allocator *a, size_t size, fp_stream stream, void **
     b->state = B_ALLOCATED;
     b->requested = size;
     map_insert(a, b);
-    stat_add(&a->st.allocated_bytes, b->size);
-    stat_add(&a->st.requested_bytes, size);
-    stat_add(&a->st.allocation_count, 1);
-    stat_add(&a->st.active_bytes, b->size);
-    stat_add(&a->st.active_count, 1);
+    STAT_ADD(a, small, allocated_bytes, b->size);
+    STAT_ADD(a, small, requested_bytes, size);
+    STAT_ADD(a, small, allocation_count, 1);
+    STAT_ADD(a, small, active_bytes, b->size);
+    STAT_ADD(a, small, active_count, 1);
     ring_push(a, FP_ALLOC_EV_ALLOC, pool->id, b->addr, size, stream);
     *out = (void *)b->addr;
     unlock(a);
@@ -960,9 +1012,10 @@ fp_status fp_alloc_free(fp_allocator *a, void *ptr) {
         unlock(a);
         return st;
     }
-    stat_sub(&a->st.allocated_bytes, b->size);
-    stat_sub(&a->st.requested_bytes, b->requested);
-    stat_sub(&a->st.allocation_count, 1);
+    int cls = b->seg->is_small;
+    STAT_SUB(a, cls, allocated_bytes, b->size);
+    STAT_SUB(a, cls, requested_bytes, b->requested);
+    STAT_SUB(a, cls, allocation_count, 1);
     ring_push(a, FP_ALLOC_EV_FREE, pool_of(b)->id, b->addr, b->requested, (fp_stream)b->stream);
     if (b->n_uses && a->have_events) {
         b->state = B_PENDING;
@@ -1079,22 +1132,29 @@ fp_status fp_alloc_synchronize_events(fp_allocator *a) {
 fp_status fp_alloc_get_stats(fp_allocator *a, fp_alloc_stats *out) {
     FP_CHECK_NOT_NULL(a);
     FP_CHECK_NOT_NULL(out);
-    FP_CHECK_ARG(out->struct_size == sizeof *out, "out->struct_size %zu != sizeof(fp_alloc_stats) %zu",
-                 out->struct_size, sizeof *out);
+    size_t n = out->struct_size;
+    FP_CHECK_ARG(n == sizeof *out || n == FP_ALLOC_STATS_SIZE_V1,
+                 "out->struct_size %zu is neither sizeof(fp_alloc_stats) %zu nor "
+                 "FP_ALLOC_STATS_SIZE_V1 %zu",
+                 n, sizeof *out, (size_t)FP_ALLOC_STATS_SIZE_V1);
+    fp_alloc_stats copy;
     lock(a);
-    *out = a->st;
+    copy = a->st;
     unlock(a);
+    stats_fill_derived(&copy);
+    copy.struct_size = n;
+    memcpy(out, &copy, n);
     return FP_OK;
 }
 
 fp_status fp_alloc_reset_peak(fp_allocator *a) {
     FP_CHECK_NOT_NULL(a);
     lock(a);
-    fp_alloc_stat *all[] = {&a->st.allocated_bytes, &a->st.requested_bytes, &a->st.reserved_bytes,
-                            &a->st.active_bytes, &a->st.inactive_split_bytes,
-                            &a->st.allocation_count, &a->st.segment_count, &a->st.active_count,
-                            &a->st.inactive_split_count};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) all[i]->peak = all[i]->current;
+    for (int c = -1; c < 2; ++c) {
+        fp_alloc_stat *f[9];
+        stat_fields(&a->st, c, f);
+        for (int i = 0; i < 9; ++i) f[i]->peak = f[i]->current;
+    }
     unlock(a);
     return FP_OK;
 }
@@ -1248,6 +1308,18 @@ static void add_stat(cJSON *o, const char *key, const fp_alloc_stat *s) {
     cJSON_AddNumberToObject(j, "freed", (double)s->freed);
 }
 
+/* The nine fp_alloc_stat fields that fp_alloc_stats and fp_alloc_pool_stats
+ * share, in this order. */
+static const char *const k_stat_names[9] = {
+    "allocated_bytes", "requested_bytes",  "reserved_bytes", "active_bytes", "inactive_split_bytes",
+    "allocation_count", "segment_count", "active_count", "inactive_split_count"};
+
+static void add_common_stats(cJSON *o, fp_alloc_stats *s, int cls) {
+    fp_alloc_stat *f[9];
+    stat_fields(s, cls, f);
+    for (int i = 0; i < 9; ++i) add_stat(o, k_stat_names[i], f[i]);
+}
+
 fp_status fp_alloc_snapshot_json(fp_allocator *a, char **out) {
     FP_CHECK_NOT_NULL(a);
     FP_CHECK_NOT_NULL(out);
@@ -1269,22 +1341,29 @@ fp_status fp_alloc_snapshot_json(fp_allocator *a, char **out) {
     cJSON_AddNumberToObject(cfg, "event_ring_size", (double)a->cfg.event_ring_size);
 
     cJSON *st = cJSON_AddObjectToObject(root, "stats");
-    add_stat(st, "allocated_bytes", &a->st.allocated_bytes);
-    add_stat(st, "requested_bytes", &a->st.requested_bytes);
-    add_stat(st, "reserved_bytes", &a->st.reserved_bytes);
-    add_stat(st, "active_bytes", &a->st.active_bytes);
-    add_stat(st, "inactive_split_bytes", &a->st.inactive_split_bytes);
-    add_stat(st, "allocation_count", &a->st.allocation_count);
-    add_stat(st, "segment_count", &a->st.segment_count);
-    add_stat(st, "active_count", &a->st.active_count);
-    add_stat(st, "inactive_split_count", &a->st.inactive_split_count);
-    cJSON_AddNumberToObject(st, "upstream_allocs", (double)a->st.upstream_allocs);
-    cJSON_AddNumberToObject(st, "upstream_frees", (double)a->st.upstream_frees);
-    cJSON_AddNumberToObject(st, "upstream_failures", (double)a->st.upstream_failures);
-    cJSON_AddNumberToObject(st, "cache_hits", (double)a->st.cache_hits);
-    cJSON_AddNumberToObject(st, "cache_misses", (double)a->st.cache_misses);
-    cJSON_AddNumberToObject(st, "retries", (double)a->st.retries);
-    cJSON_AddNumberToObject(st, "ooms", (double)a->st.ooms);
+    fp_alloc_stats g = a->st;
+    stats_fill_derived(&g);
+    add_common_stats(st, &g, -1);
+    cJSON_AddNumberToObject(st, "upstream_allocs", (double)g.upstream_allocs);
+    cJSON_AddNumberToObject(st, "upstream_frees", (double)g.upstream_frees);
+    cJSON_AddNumberToObject(st, "upstream_failures", (double)g.upstream_failures);
+    cJSON_AddNumberToObject(st, "cache_hits", (double)g.cache_hits);
+    cJSON_AddNumberToObject(st, "cache_misses", (double)g.cache_misses);
+    cJSON_AddNumberToObject(st, "retries", (double)g.retries);
+    cJSON_AddNumberToObject(st, "ooms", (double)g.ooms);
+    cJSON_AddNumberToObject(st, "oversize_allocations", (double)g.oversize_allocations);
+    cJSON_AddNumberToObject(st, "gc_releases", (double)g.gc_releases);
+    cJSON_AddNumberToObject(st, "pending_event_blocks", (double)g.pending_event_blocks);
+    cJSON *pools = cJSON_AddObjectToObject(st, "pools");
+    for (int c = 0; c < 2; ++c) {
+        const fp_alloc_pool_stats *ps = &g.pools[c];
+        cJSON *jp = cJSON_AddObjectToObject(pools, c == FP_ALLOC_POOL_SMALL ? "small" : "large");
+        add_common_stats(jp, &g, c);
+        cJSON_AddNumberToObject(jp, "upstream_allocs", (double)ps->upstream_allocs);
+        cJSON_AddNumberToObject(jp, "upstream_frees", (double)ps->upstream_frees);
+        cJSON_AddNumberToObject(jp, "cache_hits", (double)ps->cache_hits);
+        cJSON_AddNumberToObject(jp, "cache_misses", (double)ps->cache_misses);
+    }
 
     cJSON *segs = cJSON_AddArrayToObject(root, "segments");
     for (size_t i = 0; i < n; ++i) {
@@ -1358,9 +1437,15 @@ fp_status fp_alloc_check_invariants(fp_allocator *a) {
     const char *err = NULL;
     size_t reserved = 0, segs = 0, alloc_b = 0, alloc_n = 0, req = 0, pend_b = 0, pend_n = 0;
     size_t free_n = 0, split_b = 0, split_n = 0;
+    /* Per class, in the order of k_stat_names. */
+    size_t cls_sum[2][9];
+    memset(cls_sum, 0, sizeof cls_sum);
     for (fp_segment *s = a->segments; s && !err; s = s->next) {
         segs++;
         reserved += s->size;
+        size_t *cs = cls_sum[s->is_small];
+        cs[2] += s->size;
+        cs[6]++;
         if (s->head->prev) err = "segment head has a prev";
         uintptr_t at = s->base;
         for (fp_block *b = s->head; b && !err; b = b->next) {
@@ -1374,15 +1459,24 @@ fp_status fp_alloc_check_invariants(fp_allocator *a) {
                 if (block_is_split(b)) {
                     split_b += b->size;
                     split_n++;
+                    cs[4] += b->size;
+                    cs[8]++;
                 }
             } else if (b->state == B_ALLOCATED) {
                 alloc_b += b->size;
                 alloc_n++;
                 req += b->requested;
+                cs[0] += b->size;
+                cs[1] += b->requested;
+                cs[5]++;
+                cs[3] += b->size;
+                cs[7]++;
                 if (map_find(a, b->addr) != b) err = "allocated block missing from the pointer map";
             } else {
                 pend_b += b->size;
                 pend_n++;
+                cs[3] += b->size;
+                cs[7]++;
             }
             at += b->size;
         }
@@ -1413,6 +1507,28 @@ fp_status fp_alloc_check_invariants(fp_allocator *a) {
     if (!err && st->pending_event_blocks != pend_n) err = "stats: pending_event_blocks";
     if (!err && (size_t)st->inactive_split_bytes.current != split_b) err = "stats: inactive_split_bytes";
     if (!err && (size_t)st->inactive_split_count.current != split_n) err = "stats: inactive_split_count";
+    /* Per pool class: currents recomputed from the blocks, and current,
+     * total and freed of the two classes adding up to the aggregate. */
+    fp_alloc_stats copy = *st;
+    stats_fill_derived(&copy);
+    fp_alloc_stat *agg[9], *cls[2][9];
+    stat_fields(&copy, -1, agg);
+    stat_fields(&copy, 0, cls[0]);
+    stat_fields(&copy, 1, cls[1]);
+    char msg[128];
+    for (int i = 0; i < 9 && !err; ++i) {
+        for (int c = 0; c < 2 && !err; ++c)
+            if ((size_t)cls[c][i]->current != cls_sum[c][i]) {
+                snprintf(msg, sizeof msg, "stats: pools[%s].%s", c ? "small" : "large", k_stat_names[i]);
+                err = msg;
+            }
+        if (!err && (cls[0][i]->current + cls[1][i]->current != agg[i]->current ||
+                     cls[0][i]->total + cls[1][i]->total != agg[i]->total ||
+                     cls[0][i]->freed + cls[1][i]->freed != agg[i]->freed)) {
+            snprintf(msg, sizeof msg, "stats: pools do not add up to %s", k_stat_names[i]);
+            err = msg;
+        }
+    }
     unlock(a);
     if (err) return fp_set_error(FP_ERR_INTERNAL, "allocator invariant violated: %s", err);
     return FP_OK;

@@ -1,9 +1,11 @@
 /* CUDA pieces of the caching allocator: the device and pinned-host upstreams
- * and CUDA event ops. Kept apart from the policy so host-only builds (the
+ * (cudaHostAlloc, and cudaHostRegister over the region upstream) and CUDA
+ * event ops. Kept apart from the policy so host-only builds (the
  * ThreadSanitizer test) can leave them out. The device index travels in the
  * opaque pointer as (device + 1). */
 #include <stdint.h>
 
+#include "alloc/alloc_internal.h"
 #include "fastpath/alloc.h"
 #include "internal.h"
 
@@ -78,6 +80,30 @@ fp_status fp_alloc_upstream_pinned(int device, fp_alloc_upstream *out) {
     FP_CHECK_NOT_NULL(out);
     FP_TRY(check_device(device));
     fp_alloc_upstream u = {pinned_alloc, pinned_free, NULL, (void *)(intptr_t)(device + 1)};
+    *out = u;
+    return FP_OK;
+}
+
+static void unregister_host(void *base, size_t bytes, int device) {
+    (void)bytes;
+    if (use_device(device) == cudaSuccess) (void)cudaHostUnregister(base);
+    (void)cudaGetLastError();
+}
+
+fp_status fp_alloc_upstream_registered(int device, void *base, size_t bytes, fp_alloc_upstream *out) {
+    FP_CHECK_NOT_NULL(out);
+    fp_alloc_upstream u;
+    FP_TRY(fp_alloc_upstream_region(base, bytes, &u)); /* validates base and bytes */
+    fp_status st = check_device(device);
+    cudaError_t err = cudaSuccess;
+    if (st == FP_OK) err = use_device(device);
+    if (st == FP_OK && err == cudaSuccess) err = cudaHostRegister(base, bytes, cudaHostRegisterPortable);
+    if (st == FP_OK && err != cudaSuccess) st = map_error(err, "cudaHostRegister", bytes);
+    if (st != FP_OK) {
+        fp_alloc_upstream_release(&u);
+        return st;
+    }
+    fp_alloc_region_set_release(&u, device, unregister_host);
     *out = u;
     return FP_OK;
 }

@@ -1,8 +1,10 @@
 /* Caching allocator tests on the host upstream (the same policy code that
  * serves device memory): rounding, pools, split limits, coalescing, streams
  * with fake events, private pools, the OOM ladder with a counting capped
- * upstream, GC, bad input, snapshot JSON, event ring, trace replay and a
- * multi-threaded randomized stress checked against a shadow model.
+ * upstream, GC, bad input, snapshot JSON, event ring, trace replay, per-pool
+ * statistics adding up to the totals, the region upstream (carving of the
+ * registered pinned flavour) and a multi-threaded randomized stress checked
+ * against a shadow model.
  *
  *   test_alloc [--stress-ops N]   (N total ops of the threaded stress)
  * Built twice: normally and with ThreadSanitizer (FP_TSAN_BUILD, fewer ops). */
@@ -31,6 +33,7 @@ static fp_alloc_stats get_stats(fp_allocator *a) {
 }
 
 static void check_inv(fp_allocator *a) { CHECK_OK(fp_alloc_check_invariants(a)); }
+static void check_pools_add_up(fp_allocator *a);
 
 static fp_allocator *make(counting_upstream *u, fake_events *f, const fp_alloc_config *cfg) {
     fp_alloc_upstream up = counting_upstream_table(u);
@@ -811,6 +814,7 @@ static void check_phase(fp_allocator *a, worker *ws, int nw, const counting_upst
     CHECK(s.active_bytes.current == (int64_t)rounded);
     CHECK(s.reserved_bytes.current == (int64_t)u->held);
     CHECK(s.upstream_allocs == u->allocs && s.upstream_frees == u->frees);
+    check_pools_add_up(a);
 }
 
 static void test_stress(size_t total_ops) {
@@ -928,6 +932,330 @@ static void test_stress_events(size_t ops) {
     CHECK(u.held == 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/*  Per-pool statistics                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The nine fp_alloc_stat fields of the aggregate and of one class, in the
+ * same order. */
+static void stat_fields(fp_alloc_stats *s, int cls, fp_alloc_stat *f[9]) {
+    if (cls < 0) {
+        fp_alloc_stat *g[9] = {&s->allocated_bytes,  &s->requested_bytes, &s->reserved_bytes,
+                               &s->active_bytes,     &s->inactive_split_bytes,
+                               &s->allocation_count, &s->segment_count,   &s->active_count,
+                               &s->inactive_split_count};
+        memcpy(f, g, sizeof g);
+    } else {
+        fp_alloc_pool_stats *p = &s->pools[cls];
+        fp_alloc_stat *g[9] = {&p->allocated_bytes,  &p->requested_bytes, &p->reserved_bytes,
+                               &p->active_bytes,     &p->inactive_split_bytes,
+                               &p->allocation_count, &p->segment_count,   &p->active_count,
+                               &p->inactive_split_count};
+        memcpy(f, g, sizeof g);
+    }
+}
+
+/* Small + large == aggregate for current/total/freed and the counters; the
+ * aggregate peak lies between the larger class peak and the sum of both. */
+static void check_pools_add_up(fp_allocator *a) {
+    fp_alloc_stats s = get_stats(a);
+    fp_alloc_stat *g[9], *l[9], *m[9];
+    stat_fields(&s, -1, g);
+    stat_fields(&s, FP_ALLOC_POOL_LARGE, l);
+    stat_fields(&s, FP_ALLOC_POOL_SMALL, m);
+    for (int i = 0; i < 9; ++i) {
+        CHECK_MSG(l[i]->current + m[i]->current == g[i]->current, "field %d current", i);
+        CHECK_MSG(l[i]->total + m[i]->total == g[i]->total, "field %d total", i);
+        CHECK_MSG(l[i]->freed + m[i]->freed == g[i]->freed, "field %d freed", i);
+        int64_t hi = l[i]->peak > m[i]->peak ? l[i]->peak : m[i]->peak;
+        CHECK_MSG(g[i]->peak >= hi && g[i]->peak <= l[i]->peak + m[i]->peak, "field %d peak", i);
+        CHECK(l[i]->peak >= l[i]->current && m[i]->peak >= m[i]->current);
+    }
+    fp_alloc_pool_stats *pl = &s.pools[FP_ALLOC_POOL_LARGE], *ps = &s.pools[FP_ALLOC_POOL_SMALL];
+    CHECK(pl->upstream_allocs + ps->upstream_allocs == s.upstream_allocs);
+    CHECK(pl->upstream_frees + ps->upstream_frees == s.upstream_frees);
+    CHECK(pl->cache_hits + ps->cache_hits == s.cache_hits);
+    CHECK(pl->cache_misses + ps->cache_misses == s.cache_misses);
+    /* Small segments are all FP_ALLOC_SMALL_SEGMENT bytes, large ones never are
+     * smaller than FP_ALLOC_LARGE_SEGMENT or a rounded huge request (>= 10 MiB). */
+    CHECK(ps->reserved_bytes.current == ps->segment_count.current * (int64_t)FP_ALLOC_SMALL_SEGMENT);
+    CHECK(pl->reserved_bytes.current >= pl->segment_count.current * (int64_t)FP_ALLOC_MIN_LARGE_ALLOC);
+}
+
+static void test_pool_stats(void) {
+    counting_upstream u = {0};
+    fake_events f = {0};
+    fp_allocator *a = make(&u, &f, NULL);
+    /* One small and one large allocation land in their own class. */
+    void *sm = xalloc(a, 1000, S1), *lg = xalloc(a, 3 * MiB, S1);
+    fp_alloc_stats s = get_stats(a);
+    CHECK(s.pools[FP_ALLOC_POOL_SMALL].allocated_bytes.current == 1024);
+    CHECK(s.pools[FP_ALLOC_POOL_SMALL].requested_bytes.current == 1000);
+    CHECK(s.pools[FP_ALLOC_POOL_SMALL].reserved_bytes.current == 2 * (int64_t)MiB);
+    CHECK(s.pools[FP_ALLOC_POOL_SMALL].inactive_split_bytes.current == 2 * (int64_t)MiB - 1024);
+    CHECK(s.pools[FP_ALLOC_POOL_LARGE].allocated_bytes.current == 3 * (int64_t)MiB);
+    CHECK(s.pools[FP_ALLOC_POOL_LARGE].reserved_bytes.current == 20 * (int64_t)MiB);
+    CHECK(s.pools[FP_ALLOC_POOL_LARGE].upstream_allocs == 1 && s.pools[FP_ALLOC_POOL_SMALL].upstream_allocs == 1);
+    CHECK(s.pools[FP_ALLOC_POOL_LARGE].cache_misses == 1 && s.pools[FP_ALLOC_POOL_SMALL].cache_misses == 1);
+    check_pools_add_up(a);
+
+    /* The pre-pools layout: FP_ALLOC_STATS_SIZE_V1 copies the old prefix only. */
+    fp_alloc_stats v1;
+    memset(&v1, 0xAB, sizeof v1);
+    v1.struct_size = FP_ALLOC_STATS_SIZE_V1;
+    CHECK_OK(fp_alloc_get_stats(a, &v1));
+    CHECK(v1.struct_size == FP_ALLOC_STATS_SIZE_V1 && v1.allocated_bytes.current == s.allocated_bytes.current);
+    CHECK(v1.pending_event_blocks == s.pending_event_blocks);
+    const unsigned char *tail = (const unsigned char *)&v1.pools;
+    int untouched = 1;
+    for (size_t i = 0; i < sizeof v1.pools; ++i) untouched &= tail[i] == 0xAB;
+    CHECK_MSG(untouched, "a V1 caller's memory past FP_ALLOC_STATS_SIZE_V1 was written");
+    fp_alloc_stats bad;
+    memset(&bad, 0x5A, sizeof bad);
+    bad.struct_size = sizeof bad - 8;
+    CHECK_STATUS(fp_alloc_get_stats(a, &bad), FP_ERR_INVALID_ARGUMENT);
+    CHECK(bad.allocated_bytes.current == (int64_t)0x5A5A5A5A5A5A5A5AULL);
+
+    /* Random workload: both classes, three streams with record_stream and
+     * fake events, a private pool, empty_cache and reset_peak between
+     * phases; after each phase the classes add up to the aggregate and the
+     * invariant check recomputes every class from the blocks. */
+    CHECK_OK(fp_alloc_free(a, sm));
+    CHECK_OK(fp_alloc_free(a, lg));
+    uint64_t rng = 4242;
+    enum { N = 300 };
+    void *live[N] = {0};
+    fp_stream streams[3] = {S1, S2, S3};
+    for (int phase = 0; phase < 6; ++phase) {
+        if (phase == 3) CHECK_OK(fp_alloc_pool_begin(a, 77, S2));
+        for (int op = 0; op < 20000; ++op) {
+            uint64_t r = fp_test_rand_u64(&rng);
+            size_t i = (size_t)(r >> 20) % N;
+            if (live[i]) {
+                if ((r & 7) == 0) CHECK_OK(fp_alloc_record_stream(a, live[i], streams[(r >> 4) % 3]));
+                CHECK_OK(fp_alloc_free(a, live[i]));
+                live[i] = NULL;
+            } else {
+                size_t n = random_size(&rng) % (16 * MiB) + 1;
+                live[i] = xalloc(a, n, streams[(r >> 8) % 3]);
+            }
+            if ((r & 1023) == 0) fake_complete(&f, NULL, 1);
+        }
+        if (phase == 3) CHECK_OK(fp_alloc_pool_end(a, 77));
+        check_inv(a);
+        check_pools_add_up(a);
+        fake_complete(&f, NULL, 1);
+        if (phase % 2) CHECK_OK(fp_alloc_empty_cache(a));
+        if (phase == 4) CHECK_OK(fp_alloc_reset_peak(a));
+        check_inv(a);
+        check_pools_add_up(a);
+    }
+    for (int i = 0; i < N; ++i)
+        if (live[i]) CHECK_OK(fp_alloc_free(a, live[i]));
+    fake_complete(&f, NULL, 1);
+    CHECK_OK(fp_alloc_synchronize_events(a));
+    CHECK_OK(fp_alloc_pool_release(a, 77));
+    CHECK_OK(fp_alloc_empty_cache(a));
+    check_inv(a);
+    check_pools_add_up(a);
+    s = get_stats(a);
+    for (int c = 0; c < 2; ++c) {
+        CHECK(s.pools[c].allocated_bytes.current == 0 && s.pools[c].active_count.current == 0);
+        CHECK(s.pools[c].reserved_bytes.current == 0 && s.pools[c].allocated_bytes.total > 0);
+    }
+
+    /* The snapshot carries the same per-pool numbers. */
+    void *p1 = xalloc(a, 5000, S1), *p2 = xalloc(a, 12 * MiB, S1);
+    s = get_stats(a);
+    char *json = NULL;
+    CHECK_OK(fp_alloc_snapshot_json(a, &json));
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    CHECK(root != NULL);
+    if (root) {
+        cJSON *pools = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "stats"), "pools");
+        const char *names[2] = {"large", "small"};
+        for (int c = 0; c < 2; ++c) {
+            cJSON *jp = cJSON_GetObjectItem(pools, names[c]);
+            CHECK(jp != NULL);
+            if (!jp) continue;
+            CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(jp, "allocated_bytes"), "current")->valuedouble ==
+                  (double)s.pools[c].allocated_bytes.current);
+            CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(jp, "reserved_bytes"), "peak")->valuedouble ==
+                  (double)s.pools[c].reserved_bytes.peak);
+            CHECK(cJSON_GetObjectItem(jp, "upstream_allocs")->valuedouble == (double)s.pools[c].upstream_allocs);
+        }
+        cJSON_Delete(root);
+    }
+    fp_alloc_json_free(json);
+    CHECK_OK(fp_alloc_free(a, p1));
+    CHECK_OK(fp_alloc_free(a, p2));
+    fp_alloc_destroy(a);
+    CHECK(u.held == 0 && f.live_count == 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/*  Region upstream (the carving behind registered pinned memory)           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct region_worker {
+    fp_allocator *a;
+    uint64_t rng;
+    int ooms, failures;
+} region_worker;
+
+static void *region_worker_run(void *arg) {
+    region_worker *w = arg;
+    enum { N = 64 };
+    unsigned char *live[N] = {0};
+    size_t len[N] = {0};
+    for (int op = 0; op < 6000; ++op) {
+        uint64_t r = fp_test_rand_u64(&w->rng);
+        size_t i = (size_t)(r >> 24) % N;
+        if (live[i]) {
+            if (live[i][0] != (unsigned char)i || live[i][len[i] - 1] != (unsigned char)i) w->failures++;
+            if (fp_alloc_free(w->a, live[i]) != FP_OK) w->failures++;
+            live[i] = NULL;
+        } else {
+            size_t n = (r & 3) ? 1 + (size_t)(r >> 32) % (256 << 10) : MiB + (size_t)(r >> 32) % (12 * MiB);
+            fp_status st = fp_alloc_alloc(w->a, n, S1, (void **)&live[i]);
+            if (st == FP_ERR_OUT_OF_MEMORY) {
+                w->ooms++;
+                live[i] = NULL;
+                continue;
+            }
+            if (st != FP_OK) {
+                w->failures++;
+                continue;
+            }
+            len[i] = n;
+            live[i][0] = live[i][n - 1] = (unsigned char)i;
+        }
+    }
+    for (int i = 0; i < N; ++i)
+        if (live[i] && fp_alloc_free(w->a, live[i]) != FP_OK) w->failures++;
+    return NULL;
+}
+
+static void test_region_upstream(void) {
+    const size_t bytes = 64 * MiB;
+    unsigned char *mem = aligned_alloc(4096, bytes + 4096);
+    CHECK(mem != NULL);
+    if (!mem) return;
+    fp_alloc_upstream up;
+    memset(&up, 0, sizeof up);
+    CHECK_STATUS(fp_alloc_upstream_region(NULL, bytes, &up), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_alloc_upstream_region(mem, 300, &up), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_alloc_upstream_region(mem + 3, 512, &up), FP_ERR_INVALID_ARGUMENT); /* 259 usable */
+    CHECK(up.alloc == NULL);
+    fp_alloc_upstream_release(&up); /* not a region: no-op */
+    fp_alloc_upstream host = fp_alloc_upstream_host();
+    fp_alloc_upstream_release(&host);
+    CHECK(host.alloc != NULL);
+
+    /* Misaligned base: rounded up, end rounded down. */
+    CHECK_OK(fp_alloc_upstream_region(mem + 3, 10000, &up));
+    CHECK(up.total_bytes(up.opaque) == (10000 - 253) / 256 * 256);
+    fp_alloc_upstream_release(&up);
+    CHECK(up.alloc == NULL);
+
+    /* Carving through the table directly. */
+    CHECK_OK(fp_alloc_upstream_region(mem, bytes, &up));
+    CHECK(up.total_bytes(up.opaque) == bytes);
+    void *p[4] = {0};
+    for (int i = 0; i < 3; ++i) CHECK_OK(up.alloc(up.opaque, 1000, &p[i]));
+    CHECK(p[0] == (void *)mem && (unsigned char *)p[1] == mem + 1024 && (unsigned char *)p[2] == mem + 2048);
+    up.free(up.opaque, p[1], 1000);
+    CHECK_OK(up.alloc(up.opaque, 900, &p[3])); /* best fit: the 1 KiB hole, not the big tail */
+    CHECK(p[3] == p[1]);
+    size_t used = 0, n_live = 0, n_free = 0;
+    CHECK(fp_alloc_region_info(&up, &used, &n_live, &n_free) == 1);
+    CHECK(used == 3072 && n_live == 3 && n_free == 1);
+    void *big = NULL, *none = (void *)0x1;
+    CHECK_OK(up.alloc(up.opaque, bytes - 3072, &big));
+    CHECK_STATUS(up.alloc(up.opaque, 256, &none), FP_ERR_OUT_OF_MEMORY); /* exhausted */
+    CHECK_STATUS(up.alloc(up.opaque, bytes + 1, &none), FP_ERR_OUT_OF_MEMORY);
+    CHECK(none == (void *)0x1);
+    up.free(up.opaque, p[0], 1000);
+    up.free(up.opaque, p[2], 1000);
+    CHECK(fp_alloc_region_info(&up, &used, &n_live, &n_free) && n_free == 2 && n_live == 2);
+    /* Ignored: outside the region, a double free, a piece overlapping a free range. */
+    unsigned char outside[512];
+    up.free(up.opaque, outside, 512);
+    up.free(up.opaque, p[0], 1000);
+    up.free(up.opaque, mem + 512, 1024);
+    CHECK(fp_alloc_region_info(&up, &used, &n_live, &n_free) && n_free == 2 && n_live == 2 && used == bytes - 2048);
+    up.free(up.opaque, p[3], 900);
+    up.free(up.opaque, big, bytes - 3072);
+    CHECK(fp_alloc_region_info(&up, &used, &n_live, &n_free) && used == 0 && n_live == 0 && n_free == 1);
+
+    /* The caching policy over the region: the OOM ladder coalesces it. */
+    fp_allocator *a = NULL;
+    CHECK_OK(fp_alloc_create(&up, NULL, NULL, &a));
+    if (!a) return;
+    void *l[4];
+    for (int i = 0; i < 4; ++i) {
+        l[i] = xalloc(a, 14 * MiB, S1); /* own 14 MiB segments */
+        CHECK((unsigned char *)l[i] >= mem && (unsigned char *)l[i] + 14 * MiB <= mem + bytes);
+        memset(l[i], i + 1, 14 * MiB);
+    }
+    void *sm = xalloc(a, 4096, S1); /* a 2 MiB small segment: 58 of 64 MiB used */
+    void *q = (void *)0x1;
+    fp_clear_error();
+    CHECK_STATUS(fp_alloc_alloc(a, 14 * MiB, S1, &q), FP_ERR_OUT_OF_MEMORY);
+    CHECK(q == (void *)0x1 && strstr(fp_last_error(), "requested 14680064") != NULL);
+    for (int i = 0; i < 4; ++i) CHECK_OK(fp_alloc_free(a, l[i]));
+    void *again = xalloc(a, 14 * MiB, S1); /* cache hit */
+    fp_alloc_stats s = get_stats(a);
+    CHECK(s.upstream_allocs == 5 && s.ooms == 1);
+    /* 40 MiB: no free range that large until cached segments go back and
+     * the region coalesces. */
+    void *huge = xalloc(a, 40 * MiB, S1);
+    CHECK((unsigned char *)huge >= mem && (unsigned char *)huge + 40 * MiB <= mem + bytes);
+    memset(huge, 0x5C, 40 * MiB);
+    s = get_stats(a);
+    CHECK(s.retries >= 1 && s.ooms == 1);
+    check_inv(a);
+    check_pools_add_up(a);
+    CHECK_OK(fp_alloc_free(a, huge));
+    CHECK_OK(fp_alloc_free(a, again));
+    CHECK_OK(fp_alloc_free(a, sm));
+    fp_alloc_destroy(a);
+    CHECK(fp_alloc_region_info(&up, &used, &n_live, &n_free) && used == 0 && n_free == 1);
+
+    /* memory_fraction uses the region's size. */
+    fp_alloc_config cfg;
+    fp_alloc_config_default(&cfg);
+    cfg.memory_fraction = 0.5;
+    CHECK_OK(fp_alloc_create(&up, NULL, &cfg, &a));
+    CHECK_STATUS(fp_alloc_alloc(a, 33 * MiB, S1, &q), FP_ERR_OUT_OF_MEMORY);
+    fp_alloc_destroy(a);
+
+    /* Two allocators sharing one region from four threads: OOM is allowed,
+     * corruption is not; at the end the region is whole again. */
+    fp_allocator *two[2] = {NULL, NULL};
+    CHECK_OK(fp_alloc_create(&up, NULL, NULL, &two[0]));
+    CHECK_OK(fp_alloc_create(&up, NULL, NULL, &two[1]));
+    if (two[0] && two[1]) {
+        region_worker w[4];
+        pthread_t th[4];
+        for (int i = 0; i < 4; ++i) {
+            w[i] = (region_worker){two[i % 2], 0xC0FFEEULL * (uint64_t)(i + 1), 0, 0};
+            pthread_create(&th[i], NULL, region_worker_run, &w[i]);
+        }
+        for (int i = 0; i < 4; ++i) pthread_join(th[i], NULL);
+        for (int i = 0; i < 4; ++i) CHECK_MSG(w[i].failures == 0, "region worker %d: %d failures", i, w[i].failures);
+        check_inv(two[0]);
+        check_inv(two[1]);
+        CHECK_OK(fp_alloc_empty_cache(two[0]));
+        CHECK_OK(fp_alloc_empty_cache(two[1]));
+        CHECK(fp_alloc_region_info(&up, &used, &n_live, &n_free) && used == 0 && n_live == 0 && n_free == 1);
+    }
+    fp_alloc_destroy(two[0]);
+    fp_alloc_destroy(two[1]);
+    fp_alloc_upstream_release(&up);
+    free(mem);
+}
+
 int main(int argc, char **argv) {
 #ifdef FP_TSAN_BUILD
     size_t stress_ops = 80000;
@@ -948,6 +1276,8 @@ int main(int argc, char **argv) {
     test_snapshot_json();
     test_event_ring_and_replay();
     test_trace_replay();
+    test_pool_stats();
+    test_region_upstream();
     test_stress_events(stress_ops / 6);
     test_stress(stress_ops);
     TEST_END();

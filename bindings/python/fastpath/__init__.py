@@ -11,6 +11,7 @@ detail message.
 Capabilities (present when libfastpath was built with them):
     fastpath.norm        fused LayerNorm / RMSNorm (+ residual, bias, activation)
     fastpath.attention   flash attention
+    fastpath.alloc       caching allocator: stats, snapshot, trace generation and replay
 Both take raw pointers (ints) with shapes, strides and dtypes, and offer a thin
 numpy layer for CPU contexts. PyTorch drop-ins live in fastpath.torch
 (`import fastpath.torch`; needs torch).
@@ -22,7 +23,7 @@ from . import _lib
 from ._lib import lib
 
 __all__ = ["Status", "FastpathError", "Context", "version", "device_count", "stats", "time", "ab",
-           "Verdict", "DTYPES", "dtype_id", "convert", "norm", "attention"]
+           "Verdict", "DTYPES", "dtype_id", "convert", "norm", "attention", "alloc"]
 
 
 class Status(enum.IntEnum):
@@ -229,4 +230,4 @@ def ab(ctx, baseline, optimized, bytes=0.0, flops=0.0, max_time_s=None, min_samp
     return _ab_report_dict(rep)
 
 
-from . import norm, attention  # noqa: E402  (they use the names above)
+from . import norm, attention, alloc  # noqa: E402  (they use the names above)
