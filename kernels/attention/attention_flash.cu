@@ -500,8 +500,8 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
     p.rows = a->seqlen_q * a->group;
     p.m_tiles = (p.rows + Tr::kBr - 1) / Tr::kBr;
     p.scale_log2 = a->scale * 1.4426950408889634f;
-    p.wl = a->window_left;
-    p.wr = a->window_right;
+    p.wl = fp_flash::clamp_window(a->window_left, a->seqlen_k);
+    p.wr = fp_flash::clamp_window(a->window_right, a->seqlen_q);
     p.lse = a->lse;
     p.seqlens_k = a->seqlens_k;
     p.cu_q = a->cu_q;

@@ -154,6 +154,16 @@ FLASH_HD seq_view make_seq(int b, int sq, int sk, const int32_t *seqlens_k, cons
     return s;
 }
 
+// The launchers pass windows through this first: window_left as
+// clamp_window(wl, sk), window_right as clamp_window(wr, sq) (sq, sk: the
+// maximum lengths). fp_attn_check accepts any window >= -1 (e.g. INT_MAX for
+// "unbounded"), but row_keys / plan_block work in int, and diag - wl,
+// diag + wr overflowed for such windows (rows then kept no key). Since diag
+// = i + L - sq_b lies in [L - sq_b, L - 1], a left window >= sk or a right
+// window >= sq keeps every key of every row: exactly the unbounded window,
+// -1. What is left stays in int while sq + sk < 2^31.
+FLASH_HD int clamp_window(int w, int reach) { return w >= reach ? -1 : w; }
+
 // Keys kept by packed query row r (position r / group): [lo, hi].
 FLASH_HD void row_keys(int r, int group, int L, int sq, int wl, int wr, int *lo, int *hi) {
     int diag = r / group + L - sq; // bottom-right aligned diagonal

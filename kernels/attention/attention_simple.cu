@@ -57,7 +57,8 @@ simple_params make_params(const fp_attn_args *a) {
     p.batch = a->batch; p.sq = a->seqlen_q; p.sk = a->seqlen_k; p.hq = a->heads_q;
     p.group = a->group; p.d = a->head_dim;
     p.scale = a->scale;
-    p.wl = a->window_left; p.wr = a->window_right;
+    p.wl = fp_flash::clamp_window(a->window_left, a->seqlen_k);
+    p.wr = fp_flash::clamp_window(a->window_right, a->seqlen_q);
     p.lse = a->lse;
     p.seqlens_k = a->seqlens_k;
     p.cu_q = a->cu_q;

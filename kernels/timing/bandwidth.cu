@@ -22,12 +22,21 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
     return __float2bfloat16_rn(v);
 }
 
+// alpha * x + beta * y with every product and the sum rounded separately,
+// as the CPU implementations compute it (fp_axpby on a CPU context, the
+// reference of tests/core/test_core_gpu, which compares exactly): left to
+// itself nvcc contracts the expression into fma(alpha, x, beta * y), one
+// rounding fewer, which differs in the last bit for f32 data.
+__device__ __forceinline__ float axpby1(float alpha, float x, float beta, float y) {
+    return __fadd_rn(__fmul_rn(alpha, x), __fmul_rn(beta, y));
+}
+
 // (n) elements, one per thread.
 template <typename T>
 __global__ void axpby_v1(const T *__restrict__ x, const T *__restrict__ y, T *__restrict__ out,
                          size_t n, float alpha, float beta) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = from_f32<T>(alpha * to_f32(x[i]) + beta * to_f32(y[i]));
+    if (i < n) out[i] = from_f32<T>(axpby1(alpha, to_f32(x[i]), beta, to_f32(y[i])));
 }
 
 // (n) elements as n / VEC 16-byte vectors plus a scalar tail.
@@ -45,12 +54,12 @@ __global__ void axpby_v2(const T *__restrict__ x, const T *__restrict__ y, T *__
         const T *ye = reinterpret_cast<const T *>(&yr);
         T *oe = reinterpret_cast<T *>(&orr);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) oe[k] = from_f32<T>(alpha * to_f32(xe[k]) + beta * to_f32(ye[k]));
+        for (int k = 0; k < VEC; ++k) oe[k] = from_f32<T>(axpby1(alpha, to_f32(xe[k]), beta, to_f32(ye[k])));
         reinterpret_cast<uint4 *>(out)[v] = orr;
     }
     // Tail: fewer than VEC elements, handled by the first threads.
     size_t t = nvec * VEC + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < n) out[t] = from_f32<T>(alpha * to_f32(x[t]) + beta * to_f32(y[t]));
+    if (t < n) out[t] = from_f32<T>(axpby1(alpha, to_f32(x[t]), beta, to_f32(y[t])));
 }
 
 __global__ void copy_v1(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src, size_t bytes) {

@@ -98,6 +98,7 @@ static void mma(float c[32][4], const uint32_t a[32][4], const uint32_t b0[32], 
 struct emu_args {
     fp_attn_args a;   // host pointers (h16 data)
     int num_splits;
+    int wl, wr;       // windows as launch_flash passes them (clamp_window)
     std::vector<float> o_part, lse_part;
 };
 
@@ -129,7 +130,7 @@ template <int D, typename Tr> static void emulate_cta(emu_args &E, int bx, int h
     const int rows = SV.sq * a.group;
     if (m0 >= rows) return;
     const block_plan plan =
-        plan_block(m0, Br, Bc, rows, a.group, L, SV.sq, a.window_left, a.window_right, split, E.num_splits);
+        plan_block(m0, Br, Bc, rows, a.group, L, SV.sq, E.wl, E.wr, split, E.num_splits);
     const float scale_log2 = a.scale * 1.4426950408889634f;
 
     std::vector<h16> q_smem(Br * P, 0xFFFF), k_smem(2 * Bc * P, 0xFFFF), v_smem(2 * Bc * P, 0xFFFF);
@@ -141,8 +142,8 @@ template <int D, typename Tr> static void emulate_cta(emu_args &E, int bx, int h
             for (int e = 0; e < 2; ++e) {
                 ws[w].m_run[lane][e] = -INFINITY;
                 ws[w].l_run[lane][e] = 0.0f;
-                row_keys(m0 + w * 16 + lane / 4 + 8 * e, a.group, L, SV.sq, a.window_left, a.window_right,
-                         &ws[w].lo[lane][e], &ws[w].hi[lane][e]);
+                row_keys(m0 + w * 16 + lane / 4 + 8 * e, a.group, L, SV.sq, E.wl, E.wr, &ws[w].lo[lane][e],
+                         &ws[w].hi[lane][e]);
             }
         }
     const h16 *Q = (const h16 *)a.q, *K = (const h16 *)a.k, *V = (const h16 *)a.v;
@@ -372,6 +373,8 @@ template <int D, typename Tr = traits<D>> static void emulate(emu_args &E) {
     const int Br = Tr::kBr;
     const int rows = E.a.seqlen_q * E.a.group;
     const int m_tiles = (rows + Br - 1) / Br;
+    E.wl = clamp_window(E.a.window_left, E.a.seqlen_k);
+    E.wr = clamp_window(E.a.window_right, E.a.seqlen_q);
     if (E.num_splits > 1) {
         size_t n = (size_t)E.num_splits * E.a.batch * E.a.heads_q * E.a.seqlen_q;
         E.o_part.assign(n * D, NAN);
@@ -521,6 +524,16 @@ int main() {
         {"bf16_varlen",      5, 70,  90,  2, 2, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 1},
         {"f16_varlen_causal",4, 100, 60,  4, 2, 128, FP_F16,  1, -1, -1, 0, 1, 8, 1},
         {"bf16_varlen_split",6, 3,   400, 8, 2, 64,  FP_BF16, 1, 50, -1, 0, 4, 0, 1},
+        /* windows past every key (e.g. INT_MAX for "unbounded") are accepted
+         * by fp_attn_check: diag +- window must not overflow int */
+        {"f16_window_intmax",1, 70,  150, 2, 2, 64,  FP_F16,  0, 2147483647, 2147483647, 0, 1, 0, 0},
+        {"bf16_win_big_split",2, 3,  300, 4, 2, 128, FP_BF16, 0, 2147483600, 2147483547, 1, 3, 0, 0},
+        {"f16_causal_q>k_wlmax",1, 90, 40,  2, 1, 32,  FP_F16,  1, 2147483647, -1, 0, 1, 0, 0},
+        /* clamp_window's edges: left >= sk, right >= sq read as unbounded */
+        {"bf16_win_reach",   1, 37,  150, 2, 2, 64,  FP_BF16, 0, 150, 37, 0, 1, 0, 0},
+        {"f16_win_reach-2",  1, 37,  150, 2, 2, 64,  FP_F16,  0, 148, 35, 0, 2, 0, 0}, /* binding */
+        {"f16_win_q>k_reach",1, 150, 37,  2, 2, 64,  FP_F16,  0, 37, 150, 0, 1, 0, 0},
+        {"bf16_varlen_reach",5, 70,  90,  2, 2, 64,  FP_BF16, 0, 90, 70, 0, 2, 0, 1},
     };
     for (const emu_case &c : cases) {
         run(c, 1);

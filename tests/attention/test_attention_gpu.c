@@ -168,6 +168,68 @@ static void test_cases(void) {
     for (size_t i = 0; i < sizeof decode / sizeof decode[0]; ++i) run_case(&decode[i], 1);
 }
 
+/* Windows that reach past every key (INT_MAX as "unbounded" passes
+ * fp_attn_check) must give exactly the unbounded window's result. The
+ * kernels' mask math (row_keys / plan_block) is int: diag +- window
+ * overflowed and rows kept no key (O = 0, lse = -inf) in the flash kernel,
+ * the rowwise kernel and the baseline's softmax alike, so the usual
+ * criterion (2x the baseline's error) could not see it: compare each
+ * implementation bit for bit with its own run at window -1, and the flash
+ * output with the reference. */
+static void test_huge_window_gpu(void) {
+    static const attn_case cases[] = {
+        /* name            b  sq  sk   hq hkv d    dtype    causal wl       wr             scale lse rag str */
+        {"f16_win_intmax", 1, 70, 150, 2, 2, 64, FP_F16, 0, INT32_MAX, INT32_MAX, 0, 1, 0, 0},
+        {"bf16_q>k_wlmax", 2, 90, 40, 4, 2, 128, FP_BF16, 1, INT32_MAX, -1, 0, 1, 0, 0},
+        {"f32_rw_win_big", 2, 50, 300, 2, 1, 64, FP_F32, 0, INT32_MAX - 10, INT32_MAX - 100, 0, 1, 1, 0},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
+        const attn_case *c = &cases[ci];
+        dev_case D;
+        if (!dev_make(c, &D, 4242 + ci)) {
+            CHECK_MSG(0, "%s: allocation", c->name);
+            dev_free(&D);
+            continue;
+        }
+        double *o_ref = NULL, *lse_ref = NULL;
+        CHECK(attn_reference(NULL, &D.H, &o_ref, &lse_ref));
+        const size_t n_lse = (size_t)c->batch * c->hq * c->sq;
+        void *o_big = malloc(D.H.o_bytes);
+        float *lse_big = malloc(n_lse * sizeof(float));
+        int impls[4], n_impl = 0;
+        impls[n_impl++] = 1; /* baseline */
+        impls[n_impl++] = 0; /* forward: flash or rowwise */
+        if (fp_attn_cuda_flash_supported(c->dtype, c->d)) impls[n_impl++] = 3; /* v1, 2 splits */
+        if (c->dtype != FP_F32 && (c->d == 64 || c->d == 128)) impls[n_impl++] = -1; /* v2 */
+        for (int t = 0; t < n_impl && o_big && lse_big; ++t) {
+            D.dp.window_left = c->wl;
+            D.dp.window_right = c->wr;
+            fp_status st = dev_run(&D, impls[t]);
+            CHECK_MSG(st == FP_OK, "%s/impl %d: %s (%s)", c->name, impls[t], fp_status_string(st), fp_last_error());
+            memcpy(o_big, D.h_o, D.H.o_bytes);
+            memcpy(lse_big, D.h_lse, n_lse * sizeof(float));
+            if (impls[t] == 0) {
+                attn_err E = attn_compare(&D.H, D.h_o, D.h_lse, o_ref, lse_ref,
+                                          8.0 * attn_eps(c->dtype) + 1e-5, 0);
+                CHECK_MSG(E.bad == 0 && E.lse_bad == 0, "%s/forward vs reference: %zu bad (got %.6g ref %.6g), "
+                          "lse bad %zu", c->name, E.bad, E.first_got, E.first_ref, E.lse_bad);
+            }
+            D.dp.window_left = -1;
+            D.dp.window_right = -1;
+            st = dev_run(&D, impls[t]);
+            CHECK_MSG(st == FP_OK, "%s/impl %d, window -1: %s", c->name, impls[t], fp_status_string(st));
+            CHECK_MSG(memcmp(o_big, D.h_o, D.H.o_bytes) == 0 && memcmp(lse_big, D.h_lse, n_lse * sizeof(float)) == 0,
+                      "%s/impl %d: window (%d, %d) differs from the unbounded window", c->name, impls[t], c->wl,
+                      c->wr);
+        }
+        free(o_big);
+        free(lse_big);
+        free(o_ref);
+        free(lse_ref);
+        dev_free(&D);
+    }
+}
+
 /* Varlen on the device: flash (plain and forced 3 splits) and the baseline
  * against each sequence's reference computed as a batch of one. */
 static void test_varlen_gpu(fp_dtype dt, int d, int causal) {
@@ -353,6 +415,7 @@ int main(void) {
     g_quick = getenv("FP_TEST_QUICK") != NULL && atoi(getenv("FP_TEST_QUICK")) != 0;
     test_cases();
     test_varlen_gpu(FP_BF16, 64, 1);
+    test_huge_window_gpu();
     if (!g_quick) {
         test_varlen_gpu(FP_F16, 128, 0);
         test_varlen_gpu(FP_F32, 64, 1);
