@@ -42,9 +42,13 @@ static cudaDataType_t cuda_type(fp_dtype dt) {
  * [head_dim, seqlen] matrix with leading dimension ld. Scores are [batch *
  * heads_q, seqlen_q, seqlen_k] (row stride seqlen_k); a varlen sequence
  * fills the top-left [sq_b, L_b] corner of its slices, the softmax kernel
- * zeroes P past L_b. `cu` holds host copies of the varlen offsets (or NULL). */
+ * zeroes P past L_b. cu_q/cu_k/lens_k are host copies of the varlen offsets
+ * and the ragged key lengths (or NULL): the GEMMs span only the L_b valid
+ * keys, so nothing past a cache's length is read (0 * NaN there would make
+ * the baseline NaN where flash, which never reads it, is fine). */
 static fp_status baseline_gemms(cublasHandle_t hdl, const fp_attn_args *a, const int32_t *cu_q,
-                                const int32_t *cu_k, void *scores, int which, cudaStream_t stream) {
+                                const int32_t *cu_k, const int32_t *lens_k, void *scores, int which,
+                                cudaStream_t stream) {
     const size_t elt = fp_dtype_size(a->dtype);
     const int D = a->head_dim, SQ = a->seqlen_q, SK = a->seqlen_k;
     const long long s_stride = (long long)SQ * SK;
@@ -60,7 +64,7 @@ static fp_status baseline_gemms(cublasHandle_t hdl, const fp_attn_args *a, const
         fp_attn_args hv = *a; /* host view of the offsets for fp_attn_seq_host */
         hv.cu_q = cu_q;
         hv.cu_k = cu_k;
-        hv.seqlens_k = NULL; /* keys past seqlens_k are masked by the softmax, the GEMMs run all SK */
+        hv.seqlens_k = lens_k;
         const fp_attn_seq S = fp_attn_seq_host(&hv, b);
         if (S.sq == 0) continue;
         if (S.L == 0) { /* no keys: O = 0 (no GEMM of k = 0) */
@@ -103,19 +107,26 @@ static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, cudaStrea
     const double want = (double)a->batch * a->heads_q * (double)a->seqlen_q * a->seqlen_k * (double)elt;
     if (want > 1.0e15)
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention baseline: score matrix needs %.3g bytes", want);
-    /* varlen: the GEMM shapes depend on the offsets, so the baseline reads
-     * them back (a stream synchronization: acceptable for a baseline) */
+    /* varlen / ragged decode: the GEMM shapes depend on the offsets and key
+     * lengths, so the baseline reads them back (a stream synchronization:
+     * acceptable for a baseline). Layout: cu_q [batch+1], cu_k [batch+1],
+     * seqlens_k [batch]. */
     int32_t *cu = NULL;
-    if (a->cu_q) {
-        cu = malloc(sizeof(int32_t) * 2 * ((size_t)a->batch + 1));
+    const size_t nb = sizeof(int32_t) * ((size_t)a->batch + 1);
+    if (a->cu_q || a->seqlens_k) {
+        cu = malloc(3 * nb);
         if (!cu) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention baseline: host offsets");
-        size_t nb = sizeof(int32_t) * ((size_t)a->batch + 1);
-        cudaError_t e = cudaMemcpyAsync(cu, a->cu_q, nb, cudaMemcpyDeviceToHost, stream);
-        if (e == cudaSuccess) e = cudaMemcpyAsync(cu + a->batch + 1, a->cu_k, nb, cudaMemcpyDeviceToHost, stream);
+        cudaError_t e = cudaSuccess;
+        if (a->cu_q) e = cudaMemcpyAsync(cu, a->cu_q, nb, cudaMemcpyDeviceToHost, stream);
+        if (e == cudaSuccess && a->cu_q)
+            e = cudaMemcpyAsync(cu + a->batch + 1, a->cu_k, nb, cudaMemcpyDeviceToHost, stream);
+        if (e == cudaSuccess && a->seqlens_k)
+            e = cudaMemcpyAsync(cu + 2 * (a->batch + 1), a->seqlens_k, nb - sizeof(int32_t),
+                                cudaMemcpyDeviceToHost, stream);
         if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
         if (e != cudaSuccess) {
             free(cu);
-            return fp_cuda_status(e, "reading cu_seqlens", __FILE__, __LINE__);
+            return fp_cuda_status(e, "reading cu_seqlens / seqlens_k", __FILE__, __LINE__);
         }
     }
     void *scores = NULL;
@@ -128,13 +139,14 @@ static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, cudaStrea
                             "x %zu B): %s",
                             want, a->batch, a->heads_q, a->seqlen_q, a->seqlen_k, elt, cudaGetErrorString(ce));
     }
-    const int32_t *cu_q = cu, *cu_k = cu ? cu + a->batch + 1 : NULL;
+    const int32_t *cu_q = a->cu_q ? cu : NULL, *cu_k = a->cu_q ? cu + a->batch + 1 : NULL;
+    const int32_t *lens_k = a->seqlens_k ? cu + 2 * (a->batch + 1) : NULL;
     void *handle = NULL;
     fp_status st = fp_ctx_cublas(ctx, (fp_stream)stream, &handle);
     cublasHandle_t hdl = (cublasHandle_t)handle;
-    if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, scores, 0, stream);
+    if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, lens_k, scores, 0, stream);
     if (st == FP_OK) st = fp_attn_cuda_masked_softmax(a, scores, stream);
-    if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, scores, 1, stream);
+    if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, lens_k, scores, 1, stream);
     cudaFreeAsync(scores, stream);
     free(cu);
     return st;

@@ -385,6 +385,47 @@ static void test_baseline_oom(void) {
     fp_mem_free(g_ctx, o);
 }
 
+/* Ragged decode with NaN in the KV cache past each sequence's length (an
+ * uninitialised cache): neither flash nor the baseline may read it. The
+ * baseline's P V GEMM once spanned all seqlen_k keys (0 * NaN = NaN). */
+static void test_ragged_nan_tail_gpu(void) {
+    attn_case c = {"ragged_nan_tail", 4, 1, 512, 8, 2, 128, FP_BF16, 0, -1, -1, 0, 0, 1, 0};
+    dev_case D;
+    if (!dev_make(&c, &D, 5)) {
+        CHECK_MSG(0, "ragged_nan_tail: allocation");
+        dev_free(&D);
+        return;
+    }
+    const fp_attention_params *p = &D.dp;
+    const size_t elt = fp_dtype_size(c.dtype);
+    int64_t kss = p->k_seq_stride ? p->k_seq_stride : (int64_t)c.hkv * c.d;
+    int64_t kbs = p->k_batch_stride ? p->k_batch_stride : (int64_t)c.sk * kss;
+    int64_t vss = p->v_seq_stride ? p->v_seq_stride : (int64_t)c.hkv * c.d;
+    int64_t vbs = p->v_batch_stride ? p->v_batch_stride : (int64_t)c.sk * vss;
+    for (int b = 0; b < c.batch; ++b) {
+        int L = D.H.seqlens[b];
+        if (L >= c.sk) continue;
+        /* rows L..sk-1 of this sequence: contiguous in the packed layout */
+        CHECK_OK(fp_mem_fill(g_ctx, (char *)p->k + (size_t)(b * kbs + L * kss) * elt, 0xFF,
+                             (size_t)((c.sk - L) * kss) * elt, NULL));
+        CHECK_OK(fp_mem_fill(g_ctx, (char *)p->v + (size_t)(b * vbs + L * vss) * elt, 0xFF,
+                             (size_t)((c.sk - L) * vss) * elt, NULL));
+    }
+    double *o_ref = NULL, *lse_ref = NULL;
+    CHECK(attn_reference(NULL, &D.H, &o_ref, &lse_ref));
+    for (int impl = 1; impl >= 0; --impl) { /* baseline, then forward */
+        fp_status st = dev_run(&D, impl);
+        CHECK_MSG(st == FP_OK, "ragged_nan_tail/impl %d: %s (%s)", impl, fp_status_string(st), fp_last_error());
+        if (st != FP_OK) continue;
+        attn_err E = attn_compare(&D.H, D.h_o, NULL, o_ref, NULL, 0.05, 0);
+        CHECK_MSG(E.bad == 0, "ragged_nan_tail/impl %d: %zu bad (first at %zu: got %.6g ref %.6g)", impl, E.bad,
+                  E.first_bad, E.first_got, E.first_ref);
+    }
+    free(o_ref);
+    free(lse_ref);
+    dev_free(&D);
+}
+
 static void test_validate_gpu(void) {
     attn_case c = {"validate", 4, 1024, 1024, 16, 16, 128, FP_BF16, 1, -1, -1, 0, 0, 0, 0};
     if (g_quick) {
@@ -416,6 +457,7 @@ int main(void) {
     test_cases();
     test_varlen_gpu(FP_BF16, 64, 1);
     test_huge_window_gpu();
+    test_ragged_nan_tail_gpu();
     if (!g_quick) {
         test_varlen_gpu(FP_F16, 128, 0);
         test_varlen_gpu(FP_F32, 64, 1);
