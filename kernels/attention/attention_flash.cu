@@ -30,6 +30,7 @@
 // attention_flash_layout.h, shared with the warp-level CPU emulation
 // tests/attention/test_attention_flash_emu.cpp that checks it without a GPU.
 // Run: tests/attention/test_attention_gpu (label gpu), fastbench attention/...
+#include <atomic>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -519,7 +520,16 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
 
     const size_t smem = (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * fp_flash::smem_layout<D>::kPitch * sizeof(T);
     auto kernel = flash_version<T, D, V>::kernel;
-    FP_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    // The opt-in above 48 KiB is per device and kernel: set it once, not on
+    // every launch (a driver call per decode step otherwise).
+    static std::atomic<unsigned long long> smem_configured{0};
+    int dev = 0;
+    FP_CUDA_TRY(cudaGetDevice(&dev));
+    const unsigned long long dev_bit = dev < 64 ? (1ull << dev) : 0ull;
+    if (!(smem_configured.load(std::memory_order_acquire) & dev_bit) || !dev_bit) {
+        FP_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_configured.fetch_or(dev_bit, std::memory_order_release);
+    }
     if (num_splits > 1) {
         size_t n = (size_t)num_splits * rows_total;
         cudaError_t e1 = cudaMallocAsync(reinterpret_cast<void **>(&p.o_part), n * D * sizeof(float), stream);
