@@ -44,7 +44,9 @@
  *   a batch while the next one is ready, the completion thread delivers the
  *   finished requests so the executor need not wake every client first.
  *   Completion callbacks run on one of these threads, or on the thread
- *   calling fp_batch_request_cancel / fp_batcher_shutdown.
+ *   calling fp_batch_request_cancel / fp_batcher_shutdown. The executor and
+ *   timer threads set a 1 us timer slack (Linux prctl), so queue delays
+ *   and timeouts expire on time rather than up to 50 us late.
  *
  * Policy (Triton semantics)
  *   - max_batch_size caps a batch. A batch is dispatched as soon as an
@@ -236,7 +238,10 @@ FP_API void fp_batcher_destroy(fp_batcher *batcher);
  * 0: poll). Returns FP_OK when it has completed and stores its final status
  * in *result (if non-NULL); FP_ERR_TIMEOUT if it is still pending when the
  * wait expires (*result untouched); FP_ERR_INVALID_ARGUMENT for NULL req.
- * Thread-safe (several threads may wait on one request). */
+ * Thread-safe (several threads may wait on one request). The waiting thread
+ * sleeps (no spinning) and is woken once, when the request completes; the
+ * waiters of requests completed together are woken together, with one
+ * wake-up call per group of up to 32 (Linux futex). */
 FP_API fp_status fp_batch_request_wait(fp_batch_request *req, int64_t timeout_us,
                                        fp_status *result);
 

@@ -12,17 +12,33 @@
  * lock. With preserve_ordering, finished requests wait in submission order
  * and one thread at a time (the "pump") delivers the ready prefix.
  *
- * Lock order: a request's own mutex (req->mu) before b->mu; nobody takes
- * req->mu while holding b->mu. `live` counts accepted requests not yet
- * delivered and `deliveries` threads inside delivery: shutdown waits for both
- * to reach 0, so the batcher outlives every touch of it.
+ * Waiting on a handle is a futex on the request's word (no lock): delivery
+ * sets DONE and, only if a waiter announced itself, moves the waiters onto
+ * the delivering thread's gate, woken together (see `waker`): each waiting
+ * client is woken exactly once and the deliverer is not preempted per wake.
+ * `live` counts accepted requests not yet delivered and `deliveries` threads
+ * inside delivery: shutdown waits for both to reach 0, so the batcher
+ * outlives every touch of it (a completed request's handle never touches
+ * its batcher again).
+ *
+ * Per-request cost (64 closed-loop clients, no-op model, 2-core VM): about
+ * 1 us of batcher work in user space; the rest is the kernel putting the
+ * client to sleep and waking it (one context switch and one wake-up per
+ * request, several us each on a VM), which no batcher design avoids for a
+ * client that blocks.
  */
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "batcher_internal.h"
 #include "internal.h"
@@ -44,11 +60,14 @@ struct fp_batch_request {
     fp_batch_request *prev, *next;   /* queue list or a delivery list */
     fp_batch_request *onext;         /* submission-order list (ordering) */
     atomic_int refs;                 /* the batcher's + the handle's */
-    atomic_int done;                 /* delivered */
-    int waiters;                     /* threads in wait, under mu */
-    pthread_mutex_t mu;              /* waiters */
-    pthread_cond_t cv;
+    atomic_uint word;                /* futex word: WORD_DONE | WORD_WAITERS */
 };
+
+/* req->word: DONE is set once, after the callback returned (release: the
+ * result is visible to whoever sees it). WAITERS is set by a thread about to
+ * sleep in fp_batch_request_wait, so delivery makes the wake syscall only
+ * when somebody sleeps. */
+enum { WORD_DONE = 1u, WORD_WAITERS = 2u };
 
 typedef struct req_list {
     fp_batch_request *head, *tail;
@@ -127,6 +146,12 @@ static void abs_timespec(double t_s, struct timespec *ts) {
     }
 }
 
+/* The executors sleep until a queue delay expires and the timer thread until
+ * a timeout: with Linux's default 50 us timer slack they would wake up to
+ * 50 us late (an executor idling, a timeout firing late). 1 us instead, for
+ * the batcher's own threads only. */
+static void precise_timers(void) { prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); }
+
 static int init_cond_monotonic(pthread_cond_t *cv) {
     pthread_condattr_t a;
     if (pthread_condattr_init(&a) != 0) return -1;
@@ -153,11 +178,48 @@ static void list_remove(req_list *l, fp_batch_request *r) {
 }
 
 static void req_unref(fp_batch_request *r) {
-    if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) {
-        pthread_cond_destroy(&r->cv);
-        pthread_mutex_destroy(&r->mu);
-        free(r);
-    }
+    if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) free(r);
+}
+
+/* Private futex on a request word: sleep while *w == val (until the absolute
+ * CLOCK_MONOTONIC time ts, or forever with ts NULL); wake every sleeper. */
+static int futex_wait_abs(atomic_uint *w, unsigned val, const struct timespec *ts) {
+    return (int)syscall(SYS_futex, (unsigned *)w, FUTEX_WAIT_BITSET_PRIVATE, val, ts, NULL,
+                        FUTEX_BITSET_MATCH_ANY);
+}
+
+static void futex_wake_all(atomic_uint *w) {
+    syscall(SYS_futex, (unsigned *)w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Moves every thread sleeping on `from` (whose value must be `val`) to sleep
+ * on `to`, waking none. Returns how many moved, or -1 (value changed). */
+static long futex_requeue_all(atomic_uint *from, unsigned val, atomic_uint *to) {
+    return syscall(SYS_futex, (unsigned *)from, FUTEX_CMP_REQUEUE_PRIVATE, 0,
+                   (void *)(uintptr_t)INT_MAX, (unsigned *)to, val);
+}
+
+/* Wakes the waiters of many requests with one wake syscall. Waking them one
+ * syscall at a time lets each woken client preempt the delivering thread
+ * (wake-up preemption): the deliverer and the clients then alternate, two
+ * context switches per request. Instead, delivery moves each request's
+ * sleepers onto this gate (a requeue wakes nobody) and wakes the gate once
+ * at the end: at most one preemption, the clients then run back to back.
+ * The gate lives on the delivering thread's stack: woken threads return from
+ * the futex call and never touch it again. At most WAKER_MAX threads wait on
+ * the gate, so the first client of a large batch is not kept waiting for the
+ * whole batch's delivery (16, 32 and 64 measured alike on 2 cores; 4 is
+ * slower). */
+enum { WAKER_MAX = 32 };
+
+typedef struct waker {
+    atomic_uint gate;
+    int pending;    /* threads moved onto the gate, not yet woken */
+} waker;
+
+static void waker_flush(waker *wk) {
+    if (wk->pending > 0) futex_wake_all(&wk->gate);
+    wk->pending = 0;
 }
 
 /* ---- deadline heap ---- */
@@ -247,21 +309,24 @@ static void finish(fp_batcher *b, fp_batch_request *r, fp_status st, double now,
     if (!b->cfg.preserve_ordering) list_push(local, r);
 }
 
-/* Completes one request outside the lock: callback, then waiters. */
-static void deliver_one(fp_batcher *b, fp_batch_request *r) {
+/* Completes one request outside the lock: callback, then DONE; its waiters
+ * move to wk's gate (woken by waker_flush). */
+static void deliver_one(fp_batcher *b, fp_batch_request *r, waker *wk) {
     if (r->on_done) {
         fp_batcher *outer = tl_inside;
         tl_inside = b;
         r->on_done(r, r->result, r->on_done_user);
         tl_inside = outer;
     }
-    pthread_mutex_lock(&r->mu);
-    atomic_store_explicit(&r->done, 1, memory_order_release);
-    int waiters = r->waiters;
-    pthread_mutex_unlock(&r->mu);
-    /* Wake after unlocking (the woken thread does not block on r->mu
-     * again); our reference keeps r alive meanwhile. */
-    if (waiters) pthread_cond_broadcast(&r->cv);
+    /* Our reference keeps r alive until after the requeue. A waiter that
+     * had not yet slept sees the changed word and does not sleep. */
+    unsigned prev = atomic_exchange_explicit(&r->word, WORD_DONE, memory_order_acq_rel);
+    if (prev & WORD_WAITERS) {
+        long moved = futex_requeue_all(&r->word, WORD_DONE, &wk->gate);
+        if (moved > 0) wk->pending += (int)moved;
+        else if (moved < 0) futex_wake_all(&r->word); /* cannot happen: be safe */
+        if (wk->pending >= WAKER_MAX) waker_flush(wk);
+    }
     req_unref(r);
 }
 
@@ -281,13 +346,15 @@ static void deliver_pending(fp_batcher *b, req_list *local) {
         b->deliveries++;
         pthread_mutex_unlock(&b->mu);
         int64_t n = 0;
+        waker wk = {0, 0};
         while (r) {
             fp_batch_request *next = r->next;
             r->prev = r->next = NULL;
-            deliver_one(b, r);
+            deliver_one(b, r, &wk);
             r = next;
             ++n;
         }
+        waker_flush(&wk);
         pthread_mutex_lock(&b->mu);
         delivered(b, n);
         return;
@@ -297,15 +364,25 @@ static void deliver_pending(fp_batcher *b, req_list *local) {
     if (b->pumping) return;
     b->pumping = 1;
     b->deliveries++;
-    while (b->ohead && b->ohead->state == REQ_FINISHED) {
-        fp_batch_request *r = b->ohead;
-        b->ohead = r->onext;
-        if (!b->ohead) b->otail = NULL;
-        r->onext = NULL;
+    waker wk = {0, 0};
+    for (;;) {
+        while (b->ohead && b->ohead->state == REQ_FINISHED) {
+            fp_batch_request *r = b->ohead;
+            b->ohead = r->onext;
+            if (!b->ohead) b->otail = NULL;
+            r->onext = NULL;
+            pthread_mutex_unlock(&b->mu);
+            deliver_one(b, r, &wk);
+            pthread_mutex_lock(&b->mu);
+            b->live--;
+        }
+        if (wk.pending == 0) break;
+        /* Wake unlocked; then look again: requests finished meanwhile were
+         * left to this pump. The pump stops only when, under the lock, the
+         * head is not finished and nobody is left to wake. */
         pthread_mutex_unlock(&b->mu);
-        deliver_one(b, r);
+        waker_flush(&wk);
         pthread_mutex_lock(&b->mu);
-        b->live--;
     }
     b->pumping = 0;
     delivered(b, 0);
@@ -366,6 +443,7 @@ static void *executor_main(void *arg) {
     exec_slot *s = arg;
     fp_batcher *b = s->b;
     tl_inside = b;
+    precise_timers();
     pthread_mutex_lock(&b->mu);
     while (!b->stopping) {
         double now = fp_now_s(), wake_at;
@@ -466,6 +544,7 @@ static void *deliverer_main(void *arg) {
 static void *timer_main(void *arg) {
     fp_batcher *b = arg;
     tl_inside = b;
+    precise_timers();
     pthread_mutex_lock(&b->mu);
     while (!b->stopping) {
         double now = fp_now_s();
@@ -786,11 +865,7 @@ fp_status fp_batcher_submit(fp_batcher *b, const fp_batch_submit_info *info,
     r->on_done = info->on_done;
     r->on_done_user = info->on_done_user;
     atomic_init(&r->refs, out ? 2 : 1);
-    atomic_init(&r->done, 0);
-    if (pthread_mutex_init(&r->mu, NULL) != 0 || init_cond_monotonic(&r->cv) != 0) {
-        free(r);
-        return fp_set_error(FP_ERR_INTERNAL, "cannot initialize a request's mutex/condvar");
-    }
+    atomic_init(&r->word, 0);
     const fp_batcher_queue_policy *pol = &b->cfg.queue_policy[r->level];
     int64_t timeout_us = pol->default_timeout_us;
     if (info->timeout_us > 0 && (timeout_us == 0 || info->timeout_us < timeout_us))
@@ -814,8 +889,6 @@ fp_status fp_batcher_submit(fp_batcher *b, const fp_batch_submit_info *info,
     }
     if (st != FP_OK) {
         pthread_mutex_unlock(&b->mu);
-        pthread_cond_destroy(&r->cv);
-        pthread_mutex_destroy(&r->mu);
         free(r);
         return st;
     }
@@ -847,29 +920,35 @@ fp_status fp_batcher_submit(fp_batcher *b, const fp_batch_submit_info *info,
 
 fp_status fp_batch_request_wait(fp_batch_request *req, int64_t timeout_us, fp_status *result) {
     FP_CHECK_ARG(req != NULL, "argument 'req' is NULL");
-    if (!atomic_load_explicit(&req->done, memory_order_acquire)) {
+    unsigned w = atomic_load_explicit(&req->word, memory_order_acquire);
+    if (!(w & WORD_DONE)) {
         if (timeout_us == 0) return fp_set_error(FP_ERR_TIMEOUT, "request still pending");
         struct timespec ts;
         if (timeout_us > 0) abs_timespec(fp_now_s() + (double)timeout_us * 1e-6, &ts);
-        pthread_mutex_lock(&req->mu);
-        int rc = 0;
-        req->waiters++;
-        while (!atomic_load_explicit(&req->done, memory_order_acquire) && rc != ETIMEDOUT)
-            rc = timeout_us > 0 ? pthread_cond_timedwait(&req->cv, &req->mu, &ts)
-                                : pthread_cond_wait(&req->cv, &req->mu);
-        req->waiters--;
-        int done = atomic_load_explicit(&req->done, memory_order_acquire);
-        pthread_mutex_unlock(&req->mu);
-        if (!done)
-            return fp_set_error(FP_ERR_TIMEOUT, "request still pending after %lld us",
-                                (long long)timeout_us);
+        while (!(w & WORD_DONE)) {
+            /* Announce the sleep, then sleep only while the word is still
+             * exactly that (delivery swaps in DONE and wakes). */
+            if (!(w & WORD_WAITERS) &&
+                !atomic_compare_exchange_weak_explicit(&req->word, &w, w | WORD_WAITERS,
+                                                       memory_order_acquire,
+                                                       memory_order_acquire))
+                continue;
+            w |= WORD_WAITERS;
+            int rc = futex_wait_abs(&req->word, w, timeout_us > 0 ? &ts : NULL);
+            w = atomic_load_explicit(&req->word, memory_order_acquire);
+            if (rc != 0 && errno == ETIMEDOUT && !(w & WORD_DONE))
+                return fp_set_error(FP_ERR_TIMEOUT, "request still pending after %lld us",
+                                    (long long)timeout_us);
+        }
     }
     if (result) *result = req->result;
     return FP_OK;
 }
 
 int fp_batch_request_done(const fp_batch_request *req) {
-    return req ? atomic_load_explicit(&((fp_batch_request *)req)->done, memory_order_acquire)
+    return req ? (int)(atomic_load_explicit(&((fp_batch_request *)req)->word,
+                                            memory_order_acquire) &
+                       WORD_DONE)
                : 0;
 }
 
@@ -881,16 +960,13 @@ void fp_batch_request_release(fp_batch_request *req) {
 
 fp_status fp_batch_request_cancel(fp_batch_request *req) {
     FP_CHECK_ARG(req != NULL, "argument 'req' is NULL");
-    /* Holding req->mu while not done keeps the request undelivered, hence
-     * the batcher alive, until b->mu is ours. */
-    pthread_mutex_lock(&req->mu);
-    if (atomic_load_explicit(&req->done, memory_order_acquire)) {
-        pthread_mutex_unlock(&req->mu);
+    /* A completed request may outlive its batcher: look at it alone. One not
+     * yet completed keeps the batcher alive (shutdown waits for it, and
+     * destroy may not run concurrently with cancel). */
+    if (atomic_load_explicit(&req->word, memory_order_acquire) & WORD_DONE)
         return fp_set_error(FP_ERR_NOT_FOUND, "request already completed");
-    }
     fp_batcher *b = req->owner;
     pthread_mutex_lock(&b->mu);
-    pthread_mutex_unlock(&req->mu);
     if (req->state != REQ_QUEUED) {
         pthread_mutex_unlock(&b->mu);
         return fp_set_error(FP_ERR_NOT_FOUND, "request is executing or completed: not cancelled");

@@ -103,8 +103,19 @@ static void *producer(void *arg) {
         if (r->submit_rc != FP_OK) continue;
         if (r->cancel) r->cancel_rc = fp_batch_request_cancel(h);
         if (h) {
-            if (fp_batch_request_wait(h, -1, &r->wait_result) != FP_OK)
-                r->wait_result = FP_ERR_INTERNAL;
+            /* Half the handles are polled with short timed waits, which
+             * can expire just as delivery moves the waiter to its wake
+             * group; the rest wait forever. */
+            fp_status wr = FP_ERR_TIMEOUT;
+            if ((rng >> 32) % 2 == 0) {
+                int64_t step = 1 + (int64_t)((rng >> 33) % 300);
+                double end = now_s() + 30;
+                while (wr == FP_ERR_TIMEOUT && now_s() < end)
+                    wr = fp_batch_request_wait(h, step, &r->wait_result);
+            } else {
+                wr = fp_batch_request_wait(h, -1, &r->wait_result);
+            }
+            if (wr != FP_OK) r->wait_result = FP_ERR_INTERNAL;
             fp_batch_request_release(h);
         }
         if ((rng >> 40) % 64 == 0) sleep_ms(0.2); /* bursts and gaps */
