@@ -1,19 +1,27 @@
 /* Random inputs for scenarios (see scenario.h). */
+#include <stdint.h>
 #include <stdlib.h>
 
+#include "internal.h"
 #include "scenario.h"
 
 #define FB_CHUNK_BYTES ((size_t)8 << 20)
 
 fp_status fb_fill_random(fp_context *ctx, void *dst, size_t n, fp_dtype dt, uint64_t seed, float lo,
                          float hi) {
-    const size_t elt = fp_dtype_size(dt), bytes = n * elt;
-    if (elt == 0) return FP_ERR_INVALID_ARGUMENT;
+    const size_t elt = fp_dtype_size(dt);
+    if (elt == 0) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "fb_fill_random: unknown dtype %d", (int)dt);
+    /* n * elt wrapping would upload n elements' worth of chunks past dst. */
+    if (n > SIZE_MAX / elt)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "fb_fill_random: %zu elements of %s overflow size_t", n,
+                            fp_dtype_name(dt));
+    const size_t bytes = n * elt;
     size_t chunk_n = (bytes < FB_CHUNK_BYTES ? bytes : FB_CHUNK_BYTES) / elt;
     if (chunk_n == 0) return FP_OK;
     float *h = malloc(chunk_n * sizeof *h);
     void *hd = malloc(chunk_n * elt);
-    fp_status st = (h && hd) ? FP_OK : FP_ERR_OUT_OF_MEMORY;
+    fp_status st = (h && hd) ? FP_OK
+                             : fp_set_error(FP_ERR_OUT_OF_MEMORY, "fb_fill_random: %zu-element host chunk", chunk_n);
     uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 7; /* xorshift64* */
     for (size_t i = 0; st == FP_OK && i < chunk_n; ++i) {
         s ^= s >> 12;
@@ -38,7 +46,12 @@ fp_status fb_alloc_random(fp_context *ctx, size_t n, fp_dtype dt, uint64_t seed,
                           void **out) {
     *out = NULL;
     void *p = NULL;
-    fp_status st = fp_mem_alloc(ctx, n * fp_dtype_size(dt), &p);
+    const size_t elt = fp_dtype_size(dt);
+    if (elt == 0) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "fb_alloc_random: unknown dtype %d", (int)dt);
+    if (n > SIZE_MAX / elt)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "fb_alloc_random: %zu elements of %s overflow size_t", n,
+                            fp_dtype_name(dt));
+    fp_status st = fp_mem_alloc(ctx, n * elt, &p);
     if (st == FP_OK) st = fb_fill_random(ctx, p, n, dt, seed, lo, hi);
     if (st != FP_OK) {
         fp_mem_free(ctx, p);

@@ -10,6 +10,9 @@
  * Exit codes: 0 ok; 1 a scenario failed, a numerical check failed, or
  * (compare) a regression was found; 2 usage or I/O error.
  */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,7 +47,7 @@ static int parse_device(const char *s, fb_options *o) {
         if (s[4] == ':') {
             char *end = NULL;
             long v = strtol(s + 5, &end, 10);
-            if (!end || *end || v < 0) return 0;
+            if (!end || end == s + 5 || *end || v < 0 || v > INT_MAX) return 0;
             o->device_index = (int)v;
         } else if (s[4] != '\0') {
             return 0;
@@ -58,6 +61,7 @@ static int parse_device(const char *s, fb_options *o) {
 
 static int parse_dtypes(const char *s, fb_options *o) {
     char buf[128];
+    if (strlen(s) >= sizeof buf) return 0; /* would be cut mid-name */
     snprintf(buf, sizeof buf, "%s", s);
     o->ndtypes = 0;
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -68,16 +72,26 @@ static int parse_dtypes(const char *s, fb_options *o) {
     return o->ndtypes > 0;
 }
 
+/* Shape options are numbers, optionally with a k/K or m/M suffix (--kv 32k):
+ * "12abc" or "" is a typo, not 12. A repeated option replaces the earlier
+ * value (the last one wins, as in most CLIs). */
 static int add_opt(fb_options *o, const char *name, const char *value) {
-    if (o->nopts == FB_MAX_OPTS || strlen(name) >= sizeof o->opts[0].name ||
-        strlen(value) >= sizeof o->opts[0].value)
+    if (strlen(name) >= sizeof o->opts[0].name || strlen(value) >= sizeof o->opts[0].value)
         return 0;
     char *end = NULL;
-    strtod(value, &end);
-    if (end == value) return 0; /* shape options are numbers */
-    snprintf(o->opts[o->nopts].name, sizeof o->opts[0].name, "%s", name);
-    snprintf(o->opts[o->nopts].value, sizeof o->opts[0].value, "%s", value);
-    o->nopts++;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (end == value || errno == ERANGE || !isfinite(v)) return 0;
+    if (*end && (strchr("kKmM", *end) == NULL || end[1] != '\0')) return 0;
+    fb_opt *slot = NULL;
+    for (int i = 0; i < o->nopts && !slot; ++i)
+        if (strcmp(o->opts[i].name, name) == 0) slot = &o->opts[i];
+    if (!slot) {
+        if (o->nopts == FB_MAX_OPTS) return 0;
+        slot = &o->opts[o->nopts++];
+    }
+    snprintf(slot->name, sizeof slot->name, "%s", name);
+    snprintf(slot->value, sizeof slot->value, "%s", value);
     return 1;
 }
 
@@ -89,6 +103,11 @@ static int parse_num(const char *s, double *out) {
     return 1;
 }
 
+static int is_timing_option(const char *a) {
+    return strcmp(a, "--max-time") == 0 || strcmp(a, "--min-samples") == 0 ||
+           strcmp(a, "--max-samples") == 0 || strcmp(a, "--noise") == 0;
+}
+
 /* Parses run options; positional args go to patterns. Returns 0 on error. */
 static int parse_run_args(int argc, char **argv, fb_options *o, char **patterns, int *npatterns) {
     for (int i = 0; i < argc; ++i) {
@@ -98,6 +117,7 @@ static int parse_run_args(int argc, char **argv, fb_options *o, char **patterns,
         if (a[0] != '-') { patterns[(*npatterns)++] = argv[i]; continue; }
         if (strcmp(a, "--quick") == 0) { o->quick = 1; continue; }
         if (strcmp(a, "--flush-l2") == 0) { o->timing.flush_l2 = 1; continue; }
+        if (a[1] != '-' || a[2] == '\0') { fprintf(stderr, "fastbench: unknown option '%s'\n", a); return 0; }
         if (!v) { fprintf(stderr, "fastbench: option %s needs a value\n", a); return 0; }
         i++;
         if (strcmp(a, "--device") == 0) {
@@ -106,16 +126,28 @@ static int parse_run_args(int argc, char **argv, fb_options *o, char **patterns,
             if (!parse_dtypes(v, o)) { fprintf(stderr, "fastbench: bad --dtype '%s' (f32, f16, bf16)\n", v); return 0; }
         } else if (strcmp(a, "--json") == 0) {
             o->json_path = v;
-        } else if (strcmp(a, "--max-time") == 0 && parse_num(v, &num) && num > 0) {
-            o->timing.max_time_s = num;
-        } else if (strcmp(a, "--min-samples") == 0 && parse_num(v, &num) && num >= 1) {
-            o->timing.min_samples = (int)num;
-            if (o->timing.max_samples < o->timing.min_samples) o->timing.max_samples = (int)num;
-        } else if (strcmp(a, "--max-samples") == 0 && parse_num(v, &num) && num >= 1) {
-            o->timing.max_samples = (int)num;
-            if (o->timing.min_samples > o->timing.max_samples) o->timing.min_samples = (int)num;
-        } else if (strcmp(a, "--noise") == 0 && parse_num(v, &num) && num >= 0) {
-            o->timing.target_noise = num;
+        } else if (is_timing_option(a)) {
+            /* A bad value is an error: falling through would have made it a
+             * shape option and silently kept the default. Sample counts are
+             * ints (a cast of 1e20 would be undefined). */
+            int ok = parse_num(v, &num) && isfinite(num);
+            if (ok && strcmp(a, "--max-time") == 0) {
+                ok = num > 0;
+                if (ok) o->timing.max_time_s = num;
+            } else if (ok && strcmp(a, "--noise") == 0) {
+                ok = num >= 0;
+                if (ok) o->timing.target_noise = num;
+            } else if (ok) {
+                ok = num >= 1 && num <= INT_MAX && num == floor(num);
+                if (ok && strcmp(a, "--min-samples") == 0) {
+                    o->timing.min_samples = (int)num;
+                    if (o->timing.max_samples < o->timing.min_samples) o->timing.max_samples = (int)num;
+                } else if (ok) {
+                    o->timing.max_samples = (int)num;
+                    if (o->timing.min_samples > o->timing.max_samples) o->timing.min_samples = (int)num;
+                }
+            }
+            if (!ok) { fprintf(stderr, "fastbench: bad value '%s' for %s\n", v, a); return 0; }
         } else if (strcmp(a, "--set") == 0) {
             char name[64];
             const char *eq = strchr(v, '=');
@@ -194,6 +226,17 @@ static int cmd_run(int argc, char **argv) {
         free(patterns);
         usage(stderr);
         return 2;
+    }
+    /* An unwritable --json path is found now, not after minutes of runs.
+     * "a" neither truncates an existing report nor needs it to exist. */
+    if (o.json_path) {
+        FILE *f = fopen(o.json_path, "a");
+        if (!f) {
+            fprintf(stderr, "fastbench: cannot write --json %s: %s\n", o.json_path, strerror(errno));
+            free(patterns);
+            return 2;
+        }
+        fclose(f);
     }
     int selected = 0;
     for (int i = 0; i < fb_scenario_count(); ++i)

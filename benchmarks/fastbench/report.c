@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fastbench.h"
 
@@ -163,10 +164,18 @@ static cJSON *load_json(const char *path, FILE *out) {
         fprintf(out, "fastbench compare: cannot open %s\n", path);
         return NULL;
     }
+    /* A directory opens fine on Linux and reports an absurd size at
+     * SEEK_END (ext4: LLONG_MAX); a pipe reports -1. Only regular files. */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        fprintf(out, "fastbench compare: %s is not a regular file\n", path);
+        return NULL;
+    }
     fseek(f, 0, SEEK_END);
     long len = ftell(f);
     fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)len + 1);
+    char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
     size_t got = text ? fread(text, 1, (size_t)len, f) : 0;
     fclose(f);
     if (!text || got != (size_t)len) {
@@ -192,6 +201,22 @@ static void result_key(const cJSON *r, char *buf, size_t n) {
     char params[256];
     fb_params_string(cJSON_GetObjectItemCaseSensitive(r, "params"), params, sizeof params);
     snprintf(buf, n, "%s|%s", cJSON_IsString(name) ? name->valuestring : "?", params);
+}
+
+/* The identity of a result for matching: its name and its full params as
+ * JSON (malloc'ed; NULL on allocation failure). The display key above is cut
+ * at 256 characters, so two shapes differing only late in a long params
+ * string would otherwise match each other. */
+static char *match_key(const cJSON *r) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(r, "name");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(r, "params");
+    char *pj = params ? cJSON_PrintUnformatted(params) : NULL;
+    const char *n = cJSON_IsString(name) ? name->valuestring : "?";
+    size_t len = strlen(n) + (pj ? strlen(pj) : 0) + 2;
+    char *key = malloc(len);
+    if (key) snprintf(key, len, "%s|%s", n, pj ? pj : "");
+    cJSON_free(pj);
+    return key;
 }
 
 /* Rebuilds the statistics the verdict needs from a JSON "optimized" block. */
@@ -224,13 +249,17 @@ int fb_compare_files(const char *old_path, const char *new_path, double min_effe
     fprintf(out, "%-50s %11s %11s %8s %s\n", "scenario|shape", "old", "new", "speedup", "verdict");
     const cJSON *nr;
     cJSON_ArrayForEach(nr, new_res) {
-        char key[400], okey[400];
+        char key[400];
         result_key(nr, key, sizeof key);
+        char *mkey = match_key(nr);
         const cJSON *match = NULL, *orr;
         cJSON_ArrayForEach(orr, old_res) {
-            result_key(orr, okey, sizeof okey);
-            if (strcmp(key, okey) == 0) { match = orr; break; }
+            char *okey = mkey ? match_key(orr) : NULL;
+            int eq = okey && strcmp(mkey, okey) == 0;
+            free(okey);
+            if (eq) { match = orr; break; }
         }
+        free(mkey);
         fp_stats so, sn;
         if (!match || !stats_from_json(cJSON_GetObjectItemCaseSensitive(match, "optimized"), &so) ||
             !stats_from_json(cJSON_GetObjectItemCaseSensitive(nr, "optimized"), &sn)) {

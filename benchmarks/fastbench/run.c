@@ -1,4 +1,6 @@
 /* What a running scenario sees: its context, options, and result rows. */
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,20 +48,37 @@ static const fb_opt *find_opt(fb_run *run, const char *name) {
 
 int fb_opt_given(fb_run *run, const char *name) { return find_opt(run, name) != NULL; }
 
+/* A value checked by the CLI (a number with an optional k/K or m/M suffix:
+ * --kv 32k). Parsed as a double so "1e6" is 1000000, not 1 as strtoll reads
+ * it, and so a suffix cannot overflow an integer multiplication. */
+static double opt_value(const char *s) {
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end && (*end == 'k' || *end == 'K')) v *= 1024.0;
+    else if (end && (*end == 'm' || *end == 'M')) v *= 1024.0 * 1024.0;
+    return v;
+}
+
 int64_t fb_opt_int(fb_run *run, const char *name, int64_t def) {
     const fb_opt *o = find_opt(run, name);
     if (!o) return def;
+    /* Plain integers stay exact (seeds above 2^53); 1e6, 2.5k go through
+     * the double. */
     char *end = NULL;
-    long long v = strtoll(o->value, &end, 0);
-    /* Suffixes k/m for sizes: --kv 32k. */
-    if (end && (*end == 'k' || *end == 'K')) v *= 1024;
-    else if (end && (*end == 'm' || *end == 'M')) v *= 1024 * 1024;
+    errno = 0;
+    long long iv = strtoll(o->value, &end, 0);
+    if (errno == 0 && end != o->value && *end == '\0') return (int64_t)iv;
+    double v = trunc(opt_value(o->value));
+    /* Clamped into int64 (a cast of an out-of-range double is undefined). */
+    if (!(v == v)) return def;
+    if (v >= 9223372036854775808.0) return INT64_MAX;
+    if (v < -9223372036854775808.0) return INT64_MIN;
     return (int64_t)v;
 }
 
 double fb_opt_double(fb_run *run, const char *name, double def) {
     const fb_opt *o = find_opt(run, name);
-    return o ? strtod(o->value, NULL) : def;
+    return o ? opt_value(o->value) : def;
 }
 
 fp_status fb_skip(fb_run *run, const char *fmt, ...) {

@@ -87,13 +87,14 @@ static fp_status gpu_model_execute(void *user, fp_batch_item *items, int count, 
     np.out = m->d_h;
     FP_TRY(fp_norm_forward(ctx, NULL, &np));
     void *handle = NULL;
-    FP_TRY(fp_ctx_cublas(ctx, NULL, &handle));
+    FP_TRY(fp_ctx_cublas_lock(ctx, NULL, &handle));
     const float one = 1.0f, zero = 0.0f;
     /* Row-major Y[B, H] = Hs[B, H] W[H, H] is column-major Y^T = W^T Hs^T. */
     cublasStatus_t cs = cublasGemmEx((cublasHandle_t)handle, CUBLAS_OP_N, CUBLAS_OP_N, m->hidden, padded,
                                      m->hidden, &one, m->d_w, CUDA_R_16BF, m->hidden, m->d_h, CUDA_R_16BF,
                                      m->hidden, &zero, m->d_y, CUDA_R_16BF, m->hidden, CUBLAS_COMPUTE_32F,
                                      CUBLAS_GEMM_DEFAULT);
+    fp_ctx_cublas_unlock(ctx);
     if (cs != CUBLAS_STATUS_SUCCESS)
         return fp_set_error(FP_ERR_CUBLAS, "cublasGemmEx: %s", cublasGetStatusString(cs));
     FP_TRY(fp_axpby(ctx, NULL, 2, FP_F32, (size_t)padded * GPU_MODEL_DIM, 2.0f, m->d_in, 1.0f, m->d_ones,

@@ -93,10 +93,17 @@ static fp_status copy_fn(void *user, fp_stream stream) {
 static fp_status run_copy(fb_run *run) {
     fp_context *ctx = fb_ctx(run);
     int gpu = fb_kind(run) == FP_DEVICE_CUDA;
-    size_t mib = (size_t)fb_opt_int(run, "mib", gpu ? 1024 : (fb_quick(run) ? 16 : 64));
+    int64_t mib_opt = fb_opt_int(run, "mib", gpu ? 1024 : (fb_quick(run) ? 16 : 64));
+    /* mib << 20 must not wrap (2^44 + 1 MiB would measure a 1 MiB copy and
+     * report it under the requested size). */
+    size_t mib = mib_opt > 0 && mib_opt <= ((int64_t)1 << 40) ? (size_t)mib_opt : 0;
     size_t bytes = mib << 20, n = bytes / 4;
     fb_result *r = fb_result_new(run);
-    fb_param_int(r, "mib", (int64_t)mib);
+    fb_param_int(r, "mib", mib_opt);
+    if (mib == 0) {
+        fb_result_fail(r, FP_ERR_INVALID_ARGUMENT, "--mib must be in [1, 2^40]");
+        return FP_OK;
+    }
     void *src = NULL, *d1 = NULL, *d2 = NULL;
     fp_status st = fb_alloc_random(ctx, n, FP_F32, 3, -1.0f, 1.0f, &src);
     if (st == FP_OK) st = fp_mem_alloc(ctx, bytes, &d1);

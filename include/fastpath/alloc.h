@@ -213,7 +213,8 @@ typedef struct fp_allocator fp_allocator;
 /* Creates an allocator over `upstream` (copied). `events` NULL means streams
  * are synchronous (the host case): a block freed after record_stream is
  * reusable at once. cfg NULL means defaults. FP_ERR_INVALID_ARGUMENT for a bad
- * config (struct_size, divisions, fraction/threshold outside [0, 1)). */
+ * config (struct_size, divisions, memory_fraction outside [0, 1],
+ * garbage_collection_threshold outside [0, 1)). */
 FP_API fp_status fp_alloc_create(const fp_alloc_upstream *upstream,
                                  const fp_alloc_event_ops *events, const fp_alloc_config *cfg,
                                  fp_allocator **out);

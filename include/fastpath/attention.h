@@ -70,7 +70,9 @@
  *
  * Thread-safety: every function is thread-safe for distinct contexts, and for
  * one CUDA context from several threads as long as outputs differ. A CPU
- * context's worker pool serializes concurrent calls.
+ * context's worker pool serializes concurrent calls. fp_attention_validate
+ * times with the timing engine, which must not time two things at once on
+ * one context: call it from one thread per context.
  */
 #ifndef FASTPATH_ATTENTION_H
 #define FASTPATH_ATTENTION_H
@@ -185,8 +187,9 @@ FP_API fp_status fp_attention_forward(fp_context *ctx, fp_stream stream,
  * scratch buffer of batch * heads_q * seqlen_q * seqlen_k elements of dtype
  * (f32 on the CPU), softmax-ed in place, then multiplied by V. On CUDA the two
  * products are cuBLAS strided-batched GEMMs with f32 compute (scores rounded
- * to dtype, as PyTorch's math path) and the cuBLAS handle is created once
- * per device and kept until process exit.
+ * to dtype, as PyTorch's math path) on the context's cuBLAS handle (created
+ * on first use, destroyed with the context; calls from several threads on
+ * one context take turns on it).
  * With cu_seqlens on CUDA it reads the offsets back to size its GEMMs (a
  * stream synchronization: it is a baseline).
  * Errors: as fp_attention_forward, plus FP_ERR_OUT_OF_MEMORY when the score

@@ -47,7 +47,9 @@
  *
  * Thread-safety: every function is thread-safe for distinct contexts, and for
  * one CUDA context from several threads as long as the output buffers differ.
- * A CPU context's worker pool serializes concurrent calls.
+ * A CPU context's worker pool serializes concurrent calls. The validate
+ * functions time with the timing engine, which must not time two things at
+ * once on one context: call them from one thread per context.
  */
 #ifndef FASTPATH_NORM_H
 #define FASTPATH_NORM_H

@@ -3,6 +3,7 @@
  * kernel on CUDA, naive on the CPU) and fp_attention_validate (the two
  * through fp_ab_run). */
 #include <cublas_v2.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +22,9 @@ fp_status fp_attention_forward(fp_context *ctx, fp_stream stream, const fp_atten
     return fp_attn_cuda_rowwise(&a, s);
 }
 
-/* The baseline's cuBLAS handle is the context's (fp_ctx_cublas): created on
- * first use, bound to the call's stream, destroyed with the context. */
+/* The baseline's cuBLAS handle is the context's (fp_ctx_cublas_lock):
+ * created on first use, held and bound to the call's stream for its GEMMs,
+ * destroyed with the context. */
 
 static fp_status cublas_check(cublasStatus_t st, const char *what) {
     if (st == CUBLAS_STATUS_SUCCESS) return FP_OK;
@@ -77,7 +79,7 @@ static fp_status baseline_gemms(cublasHandle_t hdl, const fp_attn_args *a, const
             const char *k = (const char *)a->k + (size_t)(S.k0 + hk * a->k_hs) * elt;
             const char *v = (const char *)a->v + (size_t)(S.v0 + hk * a->v_hs) * elt;
             char *o = (char *)a->o + (size_t)(S.o0 + h0 * a->o_hs) * elt;
-            char *s = (char *)scores + (size_t)((long long)(b * a->heads_q + h0) * s_stride) * elt;
+            char *s = (char *)scores + (size_t)(((long long)b * a->heads_q + h0) * s_stride) * elt;
             long long ks = gqa ? 0 : a->k_hs, vs = gqa ? 0 : a->v_hs;
             if (which == 0) {
                 /* S^T (col-major L x sq, ld SK) = K^T Q: scores row-major [sq, SK] */
@@ -141,12 +143,19 @@ static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, cudaStrea
     }
     const int32_t *cu_q = a->cu_q ? cu : NULL, *cu_k = a->cu_q ? cu + a->batch + 1 : NULL;
     const int32_t *lens_k = a->seqlens_k ? cu + 2 * (a->batch + 1) : NULL;
+    /* The context's handle is shared: hold it (bound to our stream) across
+     * the GEMMs, or another thread could rebind it to its stream between our
+     * cublasSetStream and our GEMMs (the header promises thread-safety for
+     * one CUDA context). */
     void *handle = NULL;
-    fp_status st = fp_ctx_cublas(ctx, (fp_stream)stream, &handle);
-    cublasHandle_t hdl = (cublasHandle_t)handle;
-    if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, lens_k, scores, 0, stream);
-    if (st == FP_OK) st = fp_attn_cuda_masked_softmax(a, scores, stream);
-    if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, lens_k, scores, 1, stream);
+    fp_status st = fp_ctx_cublas_lock(ctx, (fp_stream)stream, &handle);
+    if (st == FP_OK) {
+        cublasHandle_t hdl = (cublasHandle_t)handle;
+        st = baseline_gemms(hdl, a, cu_q, cu_k, lens_k, scores, 0, stream);
+        if (st == FP_OK) st = fp_attn_cuda_masked_softmax(a, scores, stream);
+        if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, lens_k, scores, 1, stream);
+        fp_ctx_cublas_unlock(ctx);
+    }
     cudaFreeAsync(scores, stream);
     free(cu);
     return st;
@@ -192,13 +201,33 @@ fp_status fp_attention_validate(fp_context *ctx, fp_stream stream, const fp_atte
      * enqueue-only call) */
     size_t rows = (size_t)a.batch * a.seqlen_q;
     if (a.cu_q) {
-        int32_t last = 0;
-        FP_TRY(fp_mem_download(ctx, &last, a.cu_q + a.batch, sizeof last, stream));
-        FP_TRY(fp_context_synchronize(ctx, stream));
-        rows = last > 0 ? (size_t)last : 1;
+        /* Every sequence's last row, not just cu_seqlens_q[batch]: on CUDA
+         * the offsets are not checked, and with a decreasing pair an earlier
+         * sequence can end past the last offset (e.g. {0, 100, 50}). */
+        const size_t nb = ((size_t)a.batch + 1) * sizeof(int32_t);
+        int32_t *cu = malloc(nb);
+        if (!cu) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention validate: host offsets");
+        fp_status st = fp_mem_download(ctx, cu, a.cu_q, nb, stream);
+        if (st == FP_OK) st = fp_context_synchronize(ctx, stream);
+        int64_t end = 1;
+        for (int b = 0; st == FP_OK && b < a.batch; ++b) {
+            if (cu[b] < 0) {
+                st = fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                                  "argument 'cu_seqlens_q': offset %d of sequence %d is negative", cu[b], b);
+                break;
+            }
+            const int64_t e = (int64_t)cu[b] + fp_attn_clamp((int64_t)cu[b + 1] - cu[b], a.seqlen_q);
+            if (e > end) end = e;
+        }
+        free(cu);
+        FP_TRY(st);
+        rows = (size_t)end;
     }
-    const size_t n_out = rows * a.heads_q * a.head_dim;
     const size_t elt = fp_dtype_size(a.dtype);
+    FP_CHECK_ARG(rows <= SIZE_MAX / elt / (size_t)a.heads_q / (size_t)a.head_dim,
+                 "attention validate: output of %zu rows x %d heads x %d overflows", rows, a.heads_q,
+                 a.head_dim);
+    const size_t n_out = rows * a.heads_q * a.head_dim;
     void *o_base = NULL, *o_flash = NULL;
     FP_TRY(fp_mem_alloc(ctx, n_out * elt, &o_base));
     fp_status st = fp_mem_alloc(ctx, n_out * elt, &o_flash);

@@ -2,6 +2,7 @@
  * failure naming the argument, and resolution of the defaults (packed
  * strides, scale, causal as window_right = 0). */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "attention/attention_internal.h"
@@ -14,6 +15,9 @@ void fp_attention_params_default(fp_attention_params *p) {
     p->window_left = -1;
     p->window_right = -1;
 }
+
+/* Largest element extent a tensor may span (bytes fit in int64 for any dtype). */
+#define FP_ATTN_MAX_SPAN (INT64_MAX / 16)
 
 /* Rows of head_dim contiguous elements at b*bs + s*ss + h*hs must not
  * overlap: sorted by stride (extent-1 dimensions ignored), every stride must
@@ -42,6 +46,14 @@ static fp_status check_strides(const char *name, int64_t bs, int64_t ss, int64_t
                                 "%s strides (batch %lld, seq %lld, head %lld) make rows of "
                                 "head_dim %d contiguous elements overlap",
                                 name, (long long)bs, (long long)ss, (long long)hs, d);
+        /* The extent in elements must stay far from int64 overflow: every
+         * implementation computes b*bs + s*ss + h*hs (+ d) and then a byte
+         * offset from it. */
+        if (s2[i] > (FP_ATTN_MAX_SPAN - span) / (e2[i] - 1))
+            return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                                "%s strides (batch %lld, seq %lld, head %lld) are too large: the "
+                                "tensor's extent overflows",
+                                name, (long long)bs, (long long)ss, (long long)hs);
         span = s2[i] * (e2[i] - 1) + span;
     }
     return FP_OK;

@@ -11,6 +11,8 @@
  * All three share the mask rule fp_attn_row_range. */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,25 +150,48 @@ fp_status fp_attn_reference(fp_thread_pool *pool, const fp_attn_args *a, double 
 /*  Naive (materialized) baseline                                           */
 /* ------------------------------------------------------------------------ */
 
+/* The worker pool's callbacks cannot fail, and the header promises that
+ * nothing is written on error: all scratch is allocated before any task
+ * runs, one slice per chunk of tasks (a per-task malloc that failed after
+ * other tasks had stored their rows left O half written). */
 typedef struct cpu_job {
     const fp_attn_args *a;
-    atomic_int oom;
+    float *scratch;      /* nchunks slices of `per` floats */
+    size_t per, nchunks, ntasks;
 } cpu_job;
 
+/* Allocates J->nchunks slices of J->per floats (FP_ERR_OUT_OF_MEMORY with
+ * `what` in the message, nothing allocated, on failure or overflow). */
+static fp_status job_alloc(cpu_job *J, const char *what) {
+    if (J->per == 0 || J->nchunks > SIZE_MAX / sizeof(float) / J->per)
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "%s: %zu x %zu floats overflow size_t", what, J->nchunks,
+                            J->per);
+    J->scratch = malloc(J->nchunks * J->per * sizeof(float));
+    if (!J->scratch)
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "%s: %zu x %zu floats of scratch", what, J->nchunks, J->per);
+    return FP_OK;
+}
+
+/* First task of chunk c (balanced: the first ntasks % nchunks chunks take
+ * one task more; no c * ntasks product that could overflow). */
+static size_t chunk_begin(const cpu_job *J, size_t c) {
+    const size_t q = J->ntasks / J->nchunks, r = J->ntasks % J->nchunks;
+    return c * q + (c < r ? c : r);
+}
+
+/* Chunks for ntasks tasks: `per_thread` per pool thread (more chunks balance
+ * uneven tasks, fewer save scratch), at most ntasks. */
+static size_t job_chunks(fp_thread_pool *pool, size_t ntasks, size_t per_thread) {
+    size_t c = (size_t)fp_thread_pool_size(pool) * per_thread;
+    return c < ntasks ? c : ntasks;
+}
+
 /* One task = one (batch, head): S = scale * Q K^T (masked to -inf), row
- * softmax into P, O = P V. */
-static void naive_heads(void *arg, size_t begin, size_t end) {
-    cpu_job *J = arg;
-    const fp_attn_args *a = J->a;
+ * softmax into P, O = P V. Tasks [begin, end) with scratch S ([SQ x SK] then
+ * 3 rows of D). */
+static void naive_heads(const fp_attn_args *a, float *S, size_t begin, size_t end) {
     const int D = a->head_dim, SQ = a->seqlen_q, SK = a->seqlen_k;
-    float *S = malloc(sizeof(float) * (size_t)SQ * SK);
-    float *row = malloc(sizeof(float) * (size_t)D * 3);
-    if (!S || !row) {
-        atomic_store(&J->oom, 1);
-        free(S);
-        free(row);
-        return;
-    }
+    float *row = S + (size_t)SQ * SK;
     float *qv = row, *kv = row + D, *ov = row + 2 * D;
     for (size_t t = begin; t < end; ++t) {
         int h = (int)(t % (size_t)a->heads_q), b = (int)(t / (size_t)a->heads_q);
@@ -204,17 +229,27 @@ static void naive_heads(void *arg, size_t begin, size_t end) {
             store_row(a->o, Q.o0 + i * a->o_ss + h * a->o_hs, a->dtype, D, ov);
         }
     }
-    free(S);
-    free(row);
+}
+
+static void naive_chunks(void *arg, size_t cbegin, size_t cend) {
+    const cpu_job *J = arg;
+    for (size_t c = cbegin; c < cend; ++c)
+        naive_heads(J->a, J->scratch + c * J->per, chunk_begin(J, c), chunk_begin(J, c + 1));
 }
 
 fp_status fp_attn_cpu_naive(fp_thread_pool *pool, const fp_attn_args *a) {
     cpu_job J = {.a = a};
-    atomic_init(&J.oom, 0);
-    fp_parallel_for(pool, (size_t)a->batch * a->heads_q, 1, naive_heads, &J);
-    if (atomic_load(&J.oom))
-        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "materialized attention: score matrix of %d x %d floats",
-                            a->seqlen_q, a->seqlen_k);
+    J.ntasks = (size_t)a->batch * a->heads_q;
+    /* one score matrix per thread: it is the memory-hungry baseline */
+    J.nchunks = job_chunks(pool, J.ntasks, 1);
+    const size_t sq_sk = (size_t)a->seqlen_q * (size_t)a->seqlen_k;
+    J.per = sq_sk <= SIZE_MAX / 2 - 3 * (size_t)a->head_dim ? sq_sk + 3 * (size_t)a->head_dim : 0;
+    char what[96];
+    snprintf(what, sizeof what, "materialized attention: score matrix of %d x %d floats", a->seqlen_q,
+             a->seqlen_k);
+    FP_TRY(job_alloc(&J, what));
+    fp_parallel_for(pool, J.nchunks, 1, naive_chunks, &J);
+    free(J.scratch);
     return FP_OK;
 }
 
@@ -237,17 +272,10 @@ typedef struct tile_scratch {
  * Keys are visited in CPU_BC tiles over the union of the rows' ranges; per
  * row the running max m (log2 domain) and sum l rescale the accumulator when
  * the max grows. */
-static void tiled_tasks(void *arg, size_t begin, size_t end) {
-    cpu_job *J = arg;
-    const fp_attn_args *a = J->a;
+static void tiled_tasks(const fp_attn_args *a, float *mem, size_t begin, size_t end) {
     const int D = a->head_dim, SQ = a->seqlen_q, G = a->group;
     const int prow_n = SQ * G;
     const int qtiles = (prow_n + CPU_BR - 1) / CPU_BR;
-    float *mem = malloc(sizeof(float) * ((size_t)D * (2 * CPU_BR + 2 * CPU_BC) + CPU_BC));
-    if (!mem) {
-        atomic_store(&J->oom, 1);
-        return;
-    }
     tile_scratch T = {mem, mem + CPU_BR * D, mem + (CPU_BR + CPU_BC) * D,
                       mem + (CPU_BR + 2 * CPU_BC) * D, mem + (2 * CPU_BR + 2 * CPU_BC) * D};
     const float scale_log2 = a->scale * 1.4426950408889634f;
@@ -320,14 +348,22 @@ static void tiled_tasks(void *arg, size_t begin, size_t end) {
                     l[r] > 0.0f ? (m[r] + log2f(l[r])) * 0.69314718055994531f : -INFINITY;
         }
     }
-    free(mem);
+}
+
+static void tiled_chunks(void *arg, size_t cbegin, size_t cend) {
+    const cpu_job *J = arg;
+    for (size_t c = cbegin; c < cend; ++c)
+        tiled_tasks(J->a, J->scratch + c * J->per, chunk_begin(J, c), chunk_begin(J, c + 1));
 }
 
 fp_status fp_attn_cpu_tiled(fp_thread_pool *pool, const fp_attn_args *a) {
     cpu_job J = {.a = a};
-    atomic_init(&J.oom, 0);
     size_t qtiles = ((size_t)a->seqlen_q * a->group + CPU_BR - 1) / CPU_BR;
-    fp_parallel_for(pool, (size_t)a->batch * a->heads_kv * qtiles, 1, tiled_tasks, &J);
-    if (atomic_load(&J.oom)) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention CPU tile scratch");
+    J.ntasks = (size_t)a->batch * a->heads_kv * qtiles;
+    J.nchunks = job_chunks(pool, J.ntasks, 8); /* tiles are small: balance causal's uneven tasks */
+    J.per = (size_t)a->head_dim * (2 * CPU_BR + 2 * CPU_BC) + CPU_BC;
+    FP_TRY(job_alloc(&J, "attention CPU tile scratch"));
+    fp_parallel_for(pool, J.nchunks, 1, tiled_chunks, &J);
+    free(J.scratch);
     return FP_OK;
 }

@@ -51,6 +51,10 @@ fp_status fp_context_create(fp_device_kind kind, int device_index, fp_context **
     if (!ctx) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "context");
     ctx->kind = kind;
     ctx->device = -1;
+    if (pthread_mutex_init(&ctx->cublas_mu, NULL) != 0) {
+        free(ctx);
+        return fp_set_error(FP_ERR_INTERNAL, "context: pthread_mutex_init failed");
+    }
     fp_status st;
     if (kind == FP_DEVICE_CUDA) {
         st = cuda_context_init(ctx, device_index);
@@ -81,6 +85,7 @@ void fp_context_destroy(fp_context *ctx) {
         (void)cudaGetLastError();
     }
     fp_thread_pool_destroy(ctx->pool);
+    pthread_mutex_destroy(&ctx->cublas_mu);
     free(ctx);
 }
 
@@ -114,9 +119,8 @@ fp_status fp_context_set_option(fp_context *ctx, fp_context_option opt, int64_t 
     return fp_set_error(FP_ERR_INVALID_ARGUMENT, "unknown context option %d", (int)opt);
 }
 
-fp_status fp_ctx_cublas(fp_context *ctx, fp_stream stream, void **handle) {
-    FP_TRY(fp_ctx_check(ctx, FP_DEVICE_CUDA));
-    FP_CHECK_NOT_NULL(handle);
+/* Creates (first use) and binds the handle; ctx->cublas_mu is held. */
+static fp_status cublas_bind_locked(fp_context *ctx, fp_stream stream) {
     FP_TRY(fp_ctx_activate(ctx));
     if (!ctx->cublas) {
         cublasHandle_t h = NULL;
@@ -128,7 +132,27 @@ fp_status fp_ctx_cublas(fp_context *ctx, fp_stream stream, void **handle) {
     cublasStatus_t cs = cublasSetStream((cublasHandle_t)ctx->cublas, fp_ctx_stream(ctx, stream));
     if (cs != CUBLAS_STATUS_SUCCESS)
         return fp_set_error(FP_ERR_CUBLAS, "cublasSetStream failed: %s", cublasGetStatusString(cs));
+    return FP_OK;
+}
+
+fp_status fp_ctx_cublas_lock(fp_context *ctx, fp_stream stream, void **handle) {
+    FP_TRY(fp_ctx_check(ctx, FP_DEVICE_CUDA));
+    FP_CHECK_NOT_NULL(handle);
+    pthread_mutex_lock(&ctx->cublas_mu);
+    fp_status st = cublas_bind_locked(ctx, stream);
+    if (st != FP_OK) {
+        pthread_mutex_unlock(&ctx->cublas_mu);
+        return st;
+    }
     *handle = ctx->cublas;
+    return FP_OK;
+}
+
+void fp_ctx_cublas_unlock(fp_context *ctx) { pthread_mutex_unlock(&ctx->cublas_mu); }
+
+fp_status fp_ctx_cublas(fp_context *ctx, fp_stream stream, void **handle) {
+    FP_TRY(fp_ctx_cublas_lock(ctx, stream, handle));
+    fp_ctx_cublas_unlock(ctx);
     return FP_OK;
 }
 

@@ -1,4 +1,5 @@
 /* dtype names and host-side f16/bf16 conversions (round-to-nearest-even). */
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -57,6 +58,9 @@ fp_status fp_convert_host(const void *src, fp_dtype src_dtype, void *dst, fp_dty
     FP_CHECK_NOT_NULL(dst);
     FP_CHECK_ARG(convertible(src_dtype), "src_dtype %d is not f32, f16 or bf16", (int)src_dtype);
     FP_CHECK_ARG(convertible(dst_dtype), "dst_dtype %d is not f32, f16 or bf16", (int)dst_dtype);
+    /* n * 4 must not wrap: a wrapped byte count would copy a few bytes and
+     * report success (or run the element loop far past both buffers). */
+    FP_CHECK_ARG(n <= SIZE_MAX / 4, "argument 'n' (%zu) is too large: n * element size overflows", n);
     if (src_dtype == dst_dtype) {
         memmove(dst, src, n * fp_dtype_size(src_dtype));
         return FP_OK;

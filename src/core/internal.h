@@ -4,6 +4,7 @@
 #define FASTPATH_INTERNAL_H
 
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdbool.h>
 
 #include "fastpath/core.h"
@@ -62,6 +63,7 @@ struct fp_context {
     cudaStream_t stream;
     void *cublaslt;             /* cublasLtHandle_t */
     void *cublas;               /* cublasHandle_t, created on first use */
+    pthread_mutex_t cublas_mu;  /* guards cublas: creation, stream binding, use */
     void *workspace;            /* cuBLASLt workspace */
     size_t workspace_bytes;
     void *l2_flush_buf;         /* lazily allocated by the timing engine */
@@ -79,9 +81,16 @@ static inline cudaStream_t fp_ctx_stream(const fp_context *ctx, fp_stream s) {
 fp_status fp_ctx_activate(const fp_context *ctx);
 
 /* The context's cuBLAS handle (created on first use, destroyed with the
- * context), bound to `stream` (NULL: the default stream). Like the context,
- * not for concurrent use from several threads. */
+ * context), bound to `stream` (NULL: the default stream). Creation is
+ * thread-safe, but the binding is not: a caller that may share the context
+ * with other threads uses fp_ctx_cublas_lock instead. */
 fp_status fp_ctx_cublas(fp_context *ctx, fp_stream stream, void **handle);
+/* Same, returning with the handle locked (bound to `stream` until
+ * fp_ctx_cublas_unlock): ops that enqueue cuBLAS calls and claim thread-safety
+ * for one CUDA context hold it across the binding and their calls. On error
+ * the lock is not held. */
+fp_status fp_ctx_cublas_lock(fp_context *ctx, fp_stream stream, void **handle);
+void fp_ctx_cublas_unlock(fp_context *ctx);
 
 /* Checks a context argument; `want_kind` < 0 accepts either kind. */
 fp_status fp_ctx_check(const fp_context *ctx, int want_kind);

@@ -10,6 +10,7 @@
  *                            fixed chunk of rows, then over chunks in order,
  *                            so the result does not depend on the threads.
  */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "norm/norm_internal.h"
@@ -190,9 +191,18 @@ static void fwd_chunk(void *arg, size_t begin, size_t end) {
     }
 }
 
+/* malloc of nchunks * per_row * cols floats; NULL (not a short buffer) when
+ * the size overflows: rows * cols is only bounded by the stride check
+ * (rows * cols * 8 <= INT64_MAX), and e.g. 24 * cols can wrap for one row. */
+static float *scratch_alloc(int64_t nchunks, size_t per_row, int64_t cols) {
+    const size_t n = (size_t)nchunks, c = (size_t)cols;
+    if (c > SIZE_MAX / sizeof(float) / per_row / n) return NULL;
+    return malloc(n * per_row * c * sizeof(float));
+}
+
 fp_status fp_norm_fwd_cpu(fp_thread_pool *pool, const fp_norm_fwd_desc *d) {
     fwd_ctx c = {d, NULL, chunk_count(pool, d->rows)};
-    c.scratch = malloc((size_t)c.nchunks * 3 * (size_t)d->cols * sizeof(float));
+    c.scratch = scratch_alloc(c.nchunks, 3, d->cols);
     if (!c.scratch)
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "norm: %lld x %lld floats of row scratch",
                             (long long)c.nchunks * 3, (long long)d->cols);
@@ -350,7 +360,7 @@ fp_status fp_norm_bwd_cpu(fp_thread_pool *pool, const fp_norm_bwd_desc *d) {
     /* The chunk count must not depend on the thread count for dgamma/dbeta to
      * be reproducible: use a fixed count there. */
     if (c.want_params) c.nchunks = d->rows < 64 ? d->rows : 64;
-    c.scratch = malloc((size_t)c.nchunks * 6 * (size_t)d->cols * sizeof(float));
+    c.scratch = scratch_alloc(c.nchunks, 6, d->cols);
     if (!c.scratch)
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "norm backward: %lld x %lld floats of scratch",
                             (long long)c.nchunks * 6, (long long)d->cols);

@@ -1,5 +1,6 @@
 /* fp_compare: numerical agreement of two arrays in context memory
  * (downloaded, then fp_compare_host). */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "internal.h"
@@ -12,8 +13,10 @@ fp_status fp_compare(fp_context *ctx, const void *ref, const void *got, size_t n
     FP_CHECK_NOT_NULL(ref);
     FP_CHECK_NOT_NULL(got);
     FP_CHECK_NOT_NULL(out);
-    size_t bytes = n * fp_dtype_size(dtype);
-    FP_CHECK_ARG(bytes > 0 || n == 0, "dtype %d unknown", (int)dtype);
+    const size_t elt = fp_dtype_size(dtype);
+    FP_CHECK_ARG(elt > 0, "dtype %d unknown", (int)dtype);
+    FP_CHECK_ARG(n <= SIZE_MAX / elt, "argument 'n' (%zu) times the element size overflows", n);
+    size_t bytes = n * elt;
     void *h_ref = malloc(bytes ? bytes : 1), *h_got = malloc(bytes ? bytes : 1);
     fp_status st = FP_OK;
     if (!h_ref || !h_got) st = fp_set_error(FP_ERR_OUT_OF_MEMORY, "%zu bytes for comparison", bytes);

@@ -94,7 +94,7 @@ static void test_bad_input(void) {
         {"batch", 5}, {"window_left", 6}, {"window_right", 7}, {"window_right", 8},
         {"softmax_scale", 9}, {"q strides", 10}, {"o strides", 11}, {"'q'", 12}, {"'o'", 13},
         {"dtype", 14}, {"struct_size", 15}, {"'k'", 16}, {"heads_kv", 17}, {"k strides", 18},
-        {"'v'", 19},
+        {"'v'", 19}, {"q strides", 20}, {"k strides", 21},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         fp_attention_params p = H.p;
@@ -119,6 +119,9 @@ static void test_bad_input(void) {
         case 17: p.heads_kv = 0; break;
         case 18: p.k_batch_stride = -1; break;
         case 19: p.v = NULL; break;
+        /* extents that overflow int64 (15 * stride): rejected, not wrapped */
+        case 20: p.q_seq_stride = INT64_MAX / 2; break;
+        case 21: p.k_seq_stride = (INT64_MAX / 16) * 2; break;
         }
         memset(H.o, 0x5A, H.o_bytes);
         memset(H.lse, 0x5A, n_lse * sizeof(float));

@@ -8,6 +8,7 @@
  * the same math in the low precision (scores and P rounded to the dtype),
  * plus a small absolute slack of a few output ulps. Outputs are poisoned
  * (NaN) first; strided outputs must leave their padding untouched. */
+#include <pthread.h>
 #include <string.h>
 
 #include "attn_test_util.h"
@@ -451,6 +452,120 @@ static void test_validate_gpu(void) {
     dev_free(&D);
 }
 
+/* Validate with varlen offsets read back from the device: the scratch O must
+ * cover every sequence's rows, not only up to cu_seqlens_q[batch]. With
+ * {0, 48, 16} the second pair decreases (an empty sequence on CUDA), so
+ * sequence 0 writes 48 rows while the last offset is 16: a 16-row scratch
+ * was overrun (compute-sanitizer: out-of-bounds writes). Negative offsets
+ * are rejected. */
+static void test_validate_varlen_offsets_gpu(void) {
+    enum { B = 2, SQ = 48, SK = 64, H = 2, D = 64 };
+    const fp_dtype dt = FP_BF16;
+    const size_t elt = fp_dtype_size(dt);
+    const size_t nq_el = (size_t)SQ * H * D, nk_el = (size_t)SK * H * D;
+    const size_t bytes = (nq_el + 2 * nk_el) * elt;
+    void *h = malloc(bytes);
+    uint64_t st = 11;
+    for (size_t i = 0; i < nq_el + 2 * nk_el; ++i) attn_store(h, i, dt, (float)fp_test_rand_uniform(&st, -1, 1));
+    const int32_t cu[2][B + 1] = {{0, SQ, 16}, {0, SK, SK}};
+    const int32_t cu_neg[B + 1] = {-16, 0, 16};
+    void *d_in = NULL, *d_o = NULL, *d_cu = NULL;
+    CHECK_OK(fp_mem_alloc(g_ctx, bytes, &d_in));
+    CHECK_OK(fp_mem_alloc(g_ctx, nq_el * elt, &d_o));
+    CHECK_OK(fp_mem_alloc(g_ctx, sizeof cu + sizeof cu_neg, &d_cu));
+    CHECK_OK(fp_mem_upload(g_ctx, d_in, h, bytes, NULL));
+    CHECK_OK(fp_mem_upload(g_ctx, d_cu, cu, sizeof cu, NULL));
+    CHECK_OK(fp_mem_upload(g_ctx, (char *)d_cu + sizeof cu, cu_neg, sizeof cu_neg, NULL));
+    CHECK_OK(fp_context_synchronize(g_ctx, NULL));
+    fp_attention_params p;
+    fp_attention_params_default(&p);
+    p.batch = B; p.seqlen_q = SQ; p.seqlen_k = SK; p.heads_q = H; p.heads_kv = H; p.head_dim = D;
+    p.dtype = dt;
+    p.q = d_in;
+    p.k = (char *)d_in + nq_el * elt;
+    p.v = (char *)d_in + (nq_el + nk_el) * elt;
+    p.o = d_o;
+    p.cu_seqlens_q = d_cu;
+    p.cu_seqlens_k = (const int32_t *)d_cu + (B + 1);
+    fp_timing_config cfg;
+    fp_timing_config_default(&cfg);
+    cfg.warmup = 0;
+    cfg.min_samples = 1;
+    cfg.max_samples = 2;
+    fp_ab_report rep;
+    CHECK_OK(fp_attention_validate(g_ctx, NULL, &p, &cfg, &rep));
+    CHECK(rep.compared == 1 && rep.agreement.count == nq_el);
+    CHECK_MSG(rep.agreement.passed, "varlen validate: %zu mismatches", rep.agreement.mismatches);
+    p.cu_seqlens_q = (const int32_t *)d_cu + 2 * (B + 1);
+    CHECK_STATUS(fp_attention_validate(g_ctx, NULL, &p, &cfg, &rep), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "cu_seqlens_q") != NULL);
+    fp_mem_free(g_ctx, d_in);
+    fp_mem_free(g_ctx, d_o);
+    fp_mem_free(g_ctx, d_cu);
+    free(h);
+}
+
+/* fp_attention_forward_baseline from two threads on one CUDA context, each
+ * with its own stream and output: the header promises thread-safety. Both
+ * share the context's cuBLAS handle; without holding it across
+ * cublasSetStream and the GEMMs, one thread's GEMMs could land on the other
+ * thread's stream, and its own stream synchronization would then return
+ * before its O was written (poison read back). A race: this test can pass by
+ * luck on unfixed code, but must never fail on fixed code. */
+typedef struct baseline_thread {
+    dev_case *D;
+    const void *ref;      /* expected O bytes */
+    int iters, bad;
+    fp_status st;
+} baseline_thread;
+
+static void *baseline_thread_main(void *arg) {
+    baseline_thread *T = arg;
+    const size_t bytes = T->D->H.o_bytes;
+    cudaStream_t s = NULL;
+    void *d_o = NULL, *h_o = malloc(bytes);
+    T->st = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess ? FP_OK : FP_ERR_CUDA;
+    if (T->st == FP_OK) T->st = fp_mem_alloc(g_ctx, bytes, &d_o);
+    fp_attention_params p = T->D->dp;
+    p.o = d_o;
+    p.lse = NULL;
+    for (int i = 0; i < T->iters && T->st == FP_OK && h_o; ++i) {
+        T->st = fp_mem_fill(g_ctx, d_o, 0xFF, bytes, (fp_stream)s);
+        if (T->st == FP_OK) T->st = fp_attention_forward_baseline(g_ctx, (fp_stream)s, &p);
+        if (T->st == FP_OK) T->st = fp_mem_download(g_ctx, h_o, d_o, bytes, (fp_stream)s);
+        if (T->st == FP_OK) T->st = cudaStreamSynchronize(s) == cudaSuccess ? FP_OK : FP_ERR_CUDA;
+        if (T->st == FP_OK && memcmp(h_o, T->ref, bytes) != 0) T->bad++;
+    }
+    fp_mem_free(g_ctx, d_o);
+    if (s) cudaStreamDestroy(s);
+    free(h_o);
+    return NULL;
+}
+
+static void test_baseline_two_threads_gpu(void) {
+    const attn_case c = {"threads", 2, 256, 256, 8, 8, 64, FP_BF16, 1, -1, -1, 0, 0, 0, 0};
+    dev_case D;
+    if (!dev_make(&c, &D, 21)) {
+        CHECK_MSG(0, "threads: device allocation");
+        dev_free(&D);
+        return;
+    }
+    CHECK_OK(dev_run(&D, 1)); /* reference: the baseline alone */
+    baseline_thread T[2];
+    pthread_t th[2];
+    for (int t = 0; t < 2; ++t) {
+        T[t] = (baseline_thread){&D, D.h_o, g_quick ? 4 : 40, 0, FP_OK};
+        CHECK(pthread_create(&th[t], NULL, baseline_thread_main, &T[t]) == 0);
+    }
+    for (int t = 0; t < 2; ++t) {
+        pthread_join(th[t], NULL);
+        CHECK_MSG(T[t].st == FP_OK, "thread %d: %s (%s)", t, fp_status_string(T[t].st), fp_last_error());
+        CHECK_MSG(T[t].bad == 0, "thread %d: %d of %d outputs differ from the single-thread baseline", t,
+                  T[t].bad, T[t].iters);
+    }
+    dev_free(&D);
+}
+
 int main(void) {
     g_ctx = fp_test_cuda_context_or_skip();
     g_quick = getenv("FP_TEST_QUICK") != NULL && atoi(getenv("FP_TEST_QUICK")) != 0;
@@ -465,6 +580,8 @@ int main(void) {
     test_bad_input_gpu();
     test_baseline_oom();
     test_validate_gpu();
+    test_validate_varlen_offsets_gpu();
+    test_baseline_two_threads_gpu();
     fp_context_destroy(g_ctx);
     TEST_END();
 }

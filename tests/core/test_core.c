@@ -87,6 +87,11 @@ static void test_conversions(void) {
     CHECK(back[0] == 1.5f && back[1] == -2.25f && back[3] == 1000.0f);
     CHECK_STATUS(fp_convert_host(src, FP_FP8_E4M3, mid, FP_F32, 5), FP_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(fp_convert_host(NULL, FP_F32, mid, FP_F16, 5), FP_ERR_INVALID_ARGUMENT);
+    /* n * 4 wraps to 4 bytes: must be rejected, not copy 4 bytes and succeed. */
+    float one[1] = {7.0f}, dst1[2] = {-1.0f, -1.0f};
+    CHECK_STATUS(fp_convert_host(one, FP_F32, dst1, FP_F32, SIZE_MAX / 4 + 2), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "'n'") != NULL);
+    CHECK(dst1[0] == -1.0f && dst1[1] == -1.0f); /* untouched */
 }
 
 static void test_devices(int ngpu) {

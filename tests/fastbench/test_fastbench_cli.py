@@ -141,3 +141,98 @@ def test_info(fastbench, tmp_path):
     assert "libfastpath" in p.stdout and "CUDA runtime" in p.stdout
     doc = json.loads(path.read_text())
     assert doc["devices"][-1]["kind"] == "cpu"
+
+
+def test_unwritable_json_fails_before_running(fastbench, tmp_path):
+    # The report path is checked up front: no scenario runs (no table) and
+    # the message names the path, instead of failing after the whole run.
+    path = tmp_path / "no-such-dir" / "r.json"
+    p = run(fastbench, "run", "timing/self_check", "--quick", "--device", "cpu", "--json", str(path))
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert str(path) in p.stderr
+    assert "timing/self_check" not in p.stdout
+
+
+def test_existing_json_is_not_truncated_by_the_early_check(fastbench, tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text("old")
+    run(fastbench, "run", "timing/self_check", "--quick", "--device", "cpu", "--n", "4096",
+        "--max-time", "0.05", "--json", str(path), check=0)
+    assert json.loads(path.read_text())["schema"] == "fastbench/1"
+
+
+def test_repeated_shape_option_last_wins(fastbench, tmp_path):
+    path = tmp_path / "e.json"
+    run(fastbench, "run", "timing/elementwise", "--quick", "--device", "cpu", "--dtype", "f32",
+        "--n", "4099", "--set", "n=5003", "--max-time", "0.05", "--json", str(path), check=0)
+    (r,) = json.loads(path.read_text())["results"]
+    assert r["params"]["n"] == 5003
+
+
+def test_shape_option_exponent_and_suffix(fastbench, tmp_path):
+    # "1e3" was read by strtoll as 1; "4k" is 4096.
+    for value, want in (("1e3", 1000), ("4k", 4096)):
+        path = tmp_path / f"e{want}.json"
+        run(fastbench, "run", "timing/elementwise", "--quick", "--device", "cpu", "--dtype", "f32",
+            "--n", value, "--max-time", "0.05", "--json", str(path), check=0)
+        (r,) = json.loads(path.read_text())["results"]
+        assert r["params"]["n"] == want, value
+
+
+def test_huge_element_count_fails_cleanly(fastbench):
+    # n * 4 wraps to 4 bytes: the scenario must fail with a message, not fill
+    # (and overrun) a 4-byte buffer.
+    p = run(fastbench, "run", "timing/elementwise", "--quick", "--device", "cpu", "--dtype", "f32",
+            "--n", str(2**62 + 1))
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "FAILED" in p.stdout and "overflow" in p.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["--min-samples", "1e20"], ["--min-samples", "0"], ["--max-samples", "2.5"], ["--max-time", "-1"],
+    ["--noise", "nan"], ["--", "x"], ["-x", "1"], ["--rows", "12abc"], ["--rows", ""],
+    ["--device", "cuda:99999999999"], ["--dtype", ",".join(["f32"] * 40)],
+])
+def test_bad_run_option_values_exit_2(fastbench, args):
+    # Before: a bad --min-samples etc. silently became a shape option (and
+    # the run went on with the default); "--" swallowed the next argument.
+    p = run(fastbench, "run", "timing/self_check", "--quick", "--device", "cpu", "--max-time", "0.05",
+            *args)
+    assert p.returncode == 2, (args, p.stdout, p.stderr)
+    assert p.stderr.strip()
+    assert "timing/self_check" not in p.stdout
+
+
+def test_compare_matches_long_params_exactly(fastbench, tmp_path):
+    # Two shapes whose params differ only after the 256-character display
+    # key: each must be matched with itself, not with the first of them.
+    def doc(entries):
+        res = []
+        for e, med in entries:
+            stats = {"median_ms": med, "p10_ms": med * 0.99, "p90_ms": med * 1.01, "samples": 50}
+            params = {"a": "x" * 60, "b": "y" * 60, "c": "z" * 60, "d": "w" * 60, "e": e}
+            res.append({"name": "m/long", "params": params, "baseline": stats, "optimized": stats})
+        return {"schema": "fastbench/1", "results": res}
+    old = tmp_path / "old.json"
+    new = tmp_path / "new.json"
+    old.write_text(json.dumps(doc([(1, 1.0), (2, 2.0)])))
+    new.write_text(json.dumps(doc([(1, 1.0), (2, 2.0)])))
+    p = run(fastbench, "compare", str(old), str(new), check=0)
+    assert "0 slower" in p.stdout and "2 same" in p.stdout
+
+
+def test_compare_rejects_a_directory(fastbench, tmp_path):
+    # A directory opens with fopen and reports a huge size at SEEK_END: it was
+    # handed to malloc (an abort under ASan) instead of being refused.
+    p = run(fastbench, "compare", str(tmp_path), str(tmp_path))
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "not a regular file" in p.stdout
+
+
+@pytest.mark.parametrize("mib", [str(2**44 + 1), "0", "-3"])
+def test_copy_size_out_of_range_fails_the_row(fastbench, mib):
+    # mib << 20 wrapped: 2^44 + 1 MiB measured a 1 MiB copy and reported it
+    # as the requested size.
+    p = run(fastbench, "run", "timing/copy", "--quick", "--device", "cpu", "--mib", mib)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "FAILED" in p.stdout and "--mib" in p.stdout

@@ -368,6 +368,30 @@ static void test_bad_input(fp_context *ctx) {
     CHECK_STATUS(fp_norm_validate(ctx, NULL, &p, NULL, &rep), FP_ERR_INVALID_ARGUMENT);
 }
 
+/* One row of (2^61 + 1) / 3 columns passes the stride check (rows * cols
+ * * 8 <= INT64_MAX) but the backward's scratch of 6 * cols floats is
+ * 2^64 + 8 bytes: it wrapped to an 8-byte malloc that the first chunk then
+ * filled with 6 * cols floats (heap overflow before any pointer argument is
+ * read: gamma NULL means 1). Now FP_ERR_OUT_OF_MEMORY, nothing touched. The
+ * pointers are a small buffer: the call must fail before using them. */
+static void test_backward_scratch_overflow(fp_context *ctx) {
+    static float buf[64];
+    for (int i = 0; i < 64; ++i) buf[i] = 1.0f;
+    fp_norm_backward_params b;
+    fp_norm_backward_params_default(&b);
+    b.rows = 1;
+    b.cols = (int64_t)((((uint64_t)1 << 61) + 1) / 3);
+    b.kind = FP_NORM_RMSNORM;
+    b.dout = b.x = buf;
+    b.rstd = buf;
+    b.dx = buf + 16;
+    b.dgamma = buf + 32;
+    CHECK_STATUS(fp_norm_backward(ctx, NULL, &b), FP_ERR_OUT_OF_MEMORY);
+    int untouched = 1;
+    for (int i = 0; i < 64; ++i) untouched &= buf[i] == 1.0f;
+    CHECK(untouched);
+}
+
 static void test_names(void) {
     CHECK(strcmp(fp_norm_kind_name(FP_NORM_RMSNORM), "rmsnorm") == 0);
     CHECK(strcmp(fp_norm_activation_name(FP_NORM_ACT_GELU_TANH), "gelu_tanh") == 0);
@@ -381,6 +405,7 @@ int main(void) {
     CHECK_OK(fp_context_set_option(ctx, FP_CTX_CPU_THREADS, 4));
     test_names();
     test_bad_input(ctx);
+    test_backward_scratch_overflow(ctx);
     test_forward_combos(ctx);
     test_forward_shapes(ctx);
     test_stable_variance(ctx);

@@ -164,3 +164,12 @@ def test_bad_input_is_invalid_argument(ctx):
     assert (o == 5.0).all()
     with pytest.raises(TypeError):
         attention.forward(ctx, **base, q_stride=3)
+
+
+def test_seqlens_k_length_must_match_batch(ctx):
+    # seqlens_k is read as int32 [batch] through a raw pointer: a shorter
+    # array was read past its end.
+    rng = np.random.default_rng(15)
+    q, k, v = rand(rng, 3, 4, 2, 16), rand(rng, 3, 30, 2, 16), rand(rng, 3, 30, 2, 16)
+    with pytest.raises(ValueError, match="seqlens_k"):
+        attention.forward_arrays(ctx, q, k, v, seqlens_k=np.array([30], np.int32))

@@ -21,6 +21,10 @@ def test_no_device_is_a_clean_error():
 def test_bad_device_string():
     with pytest.raises(ValueError):
         fastpath.Context("tpu")
+    # typos of "cuda:N" used to open cuda:0 (or fail with NO_DEVICE)
+    for bad in ("cudafoo", "cuda:", "cuda:-1", "cuda:x", "cuda:1:2", None):
+        with pytest.raises(ValueError):
+            fastpath.Context(bad)
 
 
 def test_cpu_context_info():
@@ -64,3 +68,37 @@ def test_callable_exception_becomes_status():
         with pytest.raises(fastpath.FastpathError) as e:
             fastpath.time(ctx, boom, max_time_s=0.1)
         assert e.value.status == fastpath.Status.INTERNAL
+
+
+def test_callable_exception_is_the_detail_and_cause():
+    # The library records no detail for a callable's failure: the binding must
+    # report the Python exception, not whatever message an earlier call left.
+    class Boom(Exception):
+        pass
+
+    def boom(stream):
+        raise Boom("kaboom 42")
+
+    def ok(stream):
+        pass
+
+    with fastpath.Context("cpu") as ctx:
+        with pytest.raises(fastpath.FastpathError):
+            fastpath.stats([])  # leaves a detail message about 'n'
+        with pytest.raises(fastpath.FastpathError) as e:
+            fastpath.time(ctx, boom, max_time_s=0.1)
+        assert "kaboom 42" in e.value.detail and "Boom" in e.value.detail
+        assert isinstance(e.value.__cause__, Boom)
+        with pytest.raises(fastpath.FastpathError) as e:
+            fastpath.ab(ctx, ok, boom, max_time_s=0.1)
+        assert e.value.status == fastpath.Status.INTERNAL
+        assert "kaboom 42" in e.value.detail and isinstance(e.value.__cause__, Boom)
+
+
+def test_keyboard_interrupt_in_callable_propagates():
+    def stop(stream):
+        raise KeyboardInterrupt
+
+    with fastpath.Context("cpu") as ctx:
+        with pytest.raises(KeyboardInterrupt):
+            fastpath.time(ctx, stop, max_time_s=0.1)

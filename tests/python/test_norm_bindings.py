@@ -233,3 +233,27 @@ def test_array_layer_needs_a_cpu_context():
     with fastpath.Context("cuda:0") as c:
         with pytest.raises(ValueError):
             norm.layer_norm(c, np.ones((2, 8), np.float32))
+
+
+def test_array_layer_rejects_mismatched_shapes(ctx):
+    # The library reads [rows, cols] and [cols] through raw pointers: a short
+    # gamma / residual / rstd used to be read past its end (garbage or a
+    # crash) instead of raising.
+    rng = np.random.default_rng(3)
+    x = rand(rng, 8, 64)
+    with pytest.raises(ValueError, match="gamma"):
+        norm.forward_arrays(ctx, x, gamma=rand(rng, 32))
+    with pytest.raises(ValueError, match="residual"):
+        norm.forward_arrays(ctx, x, residual=rand(rng, 4, 64))
+    with pytest.raises(ValueError, match="bias"):
+        norm.forward_arrays(ctx, x, bias=rand(rng, 65))
+    fwd = norm.forward_arrays(ctx, x, want_stats=True)
+    with pytest.raises(ValueError, match="rstd"):
+        norm.backward_arrays(ctx, rand(rng, 8, 64), x, fwd["rstd"][:4], mean=fwd["mean"])
+    with pytest.raises(ValueError, match="dout"):
+        norm.backward_arrays(ctx, rand(rng, 8, 32), x, fwd["rstd"], mean=fwd["mean"])
+    with pytest.raises(ValueError, match="mean"):
+        norm.backward_arrays(ctx, rand(rng, 8, 64), x, fwd["rstd"], mean=fwd["mean"][:1])
+    # matching shapes still work
+    g = norm.backward_arrays(ctx, rand(rng, 8, 64), x, fwd["rstd"], mean=fwd["mean"])
+    assert g["dx"].shape == x.shape

@@ -110,11 +110,12 @@ class Context:
     """An execution context: "cpu" or "cuda" / "cuda:N"."""
 
     def __init__(self, device="cpu"):
-        if device == "cpu":
+        d = device if isinstance(device, str) else None
+        if d == "cpu":
             kind, index = 0, 0
-        elif device.startswith("cuda"):
-            kind, index = 1, int(device.split(":")[1]) if ":" in device else 0
-        else:
+        elif d == "cuda" or (d and d.startswith("cuda:") and d[5:].isdigit() and d[5:].isascii()):
+            kind, index = 1, int(d[5:]) if d != "cuda" else 0
+        else:  # "cudafoo", "cuda:", "cuda:-1", "cuda:x" are typos, not cuda:0
             raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
         self._h = ctypes.c_void_p()
         check(lib.fp_context_create(kind, index, ctypes.byref(self._h)))
@@ -195,23 +196,45 @@ def _config(max_time_s=None, min_samples=None, flush_l2=False):
     return cfg
 
 
-def _wrap(fn):
-    """A Python callable fn(stream) as an fp_timed_fn; exceptions become an error status."""
-    def call(user, stream):
-        try:
-            fn(stream)
-            return 0
-        except Exception:  # the engine aborts the measurement with this status
-            return int(Status.INTERNAL)
-    return _lib.TIMED_FN(call)
+class _Timed:
+    """A Python callable fn(stream) as an fp_timed_fn. An exception aborts the
+    measurement with Status.INTERNAL (the library records no detail for a
+    callable's failure) and is kept, so that _check can raise it as the
+    FastpathError's cause with its message as the detail. Holds the ctypes
+    function object: keep the _Timed alive for the whole C call."""
+
+    def __init__(self, fn):
+        self.error = None
+
+        def call(user, stream):
+            try:
+                fn(stream)
+                return 0
+            except BaseException as e:  # noqa: B902 - nothing may unwind through C
+                if self.error is None:
+                    self.error = e
+                return int(Status.INTERNAL)
+        self.cfn = _lib.TIMED_FN(call)
+
+    def check(self, status, *others):
+        """check(status), but a callable's exception becomes the detail."""
+        for t in (self, *others):
+            if status != 0 and t.error is not None:
+                if not isinstance(t.error, Exception):  # KeyboardInterrupt, SystemExit
+                    raise t.error
+                raise FastpathError(status, f"callable raised {type(t.error).__name__}: "
+                                            f"{t.error}") from t.error
+        check(status)
 
 
 def time(ctx, fn, max_time_s=None, min_samples=None, flush_l2=False):
-    """Times fn(stream) on ctx; returns the statistics as a dict."""
-    cfn = _wrap(fn)
+    """Times fn(stream) on ctx; returns the statistics as a dict. An exception
+    raised by fn is re-raised as the cause of a FastpathError (INTERNAL)."""
+    t = _Timed(fn)
     cfg = _config(max_time_s, min_samples, flush_l2)
     out = _lib.Stats()
-    check(lib.fp_time(ctx.handle, None, cfn, None, ctypes.byref(cfg), ctypes.byref(out)))
+    lib.fp_clear_error()
+    t.check(lib.fp_time(ctx.handle, None, t.cfn, None, ctypes.byref(cfg), ctypes.byref(out)))
     return _stats_dict(out)
 
 
@@ -221,12 +244,13 @@ def ab(ctx, baseline, optimized, bytes=0.0, flops=0.0, max_time_s=None, min_samp
     verdict, roofline). Compare outputs yourself, or use a capability's validate."""
     spec = _lib.ABSpec()
     lib.fp_ab_spec_init(ctypes.byref(spec))
-    b, o = _wrap(baseline), _wrap(optimized)
-    spec.baseline, spec.optimized = b, o
+    b, o = _Timed(baseline), _Timed(optimized)
+    spec.baseline, spec.optimized = b.cfn, o.cfn
     spec.bytes, spec.flops = float(bytes), float(flops)
     cfg = _config(max_time_s, min_samples, flush_l2)
     rep = _lib.ABReport()
-    check(lib.fp_ab_run(ctx.handle, None, ctypes.byref(spec), ctypes.byref(cfg), ctypes.byref(rep)))
+    lib.fp_clear_error()
+    b.check(lib.fp_ab_run(ctx.handle, None, ctypes.byref(spec), ctypes.byref(cfg), ctypes.byref(rep)), o)
     return _ab_report_dict(rep)
 
 

@@ -168,6 +168,8 @@ def forward_arrays(ctx, q, k, v, *, layout="bshd", dtype="f32", causal=False, sc
     sk = None
     if seqlens_k is not None:
         sk = np.ascontiguousarray(seqlens_k, dtype=np.int32)
+        if sk.shape != (B,):  # read as int32 [batch] through a raw pointer
+            raise ValueError(f"seqlens_k has shape {sk.shape}, expected ({B},)")
     strides = {}
     for t, s in (("q", qs), ("k", ks), ("v", vs), ("o", os_)):
         strides[f"{t}_batch_stride"], strides[f"{t}_seq_stride"], strides[f"{t}_head_stride"] = s

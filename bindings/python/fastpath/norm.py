@@ -192,6 +192,18 @@ def from_buffer(b, dtype):
     return out
 
 
+def _check_shape(name, a, shape, flat=False):
+    """ValueError unless array a (None: absent) has `shape` (with flat, only
+    its number of elements counts)."""
+    if a is None:
+        return
+    np = _np()
+    got = tuple(np.shape(a))
+    ok = int(np.prod(got)) == int(np.prod(shape)) if flat else got == tuple(shape)
+    if not ok:
+        raise ValueError(f"{name} has shape {got}, expected {tuple(shape)}")
+
+
 def _check_cpu(ctx):
     if ctx.is_cuda:
         raise ValueError("the numpy layer needs a CPU context (host memory); use the raw "
@@ -212,6 +224,11 @@ def forward_arrays(ctx, x, *, residual=None, gamma=None, beta=None, bias=None, k
         raise ValueError("x must have at least one dimension")
     cols = x.shape[-1]
     rows = x.size // cols if cols else 0
+    # The library reads [rows, cols] / [cols] through raw pointers: a shorter
+    # array would be read past its end.
+    _check_shape("residual", residual, x.shape)
+    for name, v in (("gamma", gamma), ("beta", beta), ("bias", bias)):
+        _check_shape(name, v, (cols,))
     keep = []  # every buffer stays referenced until the call returns
 
     def buf(a):
@@ -253,8 +270,16 @@ def backward_arrays(ctx, dout, x, rstd, *, mean=None, gamma=None, beta=None, bia
     np = _np()
     _check_cpu(ctx)
     x = np.asarray(x)
+    if x.ndim < 1:
+        raise ValueError("x must have at least one dimension")
     cols = x.shape[-1]
     rows = x.size // cols if cols else 0
+    _check_shape("dout", dout, x.shape)
+    _check_shape("dresidual_out", dresidual_out, x.shape)
+    for name, v in (("gamma", gamma), ("beta", beta), ("bias", bias)):
+        _check_shape(name, v, (cols,))
+    for name, v in (("rstd", rstd), ("mean", mean)):
+        _check_shape(name, v, (rows,), flat=True)
     keep = []
 
     def buf(a):
