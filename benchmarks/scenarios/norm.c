@@ -24,39 +24,16 @@
 
 #include "fastpath/norm.h"
 #include "scenario.h"
-#include "timing/probes.h"
 
 static const int64_t k_gpu_shapes[][2] = {{4096, 768},  {16384, 4096}, {8192, 8192},
                                           {2048, 12288}, {1000, 5120},  {333, 1537}};
 static const int64_t k_small_shapes[][2] = {{256, 768}, {333, 1537}};
 
-typedef struct copy_job {
-    fp_context *ctx;
-    void *dst;
-    const void *src;
-    size_t bytes;
-} copy_job;
-
-static fp_status copy_fn(void *user, fp_stream stream) {
-    copy_job *c = user;
-    return fp_copy(c->ctx, stream, 1, c->dst, c->src, c->bytes);
-}
-
-/* Device-to-device copy bandwidth (GB/s, read + write) on 512 MiB, or 0. */
+/* Device-to-device copy bandwidth (GB/s, read + write) on 512 MiB, or 0:
+ * the practical roofline the fused kernels are judged against. */
 static double measure_copy_gbps(fb_run *run) {
-    fp_context *ctx = fb_ctx(run);
-    size_t bytes = (size_t)512 << 20;
-    void *a = NULL, *b = NULL;
     double gbps = 0.0;
-    if (fp_mem_alloc(ctx, bytes, &a) == FP_OK && fp_mem_alloc(ctx, bytes, &b) == FP_OK &&
-        fp_mem_fill(ctx, a, 1, bytes, NULL) == FP_OK) {
-        copy_job job = {ctx, b, a, bytes};
-        fp_stats st;
-        if (fp_time(ctx, NULL, copy_fn, &job, fb_timing(run), &st) == FP_OK && st.median_ms > 0)
-            gbps = 2.0 * (double)bytes / (st.median_ms * 1e-3) / 1e9;
-    }
-    fp_mem_free(ctx, a);
-    fp_mem_free(ctx, b);
+    if (fp_measure_copy_bandwidth(fb_ctx(run), (size_t)512 << 20, &gbps) != FP_OK) gbps = 0.0;
     fp_clear_error();
     return gbps;
 }

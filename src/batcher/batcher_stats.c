@@ -21,19 +21,6 @@ void fp_sample_ring_free(fp_sample_ring *r) {
     memset(r, 0, sizeof *r);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* numpy's default (linear) percentile of sorted s[0..n). */
-static double pct_sorted(const double *s, int n, double q) {
-    double pos = q * (n - 1);
-    int lo = (int)floor(pos);
-    int hi = lo + 1 < n ? lo + 1 : n - 1;
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo);
-}
-
 fp_status fp_latency_summarize(const double *us, int n, fp_batcher_latency *out) {
     memset(out, 0, sizeof *out);
     if (n <= 0) return FP_OK;
@@ -45,15 +32,14 @@ fp_status fp_latency_summarize(const double *us, int n, fp_batcher_latency *out)
         s[i] = us[i] > 0 ? us[i] * 1e-3 : 0.0; /* ms for fp_stats */
         sum += us[i] > 0 ? us[i] : 0.0;
     }
-    fp_status st = fp_stats_compute(s, n, &out->stats);
-    if (st == FP_OK) {
-        qsort(s, (size_t)n, sizeof *s, cmp_double);
-        out->p50_us = pct_sorted(s, n, 0.50) * 1e3;
-        out->p90_us = pct_sorted(s, n, 0.90) * 1e3;
-        out->p99_us = pct_sorted(s, n, 0.99) * 1e3;
-        out->max_us = s[n - 1] * 1e3;
-        out->mean_us = sum / n;
-    }
+    /* One sort serves fp_stats and the p50/p90/p99 it does not carry. */
+    fp_sort_doubles(s, n);
+    fp_stats_from_sorted(s, n, &out->stats);
+    out->p50_us = fp_percentile_sorted(s, n, 0.50) * 1e3;
+    out->p90_us = fp_percentile_sorted(s, n, 0.90) * 1e3;
+    out->p99_us = fp_percentile_sorted(s, n, 0.99) * 1e3;
+    out->max_us = s[n - 1] * 1e3;
+    out->mean_us = sum / n;
     free(s);
-    return st;
+    return FP_OK;
 }

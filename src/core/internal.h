@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "fastpath/core.h"
+#include "fastpath/timing.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -94,6 +95,13 @@ void fp_ctx_cublas_unlock(fp_context *ctx);
 
 /* Checks a context argument; `want_kind` < 0 accepts either kind. */
 fp_status fp_ctx_check(const fp_context *ctx, int want_kind);
+
+/* Statistics helpers of the timing engine (src/timing/stats.c) for code that
+ * needs more percentiles than fp_stats carries: sort once, then read both. */
+void fp_sort_doubles(double *v, int n);
+double fp_percentile_sorted(const double *sorted, int n, double q);
+/* fp_stats of n >= 1 finite, non-negative, sorted durations (ms). */
+void fp_stats_from_sorted(const double *sorted, int n, fp_stats *out);
 
 /* Monotonic clock in seconds. */
 double fp_now_s(void);

@@ -17,13 +17,38 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+void fp_sort_doubles(double *v, int n) {
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_double);
+}
+
 /* Linear interpolation between order statistics (numpy's default). */
-static double percentile_sorted(const double *s, int n, double q) {
+double fp_percentile_sorted(const double *s, int n, double q) {
     double pos = q * (n - 1);
     int lo = (int)floor(pos);
     int hi = lo + 1 < n ? lo + 1 : n - 1;
     double frac = pos - lo;
     return s[lo] + (s[hi] - s[lo]) * frac;
+}
+
+void fp_stats_from_sorted(const double *s, int n, fp_stats *out) {
+    fp_stats st;
+    memset(&st, 0, sizeof st);
+    st.samples = n;
+    st.min_ms = s[0];
+    st.max_ms = s[n - 1];
+    st.median_ms = fp_percentile_sorted(s, n, 0.5);
+    st.p10_ms = fp_percentile_sorted(s, n, 0.1);
+    st.p90_ms = fp_percentile_sorted(s, n, 0.9);
+    double sum = 0;
+    for (int i = 0; i < n; ++i) sum += s[i];
+    st.mean_ms = sum / n;
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += (s[i] - st.mean_ms) * (s[i] - st.mean_ms);
+    st.stdev_ms = n > 1 ? sqrt(ss / (n - 1)) : 0.0;
+    st.rel_stdev = st.mean_ms > 0 ? st.stdev_ms / st.mean_ms : 0.0;
+    /* p90 - p10 of a normal distribution spans 2 * 1.2816 sigma. */
+    st.noise = st.median_ms > 0 ? (st.p90_ms - st.p10_ms) / (2.5631 * st.median_ms) : 0.0;
+    *out = st;
 }
 
 fp_status fp_stats_compute(const double *samples_ms, int n, fp_stats *out) {
@@ -36,26 +61,9 @@ fp_status fp_stats_compute(const double *samples_ms, int n, fp_stats *out) {
     double *s = malloc((size_t)n * sizeof *s);
     if (!s) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "stats buffer of %d samples", n);
     memcpy(s, samples_ms, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    fp_stats st;
-    memset(&st, 0, sizeof st);
-    st.samples = n;
-    st.min_ms = s[0];
-    st.max_ms = s[n - 1];
-    st.median_ms = percentile_sorted(s, n, 0.5);
-    st.p10_ms = percentile_sorted(s, n, 0.1);
-    st.p90_ms = percentile_sorted(s, n, 0.9);
-    double sum = 0;
-    for (int i = 0; i < n; ++i) sum += s[i];
-    st.mean_ms = sum / n;
-    double ss = 0;
-    for (int i = 0; i < n; ++i) ss += (s[i] - st.mean_ms) * (s[i] - st.mean_ms);
-    st.stdev_ms = n > 1 ? sqrt(ss / (n - 1)) : 0.0;
-    st.rel_stdev = st.mean_ms > 0 ? st.stdev_ms / st.mean_ms : 0.0;
-    /* p90 - p10 of a normal distribution spans 2 * 1.2816 sigma. */
-    st.noise = st.median_ms > 0 ? (st.p90_ms - st.p10_ms) / (2.5631 * st.median_ms) : 0.0;
+    fp_sort_doubles(s, n);
+    fp_stats_from_sorted(s, n, out);
     free(s);
-    *out = st;
     return FP_OK;
 }
 
