@@ -11,6 +11,14 @@
  *   norm/layernorm_bwd   LayerNorm backward: "plain" (dx, dgamma, dbeta) and
  *                        "fused" (through GELU tanh and bias, + dresidual_out)
  *   norm/rmsnorm_bwd     the same for RMSNorm (SiLU)
+ *   norm/bwd_versions    backward kernel versions (CUDA only): v2 (dx kernel
+ *                        + a separate dgamma/dbeta pass re-reading dout and x)
+ *                        as the baseline vs v3 (one pass), dx compared by the
+ *                        timing engine and dgamma/dbeta compared after it;
+ *                        "layernorm" (dgamma, dbeta) and "rmsnorm_fused"
+ *                        (SiLU + dresidual_out, dgamma). Default dtype bf16.
+ *                        Rows where v3 does not apply (odd cols, rows too long
+ *                        for its registers) run v2 on both sides (param v3=0).
  *
  * Shapes (GPU): 4096x768, 16384x4096, 8192x8192, 2048x12288, 1000x5120,
  * 333x1537; --rows R --cols C for one shape. With --quick and on CPU
@@ -23,6 +31,9 @@
 #include <string.h>
 
 #include "fastpath/norm.h"
+/* fp_norm_backward_version (static link). fastbench's include path has no
+ * kernels/, hence the relative path. */
+#include "norm/norm_launch.h"
 #include "scenario.h"
 
 static const int64_t k_gpu_shapes[][2] = {{4096, 768},  {16384, 4096}, {8192, 8192},
@@ -209,6 +220,138 @@ static fp_status run_bwd(fb_run *run, fp_norm_kind kind) {
     return FP_OK;
 }
 
+/* ---- backward kernel versions: v2 vs v3 ---- */
+
+typedef struct bwd_version_job {
+    fp_context *ctx;
+    fp_norm_backward_params p;
+    int version;
+} bwd_version_job;
+
+static fp_status bwd_version_job_run(void *user, fp_stream stream) {
+    bwd_version_job *j = user;
+    return fp_norm_backward_version(j->ctx, stream, &j->p, j->version);
+}
+
+static fp_status run_bwd_versions(fb_run *run) {
+    if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "CUDA only: compares CUDA kernel versions");
+    fp_context *ctx = fb_ctx(run);
+    shape_list sl;
+    pick_shapes(run, &sl);
+    fp_dtype dts[3];
+    int ndt = fb_dtypes(run, dts, 3);
+    if (ndt == 0) {
+        dts[0] = FP_BF16;
+        ndt = 1;
+    }
+    double copy_gbps = measure_copy_gbps(run);
+    for (int si = 0; si < sl.n; ++si)
+        for (int di = 0; di < ndt; ++di)
+            for (int fused = 0; fused < 2; ++fused) {
+                const int64_t rows = sl.shapes[si][0], cols = sl.shapes[si][1];
+                const fp_dtype dt = dts[di];
+                const fp_norm_kind kind = fused ? FP_NORM_RMSNORM : FP_NORM_LAYERNORM;
+                const size_t n = (size_t)rows * (size_t)cols, es = fp_dtype_size(dt);
+                fb_result *r = fb_result_new(run);
+                fb_param_int(r, "rows", rows);
+                fb_param_int(r, "cols", cols);
+                fb_param_str(r, "dtype", fp_dtype_name(dt));
+                fb_param_str(r, "variant", fused ? "rmsnorm_fused" : "layernorm");
+                void *x = NULL, *dy = NULL, *dres = NULL, *g = NULL, *b = NULL, *stats = NULL, *tmp = NULL;
+                void *out[2] = {NULL, NULL};
+                fp_status st = fb_alloc_random(ctx, n, dt, 21, -2.0f, 3.0f, &x);
+                if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, 22, -1.0f, 1.0f, &dy);
+                if (st == FP_OK && fused) st = fb_alloc_random(ctx, n, dt, 23, -1.0f, 1.0f, &dres);
+                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 24, 0.5f, 1.5f, &g);
+                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 25, -0.5f, 0.5f, &b);
+                if (st == FP_OK) st = fp_mem_alloc(ctx, 2 * (size_t)rows * sizeof(float), &stats);
+                if (st == FP_OK) st = fp_mem_alloc(ctx, n * es, &tmp);
+                /* per side: [dx | dgamma | dbeta], 256-byte aligned pieces */
+                const size_t tb = (n * es + 255) & ~(size_t)255, vb = ((size_t)cols * es + 255) & ~(size_t)255;
+                for (int k = 0; k < 2 && st == FP_OK; ++k) {
+                    st = fp_mem_alloc(ctx, tb + 2 * vb, &out[k]);
+                    if (st == FP_OK) st = fp_mem_fill(ctx, out[k], 0xFF, tb + 2 * vb, NULL);
+                }
+                if (st == FP_OK) { /* mean / rstd of x, as the forward saves them */
+                    fp_norm_params fp;
+                    fp_norm_params_default(&fp);
+                    fp.kind = kind;
+                    fp.rows = rows;
+                    fp.cols = cols;
+                    fp.x_dtype = fp.residual_dtype = fp.out_dtype = fp.param_dtype = dt;
+                    fp.x = x;
+                    fp.out = tmp;
+                    fp.mean = (float *)stats;
+                    fp.rstd = (float *)stats + rows;
+                    st = fp_norm_forward(ctx, NULL, &fp);
+                }
+                fp_ab_report rep;
+                bwd_version_job job[2];
+                if (st == FP_OK) {
+                    for (int k = 0; k < 2; ++k) {
+                        fp_norm_backward_params *p = &job[k].p;
+                        fp_norm_backward_params_default(p);
+                        p->kind = kind;
+                        p->rows = rows;
+                        p->cols = cols;
+                        p->dtype = p->param_dtype = dt;
+                        p->dout = dy;
+                        p->x = x;
+                        p->gamma = g;
+                        p->mean = (float *)stats;
+                        p->rstd = (float *)stats + rows;
+                        p->dx = out[k];
+                        p->dgamma = (char *)out[k] + tb;
+                        if (fused) {
+                            p->activation = FP_NORM_ACT_SILU;
+                            p->bias = b;
+                            p->dresidual_out = dres;
+                        } else {
+                            p->beta = b;
+                            p->dbeta = (char *)out[k] + tb + vb;
+                        }
+                        job[k].ctx = ctx;
+                        job[k].version = k == 0 ? 2 : 3;
+                    }
+                    fb_param_int(r, "v3", fp_norm_backward_version_used(&job[1].p, 3) == 3);
+                    fp_ab_spec spec;
+                    fp_ab_spec_init(&spec);
+                    spec.baseline = bwd_version_job_run;
+                    spec.baseline_user = &job[0];
+                    spec.optimized = bwd_version_job_run;
+                    spec.optimized_user = &job[1];
+                    spec.baseline_out = out[0];
+                    spec.optimized_out = out[1];
+                    spec.out_count = n;
+                    spec.out_dtype = dt;
+                    spec.bytes = fp_norm_backward_bytes(&job[1].p);
+                    st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+                }
+                report(r, st, &rep, copy_gbps);
+                if (st == FP_OK) {
+                    /* dgamma (and dbeta) sum rows in a different order: f32
+                     * rounding differences only, at the dtype's tolerance. */
+                    double atol, rtol;
+                    fp_default_tolerance(dt, &atol, &rtol);
+                    size_t bad = 0;
+                    for (int v = 0; v < (fused ? 1 : 2); ++v) {
+                        fp_compare_result cr;
+                        const size_t o = tb + (size_t)v * vb;
+                        if (fp_compare(ctx, (char *)out[0] + o, (char *)out[1] + o, (size_t)cols, dt, 2.0 * atol,
+                                       2.0 * rtol, &cr) == FP_OK)
+                            bad += cr.mismatches;
+                        else
+                            fp_clear_error();
+                    }
+                    fb_result_metric(r, "dparam_mismatches", (double)bad);
+                    if (bad) fb_result_note(r, "dgamma/dbeta: %zu mismatches v2 vs v3", bad);
+                }
+                void *ptrs[] = {x, dy, dres, g, b, stats, tmp, out[0], out[1]};
+                for (int k = 0; k < 9; ++k) fp_mem_free(ctx, ptrs[k]);
+            }
+    return FP_OK;
+}
+
 static fp_status run_layernorm_fwd(fb_run *run) { return run_fwd(run, FP_NORM_LAYERNORM); }
 static fp_status run_rmsnorm_fwd(fb_run *run) { return run_fwd(run, FP_NORM_RMSNORM); }
 static fp_status run_layernorm_bwd(fb_run *run) { return run_bwd(run, FP_NORM_LAYERNORM); }
@@ -222,3 +365,5 @@ FB_SCENARIO(norm_layernorm_bwd, "norm/layernorm_bwd",
             "LayerNorm backward (dx, dgamma, dbeta; through GELU + residual) vs unfused", run_layernorm_bwd)
 FB_SCENARIO(norm_rmsnorm_bwd, "norm/rmsnorm_bwd",
             "RMSNorm backward (dx, dgamma; through SiLU + residual) vs unfused", run_rmsnorm_bwd)
+FB_SCENARIO(norm_bwd_versions, "norm/bwd_versions",
+            "norm backward v2 (dx + separate dgamma/dbeta pass) vs v3 (one pass); CUDA only", run_bwd_versions)

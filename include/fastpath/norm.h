@@ -210,9 +210,12 @@ FP_API fp_status fp_norm_backward_validate(fp_context *ctx, fp_stream stream,
  * vectors and stats once. 0 for invalid params. Thread-safe. */
 FP_API double fp_norm_forward_bytes(const fp_norm_params *params);
 /* The same for the backward (dout, x, dresidual_out read once, dx written
- * once, vectors, stats). The current CUDA kernels re-read dout and x once
- * more for dgamma/dbeta, so they reach at most ~3/5 of this figure's peak
- * when dgamma/dbeta are requested. */
+ * once, vectors, stats). The CUDA backward reads dout and x once where its
+ * one-pass kernel applies (16-byte aligned pointers, cols and strides a
+ * multiple of 8 elements (f16/bf16) or 4 (f32), cols <= 12288), plus per-CTA
+ * f32 partial sums of dgamma/dbeta (2 x grid x cols x 4 bytes, grid <= 2 x
+ * SMs); elsewhere it re-reads dout and x for dgamma/dbeta (at most ~3/5 of
+ * this figure's peak). */
 FP_API double fp_norm_backward_bytes(const fp_norm_backward_params *params);
 
 #ifdef __cplusplus

@@ -17,10 +17,24 @@
 //                        dout and x (a second pass over them). <T, 1> is v1
 //                        (scalar, any alignment), <T, V> is v2 (16-byte loads,
 //                        V columns per lane).
+//   norm_bwd_v3          dx v2 (row in registers, 16-byte loads) that also
+//                        sums g * n and g per column: a persistent grid (CTA c
+//                        takes row groups c, c + grid, ...), a thread's columns
+//                        fixed so its sums stay in registers; one partial row
+//                        per CTA, then norm_bwd_reduce_v1. Reads dout and x
+//                        once (3 tensors of traffic instead of 5). Rows that
+//                        need 32 floats per thread in a block per row keep the
+//                        sums in shared memory (<T, NV, true>). Partition:
+//                        norm_bwd_v3_plan.h (unit-tested on the host).
 //   norm_bwd_reduce_v1   sums the partials over chunks in a fixed order.
 //   unfused              baseline: activation backward (g to dx); the same
 //                        norm backward on g, in place; dx += dres.
-// Run: tests/norm/test_norm_gpu, fastbench --scenario norm/layernorm_bwd.
+// Versions (fp_norm_bwd_launch(desc, version, ...)): 1 = dx v1 + dparams v1;
+// 2 = dx v2 + dparams v2 where aligned, else 1; 3 = v3 where its plan applies,
+// else 2; 0 = 3 when dgamma/dbeta/dbias are requested, else 2.
+// Run: tests/norm/test_norm_gpu, tests/norm/test_norm_bwd_v3_plan,
+// fastbench --scenario norm/layernorm_bwd, norm/bwd_versions (v2 vs v3).
+#include "norm/norm_bwd_v3_plan.h"
 #include "norm/norm_common.cuh"
 
 namespace fpnorm {
@@ -243,14 +257,243 @@ __global__ void __launch_bounds__(256) norm_bwd_reduce_v1(const fp_norm_bwd_desc
                                                           int64_t nchunks) {
     const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= d.cols) return;
+    // Only the halves that were requested: v3 writes no dbeta half without dbeta/dbias.
+    const bool want_g = d.dgamma != nullptr, want_b = d.dbeta || d.dbias;
     float tg = 0.0f, tb = 0.0f;
     for (int64_t c = 0; c < nchunks; ++c) {
-        tg += partial[c * d.cols + col];
-        tb += partial[(nchunks + c) * d.cols + col];
+        if (want_g) tg += partial[c * d.cols + col];
+        if (want_b) tb += partial[(nchunks + c) * d.cols + col];
     }
     if (d.dgamma) static_cast<T *>(d.dgamma)[col] = from_f<T>(tg);
     if (d.dbeta) static_cast<T *>(d.dbeta)[col] = from_f<T>(tb);
     if (d.dbias) static_cast<T *>(d.dbias)[col] = from_f<T>(tb);
+}
+
+// ---------------------------------------------------------------------------
+// v3: dx and the dgamma/dbeta partial sums in one pass (persistent grid)
+// ---------------------------------------------------------------------------
+// Launch bound: the row (n, dn) and the register accumulators (g * n, g) are
+// 4 x NV x V floats per thread. Register sums with NV x V = 32 run only as
+// warp-per-row blocks of 128 threads (255 registers; a 384-thread bound
+// spilled); shared-memory sums (NV x V = 32) as blocks of up to 384 (168
+// registers; 512 spilled); register sums with NV x V <= 16 as blocks of up
+// to 512 (128 registers).
+constexpr int bwd_v3_bound(int nvv, bool smem_acc) {
+    return smem_acc ? FP_NORM_V3_MAX_THREADS_SMEM
+                    : nvv > FP_NORM_V3_MAX_NVV_BLOCK ? 32 * FP_NORM_V3_WARP_ROWS : FP_NORM_V3_MAX_THREADS;
+}
+
+// Block (threads_x, rows_per_cta) from fp_norm_v3_plan_for; grid from
+// fp_norm_v3_grid. partial: [2][gridDim.x][cols] (sum g * n, then sum g), or
+// NULL when no dgamma/dbeta/dbias is requested. Dynamic shared memory:
+//   kSmemAcc (block per row): the sums, [2][cols] f32;
+//   else 2 x (blockDim.y - 1) x cols floats (warp per row: the other warps'
+//   sums for the combine; 0 for a block per row).
+template <typename T, int NV, bool kSmemAcc>
+__global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
+    norm_bwd_v3(const fp_norm_bwd_desc d, float *partial) {
+    constexpr int V = Vec<T>::N;
+    static_assert(V % 4 == 0, "float4 access to the sums");
+    __shared__ float red_smem[32];
+    extern __shared__ float4 comb_smem4[];
+    float *comb_smem = reinterpret_cast<float *>(comb_smem4);
+    const int nvec = (int)(d.cols / V);
+    const int tpr = blockDim.x;
+    const int64_t grid = gridDim.x;
+    const T *gamma = static_cast<const T *>(d.gamma);
+    const T *beta = static_cast<const T *>(d.beta);
+    const T *bias = static_cast<const T *>(d.bias);
+
+    // This thread's columns, summed over its rows: registers, or (kSmemAcc)
+    // its own cells of comb_smem: written and read only by this thread, so
+    // no barrier is needed.
+    float acc_g_reg[kSmemAcc ? 1 : NV][V], acc_b_reg[kSmemAcc ? 1 : NV][V];
+    if constexpr (kSmemAcc) {
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+            if (j < nvec) {
+#pragma unroll
+                for (int q = 0; q < V / 4; ++q) {
+                    comb_smem4[(j * V) / 4 + q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    comb_smem4[(d.cols + j * V) / 4 + q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < NV; ++k)
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc_g_reg[k][e] = acc_b_reg[k][e] = 0.0f;
+    }
+
+    // Block per row: every thread of the CTA sees the same row, so the exit is
+    // uniform (row_sum synchronizes). Warp per row: a warp leaves on its own.
+    for (int64_t step = 0;; ++step) {
+        const int64_t row = fp_norm_v3_row(blockIdx.x, step, (int)threadIdx.y, grid, (int)blockDim.y);
+        if (row >= d.rows) break;
+        const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
+        const T *dy = static_cast<const T *>(d.dout) + row * d.dout_stride;
+        const float mean = d.mean ? d.mean[row] : 0.0f, rstd = d.rstd[row];
+        float xn_reg[NV][V], dn_reg[NV][V];
+        float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+            if (j < nvec) {
+                float xv[V], dv[V], gam[V], sh[V], p[V];
+                unpack<T>(ldg16(x + j * V), xv);
+                unpack<T>(ldg16(dy + j * V), dv);
+#pragma unroll
+                for (int e = 0; e < V; ++e) { gam[e] = 1.0f; sh[e] = 0.0f; }
+                if (gamma) unpack<T>(ldg16(gamma + j * V), gam);
+                if (d.act != ACT_NONE) {  // the shift matters only through act'
+                    if (beta) {
+                        unpack<T>(ldg16(beta + j * V), p);
+#pragma unroll
+                        for (int e = 0; e < V; ++e) sh[e] = p[e];
+                    }
+                    if (bias) {
+                        unpack<T>(ldg16(bias + j * V), p);
+#pragma unroll
+                        for (int e = 0; e < V; ++e) sh[e] += p[e];
+                    }
+                }
+#pragma unroll
+                for (int e = 0; e < V; ++e) {  // the same arithmetic as RowGrad::at (dx v2)
+                    const float xn = (xv[e] - mean) * rstd;
+                    float g = dv[e];
+                    if (d.act != ACT_NONE) g *= dact_f(d.act, xn * gam[e] + sh[e]);
+                    const float dn = g * gam[e];
+                    xn_reg[k][e] = xn;
+                    sa += dn;
+                    sb += dn * xn;
+                    if constexpr (kSmemAcc) {
+                        dn_reg[k][e] = g;  // g kept: the sums are added in the second pass
+                    } else {
+                        dn_reg[k][e] = dn;
+                        acc_g_reg[k][e] += g * xn;
+                        acc_b_reg[k][e] += g;
+                    }
+                }
+            }
+        }
+        const float inv_n = 1.0f / (float)d.cols;
+        const float a = d.kind == KIND_LAYERNORM ? row_sum(sa, red_smem) * inv_n : 0.0f;
+        const float b = row_sum(sb, red_smem) * inv_n;
+        T *dx = static_cast<T *>(d.dx) + row * d.dx_stride;
+        const T *dres = d.dres ? static_cast<const T *>(d.dres) + row * d.dres_stride : nullptr;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+            if (j < nvec) {
+                float v[V], r[V];
+                if constexpr (kSmemAcc) {
+                    // dn_reg holds g: dn = g * gamma (gamma re-read from L1/L2:
+                    // fewer live registers than a second row array), and the
+                    // sums g * n, g go to this thread's shared-memory cells.
+                    float gam[V];
+#pragma unroll
+                    for (int e = 0; e < V; ++e) gam[e] = 1.0f;
+                    if (gamma) unpack<T>(ldg16(gamma + j * V), gam);
+#pragma unroll
+                    for (int q = 0; q < V / 4; ++q) {
+                        float4 &ag = comb_smem4[(j * V) / 4 + q], &ab = comb_smem4[(d.cols + j * V) / 4 + q];
+                        const float *gq = &dn_reg[k][4 * q], *xq = &xn_reg[k][4 * q];
+                        ag = make_float4(ag.x + gq[0] * xq[0], ag.y + gq[1] * xq[1], ag.z + gq[2] * xq[2],
+                                         ag.w + gq[3] * xq[3]);
+                        ab = make_float4(ab.x + gq[0], ab.y + gq[1], ab.z + gq[2], ab.w + gq[3]);
+                    }
+#pragma unroll
+                    for (int e = 0; e < V; ++e) dn_reg[k][e] *= gam[e];
+                }
+#pragma unroll
+                for (int e = 0; e < V; ++e) v[e] = rstd * (dn_reg[k][e] - a - xn_reg[k][e] * b);
+                if (dres) {
+                    unpack<T>(ldg16(dres + j * V), r);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) v[e] += r[e];
+                }
+                stg16(dx + j * V, pack<T>(v));
+            }
+        }
+    }
+    if (!partial) return;  // uniform: no dgamma/dbeta/dbias requested
+
+    const bool want_g = d.dgamma != nullptr, want_b = d.dbeta || d.dbias;
+    const int64_t cols = d.cols;
+    if constexpr (kSmemAcc) {  // a block per row: this thread's cells straight out
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+            if (j < nvec) {
+                float4 *pg = reinterpret_cast<float4 *>(partial + fp_norm_v3_partial_index(0, blockIdx.x, j * V, grid, cols));
+                float4 *pb = reinterpret_cast<float4 *>(partial + fp_norm_v3_partial_index(1, blockIdx.x, j * V, grid, cols));
+#pragma unroll
+                for (int q = 0; q < V / 4; ++q) {
+                    if (want_g) pg[q] = comb_smem4[(j * V) / 4 + q];
+                    if (want_b) pb[q] = comb_smem4[(cols + j * V) / 4 + q];
+                }
+            }
+        }
+    } else {  // register sums
+        const int ry = (int)blockDim.y;
+        if (ry > 1) {
+            // Warp per row: warps 1..ry-1 hand their sums to warp 0, which adds
+            // them in thread-row order (fixed: deterministic).
+            float *cg = comb_smem, *cb = comb_smem + (int64_t)(ry - 1) * cols;
+            if (threadIdx.y > 0) {
+#pragma unroll
+                for (int k = 0; k < NV; ++k) {
+                    const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+                    if (j < nvec) {
+                        const int64_t o = (int64_t)(threadIdx.y - 1) * cols + j * V;
+#pragma unroll
+                        for (int e = 0; e < V; ++e) {
+                            cg[o + e] = acc_g_reg[k][e];
+                            cb[o + e] = acc_b_reg[k][e];
+                        }
+                    }
+                }
+            }
+            __syncthreads();
+            if (threadIdx.y == 0) {
+                for (int i = 0; i < ry - 1; ++i) {
+#pragma unroll
+                    for (int k = 0; k < NV; ++k) {
+                        const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+                        if (j < nvec) {
+                            const int64_t o = (int64_t)i * cols + j * V;
+#pragma unroll
+                            for (int e = 0; e < V; ++e) {
+                                acc_g_reg[k][e] += cg[o + e];
+                                acc_b_reg[k][e] += cb[o + e];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if (threadIdx.y != 0) return;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+            if (j < nvec) {
+                // cols and V are multiples of 4 and partial is 16-byte aligned: float4 stores.
+                float4 *pg = reinterpret_cast<float4 *>(partial + fp_norm_v3_partial_index(0, blockIdx.x, j * V, grid, cols));
+                float4 *pb = reinterpret_cast<float4 *>(partial + fp_norm_v3_partial_index(1, blockIdx.x, j * V, grid, cols));
+#pragma unroll
+                for (int q = 0; q < V / 4; ++q) {
+                    if (want_g)
+                        pg[q] = make_float4(acc_g_reg[k][4 * q], acc_g_reg[k][4 * q + 1], acc_g_reg[k][4 * q + 2],
+                                            acc_g_reg[k][4 * q + 3]);
+                    if (want_b)
+                        pb[q] = make_float4(acc_b_reg[k][4 * q], acc_b_reg[k][4 * q + 1], acc_b_reg[k][4 * q + 2],
+                                            acc_b_reg[k][4 * q + 3]);
+                }
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -280,12 +523,13 @@ static void launch_dx_v2(const fp_norm_bwd_desc &d, dim3 grid, dim3 block, cudaS
     norm_bwd_dx_v2<T, NV><<<grid, block, 0, stream>>>(d);
 }
 
+// force_v1: the scalar kernel even where v2 applies (version 1).
 template <typename T>
-static cudaError_t launch_dx(const fp_norm_bwd_desc &d, cudaStream_t stream) {
+static cudaError_t launch_dx(const fp_norm_bwd_desc &d, bool force_v1, cudaStream_t stream) {
     constexpr int V = Vec<T>::N;
     constexpr int kMaxNV = 32 / V;  // n and dn: <= 64 floats per thread in all
     if (d.rows > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    if (bwd_vectorizable(d, V)) {
+    if (!force_v1 && bwd_vectorizable(d, V)) {
         const int64_t nvec = d.cols / V;
         int nv = 0;
         dim3 block, grid;
@@ -316,15 +560,16 @@ static cudaError_t launch_dx(const fp_norm_bwd_desc &d, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-// dgamma/dbeta first: they re-read dout, and dx may alias dout.
+// Versions 1 and 2: dgamma/dbeta first (they re-read dout, and dx may alias
+// dout), then dx.
 template <typename T>
-static cudaError_t bwd_dispatch(const fp_norm_bwd_desc &d, float *partial, cudaStream_t stream) {
+static cudaError_t bwd_dispatch(const fp_norm_bwd_desc &d, bool force_v1, float *partial, cudaStream_t stream) {
     cudaError_t err;
     if (d.dgamma || d.dbeta || d.dbias) {
         if (!partial) return cudaErrorInvalidValue;
         const int64_t rpc = bwd_rows_per_chunk(d.rows), nchunks = ceil_div(d.rows, rpc);
         constexpr int V = Vec<T>::N;
-        const bool vec = bwd_vectorizable(d, V);
+        const bool vec = !force_v1 && bwd_vectorizable(d, V);
         const int64_t tiles = ceil_div(d.cols, (int64_t)kParamTileCols * (vec ? V : 1));
         if (tiles > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
         dim3 grid((unsigned)tiles, (unsigned)nchunks), block(kParamTileCols, kParamRowThreads);
@@ -334,7 +579,115 @@ static cudaError_t bwd_dispatch(const fp_norm_bwd_desc &d, float *partial, cudaS
         norm_bwd_reduce_v1<T><<<(unsigned)ceil_div(d.cols, 256), 256, 0, stream>>>(d, partial, nchunks);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
     }
-    return launch_dx<T>(d, stream);
+    return launch_dx<T>(d, force_v1, stream);
+}
+
+// ---- v3 ----
+using BwdV3Kernel = void (*)(fp_norm_bwd_desc, float *);
+
+// dx v2's NV set with register sums (1, 2, 4) and its largest NV (32 / V: 4
+// for 16-bit, 8 for f32) with shared-memory sums: 4 kernels per dtype.
+template <typename T>
+static BwdV3Kernel v3_kernel(int nv, bool smem_acc) {
+    constexpr int kMaxNV = 32 / Vec<T>::N;
+    if (smem_acc) return nv == kMaxNV ? norm_bwd_v3<T, kMaxNV, true> : nullptr;
+    switch (nv) {
+    case 1: return norm_bwd_v3<T, 1, false>;
+    case 2: return norm_bwd_v3<T, 2, false>;
+    case 4: return norm_bwd_v3<T, 4, false>;
+    default: return nullptr;
+    }
+}
+
+static size_t v3_smem_bytes(const fp_norm_v3_plan &p, int64_t cols) {
+    if (p.smem_acc) return (size_t)2 * (size_t)cols * sizeof(float);
+    return p.rows_per_cta > 1 ? (size_t)2 * (size_t)(p.rows_per_cta - 1) * (size_t)cols * sizeof(float) : 0;
+}
+
+// The v3 plan for d, or plan.ok == 0 where v3 does not apply (not aligned,
+// odd cols, rows too long, shared-memory sums beyond the device's limit).
+template <typename T>
+static fp_norm_v3_plan v3_plan(const fp_norm_bwd_desc &d) {
+    fp_norm_v3_plan none = {0, 0, 0, 0, 0};
+    if (!bwd_vectorizable(d, Vec<T>::N)) return none;
+    fp_norm_v3_plan p = fp_norm_v3_plan_for(d.cols, Vec<T>::N);
+    if (p.ok && !v3_kernel<T>(p.nv, p.smem_acc != 0)) p.ok = 0;
+    if (p.ok && p.smem_acc) {
+        int dev = 0, limit = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+            (void)cudaGetLastError();  // not sticky: clear it so the launch check does not see it
+            return none;
+        }
+        if (v3_smem_bytes(p, d.cols) + 32 * sizeof(float) > (size_t)limit) return none;
+    }
+    return p;
+}
+
+// Which dx kernel a version request runs: 1, 2 or 3 (see the header comment).
+template <typename T>
+static int bwd_resolve(const fp_norm_bwd_desc &d, int version) {
+    const bool params = d.dgamma || d.dbeta || d.dbias;
+    if (version == 1) return 1;
+    if ((version == 3 || (version == 0 && params)) && v3_plan<T>(d).ok) return 3;
+    // dx v2 (launch_dx): aligned and the row fits 512 threads x 32 / V vectors.
+    constexpr int V = Vec<T>::N;
+    const bool v2 = bwd_vectorizable(d, V) && ceil_div(d.cols / V, 32 / V) <= kBwdV2MaxThreads;
+    return v2 ? 2 : 1;
+}
+
+// Partial rows v3 may write: the grid's upper bound (SMs x the CTA cap), so
+// the buffer never depends on the occupancy query.
+static int64_t v3_max_grid(const fp_norm_bwd_desc &d, const fp_norm_v3_plan &p, int sm_count) {
+    return fp_norm_v3_grid(d.rows, p.rows_per_cta, sm_count, FP_NORM_V3_MAX_CTAS_PER_SM);
+}
+
+template <typename T>
+static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, float *partial, cudaStream_t stream) {
+    const fp_norm_v3_plan p = v3_plan<T>(d);
+    const BwdV3Kernel kernel = p.ok ? v3_kernel<T>(p.nv, p.smem_acc != 0) : nullptr;
+    if (!kernel) return cudaErrorInvalidConfiguration;
+    const bool params = d.dgamma || d.dbeta || d.dbias;
+    if (params && (!partial || !aligned16(partial))) return cudaErrorInvalidValue;
+    const size_t smem = v3_smem_bytes(p, d.cols);
+    const int threads = p.threads_x * p.rows_per_cta;
+    cudaError_t err;
+    if (smem > 48 * 1024) {  // opt in above the default limit (v3_plan checked the device's)
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err != cudaSuccess) return err;
+    }
+    int per_sm = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+    if (err != cudaSuccess) return err;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const int64_t grid = fp_norm_v3_grid(d.rows, p.rows_per_cta, sm_count, per_sm);
+    if (grid > v3_max_grid(d, p, sm_count)) return cudaErrorInvalidConfiguration;  // cannot happen
+    kernel<<<(unsigned)grid, dim3((unsigned)p.threads_x, (unsigned)p.rows_per_cta), smem, stream>>>(
+        d, params ? partial : nullptr);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if (params) {
+        norm_bwd_reduce_v1<T><<<(unsigned)ceil_div(d.cols, 256), 256, 0, stream>>>(d, partial, grid);
+        if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+}
+
+template <typename T>
+static size_t bwd_partial_floats(const fp_norm_bwd_desc &d, int version, int sm_count) {
+    if (!(d.dgamma || d.dbeta || d.dbias)) return 0;
+    if (bwd_resolve<T>(d, version) == 3) return (size_t)(2 * v3_max_grid(d, v3_plan<T>(d), sm_count) * d.cols);
+    const int64_t nchunks = ceil_div(d.rows, bwd_rows_per_chunk(d.rows));
+    return (size_t)(2 * nchunks * d.cols);
+}
+
+template <typename T>
+static cudaError_t bwd_versioned(const fp_norm_bwd_desc &d, int version, int sm_count, float *partial,
+                                 cudaStream_t stream) {
+    switch (bwd_resolve<T>(d, version)) {
+    case 3: return bwd_v3_dispatch<T>(d, sm_count, partial, stream);
+    case 1: return bwd_dispatch<T>(d, true, partial, stream);
+    default: return bwd_dispatch<T>(d, false, partial, stream);
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -412,7 +765,7 @@ static cudaError_t bwd_unfused_dispatch(const fp_norm_bwd_desc &d, float *partia
     n.act = ACT_NONE;
     n.beta = n.bias = nullptr;
     n.dres = nullptr;
-    if ((err = bwd_dispatch<T>(n, partial, stream)) != cudaSuccess) return err;
+    if ((err = bwd_dispatch<T>(n, false, partial, stream)) != cudaSuccess) return err;
     if (d.dres) return bwd_unfused_step<T>(d, EWB_ADD, stream);
     return cudaSuccess;
 }
@@ -421,10 +774,22 @@ static cudaError_t bwd_unfused_dispatch(const fp_norm_bwd_desc &d, float *partia
 
 using namespace fpnorm;
 
-extern "C" size_t fp_norm_bwd_partial_floats(const fp_norm_bwd_desc *d) {
-    if (!(d->dgamma || d->dbeta || d->dbias)) return 0;
-    const int64_t nchunks = ceil_div(d->rows, bwd_rows_per_chunk(d->rows));
-    return (size_t)(2 * nchunks * d->cols);
+extern "C" size_t fp_norm_bwd_partial_floats(const fp_norm_bwd_desc *d, int version, int sm_count) {
+    switch (d->dtype) {
+    case DT_F32: return bwd_partial_floats<float>(*d, version, sm_count);
+    case DT_F16: return bwd_partial_floats<__half>(*d, version, sm_count);
+    case DT_BF16: return bwd_partial_floats<__nv_bfloat16>(*d, version, sm_count);
+    }
+    return 0;
+}
+
+extern "C" int fp_norm_bwd_version_used(const fp_norm_bwd_desc *d, int version) {
+    switch (d->dtype) {
+    case DT_F32: return bwd_resolve<float>(*d, version);
+    case DT_F16: return bwd_resolve<__half>(*d, version);
+    case DT_BF16: return bwd_resolve<__nv_bfloat16>(*d, version);
+    }
+    return 0;
 }
 
 extern "C" cudaError_t fp_norm_bwd_unfused_launch(const fp_norm_bwd_desc *d, float *partial,
@@ -437,11 +802,12 @@ extern "C" cudaError_t fp_norm_bwd_unfused_launch(const fp_norm_bwd_desc *d, flo
     return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t fp_norm_bwd_launch(const fp_norm_bwd_desc *d, float *partial, cudaStream_t stream) {
+extern "C" cudaError_t fp_norm_bwd_launch(const fp_norm_bwd_desc *d, int version, int sm_count, float *partial,
+                                          cudaStream_t stream) {
     switch (d->dtype) {
-    case DT_F32: return bwd_dispatch<float>(*d, partial, stream);
-    case DT_F16: return bwd_dispatch<__half>(*d, partial, stream);
-    case DT_BF16: return bwd_dispatch<__nv_bfloat16>(*d, partial, stream);
+    case DT_F32: return bwd_versioned<float>(*d, version, sm_count, partial, stream);
+    case DT_F16: return bwd_versioned<__half>(*d, version, sm_count, partial, stream);
+    case DT_BF16: return bwd_versioned<__nv_bfloat16>(*d, version, sm_count, partial, stream);
     }
     return cudaErrorInvalidValue;
 }

@@ -49,16 +49,46 @@ cudaError_t fp_norm_fwd_launch(const fp_norm_fwd_desc *d, int version, cudaStrea
  * activation (out = act(out)). Skips steps the desc does not ask for. */
 cudaError_t fp_norm_fwd_unfused_launch(const fp_norm_fwd_desc *d, cudaStream_t stream);
 
-/* Fused backward. `partial` is f32 scratch of fp_norm_bwd_partial_floats()
- * elements (may be NULL when no dgamma/dbeta/dbias is requested). */
-size_t fp_norm_bwd_partial_floats(const fp_norm_bwd_desc *d);
-cudaError_t fp_norm_bwd_launch(const fp_norm_bwd_desc *d, float *partial, cudaStream_t stream);
+/* Fused backward. Versions (kernels/norm/norm_bwd.cu): 1 = scalar dx and
+ * dgamma/dbeta kernels; 2 = dx v2 (row in registers) + a separate dgamma/dbeta
+ * pass where aligned, else 1; 3 = one pass computing dx and the dgamma/dbeta
+ * partial sums (persistent grid of sm_count x <= 2 CTAs) where its plan
+ * applies, else 2; 0 = automatic (3 when dgamma/dbeta/dbias are requested
+ * and it applies, else 2). sm_count: the device's SMs (sizes v3's grid).
+ * `partial` is f32 scratch of fp_norm_bwd_partial_floats(d, version,
+ * sm_count) elements, 16-byte aligned (may be NULL when no
+ * dgamma/dbeta/dbias is requested). */
+size_t fp_norm_bwd_partial_floats(const fp_norm_bwd_desc *d, int version, int sm_count);
+cudaError_t fp_norm_bwd_launch(const fp_norm_bwd_desc *d, int version, int sm_count, float *partial,
+                               cudaStream_t stream);
+/* The dx kernel version (1, 2 or 3) a request for `version` runs on d. */
+int fp_norm_bwd_version_used(const fp_norm_bwd_desc *d, int version);
 /* Unfused baseline of the backward: activation backward written to dx; norm
- * backward on it in place; dx += dres. Same partial buffer. */
+ * backward on it in place (version 2); dx += dres. partial as for version 2. */
 cudaError_t fp_norm_bwd_unfused_launch(const fp_norm_bwd_desc *d, float *partial, cudaStream_t stream);
 
 #ifdef __cplusplus
 }
+#endif
+
+/* Host entry with a forced backward version, for tests and fastbench (static
+ * link; implemented in src/norm/norm.c, not part of the public API). As
+ * fp_norm_backward (same checks and errors), with `version` passed to
+ * fp_norm_bwd_launch; CPU contexts ignore it. Declared only for C/C++ host
+ * code that has the public headers. */
+#if !defined(__CUDACC__)
+#include "fastpath/norm.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params,
+                                   int version);
+/* The dx kernel version (1, 2, 3) a request for `version` runs on a CUDA
+ * context for params; 0 if params are invalid (error cleared). */
+int fp_norm_backward_version_used(const fp_norm_backward_params *params, int version);
+#ifdef __cplusplus
+}
+#endif
 #endif
 
 #endif /* FP_NORM_LAUNCH_H */

@@ -215,12 +215,15 @@ fp_status fp_norm_forward(fp_context *ctx, fp_stream stream, const fp_norm_param
     return fwd_run(ctx, stream, &d, 0);
 }
 
-static fp_status bwd_run(fp_context *ctx, fp_stream stream, const fp_norm_bwd_desc *d, int unfused) {
+/* version: the fused kernel version (0 = automatic; see norm_launch.h). The
+ * unfused baseline always runs version 2's norm backward. */
+static fp_status bwd_run(fp_context *ctx, fp_stream stream, const fp_norm_bwd_desc *d, int unfused, int version) {
     if (ctx->kind == FP_DEVICE_CPU)
         return unfused ? fp_norm_bwd_cpu_unfused(ctx->pool, d) : fp_norm_bwd_cpu(ctx->pool, d);
     FP_TRY(fp_ctx_activate(ctx));
     cudaStream_t s = fp_ctx_stream(ctx, stream);
-    size_t nfloat = fp_norm_bwd_partial_floats(d);
+    const int sm_count = ctx->info.sm_count;
+    size_t nfloat = fp_norm_bwd_partial_floats(d, unfused ? 2 : version, sm_count);
     float *partial = NULL;
     if (nfloat > 0) {
         cudaError_t err = cudaMallocAsync((void **)&partial, nfloat * sizeof(float), s);
@@ -232,7 +235,8 @@ static fp_status bwd_run(fp_context *ctx, fp_stream stream, const fp_norm_bwd_de
         }
     }
     fp_status st = unfused ? launch_status(fp_norm_bwd_unfused_launch(d, partial, s), "fp_norm_bwd_unfused_launch")
-                           : launch_status(fp_norm_bwd_launch(d, partial, s), "fp_norm_bwd_launch");
+                           : launch_status(fp_norm_bwd_launch(d, version, sm_count, partial, s),
+                                           "fp_norm_bwd_launch");
     if (partial) {
         cudaError_t err = cudaFreeAsync(partial, s);
         if (st == FP_OK && err != cudaSuccess) st = fp_cuda_status(err, "cudaFreeAsync", __FILE__, __LINE__);
@@ -244,7 +248,25 @@ fp_status fp_norm_backward(fp_context *ctx, fp_stream stream, const fp_norm_back
     FP_TRY(fp_ctx_check(ctx, -1));
     fp_norm_bwd_desc d;
     FP_TRY(fp_norm_check_bwd(params, &d));
-    return bwd_run(ctx, stream, &d, 0);
+    return bwd_run(ctx, stream, &d, 0, 0);
+}
+
+fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params,
+                                   int version) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    FP_CHECK_ARG(version >= 0 && version <= 3, "argument 'version' (%d) is not 0, 1, 2 or 3", version);
+    fp_norm_bwd_desc d;
+    FP_TRY(fp_norm_check_bwd(params, &d));
+    return bwd_run(ctx, stream, &d, 0, version);
+}
+
+int fp_norm_backward_version_used(const fp_norm_backward_params *params, int version) {
+    fp_norm_bwd_desc d;
+    if (fp_norm_check_bwd(params, &d) != FP_OK) {
+        fp_clear_error();
+        return 0;
+    }
+    return fp_norm_bwd_version_used(&d, version);
 }
 
 /* ---- bytes (roofline) ---- */
@@ -373,7 +395,7 @@ typedef struct bwd_job {
 
 static fp_status bwd_job_run(void *user, fp_stream stream) {
     bwd_job *j = user;
-    return bwd_run(j->ctx, stream, &j->d, j->unfused);
+    return bwd_run(j->ctx, stream, &j->d, j->unfused, 0);
 }
 
 fp_status fp_norm_backward_validate(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params,
