@@ -17,8 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-KEEP = ("summary.txt", "env.txt", "info.txt", "info.json", "fastbench.json", "fastbench.txt",
-        "ctest.log", "sanitizer.log", "python-bench.json", "python-bench.txt")
+KEEP = ("summary.txt", "fastbench.json", "fastbench.txt", "python-bench.json", "python-bench.txt",
+        "logs.tar.gz")
 
 
 def field(result, name):
