@@ -31,6 +31,19 @@ Latency: median per alloc and per free (ns). The Python-loop numbers include
 the perf_counter_ns pair (reported as timer_overhead_ns) and, for torch,
 creating the tensor object: that is what a PyTorch user pays per allocation.
 
+--pluggable adds a fourth path, "torch+fastpath": the same torch loop in a
+child process that first installs libfastpath as PyTorch's CUDA allocator
+(fastpath.torch_alloc.use_fastpath_allocator: torch.cuda.memory.
+CUDAPluggableAllocator over fp_torch_malloc / fp_torch_free; it has to happen
+before CUDA is initialised, hence the subprocess). What it measures is what a
+PyTorch user pays per torch.empty/del with fastpath underneath, including
+PyTorch's own pluggable-allocator bookkeeping. Its peaks and upstream calls
+come from fastpath.torch_alloc.stats() (torch.cuda.memory_stats() raises for
+pluggable allocators), and its record_stream ops call
+fastpath.torch_alloc.record_stream, because Tensor.record_stream is not routed
+to pluggable allocators (a no-op there). Reported under "torch_fastpath"
+beside "torch" (same trace, same streams layout, same passes).
+
 Writes JSON (schema "fastbench-python-alloc/1") with --json and prints a
 table. Exits 0 with a message when torch or CUDA is missing (--allow-cpu runs
 fastpath's half on a CPU context: a test of this script, not a benchmark).
@@ -40,6 +53,7 @@ import datetime
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -89,13 +103,65 @@ def median(xs):
 # torch
 # ---------------------------------------------------------------------------
 
-def torch_pass(torch, events, streams, device):
-    """One replay of events through torch's caching allocator."""
+class TorchMemory:
+    """Statistics and record_stream of torch's own allocator."""
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def reset_peak(self):
+        self.torch.cuda.reset_peak_memory_stats()
+
+    def stats(self):
+        return self.torch.cuda.memory_stats()
+
+    def record_stream(self, x, stream):
+        x.record_stream(stream)
+
+    def empty_cache(self):
+        self.torch.cuda.empty_cache()
+
+
+class FastpathTorchMemory:
+    """The same for torch running on libfastpath (fastpath.torch_alloc): stats
+    under torch.cuda.memory_stats()'s key names."""
+
+    def __init__(self, fta, device_index):
+        self.fta = fta
+        self.device = device_index
+
+    def reset_peak(self):
+        self.fta.reset_peak(self.device)
+
+    def stats(self):
+        st = self.fta.stats(self.device)
+        if st is None:  # nothing allocated on the device yet
+            return {}
+        return {"allocated_bytes.all.peak": st["allocated_bytes"]["peak"],
+                "reserved_bytes.all.peak": st["reserved_bytes"]["peak"],
+                "requested_bytes.all.peak": st["requested_bytes"]["peak"],
+                "segment.all.allocated": st["upstream_allocs"],
+                "segment.all.freed": st["upstream_frees"],
+                "segment.all.current": st["segment_count"]["current"],
+                "num_alloc_retries": st["retries"], "num_ooms": st["ooms"]}
+
+    def record_stream(self, x, stream):
+        self.fta.record_stream(x, stream)  # Tensor.record_stream would be a no-op here
+
+    def empty_cache(self):
+        self.fta.empty_cache()
+
+
+def torch_pass(torch, events, streams, device, mem=None):
+    """One replay of events through torch's allocator (torch's own, or
+    libfastpath installed as the pluggable allocator: `mem` says whose
+    statistics to read)."""
+    mem = mem or TorchMemory(torch)
     pc = time.perf_counter_ns
     slots, alat, flat = {}, [], []
     torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    s0 = torch.cuda.memory_stats()
+    mem.reset_peak()
+    s0 = mem.stats()
     cur = None
     t_start = time.perf_counter()
     for op, size, stream, slot in events:
@@ -118,12 +184,12 @@ def torch_pass(torch, events, streams, device):
         else:
             x = slots.get(slot)
             if x is not None:
-                x.record_stream(streams[stream])
+                mem.record_stream(x, streams[stream])
     total_ms = (time.perf_counter() - t_start) * 1e3
     slots.clear()
     torch.cuda.set_stream(torch.cuda.default_stream())
     torch.cuda.synchronize()
-    s1 = torch.cuda.memory_stats()
+    s1 = mem.stats()
 
     def delta(k):
         return s1.get(k, 0) - s0.get(k, 0)
@@ -143,14 +209,58 @@ def torch_pass(torch, events, streams, device):
             "segments_at_end": s1.get("segment.all.current")}
 
 
-def run_torch(torch, events, streams, passes, device):
+def run_torch(torch, events, streams, passes, device, mem=None):
+    mem = mem or TorchMemory(torch)
     torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    out = [torch_pass(torch, events, streams, device) for _ in range(passes)]
-    torch.cuda.empty_cache()
+    mem.empty_cache()
+    out = [torch_pass(torch, events, streams, device, mem) for _ in range(passes)]
+    mem.empty_cache()
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
     return {"passes": out, "first": out[0], "steady": out[-1], "alloc_conf": conf,
             "version": torch.__version__}
+
+
+# ---------------------------------------------------------------------------
+# torch with libfastpath as its allocator (child process)
+# ---------------------------------------------------------------------------
+
+def pluggable_child(args, layers, steps, out_path):
+    """Runs in a fresh process: installs fastpath before anything initialises
+    CUDA, then the torch loop; writes its result as JSON to out_path."""
+    import fastpath.torch_alloc as fta
+    config = {"max_split_size": args.max_split_mib << 20} if args.max_split_mib else {}
+    fta.use_fastpath_allocator(config or None)  # must precede every CUDA call
+    import torch
+    import fastpath.alloc as fa
+    dev = torch.device(args.device)
+    torch.cuda.set_device(dev)
+    trace = fa.generate_trace(layers=layers, steps=steps, seed=args.seed)
+    events = trace.events()
+    tstreams = [torch.cuda.Stream() for _ in range(max(trace.n_streams, 1))]
+    index = dev.index or 0
+    res = run_torch(torch, events, tstreams, args.passes, args.device, FastpathTorchMemory(fta, index))
+    res["config"] = config
+    res["record_stream"] = "fastpath.torch_alloc.record_stream (Tensor.record_stream is a no-op)"
+    res["stats_after"] = fta.stats(index)
+    trace.close()
+    Path(out_path).write_text(json.dumps(res))
+    return 0
+
+
+def run_pluggable(args, layers, steps):
+    """The torch loop with fastpath as torch's allocator, in a subprocess."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "pluggable.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--pluggable-child", str(out),
+               "--layers", str(layers), "--steps", str(steps), "--seed", str(args.seed),
+               "--passes", str(args.passes), "--device", args.device]
+        if args.max_split_mib:
+            cmd += ["--max-split-mib", str(args.max_split_mib)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if r.returncode != 0 or not out.exists():
+            return {"error": f"child exited {r.returncode}: {(r.stderr or r.stdout)[-2000:]}"}
+        return json.loads(out.read_text())
 
 
 # ---------------------------------------------------------------------------
@@ -259,6 +369,10 @@ def print_table(doc):
     if doc.get("torch"):
         add("torch", "first", doc["torch"]["first"])
         add("torch", "steady", doc["torch"]["steady"])
+    tf = doc.get("torch_fastpath")
+    if tf and "steady" in tf:
+        add("torch+fastpath", "first", tf["first"])
+        add("torch+fastpath", "steady", tf["steady"])
     if doc.get("direct"):
         add("direct " + ("cudaMalloc" if doc["device"].startswith("cuda") else "malloc"), "-",
             doc["direct"])
@@ -270,6 +384,10 @@ def print_table(doc):
         print(f"torch: num_alloc_retries {t['num_alloc_retries']}, num_ooms {t['num_ooms']}, "
               f"segments at end {t['segments_at_end']}, PYTORCH_CUDA_ALLOC_CONF="
               f"{doc['torch']['alloc_conf'] or '(unset)'}")
+    if tf and "error" in tf:
+        print(f"torch+fastpath failed: {tf['error']}")
+    if doc.get("pluggable_note"):
+        print(f"torch+fastpath: {doc['pluggable_note']}")
     print(f"timer overhead (perf_counter_ns pair): {doc['timer_overhead_ns']:.0f} ns")
 
 
@@ -285,10 +403,15 @@ def main(argv=None):
     ap.add_argument("--no-direct", action="store_true", help="skip the cudaMalloc/cudaFree baseline")
     ap.add_argument("--allow-cpu", action="store_true",
                     help="without torch/CUDA, run fastpath's half on a CPU context (script test)")
+    ap.add_argument("--pluggable", action="store_true",
+                    help="also run the torch loop with libfastpath as torch's allocator (subprocess)")
+    ap.add_argument("--pluggable-child", metavar="OUT", help=argparse.SUPPRESS)
     ap.add_argument("--json", help="write the report here")
     args = ap.parse_args(argv)
     layers = args.layers or (4 if args.quick else 12)
     steps = args.steps or (2 if args.quick else 4)
+    if args.pluggable_child:
+        return pluggable_child(args, layers, steps, args.pluggable_child)
 
     torch = None
     reason = None
@@ -335,10 +458,20 @@ def main(argv=None):
                      "streams": trace.n_streams, "allocs": sum(1 for e in events if e[0] == "alloc"),
                      "peak_requested": trace.peak_requested()},
            "passes": args.passes, "timer_overhead_ns": timer_overhead_ns(), "torch": None,
-           "direct": None}
+           "torch_fastpath": None, "direct": None}
     if use_cuda:
         doc["device_name"] = torch.cuda.get_device_name(torch.device(device))
         doc["torch"] = run_torch(torch, events, tstreams, args.passes, device)
+    child_failed = False
+    if args.pluggable:
+        import fastpath.torch_alloc as fta
+        if not use_cuda:
+            doc["pluggable_note"] = f"skipped: {reason or 'no CUDA device'}"
+        elif not fta.available():
+            doc["pluggable_note"] = "skipped: libfastpath lacks fp_torch_malloc / fp_torch_free"
+        else:
+            doc["torch_fastpath"] = run_pluggable(args, layers, steps)
+            child_failed = "error" in doc["torch_fastpath"]
     doc["fastpath"] = run_fastpath(fa, ctx, trace, events, streams, args.passes, config)
     if not args.no_direct:
         doc["direct"] = run_direct(fa, ctx, trace)
@@ -353,7 +486,7 @@ def main(argv=None):
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     trace.close()
     ctx.close()
-    return 0
+    return 1 if child_failed else 0
 
 
 if __name__ == "__main__":

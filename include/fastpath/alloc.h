@@ -483,6 +483,103 @@ FP_API fp_status fp_alloc_trace_replay(fp_allocator *a, const fp_alloc_trace *t,
 FP_API fp_status fp_alloc_trace_replay_direct(const fp_alloc_upstream *up, const fp_alloc_trace *t,
                                               int time_ops, fp_alloc_replay_result *out);
 
+/* ======================================================================== */
+/*  PyTorch pluggable allocator                                             */
+/* ======================================================================== */
+/* Entry points for torch.cuda.memory.CUDAPluggableAllocator(path,
+ * "fp_torch_malloc", "fp_torch_free") followed by
+ * torch.cuda.memory.change_current_allocator(...) (before the process makes
+ * its first CUDA allocation; fastpath.torch_alloc.use_fastpath_allocator()
+ * does both). PyTorch then gets every CUDA tensor's memory from a caching
+ * allocator of this library: one instance per device, created on the first
+ * fp_torch_malloc on that device, over fp_alloc_upstream_device(device) and
+ * fp_alloc_event_ops_cuda(device), with the configuration given to
+ * fp_torch_allocator_configure (defaults otherwise). Instances live until
+ * the process exits (PyTorch may free tensors during interpreter shutdown).
+ *
+ * What PyTorch (2.x) routes to the plugin and what it does not:
+ *   - Tensor allocation and release: fp_torch_malloc / fp_torch_free, with
+ *     the current device and current stream at allocation time; the free
+ *     gets the same device and stream back.
+ *   - Tensor.record_stream(s): NOT routed. The Python CUDAPluggableAllocator
+ *     sets no record-stream hook, so the call is a no-op. Consequence: a
+ *     tensor used on a second stream and freed on the host while that stream
+ *     still works on it goes back to the cache for its allocation stream at
+ *     once, and the next allocation on that stream may get the same memory
+ *     while the second stream still reads or writes it (a silent data
+ *     race). Either order the streams yourself before dropping the last
+ *     reference (alloc_stream.wait_stream(other_stream)), or call
+ *     fp_torch_record_stream (fastpath.torch_alloc.record_stream(t, s))
+ *     where you would call t.record_stream(s); a C++ extension can install
+ *     fp_torch_record_stream as the allocator's record_stream_fn.
+ *   - torch.cuda.empty_cache(): NOT routed from Python (no reset hook is
+ *     set); call fp_torch_empty_cache (fastpath.torch_alloc.empty_cache()).
+ *   - torch.cuda.memory_stats() / memory_snapshot() / reset_peak_memory_stats:
+ *     PyTorch raises for pluggable allocators; read the instance with
+ *     fp_torch_allocator_get and fp_alloc_get_stats / fp_alloc_snapshot_json.
+ *   - CUDA graph capture (private pools): NOT routed; memory allocated during
+ *     capture comes from the ordinary per-stream cache, so a captured graph's
+ *     addresses can be reused by later allocations. Do not capture graphs
+ *     with this allocator installed.
+ */
+
+/* For struct CUstream_st (cudaStream_t is `struct CUstream_st *`, so callers
+ * may pass a cudaStream_t without this header including CUDA's) and
+ * ssize_t. */
+#include <sys/types.h>
+struct CUstream_st;
+
+/* The allocation function PyTorch calls (its signature for alloc_fn_name).
+ * Returns a block of at least `size` bytes of device memory of CUDA device
+ * `device`, ordered on `stream` (stream-ordered reuse as fp_alloc_alloc),
+ * FP_ALLOC_ALIGN-aligned. size 0: returns NULL, records no error and
+ * creates no instance (PyTorch's own allocator also returns NULL for 0
+ * bytes; such a pointer is never passed to the free function). On failure
+ * returns NULL and the detail is in fp_last_error(): a negative size or one
+ * above FP_ALLOC_MAX_REQUEST (FP_ERR_INVALID_ARGUMENT), a device that does
+ * not exist (FP_ERR_NO_DEVICE), out of memory after the cache was released
+ * (FP_ERR_OUT_OF_MEMORY, message with requested/allocated/reserved bytes).
+ * PyTorch (2.x, as read for this port) does not check alloc_fn's result: a
+ * NULL for size > 0 becomes a tensor with a null data pointer and the
+ * failure shows up at its first use (an illegal-address CUDA error), not as
+ * torch.cuda.OutOfMemoryError; a C function cannot throw the C++ exception
+ * that would. Watch fastpath.torch_alloc.stats(device)["ooms"].
+ * Thread-safe; after the first call on a device the cost is one atomic
+ * load plus fp_alloc_alloc. */
+FP_API void *fp_torch_malloc(ssize_t size, int device, struct CUstream_st *stream);
+/* The release function PyTorch calls. `size` and `stream` are ignored (the
+ * block knows its size and stream). A pointer that no instance owns (not
+ * allocated here, already freed) and NULL are ignored: nothing changes, the
+ * detail of the former is in fp_last_error(). A pointer owned by another
+ * device's instance than `device` is freed there. Thread-safe. */
+FP_API void fp_torch_free(void *ptr, ssize_t size, int device, struct CUstream_st *stream);
+/* Marks that `ptr` (a live fp_torch_malloc block) is used on `stream` as
+ * fp_alloc_record_stream does (the signature of PyTorch's C++
+ * record_stream_fn). Unknown pointers and NULL are ignored (detail in
+ * fp_last_error()). Thread-safe. */
+FP_API void fp_torch_record_stream(void *ptr, struct CUstream_st *stream);
+/* fp_alloc_empty_cache on every instance created so far (the signature of
+ * PyTorch's reset_fn). Thread-safe. */
+FP_API void fp_torch_empty_cache(void);
+
+/* Sets the configuration every instance will be created with (copied;
+ * NULL: defaults). May be called any number of times before the first
+ * instance is created (the last call wins). FP_ERR_INVALID_ARGUMENT once an
+ * instance exists (the first fp_torch_malloc with size > 0 on an existing
+ * device creates one, even if that allocation then fails), or for a bad
+ * config (what fp_alloc_create rejects: struct_size, divisions, fractions);
+ * the configuration in force is unchanged then.
+ * Touches no CUDA state. Thread-safe. */
+FP_API fp_status fp_torch_allocator_configure(const fp_alloc_config *cfg);
+/* The instance of device `device`, for fp_alloc_get_stats,
+ * fp_alloc_snapshot_json, fp_alloc_reset_peak, fp_alloc_trim... (not
+ * fp_alloc_destroy: the library owns it). Does not create one: FP_ERR_NOT_FOUND
+ * while nothing was allocated on that device; FP_ERR_NO_DEVICE for a
+ * negative index or one >= the number of CUDA devices;
+ * FP_ERR_INVALID_ARGUMENT for NULL out. *out is set only on success.
+ * Thread-safe. */
+FP_API fp_status fp_torch_allocator_get(int device, fp_allocator **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,4 +24,34 @@ void fp_alloc_region_set_release(fp_alloc_upstream *up, int device,
                                  void (*release)(void *user_base, size_t user_bytes, int device));
 int fp_alloc_region_info(const fp_alloc_upstream *up, size_t *used, size_t *n_live, size_t *n_free);
 
+/* The per-device instance table behind fp_torch_malloc / fp_torch_free
+ * (torch_allocator.c), exposed so tests drive the same code over the host
+ * upstream. The exported fp_torch_* functions use one process-wide table
+ * whose factory makes device-upstream + CUDA-event instances. A table holds
+ * at most FP_TORCH_MAX_DEVICES instances. */
+#define FP_TORCH_MAX_DEVICES 64
+typedef struct fp_torch_table fp_torch_table;
+/* Makes the instance of `device` with configuration `cfg` (never NULL).
+ * Called with the table's lock held, at most once per device that
+ * succeeds. */
+typedef fp_status (*fp_torch_factory)(void *user, int device, const fp_alloc_config *cfg,
+                                      fp_allocator **out);
+/* n_devices in [1, FP_TORCH_MAX_DEVICES]: valid indices are [0, n_devices). */
+fp_status fp_torch_table_create(int n_devices, fp_torch_factory make, void *user,
+                                fp_torch_table **out);
+/* Destroys every instance (their pointers become invalid). NULL: no-op. */
+void fp_torch_table_destroy(fp_torch_table *t);
+fp_status fp_torch_table_configure(fp_torch_table *t, const fp_alloc_config *cfg);
+fp_status fp_torch_table_get(fp_torch_table *t, int device, fp_allocator **out);
+void *fp_torch_table_malloc(fp_torch_table *t, ptrdiff_t size, int device, fp_stream stream);
+void fp_torch_table_free(fp_torch_table *t, void *ptr, int device);
+fp_status fp_torch_table_record_stream(fp_torch_table *t, void *ptr, fp_stream stream);
+void fp_torch_table_empty_cache(fp_torch_table *t);
+/* Number of instances created so far. */
+int fp_torch_table_instances(fp_torch_table *t);
+/* Test hook: replaces the process-wide table's factory and device count
+ * (n_devices <= 0: ask fp_device_count, the default). FP_ERR_INVALID_ARGUMENT
+ * once an instance exists. */
+fp_status fp_torch_global_set_factory(fp_torch_factory make, void *user, int n_devices);
+
 #endif /* FASTPATH_ALLOC_INTERNAL_H */
