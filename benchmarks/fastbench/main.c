@@ -3,7 +3,7 @@
  *   fastbench list
  *   fastbench run [NAME-or-prefix ...] [--device cpu|cuda:N] [--dtype bf16,f16]
  *                 [--quick] [--json FILE] [--max-time S] [--min-samples N]
- *                 [--max-samples N] [--noise F] [--flush-l2] [--NAME VALUE] [--set NAME=VALUE]
+ *                 [--max-samples N] [--noise F] [--flush-l2] [--graph] [--NAME VALUE] [--set NAME=VALUE]
  *   fastbench compare OLD.json NEW.json [--min-effect F]
  *   fastbench info [--json FILE]
  *
@@ -32,6 +32,7 @@ static void usage(FILE *f) {
             "      --max-time S            time cap per measured callable (default 2)\n"
             "      --min-samples N --max-samples N --noise F (target relative noise, default 0.005)\n"
             "      --flush-l2              flush L2 before every sample (cold cache)\n"
+            "      --graph                 CUDA: time CUDA-graph replays (no launch gaps)\n"
             "      --NAME VALUE | --set NAME=VALUE   shape options (e.g. --rows 4096 --cols 768)\n"
             "  fastbench compare OLD.json NEW.json [--min-effect F]   regression report\n"
             "  fastbench info [--json FILE]           device, peaks, versions\n");
@@ -117,6 +118,7 @@ static int parse_run_args(int argc, char **argv, fb_options *o, char **patterns,
         if (a[0] != '-') { patterns[(*npatterns)++] = argv[i]; continue; }
         if (strcmp(a, "--quick") == 0) { o->quick = 1; continue; }
         if (strcmp(a, "--flush-l2") == 0) { o->timing.flush_l2 = 1; continue; }
+        if (strcmp(a, "--graph") == 0) { o->timing.use_graph = 1; continue; }
         if (a[1] != '-' || a[2] == '\0') { fprintf(stderr, "fastbench: unknown option '%s'\n", a); return 0; }
         if (!v) { fprintf(stderr, "fastbench: option %s needs a value\n", a); return 0; }
         i++;

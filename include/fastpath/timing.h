@@ -65,6 +65,13 @@ typedef struct fp_timing_config {
                                 sample (cold-cache timing); forces 1 call/sample */
     double min_sample_ms;    /* batch calls so one sample lasts at least this
                                 long (default 0.05 ms); ignored with flush_l2 */
+    int use_graph;           /* CUDA: capture each sample's calls into a CUDA
+                                graph once and time its replays, so launch
+                                gaps between small kernels do not count
+                                (default 0). The callable must be capturable
+                                (no synchronization, no host reads of device
+                                data); otherwise FP_ERR_UNSUPPORTED. Ignored on
+                                CPU contexts. Not with the legacy stream 0. */
 } fp_timing_config;
 
 /* Fills the defaults listed above. */

@@ -2,6 +2,7 @@
  * context, memory helpers, the probe kernels against the CPU versions on
  * poisoned outputs (odd sizes, misaligned pointers), event timing, A/B with L2
  * flush, copy bandwidth against the device peak. */
+#include <cuda_runtime_api.h>
 #include <string.h>
 
 #include "fp_test.h"
@@ -53,6 +54,52 @@ typedef struct copy_case {
 static fp_status copy_fn(void *u, fp_stream s) {
     copy_case *c = u;
     return fp_copy(c->ctx, s, c->version, c->dst, c->src, c->bytes);
+}
+
+typedef struct small_axpby {
+    fp_context *ctx;
+    void *x, *y, *out;
+    size_t n;
+} small_axpby;
+
+static fp_status small_axpby_fn(void *u, fp_stream s) {
+    small_axpby *c = u;
+    return fp_axpby(c->ctx, s, 2, FP_F32, c->n, 1.5f, c->x, -0.75f, c->y, c->out);
+}
+
+/* Synchronizes its stream: legal when run, illegal while being captured. */
+static fp_status syncing_fn(void *u, fp_stream s) {
+    fp_status st = small_axpby_fn(u, s);
+    if (st != FP_OK) return st;
+    return cudaStreamSynchronize((cudaStream_t)s) == cudaSuccess ? FP_OK : FP_ERR_CUDA;
+}
+
+/* use_graph: a small kernel timed through graph replays has no launch gaps,
+ * so its median is not above the plain one; a callable that cannot be
+ * captured gives FP_ERR_UNSUPPORTED and leaves the stream usable. */
+static void test_graph_timing(fp_context *gpu) {
+    small_axpby c = {gpu, NULL, NULL, NULL, 4096};
+    CHECK_OK(fp_mem_alloc(gpu, c.n * 4, &c.x));
+    CHECK_OK(fp_mem_alloc(gpu, c.n * 4, &c.y));
+    CHECK_OK(fp_mem_alloc(gpu, c.n * 4, &c.out));
+    CHECK_OK(fp_mem_fill(gpu, c.x, 0x3f, c.n * 4, NULL));
+    CHECK_OK(fp_mem_fill(gpu, c.y, 0x3e, c.n * 4, NULL));
+    fp_timing_config cfg;
+    fp_timing_config_default(&cfg);
+    cfg.max_time_s = 0.3;
+    fp_stats plain, graph;
+    CHECK_OK(fp_time(gpu, NULL, small_axpby_fn, &c, &cfg, &plain));
+    cfg.use_graph = 1;
+    CHECK_OK(fp_time(gpu, NULL, small_axpby_fn, &c, &cfg, &graph));
+    CHECK_MSG(graph.median_ms <= plain.median_ms * 1.1, "graph %.4f ms vs plain %.4f ms per call", graph.median_ms,
+              plain.median_ms);
+    printf("small axpby: plain %.2f us, graph replay %.2f us per call\n", plain.median_ms * 1e3, graph.median_ms * 1e3);
+    CHECK_STATUS(fp_time(gpu, NULL, syncing_fn, &c, &cfg, &graph), FP_ERR_UNSUPPORTED);
+    cfg.use_graph = 0;
+    CHECK_OK(fp_time(gpu, NULL, small_axpby_fn, &c, &cfg, &plain)); /* the stream still works */
+    fp_mem_free(gpu, c.x);
+    fp_mem_free(gpu, c.y);
+    fp_mem_free(gpu, c.out);
 }
 
 int main(void) {
@@ -115,6 +162,8 @@ int main(void) {
     fp_mem_free(gpu, src);
     fp_mem_free(gpu, d1);
     fp_mem_free(gpu, d2);
+
+    test_graph_timing(gpu);
 
     /* Out-of-memory is a status, not a crash. */
     void *huge = NULL;

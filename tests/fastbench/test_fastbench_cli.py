@@ -236,3 +236,10 @@ def test_copy_size_out_of_range_fails_the_row(fastbench, mib):
     p = run(fastbench, "run", "timing/copy", "--quick", "--device", "cpu", "--mib", mib)
     assert p.returncode == 1, (p.stdout, p.stderr)
     assert "FAILED" in p.stdout and "--mib" in p.stdout
+
+
+def test_graph_flag_accepted(fastbench, tmp_path):
+    """--graph is a CUDA timing mode; on the CPU it is accepted and ignored."""
+    path = tmp_path / "g.json"
+    run(fastbench, "run", "timing/self_check", "--quick", "--device", "cpu", "--graph", "--json", str(path), check=0)
+    assert json.loads(path.read_text())["results"][0]["passed"] is True

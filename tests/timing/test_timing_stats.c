@@ -182,6 +182,14 @@ static void test_time_and_ab(void) {
     CHECK_STATUS(fp_time(ctx, NULL, NULL, &a, &cfg, &st), FP_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(fp_time(NULL, NULL, busy_fn, &a, &cfg, &st), FP_ERR_INVALID_ARGUMENT);
 
+    /* use_graph is a CUDA mode: ignored on a CPU context; only 0 or 1. */
+    fp_timing_config graph_cfg = cfg;
+    graph_cfg.use_graph = 1;
+    CHECK_OK(fp_time(ctx, NULL, busy_fn, &a, &graph_cfg, &st));
+    CHECK(st.samples >= 1 && st.median_ms > 0);
+    graph_cfg.use_graph = 2;
+    CHECK_STATUS(fp_time(ctx, NULL, busy_fn, &a, &graph_cfg, &st), FP_ERR_INVALID_ARGUMENT);
+
     /* A callable failing propagates its status. */
     busy f = {10, o1, 64, 1, 0, FP_ERR_UNSUPPORTED};
     CHECK_STATUS(fp_time(ctx, NULL, busy_fn, &f, &cfg, &st), FP_ERR_UNSUPPORTED);

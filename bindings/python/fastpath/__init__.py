@@ -184,7 +184,7 @@ def stats(samples_ms):
     return _stats_dict(out)
 
 
-def _config(max_time_s=None, min_samples=None, flush_l2=False):
+def _config(max_time_s=None, min_samples=None, flush_l2=False, use_graph=False):
     cfg = _lib.TimingConfig()
     lib.fp_timing_config_default(ctypes.byref(cfg))
     if max_time_s is not None:
@@ -193,6 +193,7 @@ def _config(max_time_s=None, min_samples=None, flush_l2=False):
         cfg.min_samples = min_samples
         cfg.max_samples = max(cfg.max_samples, min_samples)
     cfg.flush_l2 = int(bool(flush_l2))
+    cfg.use_graph = int(bool(use_graph))
     return cfg
 
 
@@ -227,11 +228,11 @@ class _Timed:
         check(status)
 
 
-def time(ctx, fn, max_time_s=None, min_samples=None, flush_l2=False):
+def time(ctx, fn, max_time_s=None, min_samples=None, flush_l2=False, use_graph=False):
     """Times fn(stream) on ctx; returns the statistics as a dict. An exception
     raised by fn is re-raised as the cause of a FastpathError (INTERNAL)."""
     t = _Timed(fn)
-    cfg = _config(max_time_s, min_samples, flush_l2)
+    cfg = _config(max_time_s, min_samples, flush_l2, use_graph)
     out = _lib.Stats()
     lib.fp_clear_error()
     t.check(lib.fp_time(ctx.handle, None, t.cfn, None, ctypes.byref(cfg), ctypes.byref(out)))
@@ -239,7 +240,7 @@ def time(ctx, fn, max_time_s=None, min_samples=None, flush_l2=False):
 
 
 def ab(ctx, baseline, optimized, bytes=0.0, flops=0.0, max_time_s=None, min_samples=None,
-       flush_l2=False):
+       flush_l2=False, use_graph=False):
     """Baseline vs optimized through the timing engine (interleaved, noise-aware
     verdict, roofline). Compare outputs yourself, or use a capability's validate."""
     spec = _lib.ABSpec()
@@ -247,7 +248,7 @@ def ab(ctx, baseline, optimized, bytes=0.0, flops=0.0, max_time_s=None, min_samp
     b, o = _Timed(baseline), _Timed(optimized)
     spec.baseline, spec.optimized = b.cfn, o.cfn
     spec.bytes, spec.flops = float(bytes), float(flops)
-    cfg = _config(max_time_s, min_samples, flush_l2)
+    cfg = _config(max_time_s, min_samples, flush_l2, use_graph)
     rep = _lib.ABReport()
     lib.fp_clear_error()
     b.check(lib.fp_ab_run(ctx.handle, None, ctypes.byref(spec), ctypes.byref(cfg), ctypes.byref(rep)), o)

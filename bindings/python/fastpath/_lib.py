@@ -49,7 +49,8 @@ class Stats(ctypes.Structure):
 class TimingConfig(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t), ("warmup", c_int), ("min_samples", c_int),
                 ("max_samples", c_int), ("max_time_s", c_double), ("target_noise", c_double),
-                ("min_effect", c_double), ("flush_l2", c_int), ("min_sample_ms", c_double)]
+                ("min_effect", c_double), ("flush_l2", c_int), ("min_sample_ms", c_double),
+                ("use_graph", c_int)]
 
 
 class CompareResult(ctypes.Structure):
