@@ -101,7 +101,7 @@ if want_time bench 60; then
   timeout "$bench_time" ./build-gpu/fastbench run "$@" --json "$out/fastbench.json" > "$out/fastbench.txt" 2>&1
   r=$?
   [ $r -ne 0 ] && rc=1
-  stamp "fastbench rc=$r$([ $r -eq 124 ] && echo ' (out of time: JSON not written)')"
+  stamp "fastbench rc=$r$([ $r -eq 124 ] && echo ' (out of time: fastbench.json holds the scenarios that finished, complete=false)')"
   tail -n 40 "$out/fastbench.txt"
 fi
 

@@ -200,11 +200,17 @@ static cJSON *report_doc(const fp_device_info *dev) {
     return doc;
 }
 
+/* Writes through a temporary file and a rename, so a run killed mid-write
+ * leaves the previous complete document, never a truncated one. */
 static int write_json(const char *path, cJSON *doc) {
+    char tmp[4096];
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
     char *text = cJSON_Print(doc);
-    FILE *f = text ? fopen(path, "w") : NULL;
+    FILE *f = (text && n > 0 && (size_t)n < sizeof tmp) ? fopen(tmp, "w") : NULL;
     int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
     if (f && fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, path) != 0) ok = 0;
+    if (!ok && f) remove(tmp);
     cJSON_free(text);
     if (!ok) fprintf(stderr, "fastbench: cannot write %s\n", path);
     return ok;
@@ -229,16 +235,20 @@ static int cmd_run(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    /* An unwritable --json path is found now, not after minutes of runs.
-     * "a" neither truncates an existing report nor needs it to exist. */
+    /* An unwritable --json path is found now, not after minutes of runs: by
+     * creating the temporary file write_json renames into place, which
+     * leaves an existing report untouched and creates no empty one. */
     if (o.json_path) {
-        FILE *f = fopen(o.json_path, "a");
+        char tmp[4096];
+        int n = snprintf(tmp, sizeof tmp, "%s.tmp", o.json_path);
+        FILE *f = (n > 0 && (size_t)n < sizeof tmp) ? fopen(tmp, "w") : NULL;
         if (!f) {
             fprintf(stderr, "fastbench: cannot write --json %s: %s\n", o.json_path, strerror(errno));
             free(patterns);
             return 2;
         }
         fclose(f);
+        remove(tmp);
     }
     int selected = 0;
     for (int i = 0; i < fb_scenario_count(); ++i)
@@ -259,6 +269,8 @@ static int cmd_run(int argc, char **argv) {
     fp_device_info_init(&dev);
     fp_context_device_info(ctx, &dev);
     cJSON *doc = report_doc(&dev);
+    /* false in the copies written after each scenario, true at the end */
+    cJSON_AddFalseToObject(doc, "complete");
     cJSON *results = cJSON_AddArrayToObject(doc, "results");
     cJSON *skipped = cJSON_AddArrayToObject(doc, "skipped");
     int tty = isatty(STDERR_FILENO), failures = 0, done = 0;
@@ -299,8 +311,12 @@ static int cmd_run(int argc, char **argv) {
         }
         fflush(stdout);
         fb_run_free(&run);
+        /* Rewrite the report after every scenario: a run stopped by a time
+         * limit (the GPU check's) still leaves every finished result. */
+        if (o.json_path && done < selected) write_json(o.json_path, doc);
     }
     int rc = failures ? 1 : 0;
+    cJSON_ReplaceItemInObjectCaseSensitive(doc, "complete", cJSON_CreateTrue());
     if (o.json_path && !write_json(o.json_path, doc)) rc = 2;
     if (failures) fprintf(stderr, "fastbench: %d failure(s)\n", failures);
     cJSON_Delete(doc);

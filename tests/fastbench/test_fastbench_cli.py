@@ -33,6 +33,7 @@ def report(fastbench, tmp_path_factory):
 def test_run_writes_schema(report):
     _, doc = report
     assert doc["schema"] == "fastbench/1"
+    assert doc["complete"] is True
     for key in ("date", "git_commit", "library_version", "device", "results"):
         assert key in doc
     dev = doc["device"]
@@ -243,3 +244,23 @@ def test_graph_flag_accepted(fastbench, tmp_path):
     path = tmp_path / "g.json"
     run(fastbench, "run", "timing/self_check", "--quick", "--device", "cpu", "--graph", "--json", str(path), check=0)
     assert json.loads(path.read_text())["results"][0]["passed"] is True
+
+
+def test_partial_report_survives_a_kill(fastbench, tmp_path):
+    """The JSON is rewritten after every scenario, atomically: a run stopped by a
+    time limit leaves the finished results, marked incomplete."""
+    import signal
+    import time as _time
+    path = tmp_path / "partial.json"
+    p = subprocess.Popen([fastbench, "run", "timing/", "--device", "cpu", "--max-time", "2", "--json", str(path)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = _time.time() + 120
+    while not path.exists() and _time.time() < deadline and p.poll() is None:
+        _time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    if not path.exists():
+        pytest.skip("the run ended before its first scenario finished")
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == "fastbench/1" and len(doc["results"]) >= 1
+    assert doc["complete"] is False
