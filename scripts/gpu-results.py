@@ -88,8 +88,9 @@ def main(argv):
     for name in KEEP:
         if (src / name).exists():
             shutil.copy2(src / name, dest / name)
+    partial = "" if doc.get("complete", True) else ", incomplete run: stopped before every scenario finished"
     text = table(evaluate(doc, targets), f"`{dest.relative_to(RESULTS)}/` ({doc['device']['name']}, "
-                                         f"{doc['date']}, commit {doc['git_commit'][:12]})")
+                                         f"{doc['date']}, commit {doc['git_commit'][:12]}{partial})")
     readme = RESULTS / "README.md"
     body = readme.read_text()
     start, end = "<!-- TARGETS -->", "<!-- /TARGETS -->"
