@@ -49,6 +49,23 @@ static double measure_copy_gbps(fb_run *run) {
     return gbps;
 }
 
+/* mean / rstd of x as the forward saves them (the backward's inputs);
+ * out is scratch of x's size, stats [2 * rows] f32 (mean, then rstd). */
+static fp_status forward_stats(fp_context *ctx, fp_norm_kind kind, int64_t rows, int64_t cols, fp_dtype dt,
+                               const void *x, void *out, float *stats) {
+    fp_norm_params fp;
+    fp_norm_params_default(&fp);
+    fp.kind = kind;
+    fp.rows = rows;
+    fp.cols = cols;
+    fp.x_dtype = fp.residual_dtype = fp.out_dtype = fp.param_dtype = dt;
+    fp.x = x;
+    fp.out = out;
+    fp.mean = stats;
+    fp.rstd = stats + rows;
+    return fp_norm_forward(ctx, NULL, &fp);
+}
+
 typedef struct shape_list {
     int64_t (*shapes)[2];
     int n;
@@ -176,20 +193,7 @@ static fp_status run_bwd(fb_run *run, fp_norm_kind kind) {
                 if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 15, -0.5f, 0.5f, &b);
                 if (st == FP_OK) st = fp_mem_alloc(ctx, 2 * (size_t)rows * sizeof(float), &stats);
                 if (st == FP_OK) st = fp_mem_alloc(ctx, n * es, &tmp);
-                /* mean / rstd of x, as the forward saves them */
-                if (st == FP_OK) {
-                    fp_norm_params fp;
-                    fp_norm_params_default(&fp);
-                    fp.kind = kind;
-                    fp.rows = rows;
-                    fp.cols = cols;
-                    fp.x_dtype = fp.residual_dtype = fp.out_dtype = fp.param_dtype = dt;
-                    fp.x = x;
-                    fp.out = tmp;
-                    fp.mean = (float *)stats;
-                    fp.rstd = (float *)stats + rows;
-                    st = fp_norm_forward(ctx, NULL, &fp);
-                }
+                if (st == FP_OK) st = forward_stats(ctx, kind, rows, cols, dt, x, tmp, (float *)stats);
                 fp_ab_report rep;
                 if (st == FP_OK) {
                     fp_norm_backward_params p;
@@ -272,19 +276,7 @@ static fp_status run_bwd_versions(fb_run *run) {
                     st = fp_mem_alloc(ctx, tb + 2 * vb, &out[k]);
                     if (st == FP_OK) st = fp_mem_fill(ctx, out[k], 0xFF, tb + 2 * vb, NULL);
                 }
-                if (st == FP_OK) { /* mean / rstd of x, as the forward saves them */
-                    fp_norm_params fp;
-                    fp_norm_params_default(&fp);
-                    fp.kind = kind;
-                    fp.rows = rows;
-                    fp.cols = cols;
-                    fp.x_dtype = fp.residual_dtype = fp.out_dtype = fp.param_dtype = dt;
-                    fp.x = x;
-                    fp.out = tmp;
-                    fp.mean = (float *)stats;
-                    fp.rstd = (float *)stats + rows;
-                    st = fp_norm_forward(ctx, NULL, &fp);
-                }
+                if (st == FP_OK) st = forward_stats(ctx, kind, rows, cols, dt, x, tmp, (float *)stats);
                 fp_ab_report rep;
                 bwd_version_job job[2];
                 if (st == FP_OK) {
