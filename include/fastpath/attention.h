@@ -42,6 +42,10 @@
  *   lse [batch, heads_q, seqlen_q]            f32, dense (optional, written)
  *   seqlens_k [batch]                         int32 (optional, read)
  *   cu_seqlens_q, cu_seqlens_k [batch + 1]    int32 (optional, read: varlen)
+ *   block_table [batch, block_table_stride]   int32 (optional, read: paged KV
+ *                                             cache; K and V are then pools
+ *                                             [num_pages, page_size, heads_kv,
+ *                                             head_dim], see the field)
  *   Every pointer is ctx memory (device memory on a CUDA context, host memory
  *   on a CPU context). Strides are in elements, per tensor, for the batch,
  *   sequence and head dimensions; head_dim is contiguous (stride 1). A stride
@@ -142,6 +146,29 @@ typedef struct fp_attention_params {
      * sequence). */
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
+
+    /* ---- Added in 0.2 (a struct_size from 0.1, ending at cu_seqlens_k, is
+     * still accepted: the fields below then read as NULL / 0). ---- */
+
+    /* Optional paged KV cache (the block tables of vLLM and FlashAttention's
+     * flash_attn_with_kvcache). K and V are then pools of pages
+     *     K, V [num_pages, page_size, heads_kv, head_dim]
+     * whose batch stride is the page stride (0 = packed pages) and whose
+     * sequence stride steps one key inside a page. Key j of sequence b lives
+     * in page block_table[b * block_table_stride + j / page_size], row
+     * j % page_size. seqlen_k is the longest sequence (keys), at most
+     * block_table_stride * page_size; seqlens_k gives each sequence's own
+     * length as without paging. Pages may be shared between sequences (a
+     * common prefix) and appear in any order. Not with cu_seqlens.
+     * Entries must lie in [0, num_pages): checked on a CPU context
+     * (FP_ERR_INVALID_ARGUMENT, nothing written); on a CUDA context the table
+     * is device memory and is not read back: an entry out of range reads its
+     * keys and values as zeros (never outside the pools) and the result of
+     * that sequence is unspecified. NULL block_table: K and V are dense. */
+    const int32_t *block_table;  /* int32 [batch, block_table_stride] */
+    int block_table_stride;      /* entries per sequence, >= ceil(seqlen_k / page_size) */
+    int page_size;               /* keys per page, >= 1 (any value; 16..256 typical) */
+    int num_pages;               /* pages in the K and V pools, >= 1 */
 } fp_attention_params;
 
 /* Zeroes p and sets struct_size, dtype = FP_BF16, softmax_scale = 0 (default
@@ -174,7 +201,9 @@ FP_API void fp_attention_params_default(fp_attention_params *p);
  *     offsets / a sequence longer than seqlen_q / seqlen_k; negative strides
  *     or strides under which
  *     two rows of a tensor overlap; pointers not aligned to the element size
- *     (CPU) or to 16 bytes, with row strides not multiples of 16 bytes (CUDA).
+ *     (CPU) or to 16 bytes, with row strides not multiples of 16 bytes (CUDA);
+ *     block_table with page_size, num_pages or block_table_stride out of
+ *     range, with cu_seqlens, or (CPU) with an entry outside [0, num_pages).
  *     The message names the argument.
  *   FP_ERR_OUT_OF_MEMORY: scratch for split-KV partials or CPU tiles.
  *   FP_ERR_CUDA: a launch failed.

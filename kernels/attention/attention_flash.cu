@@ -58,6 +58,8 @@ struct flash_params {
     int num_splits;
     float *o_part;      // [num_splits, batch, hq, sq, D] when num_splits > 1
     float *lse_part;    // [num_splits, batch, hq, sq]
+    const int32_t *block_table; // paged KV: [batch, bt_stride] page of each page_size keys, or NULL
+    int bt_stride, page_size, num_pages;
 };
 
 // ---- PTX wrappers --------------------------------------------------------
@@ -155,6 +157,47 @@ __device__ __forceinline__ void load_tile(T *tile, const T *base, int64_t row_st
     }
 }
 
+// Paged KV cache: row r of the tile is key n0 + r of the sequence, found in
+// page bt[(n0 + r) / page_size]; base is the pool plus the head offset and
+// page_stride the pool's page stride. An entry outside [0, num_pages) (the
+// table is device memory and is not checked on the host) zero-fills the
+// row instead of reading outside the pool. One integer division per 16-byte
+// chunk; the table entry is read through the read-only path (shared by
+// every chunk of a row and usually by the whole tile).
+template <typename T, int D, int NT>
+__device__ __forceinline__ void load_tile_paged(T *tile, const T *base, int64_t page_stride, int64_t row_stride,
+                                                const int32_t *bt, int page_size, int num_pages, int n0, int rows,
+                                                int valid, int tid) {
+    constexpr int CH = D / 8;
+#pragma unroll 1
+    for (int idx = tid; idx < rows * CH; idx += NT) {
+        int r = idx / CH, c = idx % CH;
+        bool ok = r < valid;
+        const T *src = base;
+        if (ok) {
+            const int key = n0 + r;
+            const int pg = __ldg(bt + key / page_size);
+            ok = (unsigned)pg < (unsigned)num_pages;
+            if (ok) src = base + (int64_t)pg * page_stride + (int64_t)(key % page_size) * row_stride + c * 8;
+        }
+        cp_async16(smem_u32(tile + swz<D>(r, c)), src, ok);
+    }
+}
+
+// K or V tile of keys [n0, n0 + rows): dense (base = the sequence's row 0 of
+// this head) or paged (base = the pool at this head, bt = the sequence's
+// block-table row).
+template <typename T, int D, int NT>
+__device__ __forceinline__ void load_kv_tile(T *tile, const flash_params &p, const T *base, int64_t page_stride,
+                                             int64_t row_stride, const int32_t *bt, int n0, int rows, int valid,
+                                             int tid) {
+    if (bt)
+        load_tile_paged<T, D, NT>(tile, base, page_stride, row_stride, bt, p.page_size, p.num_pages, n0, rows,
+                                  valid, tid);
+    else
+        load_tile<T, D, NT>(tile, base + (int64_t)n0 * row_stride, row_stride, rows, valid, tid);
+}
+
 // The body of both versions; Tr = traits<D> (v1) or traits_v2<D> (v2).
 // grid: (m_tiles * num_splits, heads_kv, batch); block: kWarps * 32.
 template <typename T, int D, typename Tr>
@@ -192,8 +235,10 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
     // seqlen_q * group < kBr) skips the math but still loads and syncs.
     const bool warp_active = m0 + wrow < rows;
 
-    const T *k_base = static_cast<const T *>(p.k) + S.k0 + hk * p.k_hs;
-    const T *v_base = static_cast<const T *>(p.v) + S.v0 + hk * p.v_hs;
+    // Paged: the pools at this head and the sequence's block-table row.
+    const int32_t *bt = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : nullptr;
+    const T *k_base = static_cast<const T *>(p.k) + (bt ? 0 : S.k0) + hk * p.k_hs;
+    const T *v_base = static_cast<const T *>(p.v) + (bt ? 0 : S.v0) + hk * p.v_hs;
 
     float o_acc[MT][D / 8][4];
 #pragma unroll
@@ -227,9 +272,9 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                 cp_async16(smem_u32(q_smem + swz<D>(r, c)), src, ok);
             }
         }
-        load_tile<T, D, NT>(k_smem, k_base + (int64_t)s_begin * Bc * p.k_ss, p.k_ss, Bc, L - s_begin * Bc, tid);
+        load_kv_tile<T, D, NT>(k_smem, p, k_base, p.k_bs, p.k_ss, bt, s_begin * Bc, Bc, L - s_begin * Bc, tid);
         cp_async_commit();
-        load_tile<T, D, NT>(v_smem, v_base + (int64_t)s_begin * Bc * p.v_ss, p.v_ss, Bc, L - s_begin * Bc, tid);
+        load_kv_tile<T, D, NT>(v_smem, p, v_base, p.v_bs, p.v_ss, bt, s_begin * Bc, Bc, L - s_begin * Bc, tid);
         cp_async_commit();
 
         cp_async_wait<1>(); // all but the newest group (V[first]): Q and K landed
@@ -291,8 +336,8 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             // t-1, finished before the barrier above). Always commit so the
             // group count stays fixed.
             if (has_next)
-                load_tile<T, D, NT>(k_smem + (buf ^ 1) * Bc * P, k_base + (int64_t)(n0 + Bc) * p.k_ss, p.k_ss,
-                                    Bc, L - (n0 + Bc), tid);
+                load_kv_tile<T, D, NT>(k_smem + (buf ^ 1) * Bc * P, p, k_base, p.k_bs, p.k_ss, bt, n0 + Bc, Bc,
+                                       L - (n0 + Bc), tid);
             cp_async_commit();
 
             if (warp_active) {
@@ -382,8 +427,8 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
 
             // Prefetch V[t+1] (its stage was last read by P V of t-1).
             if (has_next)
-                load_tile<T, D, NT>(v_smem + (buf ^ 1) * Bc * P, v_base + (int64_t)(n0 + Bc) * p.v_ss, p.v_ss,
-                                    Bc, L - (n0 + Bc), tid);
+                load_kv_tile<T, D, NT>(v_smem + (buf ^ 1) * Bc * P, p, v_base, p.v_bs, p.v_ss, bt, n0 + Bc, Bc,
+                                       L - (n0 + Bc), tid);
             cp_async_commit();
         }
         cp_async_wait<0>();
@@ -510,6 +555,10 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
     p.num_splits = num_splits;
     p.o_part = nullptr;
     p.lse_part = nullptr;
+    p.block_table = a->block_table;
+    p.bt_stride = a->bt_stride;
+    p.page_size = a->page_size;
+    p.num_pages = a->num_pages;
     if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
         return fp_set_error(FP_ERR_UNSUPPORTED,
                             "attention: grid too large (m_tiles %d x splits %d, heads_kv %d, batch %d)",

@@ -12,6 +12,10 @@
 //                               CTA per score row, scale + mask + softmax in
 //                               f32, P written back in place in the scores'
 //                               dtype (and the row's log-sum-exp).
+//   attention_gather_pages_v0   the paged baseline's first step: copies a
+//                               paged K or V cache into a dense [batch,
+//                               seqlen_k, heads_kv, head_dim] tensor (an
+//                               entry out of range gives zero rows).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -45,6 +49,8 @@ struct simple_params {
     float *lse;
     const int32_t *seqlens_k;
     const int32_t *cu_q, *cu_k;
+    const int32_t *block_table; // paged KV or NULL
+    int bt_stride, page_size, num_pages;
 };
 
 simple_params make_params(const fp_attn_args *a) {
@@ -63,7 +69,23 @@ simple_params make_params(const fp_attn_args *a) {
     p.seqlens_k = a->seqlens_k;
     p.cu_q = a->cu_q;
     p.cu_k = a->cu_k;
+    p.block_table = a->block_table;
+    p.bt_stride = a->bt_stride;
+    p.page_size = a->page_size;
+    p.num_pages = a->num_pages;
     return p;
+}
+
+// Key j's row of K or V at this head: dense (base = the sequence's row 0) or
+// paged (base = the pool at this head, bt = the sequence's table row);
+// nullptr for a page entry out of range (the caller reads zeros).
+template <typename T>
+__device__ __forceinline__ const T *kv_row(const T *base, const int32_t *bt, const simple_params &p,
+                                           int64_t page_stride, int64_t row_stride, int j) {
+    if (!bt) return base + (int64_t)j * row_stride;
+    const int pg = bt[j / p.page_size];
+    if ((unsigned)pg >= (unsigned)p.num_pages) return nullptr;
+    return base + (int64_t)pg * page_stride + (int64_t)(j % p.page_size) * row_stride;
 }
 
 __device__ __forceinline__ fp_flash::seq_view seq_of(const simple_params &p, int b) {
@@ -91,8 +113,9 @@ __global__ void __launch_bounds__(kRowWarps * 32) attention_rowwise_v0(const __g
     const T *q = static_cast<const T *>(p.q) + S.q0 + (int64_t)qi * p.q_ss + (int64_t)h * p.q_hs;
     for (int d = lane; d < p.d; d += 32) q_smem[warp][d] = elt<T>::load(q + d) * scale_log2;
     __syncwarp();
-    const T *kb = static_cast<const T *>(p.k) + S.k0 + (int64_t)hk * p.k_hs;
-    const T *vb = static_cast<const T *>(p.v) + S.v0 + (int64_t)hk * p.v_hs;
+    const int32_t *bt = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : nullptr;
+    const T *kb = static_cast<const T *>(p.k) + (bt ? 0 : S.k0) + (int64_t)hk * p.k_hs;
+    const T *vb = static_cast<const T *>(p.v) + (bt ? 0 : S.v0) + (int64_t)hk * p.v_hs;
     float o[kMaxDim / 32];
 #pragma unroll
     for (int i = 0; i < kMaxDim / 32; ++i) o[i] = 0.0f;
@@ -101,9 +124,10 @@ __global__ void __launch_bounds__(kRowWarps * 32) attention_rowwise_v0(const __g
         const int j = j0 + lane;
         float s = -INFINITY;
         if (j <= hi) {
-            const T *kr = kb + (int64_t)j * p.k_ss;
+            const T *kr = kv_row(kb, bt, p, p.k_bs, p.k_ss, j);
             float dot = 0.0f;
-            for (int d = 0; d < p.d; ++d) dot = fmaf(q_smem[warp][d], elt<T>::load(kr + d), dot);
+            if (kr)
+                for (int d = 0; d < p.d; ++d) dot = fmaf(q_smem[warp][d], elt<T>::load(kr + d), dot);
             s = dot;
         }
         float cmax = s;
@@ -119,7 +143,8 @@ __global__ void __launch_bounds__(kRowWarps * 32) attention_rowwise_v0(const __g
         const int n = min(32, hi - j0 + 1);
         for (int jj = 0; jj < n; ++jj) {
             const float pw = __shfl_sync(0xffffffffu, pj, jj);
-            const T *vr = vb + (int64_t)(j0 + jj) * p.v_ss;
+            const T *vr = kv_row(vb, bt, p, p.v_bs, p.v_ss, j0 + jj);
+            if (!vr) continue; // zero row (uniform across the warp)
 #pragma unroll
             for (int i = 0; i < kMaxDim / 32; ++i) {
                 const int d = lane + 32 * i;
@@ -189,7 +214,50 @@ __global__ void __launch_bounds__(256) attention_zero_rows_v0(const __grid_const
     static_cast<T *>(p.o)[o0 + (int64_t)i * p.o_ss + (int64_t)h * p.o_hs + x] = elt<T>::cvt(0.0f);
 }
 
+// grid: (batch * seqlen_k, 2); block 128: y = 0 copies K, y = 1 copies V
+// key row (b, j) of every head into dst [batch, seqlen_k, heads_kv, d].
+template <typename T>
+__global__ void __launch_bounds__(128) attention_gather_pages_v0(const __grid_constant__ simple_params p, int hkv,
+                                                                  T *k_dst, T *v_dst) {
+    const int64_t key = blockIdx.x; // b * sk + j
+    const int b = (int)(key / p.sk), j = (int)(key % p.sk);
+    const bool is_v = blockIdx.y == 1;
+    const T *pool = static_cast<const T *>(is_v ? p.v : p.k);
+    const int64_t ps = is_v ? p.v_bs : p.k_bs, ss = is_v ? p.v_ss : p.k_ss, hs = is_v ? p.v_hs : p.k_hs;
+    const T *row = kv_row(pool, p.block_table + (int64_t)b * p.bt_stride, p, ps, ss, j);
+    T *dst = (is_v ? v_dst : k_dst) + key * hkv * p.d;
+    for (int x = threadIdx.x; x < hkv * p.d; x += blockDim.x) {
+        const int h = x / p.d, d = x % p.d;
+        dst[x] = row ? row[(int64_t)h * hs + d] : elt<T>::cvt(0.0f);
+    }
+}
+
 } // namespace
+
+extern "C" fp_status fp_attn_cuda_gather_pages(const fp_attn_args *a, void *k_dense, void *v_dense,
+                                               cudaStream_t stream) {
+    if (!a->block_table) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "attention gather: no block table");
+    simple_params p = make_params(a);
+    const int64_t keys = (int64_t)a->batch * a->seqlen_k;
+    if (keys > 2147483647LL) return fp_set_error(FP_ERR_UNSUPPORTED, "attention gather: %lld keys", (long long)keys);
+    const dim3 grid((unsigned)keys, 2);
+    switch (a->dtype) {
+    case FP_F32:
+        attention_gather_pages_v0<float><<<grid, 128, 0, stream>>>(p, a->heads_kv, (float *)k_dense, (float *)v_dense);
+        break;
+    case FP_F16:
+        attention_gather_pages_v0<__half><<<grid, 128, 0, stream>>>(p, a->heads_kv, (__half *)k_dense,
+                                                                    (__half *)v_dense);
+        break;
+    case FP_BF16:
+        attention_gather_pages_v0<__nv_bfloat16>
+            <<<grid, 128, 0, stream>>>(p, a->heads_kv, (__nv_bfloat16 *)k_dense, (__nv_bfloat16 *)v_dense);
+        break;
+    default: return fp_set_error(FP_ERR_UNSUPPORTED, "attention: dtype %s", fp_dtype_name(a->dtype));
+    }
+    FP_CUDA_TRY(cudaGetLastError());
+    return FP_OK;
+}
 
 extern "C" fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t stream) {
     if (a->head_dim > kMaxDim)

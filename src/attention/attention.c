@@ -161,6 +161,40 @@ static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, cudaStrea
     return st;
 }
 
+/* Paged KV: the materialized baseline first gathers the pages into dense K
+ * and V (what code without paged attention does), then runs as dense. */
+static fp_status baseline_cuda_paged(fp_context *ctx, const fp_attn_args *a, cudaStream_t stream) {
+    const size_t elt = fp_dtype_size(a->dtype);
+    const double want = (double)a->batch * a->seqlen_k * a->heads_kv * (double)a->head_dim * (double)elt;
+    if (want > 1.0e15)
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention baseline: dense K/V need %.3g bytes", 2 * want);
+    void *kd = NULL, *vd = NULL;
+    cudaError_t e = cudaMallocAsync(&kd, (size_t)want, stream);
+    if (e == cudaSuccess) e = cudaMallocAsync(&vd, (size_t)want, stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (kd) cudaFreeAsync(kd, stream);
+        return fp_set_error(e == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
+                            "attention baseline: dense K/V for the paged cache (2 x %.0f bytes): %s", want,
+                            cudaGetErrorString(e));
+    }
+    fp_status st = fp_attn_cuda_gather_pages(a, kd, vd, stream);
+    if (st == FP_OK) {
+        fp_attn_args d = *a;
+        d.block_table = NULL;
+        d.bt_stride = d.page_size = d.num_pages = 0;
+        d.k = kd;
+        d.v = vd;
+        d.k_hs = d.v_hs = a->head_dim;
+        d.k_ss = d.v_ss = (int64_t)a->heads_kv * a->head_dim;
+        d.k_bs = d.v_bs = (int64_t)a->seqlen_k * a->heads_kv * a->head_dim;
+        st = baseline_cuda(ctx, &d, stream);
+    }
+    cudaFreeAsync(kd, stream);
+    cudaFreeAsync(vd, stream);
+    return st;
+}
+
 fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream, const fp_attention_params *params) {
     FP_TRY(fp_ctx_check(ctx, -1));
     fp_attn_args a;
@@ -168,6 +202,7 @@ fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream, const
     FP_TRY(fp_attn_check(params, cuda, &a));
     if (!cuda) return fp_attn_cpu_naive(ctx->pool, &a);
     FP_TRY(fp_ctx_activate(ctx));
+    if (a.block_table) return baseline_cuda_paged(ctx, &a, fp_ctx_stream(ctx, stream));
     return baseline_cuda(ctx, &a, fp_ctx_stream(ctx, stream));
 }
 
@@ -235,7 +270,9 @@ fp_status fp_attention_validate(fp_context *ctx, fp_stream stream, const fp_atte
     if (st == FP_OK) st = fp_mem_fill(ctx, o_base, 0, n_out * elt, stream);
     if (st == FP_OK) st = fp_mem_fill(ctx, o_flash, 0, n_out * elt, stream);
     if (st == FP_OK) {
-        validate_side sb = {ctx, *params}, sf = {ctx, *params};
+        validate_side sb = {ctx, {0}}, sf = {ctx, {0}};
+        fp_attn_params_upgrade(params, &sb.p); /* params may be an older, shorter struct */
+        fp_attn_params_upgrade(params, &sf.p);
         /* packed scratch outputs; params' own o / lse are not written */
         sb.p.o = o_base;
         sf.p.o = o_flash;

@@ -2,6 +2,7 @@
  * failure naming the argument, and resolution of the defaults (packed
  * strides, scale, causal as window_right = 0). */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -79,11 +80,26 @@ static fp_status check_align(const char *name, const void *ptr, int64_t bs, int6
 
 #define RESOLVE(x, def) ((x) ? (x) : (def))
 
-fp_status fp_attn_check(const fp_attention_params *p, int cuda, fp_attn_args *a) {
-    FP_CHECK_NOT_NULL(p);
-    FP_CHECK_ARG(p->struct_size == sizeof *p,
-                 "params struct_size %zu != %zu: initialize it with fp_attention_params_default",
-                 p->struct_size, sizeof *p);
+/* struct_size of the 0.1 layout, which ended at cu_seqlens_k. */
+#define FP_ATTN_PARAMS_V1_SIZE (offsetof(fp_attention_params, cu_seqlens_k) + sizeof(const int32_t *))
+
+void fp_attn_params_upgrade(const fp_attention_params *user, fp_attention_params *full) {
+    /* An older caller's struct is a prefix: the fields it lacks read as 0. */
+    memset(full, 0, sizeof *full);
+    size_t n = user->struct_size < sizeof *full ? user->struct_size : sizeof *full;
+    memcpy(full, user, n);
+    full->struct_size = sizeof *full;
+}
+
+fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args *a) {
+    FP_CHECK_ARG(user != NULL, "argument 'params' is NULL");
+    FP_CHECK_ARG(user->struct_size == sizeof *user || user->struct_size == FP_ATTN_PARAMS_V1_SIZE,
+                 "params struct_size %zu is neither %zu (this version) nor %zu (0.1): initialize it "
+                 "with fp_attention_params_default",
+                 user->struct_size, sizeof *user, (size_t)FP_ATTN_PARAMS_V1_SIZE);
+    fp_attention_params full;
+    fp_attn_params_upgrade(user, &full);
+    const fp_attention_params *p = &full;
     FP_CHECK_ARG(p->batch > 0, "argument 'batch' must be > 0 (got %d)", p->batch);
     FP_CHECK_ARG(p->seqlen_q > 0, "argument 'seqlen_q' must be > 0 (got %d)", p->seqlen_q);
     FP_CHECK_ARG(p->seqlen_k > 0, "argument 'seqlen_k' must be > 0 (got %d)", p->seqlen_k);
@@ -136,6 +152,34 @@ fp_status fp_attn_check(const fp_attention_params *p, int cuda, fp_attn_args *a)
                              b, (long long)nk, p->seqlen_k);
             }
     }
+    const int paged = p->block_table != NULL;
+    if (paged) {
+        FP_CHECK_ARG(!varlen, "argument 'block_table' cannot be combined with cu_seqlens_q / cu_seqlens_k");
+        FP_CHECK_ARG(p->page_size >= 1, "argument 'page_size' must be >= 1 with block_table (got %d)",
+                     p->page_size);
+        FP_CHECK_ARG(p->num_pages >= 1, "argument 'num_pages' must be >= 1 with block_table (got %d)",
+                     p->num_pages);
+        FP_CHECK_ARG(p->block_table_stride >= 1 &&
+                         (int64_t)p->block_table_stride * p->page_size >= p->seqlen_k,
+                     "argument 'block_table_stride' (%d) x 'page_size' (%d) must cover seqlen_k (%d)",
+                     p->block_table_stride, p->page_size, p->seqlen_k);
+        FP_CHECK_ARG((int64_t)p->batch * p->block_table_stride <= INT32_MAX,
+                     "block_table has too many entries (batch %d x block_table_stride %d)", p->batch,
+                     p->block_table_stride);
+        FP_CHECK_ARG((uintptr_t)p->block_table % 4 == 0, "argument 'block_table' is not 4-byte aligned");
+        if (!cuda) /* host memory: every entry a sequence uses can be checked */
+            for (int b = 0; b < p->batch; ++b) {
+                int L = p->seqlens_k ? p->seqlens_k[b] : p->seqlen_k;
+                if (L > p->seqlen_k) L = p->seqlen_k;
+                const int used = L > 0 ? (L + p->page_size - 1) / p->page_size : 0;
+                for (int e = 0; e < used; ++e) {
+                    const int32_t pg = p->block_table[(int64_t)b * p->block_table_stride + e];
+                    FP_CHECK_ARG(pg >= 0 && pg < p->num_pages,
+                                 "argument 'block_table': entry [%d][%d] = %d is outside [0, num_pages = %d)",
+                                 b, e, (int)pg, p->num_pages);
+                }
+            }
+    }
     FP_CHECK_ARG((int64_t)p->seqlen_q * p->heads_q <= (int64_t)1 << 30,
                  "seqlen_q * heads_q (%lld) too large", (long long)p->seqlen_q * p->heads_q);
 
@@ -157,10 +201,12 @@ fp_status fp_attn_check(const fp_attention_params *p, int cuda, fp_attn_args *a)
     a->q_bs = RESOLVE(p->q_batch_stride, d * p->heads_q * p->seqlen_q);
     a->k_hs = RESOLVE(p->k_head_stride, d);
     a->k_ss = RESOLVE(p->k_seq_stride, d * p->heads_kv);
-    a->k_bs = RESOLVE(p->k_batch_stride, d * p->heads_kv * p->seqlen_k);
+    /* paged: the "batch" dimension of K and V is the page */
+    const int kv_seq = paged ? p->page_size : p->seqlen_k;
+    a->k_bs = RESOLVE(p->k_batch_stride, d * p->heads_kv * kv_seq);
     a->v_hs = RESOLVE(p->v_head_stride, d);
     a->v_ss = RESOLVE(p->v_seq_stride, d * p->heads_kv);
-    a->v_bs = RESOLVE(p->v_batch_stride, d * p->heads_kv * p->seqlen_k);
+    a->v_bs = RESOLVE(p->v_batch_stride, d * p->heads_kv * kv_seq);
     a->o_hs = RESOLVE(p->o_head_stride, d);
     a->o_ss = RESOLVE(p->o_seq_stride, d * p->heads_q);
     a->o_bs = RESOLVE(p->o_batch_stride, d * p->heads_q * p->seqlen_q);
@@ -168,8 +214,9 @@ fp_status fp_attn_check(const fp_attention_params *p, int cuda, fp_attn_args *a)
         a->q_bs = a->k_bs = a->v_bs = a->o_bs = 0;
     const int nb = varlen ? 1 : p->batch;
     FP_TRY(check_strides("q", a->q_bs, a->q_ss, a->q_hs, nb, p->seqlen_q, p->heads_q, p->head_dim));
-    FP_TRY(check_strides("k", a->k_bs, a->k_ss, a->k_hs, nb, p->seqlen_k, p->heads_kv, p->head_dim));
-    FP_TRY(check_strides("v", a->v_bs, a->v_ss, a->v_hs, nb, p->seqlen_k, p->heads_kv, p->head_dim));
+    const int kv_nb = paged ? p->num_pages : nb;
+    FP_TRY(check_strides("k", a->k_bs, a->k_ss, a->k_hs, kv_nb, kv_seq, p->heads_kv, p->head_dim));
+    FP_TRY(check_strides("v", a->v_bs, a->v_ss, a->v_hs, kv_nb, kv_seq, p->heads_kv, p->head_dim));
     FP_TRY(check_strides("o", a->o_bs, a->o_ss, a->o_hs, nb, p->seqlen_q, p->heads_q, p->head_dim));
     size_t elt = fp_dtype_size(p->dtype);
     FP_TRY(check_align("q", p->q, a->q_bs, a->q_ss, a->q_hs, elt, cuda));
@@ -186,6 +233,10 @@ fp_status fp_attn_check(const fp_attention_params *p, int cuda, fp_attn_args *a)
     a->seqlens_k = p->seqlens_k;
     a->cu_q = p->cu_seqlens_q;
     a->cu_k = p->cu_seqlens_k;
+    a->block_table = p->block_table;
+    a->bt_stride = paged ? p->block_table_stride : 0;
+    a->page_size = paged ? p->page_size : 0;
+    a->num_pages = paged ? p->num_pages : 0;
     return FP_OK;
 }
 

@@ -31,6 +31,9 @@ typedef struct fp_attn_args {
     float *lse;                       /* [batch, heads_q, seqlen_q] or NULL */
     const int32_t *seqlens_k;         /* [batch] or NULL */
     const int32_t *cu_q, *cu_k;       /* [batch + 1] varlen offsets, or NULL */
+    /* Paged KV (block_table != NULL): k_bs / v_bs are the page strides. */
+    const int32_t *block_table;       /* [batch, bt_stride] or NULL */
+    int bt_stride, page_size, num_pages;
 } fp_attn_args;
 
 /* Keys kept by query row i of a sequence with sq queries and L keys: [lo,
@@ -71,12 +74,29 @@ static inline fp_attn_seq fp_attn_seq_host(const fp_attn_args *a, int b) {
         s.L = a->seqlens_k ? fp_attn_clamp(a->seqlens_k[b], a->seqlen_k) : a->seqlen_k;
         s.q0 = b * a->q_bs;
         s.o0 = b * a->o_bs;
-        s.k0 = b * a->k_bs;
-        s.v0 = b * a->v_bs;
+        s.k0 = a->block_table ? 0 : b * a->k_bs; /* paged: see fp_attn_kv_row */
+        s.v0 = a->block_table ? 0 : b * a->v_bs;
     }
     return s;
 }
 
+/* Element offset of key row j of sequence b in K (pass k0, k_ss, k_bs) or V
+ * (v0, v_ss, v_bs), before the head offset: seq0 + j * ss when dense; with a
+ * paged cache (host block table) page * page_stride + (j % page_size) * ss,
+ * an entry out of range reading as page 0 (the CPU check refuses such tables
+ * before any implementation runs). */
+static inline int64_t fp_attn_kv_row(const fp_attn_args *a, int b, int64_t seq0, int j, int64_t ss,
+                                     int64_t page_stride) {
+    if (!a->block_table) return seq0 + (int64_t)j * ss;
+    int32_t pg = a->block_table[(int64_t)b * a->bt_stride + j / a->page_size];
+    if (pg < 0 || pg >= a->num_pages) pg = 0;
+    return (int64_t)pg * page_stride + (int64_t)(j % a->page_size) * ss;
+}
+
+/* Copies a caller's params (struct_size of this or an older version, read
+ * only up to its struct_size) into a current one, missing fields zero.
+ * Call after fp_attn_check accepted `user`. */
+void fp_attn_params_upgrade(const fp_attention_params *user, fp_attention_params *full);
 /* Checks params and fills args. `cuda` selects the GPU alignment rules. */
 fp_status fp_attn_check(const fp_attention_params *p, int cuda, fp_attn_args *out);
 
@@ -100,14 +120,24 @@ fp_status fp_attn_cuda_flash(const fp_attn_args *a, int sm_count, cudaStream_t s
 /* Same with an explicit split count (>= 1; tests force split-KV with it). */
 fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream);
 /* A numbered version of the flash kernel (1 = the default, 2 = two 16-row
- * blocks per warp, head_dim 64 / 128) with an explicit split count. */
+ * blocks per warp, head_dim 64 / 128, 3 = Hopper wgmma kernel: sm_90a builds
+ * on compute capability 9.0 devices only, head_dim 64 / 128, no paged KV,
+ * else FP_ERR_UNSUPPORTED; not on the default path until validated on a
+ * GPU) with an explicit split count. */
 fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
+/* Version 3 (kernels/attention/attention_flash_sm90.cu; built only when 90
+ * is among CMAKE_CUDA_ARCHITECTURES, which defines FASTPATH_HAVE_SM90A). */
+fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int num_splits, cudaStream_t stream);
 /* Simple CUDA-core kernel: one warp per query row, any dtype and head_dim. */
 fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t stream);
 /* Masked, scaled softmax in place over materialized scores
  * [batch * heads_q, seqlen_q, seqlen_k] of dtype (f32 for FP_F32), also
  * writes a->lse if set. */
 fp_status fp_attn_cuda_masked_softmax(const fp_attn_args *a, void *scores, cudaStream_t stream);
+/* Paged baseline: copies the paged K and V caches of a (block_table set)
+ * into dense [batch, seqlen_k, heads_kv, head_dim] tensors k_dense /
+ * v_dense of dtype; an entry out of range gives zero rows. */
+fp_status fp_attn_cuda_gather_pages(const fp_attn_args *a, void *k_dense, void *v_dense, cudaStream_t stream);
 /* Zeroes O for the sq query rows (all heads) of sequence b starting at
  * element offset o0 (varlen baseline: a sequence with no keys). */
 fp_status fp_attn_cuda_zero_rows(const fp_attn_args *a, int64_t o0, int sq, cudaStream_t stream);

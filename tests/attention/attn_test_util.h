@@ -137,6 +137,81 @@ static inline void attn_host_free(attn_host *H) {
     free(H->seqlens);
 }
 
+/* A paged copy of a dense (non-strided) case's K and V: pools of num_pages
+ * pages [page_size, hkv, d] with page stride page_stride (padded when asked),
+ * sequence b's pages at shuffled positions of the pool, and poison (NaN) in
+ * every pool element no key maps to (spare pages, the tail of a sequence's
+ * last page, the padding), so a read of a wrong page shows up as NaN. The
+ * table has one spare entry per sequence, set out of range, and entries
+ * past a ragged sequence's used pages are out of range too: an
+ * implementation reading them would fail the CPU check or read zeros. */
+typedef struct attn_paged {
+    void *k_pool, *v_pool;
+    int32_t *table;
+    int page_size, num_pages, bt_stride;
+    int64_t page_stride;
+    size_t pool_bytes;
+} attn_paged;
+
+static inline int attn_page(attn_host *H, int page_size, int pad, uint64_t seed, attn_paged *P) {
+    memset(P, 0, sizeof *P);
+    fp_attention_params *p = &H->p;
+    const size_t elt = fp_dtype_size(p->dtype);
+    const int hkv = p->heads_kv, d = p->head_dim, sk = p->seqlen_k;
+    const int per_seq = (sk + page_size - 1) / page_size;
+    P->page_size = page_size;
+    P->bt_stride = per_seq + 1;
+    P->num_pages = p->batch * per_seq + 3; /* 3 spare pages, never mapped */
+    P->page_stride = (int64_t)page_size * hkv * d + (pad ? 8 : 0);
+    P->pool_bytes = (size_t)P->num_pages * (size_t)P->page_stride * elt;
+    P->k_pool = malloc(P->pool_bytes);
+    P->v_pool = malloc(P->pool_bytes);
+    P->table = malloc(sizeof(int32_t) * (size_t)p->batch * P->bt_stride);
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)P->num_pages);
+    if (!P->k_pool || !P->v_pool || !P->table || !perm) { free(perm); return 0; }
+    memset(P->k_pool, 0xFF, P->pool_bytes); /* NaN poison */
+    memset(P->v_pool, 0xFF, P->pool_bytes);
+    for (int i = 0; i < P->num_pages; ++i) perm[i] = i;
+    uint64_t s = seed;
+    for (int i = P->num_pages - 1; i > 0; --i) { /* Fisher-Yates */
+        int j = (int)(fp_test_rand_uniform(&s, 0.0, 1.0) * (i + 1));
+        if (j > i) j = i;
+        int32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+    }
+    const int64_t kss = (int64_t)hkv * d; /* dense source strides (packed) */
+    const int64_t kbs = (int64_t)sk * kss;
+    for (int b = 0; b < p->batch; ++b) {
+        int L = H->seqlens ? H->seqlens[b] : sk;
+        int used = (L + page_size - 1) / page_size;
+        for (int e = 0; e < P->bt_stride; ++e)
+            P->table[(size_t)b * P->bt_stride + e] = e < used ? perm[b * per_seq + e] : P->num_pages + 5 + e;
+        for (int j = 0; j < L; ++j) {
+            int64_t dst = (int64_t)perm[b * per_seq + j / page_size] * P->page_stride + (int64_t)(j % page_size) * kss;
+            memcpy((char *)P->k_pool + (size_t)dst * elt, (const char *)H->k + (size_t)(b * kbs + j * kss) * elt,
+                   (size_t)kss * elt);
+            memcpy((char *)P->v_pool + (size_t)dst * elt, (const char *)H->v + (size_t)(b * kbs + j * kss) * elt,
+                   (size_t)kss * elt);
+        }
+    }
+    free(perm);
+    p->k = P->k_pool;
+    p->v = P->v_pool;
+    p->k_batch_stride = p->v_batch_stride = pad ? P->page_stride : 0;
+    p->k_seq_stride = p->v_seq_stride = 0;
+    p->k_head_stride = p->v_head_stride = 0;
+    p->block_table = P->table;
+    p->block_table_stride = P->bt_stride;
+    p->page_size = page_size;
+    p->num_pages = P->num_pages;
+    return 1;
+}
+
+static inline void attn_paged_free(attn_paged *P) {
+    free(P->k_pool);
+    free(P->v_pool);
+    free(P->table);
+}
+
 /* Element offset of O[b, i, h, 0] under H's strides. */
 static inline size_t attn_o_off(const fp_attention_params *p, int b, int i, int h) {
     int64_t d = p->head_dim;

@@ -4,6 +4,7 @@
  * option: seqlens 1..1024, causal with seqlen_q < and > seqlen_k, GQA/MQA,
  * windows, LSE, ragged decode, strided layouts, f32/f16/bf16, head dims; bad
  * input with outputs untouched; validate. */
+#include <stddef.h>
 #include <string.h>
 
 #include "attn_test_util.h"
@@ -78,6 +79,114 @@ static void test_options(void) {
         {"strided_decode", 4, 2,    300,  4, 4, 64, FP_F16, 1, -1, -1, 0, 1, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i]);
+}
+
+/* Paged KV: the same case with K/V scattered over shuffled pages of a pool
+ * (NaN poison everywhere no key maps to) must match the reference computed
+ * on the dense layout; page sizes that divide, do not divide and exceed
+ * the CPU tile, padded page strides, ragged lengths, GQA, causal, windows. */
+static void test_paged(void) {
+    static const struct {
+        attn_case c;
+        int page_size, pad;
+    } cases[] = {
+        /*  name             b  sq  sk    hq hkv d   dtype    causal wl  wr  sc lse rag str  page pad */
+        {{"paged_decode",    4, 1,  1000, 8, 2, 128, FP_BF16, 0, -1, -1, 0, 1, 1, 0}, 16, 0},
+        {{"paged_decode_c",  4, 4,  333,  4, 1, 64,  FP_F16,  1, -1, -1, 0, 1, 1, 0}, 7, 1},
+        {{"paged_prefill",   2, 200, 200, 2, 2, 64,  FP_F32,  1, -1, -1, 0, 1, 0, 0}, 64, 0},
+        {{"paged_window",    2, 17, 500,  2, 2, 32,  FP_F32,  0, 40, 3, 0, 1, 0, 0}, 256, 1},
+        {{"paged_one_page",  3, 5,  100,  2, 1, 64,  FP_BF16, 1, -1, -1, 0, 1, 1, 0}, 128, 0},
+        {{"paged_page1",     2, 3,  50,   2, 2, 64,  FP_F32,  0, -1, -1, 0, 1, 0, 0}, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const attn_case *c = &cases[i].c;
+        attn_host H;
+        attn_paged P;
+        CHECK(attn_host_make(c, &H, 77 + i));
+        double *o_ref = NULL, *lse_ref = NULL;
+        CHECK(attn_reference(g_ctx->pool, &H, &o_ref, &lse_ref)); /* dense layout */
+        CHECK(attn_page(&H, cases[i].page_size, cases[i].pad, 99 + i, &P));
+        const double atol = 2e-5, rtol = attn_eps(c->dtype) + 2e-5;
+        for (int impl = 0; impl < 2; ++impl) {
+            memset(H.o, 0xFF, H.o_bytes);
+            memset(H.lse, 0xFF, sizeof(float) * (size_t)c->batch * c->hq * c->sq);
+            fp_status st = impl == 0 ? fp_attention_forward(g_ctx, NULL, &H.p)
+                                     : fp_attention_forward_baseline(g_ctx, NULL, &H.p);
+            CHECK_MSG(st == FP_OK, "%s/%s: %s (%s)", c->name, impl ? "naive" : "tiled", fp_status_string(st),
+                      fp_last_error());
+            if (st != FP_OK) continue;
+            attn_err E = attn_compare(&H, H.o, H.lse, o_ref, lse_ref, atol, rtol);
+            CHECK_MSG(E.bad == 0 && E.lse_bad == 0,
+                      "%s/%s: %zu bad of %zu (first at %zu: got %.8g ref %.8g), max abs err %.3g, lse bad %zu",
+                      c->name, impl ? "naive" : "tiled", E.bad, H.n_o, E.first_bad, E.first_got, E.first_ref,
+                      E.max_abs, E.lse_bad);
+        }
+        if (i == 0) { /* bad paged arguments: named, outputs untouched */
+            static const char *what[] = {"page_size", "num_pages", "block_table_stride", "block_table",
+                                         "block_table", "k strides", "cu_seqlens"};
+            int32_t cu[5] = {0, 1, 2, 3, 4};
+            for (int f = 0; f < 7; ++f) {
+                fp_attention_params p = H.p;
+                switch (f) {
+                case 0: p.page_size = 0; break;
+                case 1: p.num_pages = 0; break;
+                case 2: p.block_table_stride = 2; break; /* 2 x 16 < 1000 keys */
+                case 3: P.table[1] = P.num_pages; break; /* sequence 0 uses its 2nd entry */
+                case 4: P.table[0] = -1; break;
+                case 5: p.k_seq_stride = 64; break;      /* heads of a key overlap */
+                case 6: p.cu_seqlens_q = p.cu_seqlens_k = cu; p.seqlens_k = NULL;
+                        p.k_batch_stride = p.v_batch_stride = 0; break;
+                }
+                memset(H.o, 0x5A, H.o_bytes);
+                fp_status st = fp_attention_forward(g_ctx, NULL, &p);
+                CHECK_MSG(st == FP_ERR_INVALID_ARGUMENT && strstr(fp_last_error(), what[f]),
+                          "paged bad input %d: %s (%s), expected the message to name %s", f,
+                          fp_status_string(st), fp_last_error(), what[f]);
+                int untouched = 1;
+                for (size_t b = 0; b < H.o_bytes; ++b) untouched &= ((unsigned char *)H.o)[b] == 0x5A;
+                CHECK_MSG(untouched, "paged bad input %d: O written", f);
+                if (f == 3) P.table[1] = 0;
+                if (f == 4) P.table[0] = 1;
+            }
+        }
+        free(o_ref);
+        free(lse_ref);
+        attn_paged_free(&P);
+        attn_host_free(&H);
+    }
+}
+
+/* A caller built against 0.1 (struct_size ending at cu_seqlens_k, no paged
+ * fields) is still served; the bytes after its struct are never read. */
+static void test_old_struct_size(void) {
+    attn_case c = {"v1size", 1, 17, 40, 2, 1, 64, FP_F32, 1, -1, -1, 0, 1, 0, 0};
+    attn_host H;
+    CHECK(attn_host_make(&c, &H, 11));
+    double *o_ref = NULL, *lse_ref = NULL;
+    CHECK(attn_reference(g_ctx->pool, &H, &o_ref, &lse_ref));
+    const size_t v1 = offsetof(fp_attention_params, cu_seqlens_k) + sizeof(const int32_t *);
+    unsigned char *buf = malloc(sizeof(fp_attention_params));
+    CHECK(buf != NULL);
+    memset(buf, 0x7B, sizeof(fp_attention_params)); /* garbage where the new fields would be */
+    memcpy(buf, &H.p, v1);
+    ((fp_attention_params *)buf)->struct_size = v1;
+    CHECK_OK(fp_attention_forward(g_ctx, NULL, (const fp_attention_params *)buf));
+    attn_err E = attn_compare(&H, H.o, H.lse, o_ref, lse_ref, 2e-5, 2e-5 + attn_eps(c.dtype));
+    CHECK_MSG(E.bad == 0 && E.lse_bad == 0, "0.1 struct_size: %zu bad", E.bad);
+    fp_ab_report rep;
+    fp_timing_config cfg;
+    fp_timing_config_default(&cfg);
+    cfg.min_samples = 3;
+    cfg.max_samples = 3;
+    cfg.max_time_s = 0.2;
+    CHECK_OK(fp_attention_validate(g_ctx, NULL, (const fp_attention_params *)buf, &cfg, &rep));
+    CHECK(rep.agreement.passed);
+    ((fp_attention_params *)buf)->struct_size = v1 + 4;
+    CHECK_STATUS(fp_attention_forward(g_ctx, NULL, (const fp_attention_params *)buf), FP_ERR_INVALID_ARGUMENT);
+    free(buf);
+    free(o_ref);
+    free(lse_ref);
+    attn_host_free(&H);
 }
 
 /* Each bad argument: INVALID_ARGUMENT naming it, O and lse untouched. */
@@ -305,6 +414,8 @@ int main(void) {
     test_varlen(FP_BF16, 1, -1);
     test_varlen(FP_F16, 1, 20);
     test_bad_input();
+    test_paged();
+    test_old_struct_size();
     test_validate();
     fp_context_destroy(g_ctx);
     TEST_END();

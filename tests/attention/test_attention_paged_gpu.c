@@ -1,0 +1,173 @@
+/* Paged KV cache on a CUDA context (label gpu; exits 77 without a device).
+ * The same case with K/V scattered over shuffled pages of a pool (NaN poison
+ * everywhere no key maps to) through the flash kernel (auto and forced
+ * splits), the simple kernel (f32, head_dim 80) and the baseline (which
+ * gathers the pages first), against the double reference computed on the
+ * dense layout. Pass criterion as test_attention_gpu: at most 2x the
+ * baseline's error plus a few output ulps. A table entry out of range must
+ * not fault (compute-sanitizer checks the reads) and must not disturb the
+ * other sequences. */
+#include <string.h>
+
+#include "attn_test_util.h"
+
+static fp_context *g_ctx;
+
+typedef struct dev_paged {
+    attn_host H;
+    attn_paged P;
+    fp_attention_params dp;
+    void *d_q, *d_k, *d_v, *d_o;
+    float *d_lse;
+    int32_t *d_seqlens, *d_table;
+    void *h_o;
+    float *h_lse;
+} dev_paged;
+
+static size_t n_lse_of(const attn_host *H) {
+    return (size_t)H->p.batch * H->p.heads_q * H->p.seqlen_q;
+}
+
+static int dev_make(const attn_case *c, int page_size, int pad, uint64_t seed, dev_paged *D, double **o_ref,
+                    double **lse_ref) {
+    memset(D, 0, sizeof *D);
+    if (!attn_host_make(c, &D->H, seed)) return 0;
+    if (!attn_reference(NULL, &D->H, o_ref, lse_ref)) return 0; /* on the dense layout */
+    if (!attn_page(&D->H, page_size, pad, seed + 1, &D->P)) return 0;
+    attn_host *H = &D->H;
+    const size_t elt = fp_dtype_size(c->dtype);
+    const size_t q_bytes = (size_t)c->batch * c->sq * c->hq * c->d * elt;
+    const size_t t_bytes = sizeof(int32_t) * (size_t)c->batch * D->P.bt_stride;
+    if (fp_mem_alloc(g_ctx, q_bytes, &D->d_q) != FP_OK || fp_mem_alloc(g_ctx, D->P.pool_bytes, &D->d_k) != FP_OK ||
+        fp_mem_alloc(g_ctx, D->P.pool_bytes, &D->d_v) != FP_OK || fp_mem_alloc(g_ctx, H->o_bytes, &D->d_o) != FP_OK ||
+        fp_mem_alloc(g_ctx, n_lse_of(H) * sizeof(float), (void **)&D->d_lse) != FP_OK ||
+        fp_mem_alloc(g_ctx, sizeof(int32_t) * (size_t)c->batch, (void **)&D->d_seqlens) != FP_OK ||
+        fp_mem_alloc(g_ctx, t_bytes, (void **)&D->d_table) != FP_OK)
+        return 0;
+    fp_mem_upload(g_ctx, D->d_q, H->q, q_bytes, NULL);
+    fp_mem_upload(g_ctx, D->d_k, D->P.k_pool, D->P.pool_bytes, NULL);
+    fp_mem_upload(g_ctx, D->d_v, D->P.v_pool, D->P.pool_bytes, NULL);
+    fp_mem_upload(g_ctx, D->d_table, D->P.table, t_bytes, NULL);
+    if (H->seqlens) fp_mem_upload(g_ctx, D->d_seqlens, H->seqlens, sizeof(int32_t) * (size_t)c->batch, NULL);
+    D->dp = H->p;
+    D->dp.q = D->d_q;
+    D->dp.k = D->d_k;
+    D->dp.v = D->d_v;
+    D->dp.o = D->d_o;
+    D->dp.lse = D->d_lse;
+    D->dp.seqlens_k = H->seqlens ? D->d_seqlens : NULL;
+    D->dp.block_table = D->d_table;
+    D->h_o = malloc(H->o_bytes);
+    D->h_lse = malloc(n_lse_of(H) * sizeof(float));
+    return D->h_o && D->h_lse && fp_context_synchronize(g_ctx, NULL) == FP_OK;
+}
+
+static void dev_free(dev_paged *D) {
+    fp_mem_free(g_ctx, D->d_q);
+    fp_mem_free(g_ctx, D->d_k);
+    fp_mem_free(g_ctx, D->d_v);
+    fp_mem_free(g_ctx, D->d_o);
+    fp_mem_free(g_ctx, D->d_lse);
+    fp_mem_free(g_ctx, D->d_seqlens);
+    fp_mem_free(g_ctx, D->d_table);
+    free(D->h_o);
+    free(D->h_lse);
+    attn_paged_free(&D->P);
+    attn_host_free(&D->H);
+}
+
+/* impl 0: fp_attention_forward, 1: baseline, n >= 2: flash v1 with n - 1
+ * forced splits. Outputs poisoned first, downloaded after. */
+static fp_status dev_run(dev_paged *D, int impl) {
+    fp_mem_fill(g_ctx, D->d_o, 0xFF, D->H.o_bytes, NULL);
+    fp_mem_fill(g_ctx, D->d_lse, 0xFF, n_lse_of(&D->H) * sizeof(float), NULL);
+    fp_status st;
+    if (impl == 0) {
+        st = fp_attention_forward(g_ctx, NULL, &D->dp);
+    } else if (impl == 1) {
+        st = fp_attention_forward_baseline(g_ctx, NULL, &D->dp);
+    } else {
+        fp_attn_args a;
+        st = fp_attn_check(&D->dp, 1, &a);
+        if (st == FP_OK) st = fp_attn_cuda_flash_version(&a, 1, impl - 1, (cudaStream_t)fp_context_stream(g_ctx));
+    }
+    if (st != FP_OK) return st;
+    FP_TRY(fp_context_synchronize(g_ctx, NULL));
+    FP_TRY(fp_mem_download(g_ctx, D->h_o, D->d_o, D->H.o_bytes, NULL));
+    FP_TRY(fp_mem_download(g_ctx, D->h_lse, D->d_lse, n_lse_of(&D->H) * sizeof(float), NULL));
+    return fp_context_synchronize(g_ctx, NULL);
+}
+
+static void run_case(const attn_case *c, int page_size, int pad) {
+    dev_paged D;
+    double *o_ref = NULL, *lse_ref = NULL;
+    if (!dev_make(c, page_size, pad, 500 + (uint64_t)c->sk, &D, &o_ref, &lse_ref)) {
+        CHECK_MSG(0, "%s: setup", c->name);
+        dev_free(&D);
+        free(o_ref);
+        free(lse_ref);
+        return;
+    }
+    fp_status st = dev_run(&D, 1);
+    CHECK_MSG(st == FP_OK, "%s/baseline: %s (%s)", c->name, fp_status_string(st), fp_last_error());
+    attn_err Eb = attn_compare(&D.H, D.h_o, NULL, o_ref, NULL, INFINITY, 0);
+    CHECK_MSG(Eb.bad == 0, "%s/baseline: NaN (a wrong page read?)", c->name);
+    const double slack = 4.0 * attn_eps(c->dtype) * (Eb.max_ref > 0 ? Eb.max_ref : 1.0) + 1e-6;
+    const double allowed = 2.0 * Eb.max_abs + slack;
+    const int flash = c->dtype != FP_F32 && fp_attn_cuda_flash_supported(c->dtype, c->d);
+    const int impls[] = {0, 3, 9};
+    for (int t = 0; t < (flash ? 3 : 1); ++t) {
+        st = dev_run(&D, impls[t]);
+        CHECK_MSG(st == FP_OK, "%s/impl %d: %s (%s)", c->name, impls[t], fp_status_string(st), fp_last_error());
+        if (st != FP_OK) continue;
+        attn_err E = attn_compare(&D.H, D.h_o, D.h_lse, o_ref, lse_ref, allowed, 0);
+        CHECK_MSG(E.bad == 0 && E.lse_bad == 0,
+                  "%s/impl %d: %zu bad (first at %zu: got %.6g ref %.6g), max err %.3g vs baseline %.3g, "
+                  "lse bad %zu",
+                  c->name, impls[t], E.bad, E.first_bad, E.first_got, E.first_ref, E.max_abs, Eb.max_abs,
+                  E.lse_bad);
+        printf("%-18s page %3d impl %d: max err %.3g (baseline %.3g)\n", c->name, page_size, impls[t], E.max_abs,
+               Eb.max_abs);
+    }
+    /* Sequence 0's first page entry out of range: no fault, the other
+     * sequences unchanged (sequence 0's result is unspecified). */
+    if (c->batch > 1) {
+        int32_t bad = D.P.num_pages + 1000;
+        fp_mem_upload(g_ctx, D.d_table, &bad, sizeof bad, NULL);
+        st = dev_run(&D, 0);
+        CHECK_MSG(st == FP_OK, "%s/bad entry: %s (%s)", c->name, fp_status_string(st), fp_last_error());
+        if (st == FP_OK) {
+            const size_t per_b = (size_t)c->sq * c->hq * c->d;
+            attn_host H1 = D.H; /* compare sequences 1.. only */
+            H1.p.batch = c->batch - 1;
+            const size_t elt = fp_dtype_size(c->dtype);
+            attn_err E = attn_compare(&H1, (const char *)D.h_o + per_b * elt, NULL, o_ref + per_b, NULL, allowed, 0);
+            CHECK_MSG(E.bad == 0, "%s/bad entry: %zu bad elements in the other sequences", c->name, E.bad);
+        }
+    }
+    free(o_ref);
+    free(lse_ref);
+    dev_free(&D);
+}
+
+int main(void) {
+    g_ctx = fp_test_cuda_context_or_skip();
+    static const struct {
+        attn_case c;
+        int page_size, pad;
+    } cases[] = {
+        /*  name            b  sq  sk     hq hkv d    dtype    causal wl  wr sc lse rag str  page pad */
+        {{"decode_bf16",    4, 1,  4000,  8, 2, 128, FP_BF16, 0, -1, -1, 0, 1, 1, 0}, 16, 0},
+        {{"decode_f16_c",   4, 4,  1000,  4, 1, 64,  FP_F16,  1, -1, -1, 0, 1, 1, 0}, 7, 1},
+        {{"decode_b1_long", 1, 1,  20000, 8, 8, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0}, 256, 0},
+        {{"prefill_bf16",   2, 300, 300,  4, 2, 64,  FP_BF16, 1, -1, -1, 0, 1, 0, 0}, 64, 0},
+        {{"window_f16",     2, 17, 700,   2, 2, 32,  FP_F16,  0, 40, 3, 0, 1, 0, 0}, 100, 1},
+        {{"d256_bf16",      2, 9,  333,   2, 1, 256, FP_BF16, 1, -1, -1, 0, 1, 1, 0}, 32, 0},
+        {{"f32_rowwise",    3, 2,  500,   4, 2, 64,  FP_F32,  1, -1, -1, 0, 1, 1, 0}, 16, 1},
+        {{"d80_rowwise",    2, 3,  300,   2, 2, 80,  FP_BF16, 0, -1, -1, 0, 1, 0, 0}, 17, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+        run_case(&cases[i].c, cases[i].page_size, cases[i].pad);
+    fp_context_destroy(g_ctx);
+    TEST_END();
+}
