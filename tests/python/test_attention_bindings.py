@@ -173,3 +173,36 @@ def test_seqlens_k_length_must_match_batch(ctx):
     q, k, v = rand(rng, 3, 4, 2, 16), rand(rng, 3, 30, 2, 16), rand(rng, 3, 30, 2, 16)
     with pytest.raises(ValueError, match="seqlens_k"):
         attention.forward_arrays(ctx, q, k, v, seqlens_k=np.array([30], np.int32))
+
+
+def test_paged_kv_cache(ctx):
+    # K/V scattered over shuffled pages of a pool through a block table: the
+    # same result as the dense cache; a table entry out of range is refused.
+    rng = np.random.default_rng(16)
+    B, Lq, Hq, Hkv, D, Lk, page = 3, 2, 4, 2, 16, 45, 8
+    q, k, v = rand(rng, B, Lq, Hq, D), rand(rng, B, Lk, Hkv, D), rand(rng, B, Lk, Hkv, D)
+    sk = np.array([45, 9, 30], np.int32)
+    per_seq = -(-Lk // page)
+    num_pages = B * per_seq + 2
+    perm = rng.permutation(num_pages).astype(np.int32)
+    table = perm[:B * per_seq].reshape(B, per_seq).copy()
+    k_pool = np.full((num_pages, page, Hkv, D), np.nan, np.float32)
+    v_pool = np.full_like(k_pool, np.nan)
+    for b in range(B):
+        for j in range(sk[b]):
+            k_pool[table[b, j // page], j % page] = k[b, j]
+            v_pool[table[b, j // page], j % page] = v[b, j]
+    o = np.full_like(q, np.nan)
+    kw = dict(batch=B, seqlen_q=Lq, seqlen_k=Lk, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype="f32",
+              causal=True, q=q.ctypes.data, k=k_pool.ctypes.data, v=v_pool.ctypes.data,
+              o=o.ctypes.data, seqlens_k=sk.ctypes.data, block_table=table.ctypes.data,
+              block_table_stride=per_seq, page_size=page, num_pages=num_pages)
+    attention.forward(ctx, **kw)
+    ro, _ = ref_attention(*(t.astype(np.float64) for t in (q, k, v)), causal=True, seqlens_k=sk)
+    assert np.abs(o - ro).max() <= TOL["f32"]
+    table[1, 0] = num_pages  # sequence 1 uses its first page
+    o[:] = 7.0
+    with pytest.raises(fastpath.FastpathError) as e:
+        attention.forward(ctx, **kw)
+    assert e.value.status == fastpath.Status.INVALID_ARGUMENT and "block_table" in e.value.detail
+    assert (o == 7.0).all()

@@ -188,7 +188,10 @@ class AttentionParams(ctypes.Structure):
                 ("softmax_scale", c_float), ("causal", c_int), ("window_left", c_int),
                 ("window_right", c_int),
                 ("lse", c_void_p), ("seqlens_k", c_void_p), ("cu_seqlens_q", c_void_p),
-                ("cu_seqlens_k", c_void_p)]
+                ("cu_seqlens_k", c_void_p),
+                # added in 0.2: paged KV cache
+                ("block_table", c_void_p), ("block_table_stride", c_int), ("page_size", c_int),
+                ("num_pages", c_int)]
 
 
 _sig_opt("fp_norm_params_default", None, P(NormParams))

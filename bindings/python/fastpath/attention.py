@@ -44,13 +44,16 @@ _STRIDES = [f"{t}_{d}_stride" for t in "qkvo" for d in ("batch", "seq", "head")]
 
 def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, heads_kv=None,
                 dtype="bf16", softmax_scale=0.0, causal=False, window_left=-1, window_right=-1,
-                lse=None, seqlens_k=None, cu_seqlens_q=None, cu_seqlens_k=None, **strides):
+                lse=None, seqlens_k=None, cu_seqlens_q=None, cu_seqlens_k=None, block_table=None,
+                block_table_stride=0, page_size=0, num_pages=0, **strides):
     """An fp_attention_params from keyword arguments: the shape, the q, k, v, o
     pointers, dtype, softmax_scale (0 or None: 1/sqrt(head_dim)), causal,
     window_left / window_right (-1: unbounded), lse (f32 [batch, heads_q,
     seqlen_q]), seqlens_k (int32 [batch]), cu_seqlens_q / cu_seqlens_k (int32
-    [batch+1]) pointers, and any of q_batch_stride, q_seq_stride,
-    q_head_stride (likewise k_, v_, o_) in elements."""
+    [batch+1]) pointers, a paged KV cache (block_table: int32 [batch,
+    block_table_stride] pointer, page_size, num_pages; k and v are then pools
+    [num_pages, page_size, heads_kv, head_dim]), and any of q_batch_stride,
+    q_seq_stride, q_head_stride (likewise k_, v_, o_) in elements."""
     _need()
     fp = _fp()
     bad = set(strides) - set(_STRIDES)
@@ -71,6 +74,9 @@ def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, hea
     p.lse = fp._opt_ptr(lse)
     p.seqlens_k = fp._opt_ptr(seqlens_k)
     p.cu_seqlens_q, p.cu_seqlens_k = fp._opt_ptr(cu_seqlens_q), fp._opt_ptr(cu_seqlens_k)
+    p.block_table = fp._opt_ptr(block_table)
+    p.block_table_stride, p.page_size = int(block_table_stride), int(page_size)
+    p.num_pages = int(num_pages)
     return p
 
 
