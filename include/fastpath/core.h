@@ -35,7 +35,7 @@ extern "C" {
 /* ======================================================================== */
 
 #define FP_VERSION_MAJOR 0
-#define FP_VERSION_MINOR 1
+#define FP_VERSION_MINOR 2
 #define FP_VERSION_PATCH 0
 #define FP_VERSION_NUMBER \
     (FP_VERSION_MAJOR * 10000 + FP_VERSION_MINOR * 100 + FP_VERSION_PATCH)
