@@ -56,6 +56,7 @@ struct flash_params {
     const int32_t *seqlens_k;
     const int32_t *cu_q, *cu_k; // varlen offsets [batch + 1] or NULL
     int num_splits;
+    int b_off;          // batch of blockIdx.z = 0 (the launcher splits batch > 65535 over launches)
     float *o_part;      // [num_splits, batch, hq, sq, D] when num_splits > 1
     float *lse_part;    // [num_splits, batch, hq, sq]
     const int32_t *block_table; // paged KV: [batch, bt_stride] page of each page_size keys, or NULL
@@ -215,7 +216,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     int m_tile, split;
     fp_flash::cta_coords(blockIdx.x, p.m_tiles, &m_tile, &split);
-    const int hk = blockIdx.y, b = blockIdx.z;
+    const int hk = blockIdx.y, b = blockIdx.z + p.b_off;
     const int m0 = m_tile * Br;
     const fp_flash::seq_view S = seq_of(p, b);
     const int L = S.L;
@@ -487,29 +488,65 @@ template <> struct store_op<__half> {
     static __device__ __forceinline__ __half cvt(float x) { return __float2half_rn(x); }
 };
 
-// grid: batch * hq * sq (one CTA per query row); block: 128 threads over D.
+// grid: batch * hq * sq (one CTA per query row); block: kCombineThreads.
+// The split weights exp(lse_s - lse) are computed once per row into shared
+// memory (one parallel load of the num_splits lse values, two block
+// reductions), then each thread sums its columns over the splits with
+// independent, branch-free loads: the per-split branch on lse_s made the
+// loads of the splits a dependent chain (one L2 round trip per split and
+// column, ~10 us at 33 splits: a quarter of a 32k-context decode). Every
+// split writes every row of its CTA (an empty split writes O_s = 0, lse_s =
+// -inf, i.e. weight 0), so the partials are finite.
+constexpr int kCombineThreads = 128;
+constexpr int kMaxSplits = 1024; // fp_attn_cuda_flash_splits' limit
+
+__device__ __forceinline__ float combine_reduce(float x, bool is_max, float *red) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float y = __shfl_xor_sync(0xffffffffu, x, o);
+        x = is_max ? fmaxf(x, y) : x + y;
+    }
+    __syncthreads(); // red is reused by consecutive reductions
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
+    __syncthreads();
+    x = red[0];
+    for (int i = 1; i < kCombineThreads / 32; ++i) x = is_max ? fmaxf(x, red[i]) : x + red[i];
+    return x;
+}
+
 template <typename T, int D>
-__global__ void __launch_bounds__(128) attention_split_combine_v1(const __grid_constant__ flash_params p) {
+__global__ void __launch_bounds__(kCombineThreads) attention_split_combine_v1(const __grid_constant__ flash_params p) {
+    __shared__ float w[kMaxSplits];
+    __shared__ float red[kCombineThreads / 32];
     const int64_t row = blockIdx.x; // (b * hq + h) * sq + qi
     const int64_t rows_total = (int64_t)p.batch * p.hq * p.sq;
     const int qi = (int)(row % p.sq), h = (int)(row / p.sq % p.hq), b = (int)(row / ((int64_t)p.sq * p.hq));
     const fp_flash::seq_view S = seq_of(p, b);
-    if (qi >= S.sq) return; // varlen: past this sequence's queries (no partials written)
+    if (qi >= S.sq) return; // varlen: past this sequence's queries (no partials written); CTA-uniform
+    const int ns = p.num_splits;
     float mx = -INFINITY;
-    for (int s = 0; s < p.num_splits; ++s) mx = fmaxf(mx, p.lse_part[s * rows_total + row]);
+    for (int s = threadIdx.x; s < ns; s += kCombineThreads) {
+        const float ls = p.lse_part[s * rows_total + row];
+        w[s] = ls;
+        mx = fmaxf(mx, ls);
+    }
+    mx = combine_reduce(mx, true, red);
     float sum = 0.0f;
-    if (mx != -INFINITY)
-        for (int s = 0; s < p.num_splits; ++s) sum += __expf(p.lse_part[s * rows_total + row] - mx);
-    const float lse = mx == -INFINITY ? -INFINITY : mx + __logf(sum);
+    for (int s = threadIdx.x; s < ns; s += kCombineThreads) { // w[s] was written by this thread
+        const float e = mx == -INFINITY ? 0.0f : __expf(w[s] - mx); // lse_s = -inf: 0
+        w[s] = e;
+        sum += e;
+    }
+    sum = combine_reduce(sum, false, red); // its barriers also publish w[]
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float lse = sum > 0.0f ? mx + __logf(sum) : -INFINITY;
     T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
-    for (int col = threadIdx.x; col < D; col += blockDim.x) {
+    const float *op = p.o_part + row * D;
+    const int64_t split_stride = rows_total * D;
+    for (int col = threadIdx.x; col < D; col += kCombineThreads) {
         float acc = 0.0f;
-        if (mx != -INFINITY)
-            for (int s = 0; s < p.num_splits; ++s) {
-                float ls = p.lse_part[s * rows_total + row];
-                if (ls != -INFINITY) acc += __expf(ls - lse) * p.o_part[(s * rows_total + row) * D + col];
-            }
-        o[col] = store_op<T>::cvt(acc);
+#pragma unroll 8
+        for (int s = 0; s < ns; ++s) acc = fmaf(w[s], op[s * split_stride + col], acc);
+        o[col] = store_op<T>::cvt(acc * inv);
     }
     if (p.lse && threadIdx.x == 0) p.lse[row] = lse;
 }
@@ -553,16 +590,18 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
     p.cu_q = a->cu_q;
     p.cu_k = a->cu_k;
     p.num_splits = num_splits;
+    p.b_off = 0;
     p.o_part = nullptr;
     p.lse_part = nullptr;
     p.block_table = a->block_table;
     p.bt_stride = a->bt_stride;
     p.page_size = a->page_size;
     p.num_pages = a->num_pages;
-    if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
-        return fp_set_error(FP_ERR_UNSUPPORTED,
-                            "attention: grid too large (m_tiles %d x splits %d, heads_kv %d, batch %d)",
-                            p.m_tiles, num_splits, a->heads_kv, a->batch);
+    // batch > 65535 (grid.z) runs as several launches (b_off), so that a large
+    // batch (e.g. many short varlen sequences) is not refused
+    if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention: grid too large (m_tiles %d x splits %d, heads_kv %d)",
+                            p.m_tiles, num_splits, a->heads_kv);
     const int64_t rows_total = (int64_t)a->batch * a->heads_q * a->seqlen_q;
     if (num_splits > 1 && rows_total > 2147483647LL)
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention: too many query rows for split-KV");
@@ -580,30 +619,30 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
         smem_configured.fetch_or(dev_bit, std::memory_order_release);
     }
     if (num_splits > 1) {
+        // one allocation for both partials (one pool call per decode step)
         size_t n = (size_t)num_splits * rows_total;
-        cudaError_t e1 = cudaMallocAsync(reinterpret_cast<void **>(&p.o_part), n * D * sizeof(float), stream);
-        cudaError_t e2 = e1 == cudaSuccess
-                             ? cudaMallocAsync(reinterpret_cast<void **>(&p.lse_part), n * sizeof(float), stream)
-                             : e1;
-        if (e2 != cudaSuccess) {
+        cudaError_t e1 = cudaMallocAsync(reinterpret_cast<void **>(&p.o_part), n * (D + 1) * sizeof(float), stream);
+        if (e1 != cudaSuccess) {
             (void)cudaGetLastError();
-            if (p.o_part) cudaFreeAsync(p.o_part, stream);
-            return fp_set_error(e2 == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
+            return fp_set_error(e1 == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
                                 "attention split-KV partials (%zu bytes): %s", n * (D + 1) * sizeof(float),
-                                cudaGetErrorString(e2));
+                                cudaGetErrorString(e1));
         }
+        p.lse_part = p.o_part + n * D;
     }
-    dim3 grid((unsigned)(p.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
-    kernel<<<grid, Tr::kWarps * 32, smem, stream>>>(p);
-    cudaError_t err = cudaGetLastError();
-    if (err == cudaSuccess && num_splits > 1) {
-        attention_split_combine_v1<T, D><<<(unsigned)rows_total, 128, 0, stream>>>(p);
+    cudaError_t err = cudaSuccess;
+    for (int64_t b0 = 0; b0 < a->batch && err == cudaSuccess; b0 += 65535) {
+        p.b_off = (int)b0;
+        const int nb = (int)(a->batch - b0 < 65535 ? a->batch - b0 : 65535);
+        dim3 grid((unsigned)(p.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)nb);
+        kernel<<<grid, Tr::kWarps * 32, smem, stream>>>(p);
         err = cudaGetLastError();
     }
-    if (num_splits > 1) {
-        cudaFreeAsync(p.o_part, stream);
-        cudaFreeAsync(p.lse_part, stream);
+    if (err == cudaSuccess && num_splits > 1) {
+        attention_split_combine_v1<T, D><<<(unsigned)rows_total, kCombineThreads, 0, stream>>>(p);
+        err = cudaGetLastError();
     }
+    if (num_splits > 1) cudaFreeAsync(p.o_part, stream); // lse_part lives in the same allocation
     FP_CUDA_TRY(err);
     return FP_OK;
 }
@@ -659,7 +698,13 @@ extern "C" fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_sp
 }
 
 // Split the keys when the grid would leave SMs idle (decode, few heads):
-// aim for two CTAs per SM, at least 2 KV tiles per split, at most 128 splits.
+// as many splits as keep the whole grid resident in one wave (two CTAs per SM:
+// registers / shared memory of traits<D> at D >= 64), at least 2 KV tiles per
+// split, at most 128 splits. Rounding the split count up instead overshoots
+// the resident slots (e.g. 32 KV heads: ceil(264 / 32) = 9 splits = 288 CTAs
+// for 264 slots), and the 24-CTA second wave, too few to saturate HBM, costs
+// about as long as the first. The count is then trimmed so that no split is
+// empty (plan_block hands out ceil(tiles / splits) tiles per split).
 extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int sm_count, cudaStream_t stream) {
     int br = traits<64>::kBr, bc = traits<64>::kBc;
     switch (a->head_dim) {
@@ -675,10 +720,12 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int sm_count, cud
     const int64_t target = 2 * (int64_t)(sm_count > 0 ? sm_count : 1);
     int64_t splits = 1;
     if (ctas < target && kv_tiles >= 4) {
-        splits = (target + ctas - 1) / ctas;
+        splits = target / ctas; // >= 1: ctas < target
         if (splits > kv_tiles / 2) splits = kv_tiles / 2;
         if (splits > 128) splits = 128;
         if (splits < 1) splits = 1;
+        const int64_t per_split = (kv_tiles + splits - 1) / splits;
+        splits = (kv_tiles + per_split - 1) / per_split; // no empty split
     }
     return fp_attn_cuda_flash_splits(a, (int)splits, stream);
 }

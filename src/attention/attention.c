@@ -47,7 +47,12 @@ static cudaDataType_t cuda_type(fp_dtype dt) {
  * zeroes P past L_b. cu_q/cu_k/lens_k are host copies of the varlen offsets
  * and the ragged key lengths (or NULL): the GEMMs span only the L_b valid
  * keys, so nothing past a cache's length is read (0 * NaN there would make
- * the baseline NaN where flash, which never reads it, is fine). */
+ * the baseline NaN where flash, which never reads it, is fine). The first
+ * GEMM applies the softmax scale (alpha) before its f32 result is rounded to
+ * dtype, as PyTorch's math path scales before the product: rounding the
+ * unscaled Q K^T to f16 overflows to inf sqrt(head_dim) times sooner (at
+ * head_dim 128, |q.k| > 65504 already with |q|, |k| entries ~ 23), and the
+ * softmax then runs with scale 1. */
 static fp_status baseline_gemms(cublasHandle_t hdl, const fp_attn_args *a, const int32_t *cu_q,
                                 const int32_t *cu_k, const int32_t *lens_k, void *scores, int which,
                                 cudaStream_t stream) {
@@ -57,7 +62,7 @@ static fp_status baseline_gemms(cublasHandle_t hdl, const fp_attn_args *a, const
     const int gqa = a->group > 1;
     const int per_b = gqa ? a->heads_kv : 1;
     const int count = gqa ? a->group : a->heads_q;
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f, zero = 0.0f, scale = a->scale;
     const cudaDataType_t t = cuda_type(a->dtype);
     /* ld of a dimension of extent 1 is irrelevant but must be >= head_dim */
     const long long ldq = SQ > 1 ? a->q_ss : D, ldk = SK > 1 ? a->k_ss : D;
@@ -83,7 +88,7 @@ static fp_status baseline_gemms(cublasHandle_t hdl, const fp_attn_args *a, const
             long long ks = gqa ? 0 : a->k_hs, vs = gqa ? 0 : a->v_hs;
             if (which == 0) {
                 /* S^T (col-major L x sq, ld SK) = K^T Q: scores row-major [sq, SK] */
-                FP_TRY(cublas_check(cublasGemmStridedBatchedEx(hdl, CUBLAS_OP_T, CUBLAS_OP_N, S.L, S.sq, D, &one,
+                FP_TRY(cublas_check(cublasGemmStridedBatchedEx(hdl, CUBLAS_OP_T, CUBLAS_OP_N, S.L, S.sq, D, &scale,
                                                                k, t, (int)ldk, ks, q, t, (int)ldq, a->q_hs,
                                                                &zero, s, t, SK, s_stride, count,
                                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -152,7 +157,9 @@ static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, cudaStrea
     if (st == FP_OK) {
         cublasHandle_t hdl = (cublasHandle_t)handle;
         st = baseline_gemms(hdl, a, cu_q, cu_k, lens_k, scores, 0, stream);
-        if (st == FP_OK) st = fp_attn_cuda_masked_softmax(a, scores, stream);
+        fp_attn_args scaled = *a; /* the first GEMM applied the scale */
+        scaled.scale = 1.0f;
+        if (st == FP_OK) st = fp_attn_cuda_masked_softmax(&scaled, scores, stream);
         if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, lens_k, scores, 1, stream);
         fp_ctx_cublas_unlock(ctx);
     }
