@@ -9,6 +9,7 @@ benchmarks/results/<date>-<device>-<commit>/ and rewrites the table in
 benchmarks/results/README.md (between the TARGETS markers) from
 benchmarks/results/targets.json. Prints the table.
 """
+import datetime
 import json
 import re
 import shutil
@@ -18,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 KEEP = ("summary.txt", "fastbench.json", "fastbench.txt", "python-bench.json", "python-bench.txt",
-        "logs.tar.gz")
+        "python-alloc.json", "logs.tar.gz")
 
 
 def field(result, name):
@@ -81,16 +82,41 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     src = Path(argv[1])
-    doc = json.loads((src / "fastbench.json").read_text())
-    dev = re.sub(r"[^A-Za-z0-9]+", "-", doc["device"]["name"]).strip("-").lower()
-    dest = RESULTS / f"{doc['date'][:10]}-{dev}-{doc['git_commit'][:7]}"
+    if not src.is_dir():
+        print(f"gpu-results: {src} is not a directory written by scripts/gpu-check.sh", file=sys.stderr)
+        return 2
+    bench = src / "fastbench.json"
+    try:
+        doc = json.loads(bench.read_text()) if bench.exists() else None
+    except ValueError as e:  # cut short while being written
+        print(f"gpu-results: {bench} is not valid JSON ({e})", file=sys.stderr)
+        doc = None
+    if doc is None:
+        # A run that failed before fastbench (build or tests): file the
+        # summary and logs so the failure is on record; the table stays.
+        summary = src / "summary.txt"
+        text = summary.read_text() if summary.exists() else ""
+        m = re.search(r"commit ([0-9a-f]{7,40}|unknown)", text)
+        commit = m.group(1) if m else "unknown"
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+        dest = RESULTS / f"{stamp}-nobench-{commit[:7]}"
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in KEEP:
+            if (src / name).exists():
+                shutil.copy2(src / name, dest / name)
+        print(text, end="")
+        print(f"no fastbench results in {src}: filed the summary and logs under {dest}; "
+              "the targets table is unchanged")
+        return 1
+    dev = re.sub(r"[^A-Za-z0-9]+", "-", (doc.get("device") or {}).get("name") or "unknown").strip("-").lower()
+    dest = RESULTS / f"{str(doc.get('date') or 'undated')[:10]}-{dev}-{str(doc.get('git_commit') or 'unknown')[:7]}"
     dest.mkdir(parents=True, exist_ok=True)
     for name in KEEP:
         if (src / name).exists():
             shutil.copy2(src / name, dest / name)
     partial = "" if doc.get("complete", True) else ", incomplete run: stopped before every scenario finished"
-    text = table(evaluate(doc, targets), f"`{dest.relative_to(RESULTS)}/` ({doc['device']['name']}, "
-                                         f"{doc['date']}, commit {doc['git_commit'][:12]}{partial})")
+    text = table(evaluate(doc, targets), f"`{dest.relative_to(RESULTS)}/` ({(doc.get('device') or {}).get('name')}, "
+                                         f"{doc.get('date')}, commit {str(doc.get('git_commit'))[:12]}{partial})")
     readme = RESULTS / "README.md"
     body = readme.read_text()
     start, end = "<!-- TARGETS -->", "<!-- /TARGETS -->"

@@ -283,27 +283,40 @@ def main(argv=None):
 
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     cases = []
-    if "norm" in only and fastpath.norm.available():
-        cases += bench_norm(torch, F, fpt, args, "norm")
-    if "rms" in only and fastpath.norm.available():
-        cases += bench_norm(torch, F, fpt, args, "rms")
-    if "sdpa" in only and fastpath.attention.available():
-        cases += bench_sdpa(torch, F, fpt, args)
+    doc = {
+        "schema": "fastbench-python/1",
+        "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (smoke run)",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
+        "fastpath_version": fastpath.version(),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda if DEVICE == "cuda" else None,
+        "warmup": args.warmup, "iters": args.iters,
+        "complete": False,
+        "cases": cases,
+    }
+
+    def write():
+        # After every group of cases (complete=false until the end), so a run
+        # stopped by a time limit keeps what it measured.
+        if args.json:
+            path = Path(args.json)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(doc, indent=1) + "\n")
+            tmp.replace(path)
+
+    groups = [("norm", fastpath.norm.available(), lambda: bench_norm(torch, F, fpt, args, "norm")),
+              ("rms", fastpath.norm.available(), lambda: bench_norm(torch, F, fpt, args, "rms")),
+              ("sdpa", fastpath.attention.available(), lambda: bench_sdpa(torch, F, fpt, args))]
+    for name, available, run in groups:
+        if name in only and available:
+            cases += run()
+            write()
     print_table(cases)
+    doc["complete"] = True
+    write()
     if args.json:
-        doc = {
-            "schema": "fastbench-python/1",
-            "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (smoke run)",
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "git_commit": git_commit(),
-            "fastpath_version": fastpath.version(),
-            "torch_version": torch.__version__,
-            "cuda_version": torch.version.cuda if DEVICE == "cuda" else None,
-            "warmup": args.warmup, "iters": args.iters,
-            "cases": cases,
-        }
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0
 

@@ -894,7 +894,14 @@ static fp_status alloc_slow(fp_allocator *a, fp_pool *pool, int small, uintptr_t
                     : rsize < FP_ALLOC_MIN_LARGE_ALLOC
                         ? FP_ALLOC_LARGE_SEGMENT
                         : (rsize + FP_ALLOC_ROUND_LARGE - 1) & ~(FP_ALLOC_ROUND_LARGE - 1);
-    if (a->cfg.garbage_collection_threshold > 0) {
+    /* While a private pool is active a graph may be capturing: returning
+     * segments then (cudaFree synchronizes the device, which a capture does
+     * not allow: the call fails, the capture is invalidated, and the segment
+     * would leak) is left out. Only new memory is asked for; if that fails,
+     * the request fails (PyTorch's allocator likewise releases no cache
+     * during a capture). */
+    const int may_release = !a->n_captures;
+    if (may_release && a->cfg.garbage_collection_threshold > 0) {
         double limit = a->cfg.garbage_collection_threshold * (double)a->cap;
         if ((double)a->st.reserved_bytes.current + (double)seg_size > limit) {
             size_t target = limit > (double)seg_size ? (size_t)(limit - (double)seg_size) : 0;
@@ -905,14 +912,14 @@ static fp_status alloc_slow(fp_allocator *a, fp_pool *pool, int small, uintptr_t
     }
     void *mem = NULL;
     fp_status st = segment_reserve(a, seg_size, small, &mem);
-    if (st == FP_ERR_OUT_OF_MEMORY) {
+    if (st == FP_ERR_OUT_OF_MEMORY && may_release) {
         /* 1: release cached unsplit segments of this class, largest first. */
         if (release_free_segments(a, small, cmp_largest, 0, seg_size)) {
             a->st.retries++;
             st = segment_reserve(a, seg_size, small, &mem);
         }
     }
-    if (st == FP_ERR_OUT_OF_MEMORY) {
+    if (st == FP_ERR_OUT_OF_MEMORY && may_release) {
         /* 2: wait for pending events and release the whole cache. */
         if (a->n_pending || a->n_deferred) process_events(a, 1);
         fp_block *b = find_fit(a, pool, small, stream, rsize);

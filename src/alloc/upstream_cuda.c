@@ -11,52 +11,103 @@
 
 static inline int dev_of(void *opaque) { return (int)(intptr_t)opaque - 1; }
 
-/* Makes `dev` current only when it is not already (cudaGetDevice is cheap). */
-static cudaError_t use_device(int dev) {
-    int cur = -1;
-    cudaError_t err = cudaGetDevice(&cur);
-    if (err != cudaSuccess) return err;
-    return cur == dev ? cudaSuccess : cudaSetDevice(dev);
+/* Consumes the error of a failed call of ours, so that it does not show up in
+ * the caller's next cudaGetLastError. Successful calls leave the last-error
+ * state alone: clearing it unconditionally would swallow an error the caller
+ * had pending (say a failed launch it has not checked yet). */
+static void consume(cudaError_t err) {
+    if (err != cudaSuccess) (void)cudaGetLastError();
+}
+
+/* Makes `dev` current for one upstream / event call; *prev receives the
+ * calling thread's device, which restore_device puts back (PyTorch, for one,
+ * frees a tensor of device 1 with device 0 current and keeps launching on
+ * device 0 afterwards: the allocator must not move the thread). Only when
+ * they differ is cudaSetDevice called (cudaGetDevice is cheap). */
+static cudaError_t use_device(int dev, int *prev) {
+    *prev = -1;
+    cudaError_t err = cudaGetDevice(prev);
+    if (err != cudaSuccess) {
+        *prev = -1;
+        return err;
+    }
+    return *prev == dev ? cudaSuccess : cudaSetDevice(dev);
+}
+
+static void restore_device(int dev, int prev) {
+    if (prev >= 0 && prev != dev) consume(cudaSetDevice(prev));
 }
 
 static fp_status map_error(cudaError_t err, const char *what, size_t bytes) {
-    (void)cudaGetLastError(); /* clear it so it does not leak into later calls */
+    consume(err); /* clear it so it does not leak into later calls */
     fp_status st = err == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA;
     return fp_set_error(st, "%s(%zu bytes) failed: %s", what, bytes, cudaGetErrorString(err));
 }
 
+/* cudaMalloc in the relaxed capture mode, as PyTorch's allocator does: under
+ * the default (global) mode a cudaMalloc while any thread captures a graph
+ * fails with cudaErrorStreamCaptureUnsupported and invalidates that capture,
+ * so a cache miss during a capture into a private pool (fp_alloc_pool_begin)
+ * could never reserve a segment, and one on another thread would break the
+ * capture. cudaMalloc is not stream-ordered: the segment simply stays valid
+ * for the graph (the private pool keeps it). */
+static int relaxed_begin(enum cudaStreamCaptureMode *saved) {
+    *saved = cudaStreamCaptureModeRelaxed;
+    cudaError_t err = cudaThreadExchangeStreamCaptureMode(saved);
+    consume(err);
+    return err == cudaSuccess;
+}
+static void relaxed_end(int began, enum cudaStreamCaptureMode *saved) {
+    if (began) consume(cudaThreadExchangeStreamCaptureMode(saved));
+}
+
+static cudaError_t malloc_relaxed(void **out, size_t bytes) {
+    enum cudaStreamCaptureMode mode;
+    int began = relaxed_begin(&mode);
+    cudaError_t err = cudaMalloc(out, bytes);
+    relaxed_end(began, &mode);
+    return err;
+}
+
 static fp_status device_alloc(void *opaque, size_t bytes, void **out) {
-    cudaError_t err = use_device(dev_of(opaque));
-    if (err == cudaSuccess) err = cudaMalloc(out, bytes);
+    int prev;
+    cudaError_t err = use_device(dev_of(opaque), &prev);
+    if (err == cudaSuccess) err = malloc_relaxed(out, bytes);
+    restore_device(dev_of(opaque), prev);
     return err == cudaSuccess ? FP_OK : map_error(err, "cudaMalloc", bytes);
 }
 
 static void device_free(void *opaque, void *ptr, size_t bytes) {
     (void)bytes;
-    if (use_device(dev_of(opaque)) == cudaSuccess) (void)cudaFree(ptr);
-    (void)cudaGetLastError();
+    int prev;
+    cudaError_t err = use_device(dev_of(opaque), &prev);
+    if (err == cudaSuccess) err = cudaFree(ptr);
+    consume(err);
+    restore_device(dev_of(opaque), prev);
 }
 
 static size_t device_total(void *opaque) {
     size_t free_b = 0, total = 0;
-    if (use_device(dev_of(opaque)) != cudaSuccess || cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return total;
+    int prev;
+    cudaError_t err = use_device(dev_of(opaque), &prev);
+    if (err == cudaSuccess) err = cudaMemGetInfo(&free_b, &total);
+    consume(err);
+    restore_device(dev_of(opaque), prev);
+    return err == cudaSuccess ? total : 0;
 }
 
 static fp_status pinned_alloc(void *opaque, size_t bytes, void **out) {
-    cudaError_t err = use_device(dev_of(opaque));
+    int prev;
+    cudaError_t err = use_device(dev_of(opaque), &prev);
     if (err == cudaSuccess) err = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+    restore_device(dev_of(opaque), prev);
     return err == cudaSuccess ? FP_OK : map_error(err, "cudaHostAlloc", bytes);
 }
 
 static void pinned_free(void *opaque, void *ptr, size_t bytes) {
     (void)opaque;
     (void)bytes;
-    (void)cudaFreeHost(ptr);
-    (void)cudaGetLastError();
+    consume(cudaFreeHost(ptr));
 }
 
 static fp_status check_device(int device) {
@@ -86,8 +137,11 @@ fp_status fp_alloc_upstream_pinned(int device, fp_alloc_upstream *out) {
 
 static void unregister_host(void *base, size_t bytes, int device) {
     (void)bytes;
-    if (use_device(device) == cudaSuccess) (void)cudaHostUnregister(base);
-    (void)cudaGetLastError();
+    int prev;
+    cudaError_t err = use_device(device, &prev);
+    if (err == cudaSuccess) err = cudaHostUnregister(base);
+    consume(err);
+    restore_device(device, prev);
 }
 
 fp_status fp_alloc_upstream_registered(int device, void *base, size_t bytes, fp_alloc_upstream *out) {
@@ -96,8 +150,10 @@ fp_status fp_alloc_upstream_registered(int device, void *base, size_t bytes, fp_
     FP_TRY(fp_alloc_upstream_region(base, bytes, &u)); /* validates base and bytes */
     fp_status st = check_device(device);
     cudaError_t err = cudaSuccess;
-    if (st == FP_OK) err = use_device(device);
+    int prev = -1;
+    if (st == FP_OK) err = use_device(device, &prev);
     if (st == FP_OK && err == cudaSuccess) err = cudaHostRegister(base, bytes, cudaHostRegisterPortable);
+    if (st == FP_OK) restore_device(device, prev);
     if (st == FP_OK && err != cudaSuccess) st = map_error(err, "cudaHostRegister", bytes);
     if (st != FP_OK) {
         fp_alloc_upstream_release(&u);
@@ -114,16 +170,26 @@ static fp_status ev_record(void *opaque, fp_stream stream, void **event) {
     /* An event recorded on a capturing stream would become a graph node and
      * never complete on its own: refuse, the allocator retries later. */
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing((cudaStream_t)stream, &cs) != cudaSuccess) (void)cudaGetLastError();
+    cudaError_t qerr = cudaStreamIsCapturing((cudaStream_t)stream, &cs);
+    if (qerr != cudaSuccess) {
+        /* Status unknown, e.g. cudaErrorStreamCaptureImplicit for the legacy
+         * stream while another thread captures: recording there could break
+         * that capture. "Not now": the allocator retries on a later slow path. */
+        consume(qerr);
+        return fp_set_error(FP_ERR_UNSUPPORTED, "stream %p: cudaStreamIsCapturing failed (%s): event deferred",
+                            stream, cudaGetErrorString(qerr));
+    }
     if (cs != cudaStreamCaptureStatusNone)
         return fp_set_error(FP_ERR_UNSUPPORTED, "stream %p is capturing: event deferred", stream);
     cudaEvent_t e = NULL;
-    cudaError_t err = use_device(dev_of(opaque));
+    int prev;
+    cudaError_t err = use_device(dev_of(opaque), &prev);
     if (err == cudaSuccess) err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
     if (err == cudaSuccess) {
         err = cudaEventRecord(e, (cudaStream_t)stream);
         if (err != cudaSuccess) (void)cudaEventDestroy(e);
     }
+    restore_device(dev_of(opaque), prev);
     if (err != cudaSuccess) return map_error(err, "cudaEventRecord", 0);
     *event = e;
     return FP_OK;
@@ -133,23 +199,24 @@ static int ev_query(void *opaque, void *event) {
     (void)opaque;
     cudaError_t err = cudaEventQuery((cudaEvent_t)event);
     if (err == cudaErrorNotReady) {
-        (void)cudaGetLastError();
+        /* Not an error; clear it only if the runtime recorded it, so an
+         * error the caller had pending stays for the caller. */
+        if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
         return 0;
     }
     /* Success, or an error: count it as done so the block does not leak. */
-    (void)cudaGetLastError();
+    consume(err);
     return 1;
 }
 
 static void ev_sync(void *opaque, void *event) {
     (void)opaque;
-    (void)cudaEventSynchronize((cudaEvent_t)event);
-    (void)cudaGetLastError();
+    consume(cudaEventSynchronize((cudaEvent_t)event));
 }
 
 static void ev_destroy(void *opaque, void *event) {
     (void)opaque;
-    (void)cudaEventDestroy((cudaEvent_t)event);
+    consume(cudaEventDestroy((cudaEvent_t)event));
 }
 
 static fp_status ev_check_stream(void *opaque, fp_stream stream) {
@@ -158,11 +225,24 @@ static fp_status ev_check_stream(void *opaque, fp_stream stream) {
         (cudaStream_t)stream == cudaStreamPerThread)
         return FP_OK;
 #if CUDART_VERSION >= 12080
+    /* A stream being captured (a private pool's capture: this check runs on
+     * its cache misses) is not asked: cudaStreamGetDevice is not a call to
+     * make on a capturing stream, and a refused call may invalidate the
+     * capture. Otherwise ask in the relaxed mode, so that a capture running
+     * on another thread in the global mode is not disturbed. */
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaError_t err = cudaStreamIsCapturing((cudaStream_t)stream, &cs);
+    if (err == cudaSuccess && cs != cudaStreamCaptureStatusNone) return FP_OK;
     int dev = -1;
-    cudaError_t err = cudaStreamGetDevice((cudaStream_t)stream, &dev);
+    if (err == cudaSuccess) {
+        enum cudaStreamCaptureMode mode;
+        int began = relaxed_begin(&mode);
+        err = cudaStreamGetDevice((cudaStream_t)stream, &dev);
+        relaxed_end(began, &mode);
+    }
     if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "stream %p: cudaStreamGetDevice failed: %s",
+        consume(err);
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "stream %p: cannot tell its device: %s",
                             stream, cudaGetErrorString(err));
     }
     if (dev != dev_of(opaque))

@@ -16,9 +16,16 @@ void fp_device_info_init(fp_device_info *info) {
 
 void fp_cuda_versions(int *runtime_version, int *driver_version) {
     int rt = 0, drv = 0;
-    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
-    if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
-    (void)cudaGetLastError();
+    /* Clear only errors of these calls: an error the caller had pending
+     * (an unchecked failed launch) is not ours to swallow. */
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) {
+        rt = 0;
+        (void)cudaGetLastError();
+    }
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) {
+        drv = 0;
+        (void)cudaGetLastError();
+    }
     if (runtime_version) *runtime_version = rt;
     if (driver_version) *driver_version = drv;
 }
@@ -26,8 +33,10 @@ void fp_cuda_versions(int *runtime_version, int *driver_version) {
 fp_status fp_device_count(int *count) {
     FP_CHECK_NOT_NULL(count);
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0; /* no driver / no GPU */
-    (void)cudaGetLastError();
+    if (cudaGetDeviceCount(&n) != cudaSuccess) { /* no driver / no GPU */
+        n = 0;
+        (void)cudaGetLastError(); /* ours: do not leave it for the caller */
+    }
     *count = n;
     return FP_OK;
 }
@@ -45,7 +54,8 @@ static void arch_ops_per_clock(int major, int minor, double *fp32, double *tenso
         {8, 9, 256, 1024},  /* L4, L40S, RTX 40 */
         {9, 0, 256, 4096},  /* H100, H200 */
         {10, 0, 256, 8192}, /* B200 */
-        {12, 0, 256, 2048}, /* RTX 50 */
+        {12, 0, 256, 1024}, /* RTX PRO 6000 Blackwell: 188 SMs x 2.6 GHz x 1024 = 504 dense bf16
+                               TFLOP/s (GeForce RTX 50 accumulate f32 at half that) */
     };
     size_t n = sizeof table / sizeof table[0], best = n;
     for (size_t i = 0; i < n; ++i) {

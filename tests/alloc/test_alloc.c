@@ -426,6 +426,41 @@ static void test_oom_ladder(void) {
     fp_alloc_destroy(a);
 }
 
+/* While a private pool is active (a graph may be capturing), a cache miss
+ * that the upstream refuses does not return cached segments (on a device
+ * that would be a cudaFree inside the capture): it fails, and nothing was
+ * freed. The GC threshold likewise waits. After pool_end the ladder works
+ * again. */
+static void test_no_release_during_capture(void) {
+    counting_upstream u = {0};
+    u.cap = 40 * MiB;
+    fp_alloc_config cfg;
+    fp_alloc_config_default(&cfg);
+    cfg.memory_cap_bytes = 40 * MiB;
+    cfg.garbage_collection_threshold = 0.5;
+    fp_allocator *a = make(&u, NULL, &cfg);
+    void *c = xalloc(a, 12 * MiB, S2);
+    CHECK_OK(fp_alloc_free(a, c)); /* cached: 12 MiB segment of the default pool */
+    CHECK_OK(fp_alloc_pool_begin(a, 5, S1));
+    void *g = xalloc(a, 14 * MiB, S1); /* fits beside the cache: no GC release */
+    CHECK(u.frees == 0);
+    void *none = (void *)0x1;
+    CHECK_STATUS(fp_alloc_alloc(a, 20 * MiB, S1, &none), FP_ERR_OUT_OF_MEMORY);
+    CHECK(none == (void *)0x1 && u.frees == 0 && u.held == 26 * MiB);
+    CHECK(get_stats(a).retries == 0 && get_stats(a).gc_releases == 0);
+    check_inv(a);
+    CHECK_OK(fp_alloc_pool_end(a, 5));
+    void *h = xalloc(a, 20 * MiB, S1); /* now the cached 12 MiB goes back */
+    CHECK(u.frees == 1 && u.held == 34 * MiB);
+    CHECK_OK(fp_alloc_free(a, h));
+    CHECK_OK(fp_alloc_free(a, g));
+    CHECK_OK(fp_alloc_pool_release(a, 5));
+    CHECK_OK(fp_alloc_empty_cache(a));
+    CHECK(u.held == 0);
+    check_inv(a);
+    fp_alloc_destroy(a);
+}
+
 static void test_gc_threshold(void) {
     counting_upstream u = {0};
     fp_alloc_config cfg;
@@ -1271,6 +1306,7 @@ int main(int argc, char **argv) {
     test_streams_and_events();
     test_private_pools();
     test_oom_ladder();
+    test_no_release_during_capture();
     test_gc_threshold();
     test_bad_input();
     test_snapshot_json();

@@ -98,10 +98,18 @@ class _Launch:
 
     def __enter__(self):
         dev = self.t.device
-        ctx = context_for(dev)
         if dev.type == "cuda":
+            # The guard first: creating a fastpath context (and every
+            # fastpath call) makes its device current, and the guard must
+            # remember the caller's device, not that one, to restore it.
             self.guard = torch.cuda.device(dev)
             self.guard.__enter__()
+        try:
+            ctx = context_for(dev)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        if dev.type == "cuda":
             stream = torch.cuda.current_stream(dev).cuda_stream
             # 0 is PyTorch's default (legacy) stream, but NULL means the fastpath
             # context's own non-blocking stream: name the legacy stream by its
@@ -110,8 +118,9 @@ class _Launch:
         return ctx, None
 
     def __exit__(self, *exc):
-        if self.guard is not None:
-            self.guard.__exit__(*exc)
+        guard, self.guard = self.guard, None
+        if guard is not None:
+            guard.__exit__(*exc)
         return False
 
 
