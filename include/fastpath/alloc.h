@@ -47,7 +47,11 @@
  *     release cached unsplit segments of the same pool class and retry, then
  *     release the whole cache and retry, then fail with FP_ERR_OUT_OF_MEMORY
  *     and a message giving requested, allocated, reserved and inactive-split
- *     bytes.
+ *     bytes. While a private pool is active (between fp_alloc_pool_begin and
+ *     fp_alloc_pool_end) no cached segment goes back to the upstream, neither
+ *     by the GC threshold nor by the retries: a request the upstream refuses
+ *     fails with FP_ERR_OUT_OF_MEMORY (releasing would be a cudaFree inside a
+ *     graph capture).
  *
  * Thread-safety: every fp_alloc_* call on an allocator is thread-safe (one
  * short lock per allocator: spin, then yield, then sleep); a cache hit makes
@@ -97,8 +101,11 @@ typedef struct fp_alloc_upstream {
 
 /* Host memory (aligned_alloc, 256-byte aligned). Thread-safe. */
 FP_API fp_alloc_upstream fp_alloc_upstream_host(void);
-/* Device memory of CUDA device `device` (cudaMalloc/cudaFree; the device is
- * made current for each call). FP_ERR_NO_DEVICE without that device. */
+/* Device memory of CUDA device `device` (cudaMalloc in the relaxed
+ * stream-capture mode, so a segment can be added while another thread or a
+ * private pool captures; cudaFree; the device is made current for each call
+ * and the caller's current device restored afterwards). FP_ERR_NO_DEVICE
+ * without that device. */
 FP_API fp_status fp_alloc_upstream_device(int device, fp_alloc_upstream *out);
 /* Pinned (page-locked) host memory through cudaHostAlloc(cudaHostAllocPortable)
  * / cudaFreeHost, registered while device `device` is current. */
@@ -121,7 +128,11 @@ FP_API fp_status fp_alloc_upstream_region(void *base, size_t bytes, fp_alloc_ups
  * [base, base + bytes) after cudaHostRegister(base, bytes,
  * cudaHostRegisterPortable) with device `device` current;
  * fp_alloc_upstream_release unregisters it (cudaHostUnregister). Pair it
- * with fp_alloc_event_ops_cuda(device) when blocks feed async copies.
+ * with fp_alloc_event_ops_cuda(device) when blocks feed async copies, and
+ * fp_alloc_record_stream every block on the stream of each async copy that
+ * reads or writes it (its own allocation stream included) before freeing
+ * it: host memory is reused by the CPU at once, not in stream order. The
+ * same holds for fp_alloc_upstream_pinned.
  * Errors: those of fp_alloc_upstream_region, FP_ERR_NO_DEVICE without that
  * device, FP_ERR_CUDA when registration fails (e.g. the range is already
  * registered). Nothing is registered on error. */
@@ -159,8 +170,10 @@ typedef struct fp_alloc_event_ops {
 } fp_alloc_event_ops;
 
 /* CUDA events (cudaEventDisableTiming) on device `device`; record refuses a
- * stream that is being captured (cudaStreamIsCapturing); check_stream
- * rejects streams of other devices (cudaStreamGetDevice, CUDA >= 12.8). */
+ * stream that is being captured or whose capture status cannot be read;
+ * check_stream rejects streams of other devices (cudaStreamGetDevice, CUDA
+ * >= 12.8) and does not query a stream that is being captured. Every call
+ * restores the caller's current device. */
 FP_API fp_status fp_alloc_event_ops_cuda(int device, fp_alloc_event_ops *out);
 
 /* ======================================================================== */
@@ -241,10 +254,15 @@ FP_API fp_status fp_alloc_alloc(fp_allocator *a, size_t size, fp_stream stream, 
  * allocator's segments (a block already freed, or the inside of a block),
  * "not owned" otherwise. Nothing changes on error. Thread-safe. */
 FP_API fp_status fp_alloc_free(fp_allocator *a, void *ptr);
-/* Marks that `ptr` is used on `stream` besides its allocation stream: when
- * freed, it is reused only after the work queued on `stream` at free time is
- * done. FP_ERR_NOT_FOUND for a pointer that is not live; check_stream's status
- * for a rejected stream. Thread-safe. */
+/* Marks that `ptr` is used on `stream`: when freed, it is reused only after
+ * the work queued on `stream` at free time is done. With event ops this
+ * includes the block's own allocation stream: device memory never needs
+ * that (stream order protects it), but a pinned or registered HOST block
+ * that an async copy on its own stream reads must be recorded on that
+ * stream, since the CPU rewrites a reused host block at once, out of stream
+ * order. Without event ops (synchronous streams) it only checks the
+ * pointer. FP_ERR_NOT_FOUND for a pointer that is not live; check_stream's
+ * status for a rejected stream. Thread-safe. */
 FP_API fp_status fp_alloc_record_stream(fp_allocator *a, void *ptr, fp_stream stream);
 
 /* Size of the block behind a live allocation (>= the rounded request: a

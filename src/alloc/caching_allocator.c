@@ -1051,7 +1051,12 @@ fp_status fp_alloc_record_stream(fp_allocator *a, void *ptr, fp_stream stream) {
         return st;
     }
     fp_status st = FP_OK;
-    if ((uintptr_t)stream != b->stream) {
+    /* The allocation stream is recorded too when events exist: device memory
+     * never needs it (stream order protects it), but host memory (pinned,
+     * registered) is rewritten by the CPU out of stream order, so a copy
+     * queued on the block's own stream must finish before the block is
+     * handed out again. */
+    if ((uintptr_t)stream != b->stream || a->ev.record) {
         int seen = 0;
         for (uint16_t i = 0; i < b->n_uses; ++i) seen |= b->uses[i] == stream;
         if (!seen && a->ev.check_stream) {

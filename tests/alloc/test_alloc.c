@@ -230,7 +230,6 @@ static void test_streams_and_events(void) {
     p = xalloc(a, 12 * MiB, S1);
     CHECK_OK(fp_alloc_record_stream(a, p, S2));
     CHECK_OK(fp_alloc_record_stream(a, p, S2)); /* once per stream */
-    CHECK_OK(fp_alloc_record_stream(a, p, S1)); /* own stream: no-op */
     CHECK_OK(fp_alloc_free(a, p));
     CHECK(f.records == 1 && f.live_count == 1);
     fp_alloc_stats s = get_stats(a);
@@ -302,6 +301,25 @@ static void test_streams_and_events(void) {
     CHECK_OK(fp_alloc_empty_cache(a));
     s = get_stats(a);
     CHECK(s.reserved_bytes.current == 0 && u.held == 0);
+    check_inv(a);
+    /* record_stream on the block's own stream (with events): the block waits
+     * for that stream's event too. Host memory (pinned) is rewritten by the
+     * CPU out of stream order: a copy queued on the allocation stream must
+     * finish before the block is handed out again, even on that stream. */
+    p = xalloc(a, 12 * MiB, S1);
+    size_t rec1 = f.records;
+    CHECK_OK(fp_alloc_record_stream(a, p, S1));
+    CHECK_OK(fp_alloc_free(a, p));
+    CHECK(f.records == rec1 + 1 && get_stats(a).pending_event_blocks == 1);
+    z = xalloc(a, 12 * MiB, S1);
+    CHECK(z != p);
+    fake_complete(&f, S1, 0);
+    CHECK_OK(fp_alloc_free(a, z));
+    z2 = xalloc(a, 12 * MiB, S1);
+    void *z3 = xalloc(a, 12 * MiB, S1);
+    CHECK((z2 == p || z3 == p) && get_stats(a).pending_event_blocks == 0);
+    CHECK_OK(fp_alloc_free(a, z2));
+    CHECK_OK(fp_alloc_free(a, z3));
     check_inv(a);
     fp_alloc_destroy(a);
     CHECK(f.live_count == 0);
