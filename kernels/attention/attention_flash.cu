@@ -621,7 +621,8 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
     if (num_splits > 1) {
         // one allocation for both partials (one pool call per decode step)
         size_t n = (size_t)num_splits * rows_total;
-        cudaError_t e1 = cudaMallocAsync(reinterpret_cast<void **>(&p.o_part), n * (D + 1) * sizeof(float), stream);
+        cudaError_t e1 =
+            fp_scratch_malloc(a->scratch_pool, reinterpret_cast<void **>(&p.o_part), n * (D + 1) * sizeof(float), stream);
         if (e1 != cudaSuccess) {
             (void)cudaGetLastError();
             return fp_set_error(e1 == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,

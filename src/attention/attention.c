@@ -17,6 +17,7 @@ fp_status fp_attention_forward(fp_context *ctx, fp_stream stream, const fp_atten
     if (!cuda) return fp_attn_cpu_tiled(ctx->pool, &a);
     FP_TRY(fp_ctx_activate(ctx));
     cudaStream_t s = fp_ctx_stream(ctx, stream);
+    a.scratch_pool = ctx->scratch_pool;
     if (fp_attn_cuda_flash_supported(a.dtype, a.head_dim))
         return fp_attn_cuda_flash(&a, ctx->info.sm_count, s);
     return fp_attn_cuda_rowwise(&a, s);
@@ -137,7 +138,7 @@ static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, cudaStrea
         }
     }
     void *scores = NULL;
-    cudaError_t ce = cudaMallocAsync(&scores, (size_t)want, stream);
+    cudaError_t ce = fp_scratch_malloc(ctx->scratch_pool, &scores, (size_t)want, stream);
     if (ce != cudaSuccess) {
         (void)cudaGetLastError();
         free(cu);
@@ -176,8 +177,8 @@ static fp_status baseline_cuda_paged(fp_context *ctx, const fp_attn_args *a, cud
     if (want > 1.0e15)
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention baseline: dense K/V need %.3g bytes", 2 * want);
     void *kd = NULL, *vd = NULL;
-    cudaError_t e = cudaMallocAsync(&kd, (size_t)want, stream);
-    if (e == cudaSuccess) e = cudaMallocAsync(&vd, (size_t)want, stream);
+    cudaError_t e = fp_scratch_malloc(ctx->scratch_pool, &kd, (size_t)want, stream);
+    if (e == cudaSuccess) e = fp_scratch_malloc(ctx->scratch_pool, &vd, (size_t)want, stream);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         if (kd) cudaFreeAsync(kd, stream);

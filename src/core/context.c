@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -41,6 +42,26 @@ static fp_status cuda_context_init(fp_context *ctx, int index) {
     ctx->cublaslt = lt;
     ctx->workspace_bytes = FP_DEFAULT_WORKSPACE_BYTES;
     FP_CUDA_TRY(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
+    /* The scratch pool (fp_scratch_malloc): optional, so a device or driver
+     * without memory pools falls back to cudaMallocAsync. */
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = index;
+    cudaMemPool_t pool = NULL;
+    if (cudaMemPoolCreate(&pool, &props) == cudaSuccess) {
+        uint64_t keep = FP_SCRATCH_KEEP_BYTES;
+        if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess) {
+            ctx->scratch_pool = pool;
+        } else {
+            (void)cudaGetLastError();
+            cudaMemPoolDestroy(pool);
+        }
+    } else {
+        (void)cudaGetLastError();
+    }
     return FP_OK;
 }
 
@@ -80,6 +101,7 @@ void fp_context_destroy(fp_context *ctx) {
         }
         cudaFree(ctx->workspace);
         cudaFree(ctx->l2_flush_buf);
+        if (ctx->scratch_pool) cudaMemPoolDestroy((cudaMemPool_t)ctx->scratch_pool);
         if (ctx->cublaslt) cublasLtDestroy((cublasLtHandle_t)ctx->cublaslt);
         if (ctx->cublas) cublasDestroy((cublasHandle_t)ctx->cublas);
         (void)cudaGetLastError();

@@ -67,6 +67,7 @@ struct fp_context {
     pthread_mutex_t cublas_mu;  /* guards cublas: creation, stream binding, use */
     void *workspace;            /* cuBLASLt workspace */
     size_t workspace_bytes;
+    void *scratch_pool;         /* cudaMemPool_t for per-call scratch, or NULL */
     void *l2_flush_buf;         /* lazily allocated by the timing engine */
     size_t l2_flush_bytes;
     /* CPU */
@@ -76,6 +77,20 @@ struct fp_context {
 /* Resolves a stream argument: NULL means the context's default stream. */
 static inline cudaStream_t fp_ctx_stream(const fp_context *ctx, fp_stream s) {
     return s ? (cudaStream_t)s : ctx->stream;
+}
+
+/* Stream-ordered scratch (split-KV partials, norm partial sums, baseline
+ * score matrices): from the context's memory pool when it has one
+ * (pool = ctx->scratch_pool), which keeps up to FP_SCRATCH_KEEP_BYTES mapped
+ * across synchronizations, so a decode loop that synchronizes every step
+ * does not map and unmap its scratch every step (the default pool's release
+ * threshold is 0, and changing it would change the process's cudaMallocAsync
+ * for everyone); else cudaMallocAsync. Free with cudaFreeAsync. Usable
+ * during stream capture (an allocation node owned by the graph). */
+#define FP_SCRATCH_KEEP_BYTES ((uint64_t)256 << 20)
+static inline cudaError_t fp_scratch_malloc(void *pool, void **ptr, size_t bytes, cudaStream_t stream) {
+    return pool ? cudaMallocFromPoolAsync(ptr, bytes, (cudaMemPool_t)pool, stream)
+                : cudaMallocAsync(ptr, bytes, stream);
 }
 
 /* Makes ctx's device current on the calling thread (CUDA contexts). */
