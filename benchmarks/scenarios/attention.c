@@ -11,7 +11,9 @@
  *                      ("baseline OOM").
  *   attention/gqa      the same with 8 query heads per KV head (head_dim 128,
  *                      bf16 unless --head_dim / --dtype say otherwise).
- *   attention/flash_versions  flash kernel v1 vs v2 (CUDA only): which one
+ *   attention/flash_versions  flash kernel v1 vs v2, v1 vs v3 (Hopper
+ *                      wgmma; sm_90a builds on H100/H200) and v1 vs v4 (v3
+ *                      with its other schedule), CUDA only: which one
  *                      fp_attention_forward should run.
  *   attention/decode   seqlen_q 1 against a KV cache of 4k..128k, batch
  *                      1..64, 32 query / 8 KV heads, head_dim 128: KV-cache
@@ -200,8 +202,12 @@ static fp_status run_decode(fb_run *run) {
 }
 
 /* attention/flash_versions: flash kernel v1 (16 rows per warp) as the
- * baseline against v2 (32 rows per warp), outputs compared: the measurement
- * that decides which one fp_attention_forward should use (now v1). */
+ * baseline against v2 (32 rows per warp), v3 (Hopper wgmma, sm_90a builds on
+ * compute capability 9.0 only) and v4 (v3 with the other schedule: plain at
+ * head_dim 128, pipelined at 64; what the pipelining buys), outputs compared: the
+ * measurement that decides which one fp_attention_forward should use (now
+ * v1). One result per shape and pair (param "versions"); where v3 / v4 are
+ * not available their result carries a note saying why. */
 typedef struct version_run {
     fp_attn_args a;
     int version;
@@ -226,55 +232,71 @@ static fp_status run_versions(fb_run *run) {
                     const int d = dims[di], sl = seqlens[si], hq = 2048 / d, batch = 16384 / sl;
                     if (fb_opt_given(run, "head_dim") && fb_opt_int(run, "head_dim", d) != d) continue;
                     if (fb_opt_given(run, "seqlen") && fb_opt_int(run, "seqlen", sl) != sl) continue;
-                    fb_result *r = fb_result_new(run);
-                    fb_param_str(r, "dtype", fp_dtype_name(dts[t]));
-                    fb_param_int(r, "batch", batch);
-                    fb_param_int(r, "seqlen", sl);
-                    fb_param_int(r, "heads", hq);
-                    fb_param_int(r, "head_dim", d);
-                    fb_param_int(r, "causal", causal);
                     const size_t elt = fp_dtype_size(dts[t]), n = (size_t)batch * sl * hq * d;
                     void *q = NULL, *k = NULL, *v = NULL, *o1 = NULL, *o2 = NULL;
-                    fp_status st = fp_mem_alloc(ctx, n * elt, &q);
-                    if (st == FP_OK) st = fp_mem_alloc(ctx, n * elt, &k);
-                    if (st == FP_OK) st = fp_mem_alloc(ctx, n * elt, &v);
-                    if (st == FP_OK) st = fp_mem_alloc(ctx, n * elt, &o1);
-                    if (st == FP_OK) st = fp_mem_alloc(ctx, n * elt, &o2);
-                    if (st == FP_OK) st = fb_fill_random(ctx, q, n, dts[t], 1, -1.0f, 1.0f);
-                    if (st == FP_OK) st = fb_fill_random(ctx, k, n, dts[t], 2, -1.0f, 1.0f);
-                    if (st == FP_OK) st = fb_fill_random(ctx, v, n, dts[t], 3, -1.0f, 1.0f);
+                    fp_status st_alloc = fp_mem_alloc(ctx, n * elt, &q);
+                    if (st_alloc == FP_OK) st_alloc = fp_mem_alloc(ctx, n * elt, &k);
+                    if (st_alloc == FP_OK) st_alloc = fp_mem_alloc(ctx, n * elt, &v);
+                    if (st_alloc == FP_OK) st_alloc = fp_mem_alloc(ctx, n * elt, &o1);
+                    if (st_alloc == FP_OK) st_alloc = fp_mem_alloc(ctx, n * elt, &o2);
+                    if (st_alloc == FP_OK) st_alloc = fb_fill_random(ctx, q, n, dts[t], 1, -1.0f, 1.0f);
+                    if (st_alloc == FP_OK) st_alloc = fb_fill_random(ctx, k, n, dts[t], 2, -1.0f, 1.0f);
+                    if (st_alloc == FP_OK) st_alloc = fb_fill_random(ctx, v, n, dts[t], 3, -1.0f, 1.0f);
                     fp_attention_params p;
                     fp_attention_params_default(&p);
                     p.batch = batch; p.seqlen_q = p.seqlen_k = sl; p.heads_q = p.heads_kv = hq;
                     p.head_dim = d; p.dtype = dts[t]; p.causal = causal;
-                    p.q = q; p.k = k; p.v = v; p.o = o1;
-                    version_run v1 = {.version = 1}, v2 = {.version = 2};
-                    if (st == FP_OK) st = fp_attn_check(&p, 1, &v1.a);
-                    p.o = o2;
-                    if (st == FP_OK) st = fp_attn_check(&p, 1, &v2.a);
-                    fp_ab_report rep;
-                    if (st == FP_OK) {
-                        fp_ab_spec spec;
-                        fp_ab_spec_init(&spec);
-                        spec.baseline = version_fn;
-                        spec.baseline_user = &v1;
-                        spec.optimized = version_fn;
-                        spec.optimized_user = &v2;
-                        spec.baseline_out = o1;
-                        spec.optimized_out = o2;
-                        spec.out_count = n;
-                        spec.out_dtype = dts[t];
-                        spec.bytes = 4.0 * (double)n * (double)elt;
-                        spec.flops = fp_attention_flops(&p);
-                        spec.flops_on_tensor_cores = 1;
-                        st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
-                    }
-                    if (st == FP_OK) {
-                        fb_result_set_ab(r, &rep);
-                        fb_result_metric(r, "v2_tflops", rep.achieved_tflops);
-                        fb_result_metric(r, "v1_tflops", spec_flops_tflops(fp_attention_flops(&p), rep.baseline.median_ms));
-                    } else {
-                        fb_result_fail(r, st, fp_last_error());
+                    p.q = q; p.k = k; p.v = v;
+                    for (int ver = 2; ver <= 4; ++ver) {
+                        static const char *pair[5] = {NULL, NULL, "v1_vs_v2", "v1_vs_v3", "v1_vs_v4"};
+                        static const char *metric[5] = {NULL, NULL, "v2_tflops", "v3_tflops", "v4_tflops"};
+                        fb_result *r = fb_result_new(run);
+                        fb_param_str(r, "versions", pair[ver]);
+                        fb_param_str(r, "dtype", fp_dtype_name(dts[t]));
+                        fb_param_int(r, "batch", batch);
+                        fb_param_int(r, "seqlen", sl);
+                        fb_param_int(r, "heads", hq);
+                        fb_param_int(r, "head_dim", d);
+                        fb_param_int(r, "causal", causal);
+                        version_run v1 = {.version = 1}, vx = {.version = ver};
+                        fp_status st = st_alloc;
+                        p.o = o1;
+                        if (st == FP_OK) st = fp_attn_check(&p, 1, &v1.a);
+                        p.o = o2;
+                        if (st == FP_OK) st = fp_attn_check(&p, 1, &vx.a);
+                        if (st == FP_OK && ver >= 3) {
+                            /* v3 / v4 exist only in sm_90a builds on 9.0 devices: one probe call */
+                            st = version_fn(&vx, fp_context_stream(ctx));
+                            if (st == FP_ERR_UNSUPPORTED) {
+                                fb_result_note(r, "v%d not available: %s", ver, fp_last_error());
+                                continue;
+                            }
+                        }
+                        fp_ab_report rep;
+                        if (st == FP_OK) {
+                            fp_ab_spec spec;
+                            fp_ab_spec_init(&spec);
+                            spec.baseline = version_fn;
+                            spec.baseline_user = &v1;
+                            spec.optimized = version_fn;
+                            spec.optimized_user = &vx;
+                            spec.baseline_out = o1;
+                            spec.optimized_out = o2;
+                            spec.out_count = n;
+                            spec.out_dtype = dts[t];
+                            spec.bytes = 4.0 * (double)n * (double)elt;
+                            spec.flops = fp_attention_flops(&p);
+                            spec.flops_on_tensor_cores = 1;
+                            st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+                        }
+                        if (st == FP_OK) {
+                            fb_result_set_ab(r, &rep);
+                            fb_result_metric(r, metric[ver], rep.achieved_tflops);
+                            fb_result_metric(r, "v1_tflops",
+                                             spec_flops_tflops(fp_attention_flops(&p), rep.baseline.median_ms));
+                        } else {
+                            fb_result_fail(r, st, fp_last_error());
+                        }
                     }
                     fp_mem_free(ctx, q);
                     fp_mem_free(ctx, k);
@@ -293,4 +315,6 @@ FB_SCENARIO(fb_attention_decode, "attention/decode",
             "seqlen_q 1 vs a 4k..128k KV cache, batch 1..64: split-KV flash vs materialized, KV GB/s",
             run_decode)
 FB_SCENARIO(fb_attention_flash_versions, "attention/flash_versions",
-            "flash kernel v1 (16 rows/warp) vs v2 (32 rows/warp) on prefill shapes (CUDA only)", run_versions)
+            "flash kernel v1 (16 rows/warp) vs v2 (32 rows/warp), v3 / v4 (Hopper wgmma) on prefill shapes "
+            "(CUDA only)",
+            run_versions)

@@ -20,8 +20,14 @@
 //                               two MMAs. Selected only through
 //                               fp_attn_cuda_flash_version (tests, fastbench
 //                               attention/flash_versions) until measured.
+//   attention_flash_fwd_v3, v4  Hopper only (sm_90a, wgmma + 128-byte
+//                               swizzled tiles): attention_flash_sm90.cu,
+//                               selected only through
+//                               fp_attn_cuda_flash_version until validated.
 //   attention_split_combine_v1  merges the split partials: O = sum_s
 //                               exp(lse_s - lse) O_s, lse = logsumexp(lse_s).
+// Paged KV cache (block_table): K/V tiles are gathered row by row from the
+// pages (load_tile_paged); everything after the load is unchanged.
 // GQA: a CTA packs the group's query heads into its rows (row r of a (batch,
 // kv head) is query position r / group, head hk * group + r % group), so K/V
 // are loaded once for the whole group; this is what makes decode (seqlen_q 1)
@@ -677,7 +683,15 @@ fp_status dispatch_v2(const fp_attn_args *a, int num_splits, cudaStream_t stream
 extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits,
                                                 cudaStream_t stream) {
     if (version == 1) return fp_attn_cuda_flash_splits(a, num_splits, stream);
-    if (version != 2) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 or 2)", version);
+    if (version == 3 || version == 4) { // Hopper wgmma kernels (attention_flash_sm90.cu): off the default path
+#ifdef FASTPATH_HAVE_SM90A
+        return fp_attn_cuda_flash_sm90(a, version, num_splits, stream);
+#else
+        return fp_set_error(FP_ERR_UNSUPPORTED, "flash kernel version %d needs an sm_90a build (90 was not among "
+                                                "CMAKE_CUDA_ARCHITECTURES)", version);
+#endif
+    }
+    if (version != 2) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 to 4)", version);
     if (num_splits < 1 || num_splits > 1024)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
     if (a->dtype == FP_BF16) return dispatch_v2<__nv_bfloat16>(a, num_splits, stream);

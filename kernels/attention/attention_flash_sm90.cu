@@ -1,0 +1,782 @@
+// Flash attention forward for Hopper (sm_90a only): version 3 of the flash
+// kernel (versions 1 and 2, mma.sync for sm_80+, are in attention_flash.cu).
+//   attention_flash_fwd_v3      one CTA = 128 packed query rows x one KV head
+//                               (head_dim 64, 128; f16 / bf16), two
+//                               warpgroups of 64 rows. Q K^T with
+//                               wgmma.mma_async m64n128k16 (A = Q, B = K,
+//                               both K-major from shared memory through
+//                               matrix descriptors), P V with wgmma m64nDk16
+//                               with A = P straight from registers (the f32
+//                               S accumulators packed in pairs are the
+//                               register-A fragment) and B = V (MN-major,
+//                               transpose bit). Tiles of 128 keys in the
+//                               128-byte swizzle layout, loaded by 16-byte
+//                               cp.async, K and V double-buffered with the
+//                               next tile issued a whole iteration ahead;
+//                               online softmax in registers (exp2, scale *
+//                               log2(e) folded into one FMA), masks on
+//                               edge / diagonal tiles only. Same GQA
+//                               packing, windows, seqlens_k, varlen, LSE and
+//                               split-KV partial layout as v1.
+//                               head_dim 128 (one CTA per SM) is software-
+//                               pipelined: Q K^T of tile t+1 and P V of t
+//                               are issued together and the softmax of t+1
+//                               runs while P V of t is on the tensor cores
+//                               (one barrier per tile); head_dim 64 runs the
+//                               plain order with two CTAs per SM instead.
+//   attention_flash_fwd_v4      v3 with the other schedule: plain order at
+//                               head_dim 128, pipelined (one CTA per SM)
+//                               at 64. The A/B of the pipelining at both
+//                               head dims, and the triage run if v3 fails
+//                               (descriptors or schedule?).
+//   attention_split_combine_v3  merges the split partials with the rule of
+//                               attention_split_combine_v1 (same partial
+//                               layout); a copy, since v1's kernel is private
+//                               to attention_flash.cu.
+// Not implemented (FP_ERR_UNSUPPORTED): paged KV, other head dims / dtypes,
+// devices other than compute capability 9.0 (an sm_90a cubin runs nowhere
+// else), builds without 90 in CMAKE_CUDA_ARCHITECTURES.
+// STATUS: written and checked without a GPU (CPU emulation of its index
+// math: tests/attention/test_attention_sm90_emu.cpp; ptxas / SASS checks).
+// It is reached only through fp_attn_cuda_flash_version(a, 3 or 4, ...) (tests,
+// fastbench attention/flash_versions) and stays off the default path (v1)
+// until a GPU run validates and times it.
+// Not yet done (next steps to FlashAttention-3 speed): TMA loads by a
+// producer warp with mbarriers (setmaxnreg, freeing the consumers from
+// cp.async address math and the CTA-wide barrier), ping-pong scheduling of
+// the two warpgroups (one's softmax under the other's wgmmas), and an
+// epilogue through shared memory (TMA store).
+// Build: compiled only when 90 is in CMAKE_CUDA_ARCHITECTURES, as its own
+// object set for arch 90a (see the top-level CMakeLists.txt); the device
+// code below is also guarded by __CUDA_ARCH_FEAT_SM90_ALL.
+// Index math: kernels/attention/attention_sm90_layout.h (shared with the
+// emulation test). Run: tests/attention/test_attention_gpu (label gpu),
+// fastbench attention/flash_versions.
+#include <atomic>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "attention/attention_flash_layout.h"
+#include "attention/attention_internal.h"
+#include "attention/attention_sm90_layout.h"
+
+namespace {
+
+struct sm90_params {
+    const void *q, *k, *v;
+    void *o;
+    int64_t q_bs, q_ss, q_hs, k_bs, k_ss, k_hs, v_bs, v_ss, v_hs, o_bs, o_ss, o_hs;
+    int batch, sq, sk, hq, hkv, group;
+    int rows;         // sq * group: packed query rows per (batch, kv head), max
+    int m_tiles;      // ceil(rows / kBr)
+    float scale_log2; // softmax_scale * log2(e)
+    int wl, wr;       // windows after fp_flash::clamp_window, -1 = unbounded
+    float *lse;       // [batch, hq, sq] or NULL
+    const int32_t *seqlens_k;
+    const int32_t *cu_q, *cu_k; // varlen offsets [batch + 1] or NULL
+    int num_splits;
+    float *o_part;    // [num_splits, batch, hq, sq, D] when num_splits > 1
+    float *lse_part;  // [num_splits, batch, hq, sq]
+};
+
+// ---- PTX wrappers (sm_90a) -------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte async copy global -> shared; pred false zero-fills (src-size 0),
+// which keeps rows past the sequence end finite.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool pred) {
+    int n = pred ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// cp.async writes shared memory through the generic proxy, wgmma reads it
+// through the async proxy: each writer fences after its copies landed and
+// before the barrier that publishes them to the warpgroups.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Orders this thread's earlier register writes (accumulators, A fragments)
+// before the wgmma that reads them.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// After wgmma_wait: an empty asm that "redefines" each accumulator, so the
+// compiler cannot move a read of it above the wait (the wgmma asm statement
+// itself "wrote" it when it was issued).
+template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Every wgmma below: f32 accumulate; operands after the descriptors are
+// scale-d (a predicate, here the constant 1: D += A B; the S accumulators
+// are zeroed first, which ptxas folds into the first HGMMA), imm-scale-a,
+// imm-scale-b (1: no negation), then imm-trans-a (shared-memory A only) and
+// imm-trans-b (1 for V: MN-major).
+template <typename T> __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b);
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b);
+// D[64 x 128] (+)= A[64 x 16] (shared, K-major) * B[16 x 128] (shared, K-major).
+template <>
+__device__ __forceinline__ void wgmma_ss_n128<__nv_bfloat16>(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss_n128<__half>(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b));
+}
+// D[64 x N] += A[64 x 16] (registers) * B[16 x N] (shared, MN-major: transpose bit).
+template <>
+__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 64>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<__half, 64>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 128>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<__half, 128>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+template <typename T> struct pack_op;
+template <> struct pack_op<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); // .x = lo = lower 16 bits
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ __nv_bfloat16 cvt(float x) { return __float2bfloat16_rn(x); }
+};
+template <> struct pack_op<__half> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ __half cvt(float x) { return __float2half_rn(x); }
+};
+
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+__device__ __forceinline__ fp_flash::seq_view seq_of(const sm90_params &p, int b) {
+    return fp_flash::make_seq(b, p.sq, p.sk, p.seqlens_k, p.cu_q, p.cu_k, p.q_bs, p.q_ss, p.k_bs, p.k_ss, p.v_bs,
+                              p.v_ss, p.o_bs, p.o_ss);
+}
+
+// Copies `rows` x D elements (row r at base + r * row_stride) into the
+// swizzled tile at shared address `tile`; rows >= valid are zero-filled.
+// Not unrolled: unrolled, the compiler hoists every chunk's offsets out of
+// the KV loop into registers the accumulators need.
+template <typename T, int D, int NT>
+__device__ __forceinline__ void load_tile(uint32_t tile, const T *base, int64_t row_stride, int rows, int valid,
+                                          int tid) {
+    constexpr int CH = D / 8;
+#pragma unroll 1
+    for (int idx = tid; idx < rows * CH; idx += NT) {
+        const int r = idx / CH, c = idx % CH;
+        const bool ok = r < valid;
+        cp_async16(tile + fp_sm90::tile_chunk_offset<D>(r, c, rows), ok ? base + r * row_stride + c * 8 : base, ok);
+    }
+}
+
+// What the softmax of one warpgroup's thread needs to know about its rows.
+struct row_ctx {
+    int row0;          // packed row of this thread's accumulator row h = 0 (h = 1: + 8)
+    int group, L, sq, wl, wr;
+    float scale_log2;
+    fp_flash::block_plan plan;
+};
+
+// Scores of keys outside a row's range -> -inf; only on tiles that cross
+// some row's range (edges, diagonal): the check is CTA-uniform.
+template <int Bc> __device__ __forceinline__ void mask_tile(float (&s)[Bc / 2], const row_ctx &c, int n0, int lane) {
+    if (!fp_flash::tile_needs_mask(c.plan, n0, Bc)) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        int lo, hi;
+        fp_flash::row_keys(c.row0 + 8 * h, c.group, c.L, c.sq, c.wl, c.wr, &lo, &hi);
+#pragma unroll
+        for (int j = 0; j < Bc / 8; ++j)
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+                const int col = n0 + fp_sm90::acc_col(lane, 4 * j + 2 * h + x);
+                if (col < lo || col > hi) s[4 * j + 2 * h + x] = -INFINITY;
+            }
+    }
+}
+
+// Online softmax of one tile, in place: the 4 lanes of a quad share a row
+// (registers 4 j + 2 h + x, all j, x, are row h of this thread); new max
+// over the quad, s becomes P = exp2(s * scale_log2 - max * scale_log2), the
+// row sum is rescaled, and corr[h] is the factor O's row h must be
+// multiplied by before P V of this tile is added.
+template <int Bc>
+__device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], float (&m_run)[2], float (&l_run)[2],
+                                             float (&corr)[2], float scale_log2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = m_run[h];
+#pragma unroll
+        for (int j = 0; j < Bc / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        mx = quad_max(mx);
+        // a row with no key kept so far: keep exp2 arguments finite
+        const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
+        corr[h] = exp2f(m_run[h] * scale_log2 - m_scaled);
+        m_run[h] = mx;
+        float rs = 0.0f;
+#pragma unroll
+        for (int j = 0; j < Bc / 8; ++j)
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+                const float e = exp2f(fmaf(s[4 * j + 2 * h + x], scale_log2, -m_scaled));
+                s[4 * j + 2 * h + x] = e;
+                rs += e;
+            }
+        l_run[h] = l_run[h] * corr[h] + rs;
+    }
+}
+
+template <int D> __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&corr)[2]) {
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            o[4 * j + 2 * h] *= corr[h];
+            o[4 * j + 2 * h + 1] *= corr[h];
+        }
+}
+
+// P of keys 16 kk .. 16 kk + 15 (S accumulators in pairs) is the register
+// A fragment of P V's k step kk (attention_sm90_layout.h).
+template <typename T, int Bc>
+__device__ __forceinline__ void pack_p(uint32_t (&p)[Bc / 16][4], const float (&s)[Bc / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+            p[kk][r] = pack_op<T>::pack(s[fp_sm90::p_src(kk, r)], s[fp_sm90::p_src(kk, r) + 1]);
+}
+
+// S = Q K^T for the warpgroup's 64 rows x 128 keys: issued, not waited.
+template <typename T, int D>
+__device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_smem, int q_rows, int wrow, uint32_t k_tile,
+                                         int k_rows) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) s[i] = 0.0f;
+    wgmma_fence(); // the zeroed accumulators (and any register the next wgmmas read) are written
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        wgmma_ss_n128<T>(s, fp_sm90::q_desc<D>(q_smem, q_rows, wrow, kk), fp_sm90::k_desc<D>(k_tile, k_rows, kk));
+    wgmma_commit();
+}
+// O += P V: A = P from registers, B = V (MN-major): issued, not waited.
+template <typename T, int D, int Bc>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&p)[Bc / 16][4], uint32_t v_tile) {
+    wgmma_fence(); // O (rescaled) and P were written by this thread
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk) wgmma_rs<T, D>(o, p[kk], fp_sm90::v_desc<D>(v_tile, Bc, kk));
+    wgmma_commit();
+}
+
+// grid: (m_tiles * num_splits, heads_kv, batch); block: 128 * kWarpgroups.
+// Dynamic shared memory: 1 KiB of alignment slack + Q + 2 x K + 2 x V.
+// Pipelined: the schedule (traits<D>::kPipelined for version 3, the other
+// one for version 4). The pipelined one needs a CTA's worth of registers
+// per SM (one CTA per SM), the plain one takes traits<D>::kMinBlocks.
+template <typename T, int D, bool Pipelined>
+__global__ void __launch_bounds__(fp_sm90::traits<D>::kWarpgroups * 128,
+                                  Pipelined ? 1 : fp_sm90::traits<D>::kMinBlocks)
+    attention_flash_fwd_v3(const __grid_constant__ sm90_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Tr = fp_sm90::traits<D>;
+    constexpr int Br = Tr::kBr, Bc = Tr::kBc, NT = Tr::kWarpgroups * 128;
+    static_assert(Br == 64 * Tr::kWarpgroups, "one m64 row block per warpgroup");
+    static_assert(Bc == 128, "Q K^T is one m64n128 wgmma per k step");
+    constexpr uint32_t kQBytes = Br * D * 2, kKVBytes = Bc * D * 2;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    // The 128-byte swizzle pattern must start on 1024-byte boundaries (base
+    // offset 0 in every descriptor): align the base explicitly rather than
+    // trust where the dynamic window starts.
+    const uint32_t smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t q_smem = smem0;                       // [Br x D]
+    const uint32_t k_smem = q_smem + kQBytes;            // [2][Bc x D]
+    const uint32_t v_smem = k_smem + 2 * kKVBytes;       // [2][Bc x D]
+
+    const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+    int m_tile, split;
+    fp_flash::cta_coords(blockIdx.x, p.m_tiles, &m_tile, &split);
+    const int hk = blockIdx.y, b = blockIdx.z;
+    const int m0 = m_tile * Br;
+    const fp_flash::seq_view S = seq_of(p, b);
+    const int L = S.L;
+    const int rows = S.sq * p.group; // this sequence's packed rows (varlen: <= p.rows)
+    if (m0 >= rows) return;          // CTA-uniform, before any barrier
+
+    const fp_flash::block_plan plan =
+        fp_flash::plan_block(m0, Br, Bc, rows, p.group, L, S.sq, p.wl, p.wr, split, p.num_splits);
+    const int s_begin = plan.s_begin, s_end = plan.s_end;
+    // wgmma is warpgroup-collective: a warpgroup whose 64 rows are all
+    // padding skips the math (uniformly) but still loads and syncs.
+    const int wrow = 64 * wg; // first tile row of this warpgroup
+    const bool wg_active = m0 + wrow < rows;
+    const row_ctx rc = {m0 + wrow + fp_sm90::acc_row(warp, lane, 0), p.group, L, S.sq, p.wl, p.wr, p.scale_log2, plan};
+
+    const T *k_base = static_cast<const T *>(p.k) + S.k0 + hk * p.k_hs;
+    const T *v_base = static_cast<const T *>(p.v) + S.v0 + hk * p.v_hs;
+    // K / V tile x (first = s_begin) lives in stage (x - s_begin) & 1.
+    auto load_k = [&](int x) {
+        load_tile<T, D, NT>(k_smem + ((x - s_begin) & 1) * kKVBytes, k_base + (int64_t)x * Bc * p.k_ss, p.k_ss, Bc,
+                            L - x * Bc, tid);
+    };
+    auto load_v = [&](int x) {
+        load_tile<T, D, NT>(v_smem + ((x - s_begin) & 1) * kKVBytes, v_base + (int64_t)x * Bc * p.v_ss, p.v_ss, Bc,
+                            L - x * Bc, tid);
+    };
+
+    float o_acc[D / 2]; // m64nD accumulator fragment: register i = (acc_row, acc_col)
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o_acc[i] = 0.0f;
+    // running max of raw scores and this thread's part of the row sums, for
+    // its rows acc_row(warp, lane, 2 h), h = 0, 1
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+
+    if (s_begin < s_end) {
+        // Stage 0: Q (rows unpacked from the GQA group) and K[first] in one
+        // group, V[first] in a second, so Q K^T can start before V lands.
+        {
+            constexpr int CH = D / 8;
+#pragma unroll 1
+            for (int idx = tid; idx < Br * CH; idx += NT) {
+                const int r = idx / CH, c = idx % CH, gr = m0 + r;
+                const bool ok = gr < rows;
+                const T *src = static_cast<const T *>(p.q);
+                if (ok)
+                    src += S.q0 + (int64_t)(gr / p.group) * p.q_ss + (int64_t)(hk * p.group + gr % p.group) * p.q_hs +
+                           c * 8;
+                cp_async16(q_smem + fp_sm90::tile_chunk_offset<D>(r, c, Br), src, ok);
+            }
+        }
+        load_k(s_begin);
+        cp_async_commit();
+        load_v(s_begin);
+        cp_async_commit();
+        uint32_t p_frag[Bc / 16][4]; // P as the register A operand of P V, one per k16 step
+
+        if constexpr (Pipelined) {
+            // Software pipeline (per warpgroup): iteration t issues Q K^T of
+            // tile t+1 and P V of tile t back to back, then runs the softmax
+            // of t+1 while P V of t is still on the tensor cores; O is
+            // rescaled once that wgmma retired. Costs a second score tile in
+            // registers (S of t+1 next to P of t and O). One barrier per
+            // tile: at its top K[t+1] and V[t] have landed, and the stages
+            // the prefetch overwrites were last read by wgmmas every
+            // warpgroup waited for in the previous iteration.
+            if (s_begin + 1 < s_end) load_k(s_begin + 1);
+            cp_async_commit();  // (possibly empty) third group: K[first + 1]
+            cp_async_wait<2>(); // Q and K[first] landed
+            fence_proxy_async();
+            __syncthreads();
+            if (wg_active) {
+                float s_acc[Bc / 2], corr[2];
+                issue_qk<T, D>(s_acc, q_smem, Br, wrow, k_smem, Bc);
+                wgmma_wait<0>();
+                fence_regs(s_acc);
+                mask_tile<Bc>(s_acc, rc, s_begin * Bc, lane);
+                softmax_tile<Bc>(s_acc, m_run, l_run, corr, p.scale_log2); // O = 0: nothing to rescale
+                pack_p<T, Bc>(p_frag, s_acc);
+            }
+            for (int t = s_begin; t < s_end; ++t) {
+                const int stage = (t - s_begin) & 1; // of K[t], V[t]
+                const bool has_next = t + 1 < s_end;
+                cp_async_wait<0>(); // V[t], K[t+1]: everything issued so far
+                fence_proxy_async();
+                __syncthreads();
+                // K[t+2] goes to K[t]'s stage (Q K^T of t retired in the
+                // previous iteration), V[t+1] to V[t-1]'s (P V of t-1 retired
+                // likewise).
+                if (t + 2 < s_end) load_k(t + 2);
+                if (has_next) load_v(t + 1);
+                cp_async_commit();
+                // Each branch holds whole wgmma stages (issue .. wait): with
+                // the Q K^T issue alone made conditional, ptxas could not
+                // prove the softmax reads no in-flight accumulator and
+                // serialized every wgmma of the kernel (C7514).
+                if (wg_active && has_next) {
+                    float s_acc[Bc / 2], corr[2];
+                    issue_qk<T, D>(s_acc, q_smem, Br, wrow, k_smem + (stage ^ 1) * kKVBytes, Bc);
+                    issue_pv<T, D, Bc>(o_acc, p_frag, v_smem + stage * kKVBytes);
+                    wgmma_wait<1>(); // Q K^T of t+1 retired; P V of t may still run
+                    fence_regs(s_acc);
+                    mask_tile<Bc>(s_acc, rc, (t + 1) * Bc, lane);
+                    softmax_tile<Bc>(s_acc, m_run, l_run, corr, p.scale_log2);
+                    // Keep the softmax above the wait. ptxas hoists the wait
+                    // (WARPGROUP.DEPBAR) to the top of its basic block, which
+                    // put every exp2 after it, i.e. after P V retired (seen in
+                    // SASS; the register fences alone did not stop it). A
+                    // never-taken branch that ptxas cannot prove dead ends
+                    // the block (num_splits >= 1 is checked by the launcher).
+                    fence_regs(s_acc);
+                    fence_regs(l_run);
+                    fence_regs(corr);
+                    if (p.num_splits < 1) __trap();
+                    wgmma_wait<0>(); // P V of t retired: O and P may be rewritten
+                    fence_regs(o_acc);
+                    rescale_o<D>(o_acc, corr);
+                    pack_p<T, Bc>(p_frag, s_acc);
+                } else if (wg_active) { // the last tile: P V only
+                    issue_pv<T, D, Bc>(o_acc, p_frag, v_smem + stage * kKVBytes);
+                    wgmma_wait<0>();
+                    fence_regs(o_acc);
+                }
+            }
+        } else {
+            // Plain order, two barriers per tile: S = Q K^T, softmax, O += P V.
+            // The next tile is prefetched one whole iteration ahead.
+            for (int t = s_begin; t < s_end; ++t) {
+                const int stage = (t - s_begin) & 1;
+                // Outstanding copy groups here: K[t] (with Q at t = first), V[t].
+                cp_async_wait<1>(); // K[t] landed
+                fence_proxy_async();
+                __syncthreads();
+                // Tile t+1 into the other stage: its K was last read by Q K^T
+                // of t-1 and its V by P V of t-1, both waited for by every
+                // warpgroup before the barrier above. Always two groups, so
+                // the counts stay fixed.
+                if (t + 1 < s_end) load_k(t + 1);
+                cp_async_commit();
+                if (t + 1 < s_end) load_v(t + 1);
+                cp_async_commit();
+                if (wg_active) {
+                    float s_acc[Bc / 2], corr[2];
+                    issue_qk<T, D>(s_acc, q_smem, Br, wrow, k_smem + stage * kKVBytes, Bc);
+                    wgmma_wait<0>();
+                    fence_regs(s_acc);
+                    mask_tile<Bc>(s_acc, rc, t * Bc, lane);
+                    softmax_tile<Bc>(s_acc, m_run, l_run, corr, p.scale_log2);
+                    rescale_o<D>(o_acc, corr);
+                    pack_p<T, Bc>(p_frag, s_acc);
+                }
+                // Outstanding: V[t], K[t+1], V[t+1].
+                cp_async_wait<2>(); // V[t] landed
+                fence_proxy_async();
+                __syncthreads();
+                if (wg_active) {
+                    issue_pv<T, D, Bc>(o_acc, p_frag, v_smem + stage * kKVBytes);
+                    wgmma_wait<0>();
+                    fence_regs(o_acc);
+                }
+            }
+        }
+        cp_async_wait<0>();
+    }
+
+    // Epilogue: row sums over the quad, normalize, write O (and lse) or the
+    // split partials. Rows past `rows` are padding.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float l = quad_sum(l_run[h]);
+        const int r = m0 + wrow + fp_sm90::acc_row(warp, lane, 2 * h);
+        if (r >= rows) continue;
+        const int qi = r / p.group, head = hk * p.group + r % p.group;
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const float lse = l > 0.0f ? (m_run[h] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f : -INFINITY;
+        const int col0 = fp_sm90::acc_col(lane, 2 * h); // 2 t
+        if (p.num_splits == 1) {
+            T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)head * p.o_hs;
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j)
+                *reinterpret_cast<uint32_t *>(o + j * 8 + col0) =
+                    pack_op<T>::pack(o_acc[4 * j + 2 * h] * inv, o_acc[4 * j + 2 * h + 1] * inv);
+            if (p.lse && (lane & 3) == 0) p.lse[((int64_t)b * p.hq + head) * p.sq + qi] = lse;
+        } else {
+            const int64_t prow = (((int64_t)split * p.batch + b) * p.hq + head) * p.sq + qi;
+            float *o = p.o_part + prow * D;
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j)
+                *reinterpret_cast<float2 *>(o + j * 8 + col0) =
+                    make_float2(o_acc[4 * j + 2 * h] * inv, o_acc[4 * j + 2 * h + 1] * inv);
+            if ((lane & 3) == 0) p.lse_part[prow] = lse;
+        }
+    }
+#else
+    __trap(); // no sm_90a features in this compilation: never launched (the launcher checks the device)
+#endif
+}
+
+// grid: batch * hq * sq (one CTA per query row); block: 128 threads over D.
+// The rule of attention_split_combine_v1: O = sum_s exp(lse_s - lse) O_s,
+// lse = logsumexp(lse_s).
+template <typename T, int D>
+__global__ void __launch_bounds__(128) attention_split_combine_v3(const __grid_constant__ sm90_params p) {
+    const int64_t row = blockIdx.x; // (b * hq + h) * sq + qi
+    const int64_t rows_total = (int64_t)p.batch * p.hq * p.sq;
+    const int qi = (int)(row % p.sq), h = (int)(row / p.sq % p.hq), b = (int)(row / ((int64_t)p.sq * p.hq));
+    const fp_flash::seq_view S = seq_of(p, b);
+    if (qi >= S.sq) return; // varlen: past this sequence's queries (no partials written)
+    float mx = -INFINITY;
+    for (int s = 0; s < p.num_splits; ++s) mx = fmaxf(mx, p.lse_part[s * rows_total + row]);
+    float sum = 0.0f;
+    if (mx != -INFINITY)
+        for (int s = 0; s < p.num_splits; ++s) sum += __expf(p.lse_part[s * rows_total + row] - mx);
+    const float lse = mx == -INFINITY ? -INFINITY : mx + __logf(sum);
+    T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
+    for (int col = threadIdx.x; col < D; col += blockDim.x) {
+        float acc = 0.0f;
+        if (mx != -INFINITY)
+            for (int s = 0; s < p.num_splits; ++s) {
+                const float ls = p.lse_part[s * rows_total + row];
+                if (ls != -INFINITY) acc += __expf(ls - lse) * p.o_part[(s * rows_total + row) * D + col];
+            }
+        o[col] = pack_op<T>::cvt(acc);
+    }
+    if (p.lse && threadIdx.x == 0) p.lse[row] = lse;
+}
+
+template <typename T, int D, bool Pipelined>
+fp_status launch_v3(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
+    using Tr = fp_sm90::traits<D>;
+    sm90_params p;
+    p.q = a->q;
+    p.k = a->k;
+    p.v = a->v;
+    p.o = a->o;
+    p.q_bs = a->q_bs; p.q_ss = a->q_ss; p.q_hs = a->q_hs;
+    p.k_bs = a->k_bs; p.k_ss = a->k_ss; p.k_hs = a->k_hs;
+    p.v_bs = a->v_bs; p.v_ss = a->v_ss; p.v_hs = a->v_hs;
+    p.o_bs = a->o_bs; p.o_ss = a->o_ss; p.o_hs = a->o_hs;
+    p.batch = a->batch;
+    p.sq = a->seqlen_q;
+    p.sk = a->seqlen_k;
+    p.hq = a->heads_q;
+    p.hkv = a->heads_kv;
+    p.group = a->group;
+    p.rows = a->seqlen_q * a->group;
+    p.m_tiles = (p.rows + Tr::kBr - 1) / Tr::kBr;
+    p.scale_log2 = a->scale * 1.4426950408889634f;
+    p.wl = fp_flash::clamp_window(a->window_left, a->seqlen_k);
+    p.wr = fp_flash::clamp_window(a->window_right, a->seqlen_q);
+    p.lse = a->lse;
+    p.seqlens_k = a->seqlens_k;
+    p.cu_q = a->cu_q;
+    p.cu_k = a->cu_k;
+    p.num_splits = num_splits;
+    p.o_part = nullptr;
+    p.lse_part = nullptr;
+    if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash v3: grid too large (m_tiles %d x splits %d, heads_kv %d, batch %d)",
+                            p.m_tiles, num_splits, a->heads_kv, a->batch);
+    const int64_t rows_total = (int64_t)a->batch * a->heads_q * a->seqlen_q;
+    if (num_splits > 1 && rows_total > 2147483647LL)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash v3: too many query rows for split-KV");
+
+    const size_t smem = 1024 + (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * D * 2;
+    auto kernel = attention_flash_fwd_v3<T, D, Pipelined>;
+    // The opt-in above 48 KiB is per device and kernel: set it once.
+    static std::atomic<unsigned long long> smem_configured{0};
+    int dev = 0;
+    FP_CUDA_TRY(cudaGetDevice(&dev));
+    const unsigned long long dev_bit = dev < 64 ? (1ull << dev) : 0ull;
+    if (!(smem_configured.load(std::memory_order_acquire) & dev_bit) || !dev_bit) {
+        FP_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_configured.fetch_or(dev_bit, std::memory_order_release);
+    }
+    if (num_splits > 1) {
+        // one allocation for both partials, from the context's scratch pool
+        // when it has one (as v1 does)
+        const size_t n = (size_t)num_splits * rows_total;
+        cudaError_t e1 = fp_scratch_malloc(a->scratch_pool, reinterpret_cast<void **>(&p.o_part),
+                                           n * (D + 1) * sizeof(float), stream);
+        if (e1 != cudaSuccess) {
+            (void)cudaGetLastError();
+            return fp_set_error(e1 == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
+                                "attention flash v3 split-KV partials (%zu bytes): %s", n * (D + 1) * sizeof(float),
+                                cudaGetErrorString(e1));
+        }
+        p.lse_part = p.o_part + n * D;
+    }
+    dim3 grid((unsigned)(p.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
+    kernel<<<grid, Tr::kWarpgroups * 128, smem, stream>>>(p);
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess && num_splits > 1) {
+        attention_split_combine_v3<T, D><<<(unsigned)rows_total, 128, 0, stream>>>(p);
+        err = cudaGetLastError();
+    }
+    if (num_splits > 1) cudaFreeAsync(p.o_part, stream); // lse_part lives in the same allocation
+    FP_CUDA_TRY(err);
+    return FP_OK;
+}
+
+// Version 4 is version 3 with the other schedule.
+template <typename T>
+fp_status dispatch_v3(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
+    constexpr bool p64 = fp_sm90::traits<64>::kPipelined, p128 = fp_sm90::traits<128>::kPipelined;
+    switch (a->head_dim) {
+    case 64:
+        return version == 4 ? launch_v3<T, 64, !p64>(a, num_splits, stream)
+                            : launch_v3<T, 64, p64>(a, num_splits, stream);
+    case 128:
+        return version == 4 ? launch_v3<T, 128, !p128>(a, num_splits, stream)
+                            : launch_v3<T, 128, p128>(a, num_splits, stream);
+    default: break;
+    }
+    return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: head_dim %d not instantiated (64, 128)",
+                        version, a->head_dim);
+}
+
+// Compute capability of device `dev`, queried once per device (0 unknown).
+int device_cc(int dev, fp_status *st) {
+    static std::atomic<int> cache[64];
+    if (dev >= 0 && dev < 64) {
+        const int c = cache[dev].load(std::memory_order_relaxed);
+        if (c) return c;
+    }
+    int major = 0, minor = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *st = fp_set_error(FP_ERR_CUDA, "attention flash v3: device query: %s", cudaGetErrorString(e));
+        return 0;
+    }
+    const int c = major * 10 + minor;
+    if (dev >= 0 && dev < 64) cache[dev].store(c, std::memory_order_relaxed);
+    return c;
+}
+
+} // namespace
+
+extern "C" fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_splits,
+                                             cudaStream_t stream) {
+    if (version != 3 && version != 4)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (the sm_90a kernels are 3 and 4)",
+                            version);
+    if (num_splits < 1 || num_splits > 1024)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
+    if (a->block_table)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: paged KV cache not supported", version);
+    if (a->dtype != FP_BF16 && a->dtype != FP_F16)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: dtype %s (f16, bf16)", version,
+                            fp_dtype_name(a->dtype));
+    if (a->head_dim != 64 && a->head_dim != 128)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: head_dim %d not instantiated (64, 128)",
+                            version, a->head_dim);
+    int dev = 0;
+    FP_CUDA_TRY(cudaGetDevice(&dev));
+    fp_status st = FP_OK;
+    const int cc = device_cc(dev, &st);
+    if (st != FP_OK) return st;
+    if (cc != 90)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v%d (wgmma) needs compute capability 9.0 (sm_90a); device %d is "
+                            "%d.%d",
+                            version, dev, cc / 10, cc % 10);
+    if (a->dtype == FP_BF16) return dispatch_v3<__nv_bfloat16>(a, version, num_splits, stream);
+    return dispatch_v3<__half>(a, version, num_splits, stream);
+}
