@@ -609,6 +609,35 @@ static void test_baseline_two_threads_gpu(void) {
     dev_free(&D);
 }
 
+/* batch > 65535 (grid.z): the flash kernel runs as several launches (b_off)
+ * and with forced splits the combine covers every row. Flash only (the
+ * baseline issues GEMMs per sequence: 140k cuBLAS calls). */
+static void test_batch_over_grid_limit_gpu(void) {
+    const attn_case c = {"batch70000", 70000, 2, 5, 2, 1, 64, FP_BF16, 1, -1, -1, 0, 1, 0, 0};
+    dev_case D;
+    if (!dev_make(&c, &D, 4242)) {
+        CHECK_MSG(0, "%s: allocation", c.name);
+        dev_free(&D);
+        return;
+    }
+    double *o_ref = NULL, *lse_ref = NULL;
+    CHECK(attn_reference(NULL, &D.H, &o_ref, &lse_ref));
+    /* 5 keys of |v| <= 1: bf16 rounding of P and O, a few ulps */
+    const double tol = 4.0 * attn_eps(FP_BF16);
+    const int impls[] = {0, 3};
+    for (int t = 0; t < 2; ++t) {
+        fp_status st = dev_run(&D, impls[t]);
+        CHECK_MSG(st == FP_OK, "%s/impl %d: %s (%s)", c.name, impls[t], fp_status_string(st), fp_last_error());
+        if (st != FP_OK) continue;
+        attn_err E = attn_compare(&D.H, D.h_o, D.h_lse, o_ref, lse_ref, tol, 0);
+        CHECK_MSG(E.bad == 0 && E.lse_bad == 0, "%s/impl %d: %zu bad (first at %zu: got %.6g ref %.6g), lse bad %zu",
+                  c.name, impls[t], E.bad, E.first_bad, E.first_got, E.first_ref, E.lse_bad);
+    }
+    free(o_ref);
+    free(lse_ref);
+    dev_free(&D);
+}
+
 int main(void) {
     g_ctx = fp_test_cuda_context_or_skip();
     g_quick = getenv("FP_TEST_QUICK") != NULL && atoi(getenv("FP_TEST_QUICK")) != 0;
@@ -625,6 +654,7 @@ int main(void) {
     test_validate_gpu();
     test_validate_varlen_offsets_gpu();
     test_baseline_two_threads_gpu();
+    if (!g_quick) test_batch_over_grid_limit_gpu();
     fp_context_destroy(g_ctx);
     TEST_END();
 }
