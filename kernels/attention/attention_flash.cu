@@ -41,6 +41,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "attention/attention_flash_common.cuh"
 #include "attention/attention_flash_layout.h"
 #include "attention/attention_internal.h"
 
@@ -48,26 +49,6 @@ namespace {
 
 using fp_flash::traits;
 using fp_flash::traits_v2;
-
-struct flash_params {
-    const void *q, *k, *v;
-    void *o;
-    int64_t q_bs, q_ss, q_hs, k_bs, k_ss, k_hs, v_bs, v_ss, v_hs, o_bs, o_ss, o_hs;
-    int batch, sq, sk, hq, hkv, group;
-    int rows;           // sq * group: packed query rows per (batch, kv head), max
-    int m_tiles;        // ceil(rows / kBr)
-    float scale_log2;   // softmax_scale * log2(e)
-    int wl, wr;         // window, -1 = unbounded (causal: wr = 0)
-    float *lse;         // [batch, hq, sq] or NULL
-    const int32_t *seqlens_k;
-    const int32_t *cu_q, *cu_k; // varlen offsets [batch + 1] or NULL
-    int num_splits;
-    int b_off;          // batch of blockIdx.z = 0 (the launcher splits batch > 65535 over launches)
-    float *o_part;      // [num_splits, batch, hq, sq, D] when num_splits > 1
-    float *lse_part;    // [num_splits, batch, hq, sq]
-    const int32_t *block_table; // paged KV: [batch, bt_stride] page of each page_size keys, or NULL
-    int bt_stride, page_size, num_pages;
-};
 
 // ---- PTX wrappers --------------------------------------------------------
 
@@ -111,10 +92,6 @@ template <> struct mma_op<__nv_bfloat16> {
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); // .x = lo = lower 16 bits
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
 };
 template <> struct mma_op<__half> {
     static __device__ __forceinline__ void run(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -124,27 +101,9 @@ template <> struct mma_op<__half> {
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
 };
 
 using fp_flash::swz;
-
-__device__ __forceinline__ float quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-__device__ __forceinline__ fp_flash::seq_view seq_of(const flash_params &p, int b) {
-    return fp_flash::make_seq(b, p.sq, p.sk, p.seqlens_k, p.cu_q, p.cu_k, p.q_bs, p.q_ss, p.k_bs, p.k_ss, p.v_bs,
-                              p.v_ss, p.o_bs, p.o_ss);
-}
 
 // Copies `rows` x D elements (row r at base + r * row_stride) into a
 // swizzled tile; rows >= valid are zero-filled. All threads take part.
@@ -413,10 +372,10 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                     uint32_t pa[MT][4];
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt) {
-                        pa[mt][0] = Mma::pack(s_acc[mt][2 * kk][0], s_acc[mt][2 * kk][1]);
-                        pa[mt][1] = Mma::pack(s_acc[mt][2 * kk][2], s_acc[mt][2 * kk][3]);
-                        pa[mt][2] = Mma::pack(s_acc[mt][2 * kk + 1][0], s_acc[mt][2 * kk + 1][1]);
-                        pa[mt][3] = Mma::pack(s_acc[mt][2 * kk + 1][2], s_acc[mt][2 * kk + 1][3]);
+                        pa[mt][0] = pack_op<T>::pack(s_acc[mt][2 * kk][0], s_acc[mt][2 * kk][1]);
+                        pa[mt][1] = pack_op<T>::pack(s_acc[mt][2 * kk][2], s_acc[mt][2 * kk][3]);
+                        pa[mt][2] = pack_op<T>::pack(s_acc[mt][2 * kk + 1][0], s_acc[mt][2 * kk + 1][1]);
+                        pa[mt][3] = pack_op<T>::pack(s_acc[mt][2 * kk + 1][2], s_acc[mt][2 * kk + 1][3]);
                     }
 #pragma unroll
                     for (int dp = 0; dp < D / 16; ++dp) {
@@ -460,7 +419,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
 #pragma unroll
                 for (int j = 0; j < D / 8; ++j)
                     *reinterpret_cast<uint32_t *>(o + j * 8 + col0) =
-                        Mma::pack(o_acc[mt][j][2 * e] * inv, o_acc[mt][j][2 * e + 1] * inv);
+                        pack_op<T>::pack(o_acc[mt][j][2 * e] * inv, o_acc[mt][j][2 * e + 1] * inv);
                 if (p.lse && (lane & 3) == 0) p.lse[((int64_t)b * p.hq + h) * p.sq + qi] = lse;
             } else {
                 const int64_t prow = (((int64_t)split * p.batch + b) * p.hq + h) * p.sq + qi;
@@ -486,77 +445,6 @@ __global__ void __launch_bounds__(traits_v2<D>::kWarps * 32, 2)
     flash_fwd_body<T, D, traits_v2<D>>(p);
 }
 
-template <typename T> struct store_op;
-template <> struct store_op<__nv_bfloat16> {
-    static __device__ __forceinline__ __nv_bfloat16 cvt(float x) { return __float2bfloat16_rn(x); }
-};
-template <> struct store_op<__half> {
-    static __device__ __forceinline__ __half cvt(float x) { return __float2half_rn(x); }
-};
-
-// grid: batch * hq * sq (one CTA per query row); block: kCombineThreads.
-// The split weights exp(lse_s - lse) are computed once per row into shared
-// memory (one parallel load of the num_splits lse values, two block
-// reductions), then each thread sums its columns over the splits with
-// independent, branch-free loads: the per-split branch on lse_s made the
-// loads of the splits a dependent chain (one L2 round trip per split and
-// column, ~10 us at 33 splits: a quarter of a 32k-context decode). Every
-// split writes every row of its CTA (an empty split writes O_s = 0, lse_s =
-// -inf, i.e. weight 0), so the partials are finite.
-constexpr int kCombineThreads = 128;
-constexpr int kMaxSplits = 1024; // fp_attn_cuda_flash_splits' limit
-
-__device__ __forceinline__ float combine_reduce(float x, bool is_max, float *red) {
-    for (int o = 16; o > 0; o >>= 1) {
-        const float y = __shfl_xor_sync(0xffffffffu, x, o);
-        x = is_max ? fmaxf(x, y) : x + y;
-    }
-    __syncthreads(); // red is reused by consecutive reductions
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
-    __syncthreads();
-    x = red[0];
-    for (int i = 1; i < kCombineThreads / 32; ++i) x = is_max ? fmaxf(x, red[i]) : x + red[i];
-    return x;
-}
-
-template <typename T, int D>
-__global__ void __launch_bounds__(kCombineThreads) attention_split_combine_v1(const __grid_constant__ flash_params p) {
-    __shared__ float w[kMaxSplits];
-    __shared__ float red[kCombineThreads / 32];
-    const int64_t row = blockIdx.x; // (b * hq + h) * sq + qi
-    const int64_t rows_total = (int64_t)p.batch * p.hq * p.sq;
-    const int qi = (int)(row % p.sq), h = (int)(row / p.sq % p.hq), b = (int)(row / ((int64_t)p.sq * p.hq));
-    const fp_flash::seq_view S = seq_of(p, b);
-    if (qi >= S.sq) return; // varlen: past this sequence's queries (no partials written); CTA-uniform
-    const int ns = p.num_splits;
-    float mx = -INFINITY;
-    for (int s = threadIdx.x; s < ns; s += kCombineThreads) {
-        const float ls = p.lse_part[s * rows_total + row];
-        w[s] = ls;
-        mx = fmaxf(mx, ls);
-    }
-    mx = combine_reduce(mx, true, red);
-    float sum = 0.0f;
-    for (int s = threadIdx.x; s < ns; s += kCombineThreads) { // w[s] was written by this thread
-        const float e = mx == -INFINITY ? 0.0f : __expf(w[s] - mx); // lse_s = -inf: 0
-        w[s] = e;
-        sum += e;
-    }
-    sum = combine_reduce(sum, false, red); // its barriers also publish w[]
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const float lse = sum > 0.0f ? mx + __logf(sum) : -INFINITY;
-    T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
-    const float *op = p.o_part + row * D;
-    const int64_t split_stride = rows_total * D;
-    for (int col = threadIdx.x; col < D; col += kCombineThreads) {
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int s = 0; s < ns; ++s) acc = fmaf(w[s], op[s * split_stride + col], acc);
-        o[col] = store_op<T>::cvt(acc * inv);
-    }
-    if (p.lse && threadIdx.x == 0) p.lse[row] = lse;
-}
-
 // Version V of the flash kernel: its traits and entry point.
 template <typename T, int D, int V> struct flash_version;
 template <typename T, int D> struct flash_version<T, D, 1> {
@@ -571,87 +459,26 @@ template <typename T, int D> struct flash_version<T, D, 2> {
 template <typename T, int D, int V = 1>
 fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
     using Tr = typename flash_version<T, D, V>::Tr;
-    flash_params p;
-    p.q = a->q;
-    p.k = a->k;
-    p.v = a->v;
-    p.o = a->o;
-    p.q_bs = a->q_bs; p.q_ss = a->q_ss; p.q_hs = a->q_hs;
-    p.k_bs = a->k_bs; p.k_ss = a->k_ss; p.k_hs = a->k_hs;
-    p.v_bs = a->v_bs; p.v_ss = a->v_ss; p.v_hs = a->v_hs;
-    p.o_bs = a->o_bs; p.o_ss = a->o_ss; p.o_hs = a->o_hs;
-    p.batch = a->batch;
-    p.sq = a->seqlen_q;
-    p.sk = a->seqlen_k;
-    p.hq = a->heads_q;
-    p.hkv = a->heads_kv;
-    p.group = a->group;
-    p.rows = a->seqlen_q * a->group;
-    p.m_tiles = (p.rows + Tr::kBr - 1) / Tr::kBr;
-    p.scale_log2 = a->scale * 1.4426950408889634f;
-    p.wl = fp_flash::clamp_window(a->window_left, a->seqlen_k);
-    p.wr = fp_flash::clamp_window(a->window_right, a->seqlen_q);
-    p.lse = a->lse;
-    p.seqlens_k = a->seqlens_k;
-    p.cu_q = a->cu_q;
-    p.cu_k = a->cu_k;
-    p.num_splits = num_splits;
-    p.b_off = 0;
-    p.o_part = nullptr;
-    p.lse_part = nullptr;
-    p.block_table = a->block_table;
-    p.bt_stride = a->bt_stride;
-    p.page_size = a->page_size;
-    p.num_pages = a->num_pages;
+    flash_params p = make_flash_params(a, Tr::kBr, num_splits);
     // batch > 65535 (grid.z) runs as several launches (b_off), so that a large
     // batch (e.g. many short varlen sequences) is not refused
     if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535)
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention: grid too large (m_tiles %d x splits %d, heads_kv %d)",
                             p.m_tiles, num_splits, a->heads_kv);
-    const int64_t rows_total = (int64_t)a->batch * a->heads_q * a->seqlen_q;
-    if (num_splits > 1 && rows_total > 2147483647LL)
-        return fp_set_error(FP_ERR_UNSUPPORTED, "attention: too many query rows for split-KV");
-
     const size_t smem = (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * fp_flash::smem_layout<D>::kPitch * sizeof(T);
-    auto kernel = flash_version<T, D, V>::kernel;
-    // The opt-in above 48 KiB is per device and kernel: set it once, not on
-    // every launch (a driver call per decode step otherwise).
-    static std::atomic<unsigned long long> smem_configured{0};
-    int dev = 0;
-    FP_CUDA_TRY(cudaGetDevice(&dev));
-    const unsigned long long dev_bit = dev < 64 ? (1ull << dev) : 0ull;
-    if (!(smem_configured.load(std::memory_order_acquire) & dev_bit) || !dev_bit) {
-        FP_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_configured.fetch_or(dev_bit, std::memory_order_release);
-    }
-    if (num_splits > 1) {
-        // one allocation for both partials (one pool call per decode step)
-        size_t n = (size_t)num_splits * rows_total;
-        cudaError_t e1 =
-            fp_scratch_malloc(a->scratch_pool, reinterpret_cast<void **>(&p.o_part), n * (D + 1) * sizeof(float), stream);
-        if (e1 != cudaSuccess) {
-            (void)cudaGetLastError();
-            return fp_set_error(e1 == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
-                                "attention split-KV partials (%zu bytes): %s", n * (D + 1) * sizeof(float),
-                                cudaGetErrorString(e1));
+    constexpr auto kernel = flash_version<T, D, V>::kernel;
+    FP_TRY(smem_opt_in<kernel>(smem));
+    return run_with_partials<T, D>(a, p, stream, "attention flash", [&](flash_params &q) {
+        cudaError_t err = cudaSuccess;
+        for (int64_t b0 = 0; b0 < a->batch && err == cudaSuccess; b0 += 65535) {
+            q.b_off = (int)b0;
+            const int nb = (int)(a->batch - b0 < 65535 ? a->batch - b0 : 65535);
+            dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)nb);
+            kernel<<<grid, Tr::kWarps * 32, smem, stream>>>(q);
+            err = cudaGetLastError();
         }
-        p.lse_part = p.o_part + n * D;
-    }
-    cudaError_t err = cudaSuccess;
-    for (int64_t b0 = 0; b0 < a->batch && err == cudaSuccess; b0 += 65535) {
-        p.b_off = (int)b0;
-        const int nb = (int)(a->batch - b0 < 65535 ? a->batch - b0 : 65535);
-        dim3 grid((unsigned)(p.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)nb);
-        kernel<<<grid, Tr::kWarps * 32, smem, stream>>>(p);
-        err = cudaGetLastError();
-    }
-    if (err == cudaSuccess && num_splits > 1) {
-        attention_split_combine_v1<T, D><<<(unsigned)rows_total, kCombineThreads, 0, stream>>>(p);
-        err = cudaGetLastError();
-    }
-    if (num_splits > 1) cudaFreeAsync(p.o_part, stream); // lse_part lives in the same allocation
-    FP_CUDA_TRY(err);
-    return FP_OK;
+        return err;
+    });
 }
 
 template <typename T>

@@ -29,10 +29,8 @@
 //                               at 64. The A/B of the pipelining at both
 //                               head dims, and the triage run if v3 fails
 //                               (descriptors or schedule?).
-//   attention_split_combine_v3  merges the split partials with the rule of
-//                               attention_split_combine_v1 (same partial
-//                               layout); a copy, since v1's kernel is private
-//                               to attention_flash.cu.
+// Split partials are merged by attention_split_combine_v1
+// (attention_flash_common.cuh, shared with v1 / v2: same partial layout).
 // Not implemented (FP_ERR_UNSUPPORTED): paged KV, other head dims / dtypes,
 // devices other than compute capability 9.0 (an sm_90a cubin runs nowhere
 // else), builds without 90 in CMAKE_CUDA_ARCHITECTURES.
@@ -57,28 +55,12 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "attention/attention_flash_common.cuh"
 #include "attention/attention_flash_layout.h"
 #include "attention/attention_internal.h"
 #include "attention/attention_sm90_layout.h"
 
 namespace {
-
-struct sm90_params {
-    const void *q, *k, *v;
-    void *o;
-    int64_t q_bs, q_ss, q_hs, k_bs, k_ss, k_hs, v_bs, v_ss, v_hs, o_bs, o_ss, o_hs;
-    int batch, sq, sk, hq, hkv, group;
-    int rows;         // sq * group: packed query rows per (batch, kv head), max
-    int m_tiles;      // ceil(rows / kBr)
-    float scale_log2; // softmax_scale * log2(e)
-    int wl, wr;       // windows after fp_flash::clamp_window, -1 = unbounded
-    float *lse;       // [batch, hq, sq] or NULL
-    const int32_t *seqlens_k;
-    const int32_t *cu_q, *cu_k; // varlen offsets [batch + 1] or NULL
-    int num_splits;
-    float *o_part;    // [num_splits, batch, hq, sq, D] when num_splits > 1
-    float *lse_part;  // [num_splits, batch, hq, sq]
-};
 
 // ---- PTX wrappers (sm_90a) -------------------------------------------------
 
@@ -239,36 +221,6 @@ __device__ __forceinline__ void wgmma_rs<__half, 128>(float (&d)[64], const uint
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
-template <typename T> struct pack_op;
-template <> struct pack_op<__nv_bfloat16> {
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); // .x = lo = lower 16 bits
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-    static __device__ __forceinline__ __nv_bfloat16 cvt(float x) { return __float2bfloat16_rn(x); }
-};
-template <> struct pack_op<__half> {
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-    static __device__ __forceinline__ __half cvt(float x) { return __float2half_rn(x); }
-};
-
-__device__ __forceinline__ float quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-__device__ __forceinline__ fp_flash::seq_view seq_of(const sm90_params &p, int b) {
-    return fp_flash::make_seq(b, p.sq, p.sk, p.seqlens_k, p.cu_q, p.cu_k, p.q_bs, p.q_ss, p.k_bs, p.k_ss, p.v_bs,
-                              p.v_ss, p.o_bs, p.o_ss);
-}
-
 // Copies `rows` x D elements (row r at base + r * row_stride) into the
 // swizzled tile at shared address `tile`; rows >= valid are zero-filled.
 // Not unrolled: unrolled, the compiler hoists every chunk's offsets out of
@@ -392,7 +344,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&p)[
 template <typename T, int D, bool Pipelined>
 __global__ void __launch_bounds__(fp_sm90::traits<D>::kWarpgroups * 128,
                                   Pipelined ? 1 : fp_sm90::traits<D>::kMinBlocks)
-    attention_flash_fwd_v3(const __grid_constant__ sm90_params p) {
+    attention_flash_fwd_v3(const __grid_constant__ flash_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Tr = fp_sm90::traits<D>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, NT = Tr::kWarpgroups * 128;
@@ -609,108 +561,22 @@ __global__ void __launch_bounds__(fp_sm90::traits<D>::kWarpgroups * 128,
 #endif
 }
 
-// grid: batch * hq * sq (one CTA per query row); block: 128 threads over D.
-// The rule of attention_split_combine_v1: O = sum_s exp(lse_s - lse) O_s,
-// lse = logsumexp(lse_s).
-template <typename T, int D>
-__global__ void __launch_bounds__(128) attention_split_combine_v3(const __grid_constant__ sm90_params p) {
-    const int64_t row = blockIdx.x; // (b * hq + h) * sq + qi
-    const int64_t rows_total = (int64_t)p.batch * p.hq * p.sq;
-    const int qi = (int)(row % p.sq), h = (int)(row / p.sq % p.hq), b = (int)(row / ((int64_t)p.sq * p.hq));
-    const fp_flash::seq_view S = seq_of(p, b);
-    if (qi >= S.sq) return; // varlen: past this sequence's queries (no partials written)
-    float mx = -INFINITY;
-    for (int s = 0; s < p.num_splits; ++s) mx = fmaxf(mx, p.lse_part[s * rows_total + row]);
-    float sum = 0.0f;
-    if (mx != -INFINITY)
-        for (int s = 0; s < p.num_splits; ++s) sum += __expf(p.lse_part[s * rows_total + row] - mx);
-    const float lse = mx == -INFINITY ? -INFINITY : mx + __logf(sum);
-    T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
-    for (int col = threadIdx.x; col < D; col += blockDim.x) {
-        float acc = 0.0f;
-        if (mx != -INFINITY)
-            for (int s = 0; s < p.num_splits; ++s) {
-                const float ls = p.lse_part[s * rows_total + row];
-                if (ls != -INFINITY) acc += __expf(ls - lse) * p.o_part[(s * rows_total + row) * D + col];
-            }
-        o[col] = pack_op<T>::cvt(acc);
-    }
-    if (p.lse && threadIdx.x == 0) p.lse[row] = lse;
-}
-
 template <typename T, int D, bool Pipelined>
 fp_status launch_v3(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
     using Tr = fp_sm90::traits<D>;
-    sm90_params p;
-    p.q = a->q;
-    p.k = a->k;
-    p.v = a->v;
-    p.o = a->o;
-    p.q_bs = a->q_bs; p.q_ss = a->q_ss; p.q_hs = a->q_hs;
-    p.k_bs = a->k_bs; p.k_ss = a->k_ss; p.k_hs = a->k_hs;
-    p.v_bs = a->v_bs; p.v_ss = a->v_ss; p.v_hs = a->v_hs;
-    p.o_bs = a->o_bs; p.o_ss = a->o_ss; p.o_hs = a->o_hs;
-    p.batch = a->batch;
-    p.sq = a->seqlen_q;
-    p.sk = a->seqlen_k;
-    p.hq = a->heads_q;
-    p.hkv = a->heads_kv;
-    p.group = a->group;
-    p.rows = a->seqlen_q * a->group;
-    p.m_tiles = (p.rows + Tr::kBr - 1) / Tr::kBr;
-    p.scale_log2 = a->scale * 1.4426950408889634f;
-    p.wl = fp_flash::clamp_window(a->window_left, a->seqlen_k);
-    p.wr = fp_flash::clamp_window(a->window_right, a->seqlen_q);
-    p.lse = a->lse;
-    p.seqlens_k = a->seqlens_k;
-    p.cu_q = a->cu_q;
-    p.cu_k = a->cu_k;
-    p.num_splits = num_splits;
-    p.o_part = nullptr;
-    p.lse_part = nullptr;
+    flash_params p = make_flash_params(a, Tr::kBr, num_splits);
     if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
         return fp_set_error(FP_ERR_UNSUPPORTED,
                             "attention flash v3: grid too large (m_tiles %d x splits %d, heads_kv %d, batch %d)",
                             p.m_tiles, num_splits, a->heads_kv, a->batch);
-    const int64_t rows_total = (int64_t)a->batch * a->heads_q * a->seqlen_q;
-    if (num_splits > 1 && rows_total > 2147483647LL)
-        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash v3: too many query rows for split-KV");
-
     const size_t smem = 1024 + (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * D * 2;
-    auto kernel = attention_flash_fwd_v3<T, D, Pipelined>;
-    // The opt-in above 48 KiB is per device and kernel: set it once.
-    static std::atomic<unsigned long long> smem_configured{0};
-    int dev = 0;
-    FP_CUDA_TRY(cudaGetDevice(&dev));
-    const unsigned long long dev_bit = dev < 64 ? (1ull << dev) : 0ull;
-    if (!(smem_configured.load(std::memory_order_acquire) & dev_bit) || !dev_bit) {
-        FP_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_configured.fetch_or(dev_bit, std::memory_order_release);
-    }
-    if (num_splits > 1) {
-        // one allocation for both partials, from the context's scratch pool
-        // when it has one (as v1 does)
-        const size_t n = (size_t)num_splits * rows_total;
-        cudaError_t e1 = fp_scratch_malloc(a->scratch_pool, reinterpret_cast<void **>(&p.o_part),
-                                           n * (D + 1) * sizeof(float), stream);
-        if (e1 != cudaSuccess) {
-            (void)cudaGetLastError();
-            return fp_set_error(e1 == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
-                                "attention flash v3 split-KV partials (%zu bytes): %s", n * (D + 1) * sizeof(float),
-                                cudaGetErrorString(e1));
-        }
-        p.lse_part = p.o_part + n * D;
-    }
-    dim3 grid((unsigned)(p.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
-    kernel<<<grid, Tr::kWarpgroups * 128, smem, stream>>>(p);
-    cudaError_t err = cudaGetLastError();
-    if (err == cudaSuccess && num_splits > 1) {
-        attention_split_combine_v3<T, D><<<(unsigned)rows_total, 128, 0, stream>>>(p);
-        err = cudaGetLastError();
-    }
-    if (num_splits > 1) cudaFreeAsync(p.o_part, stream); // lse_part lives in the same allocation
-    FP_CUDA_TRY(err);
-    return FP_OK;
+    constexpr auto kernel = attention_flash_fwd_v3<T, D, Pipelined>;
+    FP_TRY(smem_opt_in<kernel>(smem));
+    return run_with_partials<T, D>(a, p, stream, "attention flash v3", [&](flash_params &q) {
+        dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
+        kernel<<<grid, Tr::kWarpgroups * 128, smem, stream>>>(q);
+        return cudaGetLastError();
+    });
 }
 
 // Version 4 is version 3 with the other schedule.

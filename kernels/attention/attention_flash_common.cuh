@@ -1,0 +1,222 @@
+// What the flash kernels of every version share (attention_flash.cu: v1 /
+// v2 on mma.sync; attention_flash_sm90.cu: v3 / v4 on wgmma): the kernel
+// parameters, small warp helpers, the split-KV combine kernel and the host
+// side around a launch (parameters from fp_attn_args, the dynamic
+// shared-memory opt-in, the partials' allocation, the combine launch).
+// Included by both translation units (internal linkage: each gets its own
+// copy for its own architectures).
+#ifndef FP_ATTENTION_FLASH_COMMON_CUH
+#define FP_ATTENTION_FLASH_COMMON_CUH
+
+#include <atomic>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "attention/attention_flash_layout.h"
+#include "attention/attention_internal.h"
+
+namespace {
+
+struct flash_params {
+    const void *q, *k, *v;
+    void *o;
+    int64_t q_bs, q_ss, q_hs, k_bs, k_ss, k_hs, v_bs, v_ss, v_hs, o_bs, o_ss, o_hs;
+    int batch, sq, sk, hq, hkv, group;
+    int rows;           // sq * group: packed query rows per (batch, kv head), max
+    int m_tiles;        // ceil(rows / kBr)
+    float scale_log2;   // softmax_scale * log2(e)
+    int wl, wr;         // window after fp_flash::clamp_window, -1 = unbounded (causal: wr = 0)
+    float *lse;         // [batch, hq, sq] or NULL
+    const int32_t *seqlens_k;
+    const int32_t *cu_q, *cu_k; // varlen offsets [batch + 1] or NULL
+    int num_splits;
+    int b_off;          // batch of blockIdx.z = 0 (the launcher splits batch > 65535 over launches)
+    float *o_part;      // [num_splits, batch, hq, sq, D] when num_splits > 1
+    float *lse_part;    // [num_splits, batch, hq, sq]
+    const int32_t *block_table; // paged KV: [batch, bt_stride] page of each page_size keys, or NULL
+    int bt_stride, page_size, num_pages;
+};
+
+// Parameters of a launch with br packed query rows per CTA.
+inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_splits) {
+    flash_params p;
+    p.q = a->q;
+    p.k = a->k;
+    p.v = a->v;
+    p.o = a->o;
+    p.q_bs = a->q_bs; p.q_ss = a->q_ss; p.q_hs = a->q_hs;
+    p.k_bs = a->k_bs; p.k_ss = a->k_ss; p.k_hs = a->k_hs;
+    p.v_bs = a->v_bs; p.v_ss = a->v_ss; p.v_hs = a->v_hs;
+    p.o_bs = a->o_bs; p.o_ss = a->o_ss; p.o_hs = a->o_hs;
+    p.batch = a->batch;
+    p.sq = a->seqlen_q;
+    p.sk = a->seqlen_k;
+    p.hq = a->heads_q;
+    p.hkv = a->heads_kv;
+    p.group = a->group;
+    p.rows = a->seqlen_q * a->group;
+    p.m_tiles = (p.rows + br - 1) / br;
+    p.scale_log2 = a->scale * 1.4426950408889634f;
+    p.wl = fp_flash::clamp_window(a->window_left, a->seqlen_k);
+    p.wr = fp_flash::clamp_window(a->window_right, a->seqlen_q);
+    p.lse = a->lse;
+    p.seqlens_k = a->seqlens_k;
+    p.cu_q = a->cu_q;
+    p.cu_k = a->cu_k;
+    p.num_splits = num_splits;
+    p.b_off = 0;
+    p.o_part = nullptr;
+    p.lse_part = nullptr;
+    p.block_table = a->block_table;
+    p.bt_stride = a->bt_stride;
+    p.page_size = a->page_size;
+    p.num_pages = a->num_pages;
+    return p;
+}
+
+template <typename T> struct pack_op;
+template <> struct pack_op<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); // .x = lo = lower 16 bits
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ __nv_bfloat16 cvt(float x) { return __float2bfloat16_rn(x); }
+};
+template <> struct pack_op<__half> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ __half cvt(float x) { return __float2half_rn(x); }
+};
+
+// Max / sum over the quad of lanes that share an accumulator row.
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+__device__ __forceinline__ fp_flash::seq_view seq_of(const flash_params &p, int b) {
+    return fp_flash::make_seq(b, p.sq, p.sk, p.seqlens_k, p.cu_q, p.cu_k, p.q_bs, p.q_ss, p.k_bs, p.k_ss, p.v_bs,
+                              p.v_ss, p.o_bs, p.o_ss);
+}
+
+// grid: batch * hq * sq (one CTA per query row); block: kCombineThreads.
+// O = sum_s exp(lse_s - lse) O_s, lse = logsumexp_s(lse_s). The split
+// weights are computed once per row into shared memory (one parallel load of
+// the num_splits lse values, two block reductions), then each thread sums its
+// columns over the splits with independent, branch-free loads: a per-split
+// branch on lse_s made the loads a dependent chain (one L2 round trip per
+// split and column, ~10 us at 33 splits: a quarter of a 32k-context decode).
+// Every split writes every row of its CTA (an empty split writes O_s = 0,
+// lse_s = -inf, i.e. weight 0), so the partials are finite.
+constexpr int kCombineThreads = 128;
+constexpr int kMaxSplits = 1024; // fp_attn_cuda_flash_splits' limit
+
+__device__ __forceinline__ float combine_reduce(float x, bool is_max, float *red) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float y = __shfl_xor_sync(0xffffffffu, x, o);
+        x = is_max ? fmaxf(x, y) : x + y;
+    }
+    __syncthreads(); // red is reused by consecutive reductions
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
+    __syncthreads();
+    x = red[0];
+    for (int i = 1; i < kCombineThreads / 32; ++i) x = is_max ? fmaxf(x, red[i]) : x + red[i];
+    return x;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kCombineThreads) attention_split_combine_v1(const __grid_constant__ flash_params p) {
+    __shared__ float w[kMaxSplits];
+    __shared__ float red[kCombineThreads / 32];
+    const int64_t row = blockIdx.x; // (b * hq + h) * sq + qi
+    const int64_t rows_total = (int64_t)p.batch * p.hq * p.sq;
+    const int qi = (int)(row % p.sq), h = (int)(row / p.sq % p.hq), b = (int)(row / ((int64_t)p.sq * p.hq));
+    const fp_flash::seq_view S = seq_of(p, b);
+    if (qi >= S.sq) return; // varlen: past this sequence's queries (no partials written); CTA-uniform
+    const int ns = p.num_splits;
+    float mx = -INFINITY;
+    for (int s = threadIdx.x; s < ns; s += kCombineThreads) {
+        const float ls = p.lse_part[s * rows_total + row];
+        w[s] = ls;
+        mx = fmaxf(mx, ls);
+    }
+    mx = combine_reduce(mx, true, red);
+    float sum = 0.0f;
+    for (int s = threadIdx.x; s < ns; s += kCombineThreads) { // w[s] was written by this thread
+        const float e = mx == -INFINITY ? 0.0f : __expf(w[s] - mx); // lse_s = -inf: 0
+        w[s] = e;
+        sum += e;
+    }
+    sum = combine_reduce(sum, false, red); // its barriers also publish w[]
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float lse = sum > 0.0f ? mx + __logf(sum) : -INFINITY;
+    T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
+    const float *op = p.o_part + row * D;
+    const int64_t split_stride = rows_total * D;
+    for (int col = threadIdx.x; col < D; col += kCombineThreads) {
+        float acc = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < ns; ++s) acc = fmaf(w[s], op[s * split_stride + col], acc);
+        o[col] = pack_op<T>::cvt(acc * inv);
+    }
+    if (p.lse && threadIdx.x == 0) p.lse[row] = lse;
+}
+
+// The dynamic shared-memory opt-in above 48 KiB is per device and kernel:
+// set it once per (Kernel, device), not on every launch (a driver call per
+// decode step otherwise).
+template <auto Kernel> fp_status smem_opt_in(size_t smem) {
+    static std::atomic<unsigned long long> configured{0};
+    int dev = 0;
+    FP_CUDA_TRY(cudaGetDevice(&dev));
+    const unsigned long long dev_bit = dev < 64 ? (1ull << dev) : 0ull;
+    if (!(configured.load(std::memory_order_acquire) & dev_bit) || !dev_bit) {
+        FP_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        configured.fetch_or(dev_bit, std::memory_order_release);
+    }
+    return FP_OK;
+}
+
+// Runs launch(p) (which enqueues the flash kernel(s) and returns
+// cudaGetLastError) with p.num_splits split partials when p.num_splits > 1:
+// one scratch allocation for both partials (the context's pool), the
+// combine kernel after, the partials freed stream-ordered. `who` names the
+// kernel in messages.
+template <typename T, int D, typename Launch>
+fp_status run_with_partials(const fp_attn_args *a, flash_params &p, cudaStream_t stream, const char *who,
+                            Launch launch) {
+    const int64_t rows_total = (int64_t)a->batch * a->heads_q * a->seqlen_q;
+    if (p.num_splits > 1) {
+        if (rows_total > 2147483647LL)
+            return fp_set_error(FP_ERR_UNSUPPORTED, "%s: too many query rows for split-KV", who);
+        const size_t n = (size_t)p.num_splits * rows_total;
+        cudaError_t e = fp_scratch_malloc(a->scratch_pool, reinterpret_cast<void **>(&p.o_part),
+                                          n * (D + 1) * sizeof(float), stream);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return fp_set_error(e == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
+                                "%s split-KV partials (%zu bytes): %s", who, n * (D + 1) * sizeof(float),
+                                cudaGetErrorString(e));
+        }
+        p.lse_part = p.o_part + n * D; // one allocation, one pool call per decode step
+    }
+    cudaError_t err = launch(p);
+    if (err == cudaSuccess && p.num_splits > 1) {
+        attention_split_combine_v1<T, D><<<(unsigned)rows_total, kCombineThreads, 0, stream>>>(p);
+        err = cudaGetLastError();
+    }
+    if (p.num_splits > 1) cudaFreeAsync(p.o_part, stream);
+    FP_CUDA_TRY(err);
+    return FP_OK;
+}
+
+} // namespace
+
+#endif // FP_ATTENTION_FLASH_COMMON_CUH
