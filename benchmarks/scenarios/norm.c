@@ -17,8 +17,9 @@
  *                        timing engine and dgamma/dbeta compared after it;
  *                        "layernorm" (dgamma, dbeta) and "rmsnorm_fused"
  *                        (SiLU + dresidual_out, dgamma). Default dtype bf16.
- *                        Rows where v3 does not apply (odd cols, rows too long
- *                        for its registers) run v2 on both sides (param v3=0).
+ *                        Rows where v3 does not apply (odd cols, cols > 16384)
+ *                        run v2 on both sides (param v3=0). Adds 2048x16384
+ *                        (v3 with the row staged in shared memory).
  *
  * Shapes (GPU): 4096x768, 16384x4096, 8192x8192, 2048x12288, 1000x5120,
  * 333x1537; --rows R --cols C for one shape. With --quick and on CPU
@@ -39,6 +40,10 @@
 static const int64_t k_gpu_shapes[][2] = {{4096, 768},  {16384, 4096}, {8192, 8192},
                                           {2048, 12288}, {1000, 5120},  {333, 1537}};
 static const int64_t k_small_shapes[][2] = {{256, 768}, {333, 1537}};
+/* norm/bwd_versions adds the row length v3 takes with the row staged in
+ * shared memory (12288 < cols <= 16384). */
+static const int64_t k_gpu_shapes_bwd_versions[][2] = {{4096, 768},  {16384, 4096}, {8192, 8192}, {2048, 12288},
+                                                       {2048, 16384}, {1000, 5120},  {333, 1537}};
 
 /* Device-to-device copy bandwidth (GB/s, read + write) on 512 MiB, or 0:
  * the practical roofline the fused kernels are judged against. */
@@ -242,6 +247,10 @@ static fp_status run_bwd_versions(fb_run *run) {
     fp_context *ctx = fb_ctx(run);
     shape_list sl;
     pick_shapes(run, &sl);
+    if (sl.shapes == (int64_t(*)[2])k_gpu_shapes) {
+        sl.shapes = (int64_t(*)[2])k_gpu_shapes_bwd_versions;
+        sl.n = (int)(sizeof k_gpu_shapes_bwd_versions / sizeof k_gpu_shapes_bwd_versions[0]);
+    }
     fp_dtype dts[3];
     int ndt = fb_dtypes(run, dts, 3);
     if (ndt == 0) {

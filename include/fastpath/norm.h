@@ -212,7 +212,7 @@ FP_API double fp_norm_forward_bytes(const fp_norm_params *params);
 /* The same for the backward (dout, x, dresidual_out read once, dx written
  * once, vectors, stats). The CUDA backward reads dout and x once where its
  * one-pass kernel applies (16-byte aligned pointers, cols and strides a
- * multiple of 8 elements (f16/bf16) or 4 (f32), cols <= 12288), plus per-CTA
+ * multiple of 8 elements (f16/bf16) or 4 (f32), cols <= 16384), plus per-CTA
  * f32 partial sums of dgamma/dbeta (2 x grid x cols x 4 bytes, grid <= 2 x
  * SMs); elsewhere it re-reads dout and x for dgamma/dbeta (at most ~3/5 of
  * this figure's peak). */

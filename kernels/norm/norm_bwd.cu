@@ -24,14 +24,20 @@
 //                        per CTA, then norm_bwd_reduce_v1. Reads dout and x
 //                        once (3 tensors of traffic instead of 5). Rows that
 //                        need 32 floats per thread in a block per row keep the
-//                        sums in shared memory (<T, NV, true>). Partition:
-//                        norm_bwd_v3_plan.h (unit-tested on the host).
+//                        sums in shared memory (<T, NV, true>, <= 384 threads:
+//                        cols <= 12288). Partition: norm_bwd_v3_plan.h
+//                        (unit-tested on the host).
+//   norm_bwd_v3_staged   v3 for 12288 < cols <= 16384 (385-512 threads of
+//                        32 elements): the row (x, g) staged in the thread's
+//                        own shared-memory cells between its two passes, the
+//                        sums in registers; still one read of dout and x.
 //   norm_bwd_reduce_v1   sums the partials over chunks in a fixed order.
 //   unfused              baseline: activation backward (g to dx); the same
 //                        norm backward on g, in place; dx += dres.
 // Versions (fp_norm_bwd_launch(desc, version, ...)): 1 = dx v1 + dparams v1;
-// 2 = dx v2 + dparams v2 where aligned, else 1; 3 = v3 where its plan applies,
-// else 2; 0 = 3 when dgamma/dbeta/dbias are requested, else 2.
+// 2 = dx v2 + dparams v2 where aligned, else 1; 3 = v3 (any of its modes)
+// where its plan applies (aligned, cols <= 16384), else 2; 0 = 3 when
+// dgamma/dbeta/dbias are requested, else 2.
 // Run: tests/norm/test_norm_gpu, tests/norm/test_norm_bwd_v3_plan,
 // fastbench --scenario norm/layernorm_bwd, norm/bwd_versions (v2 vs v3).
 #include "norm/norm_bwd_v3_plan.h"
@@ -63,9 +69,7 @@ struct RowGrad {
 // dx v1: scalar, any shape
 // ---------------------------------------------------------------------------
 template <typename T>
-__global__ void __launch_bounds__(kBwdV1Threads) norm_bwd_dx_v1(const fp_norm_bwd_desc d) {
-    __shared__ float red_smem[32];
-    const int64_t row = blockIdx.x;
+__device__ __forceinline__ void norm_bwd_dx_v1_row(const fp_norm_bwd_desc &d, int64_t row, float *red_smem) {
     const int64_t n = d.cols;
     const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
     const T *dy = static_cast<const T *>(d.dout) + row * d.dout_stride;
@@ -97,6 +101,14 @@ __global__ void __launch_bounds__(kBwdV1Threads) norm_bwd_dx_v1(const fp_norm_bw
         if (dres) v += to_f(dres[j]);
         dx[j] = from_f<T>(v);
     }
+}
+
+// A block per row; rows beyond the grid (rows > 2^31 - 1) in a block-stride
+// loop, uniform across the block (row_sum's barriers stay convergent).
+template <typename T>
+__global__ void __launch_bounds__(kBwdV1Threads) norm_bwd_dx_v1(const fp_norm_bwd_desc d) {
+    __shared__ float red_smem[32];
+    for (int64_t row = blockIdx.x; row < d.rows; row += gridDim.x) norm_bwd_dx_v1_row<T>(d, row, red_smem);
 }
 
 // ---------------------------------------------------------------------------
@@ -337,44 +349,74 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
         const float mean = d.mean ? d.mean[row] : 0.0f, rstd = d.rstd[row];
         float xn_reg[NV][V], dn_reg[NV][V];
         float sa = 0.0f, sb = 0.0f;
+        // One vector of the row from its raw 16-byte x and dout: n, dn (or g),
+        // the row sums and the register column sums.
+        auto first_pass = [&](int k, int64_t j, const uint4 &xraw, const uint4 &draw) {
+            float xv[V], dv[V], gam[V], sh[V], p[V];
+            unpack<T>(xraw, xv);
+            unpack<T>(draw, dv);
 #pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
-            if (j < nvec) {
-                float xv[V], dv[V], gam[V], sh[V], p[V];
-                unpack<T>(ldg16(x + j * V), xv);
-                unpack<T>(ldg16(dy + j * V), dv);
+            for (int e = 0; e < V; ++e) { gam[e] = 1.0f; sh[e] = 0.0f; }
+            if (gamma) unpack<T>(ldg16(gamma + j * V), gam);
+            if (d.act != ACT_NONE) {  // the shift matters only through act'
+                if (beta) {
+                    unpack<T>(ldg16(beta + j * V), p);
 #pragma unroll
-                for (int e = 0; e < V; ++e) { gam[e] = 1.0f; sh[e] = 0.0f; }
-                if (gamma) unpack<T>(ldg16(gamma + j * V), gam);
-                if (d.act != ACT_NONE) {  // the shift matters only through act'
-                    if (beta) {
-                        unpack<T>(ldg16(beta + j * V), p);
+                    for (int e = 0; e < V; ++e) sh[e] = p[e];
+                }
+                if (bias) {
+                    unpack<T>(ldg16(bias + j * V), p);
 #pragma unroll
-                        for (int e = 0; e < V; ++e) sh[e] = p[e];
-                    }
-                    if (bias) {
-                        unpack<T>(ldg16(bias + j * V), p);
+                    for (int e = 0; e < V; ++e) sh[e] += p[e];
+                }
+            }
 #pragma unroll
-                        for (int e = 0; e < V; ++e) sh[e] += p[e];
+            for (int e = 0; e < V; ++e) {  // the same arithmetic as RowGrad::at (dx v2)
+                const float xn = (xv[e] - mean) * rstd;
+                float g = dv[e];
+                if (d.act != ACT_NONE) g *= dact_f(d.act, xn * gam[e] + sh[e]);
+                const float dn = g * gam[e];
+                xn_reg[k][e] = xn;
+                sa += dn;
+                sb += dn * xn;
+                if constexpr (kSmemAcc) {
+                    dn_reg[k][e] = g;  // g kept: the sums are added in the second pass
+                } else {
+                    dn_reg[k][e] = dn;
+                    acc_g_reg[k][e] += g * xn;
+                    acc_b_reg[k][e] += g;
+                }
+            }
+        };
+        // The loads of kPF vectors issued before their arithmetic (the
+        // activation's switch keeps the compiler from hoisting the next
+        // vector's loads): all NV, except f32 with shared-memory sums (2:
+        // spilled with 8) and f32 NV 4 with register sums (1, loads
+        // interleaved as before: spilled with 2 or 4 at its 512-thread
+        // register bound); ptxas sm_80 / sm_90.
+        constexpr int kPF = V != 4 || NV < 4 ? NV : kSmemAcc ? 2 : 1;
+        if constexpr (kPF == 1) {
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+                if (j < nvec) first_pass(k, j, ldg16(x + j * V), ldg16(dy + j * V));
+            }
+        } else {
+#pragma unroll
+            for (int k0 = 0; k0 < NV; k0 += kPF) {
+                uint4 xr[kPF], dr[kPF];
+#pragma unroll
+                for (int i = 0; i < kPF; ++i) {
+                    const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k0 + i, tpr);
+                    if (j < nvec) {
+                        xr[i] = ldg16(x + j * V);
+                        dr[i] = ldg16(dy + j * V);
                     }
                 }
 #pragma unroll
-                for (int e = 0; e < V; ++e) {  // the same arithmetic as RowGrad::at (dx v2)
-                    const float xn = (xv[e] - mean) * rstd;
-                    float g = dv[e];
-                    if (d.act != ACT_NONE) g *= dact_f(d.act, xn * gam[e] + sh[e]);
-                    const float dn = g * gam[e];
-                    xn_reg[k][e] = xn;
-                    sa += dn;
-                    sb += dn * xn;
-                    if constexpr (kSmemAcc) {
-                        dn_reg[k][e] = g;  // g kept: the sums are added in the second pass
-                    } else {
-                        dn_reg[k][e] = dn;
-                        acc_g_reg[k][e] += g * xn;
-                        acc_b_reg[k][e] += g;
-                    }
+                for (int i = 0; i < kPF; ++i) {
+                    const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k0 + i, tpr);
+                    if (j < nvec) first_pass(k0 + i, j, xr[i], dr[i]);
                 }
             }
         }
@@ -431,8 +473,8 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
                 float4 *pb = reinterpret_cast<float4 *>(partial + fp_norm_v3_partial_index(1, blockIdx.x, j * V, grid, cols));
 #pragma unroll
                 for (int q = 0; q < V / 4; ++q) {
-                    if (want_g) pg[q] = comb_smem4[(j * V) / 4 + q];
-                    if (want_b) pb[q] = comb_smem4[(cols + j * V) / 4 + q];
+                    if (want_g) __stwb(pg + q, comb_smem4[(j * V) / 4 + q]);
+                    if (want_b) __stwb(pb + q, comb_smem4[(cols + j * V) / 4 + q]);
                 }
             }
         }
@@ -485,11 +527,194 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
 #pragma unroll
                 for (int q = 0; q < V / 4; ++q) {
                     if (want_g)
-                        pg[q] = make_float4(acc_g_reg[k][4 * q], acc_g_reg[k][4 * q + 1], acc_g_reg[k][4 * q + 2],
-                                            acc_g_reg[k][4 * q + 3]);
+                        __stwb(pg + q, make_float4(acc_g_reg[k][4 * q], acc_g_reg[k][4 * q + 1],
+                                                   acc_g_reg[k][4 * q + 2], acc_g_reg[k][4 * q + 3]));
                     if (want_b)
-                        pb[q] = make_float4(acc_b_reg[k][4 * q], acc_b_reg[k][4 * q + 1], acc_b_reg[k][4 * q + 2],
-                                            acc_b_reg[k][4 * q + 3]);
+                        __stwb(pb + q, make_float4(acc_b_reg[k][4 * q], acc_b_reg[k][4 * q + 1],
+                                                   acc_b_reg[k][4 * q + 2], acc_b_reg[k][4 * q + 3]));
+                }
+            }
+        }
+    }
+}
+
+// v3 with the row staged in shared memory (plan.stage_row: a block per row,
+// NV x V = 32, 385-512 threads, 12288 < cols <= 16384). The row does not fit
+// the registers next to the sums, so pass 1 keeps x (as loaded, T) and
+// g = dout * act'(y) (f32) in this thread's own shared-memory cells, and pass
+// 2 reads them back (no barrier: no thread reads another's cells). The
+// dgamma sums stay in registers, and so do the dbeta sums for f32; for 16-bit
+// types (8 elements per vector: twice the per-vector temporaries) the dbeta
+// sums live in the thread's own shared-memory cells too, or the kernel would
+// spill under the 128-register bound of 512 threads. x and dout are read from
+// device memory once. Loads are issued kLB vectors at a time before any
+// arithmetic (the activation's switch keeps the compiler from hoisting the
+// next vector's loads), so a thread keeps 2 x kLB x 16 bytes in flight
+// (registers: 124 f32, 127-128 16-bit, sm_90; no spills on sm_80 or sm_90).
+// Dynamic shared memory (fp_norm_v3_smem_bytes): g f32[cols], the dbeta sums
+// f32[cols] (16-bit only), x T[cols].
+template <typename T, int NV>
+__global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(const fp_norm_bwd_desc d, float *partial) {
+    constexpr int V = Vec<T>::N;
+    constexpr bool kAccBSmem = V == 8;
+    constexpr int kLB = 2;
+    static_assert(V % 4 == 0 && NV % kLB == 0, "float4 cells, whole load batches");
+    __shared__ float red_smem[32];
+    extern __shared__ float4 stage_smem4[];
+    const int64_t cols = d.cols;
+    float4 *g_s = stage_smem4;                                                    // [cols / 4]
+    float4 *accb_s = stage_smem4 + cols / 4;                                      // [cols / 4] if kAccBSmem
+    uint4 *x_s = reinterpret_cast<uint4 *>(stage_smem4 + (kAccBSmem ? 2 : 1) * (cols / 4));  // [cols / V]
+    const int nvec = (int)(cols / V);
+    const int tpr = blockDim.x;
+    const int64_t grid = gridDim.x;
+    const float inv_n = 1.0f / (float)cols;  // once: the IEEE division's slow path is a call
+    const T *gamma = static_cast<const T *>(d.gamma);
+    const T *beta = static_cast<const T *>(d.beta);
+    const T *bias = static_cast<const T *>(d.bias);
+
+    float acc_g[NV][V], acc_b[kAccBSmem ? 1 : NV][V];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc_g[k][e] = 0.0f;
+        if constexpr (kAccBSmem) {
+            const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+            if (j < nvec)
+#pragma unroll
+                for (int q = 0; q < V / 4; ++q) accb_s[(j * V) / 4 + q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc_b[k][e] = 0.0f;
+        }
+    }
+
+    // Every thread of the CTA sees the same row: the exit is uniform.
+    for (int64_t step = 0;; ++step) {
+        const int64_t row = fp_norm_v3_row(blockIdx.x, step, 0, grid, 1);
+        if (row >= d.rows) break;
+        const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
+        const T *dy = static_cast<const T *>(d.dout) + row * d.dout_stride;
+        const float mean = d.mean ? d.mean[row] : 0.0f, rstd = d.rstd[row];
+        float sa = 0.0f, sb = 0.0f;
+        // Pass 1: load, stage x and g, the row sums of dn and dn * n.
+#pragma unroll
+        for (int k0 = 0; k0 < NV; k0 += kLB) {
+            uint4 xr[kLB], dr[kLB];
+#pragma unroll
+            for (int i = 0; i < kLB; ++i) {
+                const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k0 + i, tpr);
+                if (j < nvec) {
+                    xr[i] = ldg16(x + j * V);
+                    dr[i] = ldg16(dy + j * V);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < kLB; ++i) {
+                const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k0 + i, tpr);
+                if (j < nvec) {
+                    x_s[j] = xr[i];
+                    float xv[V], dv[V], gam[V], sh[V], p[V], g[V];
+                    unpack<T>(xr[i], xv);
+                    unpack<T>(dr[i], dv);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) { gam[e] = 1.0f; sh[e] = 0.0f; }
+                    if (gamma) unpack<T>(ldg16(gamma + j * V), gam);
+                    if (d.act != ACT_NONE) {  // the shift matters only through act'
+                        if (beta) {
+                            unpack<T>(ldg16(beta + j * V), p);
+#pragma unroll
+                            for (int e = 0; e < V; ++e) sh[e] = p[e];
+                        }
+                        if (bias) {
+                            unpack<T>(ldg16(bias + j * V), p);
+#pragma unroll
+                            for (int e = 0; e < V; ++e) sh[e] += p[e];
+                        }
+                    }
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {  // the same arithmetic as RowGrad::at (dx v2)
+                        const float xn = (xv[e] - mean) * rstd;
+                        g[e] = dv[e];
+                        if (d.act != ACT_NONE) g[e] *= dact_f(d.act, xn * gam[e] + sh[e]);
+                        const float dn = g[e] * gam[e];
+                        sa += dn;
+                        sb += dn * xn;
+                    }
+#pragma unroll
+                    for (int q = 0; q < V / 4; ++q)
+                        g_s[(j * V) / 4 + q] = make_float4(g[4 * q], g[4 * q + 1], g[4 * q + 2], g[4 * q + 3]);
+                }
+            }
+        }
+        const float a = d.kind == KIND_LAYERNORM ? row_sum(sa, red_smem) * inv_n : 0.0f;
+        const float b = row_sum(sb, red_smem) * inv_n;
+        // Pass 2: dx from this thread's staged cells; the column sums.
+        T *dx = static_cast<T *>(d.dx) + row * d.dx_stride;
+        const T *dres = d.dres ? static_cast<const T *>(d.dres) + row * d.dres_stride : nullptr;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+            if (j < nvec) {
+                float xv[V], g[V], gam[V], v[V], r[V];
+                const uint4 xr = x_s[j];  // one 16-byte shared load (unpacking the reference would not be)
+                unpack<T>(xr, xv);
+#pragma unroll
+                for (int q = 0; q < V / 4; ++q) {
+                    const float4 t = g_s[(j * V) / 4 + q];
+                    g[4 * q] = t.x;
+                    g[4 * q + 1] = t.y;
+                    g[4 * q + 2] = t.z;
+                    g[4 * q + 3] = t.w;
+                }
+#pragma unroll
+                for (int e = 0; e < V; ++e) gam[e] = 1.0f;
+                if (gamma) unpack<T>(ldg16(gamma + j * V), gam);  // L1-resident across rows
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    const float xn = (xv[e] - mean) * rstd;  // bitwise pass 1's
+                    v[e] = rstd * (g[e] * gam[e] - a - xn * b);
+                    acc_g[k][e] += g[e] * xn;
+                    if constexpr (!kAccBSmem) acc_b[k][e] += g[e];
+                }
+                if constexpr (kAccBSmem) {
+#pragma unroll
+                    for (int q = 0; q < V / 4; ++q) {
+                        float4 &ab = accb_s[(j * V) / 4 + q];
+                        ab =
+                            make_float4(ab.x + g[4 * q], ab.y + g[4 * q + 1], ab.z + g[4 * q + 2], ab.w + g[4 * q + 3]);
+                    }
+                }
+                if (dres) {
+                    unpack<T>(ldg16(dres + j * V), r);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) v[e] += r[e];
+                }
+                stg16(dx + j * V, pack<T>(v));
+            }
+        }
+    }
+    if (!partial) return;  // uniform: no dgamma/dbeta/dbias requested
+    const bool want_g = d.dgamma != nullptr, want_b = d.dbeta || d.dbias;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+        if (j < nvec) {
+            float4 *pg =
+                reinterpret_cast<float4 *>(partial + fp_norm_v3_partial_index(0, blockIdx.x, j * V, grid, cols));
+            float4 *pb =
+                reinterpret_cast<float4 *>(partial + fp_norm_v3_partial_index(1, blockIdx.x, j * V, grid, cols));
+#pragma unroll
+            for (int q = 0; q < V / 4; ++q) {
+                if (want_g)
+                    __stwb(pg + q,
+                           make_float4(acc_g[k][4 * q], acc_g[k][4 * q + 1], acc_g[k][4 * q + 2], acc_g[k][4 * q + 3]));
+                if (want_b) {
+                    if constexpr (kAccBSmem)
+                        __stwb(pb + q, accb_s[(j * V) / 4 + q]);
+                    else
+                        __stwb(pb + q, make_float4(acc_b[k][4 * q], acc_b[k][4 * q + 1], acc_b[k][4 * q + 2],
+                                                   acc_b[k][4 * q + 3]));
                 }
             }
         }
@@ -523,40 +748,52 @@ static void launch_dx_v2(const fp_norm_bwd_desc &d, dim3 grid, dim3 block, cudaS
     norm_bwd_dx_v2<T, NV><<<grid, block, 0, stream>>>(d);
 }
 
+// dx v2's launch shape for d (NV, grid, block); nv = 0 where v2 does not
+// apply (not vectorizable, the row beyond 512 threads x 32 / V vectors, or
+// the grid beyond gridDim.x: rows > 2^31 - 1 in a block per row). Shared by
+// launch_dx and bwd_resolve, so fp_norm_bwd_version_used tells the truth.
+template <typename T>
+static int dx_v2_shape(const fp_norm_bwd_desc &d, dim3 *grid, dim3 *block) {
+    constexpr int V = Vec<T>::N;
+    constexpr int kMaxNV = 32 / V;  // n and dn: <= 64 floats per thread in all
+    if (!bwd_vectorizable(d, V)) return 0;
+    const int64_t nvec = d.cols / V;
+    if (nvec <= 32 * 4) {  // warp per row
+        if (ceil_div(d.rows, kBwdWarpRows) > 0x7fffffffLL) return 0;
+        *block = dim3(32, kBwdWarpRows);
+        *grid = dim3((unsigned)ceil_div(d.rows, kBwdWarpRows));
+        return nvec <= 32 ? 1 : nvec <= 64 ? 2 : 4;
+    }
+    if (d.rows > 0x7fffffffLL) return 0;
+    for (int c = 2; c <= kMaxNV; c *= 2)  // block per row: the fewest vectors per thread that fit
+        if (ceil_div(nvec, c) <= kBwdV2MaxThreads) {
+            *block = dim3(round_up32(ceil_div(nvec, c)), 1);
+            *grid = dim3((unsigned)d.rows);
+            return c;
+        }
+    return 0;
+}
+
 // force_v1: the scalar kernel even where v2 applies (version 1).
 template <typename T>
 static cudaError_t launch_dx(const fp_norm_bwd_desc &d, bool force_v1, cudaStream_t stream) {
-    constexpr int V = Vec<T>::N;
-    constexpr int kMaxNV = 32 / V;  // n and dn: <= 64 floats per thread in all
-    if (d.rows > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    if (!force_v1 && bwd_vectorizable(d, V)) {
-        const int64_t nvec = d.cols / V;
-        int nv = 0;
-        dim3 block, grid;
-        if (nvec <= 32 * 4) {  // warp per row
-            nv = nvec <= 32 ? 1 : nvec <= 64 ? 2 : 4;
-            block = dim3(32, kBwdWarpRows);
-            grid = dim3((unsigned)ceil_div(d.rows, kBwdWarpRows));
-        } else {  // block per row: the fewest vectors per thread that fit
-            for (int c = 2; c <= kMaxNV; c *= 2)
-                if (ceil_div(nvec, c) <= kBwdV2MaxThreads) { nv = c; break; }
-            block = dim3(round_up32(ceil_div(nvec, nv ? nv : 1)), 1);
-            grid = dim3((unsigned)d.rows);
-        }
-        if (nv) {
-            switch (nv) {
-            case 1: launch_dx_v2<T, 1>(d, grid, block, stream); break;
-            case 2: launch_dx_v2<T, 2>(d, grid, block, stream); break;
-            case 4: launch_dx_v2<T, 4>(d, grid, block, stream); break;
-            default:
-                if constexpr (kMaxNV >= 8) launch_dx_v2<T, kMaxNV>(d, grid, block, stream);
-                break;
-            }
+    constexpr int kMaxNV = 32 / Vec<T>::N;
+    dim3 grid, block;
+    const int nv = force_v1 ? 0 : dx_v2_shape<T>(d, &grid, &block);
+    switch (nv) {
+    case 0: break;
+    case 1: launch_dx_v2<T, 1>(d, grid, block, stream); return cudaGetLastError();
+    case 2: launch_dx_v2<T, 2>(d, grid, block, stream); return cudaGetLastError();
+    case 4: launch_dx_v2<T, 4>(d, grid, block, stream); return cudaGetLastError();
+    default:
+        if constexpr (kMaxNV >= 8) {
+            launch_dx_v2<T, kMaxNV>(d, grid, block, stream);
             return cudaGetLastError();
         }
+        break;
     }
     const int threads = (int)(d.cols < kBwdV1Threads ? round_up32(d.cols) : kBwdV1Threads);
-    norm_bwd_dx_v1<T><<<(unsigned)d.rows, threads, 0, stream>>>(d);
+    norm_bwd_dx_v1<T><<<(unsigned)(d.rows < 0x7fffffffLL ? d.rows : 0x7fffffffLL), threads, 0, stream>>>(d);
     return cudaGetLastError();
 }
 
@@ -588,8 +825,9 @@ using BwdV3Kernel = void (*)(fp_norm_bwd_desc, float *);
 // dx v2's NV set with register sums (1, 2, 4) and its largest NV (32 / V: 4
 // for 16-bit, 8 for f32) with shared-memory sums: 4 kernels per dtype.
 template <typename T>
-static BwdV3Kernel v3_kernel(int nv, bool smem_acc) {
+static BwdV3Kernel v3_kernel(int nv, bool smem_acc, bool stage_row) {
     constexpr int kMaxNV = 32 / Vec<T>::N;
+    if (stage_row) return nv == kMaxNV ? norm_bwd_v3_staged<T, kMaxNV> : nullptr;
     if (smem_acc) return nv == kMaxNV ? norm_bwd_v3<T, kMaxNV, true> : nullptr;
     switch (nv) {
     case 1: return norm_bwd_v3<T, 1, false>;
@@ -599,27 +837,23 @@ static BwdV3Kernel v3_kernel(int nv, bool smem_acc) {
     }
 }
 
-static size_t v3_smem_bytes(const fp_norm_v3_plan &p, int64_t cols) {
-    if (p.smem_acc) return (size_t)2 * (size_t)cols * sizeof(float);
-    return p.rows_per_cta > 1 ? (size_t)2 * (size_t)(p.rows_per_cta - 1) * (size_t)cols * sizeof(float) : 0;
-}
-
 // The v3 plan for d, or plan.ok == 0 where v3 does not apply (not aligned,
 // odd cols, rows too long, shared-memory sums beyond the device's limit).
 template <typename T>
 static fp_norm_v3_plan v3_plan(const fp_norm_bwd_desc &d) {
-    fp_norm_v3_plan none = {0, 0, 0, 0, 0};
+    fp_norm_v3_plan none = {0, 0, 0, 0, 0, 0};
     if (!bwd_vectorizable(d, Vec<T>::N)) return none;
     fp_norm_v3_plan p = fp_norm_v3_plan_for(d.cols, Vec<T>::N);
-    if (p.ok && !v3_kernel<T>(p.nv, p.smem_acc != 0)) p.ok = 0;
-    if (p.ok && p.smem_acc) {
+    if (p.ok && !v3_kernel<T>(p.nv, p.smem_acc != 0, p.stage_row != 0)) p.ok = 0;
+    const size_t smem = fp_norm_v3_smem_bytes(&p, d.cols, sizeof(T));
+    if (p.ok && smem > 48 * 1024) {  // needs the opt-in: within the device's limit?
         int dev = 0, limit = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
             (void)cudaGetLastError();  // not sticky: clear it so the launch check does not see it
             return none;
         }
-        if (v3_smem_bytes(p, d.cols) + 32 * sizeof(float) > (size_t)limit) return none;
+        if (smem + 32 * sizeof(float) > (size_t)limit) return none;  // + the static red_smem
     }
     return p;
 }
@@ -630,10 +864,8 @@ static int bwd_resolve(const fp_norm_bwd_desc &d, int version) {
     const bool params = d.dgamma || d.dbeta || d.dbias;
     if (version == 1) return 1;
     if ((version == 3 || (version == 0 && params)) && v3_plan<T>(d).ok) return 3;
-    // dx v2 (launch_dx): aligned and the row fits 512 threads x 32 / V vectors.
-    constexpr int V = Vec<T>::N;
-    const bool v2 = bwd_vectorizable(d, V) && ceil_div(d.cols / V, 32 / V) <= kBwdV2MaxThreads;
-    return v2 ? 2 : 1;
+    dim3 grid, block;
+    return dx_v2_shape<T>(d, &grid, &block) ? 2 : 1;  // as launch_dx
 }
 
 // Partial rows v3 may write: the grid's upper bound (SMs x the CTA cap), so
@@ -645,15 +877,27 @@ static int64_t v3_max_grid(const fp_norm_bwd_desc &d, const fp_norm_v3_plan &p, 
 template <typename T>
 static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, float *partial, cudaStream_t stream) {
     const fp_norm_v3_plan p = v3_plan<T>(d);
-    const BwdV3Kernel kernel = p.ok ? v3_kernel<T>(p.nv, p.smem_acc != 0) : nullptr;
+    const BwdV3Kernel kernel = p.ok ? v3_kernel<T>(p.nv, p.smem_acc != 0, p.stage_row != 0) : nullptr;
     if (!kernel) return cudaErrorInvalidConfiguration;
     const bool params = d.dgamma || d.dbeta || d.dbias;
     if (params && (!partial || !aligned16(partial))) return cudaErrorInvalidValue;
-    const size_t smem = v3_smem_bytes(p, d.cols);
+    const size_t smem = fp_norm_v3_smem_bytes(&p, d.cols, sizeof(T));
     const int threads = p.threads_x * p.rows_per_cta;
     cudaError_t err;
-    if (smem > 48 * 1024) {  // opt in above the default limit (v3_plan checked the device's)
-        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (smem > 48 * 1024) {
+        // Opt in above the default limit (v3_plan checked this call's need
+        // against the device's), always to the mode's fixed cap (within the
+        // device's limit): a per-call value would race with another host
+        // thread launching this kernel for other cols.
+        int dev = 0, limit = 0;
+        if ((err = cudaGetDevice(&dev)) != cudaSuccess) return err;
+        if ((err = cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess)
+            return err;
+        size_t attr = fp_norm_v3_smem_cap(&p, Vec<T>::N, sizeof(T));
+        const size_t avail = (size_t)limit - 32 * sizeof(float);  // less the static red_smem
+        if (attr > avail) attr = avail;
+        if (attr < smem) return cudaErrorInvalidConfiguration;  // cannot happen: v3_plan checked
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)attr);
         if (err != cudaSuccess) return err;
     }
     int per_sm = 0;

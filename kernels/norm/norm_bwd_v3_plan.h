@@ -21,7 +21,17 @@
  * no barrier; 2 x cols x 4 bytes must fit the device's per-block opt-in
  * limit, else the launcher falls back to v2). Even so the row alone spills
  * under a 512-thread bound (128 registers) with the persistent loop, so these
- * blocks are limited to 384 threads: cols <= 12288; longer rows stay on v2.
+ * blocks are limited to 384 threads: cols <= 12288.
+ * Longer rows (385-512 threads of NV x V = 32: 12288 < cols <= 16384 for
+ * every dtype) stage the row in shared memory instead (stage_row: x as
+ * loaded, T[cols], and g = dout * act'(y) as f32[cols]; each thread again
+ * only its own cells, no barrier) and keep the dgamma sums in registers (32
+ * floats), the dbeta sums too for f32 and in shared memory (f32[cols]) for
+ * 16-bit types, whose 8-element vectors need more temporaries (in registers
+ * they spilled at the 128-register bound): the row is read from device
+ * memory once, as in the other modes. 16384 cols: 128 KB (f32), 160 KB
+ * (16-bit), within the opt-in limit of sm_80 (163 KB) and sm_90 (227 KB).
+ * Rows beyond 16384 cols fall back to v1 (dx v2 does not take them either).
  *
  * Persistent grid: CTA c handles row groups c, c + grid, c + 2 grid, ...; a
  * row group is the rows_per_cta rows the CTA works on at once. A thread's
@@ -31,6 +41,7 @@
 #ifndef FP_NORM_BWD_V3_PLAN_H
 #define FP_NORM_BWD_V3_PLAN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #if defined(__CUDACC__)
@@ -57,12 +68,14 @@ typedef struct fp_norm_v3_plan {
     int threads_x;    /* threads per row (blockDim.x) */
     int rows_per_cta; /* blockDim.y: rows a CTA works on at once */
     int smem_acc;     /* 1: the dgamma/dbeta sums live in shared memory */
+    int stage_row;    /* 1: the row (x, g) is staged in shared memory, sums in
+                         registers (block per row, NV x V = 32, > 384 threads) */
 } fp_norm_v3_plan;
 
 /* Launch shape for cols (a multiple of vec, the elements per 16-byte vector:
  * 4 for f32, 8 for f16/bf16); NV <= 32 / vec, as dx v2. */
 static inline fp_norm_v3_plan fp_norm_v3_plan_for(int64_t cols, int vec) {
-    fp_norm_v3_plan p = {0, 0, 0, 0, 0};
+    fp_norm_v3_plan p = {0, 0, 0, 0, 0, 0};
     if (vec <= 0 || cols <= 0 || cols % vec) return p;
     const int max_nv = 32 / vec;
     const int64_t nvec = cols / vec;
@@ -80,8 +93,8 @@ static inline fp_norm_v3_plan fp_norm_v3_plan_for(int64_t cols, int vec) {
             p.nv = nv;
             p.threads_x = (int)((t + 31) / 32 * 32);
             if (p.smem_acc && p.threads_x > FP_NORM_V3_MAX_THREADS_SMEM) {
-                p.smem_acc = p.nv = p.threads_x = 0;
-                return p;
+                p.smem_acc = 0; /* the row in shared memory, the sums in registers */
+                p.stage_row = 1;
             }
             p.rows_per_cta = 1;
             p.ok = 1;
@@ -89,6 +102,39 @@ static inline fp_norm_v3_plan fp_norm_v3_plan_for(int64_t cols, int vec) {
         }
     }
     return p;
+}
+
+/* Dynamic shared memory of a launch with plan p, elem_size = sizeof(T):
+ *   smem_acc : the sums, [2][cols] f32;
+ *   stage_row: g as f32[cols], for 16-bit T the dbeta sums f32[cols], then
+ *              x as T[cols] (each part 16-byte aligned: cols is a multiple
+ *              of 4);
+ *   warp per row (register sums): the other thread rows' sums for the
+ *              in-CTA combine, [2][rows_per_cta - 1][cols] f32;
+ *   else 0. Above 48 KB the launcher opts in (cudaFuncSetAttribute) after
+ *   checking the device's per-block limit; below, no opt-in is needed. */
+static inline size_t fp_norm_v3_smem_bytes(const fp_norm_v3_plan *p, int64_t cols, size_t elem_size) {
+    if (!p->ok) return 0;
+    if (p->smem_acc) return (size_t)2 * (size_t)cols * sizeof(float);
+    if (p->stage_row) return (size_t)cols * (sizeof(float) * (elem_size == 2 ? 2 : 1) + elem_size);
+    if (p->rows_per_cta > 1) return (size_t)2 * (size_t)(p->rows_per_cta - 1) * (size_t)cols * sizeof(float);
+    return 0;
+}
+
+/* The most dynamic shared memory plan p's mode can ask for (the row length
+ * at its thread cap: 384 x 32 elements with shared-memory sums, 512 x 32
+ * with the staged row, 32 x 4 x vec per warp-per-row CTA). The launcher
+ * sets the kernel's opt-in attribute to this fixed value (capped by the
+ * device), never to one call's need: two host threads launching the same
+ * kernel for different cols would otherwise race between setting the
+ * attribute and launching. */
+static inline size_t fp_norm_v3_smem_cap(const fp_norm_v3_plan *p, int vec, size_t elem_size) {
+    int64_t cols;
+    if (!p->ok) return 0;
+    if (p->smem_acc) cols = (int64_t)FP_NORM_V3_MAX_THREADS_SMEM * p->nv * vec;
+    else if (p->stage_row) cols = (int64_t)FP_NORM_V3_MAX_THREADS * p->nv * vec;
+    else cols = (int64_t)32 * 4 * vec;
+    return fp_norm_v3_smem_bytes(p, cols, elem_size);
 }
 
 /* Grid: SMs x min(CTAs that fit per SM, 2), at least 1, and no more CTAs than

@@ -47,8 +47,11 @@ __device__ __forceinline__ uint4 pack(const float (&f)[Vec<T>::N]) {
     return u;
 }
 // 128-bit global load / store (LDG.E.128 / STG.E.128); p must be 16-byte aligned.
+// The store is st.global.wb.v4 by intrinsic: a plain uint4 assignment came out
+// of NVVM as 4 scalar st.global.f32 for some (f32, unrolled k >= 2) stores,
+// the vector type lost when the packed floats were forwarded (seen in PTX).
 __device__ __forceinline__ uint4 ldg16(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
-__device__ __forceinline__ void stg16(void *p, const uint4 &v) { *reinterpret_cast<uint4 *>(p) = v; }
+__device__ __forceinline__ void stg16(void *p, const uint4 &v) { __stwb(reinterpret_cast<uint4 *>(p), v); }
 
 constexpr float kSqrtHalf = 0.70710678118654752f;
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)

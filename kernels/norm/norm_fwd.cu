@@ -25,14 +25,13 @@ namespace fpnorm {
 constexpr int kV1Threads = 256;
 constexpr int kV2MaxThreads = 512;
 constexpr int kWarpRows = 4;  // rows per block in warp-per-row mode
+constexpr int64_t kMaxGrid = 0x7fffffffLL;  // gridDim.x limit
 
 // ---------------------------------------------------------------------------
 // v1: scalar, any shape
 // ---------------------------------------------------------------------------
 template <typename T>
-__global__ void __launch_bounds__(kV1Threads) norm_fwd_v1(const fp_norm_fwd_desc d) {
-    __shared__ float red_smem[32];
-    const int64_t row = blockIdx.x;
+__device__ __forceinline__ void norm_fwd_v1_row(const fp_norm_fwd_desc &d, int64_t row, float *red_smem) {
     const int64_t n = d.cols;
     const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
     const T *res = d.res ? static_cast<const T *>(d.res) + row * d.res_stride : nullptr;
@@ -76,6 +75,14 @@ __global__ void __launch_bounds__(kV1Threads) norm_fwd_v1(const fp_norm_fwd_desc
         if (bias) sh += to_f(bias[j]);
         out[j] = from_f<T>(act_f(d.act, y + sh));
     }
+}
+
+// A block per row; rows beyond the grid (rows > kMaxGrid) in a block-stride
+// loop, uniform across the block (the barriers in row_sum stay convergent).
+template <typename T>
+__global__ void __launch_bounds__(kV1Threads) norm_fwd_v1(const fp_norm_fwd_desc d) {
+    __shared__ float red_smem[32];
+    for (int64_t row = blockIdx.x; row < d.rows; row += gridDim.x) norm_fwd_v1_row<T>(d, row, red_smem);
 }
 
 // ---------------------------------------------------------------------------
@@ -256,6 +263,9 @@ __global__ void __launch_bounds__(256) norm_unfused_elementwise(const fp_norm_fw
 // ---------------------------------------------------------------------------
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int round_up32(int64_t v) { return (int)(ceil_div(v, 32) * 32); }
+// v1's grid: a block per row up to gridDim.x's limit, the kernel loops beyond
+// (rows > 2^31 - 1 happen with few cols, e.g. 3e9 x 1 f32 = 12 GB).
+static unsigned v1_grid(int64_t rows) { return (unsigned)(rows < kMaxGrid ? rows : kMaxGrid); }
 
 // Every tensor / vector pointer 16-byte aligned, cols and strides multiples of
 // the vector width: the preconditions of the vectorized kernels.
@@ -272,9 +282,8 @@ static bool fwd_vectorizable(const fp_norm_fwd_desc &d, int V) {
 
 template <typename T>
 static cudaError_t launch_v1(const fp_norm_fwd_desc &d, cudaStream_t stream) {
-    if (d.rows > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     const int threads = (int)(d.cols < kV1Threads ? round_up32(d.cols) : kV1Threads);
-    norm_fwd_v1<T><<<(unsigned)d.rows, threads, 0, stream>>>(d);
+    norm_fwd_v1<T><<<v1_grid(d.rows), threads, 0, stream>>>(d);
     return cudaGetLastError();
 }
 

@@ -53,7 +53,7 @@ cudaError_t fp_norm_fwd_unfused_launch(const fp_norm_fwd_desc *d, cudaStream_t s
  * dgamma/dbeta kernels; 2 = dx v2 (row in registers) + a separate dgamma/dbeta
  * pass where aligned, else 1; 3 = one pass computing dx and the dgamma/dbeta
  * partial sums (persistent grid of sm_count x <= 2 CTAs) where its plan
- * applies, else 2; 0 = automatic (3 when dgamma/dbeta/dbias are requested
+ * applies (aligned, cols <= 16384), else 2; 0 = automatic (3 when dgamma/dbeta/dbias are requested
  * and it applies, else 2). sm_count: the device's SMs (sizes v3's grid).
  * `partial` is f32 scratch of fp_norm_bwd_partial_floats(d, version,
  * sm_count) elements, 16-byte aligned (may be NULL when no

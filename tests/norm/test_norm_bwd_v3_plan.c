@@ -8,8 +8,9 @@
  *   - every (CTA, col) of the partial buffer is written exactly once (by the
  *     thread row 0 after the in-CTA combine), inside [2][grid][cols],
  *   - the launch shape is v2's (same NV and threads) where v3 applies, within
- *     the register budget (shared-memory sums exactly where a block per row
- *     needs NV x V > 16), and v3 declines only such rows beyond 384 threads,
+ *     the register budget (shared-memory sums where a block per row needs
+ *     NV x V > 16 up to 384 threads, the staged row beyond), v3 takes every
+ *     shape v2 takes, and the dynamic shared memory fits the limits,
  *   - capping the grid at the number of row groups gives each CTA the same
  *     rows as the uncapped grid (so the sums are the same).
  * CPU only, no device needed. */
@@ -52,22 +53,41 @@ static void check_plan(int64_t cols, int vec) {
     int nv = 0, threads = 0, rpc = 0;
     const int v2 = v2_choice(nvec, vec, &nv, &threads, &rpc);
     if (!p.ok) {
-        /* v3 declines only where v2's choice needs NV x V > 16 in a block per
-         * row of more than 384 threads (shared-memory sums' register bound) */
-        CHECK_MSG(!v2 || (rpc == 1 && nv * vec > FP_NORM_V3_MAX_NVV_BLOCK && threads > FP_NORM_V3_MAX_THREADS_SMEM),
-                  "cols %lld vec %d: v3 declined a shape within its budget", (long long)cols, vec);
+        /* v3 declines only rows dx v2 does not take either (> 16384 cols) */
+        CHECK_MSG(!v2, "cols %lld vec %d: v3 declined a shape v2 takes", (long long)cols, vec);
         return;
     }
-    /* shared-memory sums exactly for a block per row with NV x V > 16 */
-    CHECK(p.smem_acc == (rpc == 1 && nv * vec > FP_NORM_V3_MAX_NVV_BLOCK));
-    CHECK(!p.smem_acc || p.threads_x <= FP_NORM_V3_MAX_THREADS_SMEM);
+    /* a block per row with NV x V > 16: shared-memory sums up to 384 threads,
+     * the row staged in shared memory beyond; never both */
+    const int big = rpc == 1 && nv * vec > FP_NORM_V3_MAX_NVV_BLOCK;
+    CHECK(p.smem_acc == (big && threads <= FP_NORM_V3_MAX_THREADS_SMEM));
+    CHECK(p.stage_row == (big && threads > FP_NORM_V3_MAX_THREADS_SMEM));
+    CHECK(!(p.smem_acc && p.stage_row));
+    /* dynamic shared memory: the warp-per-row combine stays under the 48 KB
+     * that needs no opt-in; the big modes fit sm_80's opt-in limit (163 KB,
+     * 166912 bytes, less the kernel's 128 static bytes), so the launcher's
+     * device check never sends a v3 shape back to v2 on sm_80+ */
+    for (size_t es = 2; es <= 4; es += 2) {
+        const size_t smem = fp_norm_v3_smem_bytes(&p, cols, es);
+        if (p.rows_per_cta > 1) CHECK(smem <= 48 * 1024);
+        if (!p.smem_acc && !p.stage_row && p.rows_per_cta == 1) CHECK(smem == 0);
+        CHECK_MSG(smem + 128 <= 166912, "cols %lld vec %d es %zu: %zu bytes of shared memory", (long long)cols, vec,
+                  es, smem);
+        /* the opt-in attribute's fixed value covers every cols of the mode */
+        CHECK_MSG(smem <= fp_norm_v3_smem_cap(&p, vec, es) && fp_norm_v3_smem_cap(&p, vec, es) + 128 <= 166912,
+                  "cols %lld vec %d: smem %zu above the mode's cap %zu", (long long)cols, vec, smem,
+                  fp_norm_v3_smem_cap(&p, vec, es));
+        if (p.stage_row) /* g, [dbeta sums,] x: each part 16-byte aligned */
+            CHECK(smem == (size_t)cols * (es == 2 ? 10 : 8) && (cols * 4) % 16 == 0);
+    }
     CHECK_MSG(v2 && p.nv == nv && p.threads_x == threads && p.rows_per_cta == rpc,
               "cols %lld vec %d: plan (nv %d, %d x %d) differs from v2 (nv %d, %d x %d)", (long long)cols, vec,
               p.nv, p.threads_x, p.rows_per_cta, nv, threads, rpc);
     CHECK(p.threads_x % 32 == 0 && p.threads_x * p.rows_per_cta <= FP_NORM_V3_MAX_THREADS);
     CHECK((int64_t)p.threads_x * p.nv >= nvec);
     CHECK(p.rows_per_cta == 1 || p.threads_x == 32);
-    CHECK(p.rows_per_cta == FP_NORM_V3_WARP_ROWS || p.nv * vec <= FP_NORM_V3_MAX_NVV_BLOCK || p.smem_acc);
+    CHECK(p.rows_per_cta == FP_NORM_V3_WARP_ROWS || p.nv * vec <= FP_NORM_V3_MAX_NVV_BLOCK || p.smem_acc ||
+          p.stage_row);
 }
 
 /* Walks the kernel's loops for one (rows, cols, grid) and checks coverage. */
@@ -178,7 +198,10 @@ int main(void) {
     CHECK(fp_norm_v3_plan_for(768, 8).ok && fp_norm_v3_plan_for(4096, 8).ok && fp_norm_v3_plan_for(8192, 8).ok &&
           fp_norm_v3_plan_for(5120, 8).ok && fp_norm_v3_plan_for(12288, 8).ok);
     CHECK(fp_norm_v3_plan_for(12288, 8).smem_acc && !fp_norm_v3_plan_for(8192, 8).smem_acc);
-    CHECK(!fp_norm_v3_plan_for(16384, 8).ok && !fp_norm_v3_plan_for(1537, 8).ok);
+    CHECK(!fp_norm_v3_plan_for(12288, 8).stage_row && fp_norm_v3_plan_for(12296, 8).stage_row);
+    CHECK(fp_norm_v3_plan_for(16384, 8).ok && fp_norm_v3_plan_for(16384, 8).stage_row &&
+          fp_norm_v3_plan_for(16384, 4).stage_row && fp_norm_v3_plan_for(16384, 8).threads_x == 512);
+    CHECK(!fp_norm_v3_plan_for(16392, 8).ok && !fp_norm_v3_plan_for(16388, 4).ok && !fp_norm_v3_plan_for(1537, 8).ok);
     printf("v3 partition: %zu (shape, grid) walks checked\n", walks);
     free(cover);
     free(pcover);

@@ -398,12 +398,91 @@ static void test_names(void) {
     CHECK(strcmp(fp_norm_activation_name((fp_norm_activation)42), "unknown") == 0);
 }
 
+/* The CPU fused path's branch-free activations (norm_internal.h) against
+ * double libm over y in [-30, 30] (and exp over its whole clamped range):
+ * exp within 2 ulp; the activations within 1e-6 relative; the derivatives
+ * within 1e-6 relative or 1e-6 absolute (they cross zero); GELU tanh's bound
+ * scaled by 1 + |2u| (the f32 rounding of u itself); GELU erf within 2e-6
+ * relative, its derivative 1e-6. */
+static void test_vector_activations(void) {
+    double worst_exp = 0.0;
+    for (float x = -87.0f; x <= 87.0f; x += 0.00731f) {
+        const double ref = exp((double)x), got = (double)fp_norm_vexpf(x);
+        const double ulp = ldexp(1.0, ilogb(ref) - 23);
+        const double e = fabs(got - ref) / ulp;
+        if (e > worst_exp) worst_exp = e;
+    }
+    CHECK_MSG(worst_exp <= 2.0, "fp_norm_vexpf: %.2f ulp", worst_exp);
+    /* beyond the clamp: finite, tiny / huge, never NaN or inf */
+    CHECK(fp_norm_vexpf(-1000.0f) > 0.0f && fp_norm_vexpf(-1000.0f) < 2e-38f);
+    CHECK(fp_norm_vexpf(1000.0f) > 1e37f && isfinite(fp_norm_vexpf(1000.0f)));
+    CHECK(isnan(fp_norm_vsilu(NAN)) && isnan(fp_norm_vgelu_tanh(NAN)) && isnan(fp_norm_vdsilu(NAN)) &&
+          isnan(fp_norm_vdgelu_tanh(NAN)));
+    /* huge finite |y|: saturated, the exp clamp does not leak (y / (1 + e^87) would be -1.6e-8 at -1e30) */
+    for (float big = 1e3f; big < 3e38f; big *= 1e5f) {
+        CHECK(fp_norm_vsilu(big) == big && fabsf(fp_norm_vsilu(-big)) < 1e-30f);
+        CHECK(fp_norm_vgelu_tanh(big) == big && fabsf(fp_norm_vgelu_tanh(-big)) < 1e-30f);
+        CHECK(fp_norm_vgelu_erf(big) == big && fabsf(fp_norm_vgelu_erf(-big)) < 1e-30f);
+        CHECK(fp_norm_vdsilu(big) == 1.0f && fabsf(fp_norm_vdsilu(-big)) < 1e-30f);
+        CHECK(fp_norm_vdgelu_tanh(big) == 1.0f && fabsf(fp_norm_vdgelu_tanh(-big)) < 1e-30f);
+        CHECK(fp_norm_vdgelu_erf(big) == 1.0f && fabsf(fp_norm_vdgelu_erf(-big)) < 1e-30f);
+    }
+    double worst[4] = {0, 0, 0, 0};
+    const double k = FP_NORM_GELU_K, c = FP_NORM_GELU_C;
+    for (float y = -30.0f; y <= 30.0f; y += 0.000917f) {
+        /* 0.5 (1 + tanh(u)) as sigmoid(2u) and 1 - tanh(u)^2 as
+         * 4 s (1 - s) in double: 1 + tanh(u) itself loses every digit in
+         * double below u = -19 */
+        const double yd = (double)y, u = k * (yd + c * yd * yd * yd), sg = 1.0 / (1.0 + exp(-yd));
+        const double s2 = 1.0 / (1.0 + exp(-2.0 * u)), oms2 = exp(-2.0 * u) * s2;
+        const double ref[4] = {yd * sg, yd * s2, sg * (1.0 + yd * (1.0 - sg)),
+                               s2 + 2.0 * yd * s2 * oms2 * k * (1.0 + 3.0 * c * yd * yd)};
+        if (fabs(u) < 5.0) /* where tanh is accurate: the textbook forms agree */
+            CHECK(fabs(ref[1] - 0.5 * yd * (1.0 + tanh(u))) <= 1e-12 * fmax(1.0, fabs(yd)));
+        const float got[4] = {fp_norm_vsilu(y), fp_norm_vgelu_tanh(y), fp_norm_vdsilu(y), fp_norm_vdgelu_tanh(y)};
+        for (int i = 0; i < 4; ++i) {
+            double e = fabs((double)got[i] - ref[i]);
+            /* activations: relative (tiny values for negative y included);
+             * derivatives: relative, or absolute near their zeros */
+            e = i < 2 ? (ref[i] != 0.0 ? e / fabs(ref[i]) : e) : e / fmax(fabs(ref[i]), 1.0);
+            /* GELU tanh: u = K (y + C y^3) rounded to f32 is off by ~|u| 2^-24, and the
+             * tail is ~e^2u: |2u| 6e-8 relative is the float input's conditioning */
+            if (i & 1) e /= 1.0 + fabs(2.0 * u);
+            if (ref[i] != 0.0 && fabs(ref[i]) < 1e-30) continue; /* below the clamp's reach */
+            if (e > worst[i]) worst[i] = e;
+        }
+    }
+    const char *names[4] = {"silu", "gelu_tanh", "d silu", "d gelu_tanh"};
+    for (int i = 0; i < 4; ++i) CHECK_MSG(worst[i] <= 1e-6, "%s: worst error %.3g", names[i], worst[i]);
+    /* GELU erf against double erfc (accurate in the negative tail, where
+     * 1 + erf would not be); the inner/outer switch at |y| = sqrt(2) and
+     * the tail down to the clamp included */
+    double worst_g = 0.0, worst_dg = 0.0;
+    float at_g = 0.0f, at_dg = 0.0f;
+    for (float y = -14.0f; y <= 14.0f; y += 0.000613f) {
+        const double yd = (double)y, phi = 0.5 * erfc(-yd / sqrt(2.0));
+        const double g = yd * phi, dg = phi + yd * exp(-0.5 * yd * yd) / sqrt(2.0 * M_PI);
+        if (fabs(g) > 1e-30) {
+            const double e = fabs((double)fp_norm_vgelu_erf(y) - g) / fabs(g);
+            if (e > worst_g) { worst_g = e; at_g = y; }
+        }
+        const double e2 = fabs((double)fp_norm_vdgelu_erf(y) - dg) / fmax(fabs(dg), 1.0);
+        if (e2 > worst_dg) { worst_dg = e2; at_dg = y; }
+    }
+    /* worst near y = -sqrt(2), where 0.5 + 0.5 erf(y / sqrt(2)) = 0.08 cancels ~3 bits (1.0e-6 measured) */
+    CHECK_MSG(worst_g <= 2e-6, "gelu_erf: worst relative error %.3g at y = %g", worst_g, (double)at_g);
+    CHECK_MSG(worst_dg <= 1e-6, "d gelu_erf: worst error %.3g at y = %g", worst_dg, (double)at_dg);
+    CHECK(isnan(fp_norm_vgelu_erf(NAN)) && fp_norm_vgelu_erf(1e30f) == 1e30f &&
+          fabsf(fp_norm_vgelu_erf(-1e30f)) < 1e-30f);
+}
+
 int main(void) {
     fp_context *ctx = NULL;
     CHECK_OK(fp_context_create(FP_DEVICE_CPU, -1, &ctx));
     if (!ctx) return 1;
     CHECK_OK(fp_context_set_option(ctx, FP_CTX_CPU_THREADS, 4));
     test_names();
+    test_vector_activations();
     test_bad_input(ctx);
     test_backward_scratch_overflow(ctx);
     test_forward_combos(ctx);
