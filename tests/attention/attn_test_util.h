@@ -299,6 +299,39 @@ static inline int attn_reference(fp_thread_pool *pool, const attn_host *H, doubl
     return fp_attn_reference(pool, &a, *o_ref, *lse_ref) == FP_OK;
 }
 
+/* Elements of lse: batch * heads_q * seqlen_q. */
+static inline size_t attn_n_lse(const fp_attention_params *p) {
+    return (size_t)p->batch * p->heads_q * p->seqlen_q;
+}
+
+/* GPU tests: one implementation on ctx's stream, d_o (o_bytes) and d_lse
+ * (attn_n_lse floats) poisoned (NaN) first, then both downloaded to h_o and
+ * h_lse. version 0: fp_attention_forward, -1: fp_attention_forward_baseline,
+ * otherwise flash kernel `version` with num_splits forced splits
+ * (fp_attn_cuda_flash_version). A refusal is returned before any sync. */
+enum { ATTN_RUN_FORWARD = 0, ATTN_RUN_BASELINE = -1 };
+static inline fp_status attn_dev_run(fp_context *ctx, const fp_attention_params *dp, int version, int num_splits,
+                                     void *d_o, void *h_o, size_t o_bytes, float *d_lse, float *h_lse) {
+    const size_t lse_bytes = attn_n_lse(dp) * sizeof(float);
+    fp_mem_fill(ctx, d_o, 0xFF, o_bytes, NULL);
+    fp_mem_fill(ctx, d_lse, 0xFF, lse_bytes, NULL);
+    fp_status st;
+    if (version == ATTN_RUN_FORWARD) {
+        st = fp_attention_forward(ctx, NULL, dp);
+    } else if (version == ATTN_RUN_BASELINE) {
+        st = fp_attention_forward_baseline(ctx, NULL, dp);
+    } else {
+        fp_attn_args a;
+        st = fp_attn_check(dp, 1, &a);
+        if (st == FP_OK) st = fp_attn_cuda_flash_version(&a, version, num_splits, (cudaStream_t)fp_context_stream(ctx));
+    }
+    if (st != FP_OK) return st;
+    FP_TRY(fp_context_synchronize(ctx, NULL));
+    FP_TRY(fp_mem_download(ctx, h_o, d_o, o_bytes, NULL));
+    FP_TRY(fp_mem_download(ctx, h_lse, d_lse, lse_bytes, NULL));
+    return fp_context_synchronize(ctx, NULL);
+}
+
 /* Output rounding of the dtype (relative). */
 static inline double attn_eps(fp_dtype dt) {
     return dt == FP_F32 ? 1.2e-7 : dt == FP_F16 ? 4.9e-4 : 3.9e-3;

@@ -11,9 +11,29 @@
 
 static fp_context *g_ctx;
 
-/* Tolerance vs the double reference: f32 accumulation error (grows slowly
- * with the number of keys: 2e-5 covers 1024 keys of |v| <= 1) plus one
- * rounding of O to the dtype. */
+/* The tiled (fp_attention_forward) and the materialized (baseline)
+ * implementation on H, outputs poisoned (NaN) first, against the reference.
+ * Tolerance: f32 accumulation error (grows slowly with the number of keys:
+ * 2e-5 covers 1024 keys of |v| <= 1) plus one rounding of O to the dtype. */
+static void check_impls(const attn_case *c, attn_host *H, const double *o_ref, const double *lse_ref) {
+    const double atol = 2e-5, rtol = attn_eps(c->dtype) + 2e-5;
+    for (int impl = 0; impl < 2; ++impl) {
+        memset(H->o, 0xFF, H->o_bytes);
+        if (H->lse) memset(H->lse, 0xFF, sizeof(float) * attn_n_lse(&H->p));
+        fp_status st = impl == 0 ? fp_attention_forward(g_ctx, NULL, &H->p)
+                                 : fp_attention_forward_baseline(g_ctx, NULL, &H->p);
+        CHECK_MSG(st == FP_OK, "%s/%s: %s (%s)", c->name, impl ? "naive" : "tiled", fp_status_string(st),
+                  fp_last_error());
+        if (st != FP_OK) continue;
+        attn_err E = attn_compare(H, H->o, H->lse, o_ref, lse_ref, atol, rtol);
+        CHECK_MSG(E.bad == 0 && E.lse_bad == 0,
+                  "%s/%s: %zu bad of %zu (first at %zu: got %.8g ref %.8g), max abs err %.3g, lse bad %zu "
+                  "(max err %.3g)",
+                  c->name, impl ? "naive" : "tiled", E.bad, H->n_o, E.first_bad, E.first_got, E.first_ref,
+                  E.max_abs, E.lse_bad, E.lse_max_abs);
+    }
+}
+
 static void run_case(const attn_case *c) {
     attn_host H;
     if (!attn_host_make(c, &H, 1234 + (uint64_t)c->sq * 7 + (uint64_t)c->sk)) {
@@ -22,22 +42,7 @@ static void run_case(const attn_case *c) {
     }
     double *o_ref = NULL, *lse_ref = NULL;
     CHECK(attn_reference(g_ctx->pool, &H, &o_ref, &lse_ref));
-    const double atol = 2e-5, rtol = attn_eps(c->dtype) + 2e-5;
-    for (int impl = 0; impl < 2; ++impl) {
-        memset(H.o, 0xFF, H.o_bytes);
-        if (H.lse) memset(H.lse, 0xFF, sizeof(float) * (size_t)c->batch * c->hq * c->sq);
-        fp_status st = impl == 0 ? fp_attention_forward(g_ctx, NULL, &H.p)
-                                 : fp_attention_forward_baseline(g_ctx, NULL, &H.p);
-        CHECK_MSG(st == FP_OK, "%s/%s: %s (%s)", c->name, impl ? "naive" : "tiled", fp_status_string(st),
-                  fp_last_error());
-        if (st != FP_OK) continue;
-        attn_err E = attn_compare(&H, H.o, H.lse, o_ref, lse_ref, atol, rtol);
-        CHECK_MSG(E.bad == 0 && E.lse_bad == 0,
-                  "%s/%s: %zu bad of %zu (first at %zu: got %.8g ref %.8g), max abs err %.3g, lse bad %zu "
-                  "(max err %.3g)",
-                  c->name, impl ? "naive" : "tiled", E.bad, H.n_o, E.first_bad, E.first_got, E.first_ref,
-                  E.max_abs, E.lse_bad, E.lse_max_abs);
-    }
+    check_impls(c, &H, o_ref, lse_ref);
     free(o_ref);
     free(lse_ref);
     attn_host_free(&H);
@@ -106,21 +111,7 @@ static void test_paged(void) {
         double *o_ref = NULL, *lse_ref = NULL;
         CHECK(attn_reference(g_ctx->pool, &H, &o_ref, &lse_ref)); /* dense layout */
         CHECK(attn_page(&H, cases[i].page_size, cases[i].pad, 99 + i, &P));
-        const double atol = 2e-5, rtol = attn_eps(c->dtype) + 2e-5;
-        for (int impl = 0; impl < 2; ++impl) {
-            memset(H.o, 0xFF, H.o_bytes);
-            memset(H.lse, 0xFF, sizeof(float) * (size_t)c->batch * c->hq * c->sq);
-            fp_status st = impl == 0 ? fp_attention_forward(g_ctx, NULL, &H.p)
-                                     : fp_attention_forward_baseline(g_ctx, NULL, &H.p);
-            CHECK_MSG(st == FP_OK, "%s/%s: %s (%s)", c->name, impl ? "naive" : "tiled", fp_status_string(st),
-                      fp_last_error());
-            if (st != FP_OK) continue;
-            attn_err E = attn_compare(&H, H.o, H.lse, o_ref, lse_ref, atol, rtol);
-            CHECK_MSG(E.bad == 0 && E.lse_bad == 0,
-                      "%s/%s: %zu bad of %zu (first at %zu: got %.8g ref %.8g), max abs err %.3g, lse bad %zu",
-                      c->name, impl ? "naive" : "tiled", E.bad, H.n_o, E.first_bad, E.first_got, E.first_ref,
-                      E.max_abs, E.lse_bad);
-        }
+        check_impls(c, &H, o_ref, lse_ref);
         if (i == 0) { /* bad paged arguments: named, outputs untouched */
             static const char *what[] = {"page_size", "num_pages", "block_table_stride", "block_table",
                                          "block_table", "k strides", "cu_seqlens"};

@@ -91,30 +91,18 @@ static int v3_unsupported(fp_status st, int impl) {
     return 1;
 }
 static fp_status dev_run(dev_case *D, int impl) {
-    size_t n_lse = (size_t)D->H.p.batch * D->H.p.heads_q * D->H.p.seqlen_q;
-    fp_mem_fill(g_ctx, D->d_o, 0xFF, D->H.o_bytes, NULL);
-    fp_mem_fill(g_ctx, D->d_lse, 0xFF, n_lse * sizeof(float), NULL);
-    fp_status st;
-    if (impl == 0) {
-        st = fp_attention_forward(g_ctx, NULL, &D->dp);
-    } else if (impl == 1) {
-        st = fp_attention_forward_baseline(g_ctx, NULL, &D->dp);
-    } else {
-        fp_attn_args a;
-        st = fp_attn_check(&D->dp, 1, &a);
-        if (st == FP_OK && impl >= IMPL_V4)
-            st = fp_attn_cuda_flash_version(&a, 4, impl - IMPL_V4, (cudaStream_t)fp_context_stream(g_ctx));
-        else if (st == FP_OK && impl >= IMPL_V3)
-            st = fp_attn_cuda_flash_version(&a, 3, impl - IMPL_V3, (cudaStream_t)fp_context_stream(g_ctx));
-        else if (st == FP_OK)
-            st = fp_attn_cuda_flash_version(&a, impl > 0 ? 1 : 2, impl > 0 ? impl - 1 : -impl,
-                                            (cudaStream_t)fp_context_stream(g_ctx));
+    int version = impl > 0 ? 1 : 2, splits = impl > 0 ? impl - 1 : -impl; /* v1: n >= 2, v2: n <= -1 */
+    if (impl == 0 || impl == 1) {
+        version = impl == 0 ? ATTN_RUN_FORWARD : ATTN_RUN_BASELINE;
+        splits = 0;
+    } else if (impl >= IMPL_V4) {
+        version = 4;
+        splits = impl - IMPL_V4;
+    } else if (impl >= IMPL_V3) {
+        version = 3;
+        splits = impl - IMPL_V3;
     }
-    if (st != FP_OK) return st;
-    FP_TRY(fp_context_synchronize(g_ctx, NULL));
-    FP_TRY(fp_mem_download(g_ctx, D->h_o, D->d_o, D->H.o_bytes, NULL));
-    FP_TRY(fp_mem_download(g_ctx, D->h_lse, D->d_lse, n_lse * sizeof(float), NULL));
-    return fp_context_synchronize(g_ctx, NULL);
+    return attn_dev_run(g_ctx, &D->dp, version, splits, D->d_o, D->h_o, D->H.o_bytes, D->d_lse, D->h_lse);
 }
 
 static void run_case(const attn_case *c, int extra_splits) {

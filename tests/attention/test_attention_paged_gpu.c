@@ -24,10 +24,6 @@ typedef struct dev_paged {
     float *h_lse;
 } dev_paged;
 
-static size_t n_lse_of(const attn_host *H) {
-    return (size_t)H->p.batch * H->p.heads_q * H->p.seqlen_q;
-}
-
 static int dev_make(const attn_case *c, int page_size, int pad, uint64_t seed, dev_paged *D, double **o_ref,
                     double **lse_ref) {
     memset(D, 0, sizeof *D);
@@ -40,7 +36,7 @@ static int dev_make(const attn_case *c, int page_size, int pad, uint64_t seed, d
     const size_t t_bytes = sizeof(int32_t) * (size_t)c->batch * D->P.bt_stride;
     if (fp_mem_alloc(g_ctx, q_bytes, &D->d_q) != FP_OK || fp_mem_alloc(g_ctx, D->P.pool_bytes, &D->d_k) != FP_OK ||
         fp_mem_alloc(g_ctx, D->P.pool_bytes, &D->d_v) != FP_OK || fp_mem_alloc(g_ctx, H->o_bytes, &D->d_o) != FP_OK ||
-        fp_mem_alloc(g_ctx, n_lse_of(H) * sizeof(float), (void **)&D->d_lse) != FP_OK ||
+        fp_mem_alloc(g_ctx, attn_n_lse(&H->p) * sizeof(float), (void **)&D->d_lse) != FP_OK ||
         fp_mem_alloc(g_ctx, sizeof(int32_t) * (size_t)c->batch, (void **)&D->d_seqlens) != FP_OK ||
         fp_mem_alloc(g_ctx, t_bytes, (void **)&D->d_table) != FP_OK)
         return 0;
@@ -58,7 +54,7 @@ static int dev_make(const attn_case *c, int page_size, int pad, uint64_t seed, d
     D->dp.seqlens_k = H->seqlens ? D->d_seqlens : NULL;
     D->dp.block_table = D->d_table;
     D->h_o = malloc(H->o_bytes);
-    D->h_lse = malloc(n_lse_of(H) * sizeof(float));
+    D->h_lse = malloc(attn_n_lse(&H->p) * sizeof(float));
     return D->h_o && D->h_lse && fp_context_synchronize(g_ctx, NULL) == FP_OK;
 }
 
@@ -79,23 +75,9 @@ static void dev_free(dev_paged *D) {
 /* impl 0: fp_attention_forward, 1: baseline, n >= 2: flash v1 with n - 1
  * forced splits. Outputs poisoned first, downloaded after. */
 static fp_status dev_run(dev_paged *D, int impl) {
-    fp_mem_fill(g_ctx, D->d_o, 0xFF, D->H.o_bytes, NULL);
-    fp_mem_fill(g_ctx, D->d_lse, 0xFF, n_lse_of(&D->H) * sizeof(float), NULL);
-    fp_status st;
-    if (impl == 0) {
-        st = fp_attention_forward(g_ctx, NULL, &D->dp);
-    } else if (impl == 1) {
-        st = fp_attention_forward_baseline(g_ctx, NULL, &D->dp);
-    } else {
-        fp_attn_args a;
-        st = fp_attn_check(&D->dp, 1, &a);
-        if (st == FP_OK) st = fp_attn_cuda_flash_version(&a, 1, impl - 1, (cudaStream_t)fp_context_stream(g_ctx));
-    }
-    if (st != FP_OK) return st;
-    FP_TRY(fp_context_synchronize(g_ctx, NULL));
-    FP_TRY(fp_mem_download(g_ctx, D->h_o, D->d_o, D->H.o_bytes, NULL));
-    FP_TRY(fp_mem_download(g_ctx, D->h_lse, D->d_lse, n_lse_of(&D->H) * sizeof(float), NULL));
-    return fp_context_synchronize(g_ctx, NULL);
+    const int version = impl == 0 ? ATTN_RUN_FORWARD : impl == 1 ? ATTN_RUN_BASELINE : 1;
+    return attn_dev_run(g_ctx, &D->dp, version, impl >= 2 ? impl - 1 : 0, D->d_o, D->h_o, D->H.o_bytes, D->d_lse,
+                        D->h_lse);
 }
 
 static void run_case(const attn_case *c, int page_size, int pad) {

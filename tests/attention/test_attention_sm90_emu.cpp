@@ -31,18 +31,13 @@
 // What it cannot see: races (barrier / fence / wait_group placement), PTX
 // syntax, register allocation. Those need test_attention_gpu on an H100.
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "attention/attention_flash_layout.h"
-#include "attention/attention_internal.h"
 #include "attention/attention_sm90_layout.h"
+#include "attn_emu_util.h"
 
-typedef uint16_t h16;
 static int g_failures = 0;
 
 // ---- the hardware, from the PTX ISA ------------------------------------------
@@ -219,16 +214,6 @@ static void check_fragments() {
 }
 
 // ---- (c) whole-CTA emulation ---------------------------------------------------
-
-static float to_f(h16 x, fp_dtype dt) { return dt == FP_F16 ? fp_f16_to_f32(x) : fp_bf16_to_f32(x); }
-static h16 from_f(float x, fp_dtype dt) { return dt == FP_F16 ? fp_f32_to_f16(x) : fp_f32_to_bf16(x); }
-
-struct emu_args {
-    fp_attn_args a; // host pointers (h16 data)
-    int num_splits;
-    int wl, wr;
-    std::vector<float> o_part, lse_part;
-};
 
 // Shared memory as bytes of h16 elements, NaN-poisoned (an element read
 // before it was loaded poisons the result).
@@ -493,158 +478,15 @@ template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, in
         }
 }
 
-template <int D> static void emulate_combine(emu_args &E) {
-    const fp_attn_args &a = E.a;
-    const int64_t rows_total = (int64_t)a.batch * a.heads_q * a.seqlen_q;
-    for (int64_t row = 0; row < rows_total; ++row) {
-        const int qi = (int)(row % a.seqlen_q), h = (int)(row / a.seqlen_q % a.heads_q);
-        const int b = (int)(row / ((int64_t)a.seqlen_q * a.heads_q));
-        const fp_flash::seq_view S = fp_flash::make_seq(b, a.seqlen_q, a.seqlen_k, a.seqlens_k, a.cu_q, a.cu_k, a.q_bs,
-                                                        a.q_ss, a.k_bs, a.k_ss, a.v_bs, a.v_ss, a.o_bs, a.o_ss);
-        if (qi >= S.sq) continue;
-        float mx = -INFINITY;
-        for (int s = 0; s < E.num_splits; ++s) mx = fmaxf(mx, E.lse_part[s * rows_total + row]);
-        float sum = 0.0f;
-        if (mx != -INFINITY)
-            for (int s = 0; s < E.num_splits; ++s) sum += expf(E.lse_part[s * rows_total + row] - mx);
-        const float lse = mx == -INFINITY ? -INFINITY : mx + logf(sum);
-        h16 *o = (h16 *)a.o + S.o0 + (int64_t)qi * a.o_ss + (int64_t)h * a.o_hs;
-        for (int col = 0; col < D; ++col) {
-            float acc = 0.0f;
-            if (mx != -INFINITY)
-                for (int s = 0; s < E.num_splits; ++s) {
-                    const float ls = E.lse_part[s * rows_total + row];
-                    if (ls != -INFINITY) acc += expf(ls - lse) * E.o_part[(s * rows_total + row) * D + col];
-                }
-            o[col] = from_f(acc, a.dtype);
-        }
-        if (a.lse) a.lse[row] = lse;
-    }
-}
-
 template <int D, bool Pipelined> static void emulate(emu_args &E) {
-    const int rows = E.a.seqlen_q * E.a.group;
-    const int m_tiles = (rows + fp_sm90::traits<D>::kBr - 1) / fp_sm90::traits<D>::kBr;
-    E.wl = fp_flash::clamp_window(E.a.window_left, E.a.seqlen_k);
-    E.wr = fp_flash::clamp_window(E.a.window_right, E.a.seqlen_q);
-    if (E.num_splits > 1) {
-        const size_t n = (size_t)E.num_splits * E.a.batch * E.a.heads_q * E.a.seqlen_q;
-        E.o_part.assign(n * D, NAN);
-        E.lse_part.assign(n, NAN);
-    }
-    for (int b = 0; b < E.a.batch; ++b)
-        for (int hk = 0; hk < E.a.heads_kv; ++hk)
-            for (int bx = 0; bx < m_tiles * E.num_splits; ++bx) emulate_cta<D, Pipelined>(E, bx, hk, b);
-    if (E.num_splits > 1) emulate_combine<D>(E);
+    emulate_grid<D>(E, fp_sm90::traits<D>::kBr, emulate_cta<D, Pipelined>);
 }
 
-struct emu_case {
-    const char *name;
-    int batch, sq, sk, hq, hkv, d;
-    fp_dtype dtype;
-    int causal, wl, wr, ragged, splits, pad, varlen;
-};
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
-static float rnd() {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    const float v = (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-    return v == 0.0f ? 1e-3f : v;
-}
-
-static void run(const emu_case &c, int version) {
-    const int64_t d = c.d;
-    const int64_t q_ss = c.hq * d + c.pad, kv_ss = c.hkv * d + c.pad, o_ss = c.hq * d + c.pad;
-    std::vector<int32_t> cu_q(c.batch + 1, 0), cu_k(c.batch + 1, 0), seqlens(c.batch);
-    for (int b = 0; b < c.batch; ++b) {
-        static const int pat[4] = {-1, 5, 0, 17};
-        const int nq = c.varlen ? (pat[b % 4] < 0 ? c.sq : (pat[b % 4] > c.sq ? c.sq : pat[b % 4])) : c.sq;
-        const int nk = c.varlen ? (pat[(b + 1) % 4] < 0 ? c.sk : (pat[(b + 1) % 4] > c.sk ? c.sk : pat[(b + 1) % 4]))
-                                : c.sk;
-        cu_q[b + 1] = cu_q[b] + nq;
-        cu_k[b + 1] = cu_k[b] + nk;
-        static const int rag[4] = {-1, 17, 0, 3};
-        seqlens[b] = rag[b % 4] < 0 ? c.sk : (rag[b % 4] > c.sk ? c.sk : rag[b % 4]);
-    }
-    const int64_t rows_q = c.varlen ? cu_q[c.batch] + 1 : (int64_t)c.batch * c.sq;
-    const int64_t rows_k = c.varlen ? cu_k[c.batch] + 1 : (int64_t)c.batch * c.sk;
-    std::vector<h16> q((size_t)(rows_q * q_ss)), k((size_t)(rows_k * kv_ss)), v((size_t)(rows_k * kv_ss)),
-        o((size_t)(rows_q * o_ss), 0xFFFF);
-    for (auto &x : q) x = from_f(rnd(), c.dtype);
-    for (auto &x : k) x = from_f(rnd(), c.dtype);
-    for (auto &x : v) x = from_f(rnd(), c.dtype);
-    std::vector<float> lse((size_t)c.batch * c.hq * c.sq, NAN);
-    fp_attention_params p;
-    fp_attention_params_default(&p);
-    p.batch = c.batch; p.seqlen_q = c.sq; p.seqlen_k = c.sk; p.heads_q = c.hq; p.heads_kv = c.hkv;
-    p.head_dim = c.d; p.dtype = c.dtype; p.causal = c.causal; p.window_left = c.wl; p.window_right = c.wr;
-    p.q = q.data(); p.k = k.data(); p.v = v.data(); p.o = o.data(); p.lse = lse.data();
-    p.q_seq_stride = q_ss; p.k_seq_stride = p.v_seq_stride = kv_ss; p.o_seq_stride = o_ss;
-    if (c.varlen) {
-        p.cu_seqlens_q = cu_q.data();
-        p.cu_seqlens_k = cu_k.data();
-    } else {
-        p.q_batch_stride = q_ss * c.sq; p.k_batch_stride = p.v_batch_stride = kv_ss * c.sk;
-        p.o_batch_stride = o_ss * c.sq;
-    }
-    p.seqlens_k = c.ragged ? seqlens.data() : nullptr;
-    emu_args E;
-    if (fp_attn_check(&p, 1, &E.a) != FP_OK) {
-        fprintf(stderr, "%s: bad params: %s\n", c.name, fp_last_error());
-        g_failures++;
-        return;
-    }
-    E.num_splits = c.splits;
-    // version 4: the other schedule
+// version 3: the kernel's schedule (traits<D>::kPipelined), 4: the other one.
+static void launch(emu_args &E, int d, int version) {
     const bool flip = version == 4;
-    if (c.d == 64) fp_sm90::traits<64>::kPipelined != flip ? emulate<64, true>(E) : emulate<64, false>(E);
+    if (d == 64) fp_sm90::traits<64>::kPipelined != flip ? emulate<64, true>(E) : emulate<64, false>(E);
     else fp_sm90::traits<128>::kPipelined != flip ? emulate<128, true>(E) : emulate<128, false>(E);
-
-    std::vector<double> o_ref((size_t)c.batch * c.sq * c.hq * d), lse_ref((size_t)c.batch * c.hq * c.sq);
-    fp_attn_reference(nullptr, &E.a, o_ref.data(), lse_ref.data());
-    // P is rounded to the dtype before P V, O once at the end: a few ulps.
-    const double eps = c.dtype == FP_F16 ? 4.9e-4 : 3.9e-3;
-    const double atol = 2.0 * eps, rtol = 2.0 * eps;
-    size_t bad = 0, lse_bad = 0;
-    double max_err = 0.0;
-    for (int b = 0; b < c.batch; ++b) {
-        const int nq = cu_q[b + 1] - cu_q[b];
-        const int64_t row0 = c.varlen ? cu_q[b] : (int64_t)b * c.sq;
-        for (int i = 0; i < c.sq; ++i)
-            for (int h = 0; h < c.hq; ++h) {
-                const double lg = lse[((size_t)b * c.hq + h) * c.sq + i];
-                if (i >= nq) {
-                    if (!std::isnan(lg)) lse_bad++;
-                    continue;
-                }
-                for (int x = 0; x < c.d; ++x) {
-                    const double ref = o_ref[(((size_t)b * c.sq + i) * c.hq + h) * d + x];
-                    const double got = to_f(o[(size_t)((row0 + i) * o_ss + h * d + x)], c.dtype);
-                    const double err = fabs(got - ref);
-                    if (!(err <= atol + rtol * fabs(ref))) {
-                        if (bad < 3)
-                            fprintf(stderr, "%s: O[b %d, i %d, h %d, %d] = %.6g, ref %.6g\n", c.name, b, i, h, x, got,
-                                    ref);
-                        bad++;
-                    }
-                    if (err > max_err || err != err) max_err = err;
-                }
-                const double lr = lse_ref[((size_t)b * c.hq + h) * c.sq + i];
-                if (std::isinf(lr) ? !(std::isinf(lg) && lg < 0) : !(fabs(lg - lr) <= 1e-4 + 1e-5 * fabs(lr))) {
-                    if (lse_bad < 3)
-                        fprintf(stderr, "%s: lse[b %d, h %d, i %d] = %.6g, ref %.6g\n", c.name, b, h, i, lg, lr);
-                    lse_bad++;
-                }
-            }
-    }
-    const int64_t written = c.varlen ? cu_q[c.batch] : rows_q;
-    for (int64_t r = 0; r < rows_q; ++r)
-        for (int64_t x = (r < written ? c.hq * d : 0); x < o_ss; ++x)
-            if (o[(size_t)(r * o_ss + x)] != 0xFFFF) bad++;
-    printf("(c) v%d %-22s max err %.3g, %zu bad, %zu lse bad\n", version, c.name, max_err, bad, lse_bad);
-    if (bad || lse_bad) g_failures++;
 }
 
 // fp_attn_cuda_flash_version(a, 3, ...) answers before touching a device:
@@ -706,9 +548,10 @@ int main() {
         {"bf16_d128_gqa4_c",  1, 60,  520, 4, 1, 128, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
         {"bf16_d128_rag_s2",  3, 40,  700, 2, 1, 128, FP_BF16, 0, -1, -1, 1, 2, 8, 0},
     };
+    emu_rng rng = {0x9E3779B97F4A7C15ULL};
     for (const emu_case &c : cases) {
-        run(c, 3);
-        run(c, 4); /* v4: the other schedule */
+        if (!emu_run_case(c, rng, "(c) ", 3, launch)) g_failures++;
+        if (!emu_run_case(c, rng, "(c) ", 4, launch)) g_failures++; /* v4: the other schedule */
     }
     if (g_failures) fprintf(stderr, "%d check(s) failed\n", g_failures);
     return g_failures ? 1 : 0;
