@@ -226,11 +226,11 @@ static fp_status bwd_run(fp_context *ctx, fp_stream stream, const fp_norm_bwd_de
     size_t nfloat = fp_norm_bwd_partial_floats(d, unfused ? 2 : version, sm_count);
     float *partial = NULL;
     if (nfloat > 0) {
-        cudaError_t err = cudaMallocAsync((void **)&partial, nfloat * sizeof(float), s);
+        cudaError_t err = fp_scratch_malloc(ctx->scratch_pool, (void **)&partial, nfloat * sizeof(float), s);
         if (err != cudaSuccess) {
             (void)cudaGetLastError();
             return fp_set_error(err == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
-                                "cudaMallocAsync(%zu bytes) for the dgamma/dbeta partial sums failed: %s",
+                                "stream-ordered allocation of %zu bytes for the dgamma/dbeta partial sums failed: %s",
                                 nfloat * sizeof(float), cudaGetErrorString(err));
         }
     }
