@@ -279,14 +279,14 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], float (&m_run)[
         mx = quad_max(mx);
         // a row with no key kept so far: keep exp2 arguments finite
         const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
-        corr[h] = exp2f(m_run[h] * scale_log2 - m_scaled);
+        corr[h] = fast_exp2(m_run[h] * scale_log2 - m_scaled);
         m_run[h] = mx;
         float rs = 0.0f;
 #pragma unroll
         for (int j = 0; j < Bc / 8; ++j)
 #pragma unroll
             for (int x = 0; x < 2; ++x) {
-                const float e = exp2f(fmaf(s[4 * j + 2 * h + x], scale_log2, -m_scaled));
+                const float e = fast_exp2(fmaf(s[4 * j + 2 * h + x], scale_log2, -m_scaled));
                 s[4 * j + 2 * h + x] = e;
                 rs += e;
             }
@@ -423,70 +423,82 @@ __global__ void __launch_bounds__(fp_sm90::traits<D>::kWarpgroups * 128,
         if constexpr (Pipelined) {
             // Software pipeline (per warpgroup): iteration t issues Q K^T of
             // tile t+1 and P V of tile t back to back, then runs the softmax
-            // of t+1 while P V of t is still on the tensor cores; O is
-            // rescaled once that wgmma retired. Costs a second score tile in
+            // of t+1 while P V of t is still on the tensor cores. The wait for
+            // P V of t, the rescale of O by corr(t+1) and the packing of
+            // P(t+1) happen at the top of iteration t+1 (after the wait,
+            // before P V of t+1 is issued). Costs a second score tile in
             // registers (S of t+1 next to P of t and O). One barrier per
             // tile: at its top K[t+1] and V[t] have landed, and the stages
             // the prefetch overwrites were last read by wgmmas every
-            // warpgroup waited for in the previous iteration.
+            // warpgroup waited for before that barrier.
+            //
+            // Register discipline (what ptxas checks, C7514 / C7517): while
+            // P V of t is in flight (issue .. the wait at the top of t+1) only
+            // s_acc, corr, m_run, l_run are touched, never o_acc or p_frag;
+            // s_acc is read only after wait<1> retired its Q K^T. The waits
+            // run unconditionally (a no-op for a warpgroup without wgmmas in
+            // flight) so that on every control path each read of o_acc /
+            // p_frag follows a wait ptxas can see. The P V wait sits in a
+            // different basic block (the loop head) from the softmax: ptxas
+            // hoists WARPGROUP.DEPBAR to the top of its own block, which with
+            // both in one block put the wait above the softmax (seen in SASS).
+            // (An earlier never-taken __trap() before the wait split the block
+            // too, but ptxas retires all wgmmas before a trap and reported
+            // that injected wait as C7517.) Check after any change: no C7514 /
+            // C7517 from ptxas -v, and every MUFU.EX2 of the loop's softmax
+            // between the P V HGMMAs and the loop head's WARPGROUP.DEPBAR
+            // (benchmarks/NOTES.md, "attention v3: ... injected wait").
+            float s_acc[Bc / 2], corr[2]; // S (then P, f32) and O's factor of the next tile
             if (s_begin + 1 < s_end) load_k(s_begin + 1);
             cp_async_commit();  // (possibly empty) third group: K[first + 1]
             cp_async_wait<2>(); // Q and K[first] landed
             fence_proxy_async();
             __syncthreads();
             if (wg_active) {
-                float s_acc[Bc / 2], corr[2];
                 issue_qk<T, D>(s_acc, q_smem, Br, wrow, k_smem, Bc);
                 wgmma_wait<0>();
                 fence_regs(s_acc);
                 mask_tile<Bc>(s_acc, rc, s_begin * Bc, lane);
-                softmax_tile<Bc>(s_acc, m_run, l_run, corr, p.scale_log2); // O = 0: nothing to rescale
-                pack_p<T, Bc>(p_frag, s_acc);
+                // O = 0, m_run = -inf: corr = exp2(-inf) = 0, the rescale at
+                // the loop top leaves O = 0
+                softmax_tile<Bc>(s_acc, m_run, l_run, corr, p.scale_log2);
             }
             for (int t = s_begin; t < s_end; ++t) {
                 const int stage = (t - s_begin) & 1; // of K[t], V[t]
                 const bool has_next = t + 1 < s_end;
+                wgmma_wait<0>(); // P V of t-1 retired: O and P may be rewritten
+                fence_regs(o_acc);
+                if (wg_active) {
+                    fence_regs(s_acc);         // the packing below stays after the wait
+                    rescale_o<D>(o_acc, corr); // corr of tile t
+                    pack_p<T, Bc>(p_frag, s_acc);
+                }
                 cp_async_wait<0>(); // V[t], K[t+1]: everything issued so far
                 fence_proxy_async();
                 __syncthreads();
                 // K[t+2] goes to K[t]'s stage (Q K^T of t retired in the
                 // previous iteration), V[t+1] to V[t-1]'s (P V of t-1 retired
-                // likewise).
+                // above, in every warpgroup).
                 if (t + 2 < s_end) load_k(t + 2);
                 if (has_next) load_v(t + 1);
                 cp_async_commit();
-                // Each branch holds whole wgmma stages (issue .. wait): with
+                // Each branch holds whole Q K^T stages (issue .. wait): with
                 // the Q K^T issue alone made conditional, ptxas could not
                 // prove the softmax reads no in-flight accumulator and
                 // serialized every wgmma of the kernel (C7514).
                 if (wg_active && has_next) {
-                    float s_acc[Bc / 2], corr[2];
                     issue_qk<T, D>(s_acc, q_smem, Br, wrow, k_smem + (stage ^ 1) * kKVBytes, Bc);
                     issue_pv<T, D, Bc>(o_acc, p_frag, v_smem + stage * kKVBytes);
                     wgmma_wait<1>(); // Q K^T of t+1 retired; P V of t may still run
                     fence_regs(s_acc);
                     mask_tile<Bc>(s_acc, rc, (t + 1) * Bc, lane);
                     softmax_tile<Bc>(s_acc, m_run, l_run, corr, p.scale_log2);
-                    // Keep the softmax above the wait. ptxas hoists the wait
-                    // (WARPGROUP.DEPBAR) to the top of its basic block, which
-                    // put every exp2 after it, i.e. after P V retired (seen in
-                    // SASS; the register fences alone did not stop it). A
-                    // never-taken branch that ptxas cannot prove dead ends
-                    // the block (num_splits >= 1 is checked by the launcher).
-                    fence_regs(s_acc);
-                    fence_regs(l_run);
-                    fence_regs(corr);
-                    if (p.num_splits < 1) __trap();
-                    wgmma_wait<0>(); // P V of t retired: O and P may be rewritten
-                    fence_regs(o_acc);
-                    rescale_o<D>(o_acc, corr);
-                    pack_p<T, Bc>(p_frag, s_acc);
-                } else if (wg_active) { // the last tile: P V only
+                } else if (wg_active) { // the last tile: P V only, waited below the loop
                     issue_pv<T, D, Bc>(o_acc, p_frag, v_smem + stage * kKVBytes);
-                    wgmma_wait<0>();
-                    fence_regs(o_acc);
                 }
             }
+            wgmma_wait<0>(); // P V of the last tile
+            fence_regs(o_acc);
         } else {
             // Plain order, two barriers per tile: S = Q K^T, softmax, O += P V.
             // The next tile is prefetched one whole iteration ahead.

@@ -27,9 +27,16 @@
 //       shared memory, wgmma through the descriptors, masks, online softmax
 //       with quad shuffles, epilogue, split-KV combine) against
 //       fp_attn_reference on odd lengths, causal sq != sk, GQA, windows,
-//       ragged / varlen batches and splits.
-// What it cannot see: races (barrier / fence / wait_group placement), PTX
-// syntax, register allocation. Those need test_attention_gpu on an H100.
+//       ragged / varlen batches and splits;
+//   (d) during (c), the wgmma in-flight rules of the PTX ISA against the
+//       schedule's order of issue / commit / wait_group, register accesses
+//       (S, O, P) and cp.async prefetches: no access to a register of a
+//       wgmma not yet waited for, no prefetch into a tile an unretired
+//       wgmma reads, nothing in flight at exit.
+// What it cannot see: races between threads (barrier / fence placement),
+// whether ptxas keeps the PTX order (C7514 / C7517 and the SASS order are
+// checked by hand: benchmarks/NOTES.md), PTX syntax, register allocation.
+// Those need test_attention_gpu on an H100.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -250,6 +257,52 @@ static void wgmma_emu(float (*d)[64], int N, const smem_h16 &sm, fp_dtype dt, co
         }
 }
 
+// wgmma groups in flight, per warpgroup (PTX ISA, wgmma.mma_async /
+// commit_group / wait_group): a wgmma's accumulator registers and its
+// register-A fragment may not be accessed, nor the shared memory it reads be
+// written, until a wgmma.wait_group retired its group; groups retire in
+// commit order, wait_group N leaves at most the N newest pending. The
+// emulation computes every wgmma when it is issued, which equals the hardware
+// result only under these rules, so every step of the schedule declares what
+// it touches and violations are counted as failures (the hazards ptxas
+// answers with an injected wait, C7517, or with serialization, C7514).
+enum : unsigned { REG_S = 1, REG_O = 2, REG_P = 4 };
+struct wgmma_group {
+    unsigned regs;       // accumulator / register-A arrays of its wgmmas
+    uint32_t b_lo, b_hi; // shared bytes of its B tile (A = Q is never rewritten)
+};
+struct inflight_model {
+    std::vector<wgmma_group> q[2];
+    long violations = 0, checks = 0;
+    const char *sched = "";
+    void issue(int wg, unsigned regs, uint32_t b_tile, uint32_t bytes) {
+        q[wg].push_back({regs, b_tile, b_tile + bytes});
+    }
+    void wait(int wg, size_t n) {
+        while (q[wg].size() > n) q[wg].erase(q[wg].begin());
+    }
+    void touch(int wg, unsigned regs, const char *what) {
+        checks++;
+        for (const wgmma_group &g : q[wg])
+            if (g.regs & regs) {
+                if (violations++ < 3)
+                    fprintf(stderr, "%s: %s touches registers of a wgmma still in flight\n", sched, what);
+                return;
+            }
+    }
+    void store(uint32_t lo, uint32_t hi, const char *what) {
+        checks++;
+        for (int wg = 0; wg < 2; ++wg)
+            for (const wgmma_group &g : q[wg])
+                if (lo < g.b_hi && g.b_lo < hi) {
+                    if (violations++ < 3)
+                        fprintf(stderr, "%s: %s overwrites a tile a wgmma still in flight reads\n", sched, what);
+                    return;
+                }
+    }
+};
+static inflight_model g_inflight;
+
 // Pipelined: the kernel's schedule (version 3: traits<D>::kPipelined;
 // version 4: the other one).
 template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, int hk, int b) {
@@ -276,7 +329,12 @@ template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, in
     auto cp16 = [&](uint32_t dst, const h16 *src, bool ok) {
         for (int x = 0; x < 8; ++x) sm.e[dst / 2 + x] = ok ? src[x] : (h16)0;
     };
+    inflight_model &F = g_inflight;
+    F.sched = Pipelined ? "pipelined schedule" : "plain schedule";
+    F.q[0].clear();
+    F.q[1].clear();
     auto load_tile = [&](uint32_t tile, const h16 *base, int64_t stride, int nrows, int valid) {
+        F.store(tile, tile + fp_sm90::tile_bytes<D>(nrows), "cp.async prefetch");
         for (int tid = 0; tid < NT; ++tid)
             for (int idx = tid; idx < nrows * CH; idx += NT) {
                 const int r = idx / CH, c = idx % CH;
@@ -295,7 +353,9 @@ template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, in
     // One warpgroup's steps, as the kernel's helpers do them.
     static uint32_t p_frag[2][Bc / 16][128][4];
     static float corr[2][128][2];
-    auto qk = [&](int wg, uint32_t k_tile) { // issue_qk + wait
+    auto qk = [&](int wg, uint32_t k_tile) { // issue_qk: zero S, issue, commit
+        F.touch(wg, REG_S, "zeroing S");
+        F.issue(wg, REG_S, k_tile, kKV);
         for (int tid = 0; tid < 128; ++tid)
             for (int i = 0; i < 64; ++i) s_acc[wg][tid][i] = 0.0f;
         for (int kk = 0; kk < D / 16; ++kk) {
@@ -304,6 +364,7 @@ template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, in
         }
     };
     auto softmax = [&](int wg, int n0) { // mask_tile + softmax_tile -> corr
+        F.touch(wg, REG_S, "softmax");
         float(*s)[64] = s_acc[wg];
         for (int tid = 0; tid < 128; ++tid) {
             const int warp = tid / 32, lane = tid % 32;
@@ -344,6 +405,7 @@ template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, in
         }
     };
     auto rescale = [&](int wg) {
+        F.touch(wg, REG_O, "O rescale");
         for (int tid = 0; tid < 128; ++tid)
             for (int j = 0; j < D / 8; ++j)
                 for (int h = 0; h < 2; ++h) {
@@ -352,6 +414,7 @@ template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, in
                 }
     };
     auto pack = [&](int wg) {
+        F.touch(wg, REG_S | REG_P, "P pack");
         for (int tid = 0; tid < 128; ++tid)
             for (int kk = 0; kk < Bc / 16; ++kk)
                 for (int r = 0; r < 4; ++r) {
@@ -360,7 +423,8 @@ template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, in
                         (uint32_t)from_f(s_acc[wg][tid][i], dt) | ((uint32_t)from_f(s_acc[wg][tid][i + 1], dt) << 16);
                 }
     };
-    auto pv = [&](int wg, uint32_t v_tile) { // issue_pv + wait
+    auto pv = [&](int wg, uint32_t v_tile) { // issue_pv: issue, commit (reads O and P)
+        F.issue(wg, REG_O | REG_P, v_tile, kKV);
         for (int kk = 0; kk < Bc / 16; ++kk)
             wgmma_emu(o_acc[wg], D, sm, dt, nullptr, p_frag[wg][kk], fp_sm90::v_desc<D>(v_tile, Bc, kk), true);
     };
@@ -399,11 +463,17 @@ template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, in
             for (int wg = 0; wg < 2; ++wg)
                 if (m0 + 64 * wg < rows) {
                     qk(wg, k_stage(s_begin));
-                    softmax(wg, s_begin * Bc); // O = 0: not rescaled
-                    pack(wg);
+                    F.wait(wg, 0);
+                    softmax(wg, s_begin * Bc); // O = 0: the first rescale keeps it 0
                 }
             for (int t = s_begin; t < s_end; ++t) {
                 const bool has_next = t + 1 < s_end;
+                for (int wg = 0; wg < 2; ++wg) {
+                    F.wait(wg, 0); // P V of t-1 (every warpgroup, before the barrier)
+                    if (!(m0 + 64 * wg < rows)) continue;
+                    rescale(wg); // corr of t
+                    pack(wg);    // P of t
+                }
                 const std::vector<h16> k_use = snapshot(k_stage(t + 1)), v_use = snapshot(v_stage(t));
                 if (t + 2 < s_end) load_k(t + 2);
                 if (has_next) load_v(t + 1);
@@ -412,16 +482,16 @@ template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, in
                 for (int wg = 0; wg < 2; ++wg) {
                     if (!(m0 + 64 * wg < rows)) continue;
                     if (has_next) {
-                        qk(wg, k_stage(t + 1)); // issued before P V of t, retired first
+                        qk(wg, k_stage(t + 1)); // committed before P V of t, retired first
                         pv(wg, v_stage(t));
-                        softmax(wg, (t + 1) * Bc);
-                        rescale(wg);
-                        pack(wg);
+                        F.wait(wg, 1);             // Q K^T of t+1 retired, P V of t in flight
+                        softmax(wg, (t + 1) * Bc); // under P V of t
                     } else {
                         pv(wg, v_stage(t));
                     }
                 }
             }
+            for (int wg = 0; wg < 2; ++wg) F.wait(wg, 0);
         } else {
             for (int t = s_begin; t < s_end; ++t) {
                 const std::vector<h16> k_use = snapshot(k_stage(t)), v_use = snapshot(v_stage(t));
@@ -434,13 +504,19 @@ template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, in
                 for (int wg = 0; wg < 2; ++wg) {
                     if (!(m0 + 64 * wg < rows)) continue;
                     qk(wg, k_stage(t));
+                    F.wait(wg, 0);
                     softmax(wg, t * Bc);
                     rescale(wg);
                     pack(wg);
-                    pv(wg, v_stage(t));
+                    pv(wg, v_stage(t)); // after the second barrier
+                    F.wait(wg, 0);
                 }
             }
         }
+    }
+    for (int wg = 0; wg < 2; ++wg) {
+        F.touch(wg, REG_O, "epilogue");
+        if (!F.q[wg].empty()) F.violations++; // the CTA exits with wgmmas in flight
     }
     for (int wg = 0; wg < 2; ++wg)
         for (int h = 0; h < 2; ++h) {
@@ -553,6 +629,10 @@ int main() {
         if (!emu_run_case(c, rng, "(c) ", 3, launch)) g_failures++;
         if (!emu_run_case(c, rng, "(c) ", 4, launch)) g_failures++; /* v4: the other schedule */
     }
+    printf("(d) wgmma in-flight rules (both schedules, all cases): %ld register / shared-memory accesses checked, "
+           "%ld violations\n",
+           g_inflight.checks, g_inflight.violations);
+    if (g_inflight.violations || !g_inflight.checks) g_failures++;
     if (g_failures) fprintf(stderr, "%d check(s) failed\n", g_failures);
     return g_failures ? 1 : 0;
 }
