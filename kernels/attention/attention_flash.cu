@@ -339,13 +339,13 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                         mx = quad_max(mx);
                         // a row with no key kept so far: keep exp2 arguments finite
                         const float m_scaled = mx == -INFINITY ? 0.0f : mx * p.scale_log2;
-                        const float corr = exp2f(m_run[mt][e] * p.scale_log2 - m_scaled);
+                        const float corr = fast_exp2(m_run[mt][e] * p.scale_log2 - m_scaled);
                         m_run[mt][e] = mx;
                         float rs = 0.0f;
 #pragma unroll
                         for (int j = 0; j < Bc / 8; ++j) {
-                            float p0 = exp2f(fmaf(s_acc[mt][j][2 * e], p.scale_log2, -m_scaled));
-                            float p1 = exp2f(fmaf(s_acc[mt][j][2 * e + 1], p.scale_log2, -m_scaled));
+                            float p0 = fast_exp2(fmaf(s_acc[mt][j][2 * e], p.scale_log2, -m_scaled));
+                            float p1 = fast_exp2(fmaf(s_acc[mt][j][2 * e + 1], p.scale_log2, -m_scaled));
                             s_acc[mt][j][2 * e] = p0;
                             s_acc[mt][j][2 * e + 1] = p1;
                             rs += p0 + p1;
