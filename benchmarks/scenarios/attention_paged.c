@@ -109,19 +109,27 @@ static void run_shape(fb_run *run, int batch, int sk, int page) {
 }
 
 static fp_status run_decode_paged(fb_run *run) {
+    /* --page N runs that page size (any N >= 1) instead of 16 and 256; 0 or
+     * a negative value would divide by zero in run_shape */
+    const int64_t page = fb_opt_int(run, "page", 16);
+    if (page < 1 || page > (1 << 20)) {
+        fb_result *r = fb_result_new(run);
+        fb_param_int(r, "page", page);
+        fb_result_fail(r, FP_ERR_INVALID_ARGUMENT, "--page must be in [1, 1048576]");
+        return FP_OK;
+    }
     if (fb_quick(run) || fb_kind(run) != FP_DEVICE_CUDA) {
-        run_shape(run, 2, 300, (int)fb_opt_int(run, "page", 16));
+        run_shape(run, 2, 300, (int)page);
         return FP_OK;
     }
     static const int shapes[][2] = {{1, 32768}, {8, 8192}, {32, 4096}, {1, 131072}};
-    static const int pages[] = {16, 256};
+    const int given = fb_opt_given(run, "page");
+    const int pages[] = {given ? (int)page : 16, 256};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
         if (fb_opt_given(run, "batch") && fb_opt_int(run, "batch", 0) != shapes[i][0]) continue;
         if (fb_opt_given(run, "kv") && fb_opt_int(run, "kv", 0) != shapes[i][1]) continue;
-        for (size_t j = 0; j < sizeof pages / sizeof pages[0]; ++j) {
-            if (fb_opt_given(run, "page") && fb_opt_int(run, "page", 0) != pages[j]) continue;
+        for (size_t j = 0; j < (given ? 1u : sizeof pages / sizeof pages[0]); ++j)
             run_shape(run, shapes[i][0], shapes[i][1], pages[j]);
-        }
     }
     return FP_OK;
 }

@@ -160,7 +160,8 @@ typedef struct fp_attention_params {
      * block_table_stride * page_size; seqlens_k gives each sequence's own
      * length as without paging. Pages may be shared between sequences (a
      * common prefix) and appear in any order. Not with cu_seqlens.
-     * Entries must lie in [0, num_pages): checked on a CPU context
+     * The entries a sequence uses (the first ceil(L / page_size) of its row;
+     * the rest may hold anything) must lie in [0, num_pages): checked on a CPU context
      * (FP_ERR_INVALID_ARGUMENT, nothing written); on a CUDA context the table
      * is device memory and is not read back: an entry out of range reads its
      * keys and values as zeros (never outside the pools) and the result of
@@ -171,10 +172,21 @@ typedef struct fp_attention_params {
     int num_pages;               /* pages in the K and V pools, >= 1 */
 } fp_attention_params;
 
+/* Zeroes the first struct_size bytes of p and sets struct_size, dtype =
+ * FP_BF16, softmax_scale = 0 (default scale), causal = 0, window_left =
+ * window_right = -1. struct_size is sizeof(fp_attention_params) of this
+ * version or of 0.1. Errors: FP_ERR_INVALID_ARGUMENT for a NULL p or another
+ * size (nothing written). Call it through fp_attention_params_default. */
+FP_API fp_status fp_attention_params_init(fp_attention_params *p, size_t struct_size);
+
 /* Zeroes p and sets struct_size, dtype = FP_BF16, softmax_scale = 0 (default
  * scale), causal = 0, window_left = window_right = -1. The caller then sets
- * the shape and pointers. */
-FP_API void fp_attention_params_default(fp_attention_params *p);
+ * the shape and pointers.
+ * A macro: fp_attention_params_init(p, sizeof *p), so a library never writes
+ * more than the caller's struct holds. The exported function of this name is
+ * what programs built against 0.1 call: it writes the 0.1 layout only. */
+FP_API void(fp_attention_params_default)(fp_attention_params *p);
+#define fp_attention_params_default(p) ((void)fp_attention_params_init((p), sizeof *(p)))
 
 /* ======================================================================== */
 /*  The op                                                                  */
@@ -189,7 +201,8 @@ FP_API void fp_attention_params_default(fp_attention_params *p);
  * registers). When the grid would not fill the GPU (decode: small seqlen_q,
  * few heads, long seqlen_k) the keys are split over several thread blocks
  * whose partial results are merged through their log-sum-exp by a combine
- * kernel (it allocates the partials stream-ordered, cudaMallocAsync).
+ * kernel (it allocates the partials stream-ordered from the context's
+ * scratch memory pool, which keeps up to 256 MiB mapped between calls).
  *
  * Errors (nothing is written):
  *   FP_ERR_INVALID_ARGUMENT: NULL ctx / params / q / k / v / o; struct_size
@@ -219,10 +232,13 @@ FP_API fp_status fp_attention_forward(fp_context *ctx, fp_stream stream,
  * to dtype, as PyTorch's math path) on the context's cuBLAS handle (created
  * on first use, destroyed with the context; calls from several threads on
  * one context take turns on it).
- * With cu_seqlens on CUDA it reads the offsets back to size its GEMMs (a
- * stream synchronization: it is a baseline).
+ * With cu_seqlens or seqlens_k on CUDA it reads them back to size its GEMMs
+ * (a stream synchronization: it is a baseline). With a paged KV cache on
+ * CUDA it first gathers the pages into dense K and V scratch tensors (2 x
+ * batch * seqlen_k * heads_kv * head_dim elements more), then runs as dense.
  * Errors: as fp_attention_forward, plus FP_ERR_OUT_OF_MEMORY when the score
- * buffer does not fit (it grows as seqlen_q * seqlen_k), FP_ERR_CUBLAS. */
+ * buffer (it grows as seqlen_q * seqlen_k) or the gathered K / V do not fit,
+ * FP_ERR_CUBLAS. */
 FP_API fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream,
                                                const fp_attention_params *params);
 

@@ -159,8 +159,12 @@ FP_API void fp_cuda_versions(int *runtime_version, int *driver_version);
 /* ======================================================================== */
 
 /* A context binds work to the CPU or to one CUDA device. A CUDA context owns
- * a non-blocking default stream, a cuBLASLt handle and a workspace. A CPU
- * context owns a worker pool used by CPU implementations of the ops. */
+ * a non-blocking default stream, a cuBLASLt handle, a workspace and a
+ * stream-ordered memory pool for the ops' temporary buffers (split-KV
+ * partials, norm partial sums, baseline scratch), which keeps up to 256 MiB
+ * of device memory mapped between calls until the context is destroyed
+ * (FP_CTX_SCRATCH_KEEP_BYTES changes the amount). A
+ * CPU context owns a worker pool used by CPU implementations of the ops. */
 typedef struct fp_context fp_context;
 
 /* A CUDA stream (cudaStream_t) passed as void*. NULL means the context's
@@ -173,6 +177,10 @@ typedef void *fp_stream;
 typedef enum fp_context_option {
     FP_CTX_CPU_THREADS = 1,        /* CPU contexts: worker count (0 = all cores) */
     FP_CTX_WORKSPACE_BYTES = 2,    /* CUDA contexts: cuBLASLt workspace (0 = 32 MiB) */
+    FP_CTX_SCRATCH_KEEP_BYTES = 3, /* CUDA contexts: device memory the scratch pool keeps
+                                      mapped between calls (0 = 256 MiB; -1 = none:
+                                      released at every synchronization). Setting it
+                                      also returns what the pool holds above it now. */
 } fp_context_option;
 
 /* Creates a context. kind FP_DEVICE_CPU ignores device_index. For

@@ -173,7 +173,7 @@ FP_API void fp_norm_backward_params_default(fp_norm_backward_params *params);
 /* Runs the backward (CUDA: stream-ordered, deterministic: no float atomics;
  * dgamma/dbeta are reduced per block of rows then over blocks in a fixed
  * order). A CUDA call allocates a temporary buffer for the partial sums
- * with cudaMallocAsync on the stream.
+ * stream-ordered from the context's scratch memory pool.
  * Errors (outputs untouched): as fp_norm_forward, naming the argument;
  * FP_ERR_OUT_OF_MEMORY if the partial-sum buffer cannot be allocated. */
 FP_API fp_status fp_norm_backward(fp_context *ctx, fp_stream stream,

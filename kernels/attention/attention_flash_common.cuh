@@ -220,11 +220,19 @@ fp_status run_with_partials(const fp_attn_args *a, flash_params &p, cudaStream_t
         p.lse_part = p.o_part + n * D; // one allocation, one pool call per decode step
     }
     cudaError_t err = launch(p);
+    // launch may leave p.b_off at its last batch chunk (batch > 65535): the
+    // combine indexes the whole batch from blockIdx.x and must not see it
+    p.b_off = 0;
     if (err == cudaSuccess && p.num_splits > 1) {
         attention_split_combine_v1<T, D><<<(unsigned)rows_total, kCombineThreads, 0, stream>>>(p);
         err = cudaGetLastError();
     }
-    if (p.num_splits > 1) cudaFreeAsync(p.o_part, stream);
+    if (p.num_splits > 1) {
+        // a failed free would stay the thread's last error and be reported
+        // by the next launch check, of another call
+        const cudaError_t ef = cudaFreeAsync(p.o_part, stream);
+        if (err == cudaSuccess) err = ef;
+    }
     FP_CUDA_TRY(err);
     return FP_OK;
 }

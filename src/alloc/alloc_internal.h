@@ -14,6 +14,10 @@
  * lock). */
 fp_status fp_alloc_check_invariants(fp_allocator *a);
 
+/* The allocation stream of the live block at ptr (FP_ERR_NOT_FOUND as
+ * fp_alloc_usable_size otherwise). Thread-safe. */
+fp_status fp_alloc_block_stream(fp_allocator *a, const void *ptr, fp_stream *out);
+
 /* Region upstream (upstream_region.c). set_release installs the hook that
  * fp_alloc_upstream_release calls with the caller's base and bytes
  * (cudaHostUnregister for the registered flavour). region_info returns 0 for
@@ -45,6 +49,9 @@ fp_status fp_torch_table_configure(fp_torch_table *t, const fp_alloc_config *cfg
 fp_status fp_torch_table_get(fp_torch_table *t, int device, fp_allocator **out);
 void *fp_torch_table_malloc(fp_torch_table *t, ptrdiff_t size, int device, fp_stream stream);
 void fp_torch_table_free(fp_torch_table *t, void *ptr, int device);
+/* PyTorch's recordStream: a no-op on the block's own allocation stream
+ * (device memory is protected by stream order there), else
+ * fp_alloc_record_stream. */
 fp_status fp_torch_table_record_stream(fp_torch_table *t, void *ptr, fp_stream stream);
 void fp_torch_table_empty_cache(fp_torch_table *t);
 /* Number of instances created so far. */

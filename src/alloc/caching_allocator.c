@@ -1098,6 +1098,21 @@ fp_status fp_alloc_usable_size(fp_allocator *a, const void *ptr, size_t *out) {
     return st;
 }
 
+fp_status fp_alloc_block_stream(fp_allocator *a, const void *ptr, fp_stream *out) {
+    FP_CHECK_NOT_NULL(a);
+    FP_CHECK_NOT_NULL(ptr);
+    FP_CHECK_NOT_NULL(out);
+    lock(a);
+    fp_block *b = map_find(a, (uintptr_t)ptr);
+    fp_status st = FP_OK;
+    if (b)
+        *out = (fp_stream)b->stream;
+    else
+        st = not_live(a, (uintptr_t)ptr, "fp_alloc_block_stream");
+    unlock(a);
+    return st;
+}
+
 fp_status fp_alloc_round_size(const fp_allocator *a, size_t size, size_t *out) {
     FP_CHECK_NOT_NULL(a);
     FP_CHECK_NOT_NULL(out);

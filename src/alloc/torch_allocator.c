@@ -252,7 +252,16 @@ fp_status fp_torch_table_record_stream(fp_torch_table *t, void *ptr, fp_stream s
         size_t n = 0;
         /* usable_size tells ownership without side effects; a different
          * error from record_stream (a rejected stream) is reported as is. */
-        if (fp_alloc_usable_size(a, ptr, &n) == FP_OK) return fp_alloc_record_stream(a, ptr, stream);
+        if (fp_alloc_usable_size(a, ptr, &n) == FP_OK) {
+            /* PyTorch's recordStream returns at once for the block's own
+             * stream; fp_alloc_record_stream now records it too (for host
+             * blocks), which for this device memory would only hold the
+             * block back until that stream catches up (and, under capture,
+             * until the capture ends). */
+            fp_stream own = NULL;
+            if (fp_alloc_block_stream(a, ptr, &own) == FP_OK && own == stream) return FP_OK;
+            return fp_alloc_record_stream(a, ptr, stream);
+        }
     }
     return fp_set_error(FP_ERR_NOT_FOUND, "torch allocator: record_stream of %p ignored: not a live "
                         "allocation of any instance", ptr);

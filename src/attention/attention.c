@@ -164,7 +164,13 @@ static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, cudaStrea
         if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, lens_k, scores, 1, stream);
         fp_ctx_cublas_unlock(ctx);
     }
-    cudaFreeAsync(scores, stream);
+    /* a failed free stays the thread's last error, which a later call's
+     * launch check would report as its own: report and clear it here */
+    const cudaError_t fe = cudaFreeAsync(scores, stream);
+    if (fe != cudaSuccess) {
+        if (st == FP_OK) st = fp_cuda_status(fe, "cudaFreeAsync(scores)", __FILE__, __LINE__);
+        else (void)cudaGetLastError();
+    }
     free(cu);
     return st;
 }
@@ -198,8 +204,13 @@ static fp_status baseline_cuda_paged(fp_context *ctx, const fp_attn_args *a, cud
         d.k_bs = d.v_bs = (int64_t)a->seqlen_k * a->heads_kv * a->head_dim;
         st = baseline_cuda(ctx, &d, stream);
     }
-    cudaFreeAsync(kd, stream);
-    cudaFreeAsync(vd, stream);
+    const cudaError_t fk = cudaFreeAsync(kd, stream), fv = cudaFreeAsync(vd, stream);
+    if (fk != cudaSuccess || fv != cudaSuccess) {
+        if (st == FP_OK)
+            st = fp_cuda_status(fk != cudaSuccess ? fk : fv, "cudaFreeAsync(dense K/V)", __FILE__, __LINE__);
+        else
+            (void)cudaGetLastError();
+    }
     return st;
 }
 

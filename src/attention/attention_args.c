@@ -8,13 +8,29 @@
 
 #include "attention/attention_internal.h"
 
-void fp_attention_params_default(fp_attention_params *p) {
-    if (!p) return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
+/* struct_size of the 0.1 layout, which ended at cu_seqlens_k. */
+#define FP_ATTN_PARAMS_V1_SIZE (offsetof(fp_attention_params, cu_seqlens_k) + sizeof(const int32_t *))
+
+fp_status fp_attention_params_init(fp_attention_params *p, size_t struct_size) {
+    FP_CHECK_NOT_NULL(p);
+    FP_CHECK_ARG(struct_size == sizeof *p || struct_size == FP_ATTN_PARAMS_V1_SIZE,
+                 "argument 'struct_size' (%zu) is neither %zu (this version) nor %zu (0.1)", struct_size,
+                 sizeof *p, (size_t)FP_ATTN_PARAMS_V1_SIZE);
+    /* every field set below lies in the 0.1 prefix */
+    memset(p, 0, struct_size);
+    p->struct_size = struct_size;
     p->dtype = FP_BF16;
     p->window_left = -1;
     p->window_right = -1;
+    return FP_OK;
+}
+
+/* The symbol that programs built against 0.1 call with a 0.1-sized struct
+ * (the header now maps the name to fp_attention_params_init(p, sizeof *p)):
+ * writing this version's size would run 24 bytes past their struct, and the
+ * struct_size it set would make fp_attn_check read those bytes back. */
+void(fp_attention_params_default)(fp_attention_params *p) {
+    if (p) (void)fp_attention_params_init(p, FP_ATTN_PARAMS_V1_SIZE);
 }
 
 /* Largest element extent a tensor may span (bytes fit in int64 for any dtype). */
@@ -80,9 +96,6 @@ static fp_status check_align(const char *name, const void *ptr, int64_t bs, int6
 
 #define RESOLVE(x, def) ((x) ? (x) : (def))
 
-/* struct_size of the 0.1 layout, which ended at cu_seqlens_k. */
-#define FP_ATTN_PARAMS_V1_SIZE (offsetof(fp_attention_params, cu_seqlens_k) + sizeof(const int32_t *))
-
 void fp_attn_params_upgrade(const fp_attention_params *user, fp_attention_params *full) {
     /* An older caller's struct is a prefix: the fields it lacks read as 0. */
     memset(full, 0, sizeof *full);
@@ -128,6 +141,9 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
     FP_CHECK_ARG(p->k != NULL, "argument 'k' is NULL");
     FP_CHECK_ARG(p->v != NULL, "argument 'v' is NULL");
     FP_CHECK_ARG(p->o != NULL, "argument 'o' is NULL");
+    /* before the host reads of seqlens_k below (paged, CPU) */
+    FP_CHECK_ARG((uintptr_t)p->lse % 4 == 0, "argument 'lse' is not 4-byte aligned");
+    FP_CHECK_ARG((uintptr_t)p->seqlens_k % 4 == 0, "argument 'seqlens_k' is not 4-byte aligned");
     const int varlen = p->cu_seqlens_q != NULL || p->cu_seqlens_k != NULL;
     if (varlen) {
         FP_CHECK_ARG(p->cu_seqlens_q && p->cu_seqlens_k,
@@ -171,12 +187,14 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
             for (int b = 0; b < p->batch; ++b) {
                 int L = p->seqlens_k ? p->seqlens_k[b] : p->seqlen_k;
                 if (L > p->seqlen_k) L = p->seqlen_k;
-                const int used = L > 0 ? (L + p->page_size - 1) / p->page_size : 0;
-                for (int e = 0; e < used; ++e) {
+                /* int64: L + page_size - 1 overflows int for page sizes near INT_MAX
+                 * (accepted: any page_size >= 1), and a negative count skipped the check */
+                const int64_t used = L > 0 ? ((int64_t)L + p->page_size - 1) / p->page_size : 0;
+                for (int64_t e = 0; e < used; ++e) {
                     const int32_t pg = p->block_table[(int64_t)b * p->block_table_stride + e];
                     FP_CHECK_ARG(pg >= 0 && pg < p->num_pages,
-                                 "argument 'block_table': entry [%d][%d] = %d is outside [0, num_pages = %d)",
-                                 b, e, (int)pg, p->num_pages);
+                                 "argument 'block_table': entry [%d][%lld] = %d is outside [0, num_pages = %d)",
+                                 b, (long long)e, (int)pg, p->num_pages);
                 }
             }
     }
@@ -223,8 +241,6 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
     FP_TRY(check_align("k", p->k, a->k_bs, a->k_ss, a->k_hs, elt, cuda));
     FP_TRY(check_align("v", p->v, a->v_bs, a->v_ss, a->v_hs, elt, cuda));
     FP_TRY(check_align("o", p->o, a->o_bs, a->o_ss, a->o_hs, elt, cuda));
-    FP_CHECK_ARG((uintptr_t)p->lse % 4 == 0, "argument 'lse' is not 4-byte aligned");
-    FP_CHECK_ARG((uintptr_t)p->seqlens_k % 4 == 0, "argument 'seqlens_k' is not 4-byte aligned");
 
     a->scale = p->softmax_scale > 0.0f ? p->softmax_scale : (float)(1.0 / sqrt((double)p->head_dim));
     a->window_left = p->window_left;

@@ -421,7 +421,48 @@ static void test_global(void) {
     CHECK_OK(fp_alloc_check_invariants(a));
 }
 
+/* Counting event ops: every event completes at once. */
+static atomic_int g_records;
+static fp_status count_record(void *opaque, fp_stream stream, void **event) {
+    (void)opaque;
+    (void)stream;
+    atomic_fetch_add(&g_records, 1);
+    *event = (void *)(uintptr_t)1;
+    return FP_OK;
+}
+static int done_query(void *opaque, void *event) { (void)opaque; (void)event; return 1; }
+static void no_destroy(void *opaque, void *event) { (void)opaque; (void)event; }
+
+static fp_status make_host_events(void *user, int device, const fp_alloc_config *cfg, fp_allocator **out) {
+    (void)user;
+    (void)device;
+    fp_alloc_upstream up = fp_alloc_upstream_host();
+    fp_alloc_event_ops ev = {count_record, done_query, NULL, no_destroy, NULL, NULL};
+    return fp_alloc_create(&up, &ev, cfg, out);
+}
+
+/* record_stream on the block's own stream is a no-op, as in PyTorch; another
+ * stream is recorded (one event when the block is freed). */
+static void test_record_own_stream(void) {
+    fp_torch_table *t = NULL;
+    CHECK_OK(fp_torch_table_create(1, make_host_events, NULL, &t));
+    const fp_stream s1 = (fp_stream)(uintptr_t)0x11, s2 = (fp_stream)(uintptr_t)0x22;
+    void *p = fp_torch_table_malloc(t, 4096, 0, s1);
+    CHECK(p != NULL);
+    atomic_store(&g_records, 0);
+    CHECK_OK(fp_torch_table_record_stream(t, p, s1));
+    fp_torch_table_free(t, p, 0);
+    CHECK(atomic_load(&g_records) == 0);
+    p = fp_torch_table_malloc(t, 4096, 0, s1);
+    CHECK(p != NULL);
+    CHECK_OK(fp_torch_table_record_stream(t, p, s2));
+    fp_torch_table_free(t, p, 0);
+    CHECK(atomic_load(&g_records) == 1);
+    fp_torch_table_destroy(t);
+}
+
 int main(void) {
+    test_record_own_stream();
     test_lazy_creation();
     test_sizes_and_devices();
     test_configure();

@@ -147,6 +147,31 @@ static void test_paged(void) {
     }
 }
 
+/* A page size near INT_MAX is accepted ("any page size"): the CPU check of
+ * the table must still see the entry the sequence uses (L + page_size - 1
+ * overflowed int and skipped it) and refuse it, writing nothing. */
+static void test_paged_huge_page(void) {
+    float q[8], k[10 * 8], v[10 * 8], o[8];
+    for (int i = 0; i < 80; ++i) k[i] = v[i] = 0.5f;
+    for (int i = 0; i < 8; ++i) { q[i] = 1.0f; o[i] = 7.0f; }
+    int32_t table[1] = {5}; /* outside [0, 1) */
+    fp_attention_params p;
+    fp_attention_params_default(&p);
+    p.batch = 1; p.seqlen_q = 1; p.seqlen_k = 10; p.heads_q = p.heads_kv = 1; p.head_dim = 8;
+    p.dtype = FP_F32;
+    p.q = q; p.k = k; p.v = v; p.o = o;
+    p.block_table = table;
+    p.block_table_stride = 1;
+    p.page_size = 2147483647;
+    p.num_pages = 1;
+    CHECK_STATUS(fp_attention_forward(g_ctx, NULL, &p), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "block_table") != NULL);
+    for (int i = 0; i < 8; ++i) CHECK(o[i] == 7.0f);
+    table[0] = 0;
+    CHECK_OK(fp_attention_forward(g_ctx, NULL, &p));
+    for (int i = 0; i < 8; ++i) CHECK(o[i] > 0.49f && o[i] < 0.51f);
+}
+
 /* A caller built against 0.1 (struct_size ending at cu_seqlens_k, no paged
  * fields) is still served; the bytes after its struct are never read. */
 static void test_old_struct_size(void) {
@@ -174,6 +199,15 @@ static void test_old_struct_size(void) {
     CHECK(rep.agreement.passed);
     ((fp_attention_params *)buf)->struct_size = v1 + 4;
     CHECK_STATUS(fp_attention_forward(g_ctx, NULL, (const fp_attention_params *)buf), FP_ERR_INVALID_ARGUMENT);
+    /* A 0.1 program initializes its struct through the exported
+     * fp_attention_params_default: the 0.1 layout only, nothing past it. */
+    memset(buf, 0x7B, sizeof(fp_attention_params));
+    (fp_attention_params_default)((fp_attention_params *)buf);
+    CHECK(((fp_attention_params *)buf)->struct_size == v1 && ((fp_attention_params *)buf)->window_left == -1);
+    for (size_t i = v1; i < sizeof(fp_attention_params); ++i) CHECK(buf[i] == 0x7B);
+    CHECK_STATUS(fp_attention_params_init((fp_attention_params *)buf, v1 + 8), FP_ERR_INVALID_ARGUMENT);
+    CHECK_OK(fp_attention_params_init((fp_attention_params *)buf, sizeof(fp_attention_params)));
+    CHECK(((fp_attention_params *)buf)->struct_size == sizeof(fp_attention_params));
     free(buf);
     free(o_ref);
     free(lse_ref);
@@ -407,6 +441,7 @@ int main(void) {
     test_bad_input();
     test_paged();
     test_old_struct_size();
+    test_paged_huge_page();
     test_validate();
     fp_context_destroy(g_ctx);
     TEST_END();

@@ -64,8 +64,18 @@ def rand(rng, *shape):
 
 
 def test_struct_layout_matches_the_library():
+    # the exported fp_attention_params_default is the 0.1 entry point: it
+    # writes the 0.1 layout (ending at cu_seqlens_k) and nothing past it
     raw = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(("fp_attention_params_default", _lib.lib))
-    assert _lib.c_struct_size(raw) == ctypes.sizeof(_lib.AttentionParams)
+    assert _lib.c_struct_size(raw) == _lib.AttentionParams.block_table.offset
+    v1 = _lib.AttentionParams.block_table.offset
+    buf = ctypes.create_string_buffer(b"\x7b" * 512, 512)
+    raw(ctypes.cast(buf, ctypes.c_void_p))
+    assert buf.raw[v1:] == b"\x7b" * (512 - v1)
+    p = _lib.AttentionParams()
+    assert _lib.lib.fp_attention_params_init(ctypes.byref(p), ctypes.sizeof(p) + 8) != 0
+    assert _lib.lib.fp_attention_params_init(ctypes.byref(p), ctypes.sizeof(p)) == 0
+    assert p.struct_size == ctypes.sizeof(_lib.AttentionParams)
     p = attention.make_params(batch=1, seqlen_q=1, seqlen_k=1, heads_q=1, head_dim=8,
                               q=None, k=None, v=None, o=None)
     assert p.window_left == -1 and p.window_right == -1 and p.causal == 0

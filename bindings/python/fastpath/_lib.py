@@ -204,6 +204,7 @@ _sig_opt("fp_norm_backward_validate", c_int, c_void_p, c_void_p, P(NormBackwardP
 _sig_opt("fp_norm_forward_bytes", c_double, P(NormParams))
 _sig_opt("fp_norm_backward_bytes", c_double, P(NormBackwardParams))
 _sig_opt("fp_attention_params_default", None, P(AttentionParams))
+_sig_opt("fp_attention_params_init", c_int, P(AttentionParams), c_size_t)
 _sig_opt("fp_attention_forward", c_int, c_void_p, c_void_p, P(AttentionParams))
 _sig_opt("fp_attention_forward_baseline", c_int, c_void_p, c_void_p, P(AttentionParams))
 _sig_opt("fp_attention_validate", c_int, c_void_p, c_void_p, P(AttentionParams), P(TimingConfig),

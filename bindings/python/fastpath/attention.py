@@ -59,7 +59,13 @@ def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, hea
     bad = set(strides) - set(_STRIDES)
     if bad:
         raise TypeError(f"unknown argument(s) {sorted(bad)}")
-    p = _lib.init_struct(_lib.AttentionParams, "fp_attention_params_default")
+    # fp_attention_params_default is a macro over fp_attention_params_init
+    # (the exported symbol of that name writes the 0.1 layout): pass the
+    # mirror's size, which the library refuses unless it knows it.
+    p = _lib.AttentionParams()
+    if lib.fp_attention_params_init(ctypes.byref(p), ctypes.sizeof(p)) != 0:
+        raise RuntimeError(f"AttentionParams: ctypes size {ctypes.sizeof(p)} is not a size this "
+                           "libfastpath accepts: bindings and libfastpath are out of sync")
     p.batch, p.seqlen_q, p.seqlen_k = int(batch), int(seqlen_q), int(seqlen_k)
     p.heads_q = int(heads_q)
     p.heads_kv = int(heads_q if heads_kv is None else heads_kv)
