@@ -137,6 +137,15 @@ fp_status fp_context_set_option(fp_context *ctx, fp_context_option opt, int64_t 
         ctx->workspace_bytes = bytes;
         return FP_OK;
     }
+    case FP_CTX_SCRATCH_KEEP_BYTES: {
+        FP_CHECK_ARG(value >= -1, "FP_CTX_SCRATCH_KEEP_BYTES must be >= -1 (got %lld)", (long long)value);
+        if (ctx->kind != FP_DEVICE_CUDA || !ctx->scratch_pool) return FP_OK;
+        uint64_t keep = value == 0 ? FP_SCRATCH_KEEP_BYTES : value < 0 ? 0 : (uint64_t)value;
+        cudaMemPool_t pool = (cudaMemPool_t)ctx->scratch_pool;
+        FP_CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+        FP_CUDA_TRY(cudaMemPoolTrimTo(pool, (size_t)keep));
+        return FP_OK;
+    }
     }
     return fp_set_error(FP_ERR_INVALID_ARGUMENT, "unknown context option %d", (int)opt);
 }

@@ -135,6 +135,11 @@ static void test_cpu_context(void) {
     CHECK(fp_thread_pool_size(ctx->pool) == 3);
     CHECK_STATUS(fp_context_set_option(ctx, FP_CTX_CPU_THREADS, -1), FP_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(fp_context_set_option(ctx, (fp_context_option)99, 1), FP_ERR_INVALID_ARGUMENT);
+    /* CUDA-only options are accepted and ignored on a CPU context; their
+     * range is still checked */
+    CHECK_OK(fp_context_set_option(ctx, FP_CTX_SCRATCH_KEEP_BYTES, -1));
+    CHECK_OK(fp_context_set_option(ctx, FP_CTX_SCRATCH_KEEP_BYTES, 0));
+    CHECK_STATUS(fp_context_set_option(ctx, FP_CTX_SCRATCH_KEEP_BYTES, -2), FP_ERR_INVALID_ARGUMENT);
 
     void *p = NULL;
     CHECK_STATUS(fp_mem_alloc(ctx, 0, &p), FP_ERR_INVALID_ARGUMENT);

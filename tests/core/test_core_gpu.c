@@ -112,6 +112,11 @@ int main(void) {
     printf("device %s cc %d.%d, %d SMs, peak %.0f GB/s, %.0f bf16 TFLOP/s\n", info.name, info.cc_major,
            info.cc_minor, info.sm_count, info.peak_gbps, info.peak_tflops_bf16);
 
+    /* the scratch pool's threshold: none, 64 MiB, default */
+    CHECK_OK(fp_context_set_option(gpu, FP_CTX_SCRATCH_KEEP_BYTES, -1));
+    CHECK_OK(fp_context_set_option(gpu, FP_CTX_SCRATCH_KEEP_BYTES, 64 << 20));
+    CHECK_OK(fp_context_set_option(gpu, FP_CTX_SCRATCH_KEEP_BYTES, 0));
+
     fp_dtype dts[3] = {FP_F32, FP_F16, FP_BF16};
     size_t sizes[5] = {1, 7, 1000, 4099, (1 << 20) + 3};
     for (int d = 0; d < 3; ++d)
