@@ -276,10 +276,13 @@ FP_API fp_status fp_alloc_round_size(const fp_allocator *a, size_t size, size_t 
 
 /* Polls pending events (non-blocking) and returns every cached segment that
  * holds no live or pending block to the upstream, except segments of private
- * pools that are not released. Thread-safe. */
+ * pools that are not released. FP_ERR_UNSUPPORTED, nothing released, while a
+ * private pool is active (between fp_alloc_pool_begin and fp_alloc_pool_end:
+ * a release would be a cudaFree inside a graph capture). Thread-safe. */
 FP_API fp_status fp_alloc_empty_cache(fp_allocator *a);
-/* Like empty_cache but stops once reserved bytes are <= target_reserved;
- * least recently freed segments go first. Thread-safe. */
+/* Like empty_cache (the same refusal while a private pool is active) but
+ * stops once reserved bytes are <= target_reserved; least recently freed
+ * segments go first. Thread-safe. */
 FP_API fp_status fp_alloc_trim(fp_allocator *a, size_t target_reserved);
 /* Waits for every pending event (needs event ops with synchronize) and makes
  * the blocks behind them reusable. Thread-safe. */

@@ -1129,6 +1129,15 @@ fp_status fp_alloc_round_size(const fp_allocator *a, size_t size, size_t *out) {
 fp_status fp_alloc_trim(fp_allocator *a, size_t target_reserved) {
     FP_CHECK_NOT_NULL(a);
     lock(a);
+    if (a->n_captures) {
+        /* A graph may be capturing: releasing a segment would be a cudaFree
+         * inside the capture (as the GC threshold and the OOM retries, trim
+         * releases nothing then; PyTorch refuses empty_cache there too). */
+        unlock(a);
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "fp_alloc_trim / fp_alloc_empty_cache: a private pool is active (a graph may be "
+                            "capturing): nothing released; call again after fp_alloc_pool_end");
+    }
     process_events(a, 0);
     release_free_segments(a, -1, cmp_oldest, target_reserved, 0);
     unlock(a);

@@ -466,6 +466,10 @@ static void test_no_release_during_capture(void) {
     CHECK_STATUS(fp_alloc_alloc(a, 20 * MiB, S1, &none), FP_ERR_OUT_OF_MEMORY);
     CHECK(none == (void *)0x1 && u.frees == 0 && u.held == 26 * MiB);
     CHECK(get_stats(a).retries == 0 && get_stats(a).gc_releases == 0);
+    /* an explicit empty_cache / trim is refused too, nothing released */
+    CHECK_STATUS(fp_alloc_empty_cache(a), FP_ERR_UNSUPPORTED);
+    CHECK_STATUS(fp_alloc_trim(a, 0), FP_ERR_UNSUPPORTED);
+    CHECK(u.frees == 0 && u.held == 26 * MiB);
     check_inv(a);
     CHECK_OK(fp_alloc_pool_end(a, 5));
     void *h = xalloc(a, 20 * MiB, S1); /* now the cached 12 MiB goes back */
