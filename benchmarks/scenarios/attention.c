@@ -13,7 +13,8 @@
  *                      bf16 unless --head_dim / --dtype say otherwise).
  *   attention/flash_versions  flash kernel v1 vs v2, v1 vs v3 (Hopper
  *                      wgmma; sm_90a builds on H100/H200) and v1 vs v4 (v3
- *                      with its other schedule), CUDA only: which one
+ *                      with its other schedule), v1 vs v5 (TMA producer
+ *                      + mbarrier ring), CUDA only: which one
  *                      fp_attention_forward should run.
  *   attention/decode   seqlen_q 1 against a KV cache of 4k..128k, batch
  *                      1..64, 32 query / 8 KV heads, head_dim 128: KV-cache
@@ -204,9 +205,10 @@ static fp_status run_decode(fb_run *run) {
 /* attention/flash_versions: flash kernel v1 (16 rows per warp) as the
  * baseline against v2 (32 rows per warp), v3 (Hopper wgmma, sm_90a builds on
  * compute capability 9.0 only) and v4 (v3 with the other schedule: plain at
- * head_dim 128, pipelined at 64; what the pipelining buys), outputs compared: the
+ * head_dim 128, pipelined at 64; what the pipelining buys) and v5 (TMA
+ * producer warp + mbarrier ring, setmaxnreg), outputs compared: the
  * measurement that decides which one fp_attention_forward should use (now
- * v1). One result per shape and pair (param "versions"); where v3 / v4 are
+ * v1). One result per shape and pair (param "versions"); where v3 .. v5 are
  * not available their result carries a note saying why. */
 typedef struct version_run {
     fp_attn_args a;
@@ -247,9 +249,10 @@ static fp_status run_versions(fb_run *run) {
                     p.batch = batch; p.seqlen_q = p.seqlen_k = sl; p.heads_q = p.heads_kv = hq;
                     p.head_dim = d; p.dtype = dts[t]; p.causal = causal;
                     p.q = q; p.k = k; p.v = v;
-                    for (int ver = 2; ver <= 4; ++ver) {
-                        static const char *pair[5] = {NULL, NULL, "v1_vs_v2", "v1_vs_v3", "v1_vs_v4"};
-                        static const char *metric[5] = {NULL, NULL, "v2_tflops", "v3_tflops", "v4_tflops"};
+                    for (int ver = 2; ver <= 5; ++ver) {
+                        static const char *pair[6] = {NULL, NULL, "v1_vs_v2", "v1_vs_v3", "v1_vs_v4", "v1_vs_v5"};
+                        static const char *metric[6] = {NULL,        NULL,        "v2_tflops",
+                                                        "v3_tflops", "v4_tflops", "v5_tflops"};
                         fb_result *r = fb_result_new(run);
                         fb_param_str(r, "versions", pair[ver]);
                         fb_param_str(r, "dtype", fp_dtype_name(dts[t]));
@@ -265,7 +268,7 @@ static fp_status run_versions(fb_run *run) {
                         p.o = o2;
                         if (st == FP_OK) st = fp_attn_check(&p, 1, &vx.a);
                         if (st == FP_OK && ver >= 3) {
-                            /* v3 / v4 exist only in sm_90a builds on 9.0 devices: one probe call */
+                            /* v3 .. v5 exist only in sm_90a builds on 9.0 devices: one probe call */
                             st = version_fn(&vx, fp_context_stream(ctx));
                             if (st == FP_ERR_UNSUPPORTED) {
                                 fb_result_note(r, "v%d not available: %s", ver, fp_last_error());
@@ -315,6 +318,7 @@ FB_SCENARIO(fb_attention_decode, "attention/decode",
             "seqlen_q 1 vs a 4k..128k KV cache, batch 1..64: split-KV flash vs materialized, KV GB/s",
             run_decode)
 FB_SCENARIO(fb_attention_flash_versions, "attention/flash_versions",
-            "flash kernel v1 (16 rows/warp) vs v2 (32 rows/warp), v3 / v4 (Hopper wgmma) on prefill shapes "
+            "flash kernel v1 (16 rows/warp) vs v2 (32 rows/warp), v3 / v4 (Hopper wgmma), v5 (TMA + mbarrier) on "
+            "prefill shapes "
             "(CUDA only)",
             run_versions)

@@ -24,8 +24,13 @@
 //                               swizzled tiles): attention_flash_sm90.cu,
 //                               selected only through
 //                               fp_attn_cuda_flash_version until validated.
+//   attention_flash_fwd_v5      Hopper only: v3's consumers fed by TMA loads
+//                               from a producer warpgroup through an mbarrier
+//                               ring (setmaxnreg): attention_flash_tma_sm90.cu,
+//                               same selection rule.
 //   attention_split_combine_v1  merges the split partials: O = sum_s
-//                               exp(lse_s - lse) O_s, lse = logsumexp(lse_s).
+//                               exp(lse_s - lse) O_s, lse = logsumexp(lse_s)
+//                               (attention_flash_common.cuh, every version).
 // Paged KV cache (block_table): K/V tiles are gathered row by row from the
 // pages (load_tile_paged); everything after the load is unchanged.
 // GQA: a CTA packs the group's query heads into its rows (row r of a (batch,
@@ -510,7 +515,7 @@ fp_status dispatch_v2(const fp_attn_args *a, int num_splits, cudaStream_t stream
 extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits,
                                                 cudaStream_t stream) {
     if (version == 1) return fp_attn_cuda_flash_splits(a, num_splits, stream);
-    if (version == 3 || version == 4) { // Hopper wgmma kernels (attention_flash_sm90.cu): off the default path
+    if (version >= 3 && version <= 5) { // Hopper kernels (attention_flash_sm90.cu, _tma_sm90.cu): off the default path
 #ifdef FASTPATH_HAVE_SM90A
         return fp_attn_cuda_flash_sm90(a, version, num_splits, stream);
 #else
@@ -518,7 +523,7 @@ extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int versi
                                                 "CMAKE_CUDA_ARCHITECTURES)", version);
 #endif
     }
-    if (version != 2) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 to 4)", version);
+    if (version != 2) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 to 5)", version);
     if (num_splits < 1 || num_splits > 1024)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
     if (a->dtype == FP_BF16) return dispatch_v2<__nv_bfloat16>(a, num_splits, stream);

@@ -39,11 +39,11 @@
 // It is reached only through fp_attn_cuda_flash_version(a, 3 or 4, ...) (tests,
 // fastbench attention/flash_versions) and stays off the default path (v1)
 // until a GPU run validates and times it.
-// Not yet done (next steps to FlashAttention-3 speed): TMA loads by a
-// producer warp with mbarriers (setmaxnreg, freeing the consumers from
-// cp.async address math and the CTA-wide barrier), ping-pong scheduling of
-// the two warpgroups (one's softmax under the other's wgmmas), and an
-// epilogue through shared memory (TMA store).
+// TMA loads by a producer warpgroup with an mbarrier ring (setmaxnreg) are
+// version 5 (attention_flash_tma_sm90.cu). Not yet done (next steps to
+// FlashAttention-3 speed): ping-pong scheduling of the two warpgroups (one's
+// softmax under the other's wgmmas) and an epilogue through shared memory
+// (TMA store).
 // Build: compiled only when 90 is in CMAKE_CUDA_ARCHITECTURES, as its own
 // object set for arch 90a (see the top-level CMakeLists.txt); the device
 // code below is also guarded by __CUDA_ARCH_FEAT_SM90_ALL.
@@ -632,8 +632,9 @@ int device_cc(int dev, fp_status *st) {
 
 extern "C" fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_splits,
                                              cudaStream_t stream) {
+    if (version == 5) return fp_attn_cuda_flash_v5(a, num_splits, stream); // attention_flash_tma_sm90.cu
     if (version != 3 && version != 4)
-        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (the sm_90a kernels are 3 and 4)",
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (the sm_90a kernels are 3 to 5)",
                             version);
     if (num_splits < 1 || num_splits > 1024)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);

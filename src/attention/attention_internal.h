@@ -122,15 +122,20 @@ fp_status fp_attn_cuda_flash(const fp_attn_args *a, int sm_count, cudaStream_t s
 fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream);
 /* A numbered version of the flash kernel (1 = the default, 2 = two 16-row
  * blocks per warp, head_dim 64 / 128, 3 = Hopper wgmma kernel, 4 = the same
- * with its other schedule (pipelined <-> plain): sm_90a builds on compute
+ * with its other schedule (pipelined <-> plain), 5 = Hopper TMA + mbarrier
+ * pipeline (no varlen either): sm_90a builds on compute
  * capability 9.0 devices only, head_dim 64 / 128, no paged KV, else
  * FP_ERR_UNSUPPORTED; not on the default path until validated on a GPU)
  * with an explicit split count. */
 fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
-/* Versions 3 and 4 (kernels/attention/attention_flash_sm90.cu; built only
+/* Versions 3, 4 and 5 (kernels/attention/attention_flash_sm90.cu; built only
  * when 90 is among CMAKE_CUDA_ARCHITECTURES, which defines
  * FASTPATH_HAVE_SM90A). */
 fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
+/* Version 5 (kernels/attention/attention_flash_tma_sm90.cu, sm_90a builds:
+ * TMA producer + mbarrier ring; no varlen / paged KV; reached through
+ * fp_attn_cuda_flash_sm90(a, 5, ...)). */
+fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int num_splits, cudaStream_t stream);
 /* Simple CUDA-core kernel: one warp per query row, any dtype and head_dim. */
 fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t stream);
 /* Masked, scaled softmax in place over materialized scores

@@ -65,9 +65,10 @@ static void dev_free(dev_case *D) {
 /* Runs one implementation (0 forward, 1 baseline, n >= 2: flash kernel v1
  * with n - 1 forced splits, n <= -1: flash kernel v2 with -n splits, n >=
  * IMPL_V3: the Hopper kernel v3 with n - IMPL_V3 splits, n >= IMPL_V4: v4,
- * v3 with the other schedule, with n - IMPL_V4 splits) on poisoned outputs
+ * v3 with the other schedule, with n - IMPL_V4 splits, n >= IMPL_V5: v5, the
+ * TMA producer / mbarrier kernel, with n - IMPL_V5 splits) on poisoned outputs
  * and downloads them. */
-enum { IMPL_V3 = 1000, IMPL_V4 = 2000 };
+enum { IMPL_V3 = 1000, IMPL_V4 = 2000, IMPL_V5 = 3000 }; /* v5: TMA + mbarrier pipeline */
 /* v3 / v4 exist only in sm_90a builds on compute capability 9.0 devices;
  * they answer FP_ERR_UNSUPPORTED elsewhere, which skips them (said once).
  * Where they must run (an sm_90a build on a 9.0 device), that answer is a
@@ -82,12 +83,16 @@ static int v3_unsupported(fp_status st, int impl) {
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     if (major == 9 && minor == 0) {
         const char *why = fp_last_error();
-        const int paged_or_shape = strstr(why, "paged") || strstr(why, "head_dim") || strstr(why, "dtype");
-        CHECK_MSG(paged_or_shape, "flash kernel v3/v4 refused on an sm_90a build and a 9.0 device: %s", why);
+        int paged_or_shape = strstr(why, "paged") || strstr(why, "head_dim") || strstr(why, "dtype");
+        /* v5 also refuses varlen and K / V layouts TMA cannot describe (it says which) */
+        if (impl >= IMPL_V5) paged_or_shape |= strstr(why, "varlen") || strstr(why, "(TMA)");
+        CHECK_MSG(paged_or_shape, "flash kernel v%d refused on an sm_90a build and a 9.0 device: %s",
+                  impl >= IMPL_V5 ? 5 : impl >= IMPL_V4 ? 4 : 3, why);
     }
 #endif
-    if (!said) printf("flash kernel v3 skipped: %s\n", fp_last_error());
-    said = 1;
+    if (!(said & (impl >= IMPL_V5 ? 2 : 1)))
+        printf("flash kernel v%s skipped: %s\n", impl >= IMPL_V5 ? "5" : "3/4", fp_last_error());
+    said |= impl >= IMPL_V5 ? 2 : 1;
     return 1;
 }
 static fp_status dev_run(dev_case *D, int impl) {
@@ -95,6 +100,9 @@ static fp_status dev_run(dev_case *D, int impl) {
     if (impl == 0 || impl == 1) {
         version = impl == 0 ? ATTN_RUN_FORWARD : ATTN_RUN_BASELINE;
         splits = 0;
+    } else if (impl >= IMPL_V5) {
+        version = 5;
+        splits = impl - IMPL_V5;
     } else if (impl >= IMPL_V4) {
         version = 4;
         splits = impl - IMPL_V4;
@@ -122,7 +130,7 @@ static void run_case(const attn_case *c, int extra_splits) {
     const double slack = 4.0 * attn_eps(c->dtype) * (Eb.max_ref > 0 ? Eb.max_ref : 1.0) + 1e-6;
     const double allowed = 2.0 * Eb.max_abs + slack;
     CHECK_MSG(Eb.bad == 0, "%s/baseline: NaN or padding written", c->name);
-    int impls[10], n_impl = 0;
+    int impls[12], n_impl = 0;
     impls[n_impl++] = 0;
     if (extra_splits) {
         impls[n_impl++] = 3; /* v1, 2 splits */
@@ -134,6 +142,8 @@ static void run_case(const attn_case *c, int extra_splits) {
         impls[n_impl++] = IMPL_V3 + 1; /* v3 */
         if (extra_splits) impls[n_impl++] = IMPL_V3 + 3; /* v3, 3 splits */
         impls[n_impl++] = IMPL_V4 + 1; /* v4 = v3 with the other schedule */
+        impls[n_impl++] = IMPL_V5 + 1; /* v5: TMA producer + mbarrier ring */
+        if (extra_splits) impls[n_impl++] = IMPL_V5 + 3; /* v5, 3 splits */
     }
     for (int t = 0; t < n_impl; ++t) {
         st = dev_run(&D, impls[t]);
@@ -218,13 +228,14 @@ static void test_huge_window_gpu(void) {
         const size_t n_lse = (size_t)c->batch * c->hq * c->sq;
         void *o_big = malloc(D.H.o_bytes);
         float *lse_big = malloc(n_lse * sizeof(float));
-        int impls[5], n_impl = 0;
+        int impls[6], n_impl = 0;
         impls[n_impl++] = 1; /* baseline */
         impls[n_impl++] = 0; /* forward: flash or rowwise */
         if (fp_attn_cuda_flash_supported(c->dtype, c->d)) impls[n_impl++] = 3; /* v1, 2 splits */
         if (c->dtype != FP_F32 && (c->d == 64 || c->d == 128)) {
             impls[n_impl++] = -1;          /* v2 */
             impls[n_impl++] = IMPL_V3 + 1; /* v3 */
+            impls[n_impl++] = IMPL_V5 + 1; /* v5 */
         }
         for (int t = 0; t < n_impl && o_big && lse_big; ++t) {
             D.dp.window_left = c->wl;
@@ -445,8 +456,13 @@ static void test_ragged_nan_tail_gpu(void) {
     }
     double *o_ref = NULL, *lse_ref = NULL;
     CHECK(attn_reference(NULL, &D.H, &o_ref, &lse_ref));
-    for (int impl = 1; impl >= 0; --impl) { /* baseline, then forward */
+    /* baseline, forward, then v3 and v5 (v5 loads whole 128-key tiles by TMA
+     * and must clear the NaN rows past L itself before P V) */
+    const int impls[4] = {1, 0, IMPL_V3 + 1, IMPL_V5 + 1};
+    for (int t = 0; t < 4; ++t) {
+        const int impl = impls[t];
         fp_status st = dev_run(&D, impl);
+        if (v3_unsupported(st, impl)) continue;
         CHECK_MSG(st == FP_OK, "ragged_nan_tail/impl %d: %s (%s)", impl, fp_status_string(st), fp_last_error());
         if (st != FP_OK) continue;
         attn_err E = attn_compare(&D.H, D.h_o, NULL, o_ref, NULL, 0.05, 0);

@@ -33,6 +33,11 @@
 //       (S, O, P) and cp.async prefetches: no access to a register of a
 //       wgmma not yet waited for, no prefetch into a tile an unretired
 //       wgmma reads, nothing in flight at exit.
+//   (e) version 5 (TMA): the K / V boxes of the kernel's tensor-map
+//       geometry and coordinates, landed with TMA's 128-byte swizzle in
+//       its ring stages, read through the same descriptors element by
+//       element (OOB rows zero), and the layouts TMA cannot describe are
+//       refused (its mbarrier pipeline: test_attention_tma_emu).
 // What it cannot see: races between threads (barrier / fence placement),
 // whether ptxas keeps the PTX order (C7514 / C7517 and the SASS order are
 // checked by hand: benchmarks/NOTES.md), PTX syntax, register allocation.
@@ -43,6 +48,7 @@
 #include <vector>
 
 #include "attention/attention_sm90_layout.h"
+#include "attention/attention_tma_sm90.h"
 #include "attn_emu_util.h"
 
 static int g_failures = 0;
@@ -176,6 +182,95 @@ template <int D> static void check_descriptors() {
     printf("(a) D=%d: %ld operand elements read through descriptors, %ld wrong, %ld cp.async bank conflicts\n", D,
            checked, bad, conflicts);
     if (bad || conflicts) g_failures++;
+}
+
+// ---- (e) version 5: TMA boxes vs the wgmma descriptors ----------------------
+// cp.async.bulk.tensor with a 4-D tiled tensor map (CUDA driver API
+// cuTensorMapEncodeTiled; PTX ISA "Tensor copy" / "tensor-map"): the box at
+// coordinates (x0, y0, z, w) reads element (x0 + x, y0 + y, z, w) from
+// global byte address base + (x0 + x) * 2 + (y0 + y) * stride[0] + z *
+// stride[1] + w * stride[2], zero when any coordinate is >= its dim, and
+// stores it at dst + y * (box[0] * 2) + x * 2 (the box is dense in shared
+// memory) with the 128-byte swizzle applied to the address (dst on a
+// 1024-byte boundary). K / V tiles of v5 through the kernel's geometry
+// (fp_tma::kv_map_geometry), coordinates (fp_tma::box_coords), stage
+// offsets, read back through v3's descriptors (fp_sm90::k_desc / v_desc).
+template <int D> static void check_tma_boxes() {
+    using Tr = fp_tma::traits_v5<D>;
+    constexpr int Bc = Tr::kBc;
+    const int batch = 2, sk = 200, hkv = 3; // 200 keys: tile 1 runs past the end (zero fill)
+    const int64_t ss = hkv * D + 8, hs = D, bs = (int64_t)sk * ss; // padded rows (16 bytes)
+    // global memory: each element holds its own index + 1 (0 = TMA's fill)
+    std::vector<int32_t> gmem((size_t)(batch * bs));
+    for (size_t i = 0; i < gmem.size(); ++i) gmem[i] = (int32_t)i + 1;
+    const uintptr_t base = 4096; // pretend device address of element 0
+    fp_tma::kv_map m;
+    long bad = 0, checked = 0;
+    if (fp_tma::kv_map_geometry(base, D, sk, hkv, batch, ss, hs, bs, Bc, &m) != fp_tma::KV_MAP_OK) bad++;
+    const uint32_t smem0 = 1024;
+    for (int b = 0; b < batch; ++b)
+        for (int hk = 0; hk < hkv; ++hk)
+            for (int t = 0; t < 2; ++t)
+                for (int stage = 0; stage < Tr::kStages; ++stage)
+                    for (int is_v = 0; is_v < 2; ++is_v) {
+                        const uint32_t tile = smem0 + (is_v ? fp_tma::v_offset<D>(stage) : fp_tma::k_offset<D>(stage));
+                        tag_smem sm(smem0 + fp_tma::smem_bytes<D>());
+                        for (int c = 0; c < fp_tma::boxes_per_tile<D>(); ++c) {
+                            int xyzw[4];
+                            fp_tma::box_coords<D>(c, t, hk, b, xyzw);
+                            const uint32_t dst = tile + fp_tma::box_smem_offset(c, Bc);
+                            if (dst % 1024) bad++;
+                            for (uint32_t y = 0; y < m.box[1]; ++y)
+                                for (uint32_t x = 0; x < m.box[0]; ++x) {
+                                    const uint64_t g[4] = {(uint64_t)xyzw[0] + x, (uint64_t)xyzw[1] + y,
+                                                           (uint64_t)xyzw[2], (uint64_t)xyzw[3]};
+                                    int32_t v = 0;
+                                    if (g[0] < m.dims[0] && g[1] < m.dims[1] && g[2] < m.dims[2] && g[3] < m.dims[3]) {
+                                        const uint64_t addr = base + g[0] * 2 + g[1] * m.strides[0] +
+                                                              g[2] * m.strides[1] + g[3] * m.strides[2];
+                                        v = gmem[(addr - base) / 2];
+                                    }
+                                    sm.slot[swizzle128(dst + y * (m.box[0] * 2) + x * 2) / 2] = v;
+                                }
+                        }
+                        // what the kernel means: K / V [b][key t Bc + n][hk][col]
+                        auto want = [&](int key, int col) {
+                            const int j = t * Bc + key;
+                            return j < sk ? (int32_t)(b * bs + j * ss + hk * hs + col) + 1 : 0;
+                        };
+                        auto expect = [&](uint32_t addr, int32_t w) {
+                            checked++;
+                            if (addr / 2 >= sm.slot.size() || sm.slot[addr / 2] != w) {
+                                if (bad < 5)
+                                    fprintf(stderr, "(e) D=%d: wgmma reads addr %u holding %d, kernel means %d\n", D,
+                                            addr, addr / 2 < sm.slot.size() ? sm.slot[addr / 2] : -2, w);
+                                bad++;
+                            }
+                        };
+                        if (!is_v) {
+                            for (int kk = 0; kk < D / 16; ++kk) {
+                                const uint64_t db = fp_sm90::k_desc<D>(tile, Bc, kk);
+                                for (int n = 0; n < Bc; ++n)
+                                    for (int k = 0; k < 16; ++k) expect(kmajor_addr(db, n, k), want(n, 16 * kk + k));
+                            }
+                        } else {
+                            for (int kk = 0; kk < Bc / 16; ++kk) {
+                                const uint64_t db = fp_sm90::v_desc<D>(tile, Bc, kk);
+                                for (int k = 0; k < 16; ++k)
+                                    for (int n = 0; n < D; ++n) expect(mnmajor_addr(db, k, n), want(16 * kk + k, n));
+                            }
+                        }
+                    }
+    // layouts TMA cannot describe are refused, unit dimensions' strides ignored
+    fp_tma::kv_map m2;
+    if (fp_tma::kv_map_geometry(base + 8, D, sk, hkv, batch, ss, hs, bs, Bc, &m2) != fp_tma::KV_MAP_BASE_ALIGN) bad++;
+    if (fp_tma::kv_map_geometry(base, D, sk, hkv, batch, ss + 4, hs, bs, Bc, &m2) != fp_tma::KV_MAP_SEQ_STRIDE) bad++;
+    if (fp_tma::kv_map_geometry(base, D, sk, hkv, batch, ss, hs + 4, bs, Bc, &m2) != fp_tma::KV_MAP_HEAD_STRIDE) bad++;
+    if (fp_tma::kv_map_geometry(base, D, sk, hkv, batch, ss, hs, 0, Bc, &m2) != fp_tma::KV_MAP_BATCH_STRIDE) bad++;
+    if (fp_tma::kv_map_geometry(base, D, sk, 1, 1, ss, 3, 5, Bc, &m2) != fp_tma::KV_MAP_OK) bad++;
+    if (fp_tma::smem_bytes<D>() > 232448) bad++; // 227 KiB: the opt-in limit of a 9.0 device
+    printf("(e) D=%d: v5 TMA boxes -> wgmma descriptors: %ld elements read, %ld wrong\n", D, checked, bad);
+    if (bad) g_failures++;
 }
 
 // ---- (b) fragment maps ------------------------------------------------------
@@ -558,6 +653,271 @@ template <int D, bool Pipelined> static void emulate(emu_args &E) {
     emulate_grid<D>(E, fp_sm90::traits<D>::kBr, emulate_cta<D, Pipelined>);
 }
 
+// ---- (c) / (d) for version 5: the kernel's consumer schedule on TMA tiles ----
+// attention_flash_fwd_v5 runs v3's math in the order of
+// fp_tma::consumer_schedule (attention_tma_sm90.h), on K / V tiles that TMA
+// boxes put in its ring. Here that very schedule is instantiated with an
+// emulation policy: every full wait lands the tile it waits for through the
+// TMA box model of (e) (tensor-map geometry, coordinates, OOB zero fill,
+// 128-byte swizzle) from the case's real host arrays, then clears the V rows
+// fp_tma::v_tail_rows names (the kernel's rule); the wgmmas, masks, softmax
+// and epilogue are (c)'s, and (d)'s in-flight model checks the schedule's
+// register and stage accesses. Ragged cases get NaN in the K / V rows past
+// each sequence's length first: only the clearing keeps O finite. (The
+// ring's timing, which the emulation does not have, is
+// test_attention_tma_emu's.)
+template <int D> struct v5_cta {
+    using Tr = fp_tma::traits_v5<D>;
+    static constexpr int Br = Tr::kBr, Bc = Tr::kBc;
+    const fp_attn_args *a;
+    fp_dtype dt;
+    smem_h16 *sm;
+    uint32_t smem0;
+    fp_tma::kv_map mk, mv;
+    int hk, b, m0, L, sq, rows, wl, wr;
+    float scale_log2;
+    fp_flash::block_plan plan;
+    // TMA: tile t of K or V into the stage at `tile`
+    void tma_tile(const fp_tma::kv_map &m, const void *base, uint32_t tile, int t) {
+        for (int c = 0; c < fp_tma::boxes_per_tile<D>(); ++c) {
+            int xyzw[4];
+            fp_tma::box_coords<D>(c, t, hk, b, xyzw);
+            const uint32_t dst = tile + fp_tma::box_smem_offset(c, Bc);
+            for (uint32_t y = 0; y < m.box[1]; ++y)
+                for (uint32_t x = 0; x < m.box[0]; ++x) {
+                    const uint64_t g[4] = {(uint64_t)xyzw[0] + x, (uint64_t)xyzw[1] + y, (uint64_t)xyzw[2],
+                                           (uint64_t)xyzw[3]};
+                    h16 v = 0;
+                    if (g[0] < m.dims[0] && g[1] < m.dims[1] && g[2] < m.dims[2] && g[3] < m.dims[3])
+                        v = *(const h16 *)((const char *)base + g[0] * 2 + g[1] * m.strides[0] + g[2] * m.strides[1] +
+                                           g[3] * m.strides[2]);
+                    sm->e[swizzle128(dst + y * (m.box[0] * 2) + x * 2) / 2] = v;
+                }
+        }
+    }
+};
+static float v5_o[2][128][64], v5_s[2][128][64], v5_m[2][128][2], v5_l[2][128][2], v5_corr[2][128][2];
+static uint32_t v5_p[2][8][128][4];
+
+template <int D> struct v5_consumer_emu {
+    v5_cta<D> *C;
+    int wg;
+    inflight_model &F;
+    static constexpr int Br = v5_cta<D>::Br, Bc = v5_cta<D>::Bc;
+    uint32_t k_tile(int st) const { return C->smem0 + fp_tma::k_offset<D>(st); }
+    uint32_t v_tile(int st) const { return C->smem0 + fp_tma::v_offset<D>(st); }
+    void wait_full_k(int st, uint32_t, int t) {
+        F.store(k_tile(st), k_tile(st) + fp_tma::kv_tile_bytes<D>(), "TMA K load");
+        C->tma_tile(C->mk, C->a->k, k_tile(st), t);
+    }
+    void wait_full_v(int st, uint32_t, int t) {
+        F.store(v_tile(st), v_tile(st) + fp_tma::kv_tile_bytes<D>(), "TMA V load");
+        C->tma_tile(C->mv, C->a->v, v_tile(st), t);
+        int r0, r1;
+        fp_tma::v_tail_rows(C->L, C->a->seqlen_k, t, Bc, &r0, &r1);
+        for (int r = r0; r < r1; ++r)
+            for (int c = 0; c < D / 8; ++c)
+                for (int x = 0; x < 8; ++x)
+                    C->sm->e[(v_tile(st) + fp_sm90::tile_chunk_offset<D>(r, c, Bc)) / 2 + x] = 0;
+    }
+    void qk(int st) {
+        F.touch(wg, REG_S, "zeroing S");
+        F.issue(wg, REG_S, k_tile(st), fp_tma::kv_tile_bytes<D>());
+        for (int tid = 0; tid < 128; ++tid)
+            for (int i = 0; i < 64; ++i) v5_s[wg][tid][i] = 0.0f;
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const uint64_t da = fp_sm90::q_desc<D>(C->smem0 + fp_tma::q_offset<D>(), Br, 64 * wg, kk);
+            wgmma_emu(v5_s[wg], Bc, *C->sm, C->dt, &da, nullptr, fp_sm90::k_desc<D>(k_tile(st), Bc, kk), false);
+        }
+    }
+    void pv(int st) {
+        F.issue(wg, REG_O | REG_P, v_tile(st), fp_tma::kv_tile_bytes<D>());
+        for (int kk = 0; kk < Bc / 16; ++kk)
+            wgmma_emu(v5_o[wg], D, *C->sm, C->dt, nullptr, v5_p[wg][kk], fp_sm90::v_desc<D>(v_tile(st), Bc, kk), true);
+    }
+    void wgmma_wait0() { F.wait(wg, 0); }
+    void wgmma_wait1() { F.wait(wg, 1); }
+    void release_k(int) {}
+    void release_v(int) {}
+    void softmax(int t) {
+        F.touch(wg, REG_S, "softmax");
+        const int n0 = t * Bc;
+        float(*s)[64] = v5_s[wg];
+        for (int tid = 0; tid < 128; ++tid) {
+            const int warp = tid / 32, lane = tid % 32;
+            if (fp_flash::tile_needs_mask(C->plan, n0, Bc))
+                for (int h = 0; h < 2; ++h) {
+                    int lo, hi;
+                    fp_flash::row_keys(C->m0 + 64 * wg + fp_sm90::acc_row(warp, lane, 0) + 8 * h, C->a->group, C->L,
+                                       C->sq, C->wl, C->wr, &lo, &hi);
+                    for (int j = 0; j < Bc / 8; ++j)
+                        for (int c = 0; c < 2; ++c) {
+                            const int col = n0 + fp_sm90::acc_col(lane, 4 * j + 2 * h + c);
+                            if (col < lo || col > hi) s[tid][4 * j + 2 * h + c] = -INFINITY;
+                        }
+                }
+        }
+        for (int h = 0; h < 2; ++h) {
+            float mx[128], qm[128];
+            for (int tid = 0; tid < 128; ++tid) {
+                mx[tid] = v5_m[wg][tid][h];
+                for (int j = 0; j < Bc / 8; ++j)
+                    mx[tid] = fmaxf(mx[tid], fmaxf(s[tid][4 * j + 2 * h], s[tid][4 * j + 2 * h + 1]));
+            }
+            for (int tid = 0; tid < 128; ++tid) qm[tid] = fmaxf(mx[tid], mx[tid ^ 1]);
+            for (int tid = 0; tid < 128; ++tid) mx[tid] = fmaxf(qm[tid], qm[tid ^ 2]);
+            for (int tid = 0; tid < 128; ++tid) {
+                const float m_scaled = mx[tid] == -INFINITY ? 0.0f : mx[tid] * C->scale_log2;
+                v5_corr[wg][tid][h] = exp2f(v5_m[wg][tid][h] * C->scale_log2 - m_scaled);
+                v5_m[wg][tid][h] = mx[tid];
+                float rs = 0.0f;
+                for (int j = 0; j < Bc / 8; ++j)
+                    for (int c = 0; c < 2; ++c) {
+                        const float e = exp2f(fmaf(s[tid][4 * j + 2 * h + c], C->scale_log2, -m_scaled));
+                        s[tid][4 * j + 2 * h + c] = e;
+                        rs += e;
+                    }
+                v5_l[wg][tid][h] = v5_l[wg][tid][h] * v5_corr[wg][tid][h] + rs;
+            }
+        }
+    }
+    void rescale_pack() {
+        F.touch(wg, REG_O, "O rescale");
+        F.touch(wg, REG_S | REG_P, "P pack");
+        for (int tid = 0; tid < 128; ++tid) {
+            for (int j = 0; j < D / 8; ++j)
+                for (int h = 0; h < 2; ++h) {
+                    v5_o[wg][tid][4 * j + 2 * h] *= v5_corr[wg][tid][h];
+                    v5_o[wg][tid][4 * j + 2 * h + 1] *= v5_corr[wg][tid][h];
+                }
+            for (int kk = 0; kk < Bc / 16; ++kk)
+                for (int r = 0; r < 4; ++r) {
+                    const int i = fp_sm90::p_src(kk, r);
+                    v5_p[wg][kk][tid][r] = (uint32_t)from_f(v5_s[wg][tid][i], C->dt) |
+                                           ((uint32_t)from_f(v5_s[wg][tid][i + 1], C->dt) << 16);
+                }
+        }
+    }
+};
+
+template <int D> static void emulate_cta_v5(emu_args &E, int bx, int hk, int b) {
+    using Tr = fp_tma::traits_v5<D>;
+    constexpr int Br = Tr::kBr, Bc = Tr::kBc, CH = D / 8;
+    const fp_attn_args &a = E.a;
+    const int m_tiles = (a.seqlen_q * a.group + Br - 1) / Br;
+    int m_tile, split;
+    fp_flash::cta_coords(bx, m_tiles, &m_tile, &split);
+    const fp_flash::seq_view S = fp_flash::make_seq(b, a.seqlen_q, a.seqlen_k, a.seqlens_k, a.cu_q, a.cu_k, a.q_bs,
+                                                    a.q_ss, a.k_bs, a.k_ss, a.v_bs, a.v_ss, a.o_bs, a.o_ss);
+    v5_cta<D> C;
+    C.a = &a;
+    C.dt = a.dtype;
+    C.smem0 = 1024;
+    smem_h16 sm(C.smem0 + fp_tma::smem_bytes<D>());
+    C.sm = &sm;
+    C.hk = hk;
+    C.b = b;
+    C.m0 = m_tile * Br;
+    C.L = S.L;
+    C.sq = S.sq;
+    C.rows = S.sq * a.group;
+    C.wl = E.wl;
+    C.wr = E.wr;
+    C.scale_log2 = a.scale * 1.4426950408889634f;
+    if (C.m0 >= C.rows) return;
+    if (fp_tma::kv_map_geometry((uintptr_t)a.k, D, a.seqlen_k, a.heads_kv, a.batch, a.k_ss, a.k_hs, a.k_bs, Bc,
+                                &C.mk) ||
+        fp_tma::kv_map_geometry((uintptr_t)a.v, D, a.seqlen_k, a.heads_kv, a.batch, a.v_ss, a.v_hs, a.v_bs, Bc,
+                                &C.mv)) {
+        fprintf(stderr, "v5 emulation: layout refused\n");
+        g_failures++;
+        return;
+    }
+    C.plan = fp_flash::plan_block(C.m0, Br, Bc, C.rows, a.group, C.L, S.sq, E.wl, E.wr, split, E.num_splits);
+    const int active = C.m0 + 64 < C.rows ? 2 : 1;
+    inflight_model &F = g_inflight;
+    F.sched = "v5 consumer schedule";
+    for (int wg = 0; wg < 2; ++wg) {
+        F.q[wg].clear();
+        for (int tid = 0; tid < 128; ++tid) {
+            for (int i = 0; i < D / 2; ++i) v5_o[wg][tid][i] = 0.0f;
+            for (int h = 0; h < 2; ++h) v5_m[wg][tid][h] = -INFINITY, v5_l[wg][tid][h] = 0.0f;
+        }
+    }
+    if (C.plan.s_begin < C.plan.s_end) {
+        for (int wg = 0; wg < active; ++wg) // Q: each warpgroup its 64 rows, by cp.async
+            for (int idx = 0; idx < 64 * CH; ++idx) {
+                const int r = 64 * wg + idx / CH, c = idx % CH, gr = C.m0 + r;
+                const bool ok = gr < C.rows;
+                const h16 *src = (const h16 *)a.q;
+                if (ok)
+                    src += S.q0 + (int64_t)(gr / a.group) * a.q_ss + (int64_t)(hk * a.group + gr % a.group) * a.q_hs +
+                           c * 8;
+                for (int x = 0; x < 8; ++x)
+                    sm.e[(C.smem0 + fp_tma::q_offset<D>() + fp_sm90::tile_chunk_offset<D>(r, c, Br)) / 2 + x] =
+                        ok ? src[x] : (h16)0;
+            }
+        for (int wg = 0; wg < active; ++wg) {
+            v5_consumer_emu<D> ops = {&C, wg, F};
+            fp_tma::consumer_schedule<Tr::kStages>(C.plan.s_begin, C.plan.s_end, ops);
+        }
+    }
+    for (int wg = 0; wg < 2; ++wg) {
+        F.touch(wg, REG_O, "epilogue");
+        if (!F.q[wg].empty()) F.violations++;
+    }
+    for (int wg = 0; wg < active; ++wg)
+        for (int h = 0; h < 2; ++h) {
+            float lq[128], ls[128];
+            for (int tid = 0; tid < 128; ++tid) lq[tid] = v5_l[wg][tid][h] + v5_l[wg][tid ^ 1][h];
+            for (int tid = 0; tid < 128; ++tid) ls[tid] = lq[tid] + lq[tid ^ 2];
+            for (int tid = 0; tid < 128; ++tid) {
+                const int warp = tid / 32, lane = tid % 32;
+                const float l = ls[tid];
+                const int r = C.m0 + 64 * wg + fp_sm90::acc_row(warp, lane, 2 * h);
+                if (r >= C.rows) continue;
+                const int qi = r / a.group, head = hk * a.group + r % a.group;
+                const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+                const float lse =
+                    l > 0.0f ? (v5_m[wg][tid][h] * C.scale_log2 + log2f(l)) * 0.69314718055994531f : -INFINITY;
+                const int col0 = fp_sm90::acc_col(lane, 2 * h);
+                const float *oa = v5_o[wg][tid];
+                if (E.num_splits == 1) {
+                    h16 *o = (h16 *)a.o + S.o0 + (int64_t)qi * a.o_ss + (int64_t)head * a.o_hs;
+                    for (int j = 0; j < D / 8; ++j) {
+                        o[j * 8 + col0] = from_f(oa[4 * j + 2 * h] * inv, C.dt);
+                        o[j * 8 + col0 + 1] = from_f(oa[4 * j + 2 * h + 1] * inv, C.dt);
+                    }
+                    if (a.lse && (lane & 3) == 0) a.lse[((int64_t)b * a.heads_q + head) * a.seqlen_q + qi] = lse;
+                } else {
+                    const int64_t prow = (((int64_t)split * a.batch + b) * a.heads_q + head) * a.seqlen_q + qi;
+                    float *o = E.o_part.data() + prow * D;
+                    for (int j = 0; j < D / 8; ++j) {
+                        o[j * 8 + col0] = oa[4 * j + 2 * h] * inv;
+                        o[j * 8 + col0 + 1] = oa[4 * j + 2 * h + 1] * inv;
+                    }
+                    if ((lane & 3) == 0) E.lse_part[prow] = lse;
+                }
+            }
+        }
+}
+
+// Version 5 on one case: K / V rows past each ragged sequence's length
+// become NaN first (the reference never reads them).
+static void launch_v5(emu_args &E, int d, int) {
+    fp_attn_args &a = E.a;
+    if (a.seqlens_k)
+        for (int b = 0; b < a.batch; ++b)
+            for (int j = a.seqlens_k[b] < 0 ? 0 : a.seqlens_k[b]; j < a.seqlen_k; ++j)
+                for (int h = 0; h < a.heads_kv; ++h)
+                    for (int x = 0; x < d; ++x) {
+                        ((h16 *)a.k)[b * a.k_bs + j * a.k_ss + h * a.k_hs + x] = 0xFFFF;
+                        ((h16 *)a.v)[b * a.v_bs + j * a.v_ss + h * a.v_hs + x] = 0xFFFF;
+                    }
+    if (d == 64) emulate_grid<64>(E, fp_tma::traits_v5<64>::kBr, emulate_cta_v5<64>);
+    else emulate_grid<128>(E, fp_tma::traits_v5<128>::kBr, emulate_cta_v5<128>);
+}
+
 // version 3: the kernel's schedule (traits<D>::kPipelined), 4: the other one.
 static void launch(emu_args &E, int d, int version) {
     const bool flip = version == 4;
@@ -586,10 +946,28 @@ static void check_dispatch() {
     if (fp_attn_cuda_flash_version(&af32, 3, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
     if (fp_attn_cuda_flash_version(&a, 3, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
     if (fp_attn_cuda_flash_version(&a96, 4, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
-    if (fp_attn_cuda_flash_version(&a, 5, 1, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
+    if (fp_attn_cuda_flash_version(&a, 6, 1, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
+    // version 5 (TMA): what it cannot describe is refused before the device query
+    if (fp_attn_cuda_flash_version(&a96, 5, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
+    if (fp_attn_cuda_flash_version(&a, 5, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
+    fp_attn_args avar = a;
+    int32_t cu[2] = {0, 64};
+    avar.cu_q = avar.cu_k = cu;
+    if (fp_attn_cuda_flash_version(&avar, 5, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "varlen"))
+        bad++;
+    fp_attn_args aodd = a;
+    aodd.k_ss = 128 + 4; // 264 bytes: not a multiple of 16
+    if (fp_attn_cuda_flash_version(&aodd, 5, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "K: seq"))
+        bad++;
+    fp_attn_args amis = a;
+    amis.v = (const char *)a.v + 2; // V base 2 bytes off 16-byte alignment
+    if (fp_attn_cuda_flash_version(&amis, 5, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "V: base"))
+        bad++;
     printf("dispatch (sm_90a build): unsupported shapes refused before any device call: %s\n", bad ? "NO" : "yes");
 #else
     if (fp_attn_cuda_flash_version(&a, 4, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
+    if (fp_attn_cuda_flash_version(&a, 5, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "sm_90a"))
+        bad++;
     const fp_status st = fp_attn_cuda_flash_version(&a, 3, 1, nullptr);
     if (st != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "sm_90a")) bad++;
     printf("dispatch (no sm_90a build): version 3 -> %s (%s)\n", fp_status_string(st), fp_last_error());
@@ -601,6 +979,8 @@ int main() {
     check_dispatch();
     check_descriptors<64>();
     check_descriptors<128>();
+    check_tma_boxes<64>();
+    check_tma_boxes<128>();
     check_fragments();
     static const emu_case cases[] = {
         /* name               b  sq   sk   hq hkv d    dtype    causal wl  wr rag splits pad varlen */
@@ -628,8 +1008,11 @@ int main() {
     for (const emu_case &c : cases) {
         if (!emu_run_case(c, rng, "(c) ", 3, launch)) g_failures++;
         if (!emu_run_case(c, rng, "(c) ", 4, launch)) g_failures++; /* v4: the other schedule */
+        if (c.varlen) continue; /* v5 refuses varlen (FP_ERR_UNSUPPORTED) */
+        if (!emu_run_case(c, rng, "(c) ", 5, launch_v5)) g_failures++;
     }
-    printf("(d) wgmma in-flight rules (both schedules, all cases): %ld register / shared-memory accesses checked, "
+    printf("(d) wgmma in-flight rules (v3 / v4 schedules, v5's consumer schedule, all cases): %ld register / "
+           "shared-memory accesses checked, "
            "%ld violations\n",
            g_inflight.checks, g_inflight.violations);
     if (g_inflight.violations || !g_inflight.checks) g_failures++;

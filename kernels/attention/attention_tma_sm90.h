@@ -1,0 +1,227 @@
+// Pipeline bookkeeping of the Hopper flash attention kernel version 5
+// (attention_flash_fwd_v5, kernels/attention/attention_flash_tma_sm90.cu),
+// shared (host + device) with its CPU model in
+// tests/attention/test_attention_tma_emu.cpp:
+//   - the configuration (tile sizes, ring stages, register split);
+//   - the ring's stage / phase index functions;
+//   - the producer's and the consumers' barrier schedules, written once as
+//     templates over a policy: the kernel instantiates them with the PTX
+//     operations (mbarrier, cp.async.bulk.tensor, wgmma), the test with a
+//     recorder whose trace runs on an mbarrier / TMA model written from the
+//     PTX ISA text (so the model checks the schedule the kernel runs, not a
+//     copy of it);
+//   - the TMA geometry of K and V (host): the tensor-map dims, byte strides
+//     and box built from fp_attn_args, and the layouts TMA cannot describe.
+//
+// The ring (kStages stages each of K and V, separate barriers for K and V so
+// that Q K^T of a tile can start before its V lands):
+//   full_k[s] / full_v[s]: arrival count 1 (the producer's
+//     mbarrier.arrive.expect_tx of the stage's bytes); the phase completes
+//     when the TMA loads have delivered exactly those bytes (complete_tx).
+//   empty_k[s] / empty_v[s]: arrival count 128 x (active consumer
+//     warpgroups): every consumer thread arrives once it has retired (wgmma
+//     wait_group) the wgmmas that read the stage.
+//   Load i (tile s_begin + i) uses stage i % kStages; the phase it waits for
+//   is its pass over the ring, (i / kStages) & 1. Consumers wait full with
+//   that parity; the producer waits empty with the opposite parity (on its
+//   first pass the "preceding phase" of a fresh barrier counts as complete,
+//   so it does not block).
+#ifndef FP_ATTENTION_TMA_SM90_H
+#define FP_ATTENTION_TMA_SM90_H
+
+#include <stdint.h>
+
+#include "attention/attention_sm90_layout.h"
+
+namespace fp_tma {
+
+// Per head-dim configuration. One CTA per SM: warpgroup 0 is the producer
+// (one thread issues every TMA load; setmaxnreg.dec to kProducerRegs),
+// warpgroups 1 and 2 are the consumers, 64 query rows each (setmaxnreg.inc
+// to kConsumerRegs): 128 x 24 + 256 x 240 = 64512 <= 65536 registers.
+// Shared memory: 1 KiB alignment slack + Q + kStages x (K + V) + barriers:
+// D = 128: 1 + 32 + 2 x 64 KiB = 161 KiB; D = 64: 1 + 16 + 3 x 32 = 113 KiB.
+// Two stages at D = 128 already put the next K load a whole tile ahead of
+// its use (see NOTES.md); D = 64 tiles take half the time, hence three.
+template <int D> struct traits_v5;
+template <> struct traits_v5<64> {
+    static constexpr int kBr = 128, kBc = 128, kConsumerWGs = 2, kStages = 3;
+    static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+};
+template <> struct traits_v5<128> {
+    static constexpr int kBr = 128, kBc = 128, kConsumerWGs = 2, kStages = 2;
+    static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+};
+constexpr int kThreads = 128 * 3; // producer warpgroup + 2 consumer warpgroups
+
+// A TMA box is 64 elements (128 bytes: the 128-byte swizzle span) x kBc
+// rows; a K / V tile of D columns is D / 64 boxes, box c landing at byte
+// c * kBc * 128 of the tile: exactly the column blocks of the SW128 tile
+// layout (attention_sm90_layout.h), whose wgmma descriptors v3 already uses.
+constexpr int kBoxCols = 64;
+template <int D> SM90_HD int boxes_per_tile() { return D / kBoxCols; }
+// Tensor-map coordinates (innermost first) of box c of K / V tile t of kv
+// head hk, batch b.
+template <int D> SM90_HD void box_coords(int c, int t, int hk, int b, int (&xyzw)[4]) {
+    xyzw[0] = c * kBoxCols;
+    xyzw[1] = t * traits_v5<D>::kBc;
+    xyzw[2] = hk;
+    xyzw[3] = b;
+}
+SM90_HD uint32_t box_smem_offset(int c, int rows) { return (uint32_t)(c * rows * 128); }
+// Bytes the producer announces (expect_tx) for one K or V stage.
+template <int D> SM90_HD uint32_t stage_tx_bytes() { return (uint32_t)(traits_v5<D>::kBc * D * 2); }
+
+// Shared memory (offsets from the 1024-aligned base): Q, K stages, V
+// stages, then the 4 x kStages barriers (8 bytes each).
+template <int D> SM90_HD uint32_t q_offset() { return 0; }
+template <int D> SM90_HD uint32_t kv_tile_bytes() { return (uint32_t)(traits_v5<D>::kBc * D * 2); }
+template <int D> SM90_HD uint32_t k_offset(int stage) {
+    return (uint32_t)(traits_v5<D>::kBr * D * 2) + (uint32_t)stage * kv_tile_bytes<D>();
+}
+template <int D> SM90_HD uint32_t v_offset(int stage) {
+    return k_offset<D>(traits_v5<D>::kStages) + (uint32_t)stage * kv_tile_bytes<D>();
+}
+enum barrier_kind { BAR_FULL_K = 0, BAR_EMPTY_K = 1, BAR_FULL_V = 2, BAR_EMPTY_V = 3 };
+template <int D> SM90_HD uint32_t bar_offset(int kind, int stage) {
+    return v_offset<D>(traits_v5<D>::kStages) + (uint32_t)(8 * (kind * traits_v5<D>::kStages + stage));
+}
+template <int D> SM90_HD uint32_t smem_bytes() { return 1024 + bar_offset<D>(4, 0); }
+
+// The ring: load i -> stage, the parity of the phase it belongs to.
+SM90_HD int ring_stage(int i, int stages) { return i % stages; }
+SM90_HD uint32_t ring_phase(int i, int stages) { return (uint32_t)((i / stages) & 1); }
+SM90_HD uint32_t full_parity(int i, int stages) { return ring_phase(i, stages); }
+SM90_HD uint32_t empty_parity(int i, int stages) { return ring_phase(i, stages) ^ 1u; }
+// Arrivals that complete an empty barrier's phase.
+SM90_HD uint32_t empty_count(int active_consumer_wgs) { return (uint32_t)(128 * active_consumer_wgs); }
+
+// V rows [*r0, *r1) of tile t (kBc = bc rows) that the consumers clear
+// after it lands: the rows at or past the sequence's length L (a ragged
+// seqlens_k[b] < seqlen_k) that are still inside the tensor map (rows <
+// map_rows = seqlen_k; beyond, TMA filled zeros). They hold another part of
+// the caller's cache, possibly Inf / NaN, and P = 0 there does not help:
+// 0 * NaN = NaN in P V. Keys need nothing (their scores are masked to -inf
+// whatever they hold). Empty (r0 = r1 = 0) for every other tile.
+SM90_HD void v_tail_rows(int L, int map_rows, int t, int bc, int *r0, int *r1) {
+    int a = L - t * bc, e = map_rows - t * bc;
+    if (e > bc) e = bc;
+    if (a <= 0 || a >= e) a = e = 0;
+    *r0 = a;
+    *r1 = e;
+}
+
+// ---- the schedules ----------------------------------------------------------
+// Producer (one thread): K then V of every tile of [s_begin, s_end), each
+// into its ring stage once the consumers released it. P provides
+// wait_empty_k / wait_empty_v (stage, parity) and load_k / load_v (stage,
+// tile): arrive.expect_tx(full_x[stage], stage_tx_bytes) + the boxes.
+template <int Stages, class P> SM90_HD void producer_schedule(int s_begin, int s_end, P &p) {
+    for (int t = s_begin; t < s_end; ++t) {
+        const int i = t - s_begin, st = ring_stage(i, Stages);
+        p.wait_empty_k(st, empty_parity(i, Stages));
+        p.load_k(st, t);
+        p.wait_empty_v(st, empty_parity(i, Stages));
+        p.load_v(st, t);
+    }
+}
+
+// One active consumer warpgroup, v3's pipelined order: iteration t issues
+// Q K^T of tile t+1 and P V of tile t together and runs the softmax of t+1
+// under P V of t; the wait for P V of t, O's rescale and P's packing open
+// iteration t+1. Each stage is released (empty arrive) right after the
+// wgmma wait that retired its last reader: K[t+1] after wait_group 1 in
+// iteration t, V[t] after wait_group 0 at the top of t+1.
+// C provides: wait_full_k / wait_full_v (stage, parity, tile) (wait_full_v
+// also clears V rows a ragged sequence does not own, see the kernel),
+// qk(stage) / pv(stage) (issue + commit), wgmma_wait0 / wgmma_wait1,
+// release_k / release_v (stage), softmax(tile) (mask + online softmax of
+// the S accumulators), rescale_pack() (O *= corr, P = S packed).
+// Branch shapes as in v3 (each issue .. wait inside one branch; the P V
+// wait in the loop head, another basic block from the softmax), which is
+// what keeps ptxas from serializing or injecting waits (NOTES.md).
+template <int Stages, class C> SM90_HD void consumer_schedule(int s_begin, int s_end, C &c) {
+    c.wait_full_k(ring_stage(0, Stages), full_parity(0, Stages), s_begin);
+    c.qk(ring_stage(0, Stages));
+    c.wgmma_wait0();
+    c.release_k(ring_stage(0, Stages));
+    c.softmax(s_begin); // O = 0, m = -inf: corr = 0 keeps O = 0 at the first rescale
+    for (int t = s_begin; t < s_end; ++t) {
+        const int i = t - s_begin;
+        c.wgmma_wait0(); // P V of t-1 retired: its V stage is free, O and P may be rewritten
+        if (i > 0) c.release_v(ring_stage(i - 1, Stages));
+        c.rescale_pack();
+        c.wait_full_v(ring_stage(i, Stages), full_parity(i, Stages), t);
+        if (t + 1 < s_end) {
+            c.wait_full_k(ring_stage(i + 1, Stages), full_parity(i + 1, Stages), t + 1);
+            c.qk(ring_stage(i + 1, Stages));
+            c.pv(ring_stage(i, Stages));
+            c.wgmma_wait1(); // Q K^T of t+1 retired; P V of t may still run
+            c.release_k(ring_stage(i + 1, Stages));
+            c.softmax(t + 1);
+        } else {
+            c.pv(ring_stage(i, Stages));
+        }
+    }
+    c.wgmma_wait0();
+    c.release_v(ring_stage(s_end - 1 - s_begin, Stages));
+}
+
+// ---- TMA geometry (host) ------------------------------------------------------
+// K (or V) as a 4-D tensor for cuTensorMapEncodeTiled, innermost first:
+// (head_dim, seqlen_k, heads_kv, batch), byte strides (seq, head, batch).
+// Tile t of kv head hk, batch b, column box c is the box at coordinates
+// (64 c, t kBc, hk, b); rows >= seqlen_k are out of bounds (zero-filled by
+// TMA), so a tile never reads another batch's rows.
+struct kv_map {
+    uint64_t dims[4];
+    uint64_t strides[3]; // bytes, of dims 1..3
+    uint32_t box[4];
+};
+enum kv_map_status {
+    KV_MAP_OK = 0,
+    KV_MAP_BASE_ALIGN = 1,   // base address not 16-byte aligned
+    KV_MAP_SEQ_STRIDE = 2,   // seq stride x 2 bytes not a positive multiple of 16 below 2^40
+    KV_MAP_HEAD_STRIDE = 3,  // (heads_kv > 1) head stride likewise
+    KV_MAP_BATCH_STRIDE = 4, // (batch > 1) batch stride likewise
+};
+inline const char *kv_map_status_text(int s) {
+    switch (s) {
+    case KV_MAP_OK: return "ok";
+    case KV_MAP_BASE_ALIGN: return "base address not 16-byte aligned";
+    case KV_MAP_SEQ_STRIDE: return "seq stride not a positive multiple of 16 bytes (below 2^40)";
+    case KV_MAP_HEAD_STRIDE: return "head stride not a positive multiple of 16 bytes (below 2^40)";
+    case KV_MAP_BATCH_STRIDE: return "batch stride not a positive multiple of 16 bytes (below 2^40)";
+    default: return "?";
+    }
+}
+inline bool tma_stride_ok(int64_t elems) {
+    const int64_t bytes = elems * 2;
+    return elems > 0 && bytes % 16 == 0 && bytes < (int64_t(1) << 40);
+}
+// 16-bit elements. A dimension of extent 1 never steps: its stride is
+// replaced by a harmless valid one (any multiple of 16) so broadcast / odd
+// strides of unit dimensions are not refused.
+inline int kv_map_geometry(uintptr_t base, int head_dim, int seqlen_k, int heads_kv, int batch, int64_t ss,
+                           int64_t hs, int64_t bs, int box_rows, kv_map *m) {
+    if (base % 16) return KV_MAP_BASE_ALIGN;
+    if (!tma_stride_ok(ss)) return KV_MAP_SEQ_STRIDE;
+    if (heads_kv > 1 && !tma_stride_ok(hs)) return KV_MAP_HEAD_STRIDE;
+    if (batch > 1 && !tma_stride_ok(bs)) return KV_MAP_BATCH_STRIDE;
+    m->dims[0] = (uint64_t)head_dim;
+    m->dims[1] = (uint64_t)seqlen_k;
+    m->dims[2] = (uint64_t)heads_kv;
+    m->dims[3] = (uint64_t)batch;
+    m->strides[0] = (uint64_t)ss * 2;
+    m->strides[1] = heads_kv > 1 ? (uint64_t)hs * 2 : 16;
+    m->strides[2] = batch > 1 ? (uint64_t)bs * 2 : 16;
+    m->box[0] = kBoxCols;
+    m->box[1] = (uint32_t)box_rows;
+    m->box[2] = 1;
+    m->box[3] = 1;
+    return KV_MAP_OK;
+}
+
+} // namespace fp_tma
+
+#endif // FP_ATTENTION_TMA_SM90_H
