@@ -1083,34 +1083,35 @@ done:
     return st;
 }
 
+/* The size and stream of the live block at ptr, under the lock; `what`
+ * names the caller in the not-live message. */
+static fp_status live_block_info(fp_allocator *a, const void *ptr, const char *what, size_t *size,
+                                 fp_stream *stream) {
+    lock(a);
+    fp_block *b = map_find(a, (uintptr_t)ptr);
+    fp_status st = FP_OK;
+    if (b) {
+        if (size) *size = b->size;
+        if (stream) *stream = (fp_stream)b->stream;
+    } else {
+        st = not_live(a, (uintptr_t)ptr, what);
+    }
+    unlock(a);
+    return st;
+}
+
 fp_status fp_alloc_usable_size(fp_allocator *a, const void *ptr, size_t *out) {
     FP_CHECK_NOT_NULL(a);
     FP_CHECK_NOT_NULL(ptr);
     FP_CHECK_NOT_NULL(out);
-    lock(a);
-    fp_block *b = map_find(a, (uintptr_t)ptr);
-    fp_status st = FP_OK;
-    if (b)
-        *out = b->size;
-    else
-        st = not_live(a, (uintptr_t)ptr, "fp_alloc_usable_size");
-    unlock(a);
-    return st;
+    return live_block_info(a, ptr, "fp_alloc_usable_size", out, NULL);
 }
 
 fp_status fp_alloc_block_stream(fp_allocator *a, const void *ptr, fp_stream *out) {
     FP_CHECK_NOT_NULL(a);
     FP_CHECK_NOT_NULL(ptr);
     FP_CHECK_NOT_NULL(out);
-    lock(a);
-    fp_block *b = map_find(a, (uintptr_t)ptr);
-    fp_status st = FP_OK;
-    if (b)
-        *out = (fp_stream)b->stream;
-    else
-        st = not_live(a, (uintptr_t)ptr, "fp_alloc_block_stream");
-    unlock(a);
-    return st;
+    return live_block_info(a, ptr, "fp_alloc_block_stream", NULL, out);
 }
 
 fp_status fp_alloc_round_size(const fp_allocator *a, size_t size, size_t *out) {
