@@ -65,6 +65,30 @@ struct RowGrad {
     }
 };
 
+// gamma (1 without) and the pre-activation shift beta + bias (0 without; it
+// matters only through act', so it is not loaded without an activation) of
+// 16-byte vector j of the row.
+template <typename T, int V>
+__device__ __forceinline__ void load_gamma_shift(const T *gamma, const T *beta, const T *bias, int act, int64_t j,
+                                                 float (&gam)[V], float (&sh)[V]) {
+    float p[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) { gam[e] = 1.0f; sh[e] = 0.0f; }
+    if (gamma) unpack<T>(ldg16(gamma + j * V), gam);
+    if (act != ACT_NONE) {
+        if (beta) {
+            unpack<T>(ldg16(beta + j * V), p);
+#pragma unroll
+            for (int e = 0; e < V; ++e) sh[e] = p[e];
+        }
+        if (bias) {
+            unpack<T>(ldg16(bias + j * V), p);
+#pragma unroll
+            for (int e = 0; e < V; ++e) sh[e] += p[e];
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // dx v1: scalar, any shape
 // ---------------------------------------------------------------------------
@@ -352,24 +376,10 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
         // One vector of the row from its raw 16-byte x and dout: n, dn (or g),
         // the row sums and the register column sums.
         auto first_pass = [&](int k, int64_t j, const uint4 &xraw, const uint4 &draw) {
-            float xv[V], dv[V], gam[V], sh[V], p[V];
+            float xv[V], dv[V], gam[V], sh[V];
             unpack<T>(xraw, xv);
             unpack<T>(draw, dv);
-#pragma unroll
-            for (int e = 0; e < V; ++e) { gam[e] = 1.0f; sh[e] = 0.0f; }
-            if (gamma) unpack<T>(ldg16(gamma + j * V), gam);
-            if (d.act != ACT_NONE) {  // the shift matters only through act'
-                if (beta) {
-                    unpack<T>(ldg16(beta + j * V), p);
-#pragma unroll
-                    for (int e = 0; e < V; ++e) sh[e] = p[e];
-                }
-                if (bias) {
-                    unpack<T>(ldg16(bias + j * V), p);
-#pragma unroll
-                    for (int e = 0; e < V; ++e) sh[e] += p[e];
-                }
-            }
+            load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
 #pragma unroll
             for (int e = 0; e < V; ++e) {  // the same arithmetic as RowGrad::at (dx v2)
                 const float xn = (xv[e] - mean) * rstd;
@@ -614,24 +624,10 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
                 const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k0 + i, tpr);
                 if (j < nvec) {
                     x_s[j] = xr[i];
-                    float xv[V], dv[V], gam[V], sh[V], p[V], g[V];
+                    float xv[V], dv[V], gam[V], sh[V], g[V];
                     unpack<T>(xr[i], xv);
                     unpack<T>(dr[i], dv);
-#pragma unroll
-                    for (int e = 0; e < V; ++e) { gam[e] = 1.0f; sh[e] = 0.0f; }
-                    if (gamma) unpack<T>(ldg16(gamma + j * V), gam);
-                    if (d.act != ACT_NONE) {  // the shift matters only through act'
-                        if (beta) {
-                            unpack<T>(ldg16(beta + j * V), p);
-#pragma unroll
-                            for (int e = 0; e < V; ++e) sh[e] = p[e];
-                        }
-                        if (bias) {
-                            unpack<T>(ldg16(bias + j * V), p);
-#pragma unroll
-                            for (int e = 0; e < V; ++e) sh[e] += p[e];
-                        }
-                    }
+                    load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
 #pragma unroll
                     for (int e = 0; e < V; ++e) {  // the same arithmetic as RowGrad::at (dx v2)
                         const float xn = (xv[e] - mean) * rstd;
