@@ -1,6 +1,7 @@
 // Shared pieces of the two CPU emulation tests of the flash kernels
 // (test_attention_flash_emu.cpp: v1 / v2 on mma.sync; test_attention_sm90_emu.cpp:
-// v3 / v4 on wgmma): the f16 / bf16 element type, the emulation's arguments,
+// v3 / v4 on wgmma, v5's consumer math; test_attention_tma_emu.cpp uses the
+// random generator only): the f16 / bf16 element type, the emulation's arguments,
 // the split-KV combine and the grid loop around a test's own CTA emulation,
 // and one case's host data (lengths, ragged / varlen arrays, random inputs,
 // poisoned outputs, fp_attention_params) with its check against
@@ -90,15 +91,21 @@ struct emu_case {
 };
 
 // xorshift64 in [-1, 1), never 0; each test seeds its own.
+// next_u32: the high half of the next state (test_attention_tma_emu's
+// interleaving choices).
 struct emu_rng {
     uint64_t state;
-    float next() {
+    uint64_t step() {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
-        const float v = (float)((state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+        return state;
+    }
+    float next() {
+        const float v = (float)((step() >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
         return v == 0.0f ? 1e-3f : v;
     }
+    uint32_t next_u32() { return (uint32_t)(step() >> 32); }
 };
 
 // One case's host tensors. O starts as 0xFFFF (NaN) and lse as NaN: what

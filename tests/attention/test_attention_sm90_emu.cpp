@@ -398,6 +398,123 @@ struct inflight_model {
 };
 static inflight_model g_inflight;
 
+// ---- one warpgroup's math, the same in the v3 / v4 and v5 emulations ------
+// (the test's own model of the kernels' mask_tile / softmax_tile / rescale_o /
+// pack_p / epilogue, per thread of a warpgroup; the quad shuffles are the
+// tid ^ 1, tid ^ 2 partners)
+
+// The rows of one warpgroup: row0 is its first packed row (m0 + 64 wg).
+struct emu_rows {
+    const fp_flash::block_plan *plan;
+    int row0, group, L, sq, wl, wr;
+    float scale_log2;
+};
+
+// mask_tile + softmax_tile on the tile of keys n0 .. n0 + Bc - 1: S -> P in
+// s, running max / sum updated, corr = the factor of O's rows.
+template <int Bc>
+static void emu_softmax(const emu_rows &R, int n0, float (*s)[64], float (*m_run)[2], float (*l_run)[2],
+                        float (*corr)[2]) {
+    for (int tid = 0; tid < 128; ++tid) {
+        const int warp = tid / 32, lane = tid % 32;
+        if (fp_flash::tile_needs_mask(*R.plan, n0, Bc))
+            for (int h = 0; h < 2; ++h) {
+                int lo, hi; // the kernel: row_ctx.row0 + 8 h
+                fp_flash::row_keys(R.row0 + fp_sm90::acc_row(warp, lane, 0) + 8 * h, R.group, R.L, R.sq, R.wl, R.wr,
+                                   &lo, &hi);
+                for (int j = 0; j < Bc / 8; ++j)
+                    for (int c = 0; c < 2; ++c) {
+                        const int col = n0 + fp_sm90::acc_col(lane, 4 * j + 2 * h + c);
+                        if (col < lo || col > hi) s[tid][4 * j + 2 * h + c] = -INFINITY;
+                    }
+            }
+    }
+    for (int h = 0; h < 2; ++h) {
+        float mx[128], qm[128];
+        for (int tid = 0; tid < 128; ++tid) {
+            mx[tid] = m_run[tid][h];
+            for (int j = 0; j < Bc / 8; ++j)
+                mx[tid] = fmaxf(mx[tid], fmaxf(s[tid][4 * j + 2 * h], s[tid][4 * j + 2 * h + 1]));
+        }
+        for (int tid = 0; tid < 128; ++tid) qm[tid] = fmaxf(mx[tid], mx[tid ^ 1]); // shfl_xor 1, 2
+        for (int tid = 0; tid < 128; ++tid) mx[tid] = fmaxf(qm[tid], qm[tid ^ 2]);
+        for (int tid = 0; tid < 128; ++tid) {
+            const float m_scaled = mx[tid] == -INFINITY ? 0.0f : mx[tid] * R.scale_log2;
+            corr[tid][h] = exp2f(m_run[tid][h] * R.scale_log2 - m_scaled);
+            m_run[tid][h] = mx[tid];
+            float rs = 0.0f;
+            for (int j = 0; j < Bc / 8; ++j)
+                for (int c = 0; c < 2; ++c) {
+                    const float e = exp2f(fmaf(s[tid][4 * j + 2 * h + c], R.scale_log2, -m_scaled));
+                    s[tid][4 * j + 2 * h + c] = e;
+                    rs += e;
+                }
+            l_run[tid][h] = l_run[tid][h] * corr[tid][h] + rs;
+        }
+    }
+}
+
+// O's row h times corr[h].
+template <int D> static void emu_rescale(float (*o)[64], const float (*corr)[2]) {
+    for (int tid = 0; tid < 128; ++tid)
+        for (int j = 0; j < D / 8; ++j)
+            for (int h = 0; h < 2; ++h) {
+                o[tid][4 * j + 2 * h] *= corr[tid][h];
+                o[tid][4 * j + 2 * h + 1] *= corr[tid][h];
+            }
+}
+
+// P (f32 in s) as the register A fragments p[kk][tid][0..3] of P V.
+template <int Bc> static void emu_pack(uint32_t (*p)[128][4], const float (*s)[64], fp_dtype dt) {
+    for (int tid = 0; tid < 128; ++tid)
+        for (int kk = 0; kk < Bc / 16; ++kk)
+            for (int r = 0; r < 4; ++r) {
+                const int i = fp_sm90::p_src(kk, r);
+                p[kk][tid][r] = (uint32_t)from_f(s[tid][i], dt) | ((uint32_t)from_f(s[tid][i + 1], dt) << 16);
+            }
+}
+
+// The epilogue of one warpgroup (rows R.row0 ..): quad row sums, normalize,
+// O and lse, or the split partials.
+template <int D>
+static void emu_epilogue(emu_args &E, const fp_flash::seq_view &S, const emu_rows &R, int rows, int hk, int b,
+                         int split, fp_dtype dt, const float (*o_acc)[64], const float (*m_run)[2],
+                         const float (*l_run)[2]) {
+    const fp_attn_args &a = E.a;
+    for (int h = 0; h < 2; ++h) {
+        float lq[128], ls[128];
+        for (int tid = 0; tid < 128; ++tid) lq[tid] = l_run[tid][h] + l_run[tid ^ 1][h];
+        for (int tid = 0; tid < 128; ++tid) ls[tid] = lq[tid] + lq[tid ^ 2];
+        for (int tid = 0; tid < 128; ++tid) {
+            const int warp = tid / 32, lane = tid % 32;
+            const float l = ls[tid];
+            const int r = R.row0 + fp_sm90::acc_row(warp, lane, 2 * h);
+            if (r >= rows) continue;
+            const int qi = r / a.group, head = hk * a.group + r % a.group;
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            const float lse = l > 0.0f ? (m_run[tid][h] * R.scale_log2 + log2f(l)) * 0.69314718055994531f : -INFINITY;
+            const int col0 = fp_sm90::acc_col(lane, 2 * h);
+            const float *oa = o_acc[tid];
+            if (E.num_splits == 1) {
+                h16 *o = (h16 *)a.o + S.o0 + (int64_t)qi * a.o_ss + (int64_t)head * a.o_hs;
+                for (int j = 0; j < D / 8; ++j) {
+                    o[j * 8 + col0] = from_f(oa[4 * j + 2 * h] * inv, dt);
+                    o[j * 8 + col0 + 1] = from_f(oa[4 * j + 2 * h + 1] * inv, dt);
+                }
+                if (a.lse && (lane & 3) == 0) a.lse[((int64_t)b * a.heads_q + head) * a.seqlen_q + qi] = lse;
+            } else {
+                const int64_t prow = (((int64_t)split * a.batch + b) * a.heads_q + head) * a.seqlen_q + qi;
+                float *o = E.o_part.data() + prow * D;
+                for (int j = 0; j < D / 8; ++j) {
+                    o[j * 8 + col0] = oa[4 * j + 2 * h] * inv;
+                    o[j * 8 + col0 + 1] = oa[4 * j + 2 * h + 1] * inv;
+                }
+                if ((lane & 3) == 0) E.lse_part[prow] = lse;
+            }
+        }
+    }
+}
+
 // Pipelined: the kernel's schedule (version 3: traits<D>::kPipelined;
 // version 4: the other one).
 template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, int hk, int b) {
@@ -458,65 +575,20 @@ template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, in
             wgmma_emu(s_acc[wg], Bc, sm, dt, &da, nullptr, fp_sm90::k_desc<D>(k_tile, Bc, kk), false);
         }
     };
+    auto rows_of = [&](int wg) {
+        return emu_rows{&plan, m0 + 64 * wg, a.group, L, S.sq, E.wl, E.wr, scale_log2};
+    };
     auto softmax = [&](int wg, int n0) { // mask_tile + softmax_tile -> corr
         F.touch(wg, REG_S, "softmax");
-        float(*s)[64] = s_acc[wg];
-        for (int tid = 0; tid < 128; ++tid) {
-            const int warp = tid / 32, lane = tid % 32;
-            if (fp_flash::tile_needs_mask(plan, n0, Bc))
-                for (int h = 0; h < 2; ++h) {
-                    int lo, hi; // the kernel: row_ctx.row0 + 8 h
-                    fp_flash::row_keys(m0 + 64 * wg + fp_sm90::acc_row(warp, lane, 0) + 8 * h, a.group, L, S.sq,
-                                       E.wl, E.wr, &lo, &hi);
-                    for (int j = 0; j < Bc / 8; ++j)
-                        for (int c = 0; c < 2; ++c) {
-                            const int col = n0 + fp_sm90::acc_col(lane, 4 * j + 2 * h + c);
-                            if (col < lo || col > hi) s[tid][4 * j + 2 * h + c] = -INFINITY;
-                        }
-                }
-        }
-        for (int h = 0; h < 2; ++h) {
-            float mx[128], qm[128];
-            for (int tid = 0; tid < 128; ++tid) {
-                mx[tid] = m_run[wg][tid][h];
-                for (int j = 0; j < Bc / 8; ++j)
-                    mx[tid] = fmaxf(mx[tid], fmaxf(s[tid][4 * j + 2 * h], s[tid][4 * j + 2 * h + 1]));
-            }
-            for (int tid = 0; tid < 128; ++tid) qm[tid] = fmaxf(mx[tid], mx[tid ^ 1]); // shfl_xor 1, 2
-            for (int tid = 0; tid < 128; ++tid) mx[tid] = fmaxf(qm[tid], qm[tid ^ 2]);
-            for (int tid = 0; tid < 128; ++tid) {
-                const float m_scaled = mx[tid] == -INFINITY ? 0.0f : mx[tid] * scale_log2;
-                corr[wg][tid][h] = exp2f(m_run[wg][tid][h] * scale_log2 - m_scaled);
-                m_run[wg][tid][h] = mx[tid];
-                float rs = 0.0f;
-                for (int j = 0; j < Bc / 8; ++j)
-                    for (int c = 0; c < 2; ++c) {
-                        const float e = exp2f(fmaf(s[tid][4 * j + 2 * h + c], scale_log2, -m_scaled));
-                        s[tid][4 * j + 2 * h + c] = e;
-                        rs += e;
-                    }
-                l_run[wg][tid][h] = l_run[wg][tid][h] * corr[wg][tid][h] + rs;
-            }
-        }
+        emu_softmax<Bc>(rows_of(wg), n0, s_acc[wg], m_run[wg], l_run[wg], corr[wg]);
     };
     auto rescale = [&](int wg) {
         F.touch(wg, REG_O, "O rescale");
-        for (int tid = 0; tid < 128; ++tid)
-            for (int j = 0; j < D / 8; ++j)
-                for (int h = 0; h < 2; ++h) {
-                    o_acc[wg][tid][4 * j + 2 * h] *= corr[wg][tid][h];
-                    o_acc[wg][tid][4 * j + 2 * h + 1] *= corr[wg][tid][h];
-                }
+        emu_rescale<D>(o_acc[wg], corr[wg]);
     };
     auto pack = [&](int wg) {
         F.touch(wg, REG_S | REG_P, "P pack");
-        for (int tid = 0; tid < 128; ++tid)
-            for (int kk = 0; kk < Bc / 16; ++kk)
-                for (int r = 0; r < 4; ++r) {
-                    const int i = fp_sm90::p_src(kk, r);
-                    p_frag[wg][kk][tid][r] =
-                        (uint32_t)from_f(s_acc[wg][tid][i], dt) | ((uint32_t)from_f(s_acc[wg][tid][i + 1], dt) << 16);
-                }
+        emu_pack<Bc>(p_frag[wg], s_acc[wg], dt);
     };
     auto pv = [&](int wg, uint32_t v_tile) { // issue_pv: issue, commit (reads O and P)
         F.issue(wg, REG_O | REG_P, v_tile, kKV);
@@ -614,39 +686,7 @@ template <int D, bool Pipelined> static void emulate_cta(emu_args &E, int bx, in
         if (!F.q[wg].empty()) F.violations++; // the CTA exits with wgmmas in flight
     }
     for (int wg = 0; wg < 2; ++wg)
-        for (int h = 0; h < 2; ++h) {
-            float lq[128], ls[128];
-            for (int tid = 0; tid < 128; ++tid) lq[tid] = l_run[wg][tid][h] + l_run[wg][tid ^ 1][h];
-            for (int tid = 0; tid < 128; ++tid) ls[tid] = lq[tid] + lq[tid ^ 2];
-            for (int tid = 0; tid < 128; ++tid) {
-                const int warp = tid / 32, lane = tid % 32;
-                const float l = ls[tid];
-                const int r = m0 + 64 * wg + fp_sm90::acc_row(warp, lane, 2 * h);
-                if (r >= rows) continue;
-                const int qi = r / a.group, head = hk * a.group + r % a.group;
-                const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-                const float lse =
-                    l > 0.0f ? (m_run[wg][tid][h] * scale_log2 + log2f(l)) * 0.69314718055994531f : -INFINITY;
-                const int col0 = fp_sm90::acc_col(lane, 2 * h);
-                const float *oa = o_acc[wg][tid];
-                if (E.num_splits == 1) {
-                    h16 *o = (h16 *)a.o + S.o0 + (int64_t)qi * a.o_ss + (int64_t)head * a.o_hs;
-                    for (int j = 0; j < D / 8; ++j) {
-                        o[j * 8 + col0] = from_f(oa[4 * j + 2 * h] * inv, dt);
-                        o[j * 8 + col0 + 1] = from_f(oa[4 * j + 2 * h + 1] * inv, dt);
-                    }
-                    if (a.lse && (lane & 3) == 0) a.lse[((int64_t)b * a.heads_q + head) * a.seqlen_q + qi] = lse;
-                } else {
-                    const int64_t prow = (((int64_t)split * a.batch + b) * a.heads_q + head) * a.seqlen_q + qi;
-                    float *o = E.o_part.data() + prow * D;
-                    for (int j = 0; j < D / 8; ++j) {
-                        o[j * 8 + col0] = oa[4 * j + 2 * h] * inv;
-                        o[j * 8 + col0 + 1] = oa[4 * j + 2 * h + 1] * inv;
-                    }
-                    if ((lane & 3) == 0) E.lse_part[prow] = lse;
-                }
-            }
-        }
+        emu_epilogue<D>(E, S, rows_of(wg), rows, hk, b, split, dt, o_acc[wg], m_run[wg], l_run[wg]);
 }
 
 template <int D, bool Pipelined> static void emulate(emu_args &E) {
@@ -739,64 +779,18 @@ template <int D> struct v5_consumer_emu {
     void wgmma_wait1() { F.wait(wg, 1); }
     void release_k(int) {}
     void release_v(int) {}
+    emu_rows rows() const {
+        return emu_rows{&C->plan, C->m0 + 64 * wg, C->a->group, C->L, C->sq, C->wl, C->wr, C->scale_log2};
+    }
     void softmax(int t) {
         F.touch(wg, REG_S, "softmax");
-        const int n0 = t * Bc;
-        float(*s)[64] = v5_s[wg];
-        for (int tid = 0; tid < 128; ++tid) {
-            const int warp = tid / 32, lane = tid % 32;
-            if (fp_flash::tile_needs_mask(C->plan, n0, Bc))
-                for (int h = 0; h < 2; ++h) {
-                    int lo, hi;
-                    fp_flash::row_keys(C->m0 + 64 * wg + fp_sm90::acc_row(warp, lane, 0) + 8 * h, C->a->group, C->L,
-                                       C->sq, C->wl, C->wr, &lo, &hi);
-                    for (int j = 0; j < Bc / 8; ++j)
-                        for (int c = 0; c < 2; ++c) {
-                            const int col = n0 + fp_sm90::acc_col(lane, 4 * j + 2 * h + c);
-                            if (col < lo || col > hi) s[tid][4 * j + 2 * h + c] = -INFINITY;
-                        }
-                }
-        }
-        for (int h = 0; h < 2; ++h) {
-            float mx[128], qm[128];
-            for (int tid = 0; tid < 128; ++tid) {
-                mx[tid] = v5_m[wg][tid][h];
-                for (int j = 0; j < Bc / 8; ++j)
-                    mx[tid] = fmaxf(mx[tid], fmaxf(s[tid][4 * j + 2 * h], s[tid][4 * j + 2 * h + 1]));
-            }
-            for (int tid = 0; tid < 128; ++tid) qm[tid] = fmaxf(mx[tid], mx[tid ^ 1]);
-            for (int tid = 0; tid < 128; ++tid) mx[tid] = fmaxf(qm[tid], qm[tid ^ 2]);
-            for (int tid = 0; tid < 128; ++tid) {
-                const float m_scaled = mx[tid] == -INFINITY ? 0.0f : mx[tid] * C->scale_log2;
-                v5_corr[wg][tid][h] = exp2f(v5_m[wg][tid][h] * C->scale_log2 - m_scaled);
-                v5_m[wg][tid][h] = mx[tid];
-                float rs = 0.0f;
-                for (int j = 0; j < Bc / 8; ++j)
-                    for (int c = 0; c < 2; ++c) {
-                        const float e = exp2f(fmaf(s[tid][4 * j + 2 * h + c], C->scale_log2, -m_scaled));
-                        s[tid][4 * j + 2 * h + c] = e;
-                        rs += e;
-                    }
-                v5_l[wg][tid][h] = v5_l[wg][tid][h] * v5_corr[wg][tid][h] + rs;
-            }
-        }
+        emu_softmax<Bc>(rows(), t * Bc, v5_s[wg], v5_m[wg], v5_l[wg], v5_corr[wg]);
     }
     void rescale_pack() {
         F.touch(wg, REG_O, "O rescale");
         F.touch(wg, REG_S | REG_P, "P pack");
-        for (int tid = 0; tid < 128; ++tid) {
-            for (int j = 0; j < D / 8; ++j)
-                for (int h = 0; h < 2; ++h) {
-                    v5_o[wg][tid][4 * j + 2 * h] *= v5_corr[wg][tid][h];
-                    v5_o[wg][tid][4 * j + 2 * h + 1] *= v5_corr[wg][tid][h];
-                }
-            for (int kk = 0; kk < Bc / 16; ++kk)
-                for (int r = 0; r < 4; ++r) {
-                    const int i = fp_sm90::p_src(kk, r);
-                    v5_p[wg][kk][tid][r] = (uint32_t)from_f(v5_s[wg][tid][i], C->dt) |
-                                           ((uint32_t)from_f(v5_s[wg][tid][i + 1], C->dt) << 16);
-                }
-        }
+        emu_rescale<D>(v5_o[wg], v5_corr[wg]);
+        emu_pack<Bc>(v5_p[wg], v5_s[wg], C->dt);
     }
 };
 
@@ -866,40 +860,10 @@ template <int D> static void emulate_cta_v5(emu_args &E, int bx, int hk, int b) 
         F.touch(wg, REG_O, "epilogue");
         if (!F.q[wg].empty()) F.violations++;
     }
-    for (int wg = 0; wg < active; ++wg)
-        for (int h = 0; h < 2; ++h) {
-            float lq[128], ls[128];
-            for (int tid = 0; tid < 128; ++tid) lq[tid] = v5_l[wg][tid][h] + v5_l[wg][tid ^ 1][h];
-            for (int tid = 0; tid < 128; ++tid) ls[tid] = lq[tid] + lq[tid ^ 2];
-            for (int tid = 0; tid < 128; ++tid) {
-                const int warp = tid / 32, lane = tid % 32;
-                const float l = ls[tid];
-                const int r = C.m0 + 64 * wg + fp_sm90::acc_row(warp, lane, 2 * h);
-                if (r >= C.rows) continue;
-                const int qi = r / a.group, head = hk * a.group + r % a.group;
-                const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-                const float lse =
-                    l > 0.0f ? (v5_m[wg][tid][h] * C.scale_log2 + log2f(l)) * 0.69314718055994531f : -INFINITY;
-                const int col0 = fp_sm90::acc_col(lane, 2 * h);
-                const float *oa = v5_o[wg][tid];
-                if (E.num_splits == 1) {
-                    h16 *o = (h16 *)a.o + S.o0 + (int64_t)qi * a.o_ss + (int64_t)head * a.o_hs;
-                    for (int j = 0; j < D / 8; ++j) {
-                        o[j * 8 + col0] = from_f(oa[4 * j + 2 * h] * inv, C.dt);
-                        o[j * 8 + col0 + 1] = from_f(oa[4 * j + 2 * h + 1] * inv, C.dt);
-                    }
-                    if (a.lse && (lane & 3) == 0) a.lse[((int64_t)b * a.heads_q + head) * a.seqlen_q + qi] = lse;
-                } else {
-                    const int64_t prow = (((int64_t)split * a.batch + b) * a.heads_q + head) * a.seqlen_q + qi;
-                    float *o = E.o_part.data() + prow * D;
-                    for (int j = 0; j < D / 8; ++j) {
-                        o[j * 8 + col0] = oa[4 * j + 2 * h] * inv;
-                        o[j * 8 + col0 + 1] = oa[4 * j + 2 * h + 1] * inv;
-                    }
-                    if ((lane & 3) == 0) E.lse_part[prow] = lse;
-                }
-            }
-        }
+    for (int wg = 0; wg < active; ++wg) {
+        const emu_rows R = {&C.plan, C.m0 + 64 * wg, a.group, C.L, C.sq, C.wl, C.wr, C.scale_log2};
+        emu_epilogue<D>(E, S, R, C.rows, hk, b, split, C.dt, v5_o[wg], v5_m[wg], v5_l[wg]);
+    }
 }
 
 // Version 5 on one case: K / V rows past each ragged sequence's length

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "attention/attention_tma_sm90.h"
+#include "attn_emu_util.h"
 
 static int g_failures = 0;
 
@@ -187,16 +188,6 @@ struct model_result {
     std::string first;
 };
 
-struct rng64 {
-    uint64_t s;
-    uint32_t next() {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        return (uint32_t)(s >> 32);
-    }
-};
-
 // Runs the recorded ops of one producer and `nc` consumers over a CTA's
 // tiles [s_begin, s_end) with random interleaving (seed).
 template <int D>
@@ -270,7 +261,7 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
     std::vector<std::vector<std::pair<int, bool>>> groups(nc);
     std::vector<int> qk_count(nc, 0), pv_count(nc, 0);
     // what a consumer last waited for on each stage: the fill number
-    rng64 rng = {seed * 0x9E3779B97F4A7C15ULL + 1};
+    emu_rng rng = {seed * 0x9E3779B97F4A7C15ULL + 1};
     auto ops_of = [&](int a) -> const std::vector<op> & { return a == 0 ? P.ops : C[a - 1].ops; };
 
     // One step of agent a: executes its next op if it can; false if blocked.
@@ -379,7 +370,7 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
         // blocked is skipped; if nothing can move, deadlock
         bool moved = false;
         const size_t choices = runnable.size() + flight.size();
-        const size_t first = rng.next() % choices;
+        const size_t first = rng.next_u32() % choices;
         for (size_t k = 0; k < choices && !moved; ++k) {
             const size_t i = (first + k) % choices;
             if (i < runnable.size()) {

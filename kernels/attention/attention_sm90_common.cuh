@@ -1,0 +1,323 @@
+// What the Hopper flash kernels share: version 3 / 4 (cp.async,
+// attention_flash_sm90.cu) and version 5 (TMA producer warpgroup,
+// attention_flash_tma_sm90.cu) run the same per-warpgroup math: the PTX
+// wrappers (cp.async, proxy fence, wgmma and its fences / waits), the wgmma
+// shapes both use, the row masks, the online softmax, the O rescale, the
+// packing of P into wgmma's register A fragment, the Q K^T and P V stages
+// and the epilogue (normalize, write O and lse or the split partials).
+// Each kernel file keeps its own kernel body, schedule and launcher.
+// sm_90a only (wgmma): included only by the *_sm90.cu sources, which are
+// compiled for arch 90a alone (see the top-level CMakeLists.txt).
+// Internal linkage like attention_flash_common.cuh: each translation unit
+// gets its own copy. Index math: attention_sm90_layout.h (shared with the
+// emulation tests, which model the hardware independently of this file).
+#ifndef FP_ATTENTION_SM90_COMMON_CUH
+#define FP_ATTENTION_SM90_COMMON_CUH
+
+#include <atomic>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "attention/attention_flash_common.cuh"
+#include "attention/attention_flash_layout.h"
+#include "attention/attention_internal.h"
+#include "attention/attention_sm90_layout.h"
+
+namespace {
+
+// ---- PTX wrappers (sm_90a) -------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte async copy global -> shared; pred false zero-fills (src-size 0),
+// which keeps rows past the sequence end finite.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool pred) {
+    int n = pred ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// cp.async writes shared memory through the generic proxy, wgmma reads it
+// through the async proxy: each writer fences after its copies landed and
+// before the barrier that publishes them to the warpgroups.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Orders this thread's earlier register writes (accumulators, A fragments)
+// before the wgmma that reads them.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// After wgmma_wait: an empty asm that "redefines" each accumulator, so the
+// compiler cannot move a read of it above the wait (the wgmma asm statement
+// itself "wrote" it when it was issued).
+template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Every wgmma below: f32 accumulate; operands after the descriptors are
+// scale-d (a predicate, here the constant 1: D += A B; the S accumulators
+// are zeroed first, which ptxas folds into the first HGMMA), imm-scale-a,
+// imm-scale-b (1: no negation), then imm-trans-a (shared-memory A only) and
+// imm-trans-b (1 for V: MN-major).
+template <typename T> __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b);
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b);
+
+// The specializations, one macro per shape: the PTX strings spell every
+// operand (%0 .. the descriptors) as before; FP_SM90_D32 / FP_SM90_D64 are
+// the accumulator operand lists "+f"(d[0]) .. "+f"(d[N / 2 - 1]).
+#define FP_SM90_D8(i)                                                                                                  \
+    "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]),        \
+        "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+#define FP_SM90_D32 FP_SM90_D8(0), FP_SM90_D8(8), FP_SM90_D8(16), FP_SM90_D8(24)
+#define FP_SM90_D64 FP_SM90_D32, FP_SM90_D8(32), FP_SM90_D8(40), FP_SM90_D8(48), FP_SM90_D8(56)
+#define FP_SM90_ACC32                                                                                                  \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                          \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FP_SM90_ACC64                                                                                                  \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                          \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                                 \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                                 \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// D[64 x 128] (+)= A[64 x 16] (shared, K-major) * B[16 x 128] (shared, K-major).
+#define FP_SM90_WGMMA_SS_N128(T, TY)                                                                                   \
+    template <>                                                                                                        \
+    __device__ __forceinline__ void wgmma_ss_n128<T>(float(&d)[64], uint64_t desc_a, uint64_t desc_b) {                \
+        asm volatile("{\n"                                                                                             \
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FP_SM90_ACC64                        \
+                     ", %64, %65, 1, 1, 1, 0, 0;\n"                                                                    \
+                     "}\n"                                                                                             \
+                     : FP_SM90_D64                                                                                     \
+                     : "l"(desc_a), "l"(desc_b));                                                                      \
+    }
+// D[64 x N] += A[64 x 16] (registers) * B[16 x N] (shared, MN-major: transpose
+// bit). A_DESC: the operand numbers of A's four registers and of desc_b.
+#define FP_SM90_WGMMA_RS(T, TY, N, ACC, D_OPS, A_DESC)                                                                 \
+    template <>                                                                                                        \
+    __device__ __forceinline__ void wgmma_rs<T, N>(float(&d)[N / 2], const uint32_t(&a)[4], uint64_t desc_b) {         \
+        asm volatile("{\n"                                                                                             \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " ACC ", " A_DESC                   \
+                     ", 1, 1, 1, 1;\n"                                                                                 \
+                     "}\n"                                                                                             \
+                     : D_OPS                                                                                           \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));                                       \
+    }
+FP_SM90_WGMMA_SS_N128(__nv_bfloat16, "bf16")
+FP_SM90_WGMMA_SS_N128(__half, "f16")
+FP_SM90_WGMMA_RS(__nv_bfloat16, "bf16", 64, FP_SM90_ACC32, FP_SM90_D32, "{%32, %33, %34, %35}, %36")
+FP_SM90_WGMMA_RS(__half, "f16", 64, FP_SM90_ACC32, FP_SM90_D32, "{%32, %33, %34, %35}, %36")
+FP_SM90_WGMMA_RS(__nv_bfloat16, "bf16", 128, FP_SM90_ACC64, FP_SM90_D64, "{%64, %65, %66, %67}, %68")
+FP_SM90_WGMMA_RS(__half, "f16", 128, FP_SM90_ACC64, FP_SM90_D64, "{%64, %65, %66, %67}, %68")
+#undef FP_SM90_WGMMA_RS
+#undef FP_SM90_WGMMA_SS_N128
+#undef FP_SM90_ACC64
+#undef FP_SM90_ACC32
+#undef FP_SM90_D64
+#undef FP_SM90_D32
+#undef FP_SM90_D8
+
+// What the softmax of one warpgroup's thread needs to know about its rows.
+struct row_ctx {
+    int row0;          // packed row of this thread's accumulator row h = 0 (h = 1: + 8)
+    int group, L, sq, wl, wr;
+    float scale_log2;
+    fp_flash::block_plan plan;
+};
+
+// Scores of keys outside a row's range -> -inf; only on tiles that cross
+// some row's range (edges, diagonal): the check is CTA-uniform.
+template <int Bc> __device__ __forceinline__ void mask_tile(float (&s)[Bc / 2], const row_ctx &c, int n0, int lane) {
+    if (!fp_flash::tile_needs_mask(c.plan, n0, Bc)) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        int lo, hi;
+        fp_flash::row_keys(c.row0 + 8 * h, c.group, c.L, c.sq, c.wl, c.wr, &lo, &hi);
+#pragma unroll
+        for (int j = 0; j < Bc / 8; ++j)
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+                const int col = n0 + fp_sm90::acc_col(lane, 4 * j + 2 * h + x);
+                if (col < lo || col > hi) s[4 * j + 2 * h + x] = -INFINITY;
+            }
+    }
+}
+
+// Online softmax of one tile, in place: the 4 lanes of a quad share a row
+// (registers 4 j + 2 h + x, all j, x, are row h of this thread); new max
+// over the quad, s becomes P = exp2(s * scale_log2 - max * scale_log2), the
+// row sum is rescaled, and corr[h] is the factor O's row h must be
+// multiplied by before P V of this tile is added.
+template <int Bc>
+__device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], float (&m_run)[2], float (&l_run)[2],
+                                             float (&corr)[2], float scale_log2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = m_run[h];
+#pragma unroll
+        for (int j = 0; j < Bc / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        mx = quad_max(mx);
+        // a row with no key kept so far: keep exp2 arguments finite
+        const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
+        corr[h] = fast_exp2(m_run[h] * scale_log2 - m_scaled);
+        m_run[h] = mx;
+        float rs = 0.0f;
+#pragma unroll
+        for (int j = 0; j < Bc / 8; ++j)
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+                const float e = fast_exp2(fmaf(s[4 * j + 2 * h + x], scale_log2, -m_scaled));
+                s[4 * j + 2 * h + x] = e;
+                rs += e;
+            }
+        l_run[h] = l_run[h] * corr[h] + rs;
+    }
+}
+
+template <int D> __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&corr)[2]) {
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            o[4 * j + 2 * h] *= corr[h];
+            o[4 * j + 2 * h + 1] *= corr[h];
+        }
+}
+
+// P of keys 16 kk .. 16 kk + 15 (S accumulators in pairs) is the register
+// A fragment of P V's k step kk (attention_sm90_layout.h).
+template <typename T, int Bc>
+__device__ __forceinline__ void pack_p(uint32_t (&p)[Bc / 16][4], const float (&s)[Bc / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+            p[kk][r] = pack_op<T>::pack(s[fp_sm90::p_src(kk, r)], s[fp_sm90::p_src(kk, r) + 1]);
+}
+
+// S = Q K^T for the warpgroup's 64 rows x 128 keys: issued, not waited.
+template <typename T, int D>
+__device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_smem, int q_rows, int wrow, uint32_t k_tile,
+                                         int k_rows) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) s[i] = 0.0f;
+    wgmma_fence(); // the zeroed accumulators (and any register the next wgmmas read) are written
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        wgmma_ss_n128<T>(s, fp_sm90::q_desc<D>(q_smem, q_rows, wrow, kk), fp_sm90::k_desc<D>(k_tile, k_rows, kk));
+    wgmma_commit();
+}
+// O += P V: A = P from registers, B = V (MN-major): issued, not waited.
+template <typename T, int D, int Bc>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&p)[Bc / 16][4], uint32_t v_tile) {
+    wgmma_fence(); // O (rescaled) and P were written by this thread
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk) wgmma_rs<T, D>(o, p[kk], fp_sm90::v_desc<D>(v_tile, Bc, kk));
+    wgmma_commit();
+}
+
+// Epilogue of one consumer thread: row sums over the quad, normalize, write
+// O (and lse) or the split partials. row_base: the packed row of the
+// warpgroup's first tile row (m0 + wrow); rows past `rows` are padding.
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(const flash_params &p, const fp_flash::seq_view &S,
+                                           const float (&o_acc)[D / 2], const float (&m_run)[2],
+                                           const float (&l_run)[2], int row_base, int rows, int warp, int lane, int hk,
+                                           int b, int split) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float l = quad_sum(l_run[h]);
+        const int r = row_base + fp_sm90::acc_row(warp, lane, 2 * h);
+        if (r >= rows) continue;
+        const int qi = r / p.group, head = hk * p.group + r % p.group;
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const float lse = l > 0.0f ? (m_run[h] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f : -INFINITY;
+        const int col0 = fp_sm90::acc_col(lane, 2 * h); // 2 t
+        if (p.num_splits == 1) {
+            T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)head * p.o_hs;
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j)
+                *reinterpret_cast<uint32_t *>(o + j * 8 + col0) =
+                    pack_op<T>::pack(o_acc[4 * j + 2 * h] * inv, o_acc[4 * j + 2 * h + 1] * inv);
+            if (p.lse && (lane & 3) == 0) p.lse[((int64_t)b * p.hq + head) * p.sq + qi] = lse;
+        } else {
+            const int64_t prow = (((int64_t)split * p.batch + b) * p.hq + head) * p.sq + qi;
+            float *o = p.o_part + prow * D;
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j)
+                *reinterpret_cast<float2 *>(o + j * 8 + col0) =
+                    make_float2(o_acc[4 * j + 2 * h] * inv, o_acc[4 * j + 2 * h + 1] * inv);
+            if ((lane & 3) == 0) p.lse_part[prow] = lse;
+        }
+    }
+}
+
+// ---- host ---------------------------------------------------------------------
+
+// Compute capability of device `dev`, queried once per device (0 unknown,
+// with the error set naming kernel version `version`).
+inline int device_cc(int dev, fp_status *st, int version) {
+    static std::atomic<int> cache[64];
+    if (dev >= 0 && dev < 64) {
+        const int c = cache[dev].load(std::memory_order_relaxed);
+        if (c) return c;
+    }
+    int major = 0, minor = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *st = fp_set_error(FP_ERR_CUDA, "attention flash v%d: device query: %s", version, cudaGetErrorString(e));
+        return 0;
+    }
+    const int c = major * 10 + minor;
+    if (dev >= 0 && dev < 64) cache[dev].store(c, std::memory_order_relaxed);
+    return c;
+}
+
+// What every sm_90a kernel version refuses before any device call: splits
+// out of [1, 1024], paged KV, varlen where `varlen_ok` is false (v5: a
+// tensor map per sequence is not done), dtypes other than f16 / bf16, head
+// dims other than 64 / 128.
+inline fp_status sm90_check_args(const fp_attn_args *a, int version, int num_splits, bool varlen_ok) {
+    if (num_splits < 1 || num_splits > 1024)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
+    if (a->block_table)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: paged KV cache not supported", version);
+    if (!varlen_ok && (a->cu_q || a->cu_k))
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v%d: varlen (cu_seqlens) not supported (tensor maps per sequence)",
+                            version);
+    if (a->dtype != FP_BF16 && a->dtype != FP_F16)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: dtype %s (f16, bf16)", version,
+                            fp_dtype_name(a->dtype));
+    if (a->head_dim != 64 && a->head_dim != 128)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: head_dim %d not instantiated (64, 128)",
+                            version, a->head_dim);
+    return FP_OK;
+}
+
+// The current device must be compute capability 9.0 (an sm_90a cubin runs
+// nowhere else). `features`: what the version uses, for the message.
+inline fp_status sm90_check_device(int version, const char *features) {
+    int dev = 0;
+    FP_CUDA_TRY(cudaGetDevice(&dev));
+    fp_status st = FP_OK;
+    const int cc = device_cc(dev, &st, version);
+    if (st != FP_OK) return st;
+    if (cc != 90)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v%d (%s) needs compute capability 9.0 (sm_90a); device %d is %d.%d",
+                            version, features, dev, cc / 10, cc % 10);
+    return FP_OK;
+}
+
+} // namespace
+
+#endif // FP_ATTENTION_SM90_COMMON_CUH
