@@ -20,8 +20,10 @@
  *                      1..64, 32 query / 8 KV heads, head_dim 128: KV-cache
  *                      read GB/s and % of HBM bandwidth.
  * Options: --seqlen N, --head_dim N, --causal 0|1, --batch N, --kv N restrict
- * the grids; --dtype picks dtypes. CPU contexts and --quick run a few tiny
- * shapes (the CPU tiled implementation vs the naive one). */
+ * the grids; --dtype picks dtypes; --kernel N (prefill, gqa, decode) times
+ * fp_attention_forward with FP_CTX_ATTENTION_KERNEL = N (the flash version it
+ * prefers; the row says which was asked). CPU contexts and --quick run a few
+ * tiny shapes (the CPU tiled implementation vs the naive one). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,7 @@ static fp_status flash_fn(void *user, fp_stream stream) {
  * flash alone. decode: also report KV-cache read bandwidth. */
 static void run_shape(fb_run *run, const shape *s, int decode) {
     fp_context *ctx = fb_ctx(run);
+    const int kernel = (int)fb_opt_int(run, "kernel", 0);
     const fp_device_info *dev = fb_device(run);
     fb_result *r = fb_result_new(run);
     fb_param_str(r, "dtype", fp_dtype_name(s->dt));
@@ -61,11 +64,13 @@ static void run_shape(fb_run *run, const shape *s, int decode) {
     fb_param_int(r, "heads_kv", s->hkv);
     fb_param_int(r, "head_dim", s->d);
     fb_param_int(r, "causal", s->causal);
+    if (kernel) fb_param_int(r, "kernel", kernel);
     const size_t elt = fp_dtype_size(s->dt);
     const size_t nq = (size_t)s->batch * s->sq * s->hq * s->d;
     const size_t nk = (size_t)s->batch * s->sk * s->hkv * s->d;
     void *q = NULL, *k = NULL, *v = NULL, *o = NULL;
-    fp_status st = fp_mem_alloc(ctx, nq * elt, &q);
+    fp_status st = fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, kernel);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * elt, &q);
     if (st == FP_OK) st = fp_mem_alloc(ctx, nk * elt, &k);
     if (st == FP_OK) st = fp_mem_alloc(ctx, nk * elt, &v);
     if (st == FP_OK) st = fp_mem_alloc(ctx, nq * elt, &o);
@@ -117,6 +122,7 @@ static void run_shape(fb_run *run, const shape *s, int decode) {
     fp_mem_free(ctx, k);
     fp_mem_free(ctx, v);
     fp_mem_free(ctx, o);
+    fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
 }
 
 static int small_run(fb_run *run) { return fb_quick(run) || fb_kind(run) != FP_DEVICE_CUDA; }

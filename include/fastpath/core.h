@@ -181,6 +181,14 @@ typedef enum fp_context_option {
                                       mapped between calls (0 = 256 MiB; -1 = none:
                                       released at every synchronization). Setting it
                                       also returns what the pool holds above it now. */
+    FP_CTX_ATTENTION_KERNEL = 4,   /* CUDA contexts: the flash-attention kernel version
+                                      fp_attention_forward prefers: 0 = the default (v1,
+                                      mma.sync), 2 = v1 with 128 rows per CTA, 3 / 4 =
+                                      Hopper wgmma (pipelined / plain schedule), 5 =
+                                      Hopper wgmma fed by TMA. A version runs where it
+                                      supports the call (dtype, head_dim, layout, build,
+                                      device), the default elsewhere. 2-5 are not yet
+                                      validated on a GPU: see benchmarks/results. */
 } fp_context_option;
 
 /* Creates a context. kind FP_DEVICE_CPU ignores device_index. For

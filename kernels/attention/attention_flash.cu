@@ -552,7 +552,24 @@ extern "C" fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_sp
 // for 264 slots), and the 24-CTA second wave, too few to saturate HBM, costs
 // about as long as the first. The count is then trimmed so that no split is
 // empty (plan_block hands out ceil(tiles / splits) tiles per split).
-extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int sm_count, cudaStream_t stream) {
+static int64_t split_count(const fp_attn_args *a, int br, int bc, int64_t slots) {
+    const int64_t rows = (int64_t)a->seqlen_q * a->group;
+    const int64_t ctas = (rows + br - 1) / br * a->heads_kv * a->batch;
+    const int64_t kv_tiles = (a->seqlen_k + bc - 1) / bc;
+    int64_t splits = 1;
+    if (ctas < slots && kv_tiles >= 4) {
+        splits = slots / ctas; // >= 1: ctas < slots
+        if (splits > kv_tiles / 2) splits = kv_tiles / 2;
+        if (splits > 128) splits = 128;
+        if (splits < 1) splits = 1;
+        const int64_t per_split = (kv_tiles + splits - 1) / splits;
+        splits = (kv_tiles + per_split - 1) / per_split; // no empty split
+    }
+    return splits;
+}
+
+// The default kernel (v1): its tile of head_dim's traits, two CTAs per SM.
+static fp_status flash_v1_auto(const fp_attn_args *a, int sm_count, cudaStream_t stream) {
     int br = traits<64>::kBr, bc = traits<64>::kBc;
     switch (a->head_dim) {
     case 32: br = traits<32>::kBr; bc = traits<32>::kBc; break;
@@ -561,18 +578,22 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int sm_count, cud
     case 256: br = traits<256>::kBr; bc = traits<256>::kBc; break;
     default: break;
     }
-    const int64_t rows = (int64_t)a->seqlen_q * a->group;
-    const int64_t ctas = (rows + br - 1) / br * a->heads_kv * a->batch;
-    const int64_t kv_tiles = (a->seqlen_k + bc - 1) / bc;
-    const int64_t target = 2 * (int64_t)(sm_count > 0 ? sm_count : 1);
-    int64_t splits = 1;
-    if (ctas < target && kv_tiles >= 4) {
-        splits = target / ctas; // >= 1: ctas < target
-        if (splits > kv_tiles / 2) splits = kv_tiles / 2;
-        if (splits > 128) splits = 128;
-        if (splits < 1) splits = 1;
-        const int64_t per_split = (kv_tiles + splits - 1) / splits;
-        splits = (kv_tiles + per_split - 1) / per_split; // no empty split
+    const int64_t slots = 2 * (int64_t)(sm_count > 0 ? sm_count : 1);
+    return fp_attn_cuda_flash_splits(a, (int)split_count(a, br, bc, slots), stream);
+}
+
+extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, cudaStream_t stream) {
+    if (version >= 2 && version <= 5) {
+        // A preferred version (FP_CTX_ATTENTION_KERNEL), where it supports the
+        // call: v2 128 x 32/64 tiles at two CTAs per SM, v3-v5 128 x 128 at
+        // one (conservative: v3 at head_dim 64 fits two).
+        const int sm = sm_count > 0 ? sm_count : 1;
+        const int64_t splits = version == 2 ? split_count(a, traits_v2<128>::kBr, a->head_dim == 64 ? traits_v2<64>::kBc : traits_v2<128>::kBc,
+                                                          2 * (int64_t)sm)
+                                            : split_count(a, 128, 128, sm);
+        fp_status st = fp_attn_cuda_flash_version(a, version, (int)splits, stream);
+        if (st != FP_ERR_UNSUPPORTED) return st;
+        // this shape / build / device: the default kernel instead
     }
-    return fp_attn_cuda_flash_splits(a, (int)splits, stream);
+    return flash_v1_auto(a, sm_count, stream);
 }

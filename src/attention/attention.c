@@ -19,7 +19,7 @@ fp_status fp_attention_forward(fp_context *ctx, fp_stream stream, const fp_atten
     cudaStream_t s = fp_ctx_stream(ctx, stream);
     a.scratch_pool = ctx->scratch_pool;
     if (fp_attn_cuda_flash_supported(a.dtype, a.head_dim))
-        return fp_attn_cuda_flash(&a, ctx->info.sm_count, s);
+        return fp_attn_cuda_flash(&a, ctx->attn_kernel, ctx->info.sm_count, s);
     return fp_attn_cuda_rowwise(&a, s);
 }
 

@@ -116,8 +116,10 @@ fp_status fp_attn_reference(fp_thread_pool *pool, const fp_attn_args *a, double 
 /* 1 if the tensor-core flash kernel handles this dtype / head_dim. */
 int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim);
 /* Flash attention: picks the number of KV splits from the grid size and
- * sm_count, allocates partials stream-ordered when splitting. */
-fp_status fp_attn_cuda_flash(const fp_attn_args *a, int sm_count, cudaStream_t stream);
+ * sm_count, allocates partials stream-ordered when splitting. version 0 or 1:
+ * the default kernel (v1); 2..5: that version where it supports the call
+ * (dtype, head_dim, layout, build, device), else the default kernel. */
+fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, cudaStream_t stream);
 /* Same with an explicit split count (>= 1; tests force split-KV with it). */
 fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream);
 /* A numbered version of the flash kernel (1 = the default, 2 = two 16-row

@@ -68,6 +68,7 @@ struct fp_context {
     void *workspace;            /* cuBLASLt workspace */
     size_t workspace_bytes;
     void *scratch_pool;         /* cudaMemPool_t for per-call scratch, or NULL */
+    int attn_kernel;            /* FP_CTX_ATTENTION_KERNEL: preferred flash version, 0 = default */
     void *l2_flush_buf;         /* lazily allocated by the timing engine */
     size_t l2_flush_bytes;
     /* CPU */

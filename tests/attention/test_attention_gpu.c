@@ -642,6 +642,26 @@ static void test_batch_over_grid_limit_gpu(void) {
     dev_free(&D);
 }
 
+/* FP_CTX_ATTENTION_KERNEL: fp_attention_forward with each preferred version
+ * against the reference, by run_case's criterion, on cases each version
+ * supports (GQA, windows, ragged decode with splits) and one it does not
+ * (head_dim 96: the default kernel runs instead). */
+static void test_preferred_kernel_gpu(void) {
+    static const attn_case cases[] = {
+        /* name              b  sq   sk    hq hkv d    dtype    causal wl  wr scale lse rag str */
+        {"pref_bf16_d128_c", 2, 333, 333,  4, 2, 128, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"pref_f16_d64",     1, 200, 700,  4, 4, 64,  FP_F16,  0, 30, 5, 0, 1, 0, 0},
+        {"pref_decode",      4, 1,   3000, 8, 2, 128, FP_BF16, 0, -1, -1, 0, 1, 1, 0},
+        {"pref_d96",         1, 77,  77,   2, 2, 96,  FP_F16,  1, -1, -1, 0, 1, 0, 0},
+    };
+    for (int v = 2; v <= 5; ++v) {
+        CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, v));
+        printf("FP_CTX_ATTENTION_KERNEL = %d\n", v);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i], 0);
+    }
+    CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, 0));
+}
+
 int main(void) {
     g_ctx = fp_test_cuda_context_or_skip();
     g_quick = getenv("FP_TEST_QUICK") != NULL && atoi(getenv("FP_TEST_QUICK")) != 0;
@@ -659,6 +679,7 @@ int main(void) {
     test_validate_varlen_offsets_gpu();
     test_baseline_two_threads_gpu();
     if (!g_quick) test_batch_over_grid_limit_gpu();
+    test_preferred_kernel_gpu();
     fp_context_destroy(g_ctx);
     TEST_END();
 }

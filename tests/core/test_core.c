@@ -140,6 +140,10 @@ static void test_cpu_context(void) {
     CHECK_OK(fp_context_set_option(ctx, FP_CTX_SCRATCH_KEEP_BYTES, -1));
     CHECK_OK(fp_context_set_option(ctx, FP_CTX_SCRATCH_KEEP_BYTES, 0));
     CHECK_STATUS(fp_context_set_option(ctx, FP_CTX_SCRATCH_KEEP_BYTES, -2), FP_ERR_INVALID_ARGUMENT);
+    CHECK_OK(fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 5));
+    CHECK_OK(fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0));
+    CHECK_STATUS(fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 6), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, -1), FP_ERR_INVALID_ARGUMENT);
 
     void *p = NULL;
     CHECK_STATUS(fp_mem_alloc(ctx, 0, &p), FP_ERR_INVALID_ARGUMENT);
