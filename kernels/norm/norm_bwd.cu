@@ -51,6 +51,16 @@ constexpr int kBwdWarpRows = 4;
 constexpr int kParamTileCols = 32;
 constexpr int kParamRowThreads = 8;
 
+// One element of a row: n = (x - mean) rstd, g = dy act'(n gamma + shift)
+// (dy without an activation) and dn = g gamma.
+__device__ __forceinline__ void grad_elem(const fp_norm_bwd_desc &d, float mean, float rstd, float xv, float dy,
+                                          float gam, float sh, float &xn, float &g, float &dn) {
+    xn = (xv - mean) * rstd;
+    g = dy;
+    if (d.act != ACT_NONE) g *= dact_f(d.act, xn * gam + sh);
+    dn = g * gam;
+}
+
 // Per-row backward state: mean, rstd and the per-column vectors.
 template <typename T>
 struct RowGrad {
@@ -58,12 +68,54 @@ struct RowGrad {
     float mean, rstd;
     // n, dn of one element from x, dy and column j's vectors.
     __device__ __forceinline__ void at(float xv, float dy, float gam, float sh, float &xn, float &dn) const {
-        xn = (xv - mean) * rstd;
-        float g = dy;
-        if (d.act != ACT_NONE) g *= dact_f(d.act, xn * gam + sh);
-        dn = g * gam;
+        float g;
+        grad_elem(d, mean, rstd, xv, dy, gam, sh, xn, g, dn);
     }
 };
+
+// The row means of dn (LayerNorm only: 0 for RMSNorm) and of dn n, from this
+// thread's partial sums sa, sb (block-wide: every thread of the row calls it).
+__device__ __forceinline__ void row_means(const fp_norm_bwd_desc &d, float sa, float sb, float inv_n,
+                                          float *red_smem, float &a, float &b) {
+    a = d.kind == KIND_LAYERNORM ? row_sum(sa, red_smem) * inv_n : 0.0f;
+    b = row_sum(sb, red_smem) * inv_n;
+}
+
+// gamma of 16-byte vector j of the row (1 without).
+template <typename T, int V>
+__device__ __forceinline__ void load_gamma(const T *gamma, int64_t j, float (&gam)[V]) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) gam[e] = 1.0f;
+    if (gamma) unpack<T>(ldg16(gamma + j * V), gam);
+}
+
+// dx of 16-byte vector j of the row: v plus dresidual (when given), stored.
+template <typename T, int V>
+__device__ __forceinline__ void store_dx(T *dx, const T *dres, int64_t j, float (&v)[V]) {
+    if (dres) {
+        float r[V];
+        unpack<T>(ldg16(dres + j * V), r);
+#pragma unroll
+        for (int e = 0; e < V; ++e) v[e] += r[e];
+    }
+    stg16(dx + j * V, pack<T>(v));
+}
+
+// v3: the raw 16-byte x and dout of this thread's vectors k0 .. k0 + B - 1,
+// all B loads issued before any arithmetic (vectors past the row: left as
+// they are).
+template <typename T, int V, int B>
+__device__ __forceinline__ void load_xdy_v3(const T *x, const T *dy, int k0, int tpr, int64_t nvec, uint4 (&xr)[B],
+                                            uint4 (&dr)[B]) {
+#pragma unroll
+    for (int i = 0; i < B; ++i) {
+        const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k0 + i, tpr);
+        if (j < nvec) {
+            xr[i] = ldg16(x + j * V);
+            dr[i] = ldg16(dy + j * V);
+        }
+    }
+}
 
 // gamma (1 without) and the pre-activation shift beta + bias (0 without; it
 // matters only through act', so it is not loaded without an activation) of
@@ -73,8 +125,8 @@ __device__ __forceinline__ void load_gamma_shift(const T *gamma, const T *beta, 
                                                  float (&gam)[V], float (&sh)[V]) {
     float p[V];
 #pragma unroll
-    for (int e = 0; e < V; ++e) { gam[e] = 1.0f; sh[e] = 0.0f; }
-    if (gamma) unpack<T>(ldg16(gamma + j * V), gam);
+    for (int e = 0; e < V; ++e) sh[e] = 0.0f;
+    load_gamma<T, V>(gamma, j, gam);
     if (act != ACT_NONE) {
         if (beta) {
             unpack<T>(ldg16(beta + j * V), p);
@@ -114,8 +166,8 @@ __device__ __forceinline__ void norm_bwd_dx_v1_row(const fp_norm_bwd_desc &d, in
         sb += dn * xn;
     }
     const float inv_n = 1.0f / (float)n;
-    const float a = d.kind == KIND_LAYERNORM ? row_sum(sa, red_smem) * inv_n : 0.0f;
-    const float b = row_sum(sb, red_smem) * inv_n;
+    float a, b;
+    row_means(d, sa, sb, inv_n, red_smem, a, b);
     T *dx = static_cast<T *>(d.dx) + row * d.dx_stride;
     const T *dres = d.dres ? static_cast<const T *>(d.dres) + row * d.dres_stride : nullptr;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
@@ -159,24 +211,10 @@ __global__ void __launch_bounds__(kBwdV2MaxThreads) norm_bwd_dx_v2(const fp_norm
     for (int k = 0; k < NV; ++k) {
         const int j = threadIdx.x + k * tpr;
         if (j < nvec) {
-            float xv[V], dv[V], gam[V], sh[V], p[V];
+            float xv[V], dv[V], gam[V], sh[V];
             unpack<T>(ldg16(x + (int64_t)j * V), xv);
             unpack<T>(ldg16(dy + (int64_t)j * V), dv);
-#pragma unroll
-            for (int e = 0; e < V; ++e) { gam[e] = 1.0f; sh[e] = 0.0f; }
-            if (gamma) unpack<T>(ldg16(gamma + (int64_t)j * V), gam);
-            if (d.act != ACT_NONE) {  // the shift matters only through act'
-                if (beta) {
-                    unpack<T>(ldg16(beta + (int64_t)j * V), p);
-#pragma unroll
-                    for (int e = 0; e < V; ++e) sh[e] = p[e];
-                }
-                if (bias) {
-                    unpack<T>(ldg16(bias + (int64_t)j * V), p);
-#pragma unroll
-                    for (int e = 0; e < V; ++e) sh[e] += p[e];
-                }
-            }
+            load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
 #pragma unroll
             for (int e = 0; e < V; ++e) {
                 rg.at(xv[e], dv[e], gam[e], sh[e], xn_reg[k][e], dn_reg[k][e]);
@@ -186,18 +224,21 @@ __global__ void __launch_bounds__(kBwdV2MaxThreads) norm_bwd_dx_v2(const fp_norm
         }
     }
     const float inv_n = 1.0f / (float)d.cols;
-    const float a = d.kind == KIND_LAYERNORM ? row_sum(sa, red_smem) * inv_n : 0.0f;
-    const float b = row_sum(sb, red_smem) * inv_n;
+    float a, b;
+    row_means(d, sa, sb, inv_n, red_smem, a, b);
     T *dx = static_cast<T *>(d.dx) + row * d.dx_stride;
     const T *dres = d.dres ? static_cast<const T *>(d.dres) + row * d.dres_stride : nullptr;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
         const int j = threadIdx.x + k * tpr;
         if (j < nvec) {
-            float v[V], r[V];
+            float v[V];
 #pragma unroll
             for (int e = 0; e < V; ++e) v[e] = rg.rstd * (dn_reg[k][e] - a - xn_reg[k][e] * b);
+            // Inline, not store_dx: that costs this kernel up to 4 registers
+            // (ptxas sm_80 / sm_90).
             if (dres) {
+                float r[V];
                 unpack<T>(ldg16(dres + (int64_t)j * V), r);
 #pragma unroll
                 for (int e = 0; e < V; ++e) v[e] += r[e];
@@ -381,11 +422,9 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
             unpack<T>(draw, dv);
             load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
 #pragma unroll
-            for (int e = 0; e < V; ++e) {  // the same arithmetic as RowGrad::at (dx v2)
-                const float xn = (xv[e] - mean) * rstd;
-                float g = dv[e];
-                if (d.act != ACT_NONE) g *= dact_f(d.act, xn * gam[e] + sh[e]);
-                const float dn = g * gam[e];
+            for (int e = 0; e < V; ++e) {
+                float xn, g, dn;
+                grad_elem(d, mean, rstd, xv[e], dv[e], gam[e], sh[e], xn, g, dn);
                 xn_reg[k][e] = xn;
                 sa += dn;
                 sb += dn * xn;
@@ -415,14 +454,7 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
 #pragma unroll
             for (int k0 = 0; k0 < NV; k0 += kPF) {
                 uint4 xr[kPF], dr[kPF];
-#pragma unroll
-                for (int i = 0; i < kPF; ++i) {
-                    const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k0 + i, tpr);
-                    if (j < nvec) {
-                        xr[i] = ldg16(x + j * V);
-                        dr[i] = ldg16(dy + j * V);
-                    }
-                }
+                load_xdy_v3<T, V, kPF>(x, dy, k0, tpr, nvec, xr, dr);
 #pragma unroll
                 for (int i = 0; i < kPF; ++i) {
                     const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k0 + i, tpr);
@@ -431,23 +463,21 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
             }
         }
         const float inv_n = 1.0f / (float)d.cols;
-        const float a = d.kind == KIND_LAYERNORM ? row_sum(sa, red_smem) * inv_n : 0.0f;
-        const float b = row_sum(sb, red_smem) * inv_n;
+        float a, b;
+        row_means(d, sa, sb, inv_n, red_smem, a, b);
         T *dx = static_cast<T *>(d.dx) + row * d.dx_stride;
         const T *dres = d.dres ? static_cast<const T *>(d.dres) + row * d.dres_stride : nullptr;
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
             const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
             if (j < nvec) {
-                float v[V], r[V];
+                float v[V];
                 if constexpr (kSmemAcc) {
                     // dn_reg holds g: dn = g * gamma (gamma re-read from L1/L2:
                     // fewer live registers than a second row array), and the
                     // sums g * n, g go to this thread's shared-memory cells.
                     float gam[V];
-#pragma unroll
-                    for (int e = 0; e < V; ++e) gam[e] = 1.0f;
-                    if (gamma) unpack<T>(ldg16(gamma + j * V), gam);
+                    load_gamma<T, V>(gamma, j, gam);
 #pragma unroll
                     for (int q = 0; q < V / 4; ++q) {
                         float4 &ag = comb_smem4[(j * V) / 4 + q], &ab = comb_smem4[(d.cols + j * V) / 4 + q];
@@ -461,12 +491,7 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
                 }
 #pragma unroll
                 for (int e = 0; e < V; ++e) v[e] = rstd * (dn_reg[k][e] - a - xn_reg[k][e] * b);
-                if (dres) {
-                    unpack<T>(ldg16(dres + j * V), r);
-#pragma unroll
-                    for (int e = 0; e < V; ++e) v[e] += r[e];
-                }
-                stg16(dx + j * V, pack<T>(v));
+                store_dx<T, V>(dx, dres, j, v);
             }
         }
     }
@@ -611,14 +636,7 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
 #pragma unroll
         for (int k0 = 0; k0 < NV; k0 += kLB) {
             uint4 xr[kLB], dr[kLB];
-#pragma unroll
-            for (int i = 0; i < kLB; ++i) {
-                const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k0 + i, tpr);
-                if (j < nvec) {
-                    xr[i] = ldg16(x + j * V);
-                    dr[i] = ldg16(dy + j * V);
-                }
-            }
+            load_xdy_v3<T, V, kLB>(x, dy, k0, tpr, nvec, xr, dr);
 #pragma unroll
             for (int i = 0; i < kLB; ++i) {
                 const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k0 + i, tpr);
@@ -629,11 +647,9 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
                     unpack<T>(dr[i], dv);
                     load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
 #pragma unroll
-                    for (int e = 0; e < V; ++e) {  // the same arithmetic as RowGrad::at (dx v2)
-                        const float xn = (xv[e] - mean) * rstd;
-                        g[e] = dv[e];
-                        if (d.act != ACT_NONE) g[e] *= dact_f(d.act, xn * gam[e] + sh[e]);
-                        const float dn = g[e] * gam[e];
+                    for (int e = 0; e < V; ++e) {
+                        float xn, dn;
+                        grad_elem(d, mean, rstd, xv[e], dv[e], gam[e], sh[e], xn, g[e], dn);
                         sa += dn;
                         sb += dn * xn;
                     }
@@ -643,8 +659,8 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
                 }
             }
         }
-        const float a = d.kind == KIND_LAYERNORM ? row_sum(sa, red_smem) * inv_n : 0.0f;
-        const float b = row_sum(sb, red_smem) * inv_n;
+        float a, b;
+        row_means(d, sa, sb, inv_n, red_smem, a, b);
         // Pass 2: dx from this thread's staged cells; the column sums.
         T *dx = static_cast<T *>(d.dx) + row * d.dx_stride;
         const T *dres = d.dres ? static_cast<const T *>(d.dres) + row * d.dres_stride : nullptr;
@@ -652,7 +668,7 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
         for (int k = 0; k < NV; ++k) {
             const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
             if (j < nvec) {
-                float xv[V], g[V], gam[V], v[V], r[V];
+                float xv[V], g[V], gam[V], v[V];
                 const uint4 xr = x_s[j];  // one 16-byte shared load (unpacking the reference would not be)
                 unpack<T>(xr, xv);
 #pragma unroll
@@ -663,9 +679,7 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
                     g[4 * q + 2] = t.z;
                     g[4 * q + 3] = t.w;
                 }
-#pragma unroll
-                for (int e = 0; e < V; ++e) gam[e] = 1.0f;
-                if (gamma) unpack<T>(ldg16(gamma + j * V), gam);  // L1-resident across rows
+                load_gamma<T, V>(gamma, j, gam);  // L1-resident across rows
 #pragma unroll
                 for (int e = 0; e < V; ++e) {
                     const float xn = (xv[e] - mean) * rstd;  // bitwise pass 1's
@@ -681,12 +695,7 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
                             make_float4(ab.x + g[4 * q], ab.y + g[4 * q + 1], ab.z + g[4 * q + 2], ab.w + g[4 * q + 3]);
                     }
                 }
-                if (dres) {
-                    unpack<T>(ldg16(dres + j * V), r);
-#pragma unroll
-                    for (int e = 0; e < V; ++e) v[e] += r[e];
-                }
-                stg16(dx + j * V, pack<T>(v));
+                store_dx<T, V>(dx, dres, j, v);
             }
         }
     }

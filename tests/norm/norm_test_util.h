@@ -449,36 +449,75 @@ static void nt_in_place(fp_context *ctx, fp_dtype dt, int64_t rows, int64_t cols
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; ++i) fp_mem_free(ctx, ds[i]);
 }
 
+/* The inputs of a backward on rows x cols of dtype dt, random on the host
+ * (x, dout, dresidual_out, gamma, beta: seeds seed .. seed + 4) with fixed
+ * per-row mean and rstd, and their device copies. */
+typedef struct {
+    void *hx, *hdy, *hdr, *hg, *hb;
+    float *hm, *hr;
+    void *x, *dy, *dr, *g, *b, *m, *rs;
+} nt_bwd_inputs;
+
+static void nt_bwd_inputs_make(fp_context *ctx, fp_dtype dt, int64_t rows, int64_t cols, uint64_t seed,
+                               nt_bwd_inputs *in) {
+    const size_t es = fp_dtype_size(dt), n = (size_t)(rows * cols), sn = (size_t)rows * sizeof(float);
+    in->hx = nt_random(dt, n, seed, -2, 3);
+    in->hdy = nt_random(dt, n, seed + 1, -1, 1);
+    in->hdr = nt_random(dt, n, seed + 2, -1, 1);
+    in->hg = nt_random(dt, (size_t)cols, seed + 3, 0.5f, 1.5f);
+    in->hb = nt_random(dt, (size_t)cols, seed + 4, -0.5f, 0.5f);
+    in->hm = malloc(sn);
+    in->hr = malloc(sn);
+    for (int64_t r = 0; r < rows; ++r) {
+        in->hm[r] = 0.5f + 0.001f * (float)(r % 7);
+        in->hr[r] = 0.8f + 0.01f * (float)(r % 5);
+    }
+    in->x = nt_upload(ctx, in->hx, n * es);
+    in->dy = nt_upload(ctx, in->hdy, n * es);
+    in->dr = nt_upload(ctx, in->hdr, n * es);
+    in->g = nt_upload(ctx, in->hg, (size_t)cols * es);
+    in->b = nt_upload(ctx, in->hb, (size_t)cols * es);
+    in->m = nt_upload(ctx, in->hm, sn);
+    in->rs = nt_upload(ctx, in->hr, sn);
+}
+
+/* Backward params (defaults otherwise) over in: activation, shape, dtype and
+ * param_dtype dt, dout, x, gamma, beta, mean, rstd. */
+static void nt_bwd_inputs_params(const nt_bwd_inputs *in, fp_dtype dt, int64_t rows, int64_t cols,
+                                 fp_norm_activation act, fp_norm_backward_params *p) {
+    fp_norm_backward_params_default(p);
+    p->activation = act;
+    p->rows = rows;
+    p->cols = cols;
+    p->dtype = p->param_dtype = dt;
+    p->dout = in->dy;
+    p->x = in->x;
+    p->gamma = in->g;
+    p->beta = in->b;
+    p->mean = in->m;
+    p->rstd = in->rs;
+}
+
+static void nt_bwd_inputs_free(fp_context *ctx, nt_bwd_inputs *in) {
+    void *hs[] = {in->hx, in->hdy, in->hdr, in->hg, in->hb, in->hm, in->hr};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; ++i) free(hs[i]);
+    void *ds[] = {in->x, in->dy, in->dr, in->g, in->b, in->m, in->rs};
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; ++i) fp_mem_free(ctx, ds[i]);
+}
+
 /* fp_norm_backward_validate on one configuration: the unfused baseline and
  * the fused backward must agree. Prints the timing when verbose. */
 static void nt_bwd_validate(fp_context *ctx, fp_norm_kind kind, fp_norm_activation act, fp_dtype dt, int64_t rows,
                             int64_t cols, int with_dres, const fp_timing_config *cfg, int verbose) {
-    const size_t es = fp_dtype_size(dt), n = (size_t)(rows * cols), sn = (size_t)rows * sizeof(float);
-    void *hx = nt_random(dt, n, 31, -2, 3), *hdy = nt_random(dt, n, 32, -1, 1), *hdr = nt_random(dt, n, 33, -1, 1);
-    void *hg = nt_random(dt, (size_t)cols, 34, 0.5f, 1.5f), *hb = nt_random(dt, (size_t)cols, 35, -0.5f, 0.5f);
-    float *hm = malloc(sn), *hr = malloc(sn);
-    for (int64_t r = 0; r < rows; ++r) {
-        hm[r] = 0.5f + 0.001f * (float)(r % 7);
-        hr[r] = 0.8f + 0.01f * (float)(r % 5);
-    }
-    void *x = nt_upload(ctx, hx, n * es), *dy = nt_upload(ctx, hdy, n * es), *dr = nt_upload(ctx, hdr, n * es);
-    void *g = nt_upload(ctx, hg, (size_t)cols * es), *b = nt_upload(ctx, hb, (size_t)cols * es);
-    void *m = nt_upload(ctx, hm, sn), *rs = nt_upload(ctx, hr, sn);
+    const size_t es = fp_dtype_size(dt);
+    nt_bwd_inputs in;
+    nt_bwd_inputs_make(ctx, dt, rows, cols, 31, &in);
+    void *g = in.g, *b = in.b;
     fp_norm_backward_params p;
-    fp_norm_backward_params_default(&p);
+    nt_bwd_inputs_params(&in, dt, rows, cols, act, &p);
     p.kind = kind;
-    p.activation = act;
-    p.rows = rows;
-    p.cols = cols;
-    p.dtype = p.param_dtype = dt;
-    p.dout = dy;
-    p.x = x;
-    p.gamma = g;
-    p.beta = b;
     p.bias = b;
-    p.mean = m;
-    p.rstd = rs;
-    p.dresidual_out = with_dres ? dr : NULL;
+    p.dresidual_out = with_dres ? in.dr : NULL;
     p.dx = NULL;
     /* Non-NULL dgamma/dbeta select what is computed; validate writes only
      * its scratch, so pointing them at gamma/beta checks that too. */
@@ -497,10 +536,9 @@ static void nt_bwd_validate(fp_context *ctx, fp_norm_kind kind, fp_norm_activati
                fp_norm_kind_name(kind), fp_norm_activation_name(act), (long long)rows, (long long)cols,
                fp_dtype_name(dt), rep.baseline.median_ms, rep.optimized.median_ms, rep.speedup,
                fp_verdict_string(rep.verdict), rep.achieved_gbps);
-    void *hs[] = {hx, hdy, hdr, hg, hb, hm, hr, hg_before, hg_after};
-    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; ++i) free(hs[i]);
-    void *ds[] = {x, dy, dr, g, b, m, rs};
-    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; ++i) fp_mem_free(ctx, ds[i]);
+    free(hg_before);
+    free(hg_after);
+    nt_bwd_inputs_free(ctx, &in);
 }
 
 #endif /* NORM_TEST_UTIL_H */

@@ -387,33 +387,16 @@ static void test_backward_v3(fp_context *ctx) {
  * re-read dout for dgamma/dbeta, so that pass must run before dx is written. */
 static void bwd_in_place(fp_context *ctx, fp_dtype dt, int64_t rows, int64_t cols, fp_norm_activation act,
                          int version) {
-    const size_t es = fp_dtype_size(dt), n = (size_t)(rows * cols), bytes = n * es, sn = (size_t)rows * 4;
-    void *hx = nt_random(dt, n, 51, -2, 3), *hdy = nt_random(dt, n, 52, -1, 1), *hdr = nt_random(dt, n, 53, -1, 1);
-    void *hg = nt_random(dt, (size_t)cols, 54, 0.5f, 1.5f), *hb = nt_random(dt, (size_t)cols, 55, -0.5f, 0.5f);
-    float *hm = malloc(sn), *hr = malloc(sn);
-    for (int64_t r = 0; r < rows; ++r) {
-        hm[r] = 0.5f + 0.001f * (float)(r % 7);
-        hr[r] = 0.8f + 0.01f * (float)(r % 5);
-    }
-    void *x = nt_upload(ctx, hx, bytes), *dy = nt_upload(ctx, hdy, bytes), *dy2 = nt_upload(ctx, hdy, bytes);
-    void *dr = nt_upload(ctx, hdr, bytes), *g = nt_upload(ctx, hg, (size_t)cols * es);
-    void *b = nt_upload(ctx, hb, (size_t)cols * es), *m = nt_upload(ctx, hm, sn), *rs = nt_upload(ctx, hr, sn);
+    const size_t es = fp_dtype_size(dt), n = (size_t)(rows * cols), bytes = n * es;
+    nt_bwd_inputs in;
+    nt_bwd_inputs_make(ctx, dt, rows, cols, 51, &in);
+    void *dy2 = nt_upload(ctx, in.hdy, bytes);
     void *dx = nt_poisoned(ctx, bytes), *dg = nt_poisoned(ctx, (size_t)cols * es),
          *dg2 = nt_poisoned(ctx, (size_t)cols * es);
     void *db = nt_poisoned(ctx, (size_t)cols * es), *db2 = nt_poisoned(ctx, (size_t)cols * es);
     fp_norm_backward_params p;
-    fp_norm_backward_params_default(&p);
-    p.activation = act;
-    p.rows = rows;
-    p.cols = cols;
-    p.dtype = p.param_dtype = dt;
-    p.dout = dy;
-    p.x = x;
-    p.gamma = g;
-    p.beta = b;
-    p.mean = m;
-    p.rstd = rs;
-    p.dresidual_out = dr;
+    nt_bwd_inputs_params(&in, dt, rows, cols, act, &p);
+    p.dresidual_out = in.dr;
     p.dx = dx;
     p.dgamma = dg;
     p.dbeta = db;
@@ -435,10 +418,11 @@ static void bwd_in_place(fp_context *ctx, fp_dtype dt, int64_t rows, int64_t col
     CHECK_MSG(!nt_all_ff(a, bytes) && memcmp(a, a2, bytes) == 0, "[%s] dx differs when it aliases dout", desc);
     CHECK_MSG(memcmp(ga, ga2, (size_t)cols * es) == 0, "[%s] dgamma differs when dx aliases dout", desc);
     CHECK_MSG(memcmp(ba, ba2, (size_t)cols * es) == 0, "[%s] dbeta differs when dx aliases dout", desc);
-    void *hs[] = {hx, hdy, hdr, hg, hb, hm, hr, a, a2, ga, ga2, ba, ba2};
+    void *hs[] = {a, a2, ga, ga2, ba, ba2};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; ++i) free(hs[i]);
-    void *ds[] = {x, dy, dy2, dr, g, b, m, rs, dx, dg, dg2, db, db2};
+    void *ds[] = {dy2, dx, dg, dg2, db, db2};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; ++i) fp_mem_free(ctx, ds[i]);
+    nt_bwd_inputs_free(ctx, &in);
 }
 
 static void test_backward_in_place(fp_context *ctx) {
