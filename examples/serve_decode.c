@@ -1,0 +1,564 @@
+/*
+ * serve_decode: an inference-server decode step built from libfastpath's
+ * public API only (it links the shared library, which exports nothing else).
+ *
+ *   client threads --fp_batcher_submit--> fp_batcher --executor(batch)--> context
+ *
+ * Many client threads each submit single decode requests ("token t of
+ * sequence s with hidden state x and residual r") to a dynamic batcher. The
+ * executor runs one batched layer step per batch:
+ *
+ *   1. RMSNorm with residual:  s = x + r,  q = s / rms(s) * gamma   (fp_norm_forward)
+ *      The normalized hidden state [heads_q * head_dim] is used directly as
+ *      the query (a real layer would apply its Q projection here).
+ *   2. Paged-KV decode attention with GQA over each sequence's cached keys
+ *      (fp_attention_forward with block_table and seqlens_k).
+ *
+ * Its scratch buffers come from a caching allocator (fp_alloc_*), so after
+ * the first batches they are cache hits, not cudaMalloc calls. Every client
+ * checks its own output against a plain C reference (double accumulation)
+ * of its own request, so a wrong batch assembly, page mapping or output slot
+ * fails the run.
+ *
+ * Usage: serve_decode [--device cpu|cuda] [--clients N] [--requests N]
+ * Exit status: 0 when every request completed exactly once with a correct
+ * output, 1 otherwise, 2 for bad arguments. Registered as the CTest
+ * example_serve_decode (CPU context).
+ */
+#include <fastpath/alloc.h>
+#include <fastpath/attention.h>
+#include <fastpath/batcher.h>
+#include <fastpath/core.h>
+#include <fastpath/norm.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/*  Model shape                                                             */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    HEADS_Q = 8,
+    HEADS_KV = 2,                    /* GQA: 4 query heads share a KV head */
+    HEAD_DIM = 32,
+    HIDDEN = HEADS_Q * HEAD_DIM,     /* 256 */
+    PAGE_SIZE = 16,                  /* keys per KV-cache page */
+    MAX_SEQ_LEN = 300,               /* cached tokens per sequence: 1..300 */
+    MAX_PAGES_PER_SEQ = (MAX_SEQ_LEN + PAGE_SIZE - 1) / PAGE_SIZE,
+    NUM_SEQS = 48,                   /* sequences live in the KV cache */
+    MAX_BATCH = 16,                  /* the batcher's max_batch_size */
+    KV_ROW = HEADS_KV * HEAD_DIM     /* floats per cached token, K or V */
+};
+static const float RMS_EPS = 1e-5f;
+
+/* Decides whether a client's output matches its reference. The library
+ * accumulates in f32 (~1e-6 relative); a wrong page or slot is off by ~0.1. */
+static const double TOL_ABS = 1e-4, TOL_REL = 1e-4;
+
+/* One request's input and output, as the batcher passes them through. */
+typedef struct request_input {
+    int seq;              /* which cached sequence this token belongs to */
+    float x[HIDDEN];      /* hidden state of the new token */
+    float residual[HIDDEN];
+} request_input;
+
+typedef struct request_output {
+    float attn[HIDDEN];          /* attention output [heads_q, head_dim] */
+    float residual_out[HIDDEN];  /* x + residual, for the next layer */
+} request_output;
+
+/* Per-request bookkeeping: how often the executor ran it and how often it
+ * completed (both must end at exactly 1). */
+typedef struct request_track {
+    atomic_int executed;
+    atomic_int completed;
+} request_track;
+
+/* The "model": weights and the paged KV cache, on the context and on the host
+ * (the host copy is what the clients' references read). */
+typedef struct model {
+    float gamma[HIDDEN];
+    int seq_len[NUM_SEQS];
+    int32_t block_table[NUM_SEQS][MAX_PAGES_PER_SEQ]; /* page of each block */
+    int num_pages;
+    float *h_k, *h_v;                 /* host [num_pages, PAGE_SIZE, HEADS_KV, HEAD_DIM] */
+    void *d_k, *d_v, *d_gamma;        /* the same on the context (fp_mem_alloc) */
+} model;
+
+/* Everything the executor needs. executor_threads = 1 runs one batch at a
+ * time, so one set of host staging buffers serves every batch. */
+typedef struct server {
+    fp_context *ctx;
+    fp_stream stream;
+    fp_allocator *alloc;
+    const model *m;
+    float h_x[MAX_BATCH][HIDDEN], h_res[MAX_BATCH][HIDDEN];
+    float h_attn[MAX_BATCH][HIDDEN], h_resout[MAX_BATCH][HIDDEN];
+    int32_t h_table[MAX_BATCH][MAX_PAGES_PER_SEQ];
+    int32_t h_seqlens[MAX_BATCH];
+} server;
+
+/* Prints which library call failed, with the library's detail message. */
+static void report_failure(const char *call, fp_status st)
+{
+    fprintf(stderr, "serve_decode: %s failed: %s (%s)\n", call, fp_status_string(st),
+            fp_last_error());
+}
+
+/* In main / setup: a failed call ends the program. */
+#define MUST(call)                                                                 \
+    do {                                                                           \
+        fp_status must_st_ = (call);                                               \
+        if (must_st_ != FP_OK) {                                                   \
+            report_failure(#call, must_st_);                                       \
+            exit(1);                                                               \
+        }                                                                          \
+    } while (0)
+
+/* In the executor: a failed call fails the batch (after its cleanup). */
+#define TRY(call)                                                                  \
+    do {                                                                           \
+        st = (call);                                                               \
+        if (st != FP_OK) {                                                         \
+            report_failure(#call, st);                                             \
+            goto done;                                                             \
+        }                                                                          \
+    } while (0)
+
+/* splitmix64: small, seedable, one state per thread. */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rng_uniform(uint64_t *s, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((rng_next(s) >> 40) * (1.0 / (double)(1ull << 24)));
+}
+
+/* ------------------------------------------------------------------------ */
+/*  Setup: weights and a paged KV cache with scattered pages               */
+/* ------------------------------------------------------------------------ */
+
+static void model_init(model *m, fp_context *ctx, fp_stream stream)
+{
+    uint64_t rng = 42;
+    // gamma around 1, never 0
+    for (int i = 0; i < HIDDEN; ++i) m->gamma[i] = rng_uniform(&rng, 0.5f, 1.5f);
+    // random cache length per sequence, counting the pages each needs
+    m->num_pages = 0;
+    for (int s = 0; s < NUM_SEQS; ++s) {
+        m->seq_len[s] = 1 + (int)(rng_next(&rng) % MAX_SEQ_LEN);
+        m->num_pages += (m->seq_len[s] + PAGE_SIZE - 1) / PAGE_SIZE;
+    }
+    // shuffle page ids (Fisher-Yates) so a sequence's pages are scattered in the pool
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)m->num_pages);
+    if (!perm) { fprintf(stderr, "serve_decode: out of host memory\n"); exit(1); }
+    for (int i = 0; i < m->num_pages; ++i) perm[i] = i;
+    for (int i = m->num_pages - 1; i > 0; --i) {
+        int j = (int)(rng_next(&rng) % (uint64_t)(i + 1));
+        int32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+    }
+    // block table: block b of sequence s lives in page block_table[s][b] (unused blocks: 0)
+    int next = 0;
+    for (int s = 0; s < NUM_SEQS; ++s)
+        for (int b = 0; b < MAX_PAGES_PER_SEQ; ++b)
+            m->block_table[s][b] =
+                b * PAGE_SIZE < m->seq_len[s] ? perm[next++] : 0;
+    free(perm);
+    // fill the K and V pools with random values (host copy kept for the references)
+    size_t pool_floats = (size_t)m->num_pages * PAGE_SIZE * KV_ROW;
+    m->h_k = malloc(pool_floats * sizeof(float));
+    m->h_v = malloc(pool_floats * sizeof(float));
+    if (!m->h_k || !m->h_v) { fprintf(stderr, "serve_decode: out of host memory\n"); exit(1); }
+    for (size_t i = 0; i < pool_floats; ++i) {
+        m->h_k[i] = rng_uniform(&rng, -1.0f, 1.0f);
+        m->h_v[i] = rng_uniform(&rng, -1.0f, 1.0f);
+    }
+    // copy weights and cache to the context (device memory on CUDA, host memory on CPU)
+    MUST(fp_mem_alloc(ctx, pool_floats * sizeof(float), &m->d_k));
+    MUST(fp_mem_alloc(ctx, pool_floats * sizeof(float), &m->d_v));
+    MUST(fp_mem_alloc(ctx, sizeof m->gamma, &m->d_gamma));
+    MUST(fp_mem_upload(ctx, m->d_k, m->h_k, pool_floats * sizeof(float), stream));
+    MUST(fp_mem_upload(ctx, m->d_v, m->h_v, pool_floats * sizeof(float), stream));
+    MUST(fp_mem_upload(ctx, m->d_gamma, m->gamma, sizeof m->gamma, stream));
+    MUST(fp_context_synchronize(ctx, stream));
+}
+
+static void model_free(model *m, fp_context *ctx)
+{
+    MUST(fp_mem_free(ctx, m->d_k));
+    MUST(fp_mem_free(ctx, m->d_v));
+    MUST(fp_mem_free(ctx, m->d_gamma));
+    free(m->h_k);
+    free(m->h_v);
+}
+
+/* ------------------------------------------------------------------------ */
+/*  The executor: one batched layer step                                    */
+/* ------------------------------------------------------------------------ */
+
+static fp_status layer_step(void *user, fp_batch_item *items, int count, int padded_count)
+{
+    (void)padded_count; /* no allowed_batch_sizes: padded_count == count */
+    server *sv = user;
+    const model *m = sv->m;
+    fp_status st = FP_OK;
+    const size_t act_bytes = (size_t)count * HIDDEN * sizeof(float);
+    void *d_x = NULL, *d_res = NULL, *d_q = NULL, *d_resout = NULL, *d_attn = NULL;
+    void *d_table = NULL, *d_seqlens = NULL;
+
+    // assemble the batch on the host: row i holds request i's input, table row and length
+    int max_len = 1;
+    for (int i = 0; i < count; ++i) {
+        const request_input *in = items[i].input;
+        memcpy(sv->h_x[i], in->x, sizeof in->x);
+        memcpy(sv->h_res[i], in->residual, sizeof in->residual);
+        memcpy(sv->h_table[i], m->block_table[in->seq], sizeof sv->h_table[i]);
+        sv->h_seqlens[i] = m->seq_len[in->seq];
+        if (m->seq_len[in->seq] > max_len) max_len = m->seq_len[in->seq];
+    }
+
+    // take this batch's scratch buffers from the caching allocator
+    TRY(fp_alloc_alloc(sv->alloc, act_bytes, sv->stream, &d_x));
+    TRY(fp_alloc_alloc(sv->alloc, act_bytes, sv->stream, &d_res));
+    TRY(fp_alloc_alloc(sv->alloc, act_bytes, sv->stream, &d_q));
+    TRY(fp_alloc_alloc(sv->alloc, act_bytes, sv->stream, &d_resout));
+    TRY(fp_alloc_alloc(sv->alloc, act_bytes, sv->stream, &d_attn));
+    TRY(fp_alloc_alloc(sv->alloc, (size_t)count * sizeof sv->h_table[0], sv->stream, &d_table));
+    TRY(fp_alloc_alloc(sv->alloc, (size_t)count * sizeof(int32_t), sv->stream, &d_seqlens));
+
+    // upload the batch (a memcpy on a CPU context)
+    TRY(fp_mem_upload(sv->ctx, d_x, sv->h_x, act_bytes, sv->stream));
+    TRY(fp_mem_upload(sv->ctx, d_res, sv->h_res, act_bytes, sv->stream));
+    TRY(fp_mem_upload(sv->ctx, d_table, sv->h_table, (size_t)count * sizeof sv->h_table[0],
+                      sv->stream));
+    TRY(fp_mem_upload(sv->ctx, d_seqlens, sv->h_seqlens, (size_t)count * sizeof(int32_t),
+                      sv->stream));
+
+    // step 1: residual_out = x + residual; q = RMSNorm(residual_out) * gamma, rows = batch
+    fp_norm_params np;
+    fp_norm_params_default(&np);
+    np.kind = FP_NORM_RMSNORM;
+    np.rows = count;
+    np.cols = HIDDEN;
+    np.x_dtype = np.residual_dtype = np.out_dtype = np.param_dtype = FP_F32;
+    np.x = d_x;
+    np.residual = d_res;
+    np.gamma = m->d_gamma;
+    np.out = d_q;
+    np.residual_out = d_resout;
+    np.eps = RMS_EPS;
+    TRY(fp_norm_forward(sv->ctx, sv->stream, &np));
+
+    // step 2: decode attention, one query token per sequence, keys from the paged cache
+    fp_attention_params ap;
+    fp_attention_params_default(&ap);
+    ap.batch = count;
+    ap.seqlen_q = 1;
+    ap.seqlen_k = max_len;                 /* longest sequence in this batch */
+    ap.heads_q = HEADS_Q;
+    ap.heads_kv = HEADS_KV;
+    ap.head_dim = HEAD_DIM;
+    ap.dtype = FP_F32;
+    ap.q = d_q;                            /* [count, 1, HEADS_Q, HEAD_DIM], packed */
+    ap.k = m->d_k;                         /* [num_pages, PAGE_SIZE, HEADS_KV, HEAD_DIM] */
+    ap.v = m->d_v;
+    ap.o = d_attn;                         /* [count, 1, HEADS_Q, HEAD_DIM], packed */
+    ap.seqlens_k = d_seqlens;              /* each sequence's own cache length */
+    ap.block_table = d_table;              /* [count, MAX_PAGES_PER_SEQ] */
+    ap.block_table_stride = MAX_PAGES_PER_SEQ;
+    ap.page_size = PAGE_SIZE;
+    ap.num_pages = m->num_pages;
+    TRY(fp_attention_forward(sv->ctx, sv->stream, &ap));
+
+    // download the results and wait for them
+    TRY(fp_mem_download(sv->ctx, sv->h_attn, d_attn, act_bytes, sv->stream));
+    TRY(fp_mem_download(sv->ctx, sv->h_resout, d_resout, act_bytes, sv->stream));
+    TRY(fp_context_synchronize(sv->ctx, sv->stream));
+
+    // scatter row i back to request i's own output buffer
+    for (int i = 0; i < count; ++i) {
+        request_output *out = items[i].output;
+        request_track *track = items[i].user;
+        memcpy(out->attn, sv->h_attn[i], sizeof out->attn);
+        memcpy(out->residual_out, sv->h_resout[i], sizeof out->residual_out);
+        atomic_fetch_add(&track->executed, 1);
+    }
+
+done:
+    // after a failure, let queued work finish before the buffers are reused
+    if (st != FP_OK) {
+        fp_status sst = fp_context_synchronize(sv->ctx, sv->stream);
+        if (sst != FP_OK) report_failure("fp_context_synchronize", sst);
+    }
+    // give the scratch buffers back to the cache (fp_alloc_free(NULL) is a no-op)
+    {
+        void *bufs[] = {d_x, d_res, d_q, d_resout, d_attn, d_table, d_seqlens};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) {
+            fp_status fst = fp_alloc_free(sv->alloc, bufs[i]);
+            if (fst != FP_OK) {
+                report_failure("fp_alloc_free", fst);
+                if (st == FP_OK) st = fst;
+            }
+        }
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/*  Clients: submit, wait, check against a plain C reference                */
+/* ------------------------------------------------------------------------ */
+
+/* The layer step for one request in double precision: what the batch row of
+ * this request must hold. */
+static void reference_step(const model *m, const request_input *in, double *attn,
+                           double *residual_out)
+{
+    // RMSNorm with residual (s rounded to f32 as the library stores it)
+    double q[HIDDEN], sumsq = 0.0;
+    for (int c = 0; c < HIDDEN; ++c) {
+        float s = in->x[c] + in->residual[c];
+        residual_out[c] = s;
+        sumsq += (double)s * s;
+    }
+    double rstd = 1.0 / sqrt(sumsq / HIDDEN + (double)RMS_EPS);
+    for (int c = 0; c < HIDDEN; ++c) q[c] = residual_out[c] * rstd * m->gamma[c];
+    // attention over this sequence's keys, found through its own block table row
+    const int len = m->seq_len[in->seq];
+    const double scale = 1.0 / sqrt((double)HEAD_DIM);
+    double score[MAX_SEQ_LEN];
+    for (int h = 0; h < HEADS_Q; ++h) {
+        const int hk = h / (HEADS_Q / HEADS_KV);
+        const double *qh = q + h * HEAD_DIM;
+        double mx = -INFINITY, denom = 0.0;
+        for (int j = 0; j < len; ++j) {
+            size_t row = (size_t)m->block_table[in->seq][j / PAGE_SIZE] * PAGE_SIZE + j % PAGE_SIZE;
+            const float *k = m->h_k + row * KV_ROW + hk * HEAD_DIM;
+            double dot = 0.0;
+            for (int d = 0; d < HEAD_DIM; ++d) dot += qh[d] * k[d];
+            score[j] = dot * scale;
+            if (score[j] > mx) mx = score[j];
+        }
+        for (int d = 0; d < HEAD_DIM; ++d) attn[h * HEAD_DIM + d] = 0.0;
+        for (int j = 0; j < len; ++j) {
+            size_t row = (size_t)m->block_table[in->seq][j / PAGE_SIZE] * PAGE_SIZE + j % PAGE_SIZE;
+            const float *v = m->h_v + row * KV_ROW + hk * HEAD_DIM;
+            double p = exp(score[j] - mx);
+            denom += p;
+            for (int d = 0; d < HEAD_DIM; ++d) attn[h * HEAD_DIM + d] += p * v[d];
+        }
+        for (int d = 0; d < HEAD_DIM; ++d) attn[h * HEAD_DIM + d] /= denom;
+    }
+}
+
+/* Index of the first element outside tolerance, or -1. */
+static int first_mismatch(const float *got, const double *want, int n)
+{
+    for (int i = 0; i < n; ++i)
+        if (!(fabs(got[i] - want[i]) <= TOL_ABS + TOL_REL * fabs(want[i]))) return i;
+    return -1;
+}
+
+typedef struct client {
+    int id, requests;
+    fp_batcher *batcher;
+    const model *m;
+    request_track *tracks;    /* [requests] of this client */
+    int failures;
+} client;
+
+/* Completion callback: counts completions, which must be exactly one. */
+static void on_done(fp_batch_request *req, fp_status status, void *user)
+{
+    (void)req;
+    (void)status;
+    atomic_fetch_add(&((request_track *)user)->completed, 1);
+}
+
+static void *client_main(void *arg)
+{
+    client *c = arg;
+    uint64_t rng = 1000 + (uint64_t)c->id;
+    request_input in;
+    request_output out;
+    double want_attn[HIDDEN], want_resout[HIDDEN];
+    for (int r = 0; r < c->requests; ++r) {
+        // a new token for a random cached sequence; poison the output with NaN
+        in.seq = (int)(rng_next(&rng) % NUM_SEQS);
+        for (int i = 0; i < HIDDEN; ++i) {
+            in.x[i] = rng_uniform(&rng, -2.0f, 2.0f);
+            in.residual[i] = rng_uniform(&rng, -1.0f, 1.0f);
+        }
+        for (int i = 0; i < HIDDEN; ++i) out.attn[i] = out.residual_out[i] = NAN;
+        // submit it and wait for its completion
+        fp_batch_submit_info info;
+        fp_batch_submit_info_default(&info);
+        info.input = &in;
+        info.input_size = sizeof in;
+        info.output = &out;
+        info.output_size = sizeof out;
+        info.user = &c->tracks[r];
+        info.on_done = on_done;
+        info.on_done_user = &c->tracks[r];
+        fp_batch_request *req = NULL;
+        fp_status st = fp_batcher_submit(c->batcher, &info, &req);
+        if (st != FP_OK) { report_failure("fp_batcher_submit", st); c->failures++; continue; }
+        fp_status result = FP_ERR_INTERNAL;
+        st = fp_batch_request_wait(req, -1, &result);
+        fp_batch_request_release(req);
+        if (st != FP_OK) { report_failure("fp_batch_request_wait", st); c->failures++; continue; }
+        if (result != FP_OK) {
+            fprintf(stderr, "serve_decode: client %d request %d completed with %s\n", c->id, r,
+                    fp_status_string(result));
+            c->failures++;
+            continue;
+        }
+        // check this request's output against its own reference
+        reference_step(c->m, &in, want_attn, want_resout);
+        int bad = first_mismatch(out.residual_out, want_resout, HIDDEN);
+        const char *what = "residual_out";
+        const float *got = out.residual_out;
+        const double *want = want_resout;
+        if (bad < 0) {
+            bad = first_mismatch(out.attn, want_attn, HIDDEN);
+            what = "attn";
+            got = out.attn;
+            want = want_attn;
+        }
+        if (bad >= 0) {
+            fprintf(stderr,
+                    "serve_decode: MISMATCH client %d request %d (sequence %d, %d cached tokens): "
+                    "%s[%d] = %.7g, expected %.7g\n",
+                    c->id, r, in.seq, c->m->seq_len[in.seq], what, bad, got[bad], want[bad]);
+            c->failures++;
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/*  main                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: serve_decode [--device cpu|cuda] [--clients N] [--requests N]\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    fp_device_kind kind = FP_DEVICE_CPU;
+    int num_clients = 16, requests = 20;
+    for (int i = 1; i < argc; ++i) {
+        if (i + 1 >= argc) return usage();
+        if (!strcmp(argv[i], "--device")) {
+            ++i;
+            if (!strcmp(argv[i], "cpu")) kind = FP_DEVICE_CPU;
+            else if (!strcmp(argv[i], "cuda")) kind = FP_DEVICE_CUDA;
+            else return usage();
+        } else if (!strcmp(argv[i], "--clients")) {
+            num_clients = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--requests")) {
+            requests = atoi(argv[++i]);
+        } else {
+            return usage();
+        }
+    }
+    if (num_clients < 1 || num_clients > 1024 || requests < 1 || requests > 100000) return usage();
+
+    // a context (CPU worker pool, or CUDA device 0 with its stream) and a caching allocator on it
+    static server sv; /* large staging arrays: not on the stack */
+    static model m;
+    MUST(fp_context_create(kind, 0, &sv.ctx));
+    sv.stream = fp_context_stream(sv.ctx);
+    MUST(fp_alloc_create_for_context(sv.ctx, NULL, &sv.alloc));
+    sv.m = &m;
+
+    // weights and the paged KV cache
+    model_init(&m, sv.ctx, sv.stream);
+
+    // a dynamic batcher: up to 16 requests per batch, waiting at most 200 us to fill one
+    fp_batcher_config cfg;
+    fp_batcher_config_default(&cfg);
+    cfg.max_batch_size = MAX_BATCH;
+    cfg.max_queue_delay_us = 200;
+    cfg.executor_threads = 1;
+    fp_batcher *batcher = NULL;
+    MUST(fp_batcher_create(&cfg, layer_step, &sv, &batcher));
+
+    // clients: each submits its requests one at a time and checks every answer
+    client *clients = calloc((size_t)num_clients, sizeof *clients);
+    request_track *tracks = calloc((size_t)num_clients * (size_t)requests, sizeof *tracks);
+    pthread_t *threads = calloc((size_t)num_clients, sizeof *threads);
+    if (!clients || !tracks || !threads) { fprintf(stderr, "serve_decode: out of host memory\n"); return 1; }
+    for (int c = 0; c < num_clients; ++c) {
+        clients[c] = (client){.id = c, .requests = requests, .batcher = batcher, .m = &m,
+                              .tracks = tracks + (size_t)c * (size_t)requests};
+        if (pthread_create(&threads[c], NULL, client_main, &clients[c]) != 0) {
+            fprintf(stderr, "serve_decode: pthread_create failed\n");
+            return 1;
+        }
+    }
+    int failures = 0;
+    for (int c = 0; c < num_clients; ++c) {
+        pthread_join(threads[c], NULL);
+        failures += clients[c].failures;
+    }
+
+    // drain and stop the batcher, then read its statistics
+    MUST(fp_batcher_shutdown(batcher, FP_BATCHER_SHUTDOWN_DRAIN));
+    fp_batcher_stats bs;
+    fp_batcher_stats_init(&bs);
+    MUST(fp_batcher_get_stats(batcher, &bs));
+    fp_alloc_stats as;
+    memset(&as, 0, sizeof as);
+    as.struct_size = sizeof as;
+    MUST(fp_alloc_get_stats(sv.alloc, &as));
+
+    // every request must have run once and completed once
+    const int total = num_clients * requests;
+    for (int i = 0; i < total; ++i) {
+        int e = atomic_load(&tracks[i].executed), d = atomic_load(&tracks[i].completed);
+        if (e != 1 || d != 1) {
+            fprintf(stderr, "serve_decode: client %d request %d executed %d times, completed %d times\n",
+                    i / requests, i % requests, e, d);
+            failures++;
+        }
+    }
+    if (bs.completed_ok != total) {
+        fprintf(stderr, "serve_decode: batcher completed %lld of %d requests\n",
+                (long long)bs.completed_ok, total);
+        failures++;
+    }
+
+    printf("serve_decode on %s: %d clients x %d requests = %d requests, %lld batches, "
+           "mean batch size %.2f\n",
+           kind == FP_DEVICE_CUDA ? "cuda" : "cpu", num_clients, requests, total,
+           (long long)bs.batches, bs.mean_batch_size);
+    printf("  end-to-end latency p50 %.1f us, p99 %.1f us; executor p50 %.1f us per batch\n",
+           bs.end_to_end.p50_us, bs.end_to_end.p99_us, bs.executor.p50_us);
+    printf("  allocator: %llu allocations, %llu cache hits, %llu upstream allocs\n",
+           (unsigned long long)(as.cache_hits + as.cache_misses),
+           (unsigned long long)as.cache_hits, (unsigned long long)as.upstream_allocs);
+    printf("  %s\n", failures == 0 ? "all outputs correct" : "FAILED");
+
+    // tear down in reverse order
+    fp_batcher_destroy(batcher);
+    model_free(&m, sv.ctx);
+    fp_alloc_destroy(sv.alloc);
+    fp_context_destroy(sv.ctx);
+    free(clients);
+    free(tracks);
+    free(threads);
+    return failures == 0 ? 0 : 1;
+}
