@@ -5,6 +5,8 @@
     y = fpt.rms_norm(x, (hidden,), weight, eps=1e-6)                # F.rms_norm
     y, h = fpt.add_layer_norm(x, residual, weight, bias, 1e-5, activation="gelu")
     o = fpt.scaled_dot_product_attention(q, k, v, is_causal=True)   # F.scaled_dot_product_attention
+    o = fpt.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, causal=True)
+                                                  # flash_attn_with_kvcache (decode, paged)
 
 CUDA tensors run on the fastpath CUDA context of their device (one cached
 per device), enqueued on torch.cuda.current_stream(); CPU tensors on a cached
@@ -13,7 +15,14 @@ strides (attention maps PyTorch's (batch, heads, seq, dim) onto the library's
 (batch, seq, heads, dim) by strides; its output is a (batch, heads, seq, dim)
 view of a (batch, seq, heads, dim) buffer, as PyTorch's flash backend).
 
-Cases the library does not cover fall back to the torch implementation,
+attention_with_kvcache is a new API, not a drop-in: q [batch, seqlen_q,
+heads_q, head_dim] against a dense [batch, seqlen_k, heads_kv, head_dim] or
+paged [num_pages, page_size, heads_kv, head_dim] (int32 block_table) KV
+cache, int32 cache_seqlens, bottom-right causal mask, sliding window, lse.
+What it cannot run (see its docstring) raises TypeError / ValueError rather
+than falling back; it counts in fastpath_count / last_path.
+
+Cases the drop-ins do not cover fall back to the torch implementation,
 silently: fallback_count, fallback_reasons (reason -> count) and
 last_fallback_reason record it; fastpath_count counts the calls that ran in
 libfastpath; last_path is "fastpath" or "torch" for the latest call.
@@ -23,6 +32,7 @@ when a gradient is needed.
 """
 import collections
 import math
+import numbers
 import threading
 
 import torch
@@ -34,8 +44,9 @@ from fastpath import norm as _norm
 from fastpath import attention as _attn
 
 __all__ = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
-           "scaled_dot_product_attention", "context_for", "reset_stats", "fallback_count",
-           "fastpath_count", "fallback_reasons", "last_fallback_reason", "last_path"]
+           "scaled_dot_product_attention", "attention_with_kvcache", "context_for", "reset_stats",
+           "fallback_count", "fastpath_count", "fallback_reasons", "last_fallback_reason",
+           "last_path"]
 
 fallback_count = 0
 fastpath_count = 0
@@ -530,3 +541,197 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             why = str(e)
     _fallback(why)
     return _torch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+# ---------------------------------------------------------------------------
+# KV-cache attention (flash_attn_with_kvcache style)
+# ---------------------------------------------------------------------------
+
+def _kv_strides(t, what):
+    """(dim0, seq, head) strides in elements of a 4-d [n, seq, heads, dim]
+    tensor (0 for extent-1 dimensions: the library's packed value), or raises
+    ValueError."""
+    if t.stride(3) != 1 and t.shape[3] > 1:
+        raise ValueError(f"{what}: head_dim must be contiguous (stride(-1) == 1, got "
+                         f"{t.stride(3)})")
+    out = []
+    for dim in (0, 1, 2):
+        n, st = t.shape[dim], t.stride(dim)
+        if n == 1:
+            out.append(0)
+        elif st == 0:
+            raise ValueError(f"{what}: broadcast (stride 0) dimension {dim} is not supported")
+        else:
+            out.append(st)
+    return out
+
+
+def _int32_table(t, name, device, dims):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32, got {t.dtype}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, q on {device}")
+    if t.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-d, got shape {tuple(t.shape)}")
+    if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name}: last dimension must be contiguous")
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None,
+                           softmax_scale=None, causal=False, window_size=(-1, -1),
+                           return_lse=False):
+    """Decode / chunked-prefill attention of q against a KV cache, in the style
+    of FlashAttention's flash_attn_with_kvcache (without appending new keys:
+    write them into the cache first), by libfastpath's fp_attention_forward.
+
+    q        [batch, seqlen_q, heads_q, head_dim]
+    k_cache, v_cache
+             dense [batch, seqlen_k, heads_kv, head_dim], or with block_table
+             paged pools [num_pages, page_size, heads_kv, head_dim]
+    cache_seqlens
+             int32 [batch] (or a Python int for every sequence): keys of each
+             sequence (clipped to the cache capacity); None = the whole cache
+             (seqlen_k, or max_blocks * page_size when paged)
+    block_table
+             int32 [batch, max_blocks]: key j of sequence b is row j % page_size
+             of page block_table[b, j // page_size]; pages in any order, shared
+             pages allowed
+    softmax_scale   None: 1 / sqrt(head_dim)
+    causal   bottom-right aligned (query i sees keys j <= i + L - seqlen_q for
+             a sequence of L keys), as flash_attn_with_kvcache; forces
+             window_size[1] to 0
+    window_size     (left, right) sliding window around that diagonal, -1 =
+             unbounded
+    Returns out [batch, seqlen_q, heads_q, head_dim] in q's dtype (and with
+    return_lse, lse [batch, heads_q, seqlen_q] float32, natural log). A query
+    row that keeps no key (e.g. cache_seqlens 0) gets out = 0 and lse = -inf.
+
+    Supported: CPU or CUDA tensors, all on one device; q, k_cache, v_cache of
+    one dtype among float16 / bfloat16 / float32; head_dim a multiple of 8 in
+    [8, 256]; heads_q a multiple of heads_kv (GQA / MQA). Any strides with
+    head_dim contiguous are passed without copies (e.g. q a slice of a fused
+    QKV tensor); on CUDA pointers and strides must be 16-byte aligned.
+    cache_seqlens and block_table are checked on the CPU; on CUDA they are
+    not read back (no synchronization): an out-of-range value there gives an
+    unspecified result for that sequence (never an access outside the
+    cache). No
+    autograd (inputs requiring grad are refused). Anything else raises
+    TypeError (types, dtypes) or ValueError (shapes, strides, devices,
+    values); there is no fallback to torch."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not _attn.available():
+        raise RuntimeError("libfastpath was built without the attention capability")
+    if q.dtype not in _DTYPES:
+        raise TypeError(f"q dtype {q.dtype} not supported (float16, bfloat16, float32)")
+    if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        raise TypeError(f"q, k_cache, v_cache dtypes differ ({q.dtype}, {k_cache.dtype}, "
+                        f"{v_cache.dtype})")
+    dev = q.device
+    if not _supported_device(q):
+        raise ValueError(f"device {dev} not supported (cpu or cuda)")
+    if k_cache.device != dev or v_cache.device != dev:
+        raise ValueError(f"q, k_cache, v_cache on different devices ({dev}, {k_cache.device}, "
+                         f"{v_cache.device})")
+    if _needs_grad(q, k_cache, v_cache):
+        raise ValueError("attention_with_kvcache has no backward: inputs require grad "
+                         "(use torch.no_grad() or detach them)")
+    if q.dim() != 4 or k_cache.dim() != 4 or v_cache.dim() != 4:
+        raise ValueError("q, k_cache, v_cache must be 4-d")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} "
+                         "shapes differ")
+    B, Lq, Hq, D = q.shape
+    n0, n1, Hkv, Dk = k_cache.shape
+    if Dk != D:
+        raise ValueError(f"head_dim of q ({D}) and of the cache ({Dk}) differ")
+    if D % 8 or not 8 <= D <= 256:
+        raise ValueError(f"head_dim {D} not supported (a multiple of 8 in [8, 256])")
+    if Hkv < 1 or Hq % Hkv:
+        raise ValueError(f"heads_q ({Hq}) must be a multiple of heads_kv ({Hkv})")
+    if n1 < 1 or (n0 < 1 and (block_table is not None or B > 0)):
+        raise ValueError(f"empty KV cache {tuple(k_cache.shape)}")
+    try:
+        wl, wr = (int(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise TypeError(f"window_size must be a pair of ints, got {window_size!r}") from None
+    if wl < -1 or wr < -1:
+        raise ValueError(f"window_size entries must be >= -1, got {window_size!r}")
+    if causal:
+        wr = 0
+    sm_scale = 0.0
+    if softmax_scale is not None:
+        sm_scale = float(softmax_scale)
+        if not (sm_scale > 0 and math.isfinite(sm_scale)):
+            raise ValueError(f"softmax_scale must be > 0 and finite, got {softmax_scale!r}")
+
+    paged = block_table is not None
+    bt_kw = {}
+    if paged:
+        _int32_table(block_table, "block_table", dev, 2)
+        if block_table.shape[0] != B:
+            raise ValueError(f"block_table has {block_table.shape[0]} rows, batch is {B}")
+        max_blocks = block_table.shape[1]
+        if max_blocks < 1:
+            raise ValueError("block_table has no columns")
+        num_pages, page_size = n0, n1
+        Lk = max_blocks * page_size
+        bt_stride = block_table.stride(0) if B > 1 else max_blocks
+        if bt_stride < max_blocks:
+            raise ValueError("block_table rows overlap (row stride < columns)")
+        bt_kw = dict(block_table=block_table.data_ptr(), block_table_stride=bt_stride,
+                     page_size=page_size, num_pages=num_pages)
+    else:
+        if n0 != B:
+            raise ValueError(f"dense cache batch ({n0}) differs from q's ({B})")
+        Lk = n1
+
+    seqlens = None
+    if cache_seqlens is not None:
+        if isinstance(cache_seqlens, bool):
+            raise TypeError("cache_seqlens must be an int or an int32 tensor")
+        if isinstance(cache_seqlens, numbers.Integral):
+            cache_seqlens = int(cache_seqlens)
+            if not 0 <= cache_seqlens <= Lk:
+                raise ValueError(f"cache_seqlens {cache_seqlens} outside [0, {Lk}]")
+            if cache_seqlens != Lk:
+                seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32, device=dev)
+        else:
+            _int32_table(cache_seqlens, "cache_seqlens", dev, 1)
+            if cache_seqlens.shape[0] != B:
+                raise ValueError(f"cache_seqlens has {cache_seqlens.shape[0]} entries, batch is "
+                                 f"{B}")
+            if dev.type == "cpu" and B > 0:  # host memory: check it (no sync needed)
+                lo, hi = int(cache_seqlens.min()), int(cache_seqlens.max())
+                if lo < 0 or hi > Lk:
+                    raise ValueError(f"cache_seqlens values must lie in [0, {Lk}] (got "
+                                     f"[{lo}, {hi}])")
+            seqlens = cache_seqlens
+
+    out = torch.empty((B, Lq, Hq, D), dtype=q.dtype, device=dev)
+    lse = torch.empty((B, Hq, Lq), dtype=torch.float32, device=dev) if return_lse else None
+    if B == 0 or Lq == 0 or Hq == 0:
+        return (out, lse) if return_lse else out
+    strides = {}
+    for t, what, label in ((q, "q", "q"), (k_cache, "k", "k_cache"), (v_cache, "v", "v_cache"),
+                           (out, "o", "out")):
+        s = _kv_strides(t, label)
+        strides[f"{what}_batch_stride"], strides[f"{what}_seq_stride"], \
+            strides[f"{what}_head_stride"] = s
+    with _Launch(q) as (ctx, stream):
+        try:
+            _attn.forward(ctx, stream=stream, batch=B, seqlen_q=Lq, seqlen_k=Lk, heads_q=Hq,
+                          heads_kv=Hkv, head_dim=D, dtype=_DTYPES[q.dtype], q=q.data_ptr(),
+                          k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=out.data_ptr(),
+                          softmax_scale=sm_scale, causal=bool(causal), window_left=wl,
+                          window_right=wr, lse=_ptr(lse),
+                          seqlens_k=_ptr(seqlens), **bt_kw, **strides)
+        except fastpath.FastpathError as e:
+            if e.status in (fastpath.Status.INVALID_ARGUMENT, fastpath.Status.UNSUPPORTED):
+                raise ValueError(f"attention_with_kvcache: {e.detail}") from None
+            raise
+    _ran()
+    return (out, lse) if return_lse else out
