@@ -79,6 +79,18 @@ static fp_status check_aligned(const char *name, const void *p, size_t align) {
     return FP_OK;
 }
 
+/* Every pointer of a params struct that must be aligned to `align` (NULL
+ * passes): the first misaligned one is named. */
+typedef struct named_ptr {
+    const char *name;
+    const void *ptr;
+} named_ptr;
+static fp_status check_all_aligned(const named_ptr *v, size_t n, size_t align) {
+    for (size_t i = 0; i < n; ++i) FP_TRY(check_aligned(v[i].name, v[i].ptr, align));
+    return FP_OK;
+}
+#define FP_NORM_COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
 static fp_status check_dtype_match(const char *name, fp_dtype d, fp_dtype want) {
     FP_CHECK_ARG(dtype_ok(d), "argument 'params->%s' (%d) is not f32, f16 or bf16", name, (int)d);
     FP_CHECK_ARG(d == want, "argument 'params->%s' (%s) differs from the tensor dtype (%s): "
@@ -102,15 +114,12 @@ fp_status fp_norm_check_fwd(const fp_norm_params *p, fp_norm_fwd_desc *d) {
     FP_CHECK_ARG(isfinite(p->eps) && p->eps > 0.0f,
                  "argument 'params->eps' must be > 0 and finite (got %g)", (double)p->eps);
     const size_t es = fp_dtype_size(p->x_dtype);
-    FP_TRY(check_aligned("x", p->x, es));
-    FP_TRY(check_aligned("residual", p->residual, es));
-    FP_TRY(check_aligned("gamma", p->gamma, es));
-    FP_TRY(check_aligned("beta", p->beta, es));
-    FP_TRY(check_aligned("bias", p->bias, es));
-    FP_TRY(check_aligned("out", p->out, es));
-    FP_TRY(check_aligned("residual_out", p->residual_out, es));
-    FP_TRY(check_aligned("mean", p->mean, sizeof(float)));
-    FP_TRY(check_aligned("rstd", p->rstd, sizeof(float)));
+    const named_ptr tensors[] = {{"x", p->x},       {"residual", p->residual}, {"gamma", p->gamma},
+                                 {"beta", p->beta}, {"bias", p->bias},         {"out", p->out},
+                                 {"residual_out", p->residual_out}};
+    const named_ptr stats[] = {{"mean", p->mean}, {"rstd", p->rstd}};
+    FP_TRY(check_all_aligned(tensors, FP_NORM_COUNT(tensors), es));
+    FP_TRY(check_all_aligned(stats, FP_NORM_COUNT(stats), sizeof(float)));
     fp_norm_fwd_desc r;
     memset(&r, 0, sizeof r);
     FP_TRY(resolve_stride("x_stride", p->x_stride, p->rows, p->cols, &r.x_stride));
@@ -152,18 +161,13 @@ fp_status fp_norm_check_bwd(const fp_norm_backward_params *p, fp_norm_bwd_desc *
                  "argument 'params->mean' is NULL (required for LayerNorm)");
     FP_CHECK_ARG(p->dx != NULL, "argument 'params->dx' is NULL");
     const size_t es = fp_dtype_size(p->dtype);
-    FP_TRY(check_aligned("dout", p->dout, es));
-    FP_TRY(check_aligned("x", p->x, es));
-    FP_TRY(check_aligned("gamma", p->gamma, es));
-    FP_TRY(check_aligned("beta", p->beta, es));
-    FP_TRY(check_aligned("bias", p->bias, es));
-    FP_TRY(check_aligned("dresidual_out", p->dresidual_out, es));
-    FP_TRY(check_aligned("dx", p->dx, es));
-    FP_TRY(check_aligned("dgamma", p->dgamma, es));
-    FP_TRY(check_aligned("dbeta", p->dbeta, es));
-    FP_TRY(check_aligned("dbias", p->dbias, es));
-    FP_TRY(check_aligned("mean", p->mean, sizeof(float)));
-    FP_TRY(check_aligned("rstd", p->rstd, sizeof(float)));
+    const named_ptr tensors[] = {{"dout", p->dout},   {"x", p->x},   {"gamma", p->gamma},
+                                 {"beta", p->beta},   {"bias", p->bias}, {"dresidual_out", p->dresidual_out},
+                                 {"dx", p->dx},       {"dgamma", p->dgamma}, {"dbeta", p->dbeta},
+                                 {"dbias", p->dbias}};
+    const named_ptr stats[] = {{"mean", p->mean}, {"rstd", p->rstd}};
+    FP_TRY(check_all_aligned(tensors, FP_NORM_COUNT(tensors), es));
+    FP_TRY(check_all_aligned(stats, FP_NORM_COUNT(stats), sizeof(float)));
     fp_norm_bwd_desc r;
     memset(&r, 0, sizeof r);
     FP_TRY(resolve_stride("dout_stride", p->dout_stride, p->rows, p->cols, &r.dout_stride));
