@@ -210,6 +210,37 @@ def _check_cpu(ctx):
                          "pointer API or fastpath.torch for CUDA")
 
 
+def _rows_cols(x):
+    """x as an array of at least one dimension, and its [rows, cols] view."""
+    x = _np().asarray(x)
+    if x.ndim < 1:
+        raise ValueError("x must have at least one dimension")
+    cols = x.shape[-1]
+    return x, (x.size // cols if cols else 0), cols
+
+
+class _Keep:
+    """Converts arrays to the library's buffers and keeps every buffer
+    referenced until the call returns (the library reads raw pointers)."""
+
+    def __init__(self, dtype):
+        self.dtype, self.bufs = dtype, []
+
+    def buf(self, a):
+        if a is None:
+            return None, None
+        b = to_buffer(a, self.dtype)
+        self.bufs.append(b)
+        return b, b.ctypes.data
+
+    def f32(self, a):
+        if a is None:
+            return None
+        b = _np().ascontiguousarray(a, dtype=_np().float32)
+        self.bufs.append(b)
+        return b.ctypes.data
+
+
 def forward_arrays(ctx, x, *, residual=None, gamma=None, beta=None, bias=None, kind="layernorm",
                    activation="none", eps=1e-5, dtype="f32", want_residual_out=False,
                    want_stats=False):
@@ -219,24 +250,13 @@ def forward_arrays(ctx, x, *, residual=None, gamma=None, beta=None, bias=None, k
     mean, rstd ([rows] float32) when asked for."""
     np = _np()
     _check_cpu(ctx)
-    x = np.asarray(x)
-    if x.ndim < 1:
-        raise ValueError("x must have at least one dimension")
-    cols = x.shape[-1]
-    rows = x.size // cols if cols else 0
+    x, rows, cols = _rows_cols(x)
     # The library reads [rows, cols] / [cols] through raw pointers: a shorter
     # array would be read past its end.
     _check_shape("residual", residual, x.shape)
     for name, v in (("gamma", gamma), ("beta", beta), ("bias", bias)):
         _check_shape(name, v, (cols,))
-    keep = []  # every buffer stays referenced until the call returns
-
-    def buf(a):
-        if a is None:
-            return None, None
-        b = to_buffer(a, dtype)
-        keep.append(b)
-        return b, b.ctypes.data
+    buf = _Keep(dtype).buf
 
     xb, px = buf(x)
     rb, pr = buf(residual)
@@ -269,32 +289,15 @@ def backward_arrays(ctx, dout, x, rstd, *, mean=None, gamma=None, beta=None, bia
     with want_param_grads, dgamma / dbeta / dbias for the vectors given."""
     np = _np()
     _check_cpu(ctx)
-    x = np.asarray(x)
-    if x.ndim < 1:
-        raise ValueError("x must have at least one dimension")
-    cols = x.shape[-1]
-    rows = x.size // cols if cols else 0
+    x, rows, cols = _rows_cols(x)
     _check_shape("dout", dout, x.shape)
     _check_shape("dresidual_out", dresidual_out, x.shape)
     for name, v in (("gamma", gamma), ("beta", beta), ("bias", bias)):
         _check_shape(name, v, (cols,))
     for name, v in (("rstd", rstd), ("mean", mean)):
         _check_shape(name, v, (rows,), flat=True)
-    keep = []
-
-    def buf(a):
-        if a is None:
-            return None, None
-        b = to_buffer(a, dtype)
-        keep.append(b)
-        return b, b.ctypes.data
-
-    def f32(a):
-        if a is None:
-            return None
-        b = np.ascontiguousarray(a, dtype=np.float32)
-        keep.append(b)
-        return b.ctypes.data
+    keep = _Keep(dtype)
+    buf, f32 = keep.buf, keep.f32
 
     _, pdo = buf(dout)
     xb, px = buf(x)
