@@ -21,18 +21,27 @@ typedef struct builder {
     int failed;
 } builder;
 
-static void push_op(builder *b, uint8_t kind, uint8_t stream, uint32_t slot, uint64_t size) {
-    if (b->failed) return;
-    if (b->n == b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 4096;
-        fp_alloc_trace_op *no = realloc(b->ops, nc * sizeof *no);
-        if (!no) {
-            b->failed = 1;
-            return;
-        }
-        b->ops = no;
-        b->cap = nc;
+/* Room for one more element in a growing array `arr` of *cap elements of elt
+ * bytes holding n (first size: init): returns the array to use (arr, or its
+ * reallocation with *cap updated), or NULL with b marked failed when memory
+ * runs out (arr is then unchanged and still owned by the caller). */
+static void *grow(builder *b, void *arr, size_t *cap, size_t n, size_t elt, size_t init) {
+    if (b->failed) return NULL;
+    if (n < *cap) return arr;
+    size_t nc = *cap ? *cap * 2 : init;
+    void *na = realloc(arr, nc * elt);
+    if (!na) {
+        b->failed = 1;
+        return NULL;
     }
+    *cap = nc;
+    return na;
+}
+
+static void push_op(builder *b, uint8_t kind, uint8_t stream, uint32_t slot, uint64_t size) {
+    fp_alloc_trace_op *ops = grow(b, b->ops, &b->cap, b->n, sizeof *ops, 4096);
+    if (!ops) return;
+    b->ops = ops;
     fp_alloc_trace_op op = {kind, stream, 0, slot, size};
     b->ops[b->n++] = op;
     if (stream > b->max_stream) b->max_stream = stream;
@@ -46,17 +55,9 @@ static uint32_t b_alloc(builder *b, uint64_t size, int stream) {
 
 static void b_free(builder *b, uint32_t slot) {
     push_op(b, FP_ALLOC_TRACE_FREE, 0, slot, 0);
-    if (b->failed) return;
-    if (b->n_free == b->cap_free) {
-        size_t nc = b->cap_free ? b->cap_free * 2 : 256;
-        uint32_t *nf = realloc(b->free_slots, nc * sizeof *nf);
-        if (!nf) {
-            b->failed = 1;
-            return;
-        }
-        b->free_slots = nf;
-        b->cap_free = nc;
-    }
+    uint32_t *fs = grow(b, b->free_slots, &b->cap_free, b->n_free, sizeof *fs, 256);
+    if (!fs) return;
+    b->free_slots = fs;
     b->free_slots[b->n_free++] = slot;
 }
 
