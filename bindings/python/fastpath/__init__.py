@@ -106,7 +106,7 @@ def _opt_ptr(p):
     return int(p) if p else None
 
 
-class Context:
+class Context(_lib.Closeable):
     """An execution context: "cpu" or "cuda" / "cuda:N"."""
 
     def __init__(self, device="cpu"):
@@ -145,18 +145,6 @@ class Context:
         if self._h:
             lib.fp_context_destroy(self._h)
             self._h = ctypes.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def _ab_report_dict(rep):

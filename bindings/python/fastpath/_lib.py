@@ -237,3 +237,20 @@ def init_struct(cls, default_name):
 
 
 _checked_sizes = {}
+
+
+class Closeable:
+    """Context-manager and finalizer plumbing for a class owning a library
+    handle: `with` and garbage collection both call its close()."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -186,7 +186,7 @@ def make_config(max_split_size=None, max_non_split_rounding=None, divisions=None
     return cfg
 
 
-class Allocator:
+class Allocator(_lib.Closeable):
     """A caching allocator for a context (fp_alloc_create_for_context): device
     memory and CUDA events on a CUDA context, host memory on a CPU context.
     Keyword arguments as make_config. Pointers it returns are ints; every
@@ -265,20 +265,8 @@ class Allocator:
             lib.fp_alloc_destroy(self._h)
             self._h = c_void_p()
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class Trace:
+class Trace(_lib.Closeable):
     """An allocation trace (fp_alloc_trace). Build one with generate_trace."""
 
     def __init__(self, ptr):
@@ -324,12 +312,6 @@ class Trace:
         if self._p:
             lib.fp_alloc_trace_destroy(self._p)
             self._p = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def generate_trace(layers=None, steps=None, streams=None, batch=None, hidden=None, heads=None,
