@@ -58,32 +58,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench_torch, also when imported
+from bench_torch import git_commit  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def git_commit():
-    """HEAD's commit read from .git without running git (FASTPATH_GIT_COMMIT overrides)."""
-    env = os.environ.get("FASTPATH_GIT_COMMIT")
-    if env:
-        return env
-    try:
-        git = ROOT / ".git"
-        if git.is_file():
-            git = Path(git.read_text().split(":", 1)[1].strip())
-        head = (git / "HEAD").read_text().strip()
-        if not head.startswith("ref:"):
-            return head
-        ref = head.split(None, 1)[1]
-        if (git / ref).exists():
-            return (git / ref).read_text().strip()
-        packed = git / "packed-refs"
-        if packed.exists():
-            for line in packed.read_text().splitlines():
-                if line.endswith(" " + ref):
-                    return line.split()[0]
-    except OSError:
-        pass
-    return "unknown"
 
 
 def timer_overhead_ns():
