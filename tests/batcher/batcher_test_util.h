@@ -138,16 +138,22 @@ static inline void log_done(fp_batch_request *req, fp_status st, void *user) {
     pthread_mutex_unlock(&l->mu);
 }
 
+/* Fills `info` (after defaulting it) to run payload p: its input, its output
+ * slot and p itself as the request's user pointer. */
+static inline void payload_submit_info(fp_batch_submit_info *info, payload *p) {
+    fp_batch_submit_info_default(info);
+    info->input = p;
+    info->input_size = sizeof *p;
+    info->output = &p->out;
+    info->output_size = sizeof p->out;
+    info->user = p;
+}
+
 /* Submits payload p (id must be < LOG_MAX) with the log as callback. */
 static inline fp_status submit_p(fp_batcher *b, payload *p, int priority, int64_t timeout_us,
                                  done_log *l, fp_batch_request **out) {
     fp_batch_submit_info info;
-    fp_batch_submit_info_default(&info);
-    info.input = p;
-    info.input_size = sizeof *p;
-    info.output = &p->out;
-    info.output_size = sizeof p->out;
-    info.user = p;
+    payload_submit_info(&info, p);
     info.priority = priority;
     info.timeout_us = timeout_us;
     if (l) {
@@ -157,6 +163,36 @@ static inline fp_status submit_p(fp_batcher *b, payload *p, int priority, int64_
     return fp_batcher_submit(b, &info, out);
 }
 
+/* Submits p[from] .. p[to - 1] at one priority (no timeout); with `out`, the
+ * handle of p[i] goes to out[i]. Returns the first failure, else FP_OK. */
+static inline fp_status submit_range(fp_batcher *b, payload *p, int from, int to, int priority,
+                                     done_log *l, fp_batch_request **out) {
+    fp_status rc = FP_OK;
+    for (int i = from; i < to; ++i) {
+        fp_status s = submit_p(b, &p[i], priority, 0, l, out ? &out[i] : NULL);
+        if (rc == FP_OK) rc = s;
+    }
+    return rc;
+}
+
+/* Number of completions logged so far. */
+static inline int log_count(done_log *l) {
+    pthread_mutex_lock(&l->mu);
+    int n = l->n;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+
+/* Polls (every 2 ms) until `n` completions are logged or the clock passes
+ * `end` (now_s() seconds); returns the count then. */
+static inline int log_wait_count(done_log *l, int n, double end) {
+    for (;;) {
+        int done = log_count(l);
+        if (done >= n || now_s() > end) return done;
+        sleep_ms(2);
+    }
+}
+
 static inline void payloads_init(payload *p, int n) {
     for (int i = 0; i < n; ++i) {
         memset(&p[i], 0, sizeof p[i]);
@@ -164,6 +200,49 @@ static inline void payloads_init(payload *p, int n) {
         p[i].in = 0.25f + (float)i;
         p[i].out = -12345.0f; /* poison */
     }
+}
+
+/* A batcher config: batches of up to max_batch, queue delay delay_us, the
+ * rest default. */
+static inline fp_batcher_config base_config(int max_batch, int64_t delay_us) {
+    fp_batcher_config c;
+    fp_batcher_config_default(&c);
+    c.max_batch_size = max_batch;
+    c.max_queue_delay_us = delay_us;
+    return c;
+}
+
+/* The common fixture: initialises the recorder `rec`, creates *b over the
+ * recording executor with config c, poisons n payloads and (when lg is
+ * given) clears the completion log. Returns the create status. */
+static inline fp_status rec_batcher_create(const fp_batcher_config *c, recorder *rec,
+                                           fp_batcher **b, payload *p, int n, done_log *lg) {
+    rec_init(rec);
+    payloads_init(p, n);
+    if (lg) log_init(lg);
+    return fp_batcher_create(c, rec_exec, rec, b);
+}
+
+/* Closes the gate, submits p[0] at `priority` (handle to *out if given) and
+ * waits until its batch is held in the executor, so what is submitted next
+ * queues behind it. Returns 1 when both happened. */
+static inline int hold_first_batch(fp_batcher *b, recorder *rec, payload *p, int priority,
+                                   done_log *l, fp_batch_request **out) {
+    rec_set_hold(rec, 1);
+    fp_status rc = submit_p(b, &p[0], priority, 0, l, out);
+    return rc == FP_OK && rec_wait_started(rec, 1);
+}
+
+/* Initialises *st and fills it with b's statistics. */
+static inline fp_status stats_get(fp_batcher *b, fp_batcher_stats *st) {
+    fp_batcher_stats_init(st);
+    return fp_batcher_get_stats(b, st);
+}
+
+/* Destroys b and frees its recorder. */
+static inline void rec_batcher_destroy(fp_batcher *b, recorder *rec) {
+    fp_batcher_destroy(b);
+    rec_free(rec);
 }
 
 #endif /* BATCHER_TEST_UTIL_H */

@@ -18,14 +18,6 @@
 
 #define BIG 80 /* requests in the big batch: several wake groups (32 each) */
 
-static fp_batcher_config base_config(int max_batch, int64_t delay_us) {
-    fp_batcher_config c;
-    fp_batcher_config_default(&c);
-    c.max_batch_size = max_batch;
-    c.max_queue_delay_us = delay_us;
-    return c;
-}
-
 typedef struct waiter {
     pthread_t thread;
     fp_batch_request *req;
@@ -68,21 +60,16 @@ static int count_returned(waiter *w, int n) {
  * timeouts), then a batch of BIG requests each with a waiter. */
 static void run_waiters(int ordered) {
     recorder rec;
-    rec_init(&rec);
     fp_batcher_config c = base_config(128, 0);
     c.preserve_ordering = ordered;
     fp_batcher *b;
-    CHECK_OK(fp_batcher_create(&c, rec_exec, &rec, &b));
     static payload p[1 + BIG];
-    payloads_init(p, 1 + BIG);
     done_log lg;
-    log_init(&lg);
+    CHECK_OK(rec_batcher_create(&c, &rec, &b, p, 1 + BIG, &lg));
     fp_batch_request *r[1 + BIG];
     static waiter w[4 + BIG];
 
-    rec_set_hold(&rec, 1);
-    CHECK_OK(submit_p(b, &p[0], -1, 0, &lg, &r[0]));
-    CHECK(rec_wait_started(&rec, 1)); /* r[0] is held in the executor */
+    CHECK(hold_first_batch(b, &rec, p, -1, &lg, &r[0])); /* r[0] is held in the executor */
     for (int k = 0; k < 4; ++k) start_waiter(&w[k], r[0], k < 2 ? -1 : (k == 2 ? 300 : 2000));
     for (int i = 1; i <= BIG; ++i) {
         CHECK_OK(submit_p(b, &p[i], -1, 0, &lg, &r[i]));
@@ -132,16 +119,12 @@ static void test_waiters(void) {
  * waiter that comes back finds it completed. */
 static void test_wait_then_cancel(void) {
     recorder rec;
-    rec_init(&rec);
     fp_batcher_config c = base_config(4, 0);
     fp_batcher *b;
-    CHECK_OK(fp_batcher_create(&c, rec_exec, &rec, &b));
     payload p[2];
-    payloads_init(p, 2);
+    CHECK_OK(rec_batcher_create(&c, &rec, &b, p, 2, NULL));
     fp_batch_request *r[2];
-    rec_set_hold(&rec, 1);
-    CHECK_OK(submit_p(b, &p[0], -1, 0, NULL, &r[0]));
-    CHECK(rec_wait_started(&rec, 1));
+    CHECK(hold_first_batch(b, &rec, p, -1, NULL, &r[0]));
     CHECK_OK(submit_p(b, &p[1], -1, 0, NULL, &r[1]));
     waiter w;
     start_waiter(&w, r[1], -1);
@@ -154,8 +137,7 @@ static void test_wait_then_cancel(void) {
     CHECK(fp_batch_request_wait(r[0], 10 * 1000000LL, &st) == FP_OK && st == FP_OK);
     CHECK_OK(fp_batcher_shutdown(b, FP_BATCHER_SHUTDOWN_DRAIN));
     for (int i = 0; i < 2; ++i) fp_batch_request_release(r[i]);
-    fp_batcher_destroy(b);
-    rec_free(&rec);
+    rec_batcher_destroy(b, &rec);
 }
 
 /* ---- woken once ---- */
