@@ -54,17 +54,22 @@ static double measure_copy_gbps(fb_run *run) {
     return gbps;
 }
 
+/* Forward params (defaults otherwise): kind, shape, every dtype dt, x. */
+static void fwd_params(fp_norm_kind kind, int64_t rows, int64_t cols, fp_dtype dt, const void *x, fp_norm_params *p) {
+    fp_norm_params_default(p);
+    p->kind = kind;
+    p->rows = rows;
+    p->cols = cols;
+    p->x_dtype = p->residual_dtype = p->out_dtype = p->param_dtype = dt;
+    p->x = x;
+}
+
 /* mean / rstd of x as the forward saves them (the backward's inputs);
  * out is scratch of x's size, stats [2 * rows] f32 (mean, then rstd). */
 static fp_status forward_stats(fp_context *ctx, fp_norm_kind kind, int64_t rows, int64_t cols, fp_dtype dt,
                                const void *x, void *out, float *stats) {
     fp_norm_params fp;
-    fp_norm_params_default(&fp);
-    fp.kind = kind;
-    fp.rows = rows;
-    fp.cols = cols;
-    fp.x_dtype = fp.residual_dtype = fp.out_dtype = fp.param_dtype = dt;
-    fp.x = x;
+    fwd_params(kind, rows, cols, dt, x, &fp);
     fp.out = out;
     fp.mean = stats;
     fp.rstd = stats + rows;
@@ -115,10 +120,65 @@ static void report(fb_result *r, fp_status st, const fp_ab_report *rep, double c
                                                  : 0.0);
 }
 
-/* ---- forward ---- */
+/* A new result row with the parameters every norm scenario reports. */
+static fb_result *new_row(fb_run *run, int64_t rows, int64_t cols, fp_dtype dt, const char *variant) {
+    fb_result *r = fb_result_new(run);
+    fb_param_int(r, "rows", rows);
+    fb_param_int(r, "cols", cols);
+    fb_param_str(r, "dtype", fp_dtype_name(dt));
+    fb_param_str(r, "variant", variant);
+    return r;
+}
 
-static fp_status run_fwd(fb_run *run, fp_norm_kind kind) {
-    fp_context *ctx = fb_ctx(run);
+/* The device inputs of a backward on rows x cols of dt: random x, dout,
+ * dresidual_out (only when with_dres), gamma and beta (seeds seed ..
+ * seed + 4), stats [2 * rows] f32 (mean, then rstd) and scratch tmp of
+ * x's size; any not allocated stays NULL. */
+typedef struct bwd_bufs {
+    void *x, *dy, *dres, *g, *b, *stats, *tmp;
+} bwd_bufs;
+
+static fp_status bwd_bufs_alloc(fp_context *ctx, int64_t rows, int64_t cols, fp_dtype dt, uint64_t seed,
+                                int with_dres, bwd_bufs *bb) {
+    const size_t n = (size_t)rows * (size_t)cols, es = fp_dtype_size(dt);
+    memset(bb, 0, sizeof *bb);
+    fp_status st = fb_alloc_random(ctx, n, dt, seed, -2.0f, 3.0f, &bb->x);
+    if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, seed + 1, -1.0f, 1.0f, &bb->dy);
+    if (st == FP_OK && with_dres) st = fb_alloc_random(ctx, n, dt, seed + 2, -1.0f, 1.0f, &bb->dres);
+    if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, seed + 3, 0.5f, 1.5f, &bb->g);
+    if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, seed + 4, -0.5f, 0.5f, &bb->b);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, 2 * (size_t)rows * sizeof(float), &bb->stats);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, n * es, &bb->tmp);
+    return st;
+}
+
+/* Backward params (defaults otherwise) over bb: kind, shape, dtype, dout, x,
+ * gamma, mean and rstd. */
+static void bwd_bufs_params(const bwd_bufs *bb, fp_norm_kind kind, int64_t rows, int64_t cols, fp_dtype dt,
+                            fp_norm_backward_params *p) {
+    fp_norm_backward_params_default(p);
+    p->kind = kind;
+    p->rows = rows;
+    p->cols = cols;
+    p->dtype = p->param_dtype = dt;
+    p->dout = bb->dy;
+    p->x = bb->x;
+    p->gamma = bb->g;
+    p->mean = (float *)bb->stats;
+    p->rstd = (float *)bb->stats + rows;
+}
+
+static void bwd_bufs_free(fp_context *ctx, bwd_bufs *bb) {
+    void *ptrs[] = {bb->x, bb->dy, bb->dres, bb->g, bb->b, bb->stats, bb->tmp};
+    for (int k = 0; k < 7; ++k) fp_mem_free(ctx, ptrs[k]);
+}
+
+/* One row of a forward or backward sweep: runs and reports into r. */
+typedef void (*sweep_cell)(fb_run *run, fb_result *r, fp_norm_kind kind, int64_t rows, int64_t cols, fp_dtype dt,
+                           int fused, double copy_gbps);
+
+/* Per shape and dtype, the plain and the fused variant: a row each. */
+static fp_status run_sweep(fb_run *run, fp_norm_kind kind, sweep_cell cell) {
     shape_list sl;
     pick_shapes(run, &sl);
     fp_dtype dts[3];
@@ -129,104 +189,74 @@ static fp_status run_fwd(fb_run *run, fp_norm_kind kind) {
             for (int fused = 0; fused < 2; ++fused) {
                 const int64_t rows = sl.shapes[si][0], cols = sl.shapes[si][1];
                 const fp_dtype dt = dts[di];
-                const size_t n = (size_t)rows * (size_t)cols;
-                fb_result *r = fb_result_new(run);
-                fb_param_int(r, "rows", rows);
-                fb_param_int(r, "cols", cols);
-                fb_param_str(r, "dtype", fp_dtype_name(dt));
-                fb_param_str(r, "variant", fused ? "fused" : "plain");
-                void *x = NULL, *res = NULL, *g = NULL, *b = NULL, *bias = NULL, *stats = NULL;
-                fp_status st = fb_alloc_random(ctx, n, dt, 1, -2.0f, 3.0f, &x);
-                if (st == FP_OK && fused) st = fb_alloc_random(ctx, n, dt, 2, -1.0f, 1.0f, &res);
-                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 3, 0.5f, 1.5f, &g);
-                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 4, -0.5f, 0.5f, &b);
-                if (st == FP_OK && fused) st = fb_alloc_random(ctx, (size_t)cols, dt, 5, -0.2f, 0.2f, &bias);
-                if (st == FP_OK) st = fp_mem_alloc(ctx, 2 * (size_t)rows * sizeof(float), &stats);
-                fp_ab_report rep;
-                if (st == FP_OK) {
-                    fp_norm_params p;
-                    fp_norm_params_default(&p);
-                    p.kind = kind;
-                    p.rows = rows;
-                    p.cols = cols;
-                    p.x_dtype = p.residual_dtype = p.out_dtype = p.param_dtype = dt;
-                    p.x = x;
-                    p.gamma = g;
-                    p.beta = kind == FP_NORM_LAYERNORM ? b : NULL;
-                    p.mean = kind == FP_NORM_LAYERNORM ? (float *)stats : NULL;
-                    p.rstd = (float *)stats + rows;
-                    if (fused) {
-                        p.residual = res;
-                        p.residual_out = x; /* selects the fused write; validate uses scratch */
-                        p.bias = bias;
-                        p.activation = kind == FP_NORM_LAYERNORM ? FP_NORM_ACT_GELU_TANH : FP_NORM_ACT_SILU;
-                    }
-                    st = fp_norm_validate(ctx, NULL, &p, fb_timing(run), &rep);
-                }
-                report(r, st, &rep, copy_gbps);
-                void *ptrs[] = {x, res, g, b, bias, stats};
-                for (int k = 0; k < 6; ++k) fp_mem_free(ctx, ptrs[k]);
+                fb_result *r = new_row(run, rows, cols, dt, fused ? "fused" : "plain");
+                cell(run, r, kind, rows, cols, dt, fused, copy_gbps);
             }
     return FP_OK;
 }
 
+/* ---- forward ---- */
+
+/* fp_norm_validate: unfused passes vs the fused forward (fused adds residual,
+ * bias and the activation). */
+static void fwd_cell(fb_run *run, fb_result *r, fp_norm_kind kind, int64_t rows, int64_t cols, fp_dtype dt,
+                     int fused, double copy_gbps) {
+    fp_context *ctx = fb_ctx(run);
+    const size_t n = (size_t)rows * (size_t)cols;
+    void *x = NULL, *res = NULL, *g = NULL, *b = NULL, *bias = NULL, *stats = NULL;
+    fp_status st = fb_alloc_random(ctx, n, dt, 1, -2.0f, 3.0f, &x);
+    if (st == FP_OK && fused) st = fb_alloc_random(ctx, n, dt, 2, -1.0f, 1.0f, &res);
+    if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 3, 0.5f, 1.5f, &g);
+    if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 4, -0.5f, 0.5f, &b);
+    if (st == FP_OK && fused) st = fb_alloc_random(ctx, (size_t)cols, dt, 5, -0.2f, 0.2f, &bias);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, 2 * (size_t)rows * sizeof(float), &stats);
+    fp_ab_report rep;
+    if (st == FP_OK) {
+        fp_norm_params p;
+        fwd_params(kind, rows, cols, dt, x, &p);
+        p.gamma = g;
+        p.beta = kind == FP_NORM_LAYERNORM ? b : NULL;
+        p.mean = kind == FP_NORM_LAYERNORM ? (float *)stats : NULL;
+        p.rstd = (float *)stats + rows;
+        if (fused) {
+            p.residual = res;
+            p.residual_out = x; /* selects the fused write; validate uses scratch */
+            p.bias = bias;
+            p.activation = kind == FP_NORM_LAYERNORM ? FP_NORM_ACT_GELU_TANH : FP_NORM_ACT_SILU;
+        }
+        st = fp_norm_validate(ctx, NULL, &p, fb_timing(run), &rep);
+    }
+    report(r, st, &rep, copy_gbps);
+    void *ptrs[] = {x, res, g, b, bias, stats};
+    for (int k = 0; k < 6; ++k) fp_mem_free(ctx, ptrs[k]);
+}
+
 /* ---- backward ---- */
 
-static fp_status run_bwd(fb_run *run, fp_norm_kind kind) {
+/* fp_norm_backward_validate: unfused vs fused backward (fused adds the
+ * activation, bias and dresidual_out). */
+static void bwd_cell(fb_run *run, fb_result *r, fp_norm_kind kind, int64_t rows, int64_t cols, fp_dtype dt,
+                     int fused, double copy_gbps) {
     fp_context *ctx = fb_ctx(run);
-    shape_list sl;
-    pick_shapes(run, &sl);
-    fp_dtype dts[3];
-    int ndt = pick_dtypes(run, dts);
-    double copy_gbps = fb_kind(run) == FP_DEVICE_CUDA ? measure_copy_gbps(run) : 0.0;
-    for (int si = 0; si < sl.n; ++si)
-        for (int di = 0; di < ndt; ++di)
-            for (int fused = 0; fused < 2; ++fused) {
-                const int64_t rows = sl.shapes[si][0], cols = sl.shapes[si][1];
-                const fp_dtype dt = dts[di];
-                const size_t n = (size_t)rows * (size_t)cols, es = fp_dtype_size(dt);
-                fb_result *r = fb_result_new(run);
-                fb_param_int(r, "rows", rows);
-                fb_param_int(r, "cols", cols);
-                fb_param_str(r, "dtype", fp_dtype_name(dt));
-                fb_param_str(r, "variant", fused ? "fused" : "plain");
-                void *x = NULL, *dy = NULL, *dres = NULL, *g = NULL, *b = NULL, *stats = NULL, *tmp = NULL;
-                fp_status st = fb_alloc_random(ctx, n, dt, 11, -2.0f, 3.0f, &x);
-                if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, 12, -1.0f, 1.0f, &dy);
-                if (st == FP_OK && fused) st = fb_alloc_random(ctx, n, dt, 13, -1.0f, 1.0f, &dres);
-                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 14, 0.5f, 1.5f, &g);
-                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 15, -0.5f, 0.5f, &b);
-                if (st == FP_OK) st = fp_mem_alloc(ctx, 2 * (size_t)rows * sizeof(float), &stats);
-                if (st == FP_OK) st = fp_mem_alloc(ctx, n * es, &tmp);
-                if (st == FP_OK) st = forward_stats(ctx, kind, rows, cols, dt, x, tmp, (float *)stats);
-                fp_ab_report rep;
-                if (st == FP_OK) {
-                    fp_norm_backward_params p;
-                    fp_norm_backward_params_default(&p);
-                    p.kind = kind;
-                    p.rows = rows;
-                    p.cols = cols;
-                    p.dtype = p.param_dtype = dt;
-                    p.dout = dy;
-                    p.x = x;
-                    p.gamma = g;
-                    p.mean = (float *)stats;
-                    p.rstd = (float *)stats + rows;
-                    p.dgamma = g; /* non-NULL selects dgamma/dbeta; validate writes scratch only */
-                    p.dbeta = kind == FP_NORM_LAYERNORM ? b : NULL;
-                    if (fused) {
-                        p.activation = kind == FP_NORM_LAYERNORM ? FP_NORM_ACT_GELU_TANH : FP_NORM_ACT_SILU;
-                        p.beta = kind == FP_NORM_LAYERNORM ? b : NULL;
-                        p.bias = b;
-                        p.dresidual_out = dres;
-                    }
-                    st = fp_norm_backward_validate(ctx, NULL, &p, fb_timing(run), &rep);
-                }
-                report(r, st, &rep, copy_gbps);
-                void *ptrs[] = {x, dy, dres, g, b, stats, tmp};
-                for (int k = 0; k < 7; ++k) fp_mem_free(ctx, ptrs[k]);
-            }
-    return FP_OK;
+    bwd_bufs bb;
+    fp_status st = bwd_bufs_alloc(ctx, rows, cols, dt, 11, fused, &bb);
+    if (st == FP_OK) st = forward_stats(ctx, kind, rows, cols, dt, bb.x, bb.tmp, (float *)bb.stats);
+    fp_ab_report rep;
+    if (st == FP_OK) {
+        fp_norm_backward_params p;
+        bwd_bufs_params(&bb, kind, rows, cols, dt, &p);
+        p.dgamma = bb.g; /* non-NULL selects dgamma/dbeta; validate writes scratch only */
+        p.dbeta = kind == FP_NORM_LAYERNORM ? bb.b : NULL;
+        if (fused) {
+            p.activation = kind == FP_NORM_LAYERNORM ? FP_NORM_ACT_GELU_TANH : FP_NORM_ACT_SILU;
+            p.beta = kind == FP_NORM_LAYERNORM ? bb.b : NULL;
+            p.bias = bb.b;
+            p.dresidual_out = bb.dres;
+        }
+        st = fp_norm_backward_validate(ctx, NULL, &p, fb_timing(run), &rep);
+    }
+    report(r, st, &rep, copy_gbps);
+    bwd_bufs_free(ctx, &bb);
 }
 
 /* ---- backward kernel versions: v2 vs v3 ---- */
@@ -265,50 +295,31 @@ static fp_status run_bwd_versions(fb_run *run) {
                 const fp_dtype dt = dts[di];
                 const fp_norm_kind kind = fused ? FP_NORM_RMSNORM : FP_NORM_LAYERNORM;
                 const size_t n = (size_t)rows * (size_t)cols, es = fp_dtype_size(dt);
-                fb_result *r = fb_result_new(run);
-                fb_param_int(r, "rows", rows);
-                fb_param_int(r, "cols", cols);
-                fb_param_str(r, "dtype", fp_dtype_name(dt));
-                fb_param_str(r, "variant", fused ? "rmsnorm_fused" : "layernorm");
-                void *x = NULL, *dy = NULL, *dres = NULL, *g = NULL, *b = NULL, *stats = NULL, *tmp = NULL;
+                fb_result *r = new_row(run, rows, cols, dt, fused ? "rmsnorm_fused" : "layernorm");
                 void *out[2] = {NULL, NULL};
-                fp_status st = fb_alloc_random(ctx, n, dt, 21, -2.0f, 3.0f, &x);
-                if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, 22, -1.0f, 1.0f, &dy);
-                if (st == FP_OK && fused) st = fb_alloc_random(ctx, n, dt, 23, -1.0f, 1.0f, &dres);
-                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 24, 0.5f, 1.5f, &g);
-                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 25, -0.5f, 0.5f, &b);
-                if (st == FP_OK) st = fp_mem_alloc(ctx, 2 * (size_t)rows * sizeof(float), &stats);
-                if (st == FP_OK) st = fp_mem_alloc(ctx, n * es, &tmp);
+                bwd_bufs bb;
+                fp_status st = bwd_bufs_alloc(ctx, rows, cols, dt, 21, fused, &bb);
                 /* per side: [dx | dgamma | dbeta], 256-byte aligned pieces */
                 const size_t tb = (n * es + 255) & ~(size_t)255, vb = ((size_t)cols * es + 255) & ~(size_t)255;
                 for (int k = 0; k < 2 && st == FP_OK; ++k) {
                     st = fp_mem_alloc(ctx, tb + 2 * vb, &out[k]);
                     if (st == FP_OK) st = fp_mem_fill(ctx, out[k], 0xFF, tb + 2 * vb, NULL);
                 }
-                if (st == FP_OK) st = forward_stats(ctx, kind, rows, cols, dt, x, tmp, (float *)stats);
+                if (st == FP_OK) st = forward_stats(ctx, kind, rows, cols, dt, bb.x, bb.tmp, (float *)bb.stats);
                 fp_ab_report rep;
                 bwd_version_job job[2];
                 if (st == FP_OK) {
                     for (int k = 0; k < 2; ++k) {
                         fp_norm_backward_params *p = &job[k].p;
-                        fp_norm_backward_params_default(p);
-                        p->kind = kind;
-                        p->rows = rows;
-                        p->cols = cols;
-                        p->dtype = p->param_dtype = dt;
-                        p->dout = dy;
-                        p->x = x;
-                        p->gamma = g;
-                        p->mean = (float *)stats;
-                        p->rstd = (float *)stats + rows;
+                        bwd_bufs_params(&bb, kind, rows, cols, dt, p);
                         p->dx = out[k];
                         p->dgamma = (char *)out[k] + tb;
                         if (fused) {
                             p->activation = FP_NORM_ACT_SILU;
-                            p->bias = b;
-                            p->dresidual_out = dres;
+                            p->bias = bb.b;
+                            p->dresidual_out = bb.dres;
                         } else {
-                            p->beta = b;
+                            p->beta = bb.b;
                             p->dbeta = (char *)out[k] + tb + vb;
                         }
                         job[k].ctx = ctx;
@@ -347,16 +358,17 @@ static fp_status run_bwd_versions(fb_run *run) {
                     fb_result_metric(r, "dparam_mismatches", (double)bad);
                     if (bad) fb_result_note(r, "dgamma/dbeta: %zu mismatches v2 vs v3", bad);
                 }
-                void *ptrs[] = {x, dy, dres, g, b, stats, tmp, out[0], out[1]};
-                for (int k = 0; k < 9; ++k) fp_mem_free(ctx, ptrs[k]);
+                bwd_bufs_free(ctx, &bb);
+                fp_mem_free(ctx, out[0]);
+                fp_mem_free(ctx, out[1]);
             }
     return FP_OK;
 }
 
-static fp_status run_layernorm_fwd(fb_run *run) { return run_fwd(run, FP_NORM_LAYERNORM); }
-static fp_status run_rmsnorm_fwd(fb_run *run) { return run_fwd(run, FP_NORM_RMSNORM); }
-static fp_status run_layernorm_bwd(fb_run *run) { return run_bwd(run, FP_NORM_LAYERNORM); }
-static fp_status run_rmsnorm_bwd(fb_run *run) { return run_bwd(run, FP_NORM_RMSNORM); }
+static fp_status run_layernorm_fwd(fb_run *run) { return run_sweep(run, FP_NORM_LAYERNORM, fwd_cell); }
+static fp_status run_rmsnorm_fwd(fb_run *run) { return run_sweep(run, FP_NORM_RMSNORM, fwd_cell); }
+static fp_status run_layernorm_bwd(fb_run *run) { return run_sweep(run, FP_NORM_LAYERNORM, bwd_cell); }
+static fp_status run_rmsnorm_bwd(fb_run *run) { return run_sweep(run, FP_NORM_RMSNORM, bwd_cell); }
 
 FB_SCENARIO(norm_layernorm_fwd, "norm/layernorm_fwd",
             "LayerNorm forward: fused (residual, bias, GELU) vs unfused passes", run_layernorm_fwd)

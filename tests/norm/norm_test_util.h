@@ -15,6 +15,9 @@
 #include "fp_test.h"
 #include "norm/norm_internal.h"
 
+/* ptr advanced by off bytes; NULL stays NULL. */
+#define NT_OFF(ptr, off) ((ptr) ? (void *)((char *)(ptr) + (off)) : NULL)
+
 typedef struct norm_case {
     fp_norm_kind kind;
     fp_norm_activation act;
@@ -108,6 +111,44 @@ static int nt_compare_tensor(const char *what, const char *desc, const void *ref
     return bad_rows ? 1 : 0;
 }
 
+/* A forward case of kind, activation and dtype at rows x cols (stride
+ * cols + pad); every option off, no offset. */
+static norm_case nt_case_at(fp_norm_kind kind, fp_norm_activation act, fp_dtype dt, int64_t rows, int64_t cols,
+                            int64_t pad) {
+    norm_case c = {0};
+    c.kind = kind;
+    c.act = act;
+    c.dtype = dt;
+    c.rows = rows;
+    c.cols = cols;
+    c.pad = pad;
+    return c;
+}
+
+/* Forward params (defaults otherwise): activation, shape and every dtype dt. */
+static void nt_fwd_params(fp_norm_params *p, fp_dtype dt, int64_t rows, int64_t cols, fp_norm_activation act) {
+    fp_norm_params_default(p);
+    p->activation = act;
+    p->rows = rows;
+    p->cols = cols;
+    p->x_dtype = p->residual_dtype = p->out_dtype = p->param_dtype = dt;
+}
+
+/* Points p's tensors at the given buffers, each `off` bytes in (NULL stays
+ * NULL); mean and rstd as given. */
+static void nt_fwd_set_ptrs(fp_norm_params *p, size_t off, void *x, void *res, void *gamma, void *beta, void *bias,
+                            void *out, void *res_out, float *mean, float *rstd) {
+    p->x = NT_OFF(x, off);
+    p->residual = NT_OFF(res, off);
+    p->gamma = NT_OFF(gamma, off);
+    p->beta = NT_OFF(beta, off);
+    p->bias = NT_OFF(bias, off);
+    p->out = NT_OFF(out, off);
+    p->residual_out = NT_OFF(res_out, off);
+    p->mean = mean;
+    p->rstd = rstd;
+}
+
 /* Runs one forward case on ctx. version < 0: the public fp_norm_forward;
  * >= 0: fp_norm_fwd_launch(desc, version) directly (CUDA contexts only).
  * Returns 1 on failure. */
@@ -145,16 +186,8 @@ static int nt_run_fwd(fp_context *ctx, const norm_case *c, uint64_t seed, int ve
     p.cols = c->cols;
     p.x_dtype = p.residual_dtype = p.out_dtype = p.param_dtype = dt;
     p.x_stride = p.residual_stride = p.residual_out_stride = p.out_stride = stride;
-#define OFF(ptr) ((ptr) ? (void *)((char *)(ptr) + (size_t)c->offset * es) : NULL)
-    p.x = OFF(d_x);
-    p.residual = OFF(d_res);
-    p.gamma = OFF(d_gamma);
-    p.beta = OFF(d_beta);
-    p.bias = OFF(d_bias);
-    p.out = OFF(d_out);
-    p.residual_out = OFF(d_res_out);
-    p.mean = d_mean;
-    p.rstd = d_rstd;
+    const size_t off = (size_t)c->offset * es;
+    nt_fwd_set_ptrs(&p, off, d_x, d_res, d_gamma, d_beta, d_bias, d_out, d_res_out, d_mean, d_rstd);
     p.eps = 1e-5f;
     int fail = 0;
     fp_status st;
@@ -188,16 +221,7 @@ static int nt_run_fwd(fp_context *ctx, const norm_case *c, uint64_t seed, int ve
     if (r_mean) memset(r_mean, 0xFF, sn);
     if (r_rstd) memset(r_rstd, 0xFF, sn);
     fp_norm_params hp = p;
-    hp.x = OFF(h_x);
-    hp.residual = OFF(h_res);
-    hp.gamma = OFF(h_gamma);
-    hp.beta = OFF(h_beta);
-    hp.bias = OFF(h_bias);
-    hp.out = OFF(r_out);
-    hp.residual_out = OFF(r_res_out);
-    hp.mean = r_mean;
-    hp.rstd = r_rstd;
-#undef OFF
+    nt_fwd_set_ptrs(&hp, off, h_x, h_res, h_gamma, h_beta, h_bias, r_out, r_res_out, r_mean, r_rstd);
     fp_norm_fwd_desc rd;
     if (fp_norm_check_fwd(&hp, &rd) != FP_OK || fp_norm_ref_forward(&rd) != FP_OK) {
         fprintf(stderr, "[%s] reference failed: %s\n", desc, fp_last_error());
@@ -231,6 +255,41 @@ static int nt_run_fwd(fp_context *ctx, const norm_case *c, uint64_t seed, int ve
     return fail;
 }
 
+/* At each {rows, cols, pad} shape, per kind and dtype (f32, f16, bf16), with
+ * seeds seed, seed + 1, ...: every option on (activation ln_act for
+ * LayerNorm, SiLU for RMSNorm), then residual, residual_out, bias and the
+ * activation off. */
+static void nt_fwd_shapes(fp_context *ctx, const int64_t (*shapes)[3], size_t nshapes, fp_norm_activation ln_act,
+                          uint64_t seed) {
+    static const fp_dtype dts[] = {FP_F32, FP_F16, FP_BF16};
+    for (size_t s = 0; s < nshapes; ++s)
+        for (int kind = 0; kind < 2; ++kind)
+            for (int di = 0; di < 3; ++di) {
+                norm_case c = nt_case_at((fp_norm_kind)kind, kind ? FP_NORM_ACT_SILU : ln_act, dts[di], shapes[s][0],
+                                         shapes[s][1], shapes[s][2]);
+                c.res = c.res_out = c.gamma = c.beta = c.bias = c.stats = 1;
+                nt_run_fwd(ctx, &c, seed++, -1);
+                c.res = c.res_out = c.bias = 0;
+                c.act = FP_NORM_ACT_NONE;
+                nt_run_fwd(ctx, &c, seed++, -1);
+            }
+}
+
+/* A large mean over a small spread (LayerNorm f32 8 x 4096, x in
+ * [9999, 10001), gamma and stats): the two-pass variance keeps the digits. */
+static norm_case nt_large_mean_case(void) {
+    norm_case c = {0};
+    c.kind = FP_NORM_LAYERNORM;
+    c.dtype = FP_F32;
+    c.rows = 8;
+    c.cols = 4096;
+    c.lo = 9999.0f;
+    c.hi = 10001.0f;
+    c.stats = 1;
+    c.gamma = 1;
+    return c;
+}
+
 /* ---- backward ---- */
 
 typedef struct norm_bwd_case {
@@ -241,6 +300,145 @@ typedef struct norm_bwd_case {
     int offset;
     int gamma, beta, bias, dres, dgamma, dbeta, dbias;
 } norm_bwd_case;
+
+/* A backward case at rows x cols (stride cols + pad, `offset` elements in)
+ * with option set opt (0..3): bit 0 gamma, beta, bias and dbeta; bit 1
+ * dresidual_out; dgamma unless opt == 2; dbias when opt == 3. */
+static norm_bwd_case nt_bwd_case_opt(fp_norm_kind kind, fp_norm_activation act, fp_dtype dt, int64_t rows,
+                                     int64_t cols, int64_t pad, int offset, int opt) {
+    norm_bwd_case c = {0};
+    c.kind = kind;
+    c.act = act;
+    c.dtype = dt;
+    c.rows = rows;
+    c.cols = cols;
+    c.pad = pad;
+    c.offset = offset;
+    c.gamma = c.beta = c.bias = opt & 1;
+    c.dres = (opt >> 1) & 1;
+    c.dgamma = opt != 2;
+    c.dbeta = opt & 1;
+    c.dbias = opt == 3;
+    return c;
+}
+
+/* The inputs of one backward case: random x, dout (seeds seed, seed + 1),
+ * gamma, beta, bias, dresidual_out (seed + 2 .. seed + 5) as c selects, on
+ * the host (tn elements per tensor, vn per vector; the tensors start `off`
+ * bytes in), mean / rstd of x from the reference forward (as training would
+ * save them), and device copies of all. */
+typedef struct nt_bwd_case_data {
+    void *h_x, *h_dy, *h_gamma, *h_beta, *h_bias, *h_dres;
+    float *h_mean, *h_rstd;
+    void *d_x, *d_dy, *d_gamma, *d_beta, *d_bias, *d_dres, *d_mean, *d_rstd;
+} nt_bwd_case_data;
+
+static void nt_bwd_case_data_make(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, size_t tn, size_t vn,
+                                  size_t off, const char *desc, nt_bwd_case_data *in) {
+    const fp_dtype dt = c->dtype;
+    const size_t es = fp_dtype_size(dt);
+    const size_t sn = (size_t)c->rows * sizeof(float);
+    in->h_x = nt_random(dt, tn, seed, -2.0f, 3.0f);
+    in->h_dy = nt_random(dt, tn, seed + 1, -1.0f, 1.0f);
+    in->h_gamma = c->gamma ? nt_random(dt, vn, seed + 2, 0.5f, 1.5f) : NULL;
+    in->h_beta = c->beta ? nt_random(dt, vn, seed + 3, -0.5f, 0.5f) : NULL;
+    in->h_bias = c->bias ? nt_random(dt, vn, seed + 4, -0.3f, 0.3f) : NULL;
+    in->h_dres = c->dres ? nt_random(dt, tn, seed + 5, -1.0f, 1.0f) : NULL;
+    in->h_mean = malloc(sn);
+    in->h_rstd = malloc(sn);
+    {
+        void *tmp = malloc(tn * es);
+        fp_norm_params fp;
+        fp_norm_params_default(&fp);
+        fp.kind = c->kind;
+        fp.rows = c->rows;
+        fp.cols = c->cols;
+        fp.x_dtype = fp.residual_dtype = fp.out_dtype = fp.param_dtype = dt;
+        fp.x_stride = fp.out_stride = c->cols + c->pad;
+        fp.x = (char *)in->h_x + off;
+        fp.out = (char *)tmp + off;
+        fp.mean = in->h_mean;
+        fp.rstd = in->h_rstd;
+        fp_norm_fwd_desc fd;
+        if (fp_norm_check_fwd(&fp, &fd) != FP_OK || fp_norm_ref_forward(&fd) != FP_OK) {
+            fprintf(stderr, "[%s] reference forward: %s\n", desc, fp_last_error());
+            exit(1);
+        }
+        free(tmp);
+    }
+    in->d_x = nt_upload(ctx, in->h_x, tn * es);
+    in->d_dy = nt_upload(ctx, in->h_dy, tn * es);
+    in->d_gamma = in->h_gamma ? nt_upload(ctx, in->h_gamma, vn * es) : NULL;
+    in->d_beta = in->h_beta ? nt_upload(ctx, in->h_beta, vn * es) : NULL;
+    in->d_bias = in->h_bias ? nt_upload(ctx, in->h_bias, vn * es) : NULL;
+    in->d_dres = in->h_dres ? nt_upload(ctx, in->h_dres, tn * es) : NULL;
+    in->d_mean = nt_upload(ctx, in->h_mean, sn);
+    in->d_rstd = nt_upload(ctx, in->h_rstd, sn);
+}
+
+/* Points p's inputs at the given buffers, each tensor `off` bytes in (NULL
+ * stays NULL); mean and rstd as given. */
+static void nt_bwd_set_inputs(fp_norm_backward_params *p, size_t off, void *dy, void *x, void *gamma, void *beta,
+                              void *bias, const float *mean, const float *rstd, void *dres) {
+    p->dout = NT_OFF(dy, off);
+    p->x = NT_OFF(x, off);
+    p->gamma = NT_OFF(gamma, off);
+    p->beta = NT_OFF(beta, off);
+    p->bias = NT_OFF(bias, off);
+    p->mean = mean;
+    p->rstd = rstd;
+    p->dresidual_out = NT_OFF(dres, off);
+}
+
+/* Backward params of case c over the device inputs (`off` bytes in, every
+ * stride = stride); the outputs (dx, dgamma, dbeta, dbias) are left NULL. */
+static void nt_bwd_case_data_params(const norm_bwd_case *c, const nt_bwd_case_data *in, int64_t stride, size_t off,
+                                    fp_norm_backward_params *p) {
+    fp_norm_backward_params_default(p);
+    p->kind = c->kind;
+    p->activation = c->act;
+    p->rows = c->rows;
+    p->cols = c->cols;
+    p->dtype = p->param_dtype = c->dtype;
+    p->dout_stride = p->x_stride = p->dresidual_out_stride = p->dx_stride = stride;
+    nt_bwd_set_inputs(p, off, in->d_dy, in->d_x, in->d_gamma, in->d_beta, in->d_bias, in->d_mean, in->d_rstd,
+                      in->d_dres);
+}
+
+/* Points p's inputs at the host copies (for the reference backward). */
+static void nt_bwd_case_data_host(const nt_bwd_case_data *in, size_t off, fp_norm_backward_params *p) {
+    nt_bwd_set_inputs(p, off, in->h_dy, in->h_x, in->h_gamma, in->h_beta, in->h_bias, in->h_mean, in->h_rstd,
+                      in->h_dres);
+}
+
+static void nt_bwd_case_data_free(fp_context *ctx, nt_bwd_case_data *in) {
+    void *hs[] = {in->h_x, in->h_dy, in->h_gamma, in->h_beta, in->h_bias, in->h_dres, in->h_mean, in->h_rstd};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; ++i) free(hs[i]);
+    void *ds[] = {in->d_x, in->d_dy, in->d_gamma, in->d_beta, in->d_bias, in->d_dres, in->d_mean, in->d_rstd};
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; ++i) fp_mem_free(ctx, ds[i]);
+}
+
+/* The reference backward of hp (host pointers): 1 (with a message) when it
+ * fails. */
+static int nt_ref_bwd(const fp_norm_backward_params *hp, const char *desc) {
+    fp_norm_bwd_desc rd;
+    if (fp_norm_check_bwd(hp, &rd) != FP_OK || fp_norm_ref_backward(&rd) != FP_OK) {
+        fprintf(stderr, "[%s] reference backward failed: %s\n", desc, fp_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+/* Tolerances of case c's backward outputs. dx = rstd * (dn - avg(dn) -
+ * n avg(dn n)): the f32 row sums carry ~cols * 2^-24 relative error into a
+ * difference of O(1) terms; dgamma/dbeta sum rows terms of size <= ~4 in
+ * f32. */
+static void nt_bwd_tolerance(const norm_bwd_case *c, double *dx_atol, double *p_atol, double *rtol) {
+    double atol;
+    fp_default_tolerance(c->dtype, &atol, rtol);
+    *dx_atol = atol + 4.0 * (double)c->cols * 6e-8;
+    *p_atol = atol + 4.0 * (double)c->rows * 6e-8 * 4.0;
+}
 
 static int nt_run_bwd(fp_context *ctx, const norm_bwd_case *c, uint64_t seed) {
     char desc[256];
@@ -253,68 +451,20 @@ static int nt_run_bwd(fp_context *ctx, const norm_bwd_case *c, uint64_t seed) {
     const int64_t stride = c->cols + c->pad;
     const size_t tn = (size_t)c->rows * (size_t)stride + (size_t)c->offset;
     const size_t vn = (size_t)c->cols + (size_t)c->offset;
-    const size_t sn = (size_t)c->rows * sizeof(float);
     const size_t off = (size_t)c->offset * es;
-    void *h_x = nt_random(dt, tn, seed, -2.0f, 3.0f);
-    void *h_dy = nt_random(dt, tn, seed + 1, -1.0f, 1.0f);
-    void *h_gamma = c->gamma ? nt_random(dt, vn, seed + 2, 0.5f, 1.5f) : NULL;
-    void *h_beta = c->beta ? nt_random(dt, vn, seed + 3, -0.5f, 0.5f) : NULL;
-    void *h_bias = c->bias ? nt_random(dt, vn, seed + 4, -0.3f, 0.3f) : NULL;
-    void *h_dres = c->dres ? nt_random(dt, tn, seed + 5, -1.0f, 1.0f) : NULL;
-    /* mean / rstd of x from the reference forward (as training would save). */
-    float *h_mean = malloc(sn), *h_rstd = malloc(sn);
-    {
-        void *tmp = malloc(tn * es);
-        fp_norm_params fp;
-        fp_norm_params_default(&fp);
-        fp.kind = c->kind;
-        fp.rows = c->rows;
-        fp.cols = c->cols;
-        fp.x_dtype = fp.residual_dtype = fp.out_dtype = fp.param_dtype = dt;
-        fp.x_stride = fp.out_stride = stride;
-        fp.x = (char *)h_x + off;
-        fp.out = (char *)tmp + off;
-        fp.mean = h_mean;
-        fp.rstd = h_rstd;
-        fp_norm_fwd_desc fd;
-        if (fp_norm_check_fwd(&fp, &fd) != FP_OK || fp_norm_ref_forward(&fd) != FP_OK) {
-            fprintf(stderr, "[%s] reference forward: %s\n", desc, fp_last_error());
-            exit(1);
-        }
-        free(tmp);
-    }
-    void *d_x = nt_upload(ctx, h_x, tn * es), *d_dy = nt_upload(ctx, h_dy, tn * es);
-    void *d_gamma = h_gamma ? nt_upload(ctx, h_gamma, vn * es) : NULL;
-    void *d_beta = h_beta ? nt_upload(ctx, h_beta, vn * es) : NULL;
-    void *d_bias = h_bias ? nt_upload(ctx, h_bias, vn * es) : NULL;
-    void *d_dres = h_dres ? nt_upload(ctx, h_dres, tn * es) : NULL;
-    void *d_mean = nt_upload(ctx, h_mean, sn), *d_rstd = nt_upload(ctx, h_rstd, sn);
+    nt_bwd_case_data in;
+    nt_bwd_case_data_make(ctx, c, seed, tn, vn, off, desc, &in);
     void *d_dx = nt_poisoned(ctx, tn * es);
     void *d_dgamma = c->dgamma ? nt_poisoned(ctx, vn * es) : NULL;
     void *d_dbeta = c->dbeta ? nt_poisoned(ctx, vn * es) : NULL;
     void *d_dbias = c->dbias ? nt_poisoned(ctx, vn * es) : NULL;
 
     fp_norm_backward_params p;
-    fp_norm_backward_params_default(&p);
-    p.kind = c->kind;
-    p.activation = c->act;
-    p.rows = c->rows;
-    p.cols = c->cols;
-    p.dtype = p.param_dtype = dt;
-    p.dout_stride = p.x_stride = p.dresidual_out_stride = p.dx_stride = stride;
-#define OFF(ptr) ((ptr) ? (void *)((char *)(ptr) + off) : NULL)
-    p.dout = OFF(d_dy);
-    p.x = OFF(d_x);
-    p.gamma = OFF(d_gamma);
-    p.beta = OFF(d_beta);
-    p.bias = OFF(d_bias);
-    p.mean = d_mean;
-    p.rstd = d_rstd;
-    p.dresidual_out = OFF(d_dres);
-    p.dx = OFF(d_dx);
-    p.dgamma = OFF(d_dgamma);
-    p.dbeta = OFF(d_dbeta);
-    p.dbias = OFF(d_dbias);
+    nt_bwd_case_data_params(c, &in, stride, off, &p);
+    p.dx = NT_OFF(d_dx, off);
+    p.dgamma = NT_OFF(d_dgamma, off);
+    p.dbeta = NT_OFF(d_dbeta, off);
+    p.dbias = NT_OFF(d_dbias, off);
     int fail = 0;
     fp_status st = fp_norm_backward(ctx, NULL, &p);
     if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
@@ -334,33 +484,16 @@ static int nt_run_bwd(fp_context *ctx, const norm_bwd_case *c, uint64_t seed) {
     memset(r_dbeta, 0xFF, vn * es);
     memset(r_dbias, 0xFF, vn * es);
     fp_norm_backward_params hp = p;
-    hp.dout = OFF(h_dy);
-    hp.x = OFF(h_x);
-    hp.gamma = OFF(h_gamma);
-    hp.beta = OFF(h_beta);
-    hp.bias = OFF(h_bias);
-    hp.mean = h_mean;
-    hp.rstd = h_rstd;
-    hp.dresidual_out = OFF(h_dres);
-    hp.dx = OFF(r_dx);
-    hp.dgamma = c->dgamma ? OFF(r_dgamma) : NULL;
-    hp.dbeta = c->dbeta ? OFF(r_dbeta) : NULL;
-    hp.dbias = c->dbias ? OFF(r_dbias) : NULL;
-#undef OFF
-    fp_norm_bwd_desc rd;
-    if (fp_norm_check_bwd(&hp, &rd) != FP_OK || fp_norm_ref_backward(&rd) != FP_OK) {
-        fprintf(stderr, "[%s] reference backward failed: %s\n", desc, fp_last_error());
-        fail = 1;
-    }
+    nt_bwd_case_data_host(&in, off, &hp);
+    hp.dx = NT_OFF(r_dx, off);
+    hp.dgamma = c->dgamma ? NT_OFF(r_dgamma, off) : NULL;
+    hp.dbeta = c->dbeta ? NT_OFF(r_dbeta, off) : NULL;
+    hp.dbias = c->dbias ? NT_OFF(r_dbias, off) : NULL;
+    fail |= nt_ref_bwd(&hp, desc);
     if (!fail) {
-        double atol, rtol;
-        fp_default_tolerance(dt, &atol, &rtol);
-        /* dx = rstd * (dn - avg(dn) - n avg(dn n)): the f32 row sums carry
-         * ~cols * 2^-24 relative error into a difference of O(1) terms. */
-        double dx_atol = atol + 4.0 * (double)c->cols * 6e-8;
+        double dx_atol, p_atol, rtol;
+        nt_bwd_tolerance(c, &dx_atol, &p_atol, &rtol);
         fail |= nt_compare_tensor("dx", desc, r_dx, g_dx, dt, c->rows, c->cols, stride, c->offset, dx_atol, rtol);
-        /* dgamma/dbeta sum rows terms of size <= ~4 in f32. */
-        double p_atol = atol + 4.0 * (double)c->rows * 6e-8 * 4.0;
         if (c->dgamma)
             fail |= nt_compare_tensor("dgamma", desc, r_dgamma, g_dgamma, dt, 1, c->cols, c->cols, c->offset,
                                       p_atol, rtol);
@@ -371,10 +504,10 @@ static int nt_run_bwd(fp_context *ctx, const norm_bwd_case *c, uint64_t seed) {
             fail |= nt_compare_tensor("dbias", desc, r_dbias, g_dbias, dt, 1, c->cols, c->cols, c->offset,
                                       p_atol, rtol);
     }
-    void *frees_h[] = {h_x, h_dy, h_gamma, h_beta, h_bias, h_dres, h_mean, h_rstd, g_dx, g_dgamma, g_dbeta,
-                       g_dbias, r_dx, r_dgamma, r_dbeta, r_dbias};
+    void *frees_h[] = {g_dx, g_dgamma, g_dbeta, g_dbias, r_dx, r_dgamma, r_dbeta, r_dbias};
     for (size_t i = 0; i < sizeof frees_h / sizeof frees_h[0]; ++i) free(frees_h[i]);
-    void *frees_d[] = {d_x, d_dy, d_gamma, d_beta, d_bias, d_dres, d_mean, d_rstd, d_dx, d_dgamma, d_dbeta, d_dbias};
+    nt_bwd_case_data_free(ctx, &in);
+    void *frees_d[] = {d_dx, d_dgamma, d_dbeta, d_dbias};
     for (size_t i = 0; i < sizeof frees_d / sizeof frees_d[0]; ++i) fp_mem_free(ctx, frees_d[i]);
     if (fail) fp_test_failures++;
     return fail;
@@ -392,13 +525,8 @@ static int nt_fwd_all_combos(fp_context *ctx, int64_t rows, int64_t cols, int64_
                     for (int act = 0; act <= FP_NORM_ACT_SILU; ++act)
                         for (int di = 0; di < 3; ++di)
                             for (int stats = 0; stats < 2; ++stats) {
-                                norm_case c = {0};
-                                c.kind = (fp_norm_kind)kind;
-                                c.act = (fp_norm_activation)act;
-                                c.dtype = dts[di];
-                                c.rows = rows;
-                                c.cols = cols;
-                                c.pad = pad;
+                                norm_case c = nt_case_at((fp_norm_kind)kind, (fp_norm_activation)act, dts[di],
+                                                         rows, cols, pad);
                                 c.offset = offset;
                                 c.res = res;
                                 /* residual_out with a residual; once a while without. */
@@ -422,11 +550,7 @@ static void nt_in_place(fp_context *ctx, fp_dtype dt, int64_t rows, int64_t cols
     void *x2 = nt_upload(ctx, hx, bytes), *r2 = nt_upload(ctx, hr, bytes);
     void *out = nt_poisoned(ctx, bytes), *ro = nt_poisoned(ctx, bytes);
     fp_norm_params p;
-    fp_norm_params_default(&p);
-    p.rows = rows;
-    p.cols = cols;
-    p.activation = act;
-    p.x_dtype = p.residual_dtype = p.out_dtype = p.param_dtype = dt;
+    nt_fwd_params(&p, dt, rows, cols, act);
     p.x = x;
     p.residual = r;
     p.out = out;
@@ -539,6 +663,18 @@ static void nt_bwd_validate(fp_context *ctx, fp_norm_kind kind, fp_norm_activati
     free(hg_before);
     free(hg_after);
     nt_bwd_inputs_free(ctx, &in);
+}
+
+/* Per dtype (f32, f16, bf16), nt_bwd_validate of LayerNorm + GELU (tanh)
+ * with dresidual_out at ln_rows x ln_cols and of RMSNorm without an
+ * activation or dresidual_out at rms_rows x rms_cols. */
+static void nt_bwd_validate_dtypes(fp_context *ctx, int64_t ln_rows, int64_t ln_cols, int64_t rms_rows,
+                                   int64_t rms_cols, const fp_timing_config *cfg, int verbose) {
+    static const fp_dtype dts[] = {FP_F32, FP_F16, FP_BF16};
+    for (int di = 0; di < 3; ++di) {
+        nt_bwd_validate(ctx, FP_NORM_LAYERNORM, FP_NORM_ACT_GELU_TANH, dts[di], ln_rows, ln_cols, 1, cfg, verbose);
+        nt_bwd_validate(ctx, FP_NORM_RMSNORM, FP_NORM_ACT_NONE, dts[di], rms_rows, rms_cols, 0, cfg, verbose);
+    }
 }
 
 #endif /* NORM_TEST_UTIL_H */

@@ -12,38 +12,13 @@ static void test_forward_combos(fp_context *ctx) {
 static void test_forward_shapes(fp_context *ctx) {
     static const int64_t shapes[][3] = {{1, 1, 0}, {3, 3, 0}, {2, 1, 5}, {333, 1537, 0}, {17, 4096, 8},
                                         {2, 40000, 0}, {64, 768, 0}};
-    static const fp_dtype dts[] = {FP_F32, FP_F16, FP_BF16};
-    uint64_t seed = 7;
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
-        for (int kind = 0; kind < 2; ++kind)
-            for (int di = 0; di < 3; ++di) {
-                norm_case c = {0};
-                c.kind = (fp_norm_kind)kind;
-                c.act = kind ? FP_NORM_ACT_SILU : FP_NORM_ACT_GELU_TANH;
-                c.dtype = dts[di];
-                c.rows = shapes[s][0];
-                c.cols = shapes[s][1];
-                c.pad = shapes[s][2];
-                c.res = c.res_out = c.gamma = c.beta = c.bias = c.stats = 1;
-                nt_run_fwd(ctx, &c, seed++, -1);
-                c.res = c.res_out = c.bias = 0;
-                c.act = FP_NORM_ACT_NONE;
-                nt_run_fwd(ctx, &c, seed++, -1);
-            }
+    nt_fwd_shapes(ctx, shapes, sizeof shapes / sizeof shapes[0], FP_NORM_ACT_GELU_TANH, 7);
 }
 
 /* A large mean over a small spread: E[x^2] - E[x]^2 in f32 would lose every
  * digit of the variance; the two-pass variance keeps it. */
 static void test_stable_variance(fp_context *ctx) {
-    norm_case c = {0};
-    c.kind = FP_NORM_LAYERNORM;
-    c.dtype = FP_F32;
-    c.rows = 8;
-    c.cols = 4096;
-    c.lo = 9999.0f;
-    c.hi = 10001.0f;
-    c.stats = 1;
-    c.gamma = 1;
+    norm_case c = nt_large_mean_case();
     nt_run_fwd(ctx, &c, 99, -1);
 }
 
@@ -72,12 +47,8 @@ static void test_validate(fp_context *ctx) {
             float mean[64], rstd[64];
             memset(out, 0xAB, n * es);
             fp_norm_params p;
-            fp_norm_params_default(&p);
+            nt_fwd_params(&p, dt, rows, cols, variant == 0 ? FP_NORM_ACT_NONE : FP_NORM_ACT_GELU_ERF);
             p.kind = variant == 2 ? FP_NORM_RMSNORM : FP_NORM_LAYERNORM;
-            p.activation = variant == 0 ? FP_NORM_ACT_NONE : FP_NORM_ACT_GELU_ERF;
-            p.rows = rows;
-            p.cols = cols;
-            p.x_dtype = p.residual_dtype = p.out_dtype = p.param_dtype = dt;
             p.x = x;
             p.out = out;
             if (variant >= 1) {
@@ -113,11 +84,7 @@ static void test_backward_validate(fp_context *ctx) {
     cfg.min_samples = 3;
     cfg.max_samples = 10;
     cfg.max_time_s = 0.05;
-    static const fp_dtype dts[] = {FP_F32, FP_F16, FP_BF16};
-    for (int di = 0; di < 3; ++di) {
-        nt_bwd_validate(ctx, FP_NORM_LAYERNORM, FP_NORM_ACT_GELU_TANH, dts[di], 40, 257, 1, &cfg, 0);
-        nt_bwd_validate(ctx, FP_NORM_RMSNORM, FP_NORM_ACT_NONE, dts[di], 40, 256, 0, &cfg, 0);
-    }
+    nt_bwd_validate_dtypes(ctx, 40, 257, 40, 256, &cfg, 0);
 }
 
 static void test_backward_combos(fp_context *ctx) {
@@ -129,19 +96,8 @@ static void test_backward_combos(fp_context *ctx) {
             for (int act = 0; act <= FP_NORM_ACT_SILU; ++act)
                 for (int di = 0; di < 3; ++di)
                     for (int opt = 0; opt < 4; ++opt) {
-                        norm_bwd_case c = {0};
-                        c.kind = (fp_norm_kind)kind;
-                        c.act = (fp_norm_activation)act;
-                        c.dtype = dts[di];
-                        c.rows = shapes[s][0];
-                        c.cols = shapes[s][1];
-                        c.pad = shapes[s][2];
-                        c.offset = (int)s & 1;
-                        c.gamma = c.beta = c.bias = opt & 1;
-                        c.dres = (opt >> 1) & 1;
-                        c.dgamma = opt != 2;
-                        c.dbeta = opt & 1;
-                        c.dbias = opt == 3;
+                        norm_bwd_case c = nt_bwd_case_opt((fp_norm_kind)kind, (fp_norm_activation)act, dts[di],
+                                                          shapes[s][0], shapes[s][1], shapes[s][2], (int)s & 1, opt);
                         nt_run_bwd(ctx, &c, seed++);
                     }
 }

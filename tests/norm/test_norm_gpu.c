@@ -27,13 +27,8 @@ static void fwd_quick_combos(fp_context *ctx, int64_t rows, int64_t cols, int64_
     for (int kind = 0; kind < 2; ++kind)
         for (int di = 0; di < 3; ++di)
             for (int all = 0; all < 2; ++all) {
-                norm_case c = {0};
-                c.kind = (fp_norm_kind)kind;
-                c.act = all ? FP_NORM_ACT_GELU_TANH : FP_NORM_ACT_NONE;
-                c.dtype = dts[di];
-                c.rows = rows;
-                c.cols = cols;
-                c.pad = pad;
+                norm_case c = nt_case_at((fp_norm_kind)kind, all ? FP_NORM_ACT_GELU_TANH : FP_NORM_ACT_NONE, dts[di],
+                                         rows, cols, pad);
                 c.offset = offset;
                 c.res = c.res_out = c.gamma = c.beta = c.bias = c.stats = all;
                 nt_run_fwd(ctx, &c, seed++, version);
@@ -69,33 +64,9 @@ static void test_forward_shapes(fp_context *ctx) {
     static const int64_t shapes[][3] = {{1, 1, 0},     {333, 1537, 0}, {2, 12288, 0}, {1000, 5120, 0},
                                         {4, 40000, 0}, {64, 768, 16},  {3, 65536, 0}, {17, 8192, 0},
                                         {5, 16384, 0}, {3, 16392, 0}};
-    static const fp_dtype dts[] = {FP_F32, FP_F16, FP_BF16};
-    uint64_t seed = 77;
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
-        for (int kind = 0; kind < 2; ++kind)
-            for (int di = 0; di < 3; ++di) {
-                norm_case c = {0};
-                c.kind = (fp_norm_kind)kind;
-                c.act = kind ? FP_NORM_ACT_SILU : FP_NORM_ACT_GELU_ERF;
-                c.dtype = dts[di];
-                c.rows = shapes[s][0];
-                c.cols = shapes[s][1];
-                c.pad = shapes[s][2];
-                c.res = c.res_out = c.gamma = c.beta = c.bias = c.stats = 1;
-                nt_run_fwd(ctx, &c, seed++, -1);
-                c.res = c.res_out = c.bias = 0;
-                c.act = FP_NORM_ACT_NONE;
-                nt_run_fwd(ctx, &c, seed++, -1);
-            }
+    nt_fwd_shapes(ctx, shapes, sizeof shapes / sizeof shapes[0], FP_NORM_ACT_GELU_ERF, 77);
     /* large mean, small spread: the shifted two-pass variance keeps the digits */
-    norm_case c = {0};
-    c.kind = FP_NORM_LAYERNORM;
-    c.dtype = FP_F32;
-    c.rows = 8;
-    c.cols = 4096;
-    c.lo = 9999.0f;
-    c.hi = 10001.0f;
-    c.stats = c.gamma = 1;
+    norm_case c = nt_large_mean_case();
     nt_run_fwd(ctx, &c, 5, -1);
     c.cols = 4095; /* v1 */
     nt_run_fwd(ctx, &c, 6, -1);
@@ -114,19 +85,8 @@ static void test_backward(fp_context *ctx) {
                     for (int opt = 0; opt < 4; ++opt) {
                         if (g_quick && !((act == 0 && opt == 0) || (act == FP_NORM_ACT_GELU_TANH && opt == 3)))
                             continue;
-                        norm_bwd_case c = {0};
-                        c.kind = (fp_norm_kind)kind;
-                        c.act = (fp_norm_activation)act;
-                        c.dtype = dts[di];
-                        c.rows = shapes[s][0];
-                        c.cols = shapes[s][1];
-                        c.pad = shapes[s][2];
-                        c.offset = (int)shapes[s][3];
-                        c.gamma = c.beta = c.bias = opt & 1;
-                        c.dres = (opt >> 1) & 1;
-                        c.dgamma = opt != 2;
-                        c.dbeta = opt & 1;
-                        c.dbias = opt == 3;
+                        norm_bwd_case c = nt_bwd_case_opt((fp_norm_kind)kind, (fp_norm_activation)act, dts[di],
+                                                          shapes[s][0], shapes[s][1], shapes[s][2], (int)shapes[s][3], opt);
                         nt_run_bwd(ctx, &c, seed++);
                     }
 }
@@ -154,12 +114,10 @@ static int run_version(fp_context *ctx, const char *desc, const fp_norm_backward
     void *d_db = c->dbeta ? nt_poisoned(ctx, vn * es) : NULL;
     void *d_dbi = c->dbias ? nt_poisoned(ctx, vn * es) : NULL;
     fp_norm_backward_params p = *p0;
-#define OFF(ptr) ((ptr) ? (void *)((char *)(ptr) + off) : NULL)
-    p.dx = OFF(d_dx);
-    p.dgamma = OFF(d_dg);
-    p.dbeta = OFF(d_db);
-    p.dbias = OFF(d_dbi);
-#undef OFF
+    p.dx = NT_OFF(d_dx, off);
+    p.dgamma = NT_OFF(d_dg, off);
+    p.dbeta = NT_OFF(d_db, off);
+    p.dbias = NT_OFF(d_dbi, off);
     fp_status st = fp_norm_backward_version(ctx, NULL, &p, version);
     if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
     if (st != FP_OK)
@@ -185,56 +143,11 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
     const fp_dtype dt = c->dtype;
     const size_t es = fp_dtype_size(dt);
     const int64_t stride = c->cols + c->pad;
-    const size_t tn = (size_t)c->rows * (size_t)stride, vn = (size_t)c->cols, sn = (size_t)c->rows * sizeof(float);
-    void *h_x = nt_random(dt, tn, seed, -2.0f, 3.0f), *h_dy = nt_random(dt, tn, seed + 1, -1.0f, 1.0f);
-    void *h_gamma = c->gamma ? nt_random(dt, vn, seed + 2, 0.5f, 1.5f) : NULL;
-    void *h_beta = c->beta ? nt_random(dt, vn, seed + 3, -0.5f, 0.5f) : NULL;
-    void *h_bias = c->bias ? nt_random(dt, vn, seed + 4, -0.3f, 0.3f) : NULL;
-    void *h_dres = c->dres ? nt_random(dt, tn, seed + 5, -1.0f, 1.0f) : NULL;
-    float *h_mean = malloc(sn), *h_rstd = malloc(sn);
-    {
-        void *tmp = malloc(tn * es);
-        fp_norm_params fp;
-        fp_norm_params_default(&fp);
-        fp.kind = c->kind;
-        fp.rows = c->rows;
-        fp.cols = c->cols;
-        fp.x_dtype = fp.residual_dtype = fp.out_dtype = fp.param_dtype = dt;
-        fp.x_stride = fp.out_stride = stride;
-        fp.x = h_x;
-        fp.out = tmp;
-        fp.mean = h_mean;
-        fp.rstd = h_rstd;
-        fp_norm_fwd_desc fd;
-        if (fp_norm_check_fwd(&fp, &fd) != FP_OK || fp_norm_ref_forward(&fd) != FP_OK) {
-            fprintf(stderr, "[%s] reference forward: %s\n", desc, fp_last_error());
-            exit(1);
-        }
-        free(tmp);
-    }
-    void *d_x = nt_upload(ctx, h_x, tn * es), *d_dy = nt_upload(ctx, h_dy, tn * es);
-    void *d_gamma = h_gamma ? nt_upload(ctx, h_gamma, vn * es) : NULL;
-    void *d_beta = h_beta ? nt_upload(ctx, h_beta, vn * es) : NULL;
-    void *d_bias = h_bias ? nt_upload(ctx, h_bias, vn * es) : NULL;
-    void *d_dres = h_dres ? nt_upload(ctx, h_dres, tn * es) : NULL;
-    void *d_mean = nt_upload(ctx, h_mean, sn), *d_rstd = nt_upload(ctx, h_rstd, sn);
-
+    const size_t tn = (size_t)c->rows * (size_t)stride, vn = (size_t)c->cols;
+    nt_bwd_case_data in;
+    nt_bwd_case_data_make(ctx, c, seed, tn, vn, 0, desc, &in);
     fp_norm_backward_params p;
-    fp_norm_backward_params_default(&p);
-    p.kind = c->kind;
-    p.activation = c->act;
-    p.rows = c->rows;
-    p.cols = c->cols;
-    p.dtype = p.param_dtype = dt;
-    p.dout_stride = p.x_stride = p.dresidual_out_stride = p.dx_stride = stride;
-    p.dout = d_dy;
-    p.x = d_x;
-    p.gamma = d_gamma;
-    p.beta = d_beta;
-    p.bias = d_bias;
-    p.mean = d_mean;
-    p.rstd = d_rstd;
-    p.dresidual_out = d_dres;
+    nt_bwd_case_data_params(c, &in, stride, 0, &p);
     static char dummy[16] __attribute__((aligned(16))); /* selects outputs for the version query only */
     p.dx = dummy;
     p.dgamma = c->dgamma ? dummy : NULL;
@@ -243,7 +156,7 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
     int fail = 0;
     fp_norm_bwd_desc dd;
     CHECK_OK(fp_norm_check_bwd(&p, &dd));
-    dd.dx = d_dy; /* alignment as the real runs (device buffers) */
+    dd.dx = in.d_dy; /* alignment as the real runs (device buffers) */
     {
         const fp_norm_v3_plan pl = fp_norm_v3_plan_for(c->cols, dt == FP_F32 ? 4 : 8);
         size_t L = strlen(desc);
@@ -267,29 +180,16 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
     void *r_dx = malloc(tn * es), *r_dg = malloc(vn * es), *r_db = malloc(vn * es), *r_dbi = malloc(vn * es);
     memset(r_dx, 0xFF, tn * es);
     fp_norm_backward_params hp = p;
-    hp.dout = h_dy;
-    hp.x = h_x;
-    hp.gamma = h_gamma;
-    hp.beta = h_beta;
-    hp.bias = h_bias;
-    hp.mean = h_mean;
-    hp.rstd = h_rstd;
-    hp.dresidual_out = h_dres;
+    nt_bwd_case_data_host(&in, 0, &hp);
     hp.dx = r_dx;
     hp.dgamma = c->dgamma ? r_dg : NULL;
     hp.dbeta = c->dbeta ? r_db : NULL;
     hp.dbias = c->dbias ? r_dbi : NULL;
-    fp_norm_bwd_desc rd;
-    if (fp_norm_check_bwd(&hp, &rd) != FP_OK || fp_norm_ref_backward(&rd) != FP_OK) {
-        fprintf(stderr, "[%s] reference backward failed: %s\n", desc, fp_last_error());
-        fail = 1;
-    }
+    fail |= nt_ref_bwd(&hp, desc);
     if (!fail) {
-        double atol, rtol;
-        fp_default_tolerance(dt, &atol, &rtol);
         /* as nt_run_bwd: f32 row sums in dx, f32 column sums in dgamma/dbeta */
-        const double dx_atol = atol + 4.0 * (double)c->cols * 6e-8;
-        const double p_atol = atol + 4.0 * (double)c->rows * 6e-8 * 4.0;
+        double dx_atol, p_atol, rtol;
+        nt_bwd_tolerance(c, &dx_atol, &p_atol, &rtol);
         const int64_t cols = c->cols, rows = c->rows;
         fail |= nt_compare_tensor("dx vs ref", desc, r_dx, v3.dx, dt, rows, cols, stride, 0, dx_atol, rtol);
         fail |= nt_compare_tensor("dx vs v2", desc, v2.dx, v3.dx, dt, rows, cols, stride, 0, dx_atol, rtol);
@@ -322,10 +222,9 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
     bwd_outs_free(&v3b);
     bwd_outs_free(&v2);
     bwd_outs_free(&v1);
-    void *hs[] = {h_x, h_dy, h_gamma, h_beta, h_bias, h_dres, h_mean, h_rstd, r_dx, r_dg, r_db, r_dbi};
+    void *hs[] = {r_dx, r_dg, r_db, r_dbi};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; ++i) free(hs[i]);
-    void *ds[] = {d_x, d_dy, d_gamma, d_beta, d_bias, d_dres, d_mean, d_rstd};
-    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; ++i) fp_mem_free(ctx, ds[i]);
+    nt_bwd_case_data_free(ctx, &in);
 }
 
 /* Expected: v3 applies (the plan's budget) for the 16-bit / f32 vector widths
@@ -458,18 +357,8 @@ static void test_validate(fp_context *ctx) {
             void *g = nt_upload(ctx, hg, (size_t)cols * es), *b = nt_upload(ctx, hb, (size_t)cols * es);
             void *out = nt_poisoned(ctx, n * es), *ro = nt_poisoned(ctx, n * es);
             fp_norm_params p;
-            fp_norm_params_default(&p);
-            p.activation = FP_NORM_ACT_GELU_TANH;
-            p.rows = rows;
-            p.cols = cols;
-            p.x_dtype = p.residual_dtype = p.out_dtype = p.param_dtype = dt;
-            p.x = x;
-            p.residual = r;
-            p.gamma = g;
-            p.beta = b;
-            p.bias = b;
-            p.out = out;
-            p.residual_out = ro;
+            nt_fwd_params(&p, dt, rows, cols, FP_NORM_ACT_GELU_TANH);
+            nt_fwd_set_ptrs(&p, 0, x, r, g, b, b, out, ro, NULL, NULL);
             fp_ab_report rep;
             CHECK_OK(fp_norm_validate(ctx, NULL, &p, &cfg, &rep));
             CHECK_MSG(rep.compared && rep.agreement.passed, "validate %lldx%lld %s: %zu mismatches (max abs %g)",
@@ -491,11 +380,7 @@ static void test_backward_validate(fp_context *ctx) {
     fp_timing_config cfg;
     fp_timing_config_default(&cfg);
     cfg.max_time_s = 0.2;
-    static const fp_dtype dts[] = {FP_F32, FP_F16, FP_BF16};
-    for (int di = 0; di < 3; ++di) {
-        nt_bwd_validate(ctx, FP_NORM_LAYERNORM, FP_NORM_ACT_GELU_TANH, dts[di], 512, 4096, 1, &cfg, 1);
-        nt_bwd_validate(ctx, FP_NORM_RMSNORM, FP_NORM_ACT_NONE, dts[di], 300, 1537, 0, &cfg, 1);
-    }
+    nt_bwd_validate_dtypes(ctx, 512, 4096, 300, 1537, &cfg, 1);
 }
 
 static void test_in_place(fp_context *ctx) {
