@@ -3,6 +3,9 @@
 # Debian's packages and PyPI, only when missing:
 #   cmake >= 3.25, ninja, pkg-config, cJSON (libcjson-dev), ccache (optional),
 #   pytest (for fastbench's CLI tests and the Python bindings' tests).
+# With FASTPATH_TEST_TORCH=1 (CI sets it), also PyTorch from PyPI (a few GB),
+# so that the fastpath.torch drop-ins are tested against torch.nn.functional
+# on the CPU instead of skipping.
 set -euo pipefail
 
 need_apt=()
@@ -26,9 +29,21 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
+pip_install() {
+  python3 -m pip install -q "$@" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "$@" 2>/dev/null ||
+    python3 -m pip install -q --user "$@"
+}
+
 if ! python3 -c "import pytest, numpy" >/dev/null 2>&1; then
   echo "install-deps: pip install pytest numpy"
-  python3 -m pip install -q pytest numpy 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages pytest numpy 2>/dev/null ||
-    python3 -m pip install -q --user pytest numpy
+  pip_install pytest numpy
+fi
+
+if [ "${FASTPATH_TEST_TORCH:-0}" = 1 ] && ! python3 -c "import torch" >/dev/null 2>&1; then
+  # 2.15 is the release the tests were last run with; a newer one if it cannot be had.
+  echo "install-deps: pip install torch (FASTPATH_TEST_TORCH=1)"
+  if ! pip_install "torch==2.15.*" && ! pip_install "torch>=2.5"; then
+    echo "install-deps: WARNING: could not install torch: the fastpath.torch tests will skip" >&2
+  fi
 fi

@@ -5,7 +5,10 @@
  *   batcher/open_loop    Poisson arrivals at --rate (default 30000 req/s).
  *   batcher/overhead     a no-op model: what the batcher itself costs per
  *                        request, closed loop at 64 clients and
- *                        fire-and-forget from 64 threads.
+ *                        fire-and-forget from 64 threads; beside them the
+ *                        floor of a closed loop on this host (the same
+ *                        clients blocking on a bare hand-off server, no
+ *                        batcher) and how late the host's timers wake.
  *
  * The model is the CPU compute callback of fp_batcher_bench (fixed cost
  * --fixed_us plus --item_us per padded item, real arithmetic), on any
@@ -16,11 +19,17 @@
  * divided by their count, 8 windows per side), so "speedup" is the
  * throughput ratio with a noise-aware verdict.
  */
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fastpath/batcher.h"
 #include "scenario.h"
@@ -186,6 +195,138 @@ static fp_status fire_and_forget(int threads, int per_thread, const fp_batcher_c
     return st;
 }
 
+/* ---- the floor of a closed loop on this host ----
+ *
+ * The same K blocking clients with no batcher: each client queues its id
+ * under one mutex, signals the server and sleeps on one shared futex word (a
+ * round counter); the server takes everything queued, marks those clients
+ * served and wakes all sleepers with one call (clients queued after it took
+ * the round go back to sleep). Every closed-loop request pays at least this
+ * (a futex sleep, a wake-up, two context switches); on a host with fewer
+ * cores than clients it is most of the per-request time. */
+
+typedef struct floor_state {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int *queue, queued, clients;
+    atomic_int *served;
+    atomic_uint round;
+    atomic_int stop;
+} floor_state;
+
+typedef struct floor_client {
+    floor_state *s;
+    int id;
+} floor_client;
+
+static void floor_futex_wait(atomic_uint *w, unsigned v) {
+    syscall(SYS_futex, (unsigned *)w, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+}
+
+static void floor_futex_wake(atomic_uint *w) {
+    syscall(SYS_futex, (unsigned *)w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static void *floor_client_main(void *arg) {
+    floor_client *c = arg;
+    floor_state *s = c->s;
+    atomic_int *served = &s->served[c->id];
+    while (!atomic_load(&s->stop)) {
+        atomic_store(served, 0);
+        pthread_mutex_lock(&s->mu);
+        s->queue[s->queued++] = c->id;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        for (;;) {
+            unsigned r = atomic_load(&s->round);
+            if (atomic_load(served)) break;
+            floor_futex_wait(&s->round, r);
+        }
+    }
+    return NULL;
+}
+
+/* Wall time per request of `requests` closed-loop round trips. */
+static fp_status closed_loop_floor(int clients, int requests, double *us_per_req) {
+    floor_state s;
+    memset(&s, 0, sizeof s);
+    s.clients = clients;
+    s.queue = malloc((size_t)clients * sizeof *s.queue);
+    s.served = malloc((size_t)clients * sizeof *s.served);
+    floor_client *cl = malloc((size_t)clients * sizeof *cl);
+    int *local = malloc((size_t)clients * sizeof *local);
+    pthread_t *th = malloc((size_t)clients * sizeof *th);
+    if (!s.queue || !s.served || !cl || !local || !th) {
+        free(s.queue), free(s.served), free(cl), free(local), free(th);
+        return FP_ERR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
+    atomic_init(&s.stop, 0);
+    atomic_init(&s.round, 0);
+    for (int i = 0; i < clients; ++i) atomic_init(&s.served[i], 0);
+    int started = 0;
+    for (; started < clients; ++started) {
+        cl[started].s = &s;
+        cl[started].id = started;
+        if (pthread_create(&th[started], NULL, floor_client_main, &cl[started]) != 0) break;
+    }
+    double t0 = now_s(), t_warm = t0;
+    int served = 0, warm = requests / 8;
+    while (started > 0 && served < warm + requests) {
+        pthread_mutex_lock(&s.mu);
+        while (s.queued == 0) pthread_cond_wait(&s.cv, &s.mu);
+        int n = s.queued;
+        memcpy(local, s.queue, (size_t)n * sizeof *local);
+        s.queued = 0;
+        pthread_mutex_unlock(&s.mu);
+        for (int i = 0; i < n; ++i) atomic_store(&s.served[local[i]], 1);
+        atomic_fetch_add(&s.round, 1);
+        floor_futex_wake(&s.round);
+        if (served < warm && served + n >= warm) t_warm = now_s();
+        served += n;
+    }
+    double wall = now_s() - t_warm;
+    atomic_store(&s.stop, 1);
+    for (int i = 0; i < started; ++i) atomic_store(&s.served[i], 1); /* asleep or about to queue */
+    atomic_fetch_add(&s.round, 1);
+    floor_futex_wake(&s.round);
+    for (int i = 0; i < started; ++i) pthread_join(th[i], NULL);
+    pthread_cond_destroy(&s.cv);
+    pthread_mutex_destroy(&s.mu);
+    int counted = served - warm;
+    *us_per_req = counted > 0 ? wall * 1e6 / counted : 0;
+    free(s.queue), free(s.served), free(cl), free(local), free(th);
+    return started == clients ? FP_OK : FP_ERR_INTERNAL;
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* How late an absolute 200 us sleep wakes (1 us timer slack, as the
+ * batcher's threads set): the part of a queue delay the host adds. */
+static void timer_lateness(int n, double *p50_us, double *p99_us) {
+    double *late = malloc((size_t)n * sizeof *late);
+    *p50_us = *p99_us = 0;
+    if (!late) return;
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    for (int i = 0; i < n; ++i) {
+        double t = now_s() + 200e-6;
+        struct timespec ts;
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {
+        }
+        late[i] = (now_s() - t) * 1e6;
+    }
+    qsort(late, (size_t)n, sizeof *late, cmp_dbl);
+    *p50_us = late[n / 2];
+    *p99_us = late[(n * 99) / 100];
+    free(late);
+}
+
 static fp_status run_overhead(fb_run *run) {
     fp_batcher_bench_config c;
     bench_defaults(run, &c);
@@ -211,7 +352,33 @@ static fp_status run_overhead(fb_run *run) {
     }
     fb_result_metric(r, "sched_overhead_us", ff_us);
     fb_result_metric(r, "mean_batch", ff_batch);
-    fb_result_note(r, "%.2f us/request of batcher work (2 cores: wall / requests)", ff_us);
+    fb_result_note(r, "%.2f us/request of batcher work (wall / requests)", ff_us);
+
+    double floor_us = 0;
+    st = closed_loop_floor(c.clients, c.requests, &floor_us);
+    r = fb_result_new(run);
+    fb_param_str(r, "load", "closed-loop floor, no batcher");
+    fb_param_int(r, "clients", c.clients);
+    fb_param_int(r, "requests", c.requests);
+    if (st != FP_OK) {
+        fb_result_fail(r, st, "cannot start the floor's client threads");
+        return FP_OK;
+    }
+    double batched_us = rep.batched.per_request_us;
+    fb_result_metric(r, "floor_us_per_request", floor_us);
+    fb_result_metric(r, "batcher_us_per_request", batched_us);
+    fb_result_metric(r, "batcher_over_floor_us", batched_us - floor_us);
+    fb_result_note(r, "bare hand-off %.2f us/request; the batcher's closed loop %+.2f us over it", floor_us,
+                   batched_us - floor_us);
+
+    double late50 = 0, late99 = 0;
+    timer_lateness(fb_quick(run) ? 300 : 2000, &late50, &late99);
+    r = fb_result_new(run);
+    fb_param_str(r, "load", "host timer: absolute 200 us sleeps");
+    fb_result_metric(r, "timer_late_p50_us", late50);
+    fb_result_metric(r, "timer_late_p99_us", late99);
+    fb_result_note(r, "wakes %.0f us late (p50), %.0f us (p99): added to queue delays at low load", late50,
+                   late99);
     return FP_OK;
 }
 
@@ -221,5 +388,6 @@ FB_SCENARIO(fb_batcher_closed_loop, "batcher/closed_loop",
 FB_SCENARIO(fb_batcher_open_loop, "batcher/open_loop",
             "dynamic batching vs batch 1, Poisson arrivals at --rate req/s", run_open_loop)
 FB_SCENARIO(fb_batcher_overhead, "batcher/overhead",
-            "batcher cost per request with a no-op model (closed loop and fire-and-forget)",
+            "batcher cost per request with a no-op model (closed loop, fire-and-forget), "
+            "the host's closed-loop floor and timer lateness",
             run_overhead)
