@@ -41,7 +41,6 @@
 // attention_flash_layout.h, shared with the warp-level CPU emulation
 // tests/attention/test_attention_flash_emu.cpp that checks it without a GPU.
 // Run: tests/attention/test_attention_gpu (label gpu), fastbench attention/...
-#include <atomic>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>

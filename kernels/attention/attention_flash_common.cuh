@@ -8,7 +8,6 @@
 #ifndef FP_ATTENTION_FLASH_COMMON_CUH
 #define FP_ATTENTION_FLASH_COMMON_CUH
 
-#include <atomic>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -181,18 +180,13 @@ __global__ void __launch_bounds__(kCombineThreads) attention_split_combine_v1(co
     if (p.lse && threadIdx.x == 0) p.lse[row] = lse;
 }
 
-// The dynamic shared-memory opt-in above 48 KiB is per device and kernel:
-// set it once per (Kernel, device), not on every launch (a driver call per
-// decode step otherwise).
+// The dynamic shared-memory opt-in above 48 KiB, set on every launch that
+// needs it (a host-side attribute write, no synchronization): a flag cached
+// per (kernel, device) would survive cudaDeviceReset, which drops the
+// attribute, and the next launch would fail.
 template <auto Kernel> fp_status smem_opt_in(size_t smem) {
-    static std::atomic<unsigned long long> configured{0};
-    int dev = 0;
-    FP_CUDA_TRY(cudaGetDevice(&dev));
-    const unsigned long long dev_bit = dev < 64 ? (1ull << dev) : 0ull;
-    if (!(configured.load(std::memory_order_acquire) & dev_bit) || !dev_bit) {
-        FP_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        configured.fetch_or(dev_bit, std::memory_order_release);
-    }
+    if (smem <= 48 * 1024) return FP_OK;
+    FP_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     return FP_OK;
 }
 
