@@ -166,34 +166,6 @@ static void test_cpu_context(void) {
     fp_context_destroy(NULL);
 }
 
-typedef struct sum_job {
-    int *hits;
-} sum_job;
-
-static void mark(void *arg, size_t b, size_t e) {
-    sum_job *j = arg;
-    for (size_t i = b; i < e; ++i) __atomic_fetch_add(&j->hits[i], 1, __ATOMIC_RELAXED);
-}
-
-static void test_thread_pool(void) {
-    for (int threads = 1; threads <= 4; ++threads) {
-        fp_thread_pool *pool = NULL;
-        CHECK_OK(fp_thread_pool_create(threads, &pool));
-        enum { N = 10007 };
-        static int hits[N];
-        for (int round = 0; round < 20; ++round) {
-            memset(hits, 0, sizeof hits);
-            sum_job j = {hits};
-            fp_parallel_for(pool, N, (size_t)(round % 5) * 97 + 1, mark, &j);
-            int bad = 0;
-            for (int i = 0; i < N; ++i) bad += hits[i] != 1;
-            CHECK_MSG(bad == 0, "threads=%d round=%d: %d items not visited exactly once", threads, round, bad);
-        }
-        fp_thread_pool_destroy(pool);
-    }
-    CHECK_STATUS(fp_thread_pool_create(0, NULL), FP_ERR_INVALID_ARGUMENT);
-}
-
 int main(void) {
     int ngpu = 0;
     cudaError_t e = cudaGetDeviceCount(&ngpu);
@@ -205,6 +177,5 @@ int main(void) {
     test_conversions();
     test_devices(ngpu);
     test_cpu_context();
-    test_thread_pool();
     TEST_END();
 }
