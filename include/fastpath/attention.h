@@ -143,7 +143,9 @@ typedef struct fp_attention_params {
      * keeps its [batch, heads_q, seqlen_q] layout with rows past a
      * sequence's length left unwritten. Offsets must be non-decreasing
      * (checked on a CPU context; on CUDA a decreasing pair reads as an empty
-     * sequence). */
+     * sequence). Strides are checked against the packed total
+     * cu_seqlens[batch]; on a CUDA context, where the offsets are in device
+     * memory, the sequence stride must be the outermost (largest) one. */
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
 

@@ -38,13 +38,25 @@ void(fp_attention_params_default)(fp_attention_params *p) {
 
 /* Rows of head_dim contiguous elements at b*bs + s*ss + h*hs must not
  * overlap: sorted by stride (extent-1 dimensions ignored), every stride must
- * step over the whole span of the dimensions inside it. */
-static fp_status check_strides(const char *name, int64_t bs, int64_t ss, int64_t hs, int nb,
-                               int ns, int nh, int d) {
+ * step over the whole span of the dimensions inside it. ns < 0: a packed
+ * varlen sequence dimension whose length the host cannot read (offsets in
+ * device memory): it must then be the outermost dimension, which no length
+ * can make overlap. */
+static fp_status check_strides(const char *name, int64_t bs, int64_t ss, int64_t hs, int64_t nb,
+                               int64_t ns, int64_t nh, int d) {
     if (bs < 0 || ss < 0 || hs < 0)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "%s strides (batch %lld, seq %lld, head %lld) must be >= 0", name,
                             (long long)bs, (long long)ss, (long long)hs);
+    if (ns < 0) {
+        if ((nh > 1 && ss < hs) || (nb > 1 && ss < bs))
+            return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                                "%s strides (batch %lld, seq %lld, head %lld): with cu_seqlens on a "
+                                "CUDA context the sequence stride must be the outermost (the packed "
+                                "length is in device memory, so no other layout can be checked)",
+                                name, (long long)bs, (long long)ss, (long long)hs);
+        ns = 2; /* outermost: only its step over the inner span matters */
+    }
     int64_t st[3] = {bs, ss, hs};
     int64_t ex[3] = {nb, ns, nh};
     int n = 0;
@@ -231,11 +243,20 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
     if (varlen) /* one packed sequence dimension; batch strides unused */
         a->q_bs = a->k_bs = a->v_bs = a->o_bs = 0;
     const int nb = varlen ? 1 : p->batch;
-    FP_TRY(check_strides("q", a->q_bs, a->q_ss, a->q_hs, nb, p->seqlen_q, p->heads_q, p->head_dim));
+    /* The sequence dimension's extent: varlen packs every sequence along it,
+     * so it is the packed total (host offsets), not seqlen_q / seqlen_k (the
+     * per-sequence maximum); unknown (-1) for device offsets. */
+    int64_t q_seq = p->seqlen_q, k_seq = kv_seq;
+    if (varlen && cuda) q_seq = k_seq = -1;
+    else if (varlen) {
+        q_seq = (int64_t)p->cu_seqlens_q[p->batch] - p->cu_seqlens_q[0];
+        k_seq = (int64_t)p->cu_seqlens_k[p->batch] - p->cu_seqlens_k[0];
+    }
+    FP_TRY(check_strides("q", a->q_bs, a->q_ss, a->q_hs, nb, q_seq, p->heads_q, p->head_dim));
     const int kv_nb = paged ? p->num_pages : nb;
-    FP_TRY(check_strides("k", a->k_bs, a->k_ss, a->k_hs, kv_nb, kv_seq, p->heads_kv, p->head_dim));
-    FP_TRY(check_strides("v", a->v_bs, a->v_ss, a->v_hs, kv_nb, kv_seq, p->heads_kv, p->head_dim));
-    FP_TRY(check_strides("o", a->o_bs, a->o_ss, a->o_hs, nb, p->seqlen_q, p->heads_q, p->head_dim));
+    FP_TRY(check_strides("k", a->k_bs, a->k_ss, a->k_hs, kv_nb, k_seq, p->heads_kv, p->head_dim));
+    FP_TRY(check_strides("v", a->v_bs, a->v_ss, a->v_hs, kv_nb, k_seq, p->heads_kv, p->head_dim));
+    FP_TRY(check_strides("o", a->o_bs, a->o_ss, a->o_hs, nb, q_seq, p->heads_q, p->head_dim));
     size_t elt = fp_dtype_size(p->dtype);
     FP_TRY(check_align("q", p->q, a->q_bs, a->q_ss, a->q_hs, elt, cuda));
     FP_TRY(check_align("k", p->k, a->k_bs, a->k_ss, a->k_hs, elt, cuda));

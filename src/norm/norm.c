@@ -99,7 +99,7 @@ static fp_status check_dtype_match(const char *name, fp_dtype d, fp_dtype want) 
 }
 
 fp_status fp_norm_check_fwd(const fp_norm_params *p, fp_norm_fwd_desc *d) {
-    FP_CHECK_NOT_NULL(p);
+    FP_CHECK_ARG(p != NULL, "argument 'params' is NULL");
     FP_CHECK_ARG(p->struct_size == sizeof *p,
                  "argument 'params->struct_size' (%zu) != %zu: initialize it with fp_norm_params_default",
                  p->struct_size, sizeof *p);
@@ -147,7 +147,7 @@ fp_status fp_norm_check_fwd(const fp_norm_params *p, fp_norm_fwd_desc *d) {
 }
 
 fp_status fp_norm_check_bwd(const fp_norm_backward_params *p, fp_norm_bwd_desc *d) {
-    FP_CHECK_NOT_NULL(p);
+    FP_CHECK_ARG(p != NULL, "argument 'params' is NULL");
     FP_CHECK_ARG(p->struct_size == sizeof *p,
                  "argument 'params->struct_size' (%zu) != %zu: initialize it with "
                  "fp_norm_backward_params_default", p->struct_size, sizeof *p);

@@ -394,6 +394,62 @@ static void test_varlen(fp_dtype dt, int causal, int wl) {
     free(lse);
 }
 
+/* Varlen strides are checked against the packed total cu_seqlens[batch],
+ * not seqlen_q / seqlen_k (the per-sequence maximum): a head-major packed Q
+ * whose rows do not overlap is accepted and gives the same O as the default
+ * layout; an O whose rows of two sequences coincide is refused. On a CUDA
+ * context (offsets in device memory) the sequence stride must be outermost. */
+static void test_varlen_strides(void) {
+    enum { SQ = 8, H = 2, D = 8, TQ = 2 };
+    int32_t cu[2] = {0, TQ};
+    float q_hm[H * SQ * D], q_sm[SQ * H * D], k[SQ * H * D], v[SQ * H * D], o1[SQ * H * D], o2[SQ * H * D];
+    uint64_t st = 5;
+    for (int i = 0; i < SQ * H * D; ++i) {
+        k[i] = (float)fp_test_rand_uniform(&st, -1, 1);
+        v[i] = (float)fp_test_rand_uniform(&st, -1, 1);
+        q_sm[i] = (float)fp_test_rand_uniform(&st, -1, 1);
+    }
+    for (int i = 0; i < H * SQ * D; ++i) q_hm[i] = NAN;
+    for (int s = 0; s < TQ; ++s) /* the same Q, head-major: row (s, h) at h * 16 + s * 8 */
+        for (int h = 0; h < H; ++h)
+            for (int x = 0; x < D; ++x) q_hm[h * 16 + s * 8 + x] = q_sm[(s * H + h) * D + x];
+    fp_attention_params p;
+    fp_attention_params_default(&p);
+    p.batch = 1; p.seqlen_q = SQ; p.seqlen_k = SQ; p.heads_q = H; p.heads_kv = H; p.head_dim = D;
+    p.dtype = FP_F32; p.q = q_sm; p.k = k; p.v = v; p.o = o1;
+    p.cu_seqlens_q = p.cu_seqlens_k = cu;
+    memset(o1, 0, sizeof o1);
+    CHECK_OK(fp_attention_forward(g_ctx, NULL, &p));
+    fp_attention_params hm = p;
+    hm.q = q_hm; hm.o = o2;
+    hm.q_seq_stride = 8;
+    hm.q_head_stride = 16;
+    memset(o2, 0, sizeof o2);
+    fp_status r = fp_attention_forward(g_ctx, NULL, &hm);
+    CHECK_MSG(r == FP_OK, "head-major varlen Q refused: %s", fp_last_error());
+    CHECK_MSG(r != FP_OK || memcmp(o1, o2, sizeof(float) * TQ * H * D) == 0, "head-major varlen Q: other O");
+    fp_attn_args a; /* CUDA rule: offsets unreadable, the sequence must be outermost */
+    CHECK_STATUS(fp_attn_check(&hm, 1, &a), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "outermost") != NULL);
+    CHECK_OK(fp_attn_check(&p, 1, &a));
+
+    /* Two sequences of one query: O rows (s = 1, h = 0) and (s = 0, h = 1)
+     * are the same memory with seq stride 8 = head stride 8. */
+    int32_t cq[3] = {0, 1, 2}, ck[3] = {0, 2, 4};
+    fp_attention_params ov = p;
+    ov.batch = 2; ov.seqlen_q = 1; ov.seqlen_k = 2;
+    ov.cu_seqlens_q = cq; ov.cu_seqlens_k = ck;
+    ov.q = q_sm; ov.o = o2;
+    ov.o_seq_stride = 8;
+    ov.o_head_stride = 8;
+    memset(o2, 0x5A, sizeof o2);
+    CHECK_STATUS(fp_attention_forward(g_ctx, NULL, &ov), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "o strides") != NULL && strstr(fp_last_error(), "overlap") != NULL);
+    int untouched = 1;
+    for (size_t i = 0; i < sizeof o2; ++i) untouched &= ((unsigned char *)o2)[i] == 0x5A;
+    CHECK_MSG(untouched, "varlen overlapping O: written");
+}
+
 static void test_defaults_and_flops(void) {
     fp_attention_params p;
     fp_attention_params_default(&p);
@@ -436,6 +492,7 @@ int main(void) {
     test_defaults_and_flops();
     test_options();
     test_varlen(FP_F32, 0, -1);
+    test_varlen_strides();
     test_varlen(FP_BF16, 1, -1);
     test_varlen(FP_F16, 1, 20);
     test_bad_input();
