@@ -316,8 +316,8 @@ static const char *fwd_break(nz_ctx *z, fwd_case *c, fp_context **ctx, const fp_
         *slots[k] = fz_chance(s, 1, 2) ? INT64_MAX : INT64_MAX / fz_range(s, 1, 7);
         return names[k];
     }
-    case 18: /* rows whose product with the stride overflows */
-        p->rows = fz_chance(s, 1, 2) ? INT64_MAX : INT64_MAX / fz_range(s, 2, 64);
+    case 18: /* rows whose product with any stride overflows 8-byte element offsets */
+        p->rows = INT64_MAX / fz_range(s, 1, 7);
         return "rows";
     default: /* cols whose row buffers cannot exist: rejected before any read */
         p->cols = INT64_MAX / fz_range(s, 1, 4);
@@ -338,6 +338,14 @@ static void fuzz_forward(nz_ctx *z) {
         fwd_case_free(&c);
         return;
     }
+    if (getenv("FP_FUZZ_VERBOSE"))
+        printf("iter %ld forward%s: kind %d act %d dtype %d rows %lld cols %lld strides %lld/%lld/%lld/%lld "
+               "res %d gamma %d beta %d bias %d res_out %d mean %d rstd %d in_place %d\n",
+               z->run.iter, broken ? " (broken)" : "", c.p.kind, c.p.activation, c.p.x_dtype, (long long)c.p.rows,
+               (long long)c.p.cols, (long long)c.p.x_stride, (long long)c.p.residual_stride,
+               (long long)c.p.residual_out_stride, (long long)c.p.out_stride, !!c.p.residual, !!c.p.gamma, !!c.p.beta,
+               !!c.p.bias, !!c.p.residual_out, !!c.p.mean, !!c.p.rstd, c.out_in_place);
+    fflush(stdout);
     fp_clear_error();
     fp_status st = fp_norm_forward(ctx, NULL, pp);
     if (broken) {
