@@ -30,6 +30,16 @@
 #include "fastpath/fastpath.h"
 #include "fp_test.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+/* The options fp_add_asan_test sets, also when a test is run by hand to
+ * reproduce a seed: a huge request reaches the library's own out-of-memory
+ * path instead of stopping in ASan's malloc. */
+const char *__asan_default_options(void);
+__attribute__((visibility("default"), used)) const char *__asan_default_options(void) {
+    return "halt_on_error=1:detect_leaks=1:allocator_may_return_null=1:protect_shadow_gap=0";
+}
+#endif
+
 /* ---- run control ---- */
 
 typedef struct fz_run {
