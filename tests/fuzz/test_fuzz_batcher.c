@@ -179,13 +179,16 @@ static fp_status fuzz_executor(void *user, fp_batch_item *items, int count, int 
         if (atomic_load(&rec->done)) atomic_fetch_add(&rec->done_before_exec, 1);
         CHECK(items[i].input == &rec->input && items[i].output == &rec->output && items[i].status == FP_OK);
         if ((int)((x >> (i % 48)) % 1000) < r->fail_items_per_mille) {
-            items[i].status = FP_ERR_MISMATCH; /* this request alone fails */
+            /* this request alone fails, now and then with a value outside fp_status */
+            items[i].status = (x >> 7) % 8 == 0 ? (fp_status)(42 + (int)(x % 3)) : (x >> 7) % 8 == 1 ? (fp_status)-3
+                                                                                                 : FP_ERR_MISMATCH;
             continue;
         }
         *(uint64_t *)items[i].output = rec->input * 3 + 1;
     }
     if (r->sleep_us) usleep((useconds_t)(x % (uint64_t)r->sleep_us));
-    if ((int)(x % 1000) < r->fail_batch_per_mille) return FP_ERR_CUDA; /* fails every item still FP_OK */
+    if ((int)(x % 1000) < r->fail_batch_per_mille) /* fails every item still FP_OK */
+        return (x >> 11) % 6 == 0 ? (fp_status)1000 : FP_ERR_CUDA;
     return FP_OK;
 }
 
@@ -372,10 +375,11 @@ static void run_phase_round(fz_run *run, uint64_t *s) {
         }
         accepted++;
         ok += status == FP_OK;
-        const int allowed = status == FP_OK || status == FP_ERR_MISMATCH || status == FP_ERR_CUDA ||
-                            status == FP_ERR_TIMEOUT || status == FP_ERR_CANCELLED || status == FP_ERR_SHUT_DOWN;
-        const int out_ok = status == FP_OK ? rec->output == rec->input * 3 + 1
-                         : (status == FP_ERR_MISMATCH || status == FP_ERR_CUDA) ? 1 : rec->output == OUT_POISON;
+        /* an executor status outside fp_status arrives as FP_ERR_INVALID_ARGUMENT */
+        const int exec_failed = status == FP_ERR_MISMATCH || status == FP_ERR_CUDA || status == FP_ERR_INVALID_ARGUMENT;
+        const int allowed = status == FP_OK || exec_failed || status == FP_ERR_TIMEOUT || status == FP_ERR_CANCELLED ||
+                            status == FP_ERR_SHUT_DOWN;
+        const int out_ok = status == FP_OK ? rec->output == rec->input * 3 + 1 : exec_failed ? 1 : rec->output == OUT_POISON;
         const int exec_ok = (status == FP_ERR_TIMEOUT || status == FP_ERR_CANCELLED || status == FP_ERR_SHUT_DOWN) ? exec == 0 : exec == 1;
         if ((done != 1 || !allowed || !out_ok || !exec_ok || atomic_load(&rec->done_before_exec)) && reported++ < 5) {
             fprintf(stderr,
