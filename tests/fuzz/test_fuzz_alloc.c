@@ -18,6 +18,7 @@
  *   - destroy returns every upstream byte and destroys every event.
  * A last phase runs alloc/free from two threads on one allocator, each with
  * its own shadow. Usage: test_fuzz_alloc [seed] [iterations]. */
+#include <limits.h>
 #include <pthread.h>
 
 #include "fuzz_util.h"
@@ -607,6 +608,104 @@ static void upstream_contract(fz_alloc *z) {
     fp_alloc_trace_destroy(NULL);
 }
 
+
+/* CUDA-backed upstreams and event ops, the PyTorch entry points and a
+ * context's allocator: without a device (CI, the ASan build) every one fails
+ * cleanly with a status and a message, its output untouched; with one they
+ * must work. Also the region upstream's argument checks. */
+static void device_edges(fz_alloc *z) {
+    int count = 0;
+    CHECK_OK(fp_device_count(&count));
+    const int dev[] = {0, -1, 7, INT_MAX};
+    for (int i = 0; i < 4; ++i) {
+        const int exists = dev[i] >= 0 && dev[i] < count;
+        fp_alloc_upstream up;
+        memset(&up, 0x5A, sizeof up);
+        fp_alloc_upstream keep = up;
+        fp_status st = fp_alloc_upstream_device(dev[i], &up);
+        FZ_CHECK_CALL(&z->run, "fp_alloc_upstream_device", st, exists ? FP_OK : FP_ERR_NO_DEVICE, NULL);
+        if (st != FP_OK) CHECK(memcmp(&up, &keep, sizeof up) == 0);
+        st = fp_alloc_upstream_pinned(dev[i], &up);
+        FZ_CHECK_CALL(&z->run, "fp_alloc_upstream_pinned", st, exists ? FP_OK : FP_ERR_NO_DEVICE, NULL);
+        fp_alloc_event_ops ev;
+        memset(&ev, 0x5A, sizeof ev);
+        fp_alloc_event_ops evkeep = ev;
+        st = fp_alloc_event_ops_cuda(dev[i], &ev);
+        FZ_CHECK_CALL(&z->run, "fp_alloc_event_ops_cuda", st, exists ? FP_OK : FP_ERR_NO_DEVICE, NULL);
+        if (st != FP_OK) CHECK(memcmp(&ev, &evkeep, sizeof ev) == 0);
+        char region[4096];
+        memset(&up, 0x5A, sizeof up);
+        st = fp_alloc_upstream_registered(dev[i], region, sizeof region, &up);
+        FZ_CHECK_CALL(&z->run, "fp_alloc_upstream_registered", st, -2, NULL);
+        if (st == FP_OK) fp_alloc_upstream_release(&up);
+        else CHECK(memcmp(&up, &keep, sizeof up) == 0);
+        if (!exists) {
+            fp_clear_error();
+            void *p = fp_torch_malloc(4096, dev[i], NULL);
+            CHECK_MSG(p == NULL && fp_last_error()[0], "fp_torch_malloc without device %d: %p, '%s'", dev[i], p,
+                      fp_last_error());
+            fp_allocator *a = (fp_allocator *)(uintptr_t)0x31;
+            FZ_CHECK_CALL(&z->run, "fp_torch_allocator_get (no device)", fp_torch_allocator_get(dev[i], &a), -1, NULL);
+            CHECK(a == (fp_allocator *)(uintptr_t)0x31);
+        }
+    }
+    int local = 0;
+    fp_torch_free(NULL, 0, 0, NULL);
+    fp_torch_free(&local, 4, 0, NULL); /* not ours: ignored */
+    fp_torch_record_stream(NULL, NULL);
+    fp_torch_record_stream(&local, NULL);
+    fp_torch_empty_cache();
+    CHECK(fp_torch_malloc(0, 0, NULL) == NULL);
+    fp_clear_error();
+    CHECK(fp_torch_malloc(-5, 0, NULL) == NULL && fp_last_error()[0]);
+    fp_alloc_config bad;
+    fp_alloc_config_default(&bad);
+    bad.memory_fraction = NAN;
+    FZ_CHECK_CALL(&z->run, "fp_torch_allocator_configure (bad)", fp_torch_allocator_configure(&bad), FP_ERR_INVALID_ARGUMENT,
+                  "memory_fraction");
+    FZ_CHECK_CALL(&z->run, "fp_torch_allocator_get(NULL)", fp_torch_allocator_get(0, NULL), FP_ERR_INVALID_ARGUMENT, "out");
+    /* the region upstream */
+    fp_alloc_upstream up;
+    memset(&up, 0x5A, sizeof up);
+    fp_alloc_upstream keep = up;
+    char small[500]; /* < FP_ALLOC_MIN_BLOCK usable bytes at any alignment */
+    FZ_CHECK_CALL(&z->run, "fp_alloc_upstream_region(NULL)", fp_alloc_upstream_region(NULL, 1 << 20, &up),
+                  FP_ERR_INVALID_ARGUMENT, "base");
+    FZ_CHECK_CALL(&z->run, "fp_alloc_upstream_region(too small)", fp_alloc_upstream_region(small, sizeof small, &up),
+                  FP_ERR_INVALID_ARGUMENT, NULL);
+    FZ_CHECK_CALL(&z->run, "fp_alloc_upstream_region(wrapping)", fp_alloc_upstream_region(small, SIZE_MAX - 16, &up),
+                  FP_ERR_INVALID_ARGUMENT, NULL);
+    FZ_CHECK_CALL(&z->run, "fp_alloc_upstream_region(NULL out)", fp_alloc_upstream_region(small, sizeof small, NULL),
+                  FP_ERR_INVALID_ARGUMENT, "out");
+    CHECK(memcmp(&up, &keep, sizeof up) == 0);
+    fp_alloc_upstream_release(NULL);
+    fp_alloc_upstream host = fp_alloc_upstream_host();
+    fp_alloc_upstream_release(&host); /* not a region: no-op */
+    /* a CPU context's allocator: the host upstream */
+    fp_context *ctx = NULL;
+    CHECK_OK(fp_context_create(FP_DEVICE_CPU, -1, &ctx));
+    fp_allocator *a = NULL;
+    FZ_CHECK_CALL(&z->run, "fp_alloc_create_for_context(CPU)", fp_alloc_create_for_context(ctx, NULL, &a), FP_OK, NULL);
+    void *p = NULL;
+    if (a) {
+        CHECK_OK(fp_alloc_alloc(a, 1000, NULL, &p));
+        CHECK_OK(fp_alloc_free(a, p));
+        fp_alloc_destroy(a);
+    }
+    FZ_CHECK_CALL(&z->run, "fp_alloc_create_for_context(NULL)", fp_alloc_create_for_context(NULL, NULL, &a),
+                  FP_ERR_INVALID_ARGUMENT, "ctx");
+    fp_context_destroy(ctx);
+    FZ_CHECK_CALL(&z->run, "fp_alloc_create(NULL upstream)", fp_alloc_create(NULL, NULL, NULL, &a), FP_ERR_INVALID_ARGUMENT,
+                  "upstream");
+    fp_alloc_upstream half = {NULL, NULL, NULL, NULL};
+    FZ_CHECK_CALL(&z->run, "fp_alloc_create(upstream without alloc)", fp_alloc_create(&half, NULL, NULL, &a),
+                  FP_ERR_INVALID_ARGUMENT, "upstream");
+    fp_alloc_event_ops noev;
+    memset(&noev, 0, sizeof noev);
+    FZ_CHECK_CALL(&z->run, "fp_alloc_create(event ops without record)", fp_alloc_create(&host, &noev, NULL, &a),
+                  FP_ERR_INVALID_ARGUMENT, "events");
+}
+
 /* ---- two threads on one allocator ---- */
 
 typedef struct thread_arg {
@@ -683,6 +782,7 @@ int main(int argc, char **argv) {
     for (; fz_more(&z.run) && !fz_too_many_failures(); ++z.run.iter) one_round(&z, (int)z.run.iter);
     const long rounds = z.run.iter;
     upstream_contract(&z);
+    device_edges(&z);
     threads_phase(&z);
     printf("alloc fuzz: %ld rounds, %ld operations, plus a two-thread phase\n", rounds, z.calls);
     TEST_END();

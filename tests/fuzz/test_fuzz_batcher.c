@@ -88,6 +88,43 @@ static const char *break_config(uint64_t *s, fp_batcher_config *c) {
 
 static fp_status noop_executor(void *user, fp_batch_item *items, int count, int padded) { return FP_OK; }
 
+
+/* fp_batcher_bench with one bad field: refused naming it before anything
+ * runs, the report untouched. */
+static void bench_config_check(fz_run *run, uint64_t *s) {
+    fp_batcher_bench_config c;
+    fp_batcher_bench_config_default(&c);
+    const char *name;
+    switch (fz_range(s, 0, 9)) {
+    case 0: c.struct_size = 0; name = "struct_size"; break;
+    case 1: c.load = (fp_batcher_load)fz_range(s, 2, 9); name = "load"; break;
+    case 2: c.load = FP_BATCHER_LOAD_CLOSED; c.clients = fz_chance(s, 1, 2) ? 0 : 4097; name = "clients"; break;
+    case 3: {
+        const double bad[] = {0.0, -1.0, NAN, INFINITY, 2e8};
+        c.load = FP_BATCHER_LOAD_OPEN;
+        c.rate_rps = bad[fz_range(s, 0, 4)];
+        name = "rate_rps";
+        break;
+    }
+    case 4: c.requests = fz_chance(s, 1, 2) ? 0 : -5; name = "requests"; break;
+    case 5: c.warmup_requests = -1; name = "warmup_requests"; break;
+    case 6: c.windows = fz_chance(s, 1, 2) ? 0 : 1025; name = "windows"; break;
+    case 7: c.model.dim = fz_chance(s, 1, 2) ? 0 : 65537; name = "model.dim"; break;
+    case 8: c.model.item_us = fz_chance(s, 1, 2) ? NAN : -1.0; name = "model"; break;
+    default: {
+        const char *field = break_config(s, &c.batcher);
+        if (!field) return;
+        name = field;
+        break;
+    }
+    }
+    fp_batcher_bench_report rep, keep;
+    memset(&rep, 0x3E, sizeof rep);
+    keep = rep;
+    FZ_CHECK_CALL(run, "fp_batcher_bench (one bad field)", fp_batcher_bench(&c, &rep), FP_ERR_INVALID_ARGUMENT, name);
+    CHECK(memcmp(&rep, &keep, sizeof rep) == 0);
+}
+
 static void config_phase(fz_run *run, uint64_t *s, int iters) {
     for (int i = 0; i < iters; ++i, ++run->iter) {
         fp_batcher_config c;
@@ -97,6 +134,7 @@ static void config_phase(fz_run *run, uint64_t *s, int iters) {
         if (!field) continue;
         FZ_CHECK_CALL(run, "fp_batcher_config_validate (one bad field)", fp_batcher_config_validate(&c),
                       FP_ERR_INVALID_ARGUMENT, field);
+        if (i % 16 == 0) bench_config_check(run, s);
         if (i % 8 == 0) { /* create too: same verdict, *out untouched */
             fp_batcher *b = (fp_batcher *)(uintptr_t)0x5151;
             FZ_CHECK_CALL(run, "fp_batcher_create (one bad field)", fp_batcher_create(&c, noop_executor, NULL, &b),
