@@ -14,8 +14,12 @@
  * FP_ERR_INVALID_ARGUMENT naming it with every buffer unchanged.
  * Usage: test_fuzz_attention [seed] [iterations]. */
 #include <limits.h>
+#include <stddef.h>
 
 #include "fuzz_util.h"
+
+/* struct_size of the 0.1 layout, which ended at cu_seqlens_k */
+#define FZ_ATTN_V1_SIZE (offsetof(fp_attention_params, cu_seqlens_k) + sizeof(const int32_t *))
 
 typedef struct az_ctx {
     fp_context *ctx;
@@ -525,6 +529,16 @@ static void run_case(az_ctx *z, int baseline) {
         acase_free(&c);
         return;
     }
+    /* A caller built against 0.1 passes the shorter struct: the library must
+     * read nothing past its struct_size (the struct is cut to that size on
+     * the heap, so ASan sees a read past it). */
+    fp_attention_params *v1 = NULL;
+    if (!broken && c.mode != 3 && fz_chance(&z->rng, 1, 6)) {
+        v1 = malloc(FZ_ATTN_V1_SIZE);
+        memcpy(v1, &c.p, FZ_ATTN_V1_SIZE);
+        v1->struct_size = FZ_ATTN_V1_SIZE;
+        pp = v1;
+    }
     const char *what = baseline ? "fp_attention_forward_baseline" : "fp_attention_forward";
     fp_clear_error();
     fp_status st = baseline ? fp_attention_forward_baseline(ctx, NULL, pp) : fp_attention_forward(ctx, NULL, pp);
@@ -538,6 +552,7 @@ static void run_case(az_ctx *z, int baseline) {
         if (FZ_CHECK_CALL(&z->run, what, st, FP_OK, NULL) == FP_OK) check_success(z, &c, what);
         else for (int t = 0; t < A_COUNT; ++t) FZ_CHECK_BUF(&z->run, buf_names[t], &c.buf[t], 1);
     }
+    free(v1);
     if (!broken && fz_chance(&z->rng, 1, 30)) { /* validate writes neither o nor lse */
         for (int t = 0; t < A_COUNT; ++t) fz_buf_snapshot(&c.buf[t]);
         fp_timing_config cfg;
@@ -559,6 +574,34 @@ static void run_case(az_ctx *z, int baseline) {
     acase_free(&c);
 }
 
+/* The helpers and the params initializer on bad input. */
+static void helpers(az_ctx *z) {
+    fp_attention_params p;
+    memset(&p, 0x5A, sizeof p);
+    unsigned char keep[sizeof p];
+    memcpy(keep, &p, sizeof p);
+    const size_t bad_sizes[] = {0, 1, FZ_ATTN_V1_SIZE - 8, sizeof p + 8, SIZE_MAX};
+    for (int i = 0; i < 5; ++i) {
+        FZ_CHECK_CALL(&z->run, "fp_attention_params_init (bad size)", fp_attention_params_init(&p, bad_sizes[i]),
+                      FP_ERR_INVALID_ARGUMENT, "struct_size");
+        CHECK(memcmp(&p, keep, sizeof p) == 0);
+    }
+    FZ_CHECK_CALL(&z->run, "fp_attention_params_init(NULL)", fp_attention_params_init(NULL, sizeof p),
+                  FP_ERR_INVALID_ARGUMENT, NULL);
+    /* the 0.1 initializer writes the 0.1 prefix only */
+    (fp_attention_params_default)(&p);
+    CHECK(p.struct_size == FZ_ATTN_V1_SIZE && memcmp((char *)&p + FZ_ATTN_V1_SIZE, keep + FZ_ATTN_V1_SIZE,
+                                                     sizeof p - FZ_ATTN_V1_SIZE) == 0);
+    (fp_attention_params_default)(NULL);
+    CHECK(fp_attention_flops(NULL) == 0.0);
+    fp_attention_params_default(&p);
+    fp_ab_report rep;
+    FZ_CHECK_CALL(&z->run, "fp_attention_validate(NULL report)", fp_attention_validate(z->ctx, NULL, &p, NULL, NULL),
+                  FP_ERR_INVALID_ARGUMENT, "report");
+    FZ_CHECK_CALL(&z->run, "fp_attention_validate(NULL params)", fp_attention_validate(z->ctx, NULL, NULL, NULL, &rep),
+                  FP_ERR_INVALID_ARGUMENT, "params");
+}
+
 int main(int argc, char **argv) {
     az_ctx z;
     memset(&z, 0, sizeof z);
@@ -569,6 +612,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     CHECK_OK(fp_context_set_option(z.ctx, FP_CTX_CPU_THREADS, 2));
+    helpers(&z);
     for (; fz_more(&z.run) && !fz_too_many_failures(); ++z.run.iter) run_case(&z, fz_chance(&z.rng, 1, 4));
     printf("attention fuzz: %ld iterations, %ld valid calls, %ld with a broken argument\n", z.run.iter, z.ok_calls,
            z.bad_calls);

@@ -630,6 +630,40 @@ static void fuzz_backward(nz_ctx *z) {
     bwd_case_free(&c);
 }
 
+/* Names, byte counts and validate on bad input. */
+static void helpers(nz_ctx *z) {
+    CHECK(strcmp(fp_norm_kind_name((fp_norm_kind)7), "unknown") == 0);
+    CHECK(strcmp(fp_norm_activation_name((fp_norm_activation)-1), "unknown") == 0);
+    fp_norm_params p;
+    fp_norm_params_default(&p);
+    fp_norm_params_default(NULL);
+    fp_norm_backward_params_default(NULL);
+    CHECK(fp_norm_forward_bytes(NULL) == 0.0 && fp_norm_forward_bytes(&p) == 0.0); /* rows 0: invalid */
+    CHECK(fp_norm_backward_bytes(NULL) == 0.0);
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8];
+    p.rows = 2;
+    p.cols = 4;
+    p.x = x;
+    p.out = out;
+    CHECK(fp_norm_forward_bytes(&p) > 0.0);
+    fp_ab_report rep;
+    FZ_CHECK_CALL(&z->run, "fp_norm_validate(NULL report)", fp_norm_validate(z->ctx, NULL, &p, NULL, NULL),
+                  FP_ERR_INVALID_ARGUMENT, "report");
+    fp_timing_config bad;
+    fp_timing_config_default(&bad);
+    bad.min_samples = 0;
+    memset(out, 0x7F, sizeof out);
+    FZ_CHECK_CALL(&z->run, "fp_norm_validate(bad timing config)", fp_norm_validate(z->ctx, NULL, &p, &bad, &rep),
+                  FP_ERR_INVALID_ARGUMENT, "min_samples");
+    for (int i = 0; i < 8; ++i) CHECK(((unsigned char *)out)[i] == 0x7F);
+    fp_norm_backward_params b;
+    fp_norm_backward_params_default(&b);
+    FZ_CHECK_CALL(&z->run, "fp_norm_backward_validate(NULL params)", fp_norm_backward_validate(z->ctx, NULL, NULL, NULL, &rep),
+                  FP_ERR_INVALID_ARGUMENT, NULL);
+    FZ_CHECK_CALL(&z->run, "fp_norm_backward_validate(rows 0)", fp_norm_backward_validate(z->ctx, NULL, &b, NULL, &rep),
+                  FP_ERR_INVALID_ARGUMENT, "rows");
+}
+
 int main(int argc, char **argv) {
     nz_ctx z;
     memset(&z, 0, sizeof z);
@@ -640,6 +674,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     CHECK_OK(fp_context_set_option(z.ctx, FP_CTX_CPU_THREADS, 2));
+    helpers(&z);
     for (; fz_more(&z.run) && !fz_too_many_failures(); ++z.run.iter) {
         if (fz_chance(&z.rng, 1, 2)) fuzz_forward(&z);
         else fuzz_backward(&z);
