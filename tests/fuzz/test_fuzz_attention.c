@@ -96,6 +96,14 @@ static void acase_make(az_ctx *z, acase *c) {
     p->head_dim = fz_chance(s, 1, 10) ? 256 : 8 * (int)fz_range(s, 1, 8);
     p->seqlen_q = fz_chance(s, 1, 3) ? 1 : (int)fz_range(s, 1, 9);
     p->seqlen_k = (int)fz_range(s, 1, 40);
+    if (fz_chance(s, 1, 10)) { /* longer sequences: several key tiles and query blocks */
+        p->batch = 1;
+        p->heads_kv = (int)fz_range(s, 1, 2);
+        p->heads_q = p->heads_kv * (int)fz_range(s, 1, 4);
+        p->head_dim = 8 * (int)fz_range(s, 1, 8);
+        p->seqlen_q = (int)fz_range(s, 1, 80);
+        p->seqlen_k = (int)fz_range(s, 40, 300);
+    }
     p->softmax_scale = fz_chance(s, 1, 2) ? 0.0f : (float)fz_uniform(s, 0.01, 1.0);
     p->causal = fz_chance(s, 1, 3);
     const int wins[] = {-1, -1, 0, 1, 3, 8, INT_MAX, INT_MAX - 1};

@@ -66,6 +66,7 @@ typedef struct fwd_case {
     fz_buf buf[T_COUNT];
     int is_out[T_COUNT];
     int out_in_place; /* out == x */
+    int res_in_place; /* residual_out == residual */
 } fwd_case;
 
 static size_t shift_for(uint64_t *s, size_t es) { return fz_chance(s, 1, 2) ? 0 : (size_t)fz_range(s, 1, 16) * es; }
@@ -85,6 +86,10 @@ static void fwd_case_make(nz_ctx *z, fwd_case *c) {
     p->x_dtype = p->residual_dtype = p->out_dtype = p->param_dtype = dt;
     p->rows = fz_range(s, 1, 9);
     p->cols = fz_chance(s, 1, 8) ? fz_range(s, 300, 2100) : fz_range(s, 1, 70);
+    if (fz_chance(s, 1, 60)) { /* rows longer than the GPU keeps in registers */
+        p->rows = fz_range(s, 1, 2);
+        p->cols = fz_range(s, 16000, 40000);
+    }
     p->eps = (float)pow(10.0, fz_uniform(s, -7, -1));
     const size_t es = fp_dtype_size(dt);
     const int64_t rows = p->rows, cols = p->cols;
@@ -94,12 +99,16 @@ static void fwd_case_make(nz_ctx *z, fwd_case *c) {
     p->out_stride = draw_stride(s, cols);
     c->out_in_place = fz_chance(s, 1, 6);
     if (c->out_in_place) p->out_stride = p->x_stride;
+    c->res_in_place = fz_chance(s, 1, 6);
+    if (c->res_in_place) p->residual_out_stride = p->residual_stride;
     const int64_t xs = p->x_stride ? p->x_stride : cols;
     const int64_t rs = p->residual_stride ? p->residual_stride : cols;
     const int64_t ros = p->residual_out_stride ? p->residual_out_stride : cols;
     const int64_t os = p->out_stride ? p->out_stride : cols;
-    const int has[T_COUNT] = {1, fz_chance(s, 1, 2), fz_chance(s, 2, 3), fz_chance(s, 1, 2), fz_chance(s, 1, 3),
-                              !c->out_in_place, fz_chance(s, 1, 2), fz_chance(s, 1, 2), fz_chance(s, 1, 2)};
+    const int has_res = c->res_in_place || fz_chance(s, 1, 2);
+    const int has[T_COUNT] = {1, has_res, fz_chance(s, 2, 3), fz_chance(s, 1, 2), fz_chance(s, 1, 3),
+                              !c->out_in_place, !c->res_in_place && fz_chance(s, 1, 2), fz_chance(s, 1, 2),
+                              fz_chance(s, 1, 2)};
     const size_t elems[T_COUNT] = {(size_t)(rows * xs), (size_t)(rows * rs), (size_t)cols, (size_t)cols,
                                    (size_t)cols, (size_t)(rows * os), (size_t)(rows * ros), (size_t)rows,
                                    (size_t)rows};
@@ -124,10 +133,11 @@ static void fwd_case_make(nz_ctx *z, fwd_case *c) {
     p->beta = c->buf[T_BETA].data;
     p->bias = c->buf[T_BIAS].data;
     p->out = c->out_in_place ? c->buf[T_X].data : c->buf[T_OUT].data;
-    p->residual_out = c->buf[T_RES_OUT].data;
+    p->residual_out = c->res_in_place ? c->buf[T_RES].data : c->buf[T_RES_OUT].data;
     p->mean = (float *)c->buf[T_MEAN].data;
     p->rstd = (float *)c->buf[T_RSTD].data;
     if (c->out_in_place) c->is_out[T_X] = 1;
+    if (c->res_in_place) c->is_out[T_RES] = 1;
 }
 
 static void fwd_case_free(fwd_case *c) {
@@ -214,7 +224,8 @@ static void fwd_check_success(nz_ctx *z, fwd_case *c) {
     check_output(z, c->out_in_place ? "out (in place of x)" : "out", c->out_in_place ? &c->buf[T_X] : &c->buf[T_OUT],
                  p->x_dtype, rows, cols, os, out, atol, rtol, 1);
     if (p->residual_out)
-        check_output(z, "residual_out", &c->buf[T_RES_OUT], p->x_dtype, rows, cols,
+        check_output(z, c->res_in_place ? "residual_out (in place of residual)" : "residual_out",
+                     c->res_in_place ? &c->buf[T_RES] : &c->buf[T_RES_OUT], p->x_dtype, rows, cols,
                      p->residual_out_stride ? p->residual_out_stride : cols, res_out, 0, 0, 1);
     if (p->rstd) check_output(z, "rstd", &c->buf[T_RSTD], FP_F32, rows, 1, 1, rstd, 1e-5, 2e-4, 1);
     if (p->mean) {
