@@ -314,6 +314,9 @@ fp_status fp_alloc_trace_generate(const fp_alloc_trace_config *cfg, fp_alloc_tra
 fp_status fp_alloc_trace_from_events(const fp_alloc_event *events, size_t n, fp_alloc_trace **out) {
     FP_CHECK_NOT_NULL(out);
     FP_CHECK_ARG(events || n == 0, "argument 'events' is NULL with n %zu", n);
+    /* No array holds more; it also keeps 2 * n and the table size below
+     * from wrapping (the doubling loop reached 0 and spun forever). */
+    FP_CHECK_ARG(n <= SIZE_MAX / sizeof *events, "argument 'n' (%zu) is more events than memory can hold", n);
     size_t cap = 16;
     while (cap < 2 * n) cap *= 2;
     uintptr_t *keys = calloc(cap, sizeof *keys);

@@ -20,6 +20,7 @@
  * its own shadow. Usage: test_fuzz_alloc [seed] [iterations]. */
 #include <limits.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include "fuzz_util.h"
 
@@ -706,6 +707,53 @@ static void device_edges(fz_alloc *z) {
                   FP_ERR_INVALID_ARGUMENT, "events");
 }
 
+
+/* Traces from event arrays: the allocator's own ring (replayed on a fresh
+ * allocator) and garbage (built or refused cleanly, never a hang); an event
+ * count no array can hold is refused at once. */
+static void traces_from_events(fz_alloc *z) {
+    uint64_t *s = &z->rng;
+    fp_alloc_event ev[256];
+    const size_t n = (size_t)fz_range(s, 0, 256);
+    const uintptr_t ptrs[] = {0, 1, 256, 512, 4096, UINTPTR_MAX, UINTPTR_MAX - 255};
+    for (size_t i = 0; i < n; ++i) {
+        ev[i].seq = i;
+        ev[i].kind = (uint32_t)fz_range(s, 0, 7);
+        ev[i].pool = (uint32_t)fz_range(s, 0, 2);
+        ev[i].ptr = ptrs[fz_range(s, 0, 6)];
+        ev[i].size = (size_t)fz_range(s, 0, 1 << 20);
+        ev[i].stream = (fp_stream)(uintptr_t)fz_range(s, 0, 300);
+    }
+    fp_alloc_trace *t = (fp_alloc_trace *)(uintptr_t)0x42;
+    fp_status st = fp_alloc_trace_from_events(ev, n, &t);
+    FZ_CHECK_CALL(&z->run, "fp_alloc_trace_from_events (garbage)", st, -2, NULL);
+    if (st == FP_OK) {
+        fp_alloc_upstream host = fp_alloc_upstream_host();
+        fp_allocator *a = NULL;
+        CHECK_OK(fp_alloc_create(&host, NULL, NULL, &a));
+        fp_alloc_replay_result res;
+        memset(&res, 0, sizeof res);
+        res.struct_size = sizeof res;
+        FZ_CHECK_CALL(&z->run, "fp_alloc_trace_replay (trace from garbage events)", fp_alloc_trace_replay(a, t, NULL, 0, &res),
+                      -2, NULL);
+        fp_alloc_stats stt;
+        stt.struct_size = sizeof stt;
+        CHECK_OK(fp_alloc_get_stats(a, &stt));
+        CHECK(stt.allocation_count.current == 0);
+        fp_alloc_destroy(a);
+        fp_alloc_trace_destroy(t);
+    } else {
+        CHECK(t == (fp_alloc_trace *)(uintptr_t)0x42);
+    }
+    const size_t huge[] = {SIZE_MAX, SIZE_MAX / 2, (size_t)1 << 62, SIZE_MAX / sizeof(fp_alloc_event) + 1};
+    t = (fp_alloc_trace *)(uintptr_t)0x42;
+    FZ_CHECK_CALL(&z->run, "fp_alloc_trace_from_events (impossible n)",
+                  fp_alloc_trace_from_events(ev, huge[fz_range(s, 0, 3)], &t), FP_ERR_INVALID_ARGUMENT, "'n'");
+    CHECK(t == (fp_alloc_trace *)(uintptr_t)0x42);
+    FZ_CHECK_CALL(&z->run, "fp_alloc_trace_from_events(NULL, 3)", fp_alloc_trace_from_events(NULL, 3, &t),
+                  FP_ERR_INVALID_ARGUMENT, "events");
+}
+
 /* ---- two threads on one allocator ---- */
 
 typedef struct thread_arg {
@@ -779,10 +827,12 @@ int main(int argc, char **argv) {
     memset(&z, 0, sizeof z);
     z.run = fz_run_init(argc, argv, 0x616c6c6fULL, 120, 4.0);
     z.rng = z.run.seed * 0x9E3779B97F4A7C15ULL + 13;
+    alarm(120); /* a hang fails with SIGALRM rather than only at CTest's timeout */
     for (; fz_more(&z.run) && !fz_too_many_failures(); ++z.run.iter) one_round(&z, (int)z.run.iter);
     const long rounds = z.run.iter;
     upstream_contract(&z);
     device_edges(&z);
+    for (int i = 0; i < 50; ++i) traces_from_events(&z);
     threads_phase(&z);
     printf("alloc fuzz: %ld rounds, %ld operations, plus a two-thread phase\n", rounds, z.calls);
     TEST_END();
