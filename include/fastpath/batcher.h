@@ -108,8 +108,10 @@ typedef struct fp_batch_item {
  * run (count rounded up to an allowed batch size; == count without allowed
  * sizes). It fills each item's output and may set items[i].status to fail one
  * request. Returning a status other than FP_OK fails every request whose
- * item status is still FP_OK with that status. Called on an executor thread;
- * with executor_threads > 1 calls run concurrently. It must not call
+ * item status is still FP_OK with that status. A value outside fp_status
+ * (returned or set) completes the request with FP_ERR_INVALID_ARGUMENT.
+ * Called on an executor thread; with executor_threads > 1 calls run
+ * concurrently. It must not call
  * fp_batcher_shutdown / fp_batcher_destroy on its own batcher. */
 typedef fp_status (*fp_batch_executor_fn)(void *user, fp_batch_item *items, int count,
                                           int padded_count);

@@ -655,11 +655,28 @@ static size_t release_free_segments(fp_allocator *a, int cls, int (*order)(const
 static fp_status segment_reserve(fp_allocator *a, size_t size, int is_small, void **out) {
     if (a->cap != SIZE_MAX && (size > a->cap || (size_t)a->st.reserved_bytes.current > a->cap - size))
         return FP_ERR_OUT_OF_MEMORY;
-    fp_status st = a->up.alloc(a->up.opaque, size, out);
+    /* A caller's upstream cannot record a detail message (fp_set_error is
+     * internal), and may return any int: its failure is reported with a
+     * status from the enum and a message naming it, while the message of an
+     * upstream that did set one (the built-in device upstream's cudaMalloc
+     * detail) is kept. */
+    fp_clear_error();
+    void *mem = NULL;
+    fp_status st = a->up.alloc(a->up.opaque, size, &mem);
+    if (st == FP_OK && !mem) {
+        a->st.upstream_failures++;
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "upstream alloc of %zu bytes returned FP_OK and no memory", size);
+    }
     if (st != FP_OK) {
         a->st.upstream_failures++;
+        if ((int)st < FP_OK || (int)st > FP_ERR_INTERNAL)
+            return fp_set_error(FP_ERR_INVALID_ARGUMENT, "upstream alloc of %zu bytes returned %d, not an fp_status", size,
+                                (int)st);
+        if (st != FP_ERR_OUT_OF_MEMORY && !fp_last_error()[0])
+            return fp_set_error(st, "upstream alloc of %zu bytes failed: %s", size, fp_status_string(st));
         return st;
     }
+    *out = mem;
     COUNT(a, is_small, upstream_allocs);
     return FP_OK;
 }

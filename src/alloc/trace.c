@@ -314,6 +314,9 @@ fp_status fp_alloc_trace_generate(const fp_alloc_trace_config *cfg, fp_alloc_tra
 fp_status fp_alloc_trace_from_events(const fp_alloc_event *events, size_t n, fp_alloc_trace **out) {
     FP_CHECK_NOT_NULL(out);
     FP_CHECK_ARG(events || n == 0, "argument 'events' is NULL with n %zu", n);
+    /* No array holds more; it also keeps 2 * n and the table size below
+     * from wrapping (the doubling loop reached 0 and spun forever). */
+    FP_CHECK_ARG(n <= SIZE_MAX / sizeof *events, "argument 'n' (%zu) is more events than memory can hold", n);
     size_t cap = 16;
     while (cap < 2 * n) cap *= 2;
     uintptr_t *keys = calloc(cap, sizeof *keys);
@@ -469,17 +472,21 @@ fp_status fp_alloc_trace_replay(fp_allocator *a, const fp_alloc_trace *t, const 
             st = fp_alloc_record_stream(a, r.ptrs[op->slot], s);
         }
     }
-    out->total_ms = (fp_now_s() - t_start) * 1e3;
+    /* The result is built aside and copied on success: a failed replay
+     * leaves *out untouched. */
+    fp_alloc_replay_result res = *out;
+    res.total_ms = (fp_now_s() - t_start) * 1e3;
     for (uint32_t k = 0; k < t->n_slots; ++k)
         if (r.ptrs[k]) (void)fp_alloc_free(a, r.ptrs[k]);
     if (st == FP_OK) st = fp_alloc_get_stats(a, &s1);
     if (st == FP_OK) {
-        out->upstream_allocs = s1.upstream_allocs - s0.upstream_allocs;
-        out->upstream_frees = s1.upstream_frees - s0.upstream_frees;
-        out->peak_allocated = (size_t)s1.allocated_bytes.peak;
-        out->peak_reserved = (size_t)s1.reserved_bytes.peak;
-        st = replay_finish(&r, out);
+        res.upstream_allocs = s1.upstream_allocs - s0.upstream_allocs;
+        res.upstream_frees = s1.upstream_frees - s0.upstream_frees;
+        res.peak_allocated = (size_t)s1.allocated_bytes.peak;
+        res.peak_reserved = (size_t)s1.reserved_bytes.peak;
+        st = replay_finish(&r, &res);
     }
+    if (st == FP_OK) *out = res;
     replay_state_free(&r);
     return st;
 }
@@ -506,12 +513,20 @@ fp_status fp_alloc_trace_replay_direct(const fp_alloc_upstream *up, const fp_all
                 break;
             }
             double t0 = time_ops ? fp_now_s() : 0;
+            fp_clear_error(); /* a caller's upstream cannot set a message: see below */
             st = up->alloc(up->opaque, (size_t)op->size, &r.ptrs[op->slot]);
             if (time_ops) r.alat[r.na++] = (fp_now_s() - t0) * 1e3;
+            if (st == FP_OK && !r.ptrs[op->slot])
+                st = fp_set_error(FP_ERR_OUT_OF_MEMORY, "trace op %zu: upstream alloc of %llu bytes returned FP_OK "
+                                  "and no memory", i, (unsigned long long)op->size);
             if (st != FP_OK) {
                 r.ptrs[op->slot] = NULL;
-                if (st == FP_ERR_OUT_OF_MEMORY && !fp_last_error()[0])
-                    fp_set_error(st, "upstream allocation of %llu bytes failed", (unsigned long long)op->size);
+                if ((int)st < FP_OK || (int)st > FP_ERR_INTERNAL)
+                    st = fp_set_error(FP_ERR_INVALID_ARGUMENT, "trace op %zu: upstream alloc returned %d, not an "
+                                      "fp_status", i, (int)st);
+                else if (!fp_last_error()[0])
+                    fp_set_error(st, "trace op %zu: upstream allocation of %llu bytes failed: %s", i,
+                                 (unsigned long long)op->size, fp_status_string(st));
                 break;
             }
             allocs++;
@@ -528,19 +543,21 @@ fp_status fp_alloc_trace_replay_direct(const fp_alloc_upstream *up, const fp_all
             r.live -= r.sizes[op->slot];
         }
     }
-    out->total_ms = (fp_now_s() - t_start) * 1e3;
+    fp_alloc_replay_result res = *out; /* copied on success only */
+    res.total_ms = (fp_now_s() - t_start) * 1e3;
     for (uint32_t k = 0; k < t->n_slots; ++k)
         if (r.ptrs[k]) {
             up->free(up->opaque, r.ptrs[k], r.sizes[k]);
             frees++;
         }
-    out->upstream_allocs = allocs;
-    out->upstream_frees = frees;
+    res.upstream_allocs = allocs;
+    res.upstream_frees = frees;
     if (st == FP_OK) {
-        st = replay_finish(&r, out);
-        out->peak_allocated = r.peak_live;
-        out->peak_reserved = r.peak_live;
+        st = replay_finish(&r, &res);
+        res.peak_allocated = r.peak_live;
+        res.peak_reserved = r.peak_live;
     }
+    if (st == FP_OK) *out = res;
     replay_state_free(&r);
     return st;
 }

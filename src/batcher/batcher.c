@@ -487,6 +487,9 @@ static void *executor_main(void *arg) {
         for (int i = 0; i < n; ++i) {
             fp_status st = s->items[i].status;
             if (st == FP_OK && rc != FP_OK) st = rc;
+            /* The executor is the caller's code: a value outside fp_status
+             * would reach on_done, waiters and the stats as is. */
+            if ((int)st < FP_OK || (int)st > FP_ERR_INTERNAL) st = FP_ERR_INVALID_ARGUMENT;
             finish(b, s->reqs[i], st, t1, &local);
         }
         b->executing -= n;

@@ -73,12 +73,27 @@ static fp_status flush_l2(timing_env *env, int salt) {
     return FP_OK;
 }
 
+/* Calls a caller's callable. It cannot record a detail message (fp_set_error
+ * is internal) and may return any int: its failure reaches the caller of
+ * fp_time / fp_ab_run as its own status with a message saying the callable
+ * failed (one of the library's ops keeps the message it set), and a value
+ * outside fp_status as FP_ERR_INVALID_ARGUMENT naming it. */
+static fp_status call_timed(fp_timed_fn fn, void *user, fp_stream stream) {
+    fp_clear_error();
+    const fp_status st = fn(user, stream);
+    if (st == FP_OK) return FP_OK;
+    if ((int)st < FP_OK || (int)st > FP_ERR_INTERNAL)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "the timed callable returned %d, not an fp_status", (int)st);
+    if (!fp_last_error()[0]) return fp_set_error(st, "the timed callable failed: %s", fp_status_string(st));
+    return st;
+}
+
 /* Runs s->reps calls (or one replay of their graph) and returns the mean
  * duration per call in *ms. */
 static fp_status sample_once(timing_env *env, sampler *s, int reps, double *ms) {
     if (env->ctx->kind == FP_DEVICE_CPU) {
         double t0 = fp_now_s();
-        for (int r = 0; r < reps; ++r) FP_TRY(s->fn(s->user, NULL));
+        for (int r = 0; r < reps; ++r) FP_TRY(call_timed(s->fn, s->user, NULL));
         *ms = (fp_now_s() - t0) * 1e3 / reps;
         return FP_OK;
     }
@@ -86,7 +101,7 @@ static fp_status sample_once(timing_env *env, sampler *s, int reps, double *ms) 
     FP_CUDA_TRY(cudaEventRecord(env->start, env->stream));
     if (s->graph) FP_CUDA_TRY(cudaGraphLaunch(s->graph, env->stream));
     else
-        for (int r = 0; r < reps; ++r) FP_TRY(s->fn(s->user, (fp_stream)env->stream));
+        for (int r = 0; r < reps; ++r) FP_TRY(call_timed(s->fn, s->user, (fp_stream)env->stream));
     FP_CUDA_TRY(cudaEventRecord(env->stop, env->stream));
     FP_CUDA_TRY(cudaEventSynchronize(env->stop));
     float elapsed = 0;
@@ -102,7 +117,7 @@ static fp_status capture_graph(timing_env *env, sampler *s) {
         return fp_set_error(FP_ERR_UNSUPPORTED, "use_graph: the legacy default stream cannot be captured");
     FP_CUDA_TRY(cudaStreamBeginCapture(env->stream, cudaStreamCaptureModeThreadLocal));
     fp_status st = FP_OK;
-    for (int r = 0; r < s->reps && st == FP_OK; ++r) st = s->fn(s->user, (fp_stream)env->stream);
+    for (int r = 0; r < s->reps && st == FP_OK; ++r) st = call_timed(s->fn, s->user, (fp_stream)env->stream);
     cudaGraph_t graph = NULL;
     cudaError_t end = cudaStreamEndCapture(env->stream, &graph);
     if (st != FP_OK) {
@@ -271,8 +286,8 @@ fp_status fp_ab_run(fp_context *ctx, fp_stream stream, const fp_ab_spec *spec,
     memset(&rep, 0, sizeof rep);
     /* One untimed run of each, then the numerical check: a fast wrong answer
      * is not a result. */
-    FP_TRY(spec->baseline(spec->baseline_user, stream));
-    FP_TRY(spec->optimized(spec->optimized_user, stream));
+    FP_TRY(call_timed(spec->baseline, spec->baseline_user, stream));
+    FP_TRY(call_timed(spec->optimized, spec->optimized_user, stream));
     FP_TRY(fp_context_synchronize(ctx, stream));
     if (spec->baseline_out && spec->out_count > 0) {
         FP_TRY(fp_compare(ctx, spec->baseline_out, spec->optimized_out, spec->out_count,

@@ -98,7 +98,8 @@ def dtype_size(dtype):
 
 def convert(src_ptr, src_dtype, dst_ptr, dst_dtype, n):
     """Converts n host elements between f32 / f16 / bf16 (round to nearest even)."""
-    check(lib.fp_convert_host(src_ptr, dtype_id(src_dtype), dst_ptr, dtype_id(dst_dtype), int(n)))
+    check(lib.fp_convert_host(src_ptr, dtype_id(src_dtype), dst_ptr, dtype_id(dst_dtype),
+                              _lib.c_int_value(ctypes.c_size_t, n, "n")))
 
 
 def _opt_ptr(p):
@@ -114,7 +115,8 @@ class Context(_lib.Closeable):
         if d == "cpu":
             kind, index = 0, 0
         elif d == "cuda" or (d and d.startswith("cuda:") and d[5:].isdigit() and d[5:].isascii()):
-            kind, index = 1, int(d[5:]) if d != "cuda" else 0
+            kind = 1
+            index = _lib.c_int_value(ctypes.c_int, d[5:], "device index") if d != "cuda" else 0
         else:  # "cudafoo", "cuda:", "cuda:-1", "cuda:x" are typos, not cuda:0
             raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
         self._h = ctypes.c_void_p()
@@ -178,8 +180,7 @@ def _config(max_time_s=None, min_samples=None, flush_l2=False, use_graph=False):
     if max_time_s is not None:
         cfg.max_time_s = max_time_s
     if min_samples is not None:
-        cfg.min_samples = min_samples
-        cfg.max_samples = max(cfg.max_samples, min_samples)
+        _lib.set_ints(cfg, min_samples=min_samples, max_samples=max(cfg.max_samples, int(min_samples)))
     cfg.flush_l2 = int(bool(flush_l2))
     cfg.use_graph = int(bool(use_graph))
     return cfg

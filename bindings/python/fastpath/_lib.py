@@ -212,6 +212,30 @@ _sig_opt("fp_attention_validate", c_int, c_void_p, c_void_p, P(AttentionParams),
 _sig_opt("fp_attention_flops", c_double, P(AttentionParams))
 
 
+def c_int_value(ctype, value, name):
+    """int(value) when it fits the C integer type ctype, else ValueError
+    naming the argument. ctypes keeps only the low bits of an integer that
+    does not fit (2**32 + 1 in a c_int is 1, -1 in a c_size_t is SIZE_MAX),
+    which would turn bad input into a different, valid one."""
+    v = int(value)
+    bits = 8 * ctypes.sizeof(ctype)
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if ctype(-1).value < 0 else (0, (1 << bits) - 1)
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} = {v} is out of range for its C type {ctype.__name__} "
+                         f"[{lo}, {hi}]")
+    return v
+
+
+def set_ints(struct, **values):
+    """Sets integer fields of a ctypes struct, each range-checked against its
+    C type (c_int_value); the field name is the argument named."""
+    types = {}
+    for cls in reversed(type(struct).__mro__):
+        types.update(dict(getattr(cls, "_fields_", ())))
+    for name, value in values.items():
+        setattr(struct, name, c_int_value(types[name], value, name))
+
+
 def c_struct_size(default_fn):
     """The struct_size the C *_default function writes (read from a buffer
     larger than any params struct), to check a ctypes mirror against."""

@@ -174,16 +174,21 @@ def make_config(max_split_size=None, max_non_split_rounding=None, divisions=None
     _need()
     cfg = _lib.init_struct(Config, "fp_alloc_config_default")
     if max_split_size is not None:
-        cfg.max_split_size = int(max_split_size)
+        _lib.set_ints(cfg, max_split_size=max_split_size)
     if max_non_split_rounding is not None:
-        cfg.max_non_split_rounding = int(max_non_split_rounding)
+        _lib.set_ints(cfg, max_non_split_rounding=max_non_split_rounding)
     for lo, hi, d in divisions or ():
-        _check(lib.fp_alloc_config_set_divisions(ctypes.byref(cfg), int(lo), int(hi), int(d)))
-    cfg.memory_cap_bytes = int(memory_cap_bytes)
+        _check(lib.fp_alloc_config_set_divisions(ctypes.byref(cfg), _size(lo, "lo_bytes"), _size(hi, "hi_bytes"),
+                                                 _lib.c_int_value(ctypes.c_uint32, d, "divisions")))
+    _lib.set_ints(cfg, memory_cap_bytes=memory_cap_bytes, event_ring_size=event_ring_size)
     cfg.memory_fraction = float(memory_fraction)
     cfg.garbage_collection_threshold = float(garbage_collection_threshold)
-    cfg.event_ring_size = int(event_ring_size)
     return cfg
+
+
+def _size(value, name):
+    """A size_t argument, range-checked (a negative size is not SIZE_MAX)."""
+    return _lib.c_int_value(c_size_t, value, name)
 
 
 class Allocator(_lib.Closeable):
@@ -212,7 +217,7 @@ class Allocator(_lib.Closeable):
         """A block of `size` bytes for use on `stream` (None: the context's
         stream); returns its address (0 for size 0)."""
         p = c_void_p()
-        _check(lib.fp_alloc_alloc(self.handle, int(size), self._stream(stream), ctypes.byref(p)))
+        _check(lib.fp_alloc_alloc(self.handle, _size(size, "size"), self._stream(stream), ctypes.byref(p)))
         return p.value or 0
 
     def free(self, ptr):
@@ -228,14 +233,14 @@ class Allocator(_lib.Closeable):
 
     def round_size(self, size):
         n = c_size_t()
-        _check(lib.fp_alloc_round_size(self.handle, int(size), ctypes.byref(n)))
+        _check(lib.fp_alloc_round_size(self.handle, _size(size, "size"), ctypes.byref(n)))
         return n.value
 
     def empty_cache(self):
         _check(lib.fp_alloc_empty_cache(self.handle))
 
     def trim(self, target_reserved):
-        _check(lib.fp_alloc_trim(self.handle, int(target_reserved)))
+        _check(lib.fp_alloc_trim(self.handle, _size(target_reserved, "target_reserved")))
 
     def synchronize_events(self):
         _check(lib.fp_alloc_synchronize_events(self.handle))
@@ -324,7 +329,7 @@ def generate_trace(layers=None, steps=None, streams=None, batch=None, hidden=Non
     for name, v in (("layers", layers), ("steps", steps), ("streams", streams), ("batch", batch),
                     ("hidden", hidden), ("heads", heads), ("max_seq", max_seq), ("seed", seed)):
         if v is not None:
-            setattr(cfg, name, int(v))
+            _lib.set_ints(cfg, **{name: v})
     if random_free_fraction is not None:
         cfg.random_free_fraction = float(random_free_fraction)
     p = P(TraceStruct)()

@@ -66,23 +66,19 @@ def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, hea
     if lib.fp_attention_params_init(ctypes.byref(p), ctypes.sizeof(p)) != 0:
         raise RuntimeError(f"AttentionParams: ctypes size {ctypes.sizeof(p)} is not a size this "
                            "libfastpath accepts: bindings and libfastpath are out of sync")
-    p.batch, p.seqlen_q, p.seqlen_k = int(batch), int(seqlen_q), int(seqlen_k)
-    p.heads_q = int(heads_q)
-    p.heads_kv = int(heads_q if heads_kv is None else heads_kv)
-    p.head_dim = int(head_dim)
+    _lib.set_ints(p, batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_q=heads_q,
+                  heads_kv=heads_q if heads_kv is None else heads_kv, head_dim=head_dim,
+                  window_left=window_left, window_right=window_right,
+                  block_table_stride=block_table_stride, page_size=page_size, num_pages=num_pages,
+                  **strides)
     p.dtype = fp.dtype_id(dtype)
     p.q, p.k, p.v, p.o = fp._opt_ptr(q), fp._opt_ptr(k), fp._opt_ptr(v), fp._opt_ptr(o)
-    for name, val in strides.items():
-        setattr(p, name, int(val))
     p.softmax_scale = float(softmax_scale or 0.0)
     p.causal = int(bool(causal))
-    p.window_left, p.window_right = int(window_left), int(window_right)
     p.lse = fp._opt_ptr(lse)
     p.seqlens_k = fp._opt_ptr(seqlens_k)
     p.cu_seqlens_q, p.cu_seqlens_k = fp._opt_ptr(cu_seqlens_q), fp._opt_ptr(cu_seqlens_k)
     p.block_table = fp._opt_ptr(block_table)
-    p.block_table_stride, p.page_size = int(block_table_stride), int(page_size)
-    p.num_pages = int(num_pages)
     return p
 
 

@@ -61,13 +61,11 @@ def make_params(*, rows, cols, x, out, dtype="f32", kind="layernorm", activation
     _need()
     fp = _fp()
     p = _lib.init_struct(_lib.NormParams, "fp_norm_params_default")
-    p.kind = _enum(KINDS, kind, "kind")
-    p.activation = _enum(ACTIVATIONS, activation, "activation")
-    p.rows, p.cols = int(rows), int(cols)
+    _lib.set_ints(p, kind=_enum(KINDS, kind, "kind"), activation=_enum(ACTIVATIONS, activation, "activation"))
+    _lib.set_ints(p, rows=rows, cols=cols, x_stride=x_stride, residual_stride=residual_stride,
+                  residual_out_stride=residual_out_stride, out_stride=out_stride)
     d = fp.dtype_id(dtype)
     p.x_dtype = p.residual_dtype = p.out_dtype = p.param_dtype = d
-    p.x_stride, p.residual_stride = int(x_stride), int(residual_stride)
-    p.residual_out_stride, p.out_stride = int(residual_out_stride), int(out_stride)
     p.x, p.residual, p.out, p.residual_out = (fp._opt_ptr(x), fp._opt_ptr(residual),
                                               fp._opt_ptr(out), fp._opt_ptr(residual_out))
     p.gamma, p.beta, p.bias = fp._opt_ptr(gamma), fp._opt_ptr(beta), fp._opt_ptr(bias)
@@ -84,12 +82,10 @@ def make_backward_params(*, rows, cols, dout, x, dx, rstd, mean=None, dtype="f32
     _need()
     fp = _fp()
     p = _lib.init_struct(_lib.NormBackwardParams, "fp_norm_backward_params_default")
-    p.kind = _enum(KINDS, kind, "kind")
-    p.activation = _enum(ACTIVATIONS, activation, "activation")
-    p.rows, p.cols = int(rows), int(cols)
+    _lib.set_ints(p, kind=_enum(KINDS, kind, "kind"), activation=_enum(ACTIVATIONS, activation, "activation"))
+    _lib.set_ints(p, rows=rows, cols=cols, dout_stride=dout_stride, x_stride=x_stride,
+                  dresidual_out_stride=dresidual_out_stride, dx_stride=dx_stride)
     p.dtype = p.param_dtype = fp.dtype_id(dtype)
-    p.dout_stride, p.x_stride = int(dout_stride), int(x_stride)
-    p.dresidual_out_stride, p.dx_stride = int(dresidual_out_stride), int(dx_stride)
     p.dout, p.x, p.dx = fp._opt_ptr(dout), fp._opt_ptr(x), fp._opt_ptr(dx)
     p.gamma, p.beta, p.bias = fp._opt_ptr(gamma), fp._opt_ptr(beta), fp._opt_ptr(bias)
     p.mean, p.rstd = fp._opt_ptr(mean), fp._opt_ptr(rstd)
