@@ -129,14 +129,9 @@ static void acase_make(az_ctx *z, acase *c) {
         p->cu_seqlens_q = cq;
         p->cu_seqlens_k = ck;
         const int tq = c->total_q > 0 ? c->total_q : 1, tk = c->total_k > 0 ? c->total_k : 1;
-        /* The stride check takes seqlen_q / seqlen_k, not the packed total
-         * cu_seqlens[batch], as the extent of a varlen tensor's sequence
-         * dimension: it rejects valid head-major layouts (rows of a head
-         * contiguous) and accepts overlapping ones (case 26 below). */
-        const int so = fz_known_issue("attn-varlen-stride-extent",
-                                      "varlen stride checks use seqlen_q/_k, not cu_seqlens[batch], as the "
-                                      "packed sequence extent (valid head-major layouts rejected, overlapping "
-                                      "rows accepted)");
+        /* Strides are checked against the packed totals (any non-overlapping
+         * layout of them, head-major included, is valid on a CPU context). */
+        const int so = 0;
         c->lq = make_layout(s, 0, tq, p->heads_q, D, &ex, so);
         if (ex) { p->q_seq_stride = c->lq.ss; p->q_head_stride = c->lq.hs; }
         c->lo = make_layout(s, 0, tq, p->heads_q, D, &ex, so);
@@ -432,7 +427,7 @@ static const char *break_one(az_ctx *z, acase *c, fp_context **ctx, const fp_att
         return "stride";
     }
     case 21: { /* two rows of one tensor overlap: the seq stride inside a row */
-        if (p->seqlen_q < 2) return "";
+        if (p->seqlen_q < 2 || (c->mode == 2 && c->total_q < 2)) return ""; /* varlen: packed rows */
         p->o_seq_stride = fz_range(s, 1, p->head_dim - 1);
         p->o_head_stride = p->heads_q > 1 ? p->head_dim * p->seqlen_q * 4 : 0;
         if (c->mode != 2) p->o_batch_stride = 0;
@@ -510,7 +505,6 @@ static const char *break_one(az_ctx *z, acase *c, fp_context **ctx, const fp_att
     }
     case 26: /* the varlen overlap the seq dimension hides: extent seqlen_q = 1 but several packed rows */
         if (c->mode != 2 || p->seqlen_q != 1 || c->total_q < 2 || p->heads_q < 2) return "";
-        if (fz_known_issue("attn-varlen-stride-extent", "")) return "";
         p->o_head_stride = p->head_dim;
         p->o_seq_stride = p->head_dim; /* row r + 1's head 0 is row r's head 1 */
         return "stride";

@@ -247,15 +247,8 @@ static void check_all_unchanged(nz_ctx *z, const char *what, fz_buf *bufs, int n
     for (int t = 0; t < n; ++t) FZ_CHECK_BUF(&z->run, what, &bufs[t], 1);
 }
 
-/* NULL params: the message says "argument 'p' is NULL", the name of an
- * internal variable, not the caller's argument (reported: norm.c's
- * FP_CHECK_NOT_NULL(p) in fp_norm_check_fwd / _bwd). */
-static const char *null_params_name(void) {
-    return fz_known_issue("norm-null-params-name",
-                          "fp_norm_forward/backward(ctx, NULL, NULL) says \"argument 'p' is NULL\", not 'params'")
-               ? NULL
-               : "params";
-}
+/* NULL params: the message names the caller's argument. */
+static const char *null_params_name(void) { return "params"; }
 
 /* One broken argument of a valid forward call. Returns the name the message
  * must contain (NULL: any message), or "" if the mutation does not apply. */
