@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "attention/attention_internal.h"
+#include "half.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -71,7 +72,7 @@ static float exp2_sum_scalar(float *s, int n, float mx) {
 }
 
 static void cvt_f16_scalar(const uint16_t *src, int n, float *dst) {
-    for (int i = 0; i < n; ++i) dst[i] = fp_f16_to_f32(src[i]);
+    for (int i = 0; i < n; ++i) dst[i] = fp_h2f(src[i]);
 }
 
 #if FP_ATTN_X86_SIMD
@@ -133,7 +134,7 @@ __attribute__((target("avx2,f16c"))) static void cvt_f16_f16c(const uint16_t *sr
     int i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-    for (; i < n; ++i) dst[i] = fp_f16_to_f32(src[i]);
+    for (; i < n; ++i) dst[i] = fp_h2f(src[i]);
 }
 
 /* Reads libgcc's feature bits (set by its constructor before main). */

@@ -106,7 +106,7 @@ fp_status fp_attn_check(const fp_attention_params *p, int cuda, fp_attn_args *ou
  * BLIS (FP_HAVE_BLIS), else fp_attn_cpu_tiled_portable. */
 fp_status fp_attn_cpu_tiled(fp_thread_pool *pool, const fp_attn_args *a);
 /* Flash attention with BLIS tile GEMMs (attention_cpu_flash.c): tasks =
- * (batch, kv head, 64 GQA-packed query rows), keys in tiles of 128.
+ * (batch, kv head, 128 GQA-packed query rows), keys in tiles of 512.
  * FP_ERR_UNSUPPORTED in a build without BLIS. */
 fp_status fp_attn_cpu_flash_blas(fp_thread_pool *pool, const fp_attn_args *a);
 /* 1 if this build has fp_attn_cpu_flash_blas. */
