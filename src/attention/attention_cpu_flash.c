@@ -20,6 +20,7 @@
  * global (openblas_set_num_threads / OPENBLAS_NUM_THREADS): a library would
  * have to override the user's setting or run nested thread teams. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,10 +154,27 @@ static void flash_tasks(const fp_attn_cpu_job *J, float *mem, size_t begin, size
     }
 }
 
-static void flash_chunks(void *arg, size_t cbegin, size_t cend) {
-    const fp_attn_cpu_job *J = arg;
-    for (size_t c = cbegin; c < cend; ++c)
-        flash_tasks(J, J->scratch + c * J->per, fp_attn_chunk_begin(J, c), fp_attn_chunk_begin(J, c + 1));
+/* Scratch per worker slot (one per pool thread, allocated up front), tasks
+ * claimed one at a time from a shared counter: the load stays balanced to
+ * within one task whatever the tasks' costs (causal) or the threads' speeds
+ * (a shared machine), where fixed chunks of tasks left up to one chunk's
+ * work on one thread at the end. Which thread computes a task does not
+ * change its result. */
+typedef struct flash_job {
+    fp_attn_cpu_job J;  /* J.nchunks = worker slots, J.per = floats per slot */
+    atomic_size_t next; /* first unclaimed task */
+} flash_job;
+
+static void flash_worker(void *arg, size_t slot_begin, size_t slot_end) {
+    flash_job *F = arg;
+    for (size_t slot = slot_begin; slot < slot_end; ++slot) {
+        float *mem = F->J.scratch + slot * F->J.per;
+        for (;;) {
+            const size_t t = atomic_fetch_add(&F->next, 1);
+            if (t >= F->J.ntasks) break;
+            flash_tasks(&F->J, mem, t, t + 1);
+        }
+    }
 }
 
 int fp_attn_cpu_have_blas(void) { return 1; }
@@ -239,14 +257,15 @@ fp_status fp_attn_cpu_naive_blas(fp_thread_pool *pool, const fp_attn_args *a) {
 }
 
 fp_status fp_attn_cpu_flash_blas(fp_thread_pool *pool, const fp_attn_args *a) {
-    fp_attn_cpu_job J = {.a = a, .simd = fp_attn_simd_available()};
+    flash_job F = {.J = {.a = a, .simd = fp_attn_simd_available()}};
     const size_t qtiles = ((size_t)a->seqlen_q * a->group + FL_BR - 1) / FL_BR;
-    J.ntasks = (size_t)a->batch * a->heads_kv * qtiles;
-    J.nchunks = fp_attn_job_chunks(pool, J.ntasks, 4); /* several per thread: causal tasks are uneven */
-    J.per = flash_scratch_floats(a->head_dim);
-    FP_TRY(fp_attn_job_alloc(&J, "attention CPU flash tile scratch"));
-    fp_parallel_for(pool, J.nchunks, 1, flash_chunks, &J);
-    free(J.scratch);
+    F.J.ntasks = (size_t)a->batch * a->heads_kv * qtiles;
+    F.J.nchunks = fp_attn_job_chunks(pool, F.J.ntasks, 1);
+    F.J.per = flash_scratch_floats(a->head_dim);
+    FP_TRY(fp_attn_job_alloc(&F.J, "attention CPU flash tile scratch"));
+    atomic_init(&F.next, 0);
+    fp_parallel_for(pool, F.J.nchunks, 1, flash_worker, &F);
+    free(F.J.scratch);
     return FP_OK;
 }
 
