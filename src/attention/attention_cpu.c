@@ -28,7 +28,6 @@
 #include <string.h>
 
 #include "attention/attention_internal.h"
-#include "half.h"
 
 #define CPU_BR 32 /* query rows per tile */
 #define CPU_BC 64 /* keys per tile */
@@ -45,24 +44,6 @@ static inline float dot8(const float *a, const float *b, int n) {
     for (int d = 0; d < n; d += 8)
         for (int x = 0; x < 8; ++x) acc[x] += a[d + x] * b[d + x];
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-/* The inline conversions of half.h (the exported fp_f32_to_* are calls
- * through the PLT: 5% of a bf16 attention's time). */
-void fp_attn_store_row(void *base, int64_t off, fp_dtype dt, int n, const float *src) {
-    switch (dt) {
-    case FP_F32: memcpy((float *)base + off, src, (size_t)n * sizeof(float)); break;
-    case FP_F16: {
-        uint16_t *d = (uint16_t *)base + off;
-        for (int i = 0; i < n; ++i) d[i] = fp_f2h(src[i]);
-        break;
-    }
-    default: {
-        uint16_t *d = (uint16_t *)base + off;
-        for (int i = 0; i < n; ++i) d[i] = fp_f2b(src[i]);
-        break;
-    }
-    }
 }
 
 static inline float elt_f32(const void *base, int64_t idx, fp_dtype dt) {

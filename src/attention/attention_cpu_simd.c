@@ -1,5 +1,5 @@
 /* The CPU attention's elementwise kernels: tile loads (bf16 / f16 -> f32),
- * the row max and the online-softmax exponentials. Each has a portable C
+ * output stores (f32 -> bf16 / f16), the row max and the online-softmax exponentials. Each has a portable C
  * version and, on x86-64 with GCC or Clang, an AVX2 + FMA (+ F16C) version
  * compiled with a target attribute (the rest of the build stays baseline
  * x86-64) and chosen at run time by the CPU's feature bits. Both versions
@@ -75,6 +75,21 @@ static void cvt_f16_scalar(const uint16_t *src, int n, float *dst) {
     for (int i = 0; i < n; ++i) dst[i] = fp_h2f(src[i]);
 }
 
+/* f32 -> bf16 rounded to nearest even, NaN kept quiet: half.h's fp_f2b
+ * without its branch, so the loop vectorizes. */
+static void store_bf16(uint16_t *d, const float *src, int n) {
+    for (int i = 0; i < n; ++i) {
+        uint32_t x;
+        memcpy(&x, src + i, sizeof x);
+        const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16, nan = (x >> 16) | 0x40u;
+        d[i] = (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+    }
+}
+
+static void store_f16_scalar(uint16_t *d, const float *src, int n) {
+    for (int i = 0; i < n; ++i) d[i] = fp_f2h(src[i]);
+}
+
 #if FP_ATTN_X86_SIMD
 #define FP_AVX2 __attribute__((target("avx2,fma")))
 
@@ -137,6 +152,14 @@ __attribute__((target("avx2,f16c"))) static void cvt_f16_f16c(const uint16_t *sr
     for (; i < n; ++i) dst[i] = fp_h2f(src[i]);
 }
 
+/* vcvtps2ph rounds to nearest even like fp_f2h (NaN payloads may differ). */
+__attribute__((target("avx2,f16c"))) static void store_f16_f16c(uint16_t *d, const float *src, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; ++i) d[i] = fp_f2h(src[i]);
+}
+
 /* Reads libgcc's feature bits (set by its constructor before main). */
 static int have_avx2_fma(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 static int have_f16c(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"); }
@@ -188,5 +211,23 @@ void fp_attn_cvt_row(const void *base, int64_t off, fp_dtype dt, int n, float *d
         }
         break;
     }
+    }
+}
+
+void fp_attn_store_row(void *base, int64_t off, fp_dtype dt, int n, const float *src) {
+    switch (dt) {
+    case FP_F32: memcpy((float *)base + off, src, (size_t)n * sizeof(float)); break;
+    case FP_F16: {
+        uint16_t *d = (uint16_t *)base + off;
+#if FP_ATTN_X86_SIMD
+        if (have_f16c()) {
+            store_f16_f16c(d, src, n);
+            break;
+        }
+#endif
+        store_f16_scalar(d, src, n);
+        break;
+    }
+    default: store_bf16((uint16_t *)base + off, src, n); break;
     }
 }

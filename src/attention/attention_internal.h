@@ -143,12 +143,13 @@ fp_status fp_attn_job_alloc(fp_attn_cpu_job *J, const char *what);
 size_t fp_attn_chunk_begin(const fp_attn_cpu_job *J, size_t c);
 /* Chunks for ntasks tasks: per_thread per pool thread, at most ntasks. */
 size_t fp_attn_job_chunks(fp_thread_pool *pool, size_t ntasks, size_t per_thread);
-/* Stores n f32 values to element offset off of base in dtype dt. */
-void fp_attn_store_row(void *base, int64_t off, fp_dtype dt, int n, const float *src);
 
 /* Elementwise kernels (attention_cpu_simd.c): `simd` = 1 selects the AVX2
  * versions, only valid where fp_attn_simd_available() said 1. */
 int fp_attn_simd_available(void);
+/* Stores n f32 values to element offset off of base in dtype dt (rounded
+ * to nearest even). */
+void fp_attn_store_row(void *base, int64_t off, fp_dtype dt, int n, const float *src);
 /* n elements at element offset off of base (dtype dt) to f32. */
 void fp_attn_cvt_row(const void *base, int64_t off, fp_dtype dt, int n, float *dst);
 /* max of s[0..n) (-inf when n = 0). */

@@ -1,8 +1,9 @@
 /* The CPU attention implementations called directly, each against the
  * double reference: the BLIS flash path and BLIS baseline (when built with
  * BLIS) and the portable fallbacks of both (always built, so every version
- * stays tested whatever fp_attention_forward / _baseline pick). Also: the exp2 approximation's max error
- * (portable and AVX2 versions), the row max, and outputs bitwise
+ * stays tested whatever fp_attention_forward / _baseline pick). Also: the
+ * exp2 approximation's max error (portable and AVX2 versions), the row max,
+ * the f16 / bf16 loads and stores bit for bit, and outputs bitwise
  * independent of the number of worker threads. */
 #include "attn_test_util.h"
 
@@ -57,6 +58,41 @@ static void test_exp2(void) {
                 CHECK_MSG(fp_attn_row_max(s, n, simd) == 2.0f, "row max simd %d n %d at %d", simd, n, at);
             }
         CHECK(fp_attn_row_max(s, 0, simd) == -INFINITY);
+    }
+}
+
+/* fp_attn_store_row / fp_attn_cvt_row against the library's scalar
+ * conversions, bit for bit (NaN only as NaN): random bit patterns (every
+ * class: subnormal, overflow, inf, NaN), ties, and lengths with tails. */
+static void test_conversions(void) {
+    enum { N = 4099 };
+    static float x[N], back[N];
+    static uint16_t h[N];
+    uint64_t seed = 11;
+    for (int i = 0; i < N; ++i) {
+        uint32_t u = (uint32_t)(fp_test_rand_uniform(&seed, 0.0, 4294967296.0));
+        if (i % 7 == 0) u = (u & 0xffff0000u) | 0x8000u; /* bf16 ties */
+        if (i % 11 == 0) u = (u & 0xffffe000u) | 0x1000u; /* f16 ties (normal range) */
+        memcpy(&x[i], &u, sizeof u);
+    }
+    x[0] = INFINITY; x[1] = -INFINITY; x[2] = 65520.0f; x[3] = 5.9604645e-8f; x[4] = -0.0f;
+    for (int dt = 0; dt < 2; ++dt) {
+        const fp_dtype d = dt ? FP_F16 : FP_BF16;
+        size_t bad = 0;
+        for (int n = N; n >= N - 9; --n) {
+            fp_attn_store_row(h, 0, d, n, x);
+            for (int i = 0; i < n; ++i) {
+                const uint16_t want = d == FP_F16 ? fp_f32_to_f16(x[i]) : fp_f32_to_bf16(x[i]);
+                const float gf = d == FP_F16 ? fp_f16_to_f32(h[i]) : fp_bf16_to_f32(h[i]);
+                bad += x[i] != x[i] ? gf == gf : h[i] != want;
+            }
+            fp_attn_cvt_row(h, 0, d, n, back);
+            for (int i = 0; i < n; ++i) {
+                const float want = d == FP_F16 ? fp_f16_to_f32(h[i]) : fp_bf16_to_f32(h[i]);
+                bad += want != want ? back[i] == back[i] : memcmp(&want, &back[i], sizeof want) != 0;
+            }
+        }
+        CHECK_MSG(bad == 0, "%s store/load: %zu elements differ from the scalar conversions", fp_dtype_name(d), bad);
     }
 }
 
@@ -201,6 +237,7 @@ int main(void) {
     fp_thread_pool *pool = NULL;
     CHECK_OK(fp_thread_pool_create(2, &pool));
     test_exp2();
+    test_conversions();
     test_cases(pool);
     test_varlen(pool);
     fp_thread_pool_destroy(pool);
