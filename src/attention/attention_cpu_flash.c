@@ -40,14 +40,26 @@
 #define FL_KV_CACHE_FLOATS ((size_t)1 << 19) /* per thread: K + V of 2048 keys x 128 */
 
 typedef struct flash_scratch {
-    float *q; /* [FL_BR][D], pre-scaled by scale * log2(e) */
-    float *o; /* [FL_BR][D] accumulators */
-    float *s; /* [FL_BR][FL_BC] scores, then probabilities */
-    float *k; /* [FL_BC][D] converted K tile (unless read in place) */
-    float *v; /* [FL_BC][D] */
+    float *q; /* [br][D], pre-scaled by scale * log2(e) */
+    float *o; /* [br][D] accumulators */
+    float *s; /* [br][bc] scores, then probabilities */
+    float *k; /* [bc][D] converted K tile (unless read in place) */
+    float *v; /* [bc][D] */
 } flash_scratch;
 
-static size_t flash_scratch_floats(int D) { return (size_t)D * (2 * FL_BR + 2 * FL_BC) + (size_t)FL_BR * FL_BC; }
+/* The tile scratch is sized to the call (a decode call's tiles are a few
+ * rows, its keys maybe fewer than FL_BC): br rows, bc keys. */
+static void flash_tile_dims(const fp_attn_args *a, int *br, int *bc) {
+    const int64_t rows = (int64_t)a->seqlen_q * a->group;
+    *br = rows < FL_BR ? (int)rows : FL_BR;
+    *bc = a->seqlen_k < FL_BC ? a->seqlen_k : FL_BC;
+}
+
+static size_t flash_scratch_floats(const fp_attn_args *a) {
+    int br, bc;
+    flash_tile_dims(a, &br, &bc);
+    return (size_t)a->head_dim * (2 * (size_t)br + 2 * (size_t)bc) + (size_t)br * bc;
+}
 
 /* K (or V) rows [j0, j0 + nk) of kv head hk as f32: a pointer into the
  * caller's tensor with its row stride when it is dense f32, else converted
@@ -99,9 +111,11 @@ static void flash_tasks(const fp_attn_cpu_job *J, flash_slot *slot, size_t begin
     const fp_attn_args *a = J->a;
     const int D = a->head_dim, SQ = a->seqlen_q, G = a->group, simd = J->simd;
     const int qtiles = (SQ * G + FL_BR - 1) / FL_BR;
+    int br, bc;
+    flash_tile_dims(a, &br, &bc);
     float *mem = slot->mem;
-    flash_scratch T = {mem, mem + FL_BR * D, mem + 2 * FL_BR * D, mem + 2 * FL_BR * D + FL_BR * FL_BC,
-                       mem + (2 * FL_BR + FL_BC) * D + FL_BR * FL_BC};
+    flash_scratch T = {mem, mem + (size_t)br * D, mem + (size_t)2 * br * D, mem + (size_t)2 * br * D + (size_t)br * bc,
+                       mem + (size_t)(2 * br + bc) * D + (size_t)br * bc};
     const float scale_log2 = a->scale * 1.4426950408889634f;
     /* One thread per BLIS call through local runtime objects (no global
      * state). BLIS's small-matrix path ("sup": no packing) suits P V (k =
@@ -154,9 +168,9 @@ static void flash_tasks(const fp_attn_cpu_job *J, flash_slot *slot, size_t begin
             }
             /* S[rows x nk] = Q[rows x D] K[nk x D]^T */
             bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, rows, nk, D, &one, T.q, D, 1, (float *)kt, ldk, 1,
-                         &zero, T.s, FL_BC, 1, NULL, rows >= FL_S_PACKED_ROWS ? &rntm_packed : &rntm_sup);
+                         &zero, T.s, bc, 1, NULL, rows >= FL_S_PACKED_ROWS ? &rntm_packed : &rntm_sup);
             for (int r = 0; r < rows; ++r) {
-                float *s = T.s + (size_t)r * FL_BC;
+                float *s = T.s + (size_t)r * bc;
                 /* keys of this tile kept by row r: [jb, je) */
                 const int jb = lo[r] - j0 > 0 ? lo[r] - j0 : 0;
                 const int je = hi[r] - j0 + 1 < nk ? hi[r] - j0 + 1 : nk;
@@ -178,7 +192,7 @@ static void flash_tasks(const fp_attn_cpu_job *J, flash_slot *slot, size_t begin
             }
             if (!vt) vt = kv_tile(a, a->v, b, S.v0, a->v_ss, a->v_bs, hk * a->v_hs, j0, nk, T.v, &ldv);
             /* O[rows x D] += P[rows x nk] V[nk x D] */
-            bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, rows, D, nk, &one, T.s, FL_BC, 1, (float *)vt, ldv,
+            bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, rows, D, nk, &one, T.s, bc, 1, (float *)vt, ldv,
                          1, &one, T.o, D, 1, NULL, &rntm_sup);
         }
         for (int r = 0; r < rows; ++r) {
@@ -207,7 +221,7 @@ typedef struct flash_job {
 
 static void flash_worker(void *arg, size_t slot_begin, size_t slot_end) {
     flash_job *F = arg;
-    const size_t tile = flash_scratch_floats(F->J.a->head_dim), cache = F->cache_rows * F->J.a->head_dim;
+    const size_t tile = flash_scratch_floats(F->J.a), cache = F->cache_rows * F->J.a->head_dim;
     for (size_t i = slot_begin; i < slot_end; ++i) {
         float *mem = F->J.scratch + i * F->J.per;
         flash_slot slot = {mem, cache ? mem + tile : NULL, cache ? mem + tile + cache : NULL, -1, -1, 0, 0};
@@ -308,7 +322,7 @@ fp_status fp_attn_cpu_flash_blas(fp_thread_pool *pool, const fp_attn_args *a) {
     const size_t kv_floats = 2 * (size_t)a->seqlen_k * (size_t)a->head_dim;
     if (qtiles > 1 && (a->dtype != FP_F32 || a->block_table) && kv_floats <= FL_KV_CACHE_FLOATS)
         F.cache_rows = (size_t)a->seqlen_k;
-    F.J.per = flash_scratch_floats(a->head_dim) + 2 * F.cache_rows * (size_t)a->head_dim;
+    F.J.per = flash_scratch_floats(a) + 2 * F.cache_rows * (size_t)a->head_dim;
     FP_TRY(fp_attn_job_alloc(&F.J, "attention CPU flash tile scratch"));
     atomic_init(&F.next, 0);
     fp_parallel_for(pool, F.J.nchunks, 1, flash_worker, &F);
