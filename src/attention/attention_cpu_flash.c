@@ -9,7 +9,10 @@
  *   m, l, P = 2^(S - m)          vectorized online softmax (log2 domain)
  *   O = O * corr + P V_tile      BLIS sgemm (beta = 1 after the rescale)
  * f32 K / V without a block table are read in place (BLIS takes the row
- * stride); bf16 / f16 or paged tiles are converted to f32 once per tile.
+ * stride); bf16 / f16 or paged keys are converted to f32 once per thread
+ * and (batch, kv head) when a 2 MiB per-thread cache holds them
+ * (kv_cache_cover), else once per tile. Tasks are claimed one at a time by
+ * the pool's threads, each with its own scratch.
  * Every task's arithmetic depends only on its rows and tiles, and each BLIS
  * call runs on one thread, so the results do not depend on the thread count.
  *
