@@ -125,6 +125,9 @@ static void test_cases(fp_thread_pool *pool) {
         {"f16 ragged", 4, 33, 150, 4, 1, 16, FP_F16, 0, -1, -1, 0, 1, 1, 0},
         {"f32 decode gqa", 3, 1, 700, 8, 2, 128, FP_F32, 0, -1, -1, 0, 1, 1, 0},
         {"f32 left window only", 1, 200, 200, 2, 2, 8, FP_F32, 0, 0, -1, 0, 1, 0, 0},
+        /* K + V of 2100 x 128 keys exceed the BLIS path's per-thread
+         * conversion cache: bf16 tiles converted per tile, 3 query tiles */
+        {"bf16 keys past the cache", 1, 130, 2100, 2, 1, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
         const attn_case *c = &cases[ci];
