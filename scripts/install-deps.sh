@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need beyond the CUDA toolkit, from
 # Debian's packages and PyPI, only when missing:
-#   cmake >= 3.25, ninja, pkg-config, cJSON (libcjson-dev), ccache (optional),
+#   cmake >= 3.25, ninja, pkg-config, cJSON (libcjson-dev), BLIS (libblis-dev:
+#   the CPU attention's tile GEMMs; without it a slower portable path builds),
+#   ccache (optional),
 #   pytest (for fastbench's CLI tests and the Python bindings' tests).
 # With FASTPATH_TEST_TORCH=1 (CI sets it), also PyTorch from PyPI (a few GB),
 # so that the fastpath.torch drop-ins are tested against torch.nn.functional
@@ -15,6 +17,9 @@ command -v ninja >/dev/null 2>&1 || need_apt+=(ninja-build)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v ccache >/dev/null 2>&1 || need_apt+=(ccache)
 if ! have_pkg libcjson-dev && [ ! -f /usr/include/cjson/cJSON.h ]; then need_apt+=(libcjson-dev); fi
+# any BLIS flavour (openmp / pthread / serial) provides blis.h and libblis.so
+if ! have_pkg libblis-dev && ! ls /usr/include/blis.h /usr/include/*/blis.h /usr/include/blis/blis.h \
+    >/dev/null 2>&1; then need_apt+=(libblis-dev); fi
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 
 if [ ${#need_apt[@]} -gt 0 ]; then

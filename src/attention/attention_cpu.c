@@ -1,14 +1,25 @@
-/* CPU attention, three versions (host memory, any dtype converted to f32 on
- * load):
- *   fp_attn_reference   the oracle: double accumulation, two-pass softmax,
- *                       one query row at a time. Obviously right, slow.
- *   fp_attn_cpu_naive   the materialized baseline: a [seqlen_q x seqlen_k]
- *                       f32 score matrix per (batch, head), softmax, P V.
- *   fp_attn_cpu_tiled   flash attention's algorithm on the CPU: 32 query
- *                       rows x 64 keys tiles, online softmax (running max and
- *                       sum rescale the accumulator), tasks = (batch, kv head,
- *                       tile of GQA-packed query rows) on the worker pool.
- * All three share the mask rule fp_attn_row_range. */
+/* CPU attention (host memory, any dtype converted to f32 on load):
+ *   fp_attn_reference           the oracle: double accumulation, two-pass
+ *                                softmax, one query row at a time. Obviously
+ *                                right, slow.
+ *   fp_attn_cpu_naive_portable   the materialized baseline: a [seqlen_q x
+ *                                seqlen_k] f32 score matrix per (batch, head),
+ *                                softmax, P V, in plain loops.
+ *   fp_attn_cpu_naive_blas       the same with its two GEMMs on BLIS
+ *                                (attention_cpu_flash.c), as the GPU baseline
+ *                                uses cuBLAS.
+ *   fp_attn_cpu_naive            the baseline's dispatcher (BLIS if built).
+ *   fp_attn_cpu_tiled_portable   flash attention's algorithm in plain C: 32
+ *                                query rows x 64 keys tiles, online softmax
+ *                                (running max and sum rescale the
+ *                                accumulator), tasks = (batch, kv head, tile
+ *                                of GQA-packed query rows) on the worker pool.
+ *                                The fallback when the build has no BLIS.
+ *   fp_attn_cpu_flash_blas       the same algorithm on BLIS tile GEMMs
+ *                                (attention_cpu_flash.c), the fast path.
+ *   fp_attn_cpu_tiled            the fast path's dispatcher (BLIS if built).
+ * All share the mask rule fp_attn_row_range; tests/attention/
+ * test_attention_cpu_impls.c runs each against the reference. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -26,22 +37,6 @@ static inline float bf16_f32(uint16_t u) {
     return x.f;
 }
 
-static void load_row(const void *base, int64_t off, fp_dtype dt, int n, float *dst) {
-    switch (dt) {
-    case FP_F32: memcpy(dst, (const float *)base + off, (size_t)n * sizeof(float)); break;
-    case FP_F16: {
-        const uint16_t *s = (const uint16_t *)base + off;
-        for (int i = 0; i < n; ++i) dst[i] = fp_f16_to_f32(s[i]);
-        break;
-    }
-    default: {
-        const uint16_t *s = (const uint16_t *)base + off;
-        for (int i = 0; i < n; ++i) dst[i] = bf16_f32(s[i]);
-        break;
-    }
-    }
-}
-
 /* Dot product of n (a multiple of 8) floats with 8 independent partial sums,
  * so the compiler can keep them in one vector register. */
 static inline float dot8(const float *a, const float *b, int n) {
@@ -49,22 +44,6 @@ static inline float dot8(const float *a, const float *b, int n) {
     for (int d = 0; d < n; d += 8)
         for (int x = 0; x < 8; ++x) acc[x] += a[d + x] * b[d + x];
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-static void store_row(void *base, int64_t off, fp_dtype dt, int n, const float *src) {
-    switch (dt) {
-    case FP_F32: memcpy((float *)base + off, src, (size_t)n * sizeof(float)); break;
-    case FP_F16: {
-        uint16_t *d = (uint16_t *)base + off;
-        for (int i = 0; i < n; ++i) d[i] = fp_f32_to_f16(src[i]);
-        break;
-    }
-    default: {
-        uint16_t *d = (uint16_t *)base + off;
-        for (int i = 0; i < n; ++i) d[i] = fp_f32_to_bf16(src[i]);
-        break;
-    }
-    }
 }
 
 static inline float elt_f32(const void *base, int64_t idx, fp_dtype dt) {
@@ -150,19 +129,7 @@ fp_status fp_attn_reference(fp_thread_pool *pool, const fp_attn_args *a, double 
 /*  Naive (materialized) baseline                                           */
 /* ------------------------------------------------------------------------ */
 
-/* The worker pool's callbacks cannot fail, and the header promises that
- * nothing is written on error: all scratch is allocated before any task
- * runs, one slice per chunk of tasks (a per-task malloc that failed after
- * other tasks had stored their rows left O half written). */
-typedef struct cpu_job {
-    const fp_attn_args *a;
-    float *scratch;      /* nchunks slices of `per` floats */
-    size_t per, nchunks, ntasks;
-} cpu_job;
-
-/* Allocates J->nchunks slices of J->per floats (FP_ERR_OUT_OF_MEMORY with
- * `what` in the message, nothing allocated, on failure or overflow). */
-static fp_status job_alloc(cpu_job *J, const char *what) {
+fp_status fp_attn_job_alloc(fp_attn_cpu_job *J, const char *what) {
     if (J->per == 0 || J->nchunks > SIZE_MAX / sizeof(float) / J->per)
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "%s: %zu x %zu floats overflow size_t", what, J->nchunks,
                             J->per);
@@ -172,16 +139,15 @@ static fp_status job_alloc(cpu_job *J, const char *what) {
     return FP_OK;
 }
 
-/* First task of chunk c (balanced: the first ntasks % nchunks chunks take
- * one task more; no c * ntasks product that could overflow). */
-static size_t chunk_begin(const cpu_job *J, size_t c) {
+/* Balanced: the first ntasks % nchunks chunks take one task more; no c *
+ * ntasks product that could overflow. */
+size_t fp_attn_chunk_begin(const fp_attn_cpu_job *J, size_t c) {
     const size_t q = J->ntasks / J->nchunks, r = J->ntasks % J->nchunks;
     return c * q + (c < r ? c : r);
 }
 
-/* Chunks for ntasks tasks: `per_thread` per pool thread (more chunks balance
- * uneven tasks, fewer save scratch), at most ntasks. */
-static size_t job_chunks(fp_thread_pool *pool, size_t ntasks, size_t per_thread) {
+/* More chunks balance uneven tasks, fewer save scratch. */
+size_t fp_attn_job_chunks(fp_thread_pool *pool, size_t ntasks, size_t per_thread) {
     size_t c = (size_t)fp_thread_pool_size(pool) * per_thread;
     return c < ntasks ? c : ntasks;
 }
@@ -201,10 +167,10 @@ static void naive_heads(const fp_attn_args *a, float *S, size_t begin, size_t en
             float *s = S + (size_t)i * SK;
             int lo, hi;
             fp_attn_row_range(a, Q.sq, Q.L, i, &lo, &hi);
-            load_row(a->q, Q.q0 + i * a->q_ss + h * a->q_hs, a->dtype, D, qv);
+            fp_attn_cvt_row(a->q, Q.q0 + i * a->q_ss + h * a->q_hs, a->dtype, D, qv);
             for (int j = 0; j < SK; ++j) {
                 if (j < lo || j > hi) { s[j] = -INFINITY; continue; }
-                load_row(a->k, fp_attn_kv_row(a, b, Q.k0, j, a->k_ss, a->k_bs) + hk * a->k_hs, a->dtype, D, kv);
+                fp_attn_cvt_row(a->k, fp_attn_kv_row(a, b, Q.k0, j, a->k_ss, a->k_bs) + hk * a->k_hs, a->dtype, D, kv);
                 s[j] = dot8(qv, kv, D) * a->scale;
             }
             float mx = -INFINITY;
@@ -223,31 +189,31 @@ static void naive_heads(const fp_attn_args *a, float *S, size_t begin, size_t en
             memset(ov, 0, sizeof(float) * (size_t)D);
             for (int j = 0; j < SK; ++j) {
                 if (p[j] == 0.0f) continue;
-                load_row(a->v, fp_attn_kv_row(a, b, Q.v0, j, a->v_ss, a->v_bs) + hk * a->v_hs, a->dtype, D, kv);
+                fp_attn_cvt_row(a->v, fp_attn_kv_row(a, b, Q.v0, j, a->v_ss, a->v_bs) + hk * a->v_hs, a->dtype, D, kv);
                 for (int d = 0; d < D; ++d) ov[d] += p[j] * kv[d];
             }
-            store_row(a->o, Q.o0 + i * a->o_ss + h * a->o_hs, a->dtype, D, ov);
+            fp_attn_store_row(a->o, Q.o0 + i * a->o_ss + h * a->o_hs, a->dtype, D, ov);
         }
     }
 }
 
 static void naive_chunks(void *arg, size_t cbegin, size_t cend) {
-    const cpu_job *J = arg;
+    const fp_attn_cpu_job *J = arg;
     for (size_t c = cbegin; c < cend; ++c)
-        naive_heads(J->a, J->scratch + c * J->per, chunk_begin(J, c), chunk_begin(J, c + 1));
+        naive_heads(J->a, J->scratch + c * J->per, fp_attn_chunk_begin(J, c), fp_attn_chunk_begin(J, c + 1));
 }
 
-fp_status fp_attn_cpu_naive(fp_thread_pool *pool, const fp_attn_args *a) {
-    cpu_job J = {.a = a};
+fp_status fp_attn_cpu_naive_portable(fp_thread_pool *pool, const fp_attn_args *a) {
+    fp_attn_cpu_job J = {.a = a};
     J.ntasks = (size_t)a->batch * a->heads_q;
     /* one score matrix per thread: it is the memory-hungry baseline */
-    J.nchunks = job_chunks(pool, J.ntasks, 1);
+    J.nchunks = fp_attn_job_chunks(pool, J.ntasks, 1);
     const size_t sq_sk = (size_t)a->seqlen_q * (size_t)a->seqlen_k;
     J.per = sq_sk <= SIZE_MAX / 2 - 3 * (size_t)a->head_dim ? sq_sk + 3 * (size_t)a->head_dim : 0;
     char what[96];
     snprintf(what, sizeof what, "materialized attention: score matrix of %d x %d floats", a->seqlen_q,
              a->seqlen_k);
-    FP_TRY(job_alloc(&J, what));
+    FP_TRY(fp_attn_job_alloc(&J, what));
     fp_parallel_for(pool, J.nchunks, 1, naive_chunks, &J);
     free(J.scratch);
     return FP_OK;
@@ -294,7 +260,7 @@ static void tiled_tasks(const fp_attn_args *a, float *mem, size_t begin, size_t 
             qi[r] = (r0 + r) / G;
             hq[r] = hk * G + (r0 + r) % G;
             fp_attn_row_range(a, S.sq, S.L, qi[r], &lo[r], &hi[r]);
-            load_row(a->q, S.q0 + qi[r] * a->q_ss + hq[r] * a->q_hs, a->dtype, D, T.q + r * D);
+            fp_attn_cvt_row(a->q, S.q0 + qi[r] * a->q_ss + hq[r] * a->q_hs, a->dtype, D, T.q + r * D);
             for (int d = 0; d < D; ++d) T.q[r * D + d] *= scale_log2;
             memset(T.o + r * D, 0, sizeof(float) * (size_t)D);
             m[r] = -INFINITY;
@@ -307,8 +273,8 @@ static void tiled_tasks(const fp_attn_args *a, float *mem, size_t begin, size_t 
         for (int j0 = klo; j0 <= khi; j0 += CPU_BC) {
             int nk = khi + 1 - j0 < CPU_BC ? khi + 1 - j0 : CPU_BC;
             for (int j = 0; j < nk; ++j) {
-                load_row(a->k, fp_attn_kv_row(a, b, S.k0, j0 + j, a->k_ss, a->k_bs) + hk * a->k_hs, a->dtype, D, T.k + j * D);
-                load_row(a->v, fp_attn_kv_row(a, b, S.v0, j0 + j, a->v_ss, a->v_bs) + hk * a->v_hs, a->dtype, D, T.v + j * D);
+                fp_attn_cvt_row(a->k, fp_attn_kv_row(a, b, S.k0, j0 + j, a->k_ss, a->k_bs) + hk * a->k_hs, a->dtype, D, T.k + j * D);
+                fp_attn_cvt_row(a->v, fp_attn_kv_row(a, b, S.v0, j0 + j, a->v_ss, a->v_bs) + hk * a->v_hs, a->dtype, D, T.v + j * D);
             }
             for (int r = 0; r < rows; ++r) {
                 /* keys of this tile kept by row r */
@@ -342,7 +308,7 @@ static void tiled_tasks(const fp_attn_args *a, float *mem, size_t begin, size_t 
             float *orow = T.o + r * D;
             float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
             for (int d = 0; d < D; ++d) orow[d] *= inv;
-            store_row(a->o, S.o0 + qi[r] * a->o_ss + hq[r] * a->o_hs, a->dtype, D, orow);
+            fp_attn_store_row(a->o, S.o0 + qi[r] * a->o_ss + hq[r] * a->o_hs, a->dtype, D, orow);
             if (a->lse)
                 a->lse[((size_t)b * a->heads_q + hq[r]) * SQ + qi[r]] =
                     l[r] > 0.0f ? (m[r] + log2f(l[r])) * 0.69314718055994531f : -INFINITY;
@@ -351,19 +317,29 @@ static void tiled_tasks(const fp_attn_args *a, float *mem, size_t begin, size_t 
 }
 
 static void tiled_chunks(void *arg, size_t cbegin, size_t cend) {
-    const cpu_job *J = arg;
+    const fp_attn_cpu_job *J = arg;
     for (size_t c = cbegin; c < cend; ++c)
-        tiled_tasks(J->a, J->scratch + c * J->per, chunk_begin(J, c), chunk_begin(J, c + 1));
+        tiled_tasks(J->a, J->scratch + c * J->per, fp_attn_chunk_begin(J, c), fp_attn_chunk_begin(J, c + 1));
 }
 
-fp_status fp_attn_cpu_tiled(fp_thread_pool *pool, const fp_attn_args *a) {
-    cpu_job J = {.a = a};
+fp_status fp_attn_cpu_tiled_portable(fp_thread_pool *pool, const fp_attn_args *a) {
+    fp_attn_cpu_job J = {.a = a};
     size_t qtiles = ((size_t)a->seqlen_q * a->group + CPU_BR - 1) / CPU_BR;
     J.ntasks = (size_t)a->batch * a->heads_kv * qtiles;
-    J.nchunks = job_chunks(pool, J.ntasks, 8); /* tiles are small: balance causal's uneven tasks */
+    J.nchunks = fp_attn_job_chunks(pool, J.ntasks, 8); /* tiles are small: balance causal's uneven tasks */
     J.per = (size_t)a->head_dim * (2 * CPU_BR + 2 * CPU_BC) + CPU_BC;
-    FP_TRY(job_alloc(&J, "attention CPU tile scratch"));
+    FP_TRY(fp_attn_job_alloc(&J, "attention CPU tile scratch"));
     fp_parallel_for(pool, J.nchunks, 1, tiled_chunks, &J);
     free(J.scratch);
     return FP_OK;
+}
+
+fp_status fp_attn_cpu_naive(fp_thread_pool *pool, const fp_attn_args *a) {
+    if (fp_attn_cpu_have_blas()) return fp_attn_cpu_naive_blas(pool, a);
+    return fp_attn_cpu_naive_portable(pool, a);
+}
+
+fp_status fp_attn_cpu_tiled(fp_thread_pool *pool, const fp_attn_args *a) {
+    if (fp_attn_cpu_have_blas()) return fp_attn_cpu_flash_blas(pool, a);
+    return fp_attn_cpu_tiled_portable(pool, a);
 }

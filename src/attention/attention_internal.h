@@ -102,15 +102,61 @@ void fp_attn_params_upgrade(const fp_attention_params *user, fp_attention_params
 fp_status fp_attn_check(const fp_attention_params *p, int cuda, fp_attn_args *out);
 
 /* ---- CPU implementations (host memory) ---- */
-/* Tiled online softmax over (batch, kv head, 32 GQA-packed rows) on the pool. */
+/* The CPU fast path: fp_attn_cpu_flash_blas when the library was built with
+ * BLIS (FP_HAVE_BLIS), else fp_attn_cpu_tiled_portable. */
 fp_status fp_attn_cpu_tiled(fp_thread_pool *pool, const fp_attn_args *a);
-/* Materialized: one [seqlen_q x seqlen_k] f32 score matrix per (batch, head). */
+/* Flash attention with BLIS tile GEMMs (attention_cpu_flash.c): tasks =
+ * (batch, kv head, 128 GQA-packed query rows), keys in tiles of 512.
+ * FP_ERR_UNSUPPORTED in a build without BLIS. */
+fp_status fp_attn_cpu_flash_blas(fp_thread_pool *pool, const fp_attn_args *a);
+/* 1 if this build has fp_attn_cpu_flash_blas. */
+int fp_attn_cpu_have_blas(void);
+/* The portable version (no dependency): scalar loops over (batch, kv head,
+ * 32 GQA-packed rows) x 64-key tiles. */
+fp_status fp_attn_cpu_tiled_portable(fp_thread_pool *pool, const fp_attn_args *a);
+/* Materialized: one [seqlen_q x seqlen_k] f32 score matrix per (batch,
+ * head): fp_attn_cpu_naive_blas when built with BLIS, else the portable one. */
 fp_status fp_attn_cpu_naive(fp_thread_pool *pool, const fp_attn_args *a);
+fp_status fp_attn_cpu_naive_portable(fp_thread_pool *pool, const fp_attn_args *a);
+/* Its two GEMMs on BLIS (FP_ERR_UNSUPPORTED in a build without BLIS). */
+fp_status fp_attn_cpu_naive_blas(fp_thread_pool *pool, const fp_attn_args *a);
 /* The oracle: double accumulation, two-pass softmax. Writes o_ref packed
  * [batch, seqlen_q, heads_q, head_dim] and lse_ref [batch, heads_q, seqlen_q]
  * (either may be NULL); ignores a->o and a->lse. pool may be NULL. */
 fp_status fp_attn_reference(fp_thread_pool *pool, const fp_attn_args *a, double *o_ref,
                             double *lse_ref);
+
+/* ---- CPU helpers shared by the implementations ---- */
+/* Scratch for CPU tasks: the pool's callbacks cannot fail and nothing may
+ * be written on error, so all of it is allocated before any task runs, one
+ * slice of `per` floats per chunk of tasks. */
+typedef struct fp_attn_cpu_job {
+    const fp_attn_args *a;
+    float *scratch;      /* nchunks slices of `per` floats */
+    size_t per, nchunks, ntasks;
+    int simd;            /* fp_attn_simd_available(), read once per call */
+} fp_attn_cpu_job;
+/* Allocates J->nchunks slices of J->per floats (FP_ERR_OUT_OF_MEMORY naming
+ * `what`, nothing allocated, on failure or overflow). */
+fp_status fp_attn_job_alloc(fp_attn_cpu_job *J, const char *what);
+/* First task of chunk c (balanced split of ntasks over nchunks). */
+size_t fp_attn_chunk_begin(const fp_attn_cpu_job *J, size_t c);
+/* Chunks for ntasks tasks: per_thread per pool thread, at most ntasks. */
+size_t fp_attn_job_chunks(fp_thread_pool *pool, size_t ntasks, size_t per_thread);
+
+/* Elementwise kernels (attention_cpu_simd.c): `simd` = 1 selects the AVX2
+ * versions, only valid where fp_attn_simd_available() said 1. */
+int fp_attn_simd_available(void);
+/* Stores n f32 values to element offset off of base in dtype dt (rounded
+ * to nearest even). */
+void fp_attn_store_row(void *base, int64_t off, fp_dtype dt, int n, const float *src);
+/* n elements at element offset off of base (dtype dt) to f32. */
+void fp_attn_cvt_row(const void *base, int64_t off, fp_dtype dt, int n, float *dst);
+/* max of s[0..n) (-inf when n = 0). */
+float fp_attn_row_max(const float *s, int n, int simd);
+/* s[j] = 2^(s[j] - mx) for s[j] <= mx (exactly 0 for s[j] - mx < -127,
+ * -inf included; relative error below 4e-7 otherwise); returns the sum. */
+float fp_attn_exp2_sum(float *s, int n, float mx, int simd);
 
 /* ---- CUDA launchers (kernels/attention) ---- */
 /* 1 if the tensor-core flash kernel handles this dtype / head_dim. */
