@@ -10,10 +10,42 @@
  *                            fixed chunk of rows, then over chunks in order,
  *                            so the result does not depend on the threads.
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "norm/norm_internal.h"
+#include "norm/norm_cpu_simd.h"
+
+/* ---- path selection (portable code: runs before any AVX2 instruction) ---- */
+
+static atomic_int g_env_portable = -1; /* FASTPATH_NORM_CPU=portable, read once */
+static atomic_int g_force_portable = -1; /* -1: follow the environment */
+
+static int cpu_has_avx2(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+    return 0;
+#endif
+}
+
+int fp_norm_cpu_simd(void) {
+    if (!fp_norm_avx2_built) return 0;
+    int force = atomic_load(&g_force_portable);
+    if (force < 0) {
+        int env = atomic_load(&g_env_portable);
+        if (env < 0) {
+            const char *v = getenv("FASTPATH_NORM_CPU");
+            env = v && strcmp(v, "portable") == 0;
+            atomic_store(&g_env_portable, env);
+        }
+        force = env;
+    }
+    return !force && cpu_has_avx2();
+}
+
+void fp_norm_cpu_force_portable(int on) { atomic_store(&g_force_portable, on < 0 ? -1 : on != 0); }
 
 /* ---- row helpers ---- */
 
@@ -123,6 +155,10 @@ static void dact_row(float *v, int64_t n, int act) {
     }
 }
 
+/* Row scratch length: cols rounded up to the AVX2 kernels' 8 lanes (they
+ * run whole vectors over it; the padding is masked or never stored). */
+static int64_t padded(int64_t cols) { return cols + (-cols & 7); }
+
 /* Chunks of rows with their own scratch: fp_parallel_for's callbacks cannot
  * fail, so all scratch is allocated before any output is written. */
 static int64_t chunk_count(fp_thread_pool *pool, int64_t rows) {
@@ -137,8 +173,9 @@ static int64_t chunk_count(fp_thread_pool *pool, int64_t rows) {
 
 typedef struct fwd_ctx {
     const fp_norm_fwd_desc *d;
-    float *scratch;    /* [nchunks][3][cols]: s, gamma, beta+bias */
+    float *scratch;    /* [nchunks][3][padded(cols)]: s, gamma, beta+bias */
     int64_t nchunks;
+    int simd;          /* fp_norm_cpu_simd() */
 } fwd_ctx;
 
 static void fwd_chunk(void *arg, size_t begin, size_t end) {
@@ -147,18 +184,24 @@ static void fwd_chunk(void *arg, size_t begin, size_t end) {
     const int64_t n = d->cols;
     const int dt = d->dtype;
     const size_t es = fp_dtype_size((fp_dtype)dt);
+    const int64_t np = padded(n);
     for (size_t ch = begin; ch < end; ++ch) {
-        float *s = c->scratch + (size_t)ch * 3 * (size_t)n;
-        float *g = s + n, *b = g + n;
+        float *s = c->scratch + (size_t)ch * 3 * (size_t)np;
+        float *g = s + np, *b = g + np;
         /* Per-column vectors converted once per chunk; beta + bias folded
          * into one shift (bias is added after beta by definition, and the
-         * f32 sum is what both paths add). */
-        for (int64_t j = 0; j < n; ++j) {
-            g[j] = d->gamma ? fp_load_f32(d->gamma, dt, j) : 1.0f;
-            float sh = d->beta ? fp_load_f32(d->beta, dt, j) : 0.0f;
-            b[j] = d->bias ? sh + fp_load_f32(d->bias, dt, j) : sh;
+         * f32 sum is what both paths add). Padding: gamma 1, shift 0. */
+        for (int64_t j = 0; j < np; ++j) {
+            const int in = j < n;
+            g[j] = in && d->gamma ? fp_load_f32(d->gamma, dt, j) : 1.0f;
+            float sh = in && d->beta ? fp_load_f32(d->beta, dt, j) : 0.0f;
+            b[j] = in && d->bias ? sh + fp_load_f32(d->bias, dt, j) : sh;
         }
         int64_t r0 = (int64_t)ch * d->rows / c->nchunks, r1 = ((int64_t)ch + 1) * d->rows / c->nchunks;
+        if (c->simd) {
+            for (int64_t r = r0; r < r1; ++r) fp_norm_avx2_fwd_row(d, r, s, g, b);
+            continue;
+        }
         for (int64_t r = r0; r < r1; ++r) {
             load_row(s, row_c(d->x, r, d->x_stride, es), dt, n);
             if (d->res) {
@@ -188,8 +231,8 @@ static float *scratch_alloc(int64_t nchunks, size_t per_row, int64_t cols) {
 }
 
 fp_status fp_norm_fwd_cpu(fp_thread_pool *pool, const fp_norm_fwd_desc *d) {
-    fwd_ctx c = {d, NULL, chunk_count(pool, d->rows)};
-    c.scratch = scratch_alloc(c.nchunks, 3, d->cols);
+    fwd_ctx c = {d, NULL, chunk_count(pool, d->rows), fp_norm_cpu_simd()};
+    c.scratch = scratch_alloc(c.nchunks, 3, padded(d->cols));
     if (!c.scratch)
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "norm: %lld x %lld floats of row scratch",
                             (long long)c.nchunks * 3, (long long)d->cols);
@@ -287,9 +330,10 @@ fp_status fp_norm_fwd_cpu_unfused(fp_thread_pool *pool, const fp_norm_fwd_desc *
 
 typedef struct bwd_ctx {
     const fp_norm_bwd_desc *d;
-    float *scratch;  /* [nchunks][6][cols]: n, dn, gamma, shift, partial dgamma, partial dbeta */
+    float *scratch;  /* [nchunks][6][padded(cols)]: n, dn, gamma, shift, partial dgamma, partial dbeta */
     int64_t nchunks;
     int want_params;
+    int simd;        /* fp_norm_cpu_simd() */
 } bwd_ctx;
 
 static void bwd_chunk(void *arg, size_t begin, size_t end) {
@@ -298,16 +342,23 @@ static void bwd_chunk(void *arg, size_t begin, size_t end) {
     const int64_t n = d->cols;
     const int dt = d->dtype;
     const size_t es = fp_dtype_size((fp_dtype)dt);
+    const int64_t np = padded(n);
     for (size_t ch = begin; ch < end; ++ch) {
-        float *xn = c->scratch + (size_t)ch * 6 * (size_t)n;
-        float *dn = xn + n, *g = dn + n, *sh = g + n, *pg = sh + n, *pb = pg + n;
-        for (int64_t j = 0; j < n; ++j) {
-            g[j] = d->gamma ? fp_load_f32(d->gamma, dt, j) : 1.0f;
-            sh[j] = (d->beta ? fp_load_f32(d->beta, dt, j) : 0.0f) + (d->bias ? fp_load_f32(d->bias, dt, j) : 0.0f);
+        float *xn = c->scratch + (size_t)ch * 6 * (size_t)np;
+        float *dn = xn + np, *g = dn + np, *sh = g + np, *pg = sh + np, *pb = pg + np;
+        for (int64_t j = 0; j < np; ++j) {
+            const int in = j < n;
+            g[j] = in && d->gamma ? fp_load_f32(d->gamma, dt, j) : 1.0f;
+            sh[j] = (in && d->beta ? fp_load_f32(d->beta, dt, j) : 0.0f) +
+                    (in && d->bias ? fp_load_f32(d->bias, dt, j) : 0.0f);
             pg[j] = 0.0f;
             pb[j] = 0.0f;
         }
         int64_t r0 = (int64_t)ch * d->rows / c->nchunks, r1 = ((int64_t)ch + 1) * d->rows / c->nchunks;
+        if (c->simd) {
+            for (int64_t r = r0; r < r1; ++r) fp_norm_avx2_bwd_row(d, r, xn, dn, g, sh, pg, pb);
+            continue;
+        }
         for (int64_t r = r0; r < r1; ++r) {
             const char *x = row_c(d->x, r, d->x_stride, es);
             const char *dy = row_c(d->dout, r, d->dout_stride, es);
@@ -343,11 +394,11 @@ static void bwd_chunk(void *arg, size_t begin, size_t end) {
 }
 
 fp_status fp_norm_bwd_cpu(fp_thread_pool *pool, const fp_norm_bwd_desc *d) {
-    bwd_ctx c = {d, NULL, chunk_count(pool, d->rows), d->dgamma || d->dbeta || d->dbias};
+    bwd_ctx c = {d, NULL, chunk_count(pool, d->rows), d->dgamma || d->dbeta || d->dbias, fp_norm_cpu_simd()};
     /* The chunk count must not depend on the thread count for dgamma/dbeta to
      * be reproducible: use a fixed count there. */
     if (c.want_params) c.nchunks = d->rows < 64 ? d->rows : 64;
-    c.scratch = scratch_alloc(c.nchunks, 6, d->cols);
+    c.scratch = scratch_alloc(c.nchunks, 6, padded(d->cols));
     if (!c.scratch)
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "norm backward: %lld x %lld floats of scratch",
                             (long long)c.nchunks * 6, (long long)d->cols);
@@ -355,13 +406,13 @@ fp_status fp_norm_bwd_cpu(fp_thread_pool *pool, const fp_norm_bwd_desc *d) {
     else bwd_chunk(&c, 0, (size_t)c.nchunks);
     if (c.want_params) {
         const int dt = d->dtype;
-        const int64_t n = d->cols;
+        const int64_t n = d->cols, np = padded(n);
         for (int64_t j = 0; j < n; ++j) {
             float sg = 0.0f, sb = 0.0f;
             for (int64_t ch = 0; ch < c.nchunks; ++ch) {
-                const float *base = c.scratch + (size_t)ch * 6 * (size_t)n;
-                sg += base[4 * n + j];
-                sb += base[5 * n + j];
+                const float *base = c.scratch + (size_t)ch * 6 * (size_t)np;
+                sg += base[4 * np + j];
+                sb += base[5 * np + j];
             }
             if (d->dgamma) fp_store_f32(d->dgamma, dt, j, sg);
             if (d->dbeta) fp_store_f32(d->dbeta, dt, j, sb);
@@ -427,4 +478,22 @@ fp_status fp_norm_bwd_cpu_unfused(fp_thread_pool *pool, const fp_norm_bwd_desc *
         else bwd_unf_rows(&c, 0, (size_t)d->rows);
     }
     return FP_OK;
+}
+
+/* ======================================================================== */
+/*  The current path's row helpers (tests)                                  */
+/* ======================================================================== */
+
+void fp_norm_cpu_act_row(int act, int deriv, float *v, int64_t n) {
+    if (fp_norm_cpu_simd()) fp_norm_avx2_act_row(act, deriv, v, n);
+    else if (deriv) dact_row(v, n, act);
+    else act_row(v, n, act);
+}
+void fp_norm_cpu_load_row(float *dst, const void *src, int dt, int64_t n) {
+    if (fp_norm_cpu_simd()) fp_norm_avx2_load_row(dst, src, dt, n);
+    else load_row(dst, src, dt, n);
+}
+void fp_norm_cpu_store_row(void *dst, int dt, const float *src, int64_t n) {
+    if (fp_norm_cpu_simd()) fp_norm_avx2_store_row(dst, dt, src, n);
+    else store_row(dst, dt, src, n);
 }
