@@ -14,9 +14,10 @@
  * written on 8 lanes with FMA (same polynomials, same clamps; one exp for
  * e^(-y^2 / 2) with the FMA-exact square instead of the 12-bit split),
  * so the accuracy test in tests/norm/test_norm_cpu.c holds both to the same
- * bounds. Conversions: F16C for f16 (RNE, the hardware's NaN rule is
- * fp_f2h's), integer RNE for bf16 (fp_f2b's); bit-exact, tested over every
- * 16-bit input and a dense f32 sweep.
+ * bounds. Conversions: F16C for f16 (RNE; its f32 -> f16 NaN rule is
+ * fp_f2h's; f16 -> f32 quiets signalling NaNs, which h2f8 undoes), integer
+ * RNE for bf16 (fp_f2b's); bit-exact, tested over every 16-bit input and a
+ * dense f32 sweep.
  * The row tail (cols % 8) goes through an 8-element staging buffer, so the
  * same vector code computes every element. */
 #include "norm/norm_cpu_simd.h"
@@ -52,9 +53,21 @@ AI __m128i f2b8(v8f v) {
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08));
 }
 
+/* fp_h2f on 8 lanes: F16C, except that it quiets a signalling NaN where
+ * fp_h2f keeps the payload as it is: NaN lanes get fp_h2f's bits. */
+AI v8f h2f8(__m128i h) {
+    const v8f f = _mm256_cvtph_ps(h);
+    const __m256i w = _mm256_cvtepu16_epi32(h);
+    const __m256i nan = _mm256_or_si256(
+        _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x8000)), 16),
+                        _mm256_set1_epi32(0x7f800000)),
+        _mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x3ff)), 13));
+    return _mm256_blendv_ps(f, _mm256_castsi256_ps(nan), _mm256_cmp_ps(f, f, _CMP_UNORD_Q));
+}
+
 AI v8f ld8(const void *p, int dt) {
     switch (dt) {
-    case FP_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    case FP_F16: return h2f8(_mm_loadu_si128((const __m128i *)p));
     case FP_BF16: return b2f8(_mm_loadu_si128((const __m128i *)p));
     default: return _mm256_loadu_ps((const float *)p);
     }
@@ -63,7 +76,7 @@ AI v8f ld8(const void *p, int dt) {
 AI __m128i to16(v8f v, int dt) {
     return dt == FP_F16 ? _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : f2b8(v);
 }
-AI v8f from16(__m128i h, int dt) { return dt == FP_F16 ? _mm256_cvtph_ps(h) : b2f8(h); }
+AI v8f from16(__m128i h, int dt) { return dt == FP_F16 ? h2f8(h) : b2f8(h); }
 AI void st8(void *p, int dt, v8f v) {
     if (dt == FP_F32) _mm256_storeu_ps((float *)p, v);
     else _mm_storeu_si128((__m128i *)p, to16(v, dt));
