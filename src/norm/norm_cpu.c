@@ -173,7 +173,7 @@ static int64_t chunk_count(fp_thread_pool *pool, int64_t rows) {
 
 typedef struct fwd_ctx {
     const fp_norm_fwd_desc *d;
-    float *scratch;    /* [nchunks][3][padded(cols)]: s, gamma, beta+bias */
+    float *scratch;    /* gamma, beta+bias, then [nchunks] row s: padded(cols) floats each */
     int64_t nchunks;
     int simd;          /* fp_norm_cpu_simd() */
 } fwd_ctx;
@@ -185,18 +185,9 @@ static void fwd_chunk(void *arg, size_t begin, size_t end) {
     const int dt = d->dtype;
     const size_t es = fp_dtype_size((fp_dtype)dt);
     const int64_t np = padded(n);
+    const float *g = c->scratch, *b = g + np;
     for (size_t ch = begin; ch < end; ++ch) {
-        float *s = c->scratch + (size_t)ch * 3 * (size_t)np;
-        float *g = s + np, *b = g + np;
-        /* Per-column vectors converted once per chunk; beta + bias folded
-         * into one shift (bias is added after beta by definition, and the
-         * f32 sum is what both paths add). Padding: gamma 1, shift 0. */
-        for (int64_t j = 0; j < np; ++j) {
-            const int in = j < n;
-            g[j] = in && d->gamma ? fp_load_f32(d->gamma, dt, j) : 1.0f;
-            float sh = in && d->beta ? fp_load_f32(d->beta, dt, j) : 0.0f;
-            b[j] = in && d->bias ? sh + fp_load_f32(d->bias, dt, j) : sh;
-        }
+        float *s = c->scratch + (2 + ch) * (size_t)np;
         int64_t r0 = (int64_t)ch * d->rows / c->nchunks, r1 = ((int64_t)ch + 1) * d->rows / c->nchunks;
         if (c->simd) {
             for (int64_t r = r0; r < r1; ++r) fp_norm_avx2_fwd_row(d, r, s, g, b);
@@ -230,12 +221,28 @@ static float *scratch_alloc(int64_t nchunks, size_t per_row, int64_t cols) {
     return malloc(n * per_row * c * sizeof(float));
 }
 
+/* The per-column vectors in f32, converted once per call and shared by
+ * the chunks: g = gamma (NULL: 1), sh = beta + bias (bias is added after
+ * beta by definition, and the f32 sum is what both paths add). Padding up
+ * to np: g 1, sh 0. */
+static void param_rows(const void *gamma, const void *beta, const void *bias, int dt, int64_t n, int64_t np,
+                       float *g, float *sh) {
+    for (int64_t j = 0; j < np; ++j) {
+        const int in = j < n;
+        g[j] = in && gamma ? fp_load_f32(gamma, (fp_dtype)dt, j) : 1.0f;
+        const float b = in && beta ? fp_load_f32(beta, (fp_dtype)dt, j) : 0.0f;
+        sh[j] = in && bias ? b + fp_load_f32(bias, (fp_dtype)dt, j) : b;
+    }
+}
+
 fp_status fp_norm_fwd_cpu(fp_thread_pool *pool, const fp_norm_fwd_desc *d) {
     fwd_ctx c = {d, NULL, chunk_count(pool, d->rows), fp_norm_cpu_simd()};
-    c.scratch = scratch_alloc(c.nchunks, 3, padded(d->cols));
+    const int64_t np = padded(d->cols);
+    c.scratch = scratch_alloc(1, (size_t)c.nchunks + 2, np);
     if (!c.scratch)
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "norm: %lld x %lld floats of row scratch",
-                            (long long)c.nchunks * 3, (long long)d->cols);
+                            (long long)c.nchunks + 2, (long long)d->cols);
+    param_rows(d->gamma, d->beta, d->bias, d->dtype, d->cols, np, c.scratch, c.scratch + np);
     if (pool) fp_parallel_for(pool, (size_t)c.nchunks, 1, fwd_chunk, &c);
     else fwd_chunk(&c, 0, (size_t)c.nchunks);
     free(c.scratch);
@@ -330,7 +337,8 @@ fp_status fp_norm_fwd_cpu_unfused(fp_thread_pool *pool, const fp_norm_fwd_desc *
 
 typedef struct bwd_ctx {
     const fp_norm_bwd_desc *d;
-    float *scratch;  /* [nchunks][6][padded(cols)]: n, dn, gamma, shift, partial dgamma, partial dbeta */
+    float *scratch;  /* gamma, shift, then [nchunks][4]: xn, dn, partial dgamma, partial dbeta;
+                        padded(cols) floats each */
     int64_t nchunks;
     int want_params;
     int simd;        /* fp_norm_cpu_simd() */
@@ -343,17 +351,11 @@ static void bwd_chunk(void *arg, size_t begin, size_t end) {
     const int dt = d->dtype;
     const size_t es = fp_dtype_size((fp_dtype)dt);
     const int64_t np = padded(n);
+    const float *g = c->scratch, *sh = g + np;
     for (size_t ch = begin; ch < end; ++ch) {
-        float *xn = c->scratch + (size_t)ch * 6 * (size_t)np;
-        float *dn = xn + np, *g = dn + np, *sh = g + np, *pg = sh + np, *pb = pg + np;
-        for (int64_t j = 0; j < np; ++j) {
-            const int in = j < n;
-            g[j] = in && d->gamma ? fp_load_f32(d->gamma, dt, j) : 1.0f;
-            sh[j] = (in && d->beta ? fp_load_f32(d->beta, dt, j) : 0.0f) +
-                    (in && d->bias ? fp_load_f32(d->bias, dt, j) : 0.0f);
-            pg[j] = 0.0f;
-            pb[j] = 0.0f;
-        }
+        float *xn = c->scratch + (2 + 4 * ch) * (size_t)np;
+        float *dn = xn + np, *pg = dn + np, *pb = pg + np;
+        memset(pg, 0, 2 * (size_t)np * sizeof(float));
         int64_t r0 = (int64_t)ch * d->rows / c->nchunks, r1 = ((int64_t)ch + 1) * d->rows / c->nchunks;
         if (c->simd) {
             for (int64_t r = r0; r < r1; ++r) fp_norm_avx2_bwd_row(d, r, xn, dn, g, sh, pg, pb);
@@ -398,26 +400,29 @@ fp_status fp_norm_bwd_cpu(fp_thread_pool *pool, const fp_norm_bwd_desc *d) {
     /* The chunk count must not depend on the thread count for dgamma/dbeta to
      * be reproducible: use a fixed count there. */
     if (c.want_params) c.nchunks = d->rows < 64 ? d->rows : 64;
-    c.scratch = scratch_alloc(c.nchunks, 6, padded(d->cols));
+    const int64_t n = d->cols, np = padded(n);
+    c.scratch = scratch_alloc(1, 4 * (size_t)c.nchunks + 2, np);
     if (!c.scratch)
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "norm backward: %lld x %lld floats of scratch",
-                            (long long)c.nchunks * 6, (long long)d->cols);
+                            (long long)c.nchunks * 4 + 2, (long long)d->cols);
+    param_rows(d->gamma, d->beta, d->bias, d->dtype, n, np, c.scratch, c.scratch + np);
     if (pool) fp_parallel_for(pool, (size_t)c.nchunks, 1, bwd_chunk, &c);
     else bwd_chunk(&c, 0, (size_t)c.nchunks);
     if (c.want_params) {
-        const int dt = d->dtype;
-        const int64_t n = d->cols, np = padded(n);
-        for (int64_t j = 0; j < n; ++j) {
-            float sg = 0.0f, sb = 0.0f;
-            for (int64_t ch = 0; ch < c.nchunks; ++ch) {
-                const float *base = c.scratch + (size_t)ch * 6 * (size_t)np;
-                sg += base[4 * np + j];
-                sb += base[5 * np + j];
+        /* the partials summed over the chunks in chunk order, column by
+         * column (into chunk 0's partials: one sequential sweep per chunk) */
+        float *sg = c.scratch + 4 * (size_t)np, *sb = sg + np;
+        for (int64_t ch = 1; ch < c.nchunks; ++ch) {
+            const float *pg = c.scratch + (2 + 4 * (size_t)ch + 2) * (size_t)np, *pb = pg + np;
+            for (int64_t j = 0; j < n; ++j) {
+                sg[j] += pg[j];
+                sb[j] += pb[j];
             }
-            if (d->dgamma) fp_store_f32(d->dgamma, dt, j, sg);
-            if (d->dbeta) fp_store_f32(d->dbeta, dt, j, sb);
-            if (d->dbias) fp_store_f32(d->dbias, dt, j, sb);
         }
+        const int dt = d->dtype;
+        if (d->dgamma) store_row(d->dgamma, dt, sg, n);
+        if (d->dbeta) store_row(d->dbeta, dt, sb, n);
+        if (d->dbias) store_row(d->dbias, dt, sb, n);
     }
     free(c.scratch);
     return FP_OK;

@@ -370,19 +370,36 @@ AI void bwd_row_t(const fp_norm_bwd_desc *d, int64_t r, float *xn_s, float *dn_s
     v8f sdn = _mm256_setzero_ps(), sdnn = _mm256_setzero_ps();
     /* pass 1. The tail's padding reads dout = 0, so g = 0 there and it adds
      * nothing to the sums or the partials (xn and act'(y) stay finite: g = 1
-     * and sh = 0 in the padding). */
+     * and sh = 0 in the padding). A transcendental act'(y) is first computed
+     * into dn_s by a loop of its own (fused, GCC spilled: see the forward). */
+    const int split = act == FP_NORM_ACT_GELU_ERF || act == FP_NORM_ACT_GELU_TANH || act == FP_NORM_ACT_SILU;
+    if (split) {
+        for (int64_t j = 0; j < nt; j += 8) {
+            const v8f xv = j < nv ? ld8(x + (size_t)j * es, dt) : ld8_tail(x + (size_t)j * es, dt, m);
+            const v8f xn = _mm256_mul_ps(_mm256_sub_ps(xv, mv), rv);
+            _mm256_storeu_ps(xn_s + j, xn);
+            _mm256_storeu_ps(dn_s + j, _mm256_fmadd_ps(xn, _mm256_loadu_ps(g + j), _mm256_loadu_ps(sh + j)));
+        }
+        for (int64_t j = 0; j < nt; j += 8) _mm256_storeu_ps(dn_s + j, dact8(_mm256_loadu_ps(dn_s + j), act));
+    }
     for (int64_t j = 0; j < nt; j += 8) {
         const int full = j < nv;
-        const v8f xv = full ? ld8(x + (size_t)j * es, dt) : ld8_tail(x + (size_t)j * es, dt, m);
         v8f gr = full ? ld8(dy + (size_t)j * es, dt) : ld8_tail(dy + (size_t)j * es, dt, m);
-        const v8f xn = _mm256_mul_ps(_mm256_sub_ps(xv, mv), rv);
         const v8f gv = _mm256_loadu_ps(g + j);
-        if (act != FP_NORM_ACT_NONE)
-            gr = _mm256_mul_ps(gr, dact8(_mm256_fmadd_ps(xn, gv, _mm256_loadu_ps(sh + j)), act));
+        v8f xn;
+        if (split) {
+            xn = _mm256_loadu_ps(xn_s + j);
+            gr = _mm256_mul_ps(gr, _mm256_loadu_ps(dn_s + j));
+        } else {
+            const v8f xv = full ? ld8(x + (size_t)j * es, dt) : ld8_tail(x + (size_t)j * es, dt, m);
+            xn = _mm256_mul_ps(_mm256_sub_ps(xv, mv), rv);
+            if (act != FP_NORM_ACT_NONE)
+                gr = _mm256_mul_ps(gr, dact8(_mm256_fmadd_ps(xn, gv, _mm256_loadu_ps(sh + j)), act));
+            _mm256_storeu_ps(xn_s + j, xn);
+        }
         _mm256_storeu_ps(pg + j, _mm256_fmadd_ps(gr, xn, _mm256_loadu_ps(pg + j)));
         _mm256_storeu_ps(pb + j, _mm256_add_ps(_mm256_loadu_ps(pb + j), gr));
         const v8f dn = _mm256_mul_ps(gr, gv);
-        _mm256_storeu_ps(xn_s + j, xn);
         _mm256_storeu_ps(dn_s + j, dn);
         sdn = _mm256_add_ps(sdn, dn);
         sdnn = _mm256_fmadd_ps(dn, xn, sdnn);
