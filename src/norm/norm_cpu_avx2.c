@@ -314,15 +314,32 @@ AI void fwd_row_t(const fp_norm_fwd_desc *d, int64_t r, float *s, const float *g
      * (GELU erf took 2x its standalone time). */
     const v8f rv = splat(rstd);
     const int split = act == FP_NORM_ACT_GELU_ERF || act == FP_NORM_ACT_GELU_TANH || act == FP_NORM_ACT_SILU;
+    /* The next row's x and residual are prefetched while this one computes
+     * (pass 1 is the only one reading memory: without it the activation's
+     * arithmetic and the loads never overlap). */
+    const int pf = r + 1 < d->rows;
+    const char *xn1 = pf ? x + (size_t)d->x_stride * es : x;
+    const char *rn1 = pf && has_res ? rs + (size_t)d->res_stride * es : xn1;
     for (j = 0; j < nt; j += 8) {
         const v8f xn = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv), rv);
         const v8f y = _mm256_fmadd_ps(xn, _mm256_loadu_ps(g + j), _mm256_loadu_ps(b + j));
-        if (split) _mm256_storeu_ps(s + j, y);
-        else if (j < nv) st8(o + (size_t)j * es, dt, act8(y, act));
+        if (split) {
+            _mm256_storeu_ps(s + j, y);
+            continue;
+        }
+        if (pf) {
+            _mm_prefetch(xn1 + (size_t)j * es, _MM_HINT_T0);
+            _mm_prefetch(rn1 + (size_t)j * es, _MM_HINT_T0);
+        }
+        if (j < nv) st8(o + (size_t)j * es, dt, act8(y, act));
         else st8_tail(o + (size_t)j * es, dt, act8(y, act), m);
     }
     if (split)
         for (j = 0; j < nt; j += 8) {
+            if (pf) {
+                _mm_prefetch(xn1 + (size_t)j * es, _MM_HINT_T0);
+                _mm_prefetch(rn1 + (size_t)j * es, _MM_HINT_T0);
+            }
             const v8f y = act8(_mm256_loadu_ps(s + j), act);
             if (j < nv) st8(o + (size_t)j * es, dt, y);
             else st8_tail(o + (size_t)j * es, dt, y, m);
