@@ -397,7 +397,20 @@ AI void bwd_row_t(const fp_norm_bwd_desc *d, int64_t r, float *xn_s, float *dn_s
             _mm256_storeu_ps(xn_s + j, xn);
             _mm256_storeu_ps(dn_s + j, _mm256_fmadd_ps(xn, _mm256_loadu_ps(g + j), _mm256_loadu_ps(sh + j)));
         }
-        for (int64_t j = 0; j < nt; j += 8) _mm256_storeu_ps(dn_s + j, dact8(_mm256_loadu_ps(dn_s + j), act));
+        /* the next row's inputs prefetched under the arithmetic (as in the
+         * forward) */
+        const int pf = r + 1 < d->rows;
+        const char *x1 = pf ? x + (size_t)d->x_stride * es : x;
+        const char *dy1 = pf ? dy + (size_t)d->dout_stride * es : x;
+        const char *dr1 = pf && dr ? dr + (size_t)d->dres_stride * es : x1;
+        for (int64_t j = 0; j < nt; j += 8) {
+            if (pf) {
+                _mm_prefetch(x1 + (size_t)j * es, _MM_HINT_T0);
+                _mm_prefetch(dy1 + (size_t)j * es, _MM_HINT_T0);
+                _mm_prefetch(dr1 + (size_t)j * es, _MM_HINT_T0);
+            }
+            _mm256_storeu_ps(dn_s + j, dact8(_mm256_loadu_ps(dn_s + j), act));
+        }
     }
     for (int64_t j = 0; j < nt; j += 8) {
         const int full = j < nv;
