@@ -255,6 +255,11 @@ fp_status fp_norm_fwd_cpu(fp_thread_pool *pool, const fp_norm_fwd_desc *d) {
 
 enum { STEP_ADD, STEP_NORM, STEP_AFFINE, STEP_ACT };
 
+/* The baseline's activation passes use the fused path's row helpers (AVX2
+ * or portable, as the fused op), so validate's speedup measures the fusion,
+ * not two activation implementations; UNF_BLOCK floats on the stack. */
+enum { UNF_BLOCK = 512 };
+
 typedef struct unf_ctx {
     const fp_norm_fwd_desc *d;
     int step;
@@ -309,8 +314,14 @@ static void unf_rows(void *arg, size_t begin, size_t end) {
                 fp_store_f32(o, dt, j, v + sh);
             }
             break;
-        case STEP_ACT:
-            for (int64_t j = 0; j < n; ++j) fp_store_f32(o, dt, j, fp_norm_act_f(d->act, fp_load_f32(o, dt, j)));
+        case STEP_ACT: /* through the fused path's row helpers, a block at a time */
+            for (int64_t j = 0; j < n; j += UNF_BLOCK) {
+                float buf[UNF_BLOCK];
+                const int64_t m = n - j < UNF_BLOCK ? n - j : UNF_BLOCK;
+                fp_norm_cpu_load_row(buf, o + (size_t)j * es, dt, m);
+                fp_norm_cpu_act_row(d->act, 0, buf, m);
+                fp_norm_cpu_store_row(o + (size_t)j * es, dt, buf, m);
+            }
             break;
         }
     }
@@ -448,12 +459,20 @@ static void bwd_unf_rows(void *arg, size_t begin, size_t end) {
             const char *x = row_c(d->x, (int64_t)r, d->x_stride, es);
             const char *dy = row_c(d->dout, (int64_t)r, d->dout_stride, es);
             float mean = d->mean ? d->mean[r] : 0.0f, rstd = d->rstd[r];
-            for (int64_t j = 0; j < d->cols; ++j) {
-                float y = (fp_load_f32(x, dt, j) - mean) * rstd;
-                if (d->gamma) y *= fp_load_f32(d->gamma, dt, j);
-                if (d->beta) y += fp_load_f32(d->beta, dt, j);
-                if (d->bias) y += fp_load_f32(d->bias, dt, j);
-                fp_store_f32(dx, dt, j, fp_load_f32(dy, dt, j) * fp_norm_dact_f(d->act, y));
+            for (int64_t j0 = 0; j0 < d->cols; j0 += UNF_BLOCK) {
+                float buf[UNF_BLOCK];
+                const int64_t m = d->cols - j0 < UNF_BLOCK ? d->cols - j0 : UNF_BLOCK;
+                for (int64_t k = 0; k < m; ++k) {
+                    const int64_t j = j0 + k;
+                    float y = (fp_load_f32(x, dt, j) - mean) * rstd;
+                    if (d->gamma) y *= fp_load_f32(d->gamma, dt, j);
+                    if (d->beta) y += fp_load_f32(d->beta, dt, j);
+                    if (d->bias) y += fp_load_f32(d->bias, dt, j);
+                    buf[k] = y;
+                }
+                fp_norm_cpu_act_row(d->act, 1, buf, m);
+                for (int64_t k = 0; k < m; ++k)
+                    fp_store_f32(dx, dt, j0 + k, fp_load_f32(dy, dt, j0 + k) * buf[k]);
             }
         } else {
             const char *dr = row_c(d->dres, (int64_t)r, d->dres_stride, es);

@@ -222,28 +222,6 @@ static inline float fp_norm_vdgelu_erf(float y) {
     return phi + y * e * 0.398942280401432678f;
 }
 
-/* One element's activation / derivative, as the fused CPU path computes it
- * (the helpers above): the unfused baseline uses these, so validate's CPU
- * speedup measures the fusion, not two activation implementations. */
-static inline float fp_norm_act_f(int act, float y) {
-    switch (act) {
-    case FP_NORM_ACT_GELU_ERF: return fp_norm_vgelu_erf(y);
-    case FP_NORM_ACT_GELU_TANH: return fp_norm_vgelu_tanh(y);
-    case FP_NORM_ACT_RELU: return y > 0.0f ? y : 0.0f;
-    case FP_NORM_ACT_SILU: return fp_norm_vsilu(y);
-    default: return y;
-    }
-}
-static inline float fp_norm_dact_f(int act, float y) {
-    switch (act) {
-    case FP_NORM_ACT_GELU_ERF: return fp_norm_vdgelu_erf(y);
-    case FP_NORM_ACT_GELU_TANH: return fp_norm_vdgelu_tanh(y);
-    case FP_NORM_ACT_RELU: return y > 0.0f ? 1.0f : 0.0f;
-    case FP_NORM_ACT_SILU: return fp_norm_vdsilu(y);
-    default: return 1.0f;
-    }
-}
-
 #ifdef __cplusplus
 }
 #endif
