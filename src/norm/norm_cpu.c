@@ -13,6 +13,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
 
 #include "norm/norm_cpu_simd.h"
 
@@ -21,10 +24,19 @@
 static atomic_int g_env_portable = -1; /* FASTPATH_NORM_CPU=portable, read once */
 static atomic_int g_force_portable = -1; /* -1: follow the environment */
 
-static int cpu_has_avx2(void) {
+/* AVX2, FMA and F16C, and an OS that saves the YMM state: CPUID and XGETBV
+ * directly (__builtin_cpu_supports has no "f16c" in older clang). */
+int fp_norm_cpu_has_avx2(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const unsigned need = 1u << 12 | 1u << 27 | 1u << 28 | 1u << 29; /* FMA, OSXSAVE, AVX, F16C */
+    if ((c & need) != need) return 0;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 6u) != 6u) return 0; /* XMM and YMM state enabled */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (b >> 5) & 1u; /* AVX2 */
 #else
     return 0;
 #endif
@@ -42,7 +54,13 @@ int fp_norm_cpu_simd(void) {
         }
         force = env;
     }
-    return !force && cpu_has_avx2();
+    static atomic_int has = -1;
+    int h = atomic_load(&has);
+    if (h < 0) {
+        h = fp_norm_cpu_has_avx2();
+        atomic_store(&has, h);
+    }
+    return !force && h;
 }
 
 void fp_norm_cpu_force_portable(int on) { atomic_store(&g_force_portable, on < 0 ? -1 : on != 0); }

@@ -40,6 +40,8 @@ void fp_norm_avx2_store_row(void *dst, int dt, const float *src, int64_t n);
  * FASTPATH_NORM_CPU=portable (read once) forces the portable path;
  * fp_norm_cpu_force_portable() overrides both (tests run both paths). */
 int fp_norm_cpu_simd(void);
+/* 1 when this CPU and OS run AVX2 + FMA + F16C code (CPUID, XGETBV). */
+int fp_norm_cpu_has_avx2(void);
 /* on = 1: portable; on = 0: the automatic choice; on = -1: back to the
  * environment's choice. Not for concurrent use with running norms. */
 void fp_norm_cpu_force_portable(int on);

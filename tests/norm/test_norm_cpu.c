@@ -555,11 +555,8 @@ int main(int argc, char **argv) {
     printf("CPU norm path: %s\n", fp_norm_cpu_simd() ? "AVX2" : "portable");
     if (portable) CHECK(fp_norm_cpu_simd() == 0);
     /* the AVX2 path must be the one taken where it can be (else it would go untested) */
-#if defined(__x86_64__)
-    else if (fp_norm_avx2_built && getenv("FASTPATH_NORM_CPU") == NULL && __builtin_cpu_supports("avx2") &&
-             __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    else if (fp_norm_avx2_built && getenv("FASTPATH_NORM_CPU") == NULL && fp_norm_cpu_has_avx2())
         CHECK(fp_norm_cpu_simd() == 1);
-#endif
     fp_context *ctx = NULL;
     CHECK_OK(fp_context_create(FP_DEVICE_CPU, -1, &ctx));
     if (!ctx) return 1;
