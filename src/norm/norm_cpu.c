@@ -9,6 +9,13 @@
  *   fp_norm_bwd_cpu          fused backward; dgamma/dbeta are summed per
  *                            fixed chunk of rows, then over chunks in order,
  *                            so the result does not depend on the threads.
+ *
+ * The fused rows run in one of two versions, the same chunking around both:
+ *   AVX2   norm_cpu_avx2.c (AVX2 + FMA + F16C, 8 lanes, its own flags), used
+ *          when the CPU has them (fp_norm_cpu_simd());
+ *   portable  the loops below (GCC vectorizes them for the baseline ISA);
+ *          FASTPATH_NORM_CPU=portable forces it, test_norm_cpu_portable
+ *          runs the suite on it.
  */
 #include <stdatomic.h>
 #include <stdint.h>
