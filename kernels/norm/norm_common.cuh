@@ -72,6 +72,10 @@ __device__ __forceinline__ float dact_f(int act, float y) {
     switch (act) {
     case ACT_GELU_ERF: return 0.5f * (1.0f + erff(y * kSqrtHalf)) + y * kInvSqrt2Pi * expf(-0.5f * y * y);
     case ACT_GELU_TANH: {
+        // |y| > 20 taken as 20: the derivative is 0 or 1 there to float
+        // precision, and y^2 stays finite (unclamped, y^2 = inf past 1.8e19
+        // met 1 - t^2 = 0: NaN). The compare keeps NaN.
+        if (fabsf(y) > 20.0f) y = copysignf(20.0f, y);
         float t = tanhf(kGeluK * (y + kGeluC * y * y * y));
         return 0.5f * (1.0f + t) + 0.5f * y * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * y * y);
     }

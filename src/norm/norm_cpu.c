@@ -9,11 +9,68 @@
  *   fp_norm_bwd_cpu          fused backward; dgamma/dbeta are summed per
  *                            fixed chunk of rows, then over chunks in order,
  *                            so the result does not depend on the threads.
+ *
+ * The fused rows run in one of two versions, the same chunking around both:
+ *   AVX2   norm_cpu_avx2.c (AVX2 + FMA + F16C, 8 lanes, its own flags), used
+ *          when the CPU has them (fp_norm_cpu_simd());
+ *   portable  the loops below (GCC vectorizes them for the baseline ISA);
+ *          FASTPATH_NORM_CPU=portable forces it, test_norm_cpu_portable
+ *          runs the suite on it.
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
 
-#include "norm/norm_internal.h"
+#include "norm/norm_cpu_simd.h"
+
+/* ---- path selection (portable code: runs before any AVX2 instruction) ---- */
+
+static atomic_int g_env_portable = -1; /* FASTPATH_NORM_CPU=portable, read once */
+static atomic_int g_force_portable = -1; /* -1: follow the environment */
+
+/* AVX2, FMA and F16C, and an OS that saves the YMM state: CPUID and XGETBV
+ * directly (__builtin_cpu_supports has no "f16c" in older clang). */
+int fp_norm_cpu_has_avx2(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const unsigned need = 1u << 12 | 1u << 27 | 1u << 28 | 1u << 29; /* FMA, OSXSAVE, AVX, F16C */
+    if ((c & need) != need) return 0;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 6u) != 6u) return 0; /* XMM and YMM state enabled */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (b >> 5) & 1u; /* AVX2 */
+#else
+    return 0;
+#endif
+}
+
+int fp_norm_cpu_simd(void) {
+    if (!fp_norm_avx2_built) return 0;
+    int force = atomic_load(&g_force_portable);
+    if (force < 0) {
+        int env = atomic_load(&g_env_portable);
+        if (env < 0) {
+            const char *v = getenv("FASTPATH_NORM_CPU");
+            env = v && strcmp(v, "portable") == 0;
+            atomic_store(&g_env_portable, env);
+        }
+        force = env;
+    }
+    static atomic_int has = -1;
+    int h = atomic_load(&has);
+    if (h < 0) {
+        h = fp_norm_cpu_has_avx2();
+        atomic_store(&has, h);
+    }
+    return !force && h;
+}
+
+void fp_norm_cpu_force_portable(int on) { atomic_store(&g_force_portable, on < 0 ? -1 : on != 0); }
 
 /* ---- row helpers ---- */
 
@@ -123,6 +180,10 @@ static void dact_row(float *v, int64_t n, int act) {
     }
 }
 
+/* Row scratch length: cols rounded up to the AVX2 kernels' 8 lanes (they
+ * run whole vectors over it; the padding is masked or never stored). */
+static int64_t padded(int64_t cols) { return cols + (-cols & 7); }
+
 /* Chunks of rows with their own scratch: fp_parallel_for's callbacks cannot
  * fail, so all scratch is allocated before any output is written. */
 static int64_t chunk_count(fp_thread_pool *pool, int64_t rows) {
@@ -137,8 +198,9 @@ static int64_t chunk_count(fp_thread_pool *pool, int64_t rows) {
 
 typedef struct fwd_ctx {
     const fp_norm_fwd_desc *d;
-    float *scratch;    /* [nchunks][3][cols]: s, gamma, beta+bias */
+    float *scratch;    /* gamma, beta+bias, then [nchunks] row s: padded(cols) floats each */
     int64_t nchunks;
+    int simd;          /* fp_norm_cpu_simd() */
 } fwd_ctx;
 
 static void fwd_chunk(void *arg, size_t begin, size_t end) {
@@ -147,18 +209,15 @@ static void fwd_chunk(void *arg, size_t begin, size_t end) {
     const int64_t n = d->cols;
     const int dt = d->dtype;
     const size_t es = fp_dtype_size((fp_dtype)dt);
+    const int64_t np = padded(n);
+    const float *g = c->scratch, *b = g + np;
     for (size_t ch = begin; ch < end; ++ch) {
-        float *s = c->scratch + (size_t)ch * 3 * (size_t)n;
-        float *g = s + n, *b = g + n;
-        /* Per-column vectors converted once per chunk; beta + bias folded
-         * into one shift (bias is added after beta by definition, and the
-         * f32 sum is what both paths add). */
-        for (int64_t j = 0; j < n; ++j) {
-            g[j] = d->gamma ? fp_load_f32(d->gamma, dt, j) : 1.0f;
-            float sh = d->beta ? fp_load_f32(d->beta, dt, j) : 0.0f;
-            b[j] = d->bias ? sh + fp_load_f32(d->bias, dt, j) : sh;
-        }
+        float *s = c->scratch + (2 + ch) * (size_t)np;
         int64_t r0 = (int64_t)ch * d->rows / c->nchunks, r1 = ((int64_t)ch + 1) * d->rows / c->nchunks;
+        if (c->simd) {
+            for (int64_t r = r0; r < r1; ++r) fp_norm_avx2_fwd_row(d, r, s, g, b);
+            continue;
+        }
         for (int64_t r = r0; r < r1; ++r) {
             load_row(s, row_c(d->x, r, d->x_stride, es), dt, n);
             if (d->res) {
@@ -187,12 +246,28 @@ static float *scratch_alloc(int64_t nchunks, size_t per_row, int64_t cols) {
     return malloc(n * per_row * c * sizeof(float));
 }
 
+/* The per-column vectors in f32, converted once per call and shared by
+ * the chunks: g = gamma (NULL: 1), sh = beta + bias (bias is added after
+ * beta by definition, and the f32 sum is what both paths add). Padding up
+ * to np: g 1, sh 0. */
+static void param_rows(const void *gamma, const void *beta, const void *bias, int dt, int64_t n, int64_t np,
+                       float *g, float *sh) {
+    for (int64_t j = 0; j < np; ++j) {
+        const int in = j < n;
+        g[j] = in && gamma ? fp_load_f32(gamma, (fp_dtype)dt, j) : 1.0f;
+        const float b = in && beta ? fp_load_f32(beta, (fp_dtype)dt, j) : 0.0f;
+        sh[j] = in && bias ? b + fp_load_f32(bias, (fp_dtype)dt, j) : b;
+    }
+}
+
 fp_status fp_norm_fwd_cpu(fp_thread_pool *pool, const fp_norm_fwd_desc *d) {
-    fwd_ctx c = {d, NULL, chunk_count(pool, d->rows)};
-    c.scratch = scratch_alloc(c.nchunks, 3, d->cols);
+    fwd_ctx c = {d, NULL, chunk_count(pool, d->rows), fp_norm_cpu_simd()};
+    const int64_t np = padded(d->cols);
+    c.scratch = scratch_alloc(1, (size_t)c.nchunks + 2, np);
     if (!c.scratch)
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "norm: %lld x %lld floats of row scratch",
-                            (long long)c.nchunks * 3, (long long)d->cols);
+                            (long long)c.nchunks + 2, (long long)d->cols);
+    param_rows(d->gamma, d->beta, d->bias, d->dtype, d->cols, np, c.scratch, c.scratch + np);
     if (pool) fp_parallel_for(pool, (size_t)c.nchunks, 1, fwd_chunk, &c);
     else fwd_chunk(&c, 0, (size_t)c.nchunks);
     free(c.scratch);
@@ -204,6 +279,11 @@ fp_status fp_norm_fwd_cpu(fp_thread_pool *pool, const fp_norm_fwd_desc *d) {
 /* ======================================================================== */
 
 enum { STEP_ADD, STEP_NORM, STEP_AFFINE, STEP_ACT };
+
+/* The baseline's activation passes use the fused path's row helpers (AVX2
+ * or portable, as the fused op), so validate's speedup measures the fusion,
+ * not two activation implementations; UNF_BLOCK floats on the stack. */
+enum { UNF_BLOCK = 512 };
 
 typedef struct unf_ctx {
     const fp_norm_fwd_desc *d;
@@ -259,8 +339,14 @@ static void unf_rows(void *arg, size_t begin, size_t end) {
                 fp_store_f32(o, dt, j, v + sh);
             }
             break;
-        case STEP_ACT:
-            for (int64_t j = 0; j < n; ++j) fp_store_f32(o, dt, j, fp_norm_act_f(d->act, fp_load_f32(o, dt, j)));
+        case STEP_ACT: /* through the fused path's row helpers, a block at a time */
+            for (int64_t j = 0; j < n; j += UNF_BLOCK) {
+                float buf[UNF_BLOCK];
+                const int64_t m = n - j < UNF_BLOCK ? n - j : UNF_BLOCK;
+                fp_norm_cpu_load_row(buf, o + (size_t)j * es, dt, m);
+                fp_norm_cpu_act_row(d->act, 0, buf, m);
+                fp_norm_cpu_store_row(o + (size_t)j * es, dt, buf, m);
+            }
             break;
         }
     }
@@ -287,9 +373,11 @@ fp_status fp_norm_fwd_cpu_unfused(fp_thread_pool *pool, const fp_norm_fwd_desc *
 
 typedef struct bwd_ctx {
     const fp_norm_bwd_desc *d;
-    float *scratch;  /* [nchunks][6][cols]: n, dn, gamma, shift, partial dgamma, partial dbeta */
+    float *scratch;  /* gamma, shift, then [nchunks][4]: xn, dn, partial dgamma, partial dbeta;
+                        padded(cols) floats each */
     int64_t nchunks;
     int want_params;
+    int simd;        /* fp_norm_cpu_simd() */
 } bwd_ctx;
 
 static void bwd_chunk(void *arg, size_t begin, size_t end) {
@@ -298,16 +386,17 @@ static void bwd_chunk(void *arg, size_t begin, size_t end) {
     const int64_t n = d->cols;
     const int dt = d->dtype;
     const size_t es = fp_dtype_size((fp_dtype)dt);
+    const int64_t np = padded(n);
+    const float *g = c->scratch, *sh = g + np;
     for (size_t ch = begin; ch < end; ++ch) {
-        float *xn = c->scratch + (size_t)ch * 6 * (size_t)n;
-        float *dn = xn + n, *g = dn + n, *sh = g + n, *pg = sh + n, *pb = pg + n;
-        for (int64_t j = 0; j < n; ++j) {
-            g[j] = d->gamma ? fp_load_f32(d->gamma, dt, j) : 1.0f;
-            sh[j] = (d->beta ? fp_load_f32(d->beta, dt, j) : 0.0f) + (d->bias ? fp_load_f32(d->bias, dt, j) : 0.0f);
-            pg[j] = 0.0f;
-            pb[j] = 0.0f;
-        }
+        float *xn = c->scratch + (2 + 4 * ch) * (size_t)np;
+        float *dn = xn + np, *pg = dn + np, *pb = pg + np;
+        memset(pg, 0, 2 * (size_t)np * sizeof(float));
         int64_t r0 = (int64_t)ch * d->rows / c->nchunks, r1 = ((int64_t)ch + 1) * d->rows / c->nchunks;
+        if (c->simd) {
+            for (int64_t r = r0; r < r1; ++r) fp_norm_avx2_bwd_row(d, r, xn, dn, g, sh, pg, pb);
+            continue;
+        }
         for (int64_t r = r0; r < r1; ++r) {
             const char *x = row_c(d->x, r, d->x_stride, es);
             const char *dy = row_c(d->dout, r, d->dout_stride, es);
@@ -343,30 +432,33 @@ static void bwd_chunk(void *arg, size_t begin, size_t end) {
 }
 
 fp_status fp_norm_bwd_cpu(fp_thread_pool *pool, const fp_norm_bwd_desc *d) {
-    bwd_ctx c = {d, NULL, chunk_count(pool, d->rows), d->dgamma || d->dbeta || d->dbias};
+    bwd_ctx c = {d, NULL, chunk_count(pool, d->rows), d->dgamma || d->dbeta || d->dbias, fp_norm_cpu_simd()};
     /* The chunk count must not depend on the thread count for dgamma/dbeta to
      * be reproducible: use a fixed count there. */
     if (c.want_params) c.nchunks = d->rows < 64 ? d->rows : 64;
-    c.scratch = scratch_alloc(c.nchunks, 6, d->cols);
+    const int64_t n = d->cols, np = padded(n);
+    c.scratch = scratch_alloc(1, 4 * (size_t)c.nchunks + 2, np);
     if (!c.scratch)
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "norm backward: %lld x %lld floats of scratch",
-                            (long long)c.nchunks * 6, (long long)d->cols);
+                            (long long)c.nchunks * 4 + 2, (long long)d->cols);
+    param_rows(d->gamma, d->beta, d->bias, d->dtype, n, np, c.scratch, c.scratch + np);
     if (pool) fp_parallel_for(pool, (size_t)c.nchunks, 1, bwd_chunk, &c);
     else bwd_chunk(&c, 0, (size_t)c.nchunks);
     if (c.want_params) {
-        const int dt = d->dtype;
-        const int64_t n = d->cols;
-        for (int64_t j = 0; j < n; ++j) {
-            float sg = 0.0f, sb = 0.0f;
-            for (int64_t ch = 0; ch < c.nchunks; ++ch) {
-                const float *base = c.scratch + (size_t)ch * 6 * (size_t)n;
-                sg += base[4 * n + j];
-                sb += base[5 * n + j];
+        /* the partials summed over the chunks in chunk order, column by
+         * column (into chunk 0's partials: one sequential sweep per chunk) */
+        float *sg = c.scratch + 4 * (size_t)np, *sb = sg + np;
+        for (int64_t ch = 1; ch < c.nchunks; ++ch) {
+            const float *pg = c.scratch + (2 + 4 * (size_t)ch + 2) * (size_t)np, *pb = pg + np;
+            for (int64_t j = 0; j < n; ++j) {
+                sg[j] += pg[j];
+                sb[j] += pb[j];
             }
-            if (d->dgamma) fp_store_f32(d->dgamma, dt, j, sg);
-            if (d->dbeta) fp_store_f32(d->dbeta, dt, j, sb);
-            if (d->dbias) fp_store_f32(d->dbias, dt, j, sb);
         }
+        const int dt = d->dtype;
+        if (d->dgamma) store_row(d->dgamma, dt, sg, n);
+        if (d->dbeta) store_row(d->dbeta, dt, sb, n);
+        if (d->dbias) store_row(d->dbias, dt, sb, n);
     }
     free(c.scratch);
     return FP_OK;
@@ -392,12 +484,20 @@ static void bwd_unf_rows(void *arg, size_t begin, size_t end) {
             const char *x = row_c(d->x, (int64_t)r, d->x_stride, es);
             const char *dy = row_c(d->dout, (int64_t)r, d->dout_stride, es);
             float mean = d->mean ? d->mean[r] : 0.0f, rstd = d->rstd[r];
-            for (int64_t j = 0; j < d->cols; ++j) {
-                float y = (fp_load_f32(x, dt, j) - mean) * rstd;
-                if (d->gamma) y *= fp_load_f32(d->gamma, dt, j);
-                if (d->beta) y += fp_load_f32(d->beta, dt, j);
-                if (d->bias) y += fp_load_f32(d->bias, dt, j);
-                fp_store_f32(dx, dt, j, fp_load_f32(dy, dt, j) * fp_norm_dact_f(d->act, y));
+            for (int64_t j0 = 0; j0 < d->cols; j0 += UNF_BLOCK) {
+                float buf[UNF_BLOCK];
+                const int64_t m = d->cols - j0 < UNF_BLOCK ? d->cols - j0 : UNF_BLOCK;
+                for (int64_t k = 0; k < m; ++k) {
+                    const int64_t j = j0 + k;
+                    float y = (fp_load_f32(x, dt, j) - mean) * rstd;
+                    if (d->gamma) y *= fp_load_f32(d->gamma, dt, j);
+                    if (d->beta) y += fp_load_f32(d->beta, dt, j);
+                    if (d->bias) y += fp_load_f32(d->bias, dt, j);
+                    buf[k] = y;
+                }
+                fp_norm_cpu_act_row(d->act, 1, buf, m);
+                for (int64_t k = 0; k < m; ++k)
+                    fp_store_f32(dx, dt, j0 + k, fp_load_f32(dy, dt, j0 + k) * buf[k]);
             }
         } else {
             const char *dr = row_c(d->dres, (int64_t)r, d->dres_stride, es);
@@ -427,4 +527,22 @@ fp_status fp_norm_bwd_cpu_unfused(fp_thread_pool *pool, const fp_norm_bwd_desc *
         else bwd_unf_rows(&c, 0, (size_t)d->rows);
     }
     return FP_OK;
+}
+
+/* ======================================================================== */
+/*  The current path's row helpers (tests)                                  */
+/* ======================================================================== */
+
+void fp_norm_cpu_act_row(int act, int deriv, float *v, int64_t n) {
+    if (fp_norm_cpu_simd()) fp_norm_avx2_act_row(act, deriv, v, n);
+    else if (deriv) dact_row(v, n, act);
+    else act_row(v, n, act);
+}
+void fp_norm_cpu_load_row(float *dst, const void *src, int dt, int64_t n) {
+    if (fp_norm_cpu_simd()) fp_norm_avx2_load_row(dst, src, dt, n);
+    else load_row(dst, src, dt, n);
+}
+void fp_norm_cpu_store_row(void *dst, int dt, const float *src, int64_t n) {
+    if (fp_norm_cpu_simd()) fp_norm_avx2_store_row(dst, dt, src, n);
+    else store_row(dst, dt, src, n);
 }

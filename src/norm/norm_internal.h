@@ -49,7 +49,9 @@ fp_status fp_norm_ref_backward(const fp_norm_bwd_desc *d);
  * against double): fp_norm_vexpf within 2 ulp over the clamped range; the
  * activations and derivatives within 1e-6 relative (1e-6 absolute near the
  * derivatives' zeros; GELU erf 2e-6 near y = -sqrt(2); GELU tanh times
- * 1 + |2u|, the f32 rounding of u), saturated for huge |y|. The GPU kernels
+ * 1 + |2u|, the f32 rounding of u), saturated for huge |y| and +-inf (the
+ * limits y or 0, derivatives 1 or 0), NaN kept. The AVX2 kernels
+ * (norm_cpu_avx2.c) run the same algorithms on 8 lanes. The GPU kernels
  * keep CUDA's erff / tanhf / expf (kernels/norm/norm_common.cuh). */
 
 /* e^x for x clamped to [-87, 87] (so 2^n stays a normal float: the clamp
@@ -205,37 +207,19 @@ static inline float fp_norm_vphi(float y, float *e) {
     const float outer = fp_norm_vselect(yb < 0, half_erfc, 1.0f - half_erfc);
     return fp_norm_vselect((yb & INT32_MAX) < 0x3FB504F3, inner, outer); /* |y| < sqrt(2) */
 }
-/* GELU erf: y Phi(y); its derivative Phi(y) + y e^(-y^2 / 2) / sqrt(2 pi). */
+/* GELU erf: y Phi(y); its derivative Phi(y) + y e^(-y^2 / 2) / sqrt(2 pi).
+ * y below -20 taken as -20 (GELU 0 to float precision: -inf gives ~0, not
+ * -inf * 0), and |y| > 20 as 20 in the derivative (0 or 1 there). */
 static inline float fp_norm_vgelu_erf(float y) {
     float e;
+    y = fp_norm_vfloor_neg(y, FP_NORM_BITS_20F);
     return y * fp_norm_vphi(y, &e);
 }
 static inline float fp_norm_vdgelu_erf(float y) {
     float e;
+    y = fp_norm_vclamp_abs(y, FP_NORM_BITS_20F);
     const float phi = fp_norm_vphi(y, &e);
     return phi + y * e * 0.398942280401432678f;
-}
-
-/* One element's activation / derivative, as the fused CPU path computes it
- * (the helpers above): the unfused baseline uses these, so validate's CPU
- * speedup measures the fusion, not two activation implementations. */
-static inline float fp_norm_act_f(int act, float y) {
-    switch (act) {
-    case FP_NORM_ACT_GELU_ERF: return fp_norm_vgelu_erf(y);
-    case FP_NORM_ACT_GELU_TANH: return fp_norm_vgelu_tanh(y);
-    case FP_NORM_ACT_RELU: return y > 0.0f ? y : 0.0f;
-    case FP_NORM_ACT_SILU: return fp_norm_vsilu(y);
-    default: return y;
-    }
-}
-static inline float fp_norm_dact_f(int act, float y) {
-    switch (act) {
-    case FP_NORM_ACT_GELU_ERF: return fp_norm_vdgelu_erf(y);
-    case FP_NORM_ACT_GELU_TANH: return fp_norm_vdgelu_tanh(y);
-    case FP_NORM_ACT_RELU: return y > 0.0f ? 1.0f : 0.0f;
-    case FP_NORM_ACT_SILU: return fp_norm_vdsilu(y);
-    default: return 1.0f;
-    }
 }
 
 #ifdef __cplusplus

@@ -2,6 +2,7 @@
  * reference, odd shapes, strides and misaligned pointers, the unfused
  * baseline through validate, backward against the reference backward and a
  * finite-difference check, determinism over thread counts, and bad input. */
+#include "norm/norm_cpu_simd.h"
 #include "norm_test_util.h"
 
 static void test_forward_combos(fp_context *ctx) {
@@ -354,12 +355,35 @@ static void test_names(void) {
     CHECK(strcmp(fp_norm_activation_name((fp_norm_activation)42), "unknown") == 0);
 }
 
-/* The CPU fused path's branch-free activations (norm_internal.h) against
- * double libm over y in [-30, 30] (and exp over its whole clamped range):
- * exp within 2 ulp; the activations within 1e-6 relative; the derivatives
- * within 1e-6 relative or 1e-6 absolute (they cross zero); GELU tanh's bound
- * scaled by 1 + |2u| (the f32 rounding of u itself); GELU erf within 2e-6
- * relative, its derivative 1e-6. */
+/* One activation (deriv 0) or derivative (deriv 1) over ys[0..n) through the
+ * current path's row helper (fp_norm_cpu_act_row: the AVX2 kernels' 8-lane
+ * code or the portable scalar helpers), into out. */
+static void act_sweep(int act, int deriv, const float *ys, float *out, size_t n) {
+    memcpy(out, ys, n * sizeof *out);
+    fp_norm_cpu_act_row(act, deriv, out, (int64_t)n);
+}
+static float act1(int act, int deriv, float y) {
+    float v[3] = {y, y, y}; /* a row of 3: the AVX2 tail path */
+    fp_norm_cpu_act_row(act, deriv, v, 3);
+    return v[1];
+}
+/* y in [lo, hi] by step, as an array */
+static float *sweep(float lo, float hi, float step, size_t *n) {
+    size_t cap = (size_t)((hi - lo) / step) + 2, k = 0;
+    float *ys = malloc(cap * sizeof *ys);
+    for (float y = lo; y <= hi && k < cap; y += step) ys[k++] = y;
+    *n = k;
+    return ys;
+}
+
+/* The CPU fused path's activations (the current path: run once portable,
+ * once AVX2) against double libm over y in [-30, 30] (and exp over its
+ * whole clamped range): exp within 2 ulp; the activations within 1e-6
+ * relative; the derivatives within 1e-6 relative or 1e-6 absolute (they
+ * cross zero); GELU tanh's bound scaled by 1 + |2u| (the f32 rounding of u
+ * itself); GELU erf within 2e-6 relative, its derivative 1e-6. Saturation
+ * for huge finite |y| and +-inf (the limits: y or 0, derivatives 1 or 0),
+ * NaN propagated. */
 static void test_vector_activations(void) {
     double worst_exp = 0.0;
     for (float x = -87.0f; x <= 87.0f; x += 0.00731f) {
@@ -372,32 +396,43 @@ static void test_vector_activations(void) {
     /* beyond the clamp: finite, tiny / huge, never NaN or inf */
     CHECK(fp_norm_vexpf(-1000.0f) > 0.0f && fp_norm_vexpf(-1000.0f) < 2e-38f);
     CHECK(fp_norm_vexpf(1000.0f) > 1e37f && isfinite(fp_norm_vexpf(1000.0f)));
-    CHECK(isnan(fp_norm_vsilu(NAN)) && isnan(fp_norm_vgelu_tanh(NAN)) && isnan(fp_norm_vdsilu(NAN)) &&
-          isnan(fp_norm_vdgelu_tanh(NAN)));
-    /* huge finite |y|: saturated, the exp clamp does not leak (y / (1 + e^87) would be -1.6e-8 at -1e30) */
-    for (float big = 1e3f; big < 3e38f; big *= 1e5f) {
-        CHECK(fp_norm_vsilu(big) == big && fabsf(fp_norm_vsilu(-big)) < 1e-30f);
-        CHECK(fp_norm_vgelu_tanh(big) == big && fabsf(fp_norm_vgelu_tanh(-big)) < 1e-30f);
-        CHECK(fp_norm_vgelu_erf(big) == big && fabsf(fp_norm_vgelu_erf(-big)) < 1e-30f);
-        CHECK(fp_norm_vdsilu(big) == 1.0f && fabsf(fp_norm_vdsilu(-big)) < 1e-30f);
-        CHECK(fp_norm_vdgelu_tanh(big) == 1.0f && fabsf(fp_norm_vdgelu_tanh(-big)) < 1e-30f);
-        CHECK(fp_norm_vdgelu_erf(big) == 1.0f && fabsf(fp_norm_vdgelu_erf(-big)) < 1e-30f);
+    const int acts[4] = {FP_NORM_ACT_SILU, FP_NORM_ACT_GELU_TANH, FP_NORM_ACT_GELU_ERF, FP_NORM_ACT_RELU};
+    for (int a = 0; a < 4; ++a)
+        for (int dv = 0; dv < 2; ++dv) {
+            const int act = acts[a];
+            if (act != FP_NORM_ACT_RELU) CHECK_MSG(isnan(act1(act, dv, NAN)), "act %d deriv %d: NaN not kept", act, dv);
+            /* huge finite |y| and inf: saturated, the exp clamp does not leak
+             * (y / (1 + e^87) would be -1.6e-8 at -1e30) */
+            for (float big = 1e3f;; big *= 1e5f) {
+                if (big > 3e38f) big = INFINITY;
+                const float hi = act1(act, dv, big), lo = act1(act, dv, -big);
+                CHECK_MSG(hi == (dv ? 1.0f : big) && fabsf(lo) < 1e-30f, "act %d deriv %d at +-%g: %g, %g", act, dv,
+                          (double)big, (double)hi, (double)lo);
+                if (isinf(big)) break;
+            }
+        }
+    size_t n;
+    float *ys = sweep(-30.0f, 30.0f, 0.000917f, &n);
+    float *got[4];
+    const int sw_act[4] = {FP_NORM_ACT_SILU, FP_NORM_ACT_GELU_TANH, FP_NORM_ACT_SILU, FP_NORM_ACT_GELU_TANH};
+    for (int i = 0; i < 4; ++i) {
+        got[i] = malloc(n * sizeof(float));
+        act_sweep(sw_act[i], i >= 2, ys, got[i], n);
     }
     double worst[4] = {0, 0, 0, 0};
     const double k = FP_NORM_GELU_K, c = FP_NORM_GELU_C;
-    for (float y = -30.0f; y <= 30.0f; y += 0.000917f) {
+    for (size_t q = 0; q < n; ++q) {
         /* 0.5 (1 + tanh(u)) as sigmoid(2u) and 1 - tanh(u)^2 as
          * 4 s (1 - s) in double: 1 + tanh(u) itself loses every digit in
          * double below u = -19 */
-        const double yd = (double)y, u = k * (yd + c * yd * yd * yd), sg = 1.0 / (1.0 + exp(-yd));
+        const double yd = (double)ys[q], u = k * (yd + c * yd * yd * yd), sg = 1.0 / (1.0 + exp(-yd));
         const double s2 = 1.0 / (1.0 + exp(-2.0 * u)), oms2 = exp(-2.0 * u) * s2;
         const double ref[4] = {yd * sg, yd * s2, sg * (1.0 + yd * (1.0 - sg)),
                                s2 + 2.0 * yd * s2 * oms2 * k * (1.0 + 3.0 * c * yd * yd)};
         if (fabs(u) < 5.0) /* where tanh is accurate: the textbook forms agree */
             CHECK(fabs(ref[1] - 0.5 * yd * (1.0 + tanh(u))) <= 1e-12 * fmax(1.0, fabs(yd)));
-        const float got[4] = {fp_norm_vsilu(y), fp_norm_vgelu_tanh(y), fp_norm_vdsilu(y), fp_norm_vdgelu_tanh(y)};
         for (int i = 0; i < 4; ++i) {
-            double e = fabs((double)got[i] - ref[i]);
+            double e = fabs((double)got[i][q] - ref[i]);
             /* activations: relative (tiny values for negative y included);
              * derivatives: relative, or absolute near their zeros */
             e = i < 2 ? (ref[i] != 0.0 ? e / fabs(ref[i]) : e) : e / fmax(fabs(ref[i]), 1.0);
@@ -410,35 +445,125 @@ static void test_vector_activations(void) {
     }
     const char *names[4] = {"silu", "gelu_tanh", "d silu", "d gelu_tanh"};
     for (int i = 0; i < 4; ++i) CHECK_MSG(worst[i] <= 1e-6, "%s: worst error %.3g", names[i], worst[i]);
+    for (int i = 0; i < 4; ++i) free(got[i]);
+    free(ys);
     /* GELU erf against double erfc (accurate in the negative tail, where
      * 1 + erf would not be); the inner/outer switch at |y| = sqrt(2) and
      * the tail down to the clamp included */
+    ys = sweep(-14.0f, 14.0f, 0.000613f, &n);
+    float *g = malloc(n * sizeof(float)), *dg = malloc(n * sizeof(float));
+    act_sweep(FP_NORM_ACT_GELU_ERF, 0, ys, g, n);
+    act_sweep(FP_NORM_ACT_GELU_ERF, 1, ys, dg, n);
     double worst_g = 0.0, worst_dg = 0.0;
     float at_g = 0.0f, at_dg = 0.0f;
-    for (float y = -14.0f; y <= 14.0f; y += 0.000613f) {
-        const double yd = (double)y, phi = 0.5 * erfc(-yd / sqrt(2.0));
-        const double g = yd * phi, dg = phi + yd * exp(-0.5 * yd * yd) / sqrt(2.0 * M_PI);
-        if (fabs(g) > 1e-30) {
-            const double e = fabs((double)fp_norm_vgelu_erf(y) - g) / fabs(g);
-            if (e > worst_g) { worst_g = e; at_g = y; }
+    for (size_t q = 0; q < n; ++q) {
+        const double yd = (double)ys[q], phi = 0.5 * erfc(-yd / sqrt(2.0));
+        const double gr = yd * phi, dgr = phi + yd * exp(-0.5 * yd * yd) / sqrt(2.0 * M_PI);
+        if (fabs(gr) > 1e-30) {
+            const double e = fabs((double)g[q] - gr) / fabs(gr);
+            if (e > worst_g) { worst_g = e; at_g = ys[q]; }
         }
-        const double e2 = fabs((double)fp_norm_vdgelu_erf(y) - dg) / fmax(fabs(dg), 1.0);
-        if (e2 > worst_dg) { worst_dg = e2; at_dg = y; }
+        const double e2 = fabs((double)dg[q] - dgr) / fmax(fabs(dgr), 1.0);
+        if (e2 > worst_dg) { worst_dg = e2; at_dg = ys[q]; }
     }
     /* worst near y = -sqrt(2), where 0.5 + 0.5 erf(y / sqrt(2)) = 0.08 cancels ~3 bits (1.0e-6 measured) */
     CHECK_MSG(worst_g <= 2e-6, "gelu_erf: worst relative error %.3g at y = %g", worst_g, (double)at_g);
     CHECK_MSG(worst_dg <= 1e-6, "d gelu_erf: worst error %.3g at y = %g", worst_dg, (double)at_dg);
-    CHECK(isnan(fp_norm_vgelu_erf(NAN)) && fp_norm_vgelu_erf(1e30f) == 1e30f &&
-          fabsf(fp_norm_vgelu_erf(-1e30f)) < 1e-30f);
+    free(g);
+    free(dg);
+    free(ys);
 }
 
-int main(void) {
+static uint32_t bits_of(float v) {
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    return b;
+}
+
+/* The current path's f16 / bf16 row conversions against half.h's scalar
+ * RNE ones, bit for bit: every 16-bit input loaded; stored: every float
+ * rounding boundary between two 16-bit values (the midpoint and its
+ * neighbours), and one float in 61 over the whole 32-bit space (NaN payloads,
+ * infinities, subnormals included). Rows of 1001 elements: the AVX2 tail
+ * path too. */
+static void test_conversions(void) {
+    enum { ROW = 1001 };
+    uint16_t *h = malloc(65536 * sizeof *h), *h2 = malloc(65536 * 3 * sizeof *h2);
+    float *f = malloc(65536 * 3 * sizeof *f);
+    for (int dt = FP_F16; dt <= FP_BF16; ++dt) {
+        if (dt != FP_F16 && dt != FP_BF16) continue;
+        for (int i = 0; i < 65536; ++i) h[i] = (uint16_t)i;
+        for (int i = 0; i < 65536; i += ROW)
+            fp_norm_cpu_load_row(f + i, h + i, dt, 65536 - i < ROW ? 65536 - i : ROW);
+        int bad = 0;
+        for (int i = 0; i < 65536 && bad < 5; ++i) {
+            const float want = dt == FP_F16 ? fp_h2f(h[i]) : fp_b2f(h[i]);
+            if (memcmp(&want, &f[i], 4) != 0) {
+                fprintf(stderr, "load dt %d: 0x%04x -> %08x, want %08x\n", dt, i, bits_of(f[i]), bits_of(want));
+                ++bad;
+            }
+        }
+        CHECK_MSG(bad == 0, "dtype %d: load not bit-exact", dt);
+        /* the boundaries between h and h + 1 (same sign, finite) */
+        size_t k = 0;
+        for (int i = 0; i < 65536; ++i) {
+            const float a = dt == FP_F16 ? fp_h2f((uint16_t)i) : fp_b2f((uint16_t)i);
+            const float b = dt == FP_F16 ? fp_h2f((uint16_t)(i + 1)) : fp_b2f((uint16_t)(i + 1));
+            if (!isfinite(a) || ((i + 1) & 0x7fff) == 0) continue;
+            const float mid = (float)(((double)a + (double)b) * 0.5);
+            f[k++] = mid;
+            f[k++] = nextafterf(mid, -INFINITY);
+            f[k++] = nextafterf(mid, INFINITY);
+        }
+        for (size_t i = 0; i < k; i += ROW)
+            fp_norm_cpu_store_row(h2 + i, dt, f + i, (int64_t)(k - i < ROW ? k - i : ROW));
+        bad = 0;
+        for (size_t i = 0; i < k; ++i) {
+            const uint16_t want = dt == FP_F16 ? fp_f2h(f[i]) : fp_f2b(f[i]);
+            if (want != h2[i] && bad++ < 5)
+                fprintf(stderr, "store dt %d: %a -> 0x%04x, want 0x%04x\n", dt, (double)f[i], h2[i], want);
+        }
+        CHECK_MSG(bad == 0, "dtype %d: store not bit-exact at %d rounding boundaries", dt, bad);
+        /* a dense sweep of the bit patterns */
+        bad = 0;
+        for (uint64_t base = 0; base < (1ull << 32); base += 61ull * 65536 * 3) {
+            size_t m = 0;
+            for (uint64_t b = base; b < base + 61ull * 65536 * 3 && b < (1ull << 32); b += 61) {
+                const uint32_t bits = (uint32_t)b;
+                memcpy(&f[m++], &bits, 4);
+            }
+            for (size_t i = 0; i < m; i += ROW)
+                fp_norm_cpu_store_row(h2 + i, dt, f + i, (int64_t)(m - i < ROW ? m - i : ROW));
+            for (size_t i = 0; i < m; ++i) {
+                const uint16_t want = dt == FP_F16 ? fp_f2h(f[i]) : fp_f2b(f[i]);
+                if (want != h2[i] && bad++ < 5)
+                    fprintf(stderr, "store dt %d: bits %08x -> 0x%04x, want 0x%04x\n", dt, bits_of(f[i]), h2[i], want);
+            }
+        }
+        CHECK_MSG(bad == 0, "dtype %d: store not bit-exact at %d of the swept floats", dt, bad);
+    }
+    free(h);
+    free(h2);
+    free(f);
+}
+
+/* argv[1] "--portable": the whole suite on the portable path (ctest runs
+ * both: test_norm_cpu, test_norm_cpu_portable). */
+int main(int argc, char **argv) {
+    const int portable = argc > 1 && strcmp(argv[1], "--portable") == 0;
+    fp_norm_cpu_force_portable(portable);
+    printf("CPU norm path: %s\n", fp_norm_cpu_simd() ? "AVX2" : "portable");
+    if (portable) CHECK(fp_norm_cpu_simd() == 0);
+    /* the AVX2 path must be the one taken where it can be (else it would go untested) */
+    else if (fp_norm_avx2_built && getenv("FASTPATH_NORM_CPU") == NULL && fp_norm_cpu_has_avx2())
+        CHECK(fp_norm_cpu_simd() == 1);
     fp_context *ctx = NULL;
     CHECK_OK(fp_context_create(FP_DEVICE_CPU, -1, &ctx));
     if (!ctx) return 1;
     CHECK_OK(fp_context_set_option(ctx, FP_CTX_CPU_THREADS, 4));
     test_names();
     test_vector_activations();
+    test_conversions();
     test_bad_input(ctx);
     test_backward_scratch_overflow(ctx);
     test_forward_combos(ctx);
