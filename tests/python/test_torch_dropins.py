@@ -188,6 +188,39 @@ def test_add_layer_norm_backward(device):
         close(g, rf, dt, scale=5)
 
 
+@needs_norm
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("used", ["out", "sum"])
+def test_add_layer_norm_backward_one_output(device, used):
+    """Only one of (out, x + r) reaches the loss: the other's gradient is None
+    inside the Function (no zero tensor materialized) and the result matches
+    torch's."""
+    dt = torch.float32
+    x0, r0 = gen(5, 96, device=device, dtype=dt), gen(5, 96, device=device, dtype=dt, seed=21)
+    w0, b0 = gen(96, device=device, dtype=dt, seed=22), gen(96, device=device, dtype=dt, seed=23)
+    g = gen(5, 96, device=device, dtype=dt, seed=24)
+
+    def run(fn):
+        x, r, w, b = (t.detach().clone().requires_grad_() for t in (x0, r0, w0, b0))
+        out, s = fn(x, r, w, b)
+        (out if used == "out" else s).backward(g)
+        return [x.grad, r.grad, w.grad, b.grad]
+
+    fresh()
+    got = run(lambda x, r, w, b: fpt.add_layer_norm(x, r, w, b, 1e-5, activation="gelu"))
+    assert_fast()
+
+    def ref_fn(x, r, w, b):
+        s = x + r
+        return F.gelu(F.layer_norm(s, (96,), w, b, 1e-5)), s
+
+    for gg, rf in zip(got, run(ref_fn)):
+        if rf is None:
+            assert gg is None or torch.count_nonzero(gg) == 0
+        else:
+            close(gg, rf, dt, scale=5)
+
+
 # ---------------------------------------------------------------------------
 # attention
 # ---------------------------------------------------------------------------

@@ -317,12 +317,19 @@ class _AddNormFn(torch.autograd.Function):
         s = s.view(x.shape)
         ctx.save_for_backward(s, weight, bias, mean, rstd)
         ctx.kind, ctx.activation, ctx.cols = kind, activation, cols
+        # An unused output's gradient arrives as None, not as a zero tensor
+        # the size of x (the residual sum is often not used by the loss).
+        ctx.set_materialize_grads(False)
         return out.view(x.shape), s
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g_out, g_res):
         s, weight, bias, mean, rstd = ctx.saved_tensors
+        if g_out is None and g_res is None:
+            return None, None, None, None, None, None, None, None
+        if g_out is None:  # only the residual sum reaches the loss
+            g_out = torch.zeros_like(s)
         dx, dw, db = _norm_backward(ctx.kind, ctx.activation, ctx.cols, g_out, s, weight, bias,
                                     mean, rstd, g_res, ctx.needs_input_grad[2],
                                     ctx.needs_input_grad[3])
