@@ -127,18 +127,10 @@ struct fp_allocator {
  * lock/unlock pair, a third of a cache hit). Critical sections are short
  * except when the upstream is called (cudaMalloc/cudaFree), so waiters spin
  * briefly, then yield, then sleep. */
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 static void lock_slow(atomic_int *l) {
     for (unsigned n = 0;; ++n) {
         if (n < 64) {
-            cpu_relax();
+            fp_cpu_relax();
         } else if (n < 256) {
             sched_yield();
         } else {

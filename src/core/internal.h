@@ -122,6 +122,15 @@ void fp_stats_from_sorted(const double *sorted, int n, fp_stats *out);
 /* Monotonic clock in seconds. */
 double fp_now_s(void);
 
+/* A spin-wait hint (pause / yield) for short busy loops. */
+static inline void fp_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,12 +12,11 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "internal.h"
 
 /* How long an idle worker watches for the next job before it sleeps. */
-#define POOL_SPIN_NS 50000L
+#define POOL_SPIN_S 50e-6
 
 struct fp_thread_pool {
     int size;
@@ -47,30 +46,15 @@ static void run_chunks(fp_thread_pool *p) {
     }
 }
 
-static long elapsed_ns(const struct timespec *t0) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long)(t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-/* Watches for a generation other than `seen` for up to POOL_SPIN_NS. */
+/* Watches for a generation other than `seen` for up to POOL_SPIN_S. */
 static void spin_for_work(fp_thread_pool *p, unsigned long seen) {
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = fp_now_s();
     for (int i = 0;; ++i) {
         if (atomic_load_explicit(&p->generation, memory_order_relaxed) != seen ||
             atomic_load_explicit(&p->stop, memory_order_relaxed))
             return;
-        cpu_relax();
-        if ((i & 63) == 63 && elapsed_ns(&t0) > POOL_SPIN_NS) return;
+        fp_cpu_relax();
+        if ((i & 63) == 63 && fp_now_s() - t0 > POOL_SPIN_S) return;
     }
 }
 
