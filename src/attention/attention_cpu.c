@@ -197,26 +197,36 @@ static void naive_heads(const fp_attn_args *a, float *S, size_t begin, size_t en
     }
 }
 
-static void naive_chunks(void *arg, size_t cbegin, size_t cend) {
-    const fp_attn_cpu_job *J = arg;
+typedef struct heads_job {
+    fp_attn_cpu_job J;
+    fp_attn_heads_fn heads;
+} heads_job;
+
+static void heads_chunks(void *arg, size_t cbegin, size_t cend) {
+    const heads_job *H = arg;
     for (size_t c = cbegin; c < cend; ++c)
-        naive_heads(J->a, J->scratch + c * J->per, fp_attn_chunk_begin(J, c), fp_attn_chunk_begin(J, c + 1));
+        H->heads(H->J.a, H->J.scratch + c * H->J.per, fp_attn_chunk_begin(&H->J, c),
+                 fp_attn_chunk_begin(&H->J, c + 1));
 }
 
-fp_status fp_attn_cpu_naive_portable(fp_thread_pool *pool, const fp_attn_args *a) {
-    fp_attn_cpu_job J = {.a = a};
-    J.ntasks = (size_t)a->batch * a->heads_q;
+fp_status fp_attn_run_per_head(fp_thread_pool *pool, const fp_attn_args *a, size_t per, fp_attn_heads_fn heads) {
+    heads_job H = {.J = {.a = a, .per = per}, .heads = heads};
+    H.J.ntasks = (size_t)a->batch * a->heads_q;
     /* one score matrix per thread: it is the memory-hungry baseline */
-    J.nchunks = fp_attn_job_chunks(pool, J.ntasks, 1);
-    const size_t sq_sk = (size_t)a->seqlen_q * (size_t)a->seqlen_k;
-    J.per = sq_sk <= SIZE_MAX / 2 - 3 * (size_t)a->head_dim ? sq_sk + 3 * (size_t)a->head_dim : 0;
+    H.J.nchunks = fp_attn_job_chunks(pool, H.J.ntasks, 1);
     char what[96];
     snprintf(what, sizeof what, "materialized attention: score matrix of %d x %d floats", a->seqlen_q,
              a->seqlen_k);
-    FP_TRY(fp_attn_job_alloc(&J, what));
-    fp_parallel_for(pool, J.nchunks, 1, naive_chunks, &J);
-    free(J.scratch);
+    FP_TRY(fp_attn_job_alloc(&H.J, what));
+    fp_parallel_for(pool, H.J.nchunks, 1, heads_chunks, &H);
+    free(H.J.scratch);
     return FP_OK;
+}
+
+fp_status fp_attn_cpu_naive_portable(fp_thread_pool *pool, const fp_attn_args *a) {
+    const size_t sq_sk = (size_t)a->seqlen_q * (size_t)a->seqlen_k;
+    const size_t per = sq_sk <= SIZE_MAX / 2 - 3 * (size_t)a->head_dim ? sq_sk + 3 * (size_t)a->head_dim : 0;
+    return fp_attn_run_per_head(pool, a, per, naive_heads);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -295,24 +295,8 @@ static void naive_blas_heads(const fp_attn_args *a, float *mem, size_t begin, si
     }
 }
 
-static void naive_blas_chunks(void *arg, size_t cbegin, size_t cend) {
-    const fp_attn_cpu_job *J = arg;
-    for (size_t c = cbegin; c < cend; ++c)
-        naive_blas_heads(J->a, J->scratch + c * J->per, fp_attn_chunk_begin(J, c), fp_attn_chunk_begin(J, c + 1));
-}
-
 fp_status fp_attn_cpu_naive_blas(fp_thread_pool *pool, const fp_attn_args *a) {
-    fp_attn_cpu_job J = {.a = a};
-    J.ntasks = (size_t)a->batch * a->heads_q;
-    J.nchunks = fp_attn_job_chunks(pool, J.ntasks, 1); /* one score matrix per thread */
-    J.per = naive_blas_floats(a);
-    char what[96];
-    snprintf(what, sizeof what, "materialized attention: score matrix of %d x %d floats", a->seqlen_q,
-             a->seqlen_k);
-    FP_TRY(fp_attn_job_alloc(&J, what));
-    fp_parallel_for(pool, J.nchunks, 1, naive_blas_chunks, &J);
-    free(J.scratch);
-    return FP_OK;
+    return fp_attn_run_per_head(pool, a, naive_blas_floats(a), naive_blas_heads);
 }
 
 fp_status fp_attn_cpu_flash_blas(fp_thread_pool *pool, const fp_attn_args *a) {

@@ -143,6 +143,11 @@ fp_status fp_attn_job_alloc(fp_attn_cpu_job *J, const char *what);
 size_t fp_attn_chunk_begin(const fp_attn_cpu_job *J, size_t c);
 /* Chunks for ntasks tasks: per_thread per pool thread, at most ntasks. */
 size_t fp_attn_job_chunks(fp_thread_pool *pool, size_t ntasks, size_t per_thread);
+/* The materialized baselines' driver: heads(a, mem, begin, end) for the
+ * (batch, query head) tasks [begin, end), over one chunk per pool thread,
+ * each with `per` floats of scratch (0: the size overflowed). */
+typedef void (*fp_attn_heads_fn)(const fp_attn_args *a, float *mem, size_t begin, size_t end);
+fp_status fp_attn_run_per_head(fp_thread_pool *pool, const fp_attn_args *a, size_t per, fp_attn_heads_fn heads);
 
 /* Elementwise kernels (attention_cpu_simd.c): `simd` = 1 selects the AVX2
  * versions, only valid where fp_attn_simd_available() said 1. */
