@@ -27,7 +27,13 @@ have_blis_header() {
   return 1
 }
 if ! have_pkg libblis-dev && ! have_blis_header; then need_apt+=(libblis-dev); fi
-command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+if ! command -v python3 >/dev/null 2>&1; then
+  need_apt+=(python3 python3-pip)
+elif ! python3 -m pip --version >/dev/null 2>&1 &&
+     { ! python3 -c "import pytest, numpy" >/dev/null 2>&1 ||
+       { [ "${FASTPATH_TEST_TORCH:-0}" = 1 ] && ! python3 -c "import torch" >/dev/null 2>&1; }; }; then
+  need_apt+=(python3-pip) # Debian's python3 comes without pip: the pip installs below need it
+fi
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

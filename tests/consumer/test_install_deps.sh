@@ -3,6 +3,7 @@
 # commands (nothing is installed): with every tool present and a BLIS header
 # on the system but no libblis-dev package (another flavour such as
 # libblis-openmp-dev provides it), nothing may be asked of apt.
+# Then a python3 without pip: python3-pip must be installed by apt.
 # Skips (77) on a machine without a BLIS header.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,5 +22,20 @@ chmod +x "$stubs"/*
 PATH="$stubs:$PATH" bash "$root/scripts/install-deps.sh"
 if [ -f "$stubs/apt.log" ]; then
   echo "install-deps asked apt for packages already present:"; cat "$stubs/apt.log"; exit 1
+fi
+
+# A python3 without pip (Debian's default) and without pytest: python3-pip
+# must come from apt before the pip installs.
+cat > "$stubs/python3" <<'PY'
+#!/bin/sh
+case "$*" in
+  "-m pip --version") exit 1 ;;
+  "-c import pytest, numpy") exit 1 ;;
+esac
+exit 0
+PY
+PATH="$stubs:$PATH" bash "$root/scripts/install-deps.sh"
+if ! grep -q "install .*python3-pip" "$stubs/apt.log" 2>/dev/null; then
+  echo "install-deps did not install python3-pip for a python3 without pip"; exit 1
 fi
 echo "install-deps OK"
