@@ -30,7 +30,10 @@ def main():
             continue
         seen.add(src)
         out = args.index("-o")
-        args = [clang] + args[1:out] + args[out + 2:] + ["-fsyntax-only", "-Werror"]
+        args = args[:out] + args[out + 2:]
+        while args and not args[0].startswith("-"):  # the compiler (and a launcher such as ccache)
+            args.pop(0)
+        args = [clang] + args + ["-fsyntax-only", "-Werror"]
         r = subprocess.run(args, cwd=e["directory"], capture_output=True, text=True)
         if r.returncode:
             failed += 1
