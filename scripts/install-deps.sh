@@ -18,9 +18,22 @@ command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v ccache >/dev/null 2>&1 || need_apt+=(ccache)
 if ! have_pkg libcjson-dev && [ ! -f /usr/include/cjson/cJSON.h ]; then need_apt+=(libcjson-dev); fi
 # any BLIS flavour (openmp / pthread / serial) provides blis.h and libblis.so
-if ! have_pkg libblis-dev && ! ls /usr/include/blis.h /usr/include/*/blis.h /usr/include/blis/blis.h \
-    >/dev/null 2>&1; then need_apt+=(libblis-dev); fi
-command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+# (one header found is enough: `ls` of several paths fails when any is absent)
+have_blis_header() {
+  local h
+  for h in /usr/include/blis.h /usr/include/*/blis.h /usr/include/blis/blis.h; do
+    [ -f "$h" ] && return 0
+  done
+  return 1
+}
+if ! have_pkg libblis-dev && ! have_blis_header; then need_apt+=(libblis-dev); fi
+if ! command -v python3 >/dev/null 2>&1; then
+  need_apt+=(python3 python3-pip)
+elif ! python3 -m pip --version >/dev/null 2>&1 &&
+     { ! python3 -c "import pytest, numpy" >/dev/null 2>&1 ||
+       { [ "${FASTPATH_TEST_TORCH:-0}" = 1 ] && ! python3 -c "import torch" >/dev/null 2>&1; }; }; then
+  need_apt+=(python3-pip) # Debian's python3 comes without pip: the pip installs below need it
+fi
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -642,6 +642,24 @@ static size_t release_free_segments(fp_allocator *a, int cls, int (*order)(const
     return released;
 }
 
+/* The event ops' check_stream on `stream`: a caller's callback cannot record
+ * a message (fp_set_error is internal) and may return any int, so its
+ * failure is reported with a message naming it, and a value outside
+ * fp_status as FP_ERR_INVALID_ARGUMENT (as for the upstream below); the
+ * message of a callback that set one (the CUDA ops') is kept. */
+static fp_status check_stream(fp_allocator *a, uintptr_t stream) {
+    if (!a->ev.check_stream) return FP_OK;
+    fp_clear_error();
+    const fp_status st = a->ev.check_stream(a->ev.opaque, (fp_stream)stream);
+    if (st == FP_OK) return FP_OK;
+    if ((int)st < FP_OK || (int)st > FP_ERR_INTERNAL)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "event ops' check_stream(stream %p) returned %d, not an fp_status",
+                            (void *)stream, (int)st);
+    if (!fp_last_error()[0])
+        return fp_set_error(st, "event ops' check_stream refused stream %p: %s", (void *)stream, fp_status_string(st));
+    return st;
+}
+
 /* Asks the upstream for a segment (respecting the cap); FP_ERR_OUT_OF_MEMORY
  * when refused. */
 static fp_status segment_reserve(fp_allocator *a, size_t size, int is_small, void **out) {
@@ -897,7 +915,7 @@ static fp_status alloc_slow(fp_allocator *a, fp_pool *pool, int small, uintptr_t
             return FP_OK;
         }
     }
-    if (a->ev.check_stream) FP_TRY(a->ev.check_stream(a->ev.opaque, (fp_stream)stream));
+    FP_TRY(check_stream(a, stream));
     COUNT(a, small, cache_misses);
     size_t seg_size = small ? FP_ALLOC_SMALL_SEGMENT
                     : rsize < FP_ALLOC_MIN_LARGE_ALLOC
@@ -1068,8 +1086,8 @@ fp_status fp_alloc_record_stream(fp_allocator *a, void *ptr, fp_stream stream) {
     if ((uintptr_t)stream != b->stream || a->ev.record) {
         int seen = 0;
         for (uint16_t i = 0; i < b->n_uses; ++i) seen |= b->uses[i] == stream;
-        if (!seen && a->ev.check_stream) {
-            st = a->ev.check_stream(a->ev.opaque, stream);
+        if (!seen) {
+            st = check_stream(a, (uintptr_t)stream);
             if (st != FP_OK) goto done;
         }
         if (!seen) {

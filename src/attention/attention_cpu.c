@@ -32,11 +32,6 @@
 #define CPU_BR 32 /* query rows per tile */
 #define CPU_BC 64 /* keys per tile */
 
-static inline float bf16_f32(uint16_t u) {
-    union { uint32_t u; float f; } x = {(uint32_t)u << 16};
-    return x.f;
-}
-
 /* Dot product of n (a multiple of 8) floats with 8 independent partial sums,
  * so the compiler can keep them in one vector register. */
 static inline float dot8(const float *a, const float *b, int n) {

@@ -72,6 +72,7 @@ typedef struct fake_event {
 typedef struct fake_events {
     fp_stream refuse;  /* record fails on this stream (like a capturing one) */
     fp_stream foreign; /* check_stream rejects this stream (another device's) */
+    int foreign_status; /* what check_stream returns for it (0: FP_ERR_INVALID_ARGUMENT) */
     fake_event *live;
     size_t records, queries, destroys, live_count;
 } fake_events;
@@ -121,7 +122,8 @@ static inline void fake_complete(fake_events *f, fp_stream stream, int all) {
 /* Rejects f->foreign (like a stream of another device). */
 static fp_status fe_check_stream(void *opaque, fp_stream stream) {
     fake_events *f = opaque;
-    return f->foreign && stream == f->foreign ? FP_ERR_INVALID_ARGUMENT : FP_OK;
+    if (!f->foreign || stream != f->foreign) return FP_OK;
+    return f->foreign_status ? (fp_status)f->foreign_status : FP_ERR_INVALID_ARGUMENT;
 }
 
 static inline fp_alloc_event_ops fake_event_ops(fake_events *f) {

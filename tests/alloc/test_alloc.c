@@ -282,7 +282,20 @@ static void test_streams_and_events(void) {
     void *bad = (void *)0x1;
     CHECK_STATUS(fp_alloc_alloc(a, 12 * MiB, f.foreign, &bad), FP_ERR_INVALID_ARGUMENT);
     CHECK(bad == (void *)0x1 && u.n_log == calls);
+    /* A caller's check_stream cannot set a message: the allocator names it,
+     * and a value outside fp_status becomes FP_ERR_INVALID_ARGUMENT. */
+    CHECK_MSG(strstr(fp_last_error(), "check_stream") != NULL, "message: '%s'", fp_last_error());
+    f.foreign_status = 42;
+    CHECK_STATUS(fp_alloc_alloc(a, 12 * MiB, f.foreign, &bad), FP_ERR_INVALID_ARGUMENT);
+    CHECK_MSG(strstr(fp_last_error(), "42") != NULL, "message: '%s'", fp_last_error());
+    f.foreign_status = FP_ERR_UNSUPPORTED;
+    CHECK_STATUS(fp_alloc_alloc(a, 12 * MiB, f.foreign, &bad), FP_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(fp_last_error(), "check_stream") != NULL, "message: '%s'", fp_last_error());
+    CHECK(bad == (void *)0x1 && u.n_log == calls);
     z = xalloc(a, 4096, S1);
+    CHECK_STATUS(fp_alloc_record_stream(a, z, f.foreign), FP_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(fp_last_error(), "check_stream") != NULL, "message: '%s'", fp_last_error());
+    f.foreign_status = 0;
     CHECK_STATUS(fp_alloc_record_stream(a, z, f.foreign), FP_ERR_INVALID_ARGUMENT);
     CHECK_OK(fp_alloc_free(a, z));
     fp_alloc_stats after = get_stats(a);
