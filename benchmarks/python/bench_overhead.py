@@ -3,6 +3,12 @@ against the torch eager op doing the same work.
 
   FASTPATH_LIB=build/libfastpath.so PYTHONPATH=bindings/python \
       python benchmarks/python/bench_overhead.py [--calls 200] [--blocks 60] [--threads 1]
+      [--clock wall|thread] [--fp-threads N] [--only layer_norm,sdpa] [--smoke]
+
+--clock thread times the calling thread's CPU time (robust on a loaded
+machine); --fp-threads 1 runs fastpath's CPU context with one worker, which
+leaves the pool's wake-up out: together they isolate the bindings' own cost.
+Exits 1 when a drop-in fell back to torch (the row would measure torch).
 
 Each row times blocks of --calls calls of one op (interleaved with its torch
 counterpart, block by block, so load from other processes hits both alike)

@@ -277,9 +277,9 @@ def _norm_forward_cols(kind, activation, x, residual, weight, bias, eps, want_st
                if residual is not None else None)
     mean = rstd = None
     if want_stats:
-        rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+        rstd = x.new_empty(rows, dtype=torch.float32)  # on x's device
         if kind == "layernorm":
-            mean = torch.empty(rows, dtype=torch.float32, device=x.device)
+            mean = x.new_empty(rows, dtype=torch.float32)
     p = _norm._params(_norm.KINDS[kind], _norm.ACTIVATIONS[activation], rows, cols,
                       _DTYPE_IDS[x.dtype], px, xs, pr, rs, _ptr(weight), _ptr(bias),
                       out.data_ptr(), _ptr(res_out), _ptr(mean), _ptr(rstd), eps)
