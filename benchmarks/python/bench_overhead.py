@@ -119,8 +119,10 @@ def cases():
         return F.layer_norm(s, (64,), w, b), s
 
     return [
-        ("layer_norm", lambda: fpt.layer_norm(x, (64,), w, b), lambda: F.layer_norm(x, (64,), w, b)),
-        ("rms_norm", lambda: fpt.rms_norm(x, (64,), w, 1e-6), lambda: F.rms_norm(x, (64,), w, 1e-6)),
+        ("layer_norm", lambda: fpt.layer_norm(x, (64,), w, b),
+         lambda: F.layer_norm(x, (64,), w, b)),
+        ("rms_norm", lambda: fpt.rms_norm(x, (64,), w, 1e-6),
+         lambda: F.rms_norm(x, (64,), w, 1e-6)),
         ("add_layer_norm", lambda: fpt.add_layer_norm(x, r, w, b), add_t),
         ("layer_norm_fwd_bwd", ln_fb_fp, ln_fb_t),
         ("rms_norm_fwd_bwd", rms_fb_fp, rms_fb_t),

@@ -33,7 +33,8 @@ def test_norm_params_match_make_params(seed):
     rows, cols, xs, rs = _ints(rng, 4)
     x, res, g, b, out, ro, mean, rstd = _ptrs(rng, 8)
     eps = rng.choice(EPS)
-    fast = norm._params(kind, act, rows, cols, dtype, x, xs, res, rs, g, b, out, ro, mean, rstd, eps)
+    fast = norm._params(kind, act, rows, cols, dtype, x, xs, res, rs, g, b, out, ro, mean, rstd,
+                        eps)
     ref = norm.make_params(kind=kind, activation=act, rows=rows, cols=cols, dtype=dtype, x=x,
                            x_stride=xs, residual=res, residual_stride=rs, gamma=g, beta=b, out=out,
                            residual_out=ro, mean=mean, rstd=rstd, eps=eps)

@@ -291,8 +291,9 @@ def init_struct(cls, default_name):
             raw = ctypes.CFUNCTYPE(None, c_void_p)((default_name, lib))
             want = _checked_sizes[default_name] = c_struct_size(raw)
         if want != ctypes.sizeof(cls):
-            raise RuntimeError(f"{cls.__name__}: ctypes size {ctypes.sizeof(cls)} != {want} written "
-                               f"by {default_name}: bindings and libfastpath are out of sync")
+            raise RuntimeError(f"{cls.__name__}: ctypes size {ctypes.sizeof(cls)} != {want} "
+                               f"written by {default_name}: bindings and libfastpath are out of "
+                               "sync")
         s = cls()
         fn(ctypes.byref(s))
         template = _templates[(cls, default_name)] = bytes(s)

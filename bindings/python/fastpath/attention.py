@@ -57,8 +57,9 @@ def _template():
         # mirror's size, which the library refuses unless it knows it.
         p = _lib.AttentionParams()
         if lib.fp_attention_params_init(ctypes.byref(p), ctypes.sizeof(p)) != 0:
-            raise RuntimeError(f"AttentionParams: ctypes size {ctypes.sizeof(p)} is not a size this "
-                               "libfastpath accepts: bindings and libfastpath are out of sync")
+            raise RuntimeError(f"AttentionParams: ctypes size {ctypes.sizeof(p)} is not a size "
+                               "this libfastpath accepts: bindings and libfastpath are out of "
+                               "sync")
         _TEMPLATE = bytes(p)
     return _lib.AttentionParams.from_buffer_copy(_TEMPLATE)
 

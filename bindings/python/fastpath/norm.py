@@ -70,7 +70,8 @@ def make_params(*, rows, cols, x, out, dtype="f32", kind="layernorm", activation
     _need()
     opt_ptr = _pkg._opt_ptr
     p = _lib.init_struct(_lib.NormParams, "fp_norm_params_default")
-    _lib.set_ints(p, kind=_enum(KINDS, kind, "kind"), activation=_enum(ACTIVATIONS, activation, "activation"),
+    _lib.set_ints(p, kind=_enum(KINDS, kind, "kind"),
+                  activation=_enum(ACTIVATIONS, activation, "activation"),
                   rows=rows, cols=cols, x_stride=x_stride, residual_stride=residual_stride,
                   residual_out_stride=residual_out_stride, out_stride=out_stride)
     d = _dtype_id(dtype)
@@ -91,7 +92,8 @@ def make_backward_params(*, rows, cols, dout, x, dx, rstd, mean=None, dtype="f32
     _need()
     opt_ptr = _pkg._opt_ptr
     p = _lib.init_struct(_lib.NormBackwardParams, "fp_norm_backward_params_default")
-    _lib.set_ints(p, kind=_enum(KINDS, kind, "kind"), activation=_enum(ACTIVATIONS, activation, "activation"),
+    _lib.set_ints(p, kind=_enum(KINDS, kind, "kind"),
+                  activation=_enum(ACTIVATIONS, activation, "activation"),
                   rows=rows, cols=cols, dout_stride=dout_stride, x_stride=x_stride,
                   dresidual_out_stride=dresidual_out_stride, dx_stride=dx_stride)
     p.dtype = p.param_dtype = _dtype_id(dtype)
