@@ -578,18 +578,15 @@ def _kv_strides(t, what):
     """(dim0, seq, head) strides in elements of a 4-d [n, seq, heads, dim]
     tensor (0 for extent-1 dimensions: the library's packed value), or raises
     ValueError."""
-    if t.stride(3) != 1 and t.shape[3] > 1:
+    shape, stride = t.shape, t.stride()  # one call each (stride(dim) per dim cost more)
+    if stride[3] != 1 and shape[3] > 1:
         raise ValueError(f"{what}: head_dim must be contiguous (stride(-1) == 1, got "
-                         f"{t.stride(3)})")
-    out = []
+                         f"{stride[3]})")
+    out = [0 if shape[0] == 1 else stride[0], 0 if shape[1] == 1 else stride[1],
+           0 if shape[2] == 1 else stride[2]]
     for dim in (0, 1, 2):
-        n, st = t.shape[dim], t.stride(dim)
-        if n == 1:
-            out.append(0)
-        elif st == 0:
+        if out[dim] == 0 and shape[dim] != 1:
             raise ValueError(f"{what}: broadcast (stride 0) dimension {dim} is not supported")
-        else:
-            out.append(st)
     return out
 
 
