@@ -37,3 +37,20 @@ def test_smoke_cpu_writes_json(tmp_path):
         assert c["path"] == "fastpath", c
         assert c["fastpath_median_ms"] > 0 and c["speedup"] > 0
         assert c["fastpath_max_err"] < 0.05
+
+
+def test_bench_overhead_smoke():
+    import pytest
+    pytest.importorskip("torch")
+    import fastpath
+    if not (fastpath.norm.available() and fastpath.attention.available()):
+        pytest.skip("built without norm or attention")
+    script = SCRIPT.parent / "bench_overhead.py"
+    r = subprocess.run([sys.executable, str(script), "--smoke"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {line.split()[0] for line in r.stdout.splitlines()[3:] if line.strip()}
+    for op in ("layer_norm", "rms_norm", "add_layer_norm", "layer_norm_fwd_bwd",
+               "add_layer_norm_fwd_bwd", "sdpa", "kvcache", "c_call"):
+        assert op in rows, r.stdout
+    assert "fallbacks: 0 " in r.stdout

@@ -6,6 +6,7 @@ Search order: $FASTPATH_LIB, the build tree next to this checkout
 import ctypes
 import ctypes.util
 import os
+import struct
 from pathlib import Path
 
 _here = Path(__file__).resolve().parent
@@ -212,28 +213,61 @@ _sig_opt("fp_attention_validate", c_int, c_void_p, c_void_p, P(AttentionParams),
 _sig_opt("fp_attention_flops", c_double, P(AttentionParams))
 
 
+def _int_range(ctype):
+    """(lo, hi) of the C integer type ctype, computed once per type."""
+    r = _int_ranges.get(ctype)
+    if r is None:
+        bits = 8 * ctypes.sizeof(ctype)
+        r = ((-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if ctype(-1).value < 0
+             else (0, (1 << bits) - 1))
+        _int_ranges[ctype] = r
+    return r
+
+
+_int_ranges = {}
+
+
 def c_int_value(ctype, value, name):
     """int(value) when it fits the C integer type ctype, else ValueError
     naming the argument. ctypes keeps only the low bits of an integer that
     does not fit (2**32 + 1 in a c_int is 1, -1 in a c_size_t is SIZE_MAX),
     which would turn bad input into a different, valid one."""
     v = int(value)
-    bits = 8 * ctypes.sizeof(ctype)
-    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if ctype(-1).value < 0 else (0, (1 << bits) - 1)
+    lo, hi = _int_range(ctype)
     if not lo <= v <= hi:
         raise ValueError(f"{name} = {v} is out of range for its C type {ctype.__name__} "
                          f"[{lo}, {hi}]")
     return v
 
 
+def _field_range(cls, name):
+    """(ctype, lo, hi) of integer field `name` of a ctypes struct class (its
+    bases' fields too), computed once per field: set_ints runs on every call
+    of the PyTorch drop-ins."""
+    r = _field_ranges.get((cls, name))
+    if r is None:
+        types = {}
+        for c in reversed(cls.__mro__):
+            types.update(dict(getattr(c, "_fields_", ())))
+        t = types[name]
+        r = _field_ranges[(cls, name)] = (t, *_int_range(t))
+    return r
+
+
+_field_ranges = {}
+
+
 def set_ints(struct, **values):
     """Sets integer fields of a ctypes struct, each range-checked against its
     C type (c_int_value); the field name is the argument named."""
-    types = {}
-    for cls in reversed(type(struct).__mro__):
-        types.update(dict(getattr(cls, "_fields_", ())))
+    cls = type(struct)
     for name, value in values.items():
-        setattr(struct, name, c_int_value(types[name], value, name))
+        r = _field_ranges.get((cls, name)) or _field_range(cls, name)
+        v = int(value)
+        if not r[1] <= v <= r[2]:
+            raise ValueError(f"{name} = {v} is out of range for its C type {r[0].__name__} "
+                             f"[{r[1]}, {r[2]}]")
+        setattr(struct, name, v)
 
 
 def c_struct_size(default_fn):
@@ -246,21 +280,58 @@ def c_struct_size(default_fn):
 
 def init_struct(cls, default_name):
     """A cls filled by the C default function after checking that the ctypes
-    layout has the size the library expects."""
-    fn = getattr(lib, default_name)
-    want = _checked_sizes.get(default_name)
-    if want is None:
-        raw = ctypes.CFUNCTYPE(None, c_void_p)((default_name, lib))
-        want = _checked_sizes[default_name] = c_struct_size(raw)
-    if want != ctypes.sizeof(cls):
-        raise RuntimeError(f"{cls.__name__}: ctypes size {ctypes.sizeof(cls)} != {want} written by "
-                           f"{default_name}: bindings and libfastpath are out of sync")
-    s = cls()
-    fn(ctypes.byref(s))
-    return s
+    layout has the size the library expects. The default function is run
+    and checked once per class; later calls copy its result (the defaults
+    are constants, and this runs on every call of the PyTorch drop-ins)."""
+    template = _templates.get((cls, default_name))
+    if template is None:
+        fn = getattr(lib, default_name)
+        want = _checked_sizes.get(default_name)
+        if want is None:
+            raw = ctypes.CFUNCTYPE(None, c_void_p)((default_name, lib))
+            want = _checked_sizes[default_name] = c_struct_size(raw)
+        if want != ctypes.sizeof(cls):
+            raise RuntimeError(f"{cls.__name__}: ctypes size {ctypes.sizeof(cls)} != {want} "
+                               f"written by {default_name}: bindings and libfastpath are out of "
+                               "sync")
+        s = cls()
+        fn(ctypes.byref(s))
+        template = _templates[(cls, default_name)] = bytes(s)
+    return cls.from_buffer_copy(template)
 
 
 _checked_sizes = {}
+_templates = {}
+
+
+def struct_packer(cls):
+    """A struct.Struct laying out every field of the ctypes struct class cls
+    in declaration order, padding included (written as zeros), checked
+    against the class's offsets and size: pack_into(instance, 0, *values)
+    fills a whole params struct in one call instead of a setattr per field
+    (the hot path of the PyTorch drop-ins). Pointers pack as unsigned
+    integers (0 = NULL); float fields take what ctypes.c_float(v).value
+    gives (pack raises where ctypes would store inf)."""
+    codes = {ctypes.c_float: "f", ctypes.c_double: "d"}
+    for t in (ctypes.c_int, ctypes.c_int64, ctypes.c_size_t, c_void_p):
+        signed = t(-1).value < 0  # c_void_p(-1) is 2**64 - 1: unsigned
+        codes[t] = {4: "iI", 8: "qQ"}[ctypes.sizeof(t)][0 if signed else 1]
+    fmt, end = "=", 0
+    for name, t in cls._fields_:
+        field = getattr(cls, name)
+        code = codes.get(t)
+        if code is None:
+            raise TypeError(f"{cls.__name__}.{name}: no struct code for {t.__name__}")
+        if field.offset < end:
+            raise TypeError(f"{cls.__name__}.{name}: fields out of order (offset {field.offset})")
+        fmt += (f"{field.offset - end}x" if field.offset > end else "") + code
+        end = field.offset + field.size
+    if ctypes.sizeof(cls) > end:
+        fmt += f"{ctypes.sizeof(cls) - end}x"
+    packer = struct.Struct(fmt)
+    if packer.size != ctypes.sizeof(cls):
+        raise RuntimeError(f"{cls.__name__}: packed size {packer.size} != {ctypes.sizeof(cls)}")
+    return packer
 
 
 class Closeable:

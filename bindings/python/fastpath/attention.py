@@ -15,6 +15,7 @@ Array layer (CPU contexts, numpy): forward_arrays takes float arrays in
 """
 import ctypes
 
+import fastpath as _pkg  # the package: it imports this module after defining what is used here
 from . import _lib
 from ._lib import lib
 from .norm import to_buffer, from_buffer, _np, _check_cpu
@@ -25,21 +26,45 @@ __all__ = ["available", "make_params", "forward", "forward_baseline", "validate"
 
 def available():
     """True when libfastpath was built with the attention capability."""
-    return _lib.has("fp_attention_forward")
+    return _AVAILABLE
+
+
+_AVAILABLE = _lib.has("fp_attention_forward")  # the loaded library never changes
 
 
 def _need():
-    if not available():
+    if not _AVAILABLE:
         raise RuntimeError("libfastpath was built without the attention capability "
                            "(FASTPATH_MODULES must include 'attention')")
 
 
 def _fp():
-    import fastpath
-    return fastpath
+    return _pkg
 
 
 _STRIDES = [f"{t}_{d}_stride" for t in "qkvo" for d in ("batch", "seq", "head")]
+_STRIDE_SET = frozenset(_STRIDES)
+
+
+def _template():
+    """A fresh fp_attention_params holding fp_attention_params_init's
+    defaults (run once, then copied: this runs on every call of the PyTorch
+    drop-ins)."""
+    global _TEMPLATE
+    if _TEMPLATE is None:
+        # fp_attention_params_default is a macro over fp_attention_params_init
+        # (the exported symbol of that name writes the 0.1 layout): pass the
+        # mirror's size, which the library refuses unless it knows it.
+        p = _lib.AttentionParams()
+        if lib.fp_attention_params_init(ctypes.byref(p), ctypes.sizeof(p)) != 0:
+            raise RuntimeError(f"AttentionParams: ctypes size {ctypes.sizeof(p)} is not a size "
+                               "this libfastpath accepts: bindings and libfastpath are out of "
+                               "sync")
+        _TEMPLATE = bytes(p)
+    return _lib.AttentionParams.from_buffer_copy(_TEMPLATE)
+
+
+_TEMPLATE = None
 
 
 def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, heads_kv=None,
@@ -55,31 +80,64 @@ def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, hea
     [num_pages, page_size, heads_kv, head_dim]), and any of q_batch_stride,
     q_seq_stride, q_head_stride (likewise k_, v_, o_) in elements."""
     _need()
-    fp = _fp()
-    bad = set(strides) - set(_STRIDES)
-    if bad:
-        raise TypeError(f"unknown argument(s) {sorted(bad)}")
-    # fp_attention_params_default is a macro over fp_attention_params_init
-    # (the exported symbol of that name writes the 0.1 layout): pass the
-    # mirror's size, which the library refuses unless it knows it.
-    p = _lib.AttentionParams()
-    if lib.fp_attention_params_init(ctypes.byref(p), ctypes.sizeof(p)) != 0:
-        raise RuntimeError(f"AttentionParams: ctypes size {ctypes.sizeof(p)} is not a size this "
-                           "libfastpath accepts: bindings and libfastpath are out of sync")
+    fp = _pkg
+    if not _STRIDE_SET.issuperset(strides):
+        raise TypeError(f"unknown argument(s) {sorted(set(strides) - _STRIDE_SET)}")
+    p = _template()
     _lib.set_ints(p, batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_q=heads_q,
                   heads_kv=heads_q if heads_kv is None else heads_kv, head_dim=head_dim,
                   window_left=window_left, window_right=window_right,
                   block_table_stride=block_table_stride, page_size=page_size, num_pages=num_pages,
                   **strides)
-    p.dtype = fp.dtype_id(dtype)
-    p.q, p.k, p.v, p.o = fp._opt_ptr(q), fp._opt_ptr(k), fp._opt_ptr(v), fp._opt_ptr(o)
+    d = fp.DTYPES.get(dtype) if type(dtype) is str else None
+    p.dtype = fp.dtype_id(dtype) if d is None else d
+    opt_ptr = fp._opt_ptr
+    p.q, p.k, p.v, p.o = opt_ptr(q), opt_ptr(k), opt_ptr(v), opt_ptr(o)
     p.softmax_scale = float(softmax_scale or 0.0)
     p.causal = int(bool(causal))
-    p.lse = fp._opt_ptr(lse)
-    p.seqlens_k = fp._opt_ptr(seqlens_k)
-    p.cu_seqlens_q, p.cu_seqlens_k = fp._opt_ptr(cu_seqlens_q), fp._opt_ptr(cu_seqlens_k)
-    p.block_table = fp._opt_ptr(block_table)
+    p.lse = opt_ptr(lse)
+    p.seqlens_k = opt_ptr(seqlens_k)
+    p.cu_seqlens_q, p.cu_seqlens_k = opt_ptr(cu_seqlens_q), opt_ptr(cu_seqlens_k)
+    p.block_table = opt_ptr(block_table)
     return p
+
+
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _params(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, q, qs, k, ks, v, vs, o,
+            os_, softmax_scale, causal, window_left, window_right, lse=0, seqlens_k=0,
+            block_table=0, block_table_stride=0, page_size=0, num_pages=0):
+    """make_params for callers whose arguments are known good (fastpath.torch,
+    on every call): dtype an id, pointers ints (0 = NULL), strides (batch,
+    seq, head) triples of int64 ints (os_ None: packed), softmax_scale a
+    float, causal 0 / 1. The same struct as make_params, filled in one
+    pack_into. The int fields are range-checked in one go; one out of range
+    goes through make_params for its error naming the argument."""
+    if not (_INT_MIN <= min(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, window_left,
+                            window_right, block_table_stride, page_size, num_pages)
+            and max(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, window_left,
+                    window_right, block_table_stride, page_size, num_pages) <= _INT_MAX):
+        strides = dict(zip(_STRIDES, (*qs, *ks, *vs, *(os_ or (0, 0, 0)))))
+        return make_params(batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_q=heads_q,
+                           heads_kv=heads_kv, head_dim=head_dim, dtype=dtype, q=q, k=k, v=v, o=o,
+                           softmax_scale=softmax_scale, causal=causal, window_left=window_left,
+                           window_right=window_right, lse=lse, seqlens_k=seqlens_k,
+                           block_table=block_table, block_table_stride=block_table_stride,
+                           page_size=page_size, num_pages=num_pages, **strides)
+    global _PACKER
+    if _PACKER is None:
+        _PACKER = (_template().struct_size, _lib.struct_packer(_lib.AttentionParams))
+    size, packer = _PACKER
+    p = _lib.AttentionParams()
+    packer.pack_into(p, 0, size, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype,
+                     q, *qs, k, *ks, v, *vs, o, *(os_ or (0, 0, 0)),
+                     ctypes.c_float(softmax_scale).value, causal, window_left, window_right,
+                     lse, seqlens_k, 0, 0, block_table, block_table_stride, page_size, num_pages)
+    return p
+
+
+_PACKER = None
 
 
 def forward(ctx, *, stream=None, **kw):
@@ -87,7 +145,7 @@ def forward(ctx, *, stream=None, **kw):
     Asynchronous on a CUDA context (stream: a CUDA stream handle as an int, or
     None for the context's default stream). Keywords: see make_params."""
     p = make_params(**kw)
-    _fp().check(lib.fp_attention_forward(ctx.handle, stream, ctypes.byref(p)))
+    _pkg.check(lib.fp_attention_forward(ctx.handle, stream, p))
 
 
 def forward_baseline(ctx, *, stream=None, **kw):

@@ -17,6 +17,7 @@ named for bad input).
 """
 import ctypes
 
+import fastpath as _pkg  # the package: it imports this module after defining what is used here
 from . import _lib
 from ._lib import lib
 
@@ -30,11 +31,14 @@ ACTIVATIONS = {"none": 0, "gelu_erf": 1, "gelu": 1, "gelu_tanh": 2, "relu": 3, "
 
 def available():
     """True when libfastpath was built with the norm capability."""
-    return _lib.has("fp_norm_forward")
+    return _AVAILABLE
+
+
+_AVAILABLE = _lib.has("fp_norm_forward")  # the loaded library never changes
 
 
 def _need():
-    if not available():
+    if not _AVAILABLE:
         raise RuntimeError("libfastpath was built without the norm capability "
                            "(FASTPATH_MODULES must include 'norm')")
 
@@ -49,8 +53,13 @@ def _enum(table, value, what):
 
 
 def _fp():
-    import fastpath  # the package (after its __init__ ran)
-    return fastpath
+    return _pkg
+
+
+def _dtype_id(dtype):
+    """fastpath.dtype_id, with the common case (a name of DTYPES) first."""
+    d = _pkg.DTYPES.get(dtype) if type(dtype) is str else None
+    return _pkg.dtype_id(dtype) if d is None else d
 
 
 def make_params(*, rows, cols, x, out, dtype="f32", kind="layernorm", activation="none",
@@ -59,17 +68,18 @@ def make_params(*, rows, cols, x, out, dtype="f32", kind="layernorm", activation
                 out_stride=0):
     """An fp_norm_params filled from keyword arguments (see forward)."""
     _need()
-    fp = _fp()
+    opt_ptr = _pkg._opt_ptr
     p = _lib.init_struct(_lib.NormParams, "fp_norm_params_default")
-    _lib.set_ints(p, kind=_enum(KINDS, kind, "kind"), activation=_enum(ACTIVATIONS, activation, "activation"))
-    _lib.set_ints(p, rows=rows, cols=cols, x_stride=x_stride, residual_stride=residual_stride,
+    _lib.set_ints(p, kind=_enum(KINDS, kind, "kind"),
+                  activation=_enum(ACTIVATIONS, activation, "activation"),
+                  rows=rows, cols=cols, x_stride=x_stride, residual_stride=residual_stride,
                   residual_out_stride=residual_out_stride, out_stride=out_stride)
-    d = fp.dtype_id(dtype)
+    d = _dtype_id(dtype)
     p.x_dtype = p.residual_dtype = p.out_dtype = p.param_dtype = d
-    p.x, p.residual, p.out, p.residual_out = (fp._opt_ptr(x), fp._opt_ptr(residual),
-                                              fp._opt_ptr(out), fp._opt_ptr(residual_out))
-    p.gamma, p.beta, p.bias = fp._opt_ptr(gamma), fp._opt_ptr(beta), fp._opt_ptr(bias)
-    p.mean, p.rstd = fp._opt_ptr(mean), fp._opt_ptr(rstd)
+    p.x, p.residual, p.out, p.residual_out = (opt_ptr(x), opt_ptr(residual), opt_ptr(out),
+                                              opt_ptr(residual_out))
+    p.gamma, p.beta, p.bias = opt_ptr(gamma), opt_ptr(beta), opt_ptr(bias)
+    p.mean, p.rstd = opt_ptr(mean), opt_ptr(rstd)
     p.eps = float(eps)
     return p
 
@@ -80,17 +90,59 @@ def make_backward_params(*, rows, cols, dout, x, dx, rstd, mean=None, dtype="f32
                          x_stride=0, dresidual_out_stride=0, dx_stride=0):
     """An fp_norm_backward_params filled from keyword arguments (see backward)."""
     _need()
-    fp = _fp()
+    opt_ptr = _pkg._opt_ptr
     p = _lib.init_struct(_lib.NormBackwardParams, "fp_norm_backward_params_default")
-    _lib.set_ints(p, kind=_enum(KINDS, kind, "kind"), activation=_enum(ACTIVATIONS, activation, "activation"))
-    _lib.set_ints(p, rows=rows, cols=cols, dout_stride=dout_stride, x_stride=x_stride,
+    _lib.set_ints(p, kind=_enum(KINDS, kind, "kind"),
+                  activation=_enum(ACTIVATIONS, activation, "activation"),
+                  rows=rows, cols=cols, dout_stride=dout_stride, x_stride=x_stride,
                   dresidual_out_stride=dresidual_out_stride, dx_stride=dx_stride)
-    p.dtype = p.param_dtype = fp.dtype_id(dtype)
-    p.dout, p.x, p.dx = fp._opt_ptr(dout), fp._opt_ptr(x), fp._opt_ptr(dx)
-    p.gamma, p.beta, p.bias = fp._opt_ptr(gamma), fp._opt_ptr(beta), fp._opt_ptr(bias)
-    p.mean, p.rstd = fp._opt_ptr(mean), fp._opt_ptr(rstd)
-    p.dresidual_out = fp._opt_ptr(dresidual_out)
-    p.dgamma, p.dbeta, p.dbias = fp._opt_ptr(dgamma), fp._opt_ptr(dbeta), fp._opt_ptr(dbias)
+    p.dtype = p.param_dtype = _dtype_id(dtype)
+    p.dout, p.x, p.dx = opt_ptr(dout), opt_ptr(x), opt_ptr(dx)
+    p.gamma, p.beta, p.bias = opt_ptr(gamma), opt_ptr(beta), opt_ptr(bias)
+    p.mean, p.rstd = opt_ptr(mean), opt_ptr(rstd)
+    p.dresidual_out = opt_ptr(dresidual_out)
+    p.dgamma, p.dbeta, p.dbias = opt_ptr(dgamma), opt_ptr(dbeta), opt_ptr(dbias)
+    return p
+
+
+def _packer(cls, default_name):
+    """(struct_size, struct_packer(cls)) after init_struct's check that the
+    ctypes mirror has the size the library expects (once per class)."""
+    r = _packers.get(cls)
+    if r is None:
+        _need()
+        r = _packers[cls] = (_lib.init_struct(cls, default_name).struct_size,
+                             _lib.struct_packer(cls))
+    return r
+
+
+_packers = {}
+
+
+def _params(kind, activation, rows, cols, dtype, x, x_stride, residual, residual_stride, gamma,
+            beta, out, residual_out, mean, rstd, eps):
+    """make_params for callers whose arguments are known good (fastpath.torch,
+    on every call): kind, activation, dtype as ids of the tables, rows, cols,
+    strides as ints of an int64 (tensor sizes), pointers as ints (0 = NULL),
+    eps a float. The same struct as make_params, filled in one pack_into
+    without its per-field checks, which cost more than the library call
+    on small tensors."""
+    size, packer = _packer(_lib.NormParams, "fp_norm_params_default")
+    p = _lib.NormParams()
+    packer.pack_into(p, 0, size, kind, activation, rows, cols, dtype, dtype, dtype, dtype,
+                     x_stride, residual_stride, 0, 0, x, residual, gamma, beta, 0, out,
+                     residual_out, mean, rstd, ctypes.c_float(eps).value)
+    return p
+
+
+def _backward_params(kind, activation, rows, cols, dtype, dout, x, x_stride, gamma, beta, mean,
+                     rstd, dresidual_out, dx, dgamma, dbeta):
+    """make_backward_params for known-good arguments (as _params), with the
+    other strides 0 (dense) and no bias."""
+    size, packer = _packer(_lib.NormBackwardParams, "fp_norm_backward_params_default")
+    p = _lib.NormBackwardParams()
+    packer.pack_into(p, 0, size, kind, activation, rows, cols, dtype, dtype, 0, x_stride, 0, 0,
+                     dout, x, gamma, beta, 0, mean, rstd, dresidual_out, dx, dgamma, dbeta, 0)
     return p
 
 
@@ -103,7 +155,7 @@ def forward(ctx, *, stream=None, **kw):
     handle (int) or None for the context's default stream. Asynchronous on a
     CUDA context."""
     p = make_params(**kw)
-    _fp().check(lib.fp_norm_forward(ctx.handle, stream, ctypes.byref(p)))
+    _pkg.check(lib.fp_norm_forward(ctx.handle, stream, p))
 
 
 def backward(ctx, *, stream=None, **kw):
@@ -113,7 +165,7 @@ def backward(ctx, *, stream=None, **kw):
     dresidual_out, dgamma, dbeta, dbias, dout_stride, x_stride,
     dresidual_out_stride, dx_stride."""
     p = make_backward_params(**kw)
-    _fp().check(lib.fp_norm_backward(ctx.handle, stream, ctypes.byref(p)))
+    _pkg.check(lib.fp_norm_backward(ctx.handle, stream, p))
 
 
 def validate(ctx, *, stream=None, max_time_s=None, min_samples=None, flush_l2=False, **kw):

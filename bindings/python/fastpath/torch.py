@@ -42,6 +42,7 @@ from torch.autograd.function import once_differentiable
 import fastpath
 from fastpath import norm as _norm
 from fastpath import attention as _attn
+from fastpath._lib import lib as _clib
 
 __all__ = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
            "scaled_dot_product_attention", "attention_with_kvcache", "context_for", "reset_stats",
@@ -55,6 +56,7 @@ last_fallback_reason = None
 last_path = None
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_DTYPE_IDS = {t: fastpath.DTYPES[name] for t, name in _DTYPES.items()}
 _CUDA_STREAM_LEGACY = 0x1  # cudaStreamLegacy
 _contexts = {}
 _lock = threading.Lock()
@@ -135,8 +137,23 @@ class _Launch:
         return False
 
 
+def _call(t, fn, params):
+    """fastpath.check(fn(context, stream, params)) for a tensor's device: a
+    CUDA tensor through _Launch, a CPU tensor on the cached CPU context
+    directly (no device guard, no stream: the per-call cost of small ops)."""
+    if t.is_cuda:
+        with _Launch(t) as (ctx, stream):
+            fastpath.check(fn(ctx.handle, stream, params))
+    else:
+        # Contexts are only ever added to _contexts: reading it without the
+        # lock is safe (one dict lookup under the GIL); context_for creates
+        # the CPU context once, under the lock.
+        ctx = _contexts.get("cpu") or context_for("cpu")
+        fastpath.check(fn(ctx.handle, None, params))
+
+
 def _supported_device(t):
-    return t.device.type in ("cpu", "cuda")
+    return t.is_cpu or t.is_cuda
 
 
 def _rows_view(t, cols):
@@ -155,6 +172,20 @@ def _rows_view(t, cols):
     if rs < cols:
         return None, "rows overlap"
     return (v, rs), None
+
+
+def _rows_ptr(t, cols, what=""):
+    """(rows, row stride, data pointer) of t as [rows, cols] (no copy), or
+    raises _Unsupported(what + the reason): _rows_view, with the common dense
+    case first (no view made)."""
+    if t.is_contiguous() and (cols == 1 or t.stride(-1) == 1):
+        n = t.numel()
+        if n:
+            return n // cols, cols, t.data_ptr()
+    v, why = _rows_view(t, cols)
+    if v is None:
+        raise _Unsupported(what + why)
+    return v[0].shape[0], v[1], v[0].data_ptr()
 
 
 # ---------------------------------------------------------------------------
@@ -189,38 +220,44 @@ def _torch_norm(kind, x, shape, weight, bias, eps):
 def _norm_shape(normalized_shape):
     if isinstance(normalized_shape, int):
         return (normalized_shape,)
-    return tuple(int(n) for n in normalized_shape)
+    return tuple(map(int, normalized_shape))
 
 
 def _check_norm(x, shape, weight, bias, eps, residual=None):
     """None if libfastpath can run this norm, else the reason."""
     if not _norm.available():
         return "libfastpath built without norm"
-    if x.dtype not in _DTYPES:
+    dtype = x.dtype
+    if dtype not in _DTYPES:
         return f"dtype {x.dtype} not supported"
     if not _supported_device(x):
         return f"device {x.device} not supported"
-    if len(shape) == 0 or len(shape) > x.dim() or tuple(x.shape[-len(shape):]) != shape:
+    n = len(shape)
+    if n == 0 or n > x.dim() or x.shape[-n:] != shape:
         return "normalized_shape does not match the input"
     if not (eps > 0 and math.isfinite(eps)):
         return "eps must be > 0 and finite"
+    dev = None
     for name, p in (("weight", weight), ("bias", bias)):
         if p is None:
             continue
-        if p.dtype != x.dtype:
+        if p.dtype != dtype:
             return f"{name} dtype {p.dtype} differs from the input's {x.dtype}"
-        if p.device != x.device:
+        if dev is None:
+            dev = x.device
+        if p.device != dev:
             return f"{name} on another device"
-        if tuple(p.shape) != shape or not p.is_contiguous():
+        if p.shape != shape or not p.is_contiguous():
             return f"{name} is not a contiguous tensor of normalized_shape"
     if residual is not None:
-        if residual.dtype != x.dtype or residual.device != x.device or residual.shape != x.shape:
+        if residual.dtype != dtype or residual.device != x.device or residual.shape != x.shape:
             return "residual differs from x in dtype, device or shape"
     return None
 
 
 def _ptr(t):
-    return None if t is None else t.data_ptr()
+    """Data pointer of an optional tensor (0 = NULL), as the _params builders take it."""
+    return 0 if t is None else t.data_ptr()
 
 
 class _Unsupported(Exception):
@@ -228,38 +265,30 @@ class _Unsupported(Exception):
 
 
 def _norm_forward_cols(kind, activation, x, residual, weight, bias, eps, want_stats, cols):
-    xv, why = _rows_view(x, cols)
-    if xv is None:
-        raise _Unsupported(why)
-    (x2, xs) = xv
-    rs = 0
+    """The fused forward of x (and residual) seen as [rows, cols]. Returns out
+    and the residual sum (new dense tensors of x's shape; the sum None without
+    a residual) and, with want_stats, mean (LayerNorm) and rstd (f32 [rows])."""
+    rows, xs, px = _rows_ptr(x, cols)
+    rs = pr = 0
     if residual is not None:
-        rv, why = _rows_view(residual, cols)
-        if rv is None:
-            raise _Unsupported("residual: " + why)
-        r2, rs = rv
-    rows = x2.shape[0]
-    out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
-    res_out = (torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+        _, rs, pr = _rows_ptr(residual, cols, "residual: ")
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    res_out = (torch.empty_like(x, memory_format=torch.contiguous_format)
                if residual is not None else None)
     mean = rstd = None
     if want_stats:
-        rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+        rstd = x.new_empty(rows, dtype=torch.float32)  # on x's device
         if kind == "layernorm":
-            mean = torch.empty(rows, dtype=torch.float32, device=x.device)
-    with _Launch(x) as (ctx, stream):
-        try:
-            _norm.forward(ctx, stream=stream, rows=rows, cols=cols, dtype=_DTYPES[x.dtype],
-                          kind=kind, activation=activation, eps=eps,
-                          x=x2.data_ptr(), x_stride=xs,
-                          residual=None if residual is None else r2.data_ptr(), residual_stride=rs,
-                          gamma=_ptr(weight), beta=_ptr(bias),
-                          out=out.data_ptr(), residual_out=_ptr(res_out),
-                          mean=_ptr(mean), rstd=_ptr(rstd))
-        except fastpath.FastpathError as e:
-            if e.status in (fastpath.Status.INVALID_ARGUMENT, fastpath.Status.UNSUPPORTED):
-                raise _Unsupported(f"libfastpath: {e.detail}") from None
-            raise
+            mean = x.new_empty(rows, dtype=torch.float32)
+    p = _norm._params(_norm.KINDS[kind], _norm.ACTIVATIONS[activation], rows, cols,
+                      _DTYPE_IDS[x.dtype], px, xs, pr, rs, _ptr(weight), _ptr(bias),
+                      out.data_ptr(), _ptr(res_out), _ptr(mean), _ptr(rstd), eps)
+    try:
+        _call(x, _clib.fp_norm_forward, p)
+    except fastpath.FastpathError as e:
+        if e.status in (fastpath.Status.INVALID_ARGUMENT, fastpath.Status.UNSUPPORTED):
+            raise _Unsupported(f"libfastpath: {e.detail}") from None
+        raise
     return out, res_out, mean, rstd
 
 
@@ -267,22 +296,18 @@ def _norm_backward(kind, activation, cols, g_out, s, weight, bias, mean, rstd, g
                    need_b):
     """dx (shaped like s) and dweight / dbias (or None) via fp_norm_backward;
     s is the dense normalized input."""
-    g_out = g_out.contiguous()
-    s2 = s.reshape(-1, cols)  # s was saved as a dense tensor: a view
-    rows = s2.shape[0]
-    dres = None
-    if g_res is not None:
-        dres = g_res.contiguous().view(rows, cols)
-    dx = torch.empty((rows, cols), dtype=s.dtype, device=s.device)
+    g_out = g_out.contiguous()  # every tensor whose pointer is passed stays referenced here
+    dres = None if g_res is None else g_res.contiguous()
+    rows = s.numel() // cols  # s was saved as a dense tensor
+    dx = torch.empty_like(s, memory_format=torch.contiguous_format)
     dw = torch.empty_like(weight) if (need_w and weight is not None) else None
     db = torch.empty_like(bias) if (need_b and bias is not None) else None
-    with _Launch(s) as (ctx, stream):
-        _norm.backward(ctx, stream=stream, rows=rows, cols=cols, dtype=_DTYPES[s.dtype], kind=kind,
-                       activation=activation, dout=g_out.data_ptr(), x=s2.data_ptr(),
-                       x_stride=cols, gamma=_ptr(weight), beta=_ptr(bias), mean=_ptr(mean),
-                       rstd=_ptr(rstd), dresidual_out=_ptr(dres), dx=dx.data_ptr(),
-                       dgamma=_ptr(dw), dbeta=_ptr(db))
-    return dx.view(s.shape), dw, db
+    p = _norm._backward_params(_norm.KINDS[kind], _norm.ACTIVATIONS[activation], rows, cols,
+                               _DTYPE_IDS[s.dtype], g_out.data_ptr(), s.data_ptr(), cols,
+                               _ptr(weight), _ptr(bias), _ptr(mean), _ptr(rstd), _ptr(dres),
+                               dx.data_ptr(), _ptr(dw), _ptr(db))
+    _call(s, _clib.fp_norm_backward, p)
+    return dx, dw, db
 
 
 class _NormFn(torch.autograd.Function):
@@ -292,19 +317,18 @@ class _NormFn(torch.autograd.Function):
     def forward(ctx, x, weight, bias, kind, activation, eps, cols):
         out, _, mean, rstd = _norm_forward_cols(kind, activation, x, None, weight, bias, eps, True,
                                                 cols)
-        xs = x if x.is_contiguous() else x.contiguous()
-        ctx.save_for_backward(xs, weight, bias, mean, rstd)
+        ctx.save_for_backward(x.contiguous(), weight, bias, mean, rstd)
         ctx.kind, ctx.activation, ctx.cols = kind, activation, cols
-        return out.view(x.shape)
+        return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g_out):
         xs, weight, bias, mean, rstd = ctx.saved_tensors
+        need = ctx.needs_input_grad
         dx, dw, db = _norm_backward(ctx.kind, ctx.activation, ctx.cols, g_out, xs, weight, bias,
-                                    mean, rstd, None, ctx.needs_input_grad[1],
-                                    ctx.needs_input_grad[2])
-        return (dx if ctx.needs_input_grad[0] else None), dw, db, None, None, None, None
+                                    mean, rstd, None, need[1], need[2])
+        return (dx if need[0] else None), dw, db, None, None, None, None
 
 
 class _AddNormFn(torch.autograd.Function):
@@ -314,13 +338,12 @@ class _AddNormFn(torch.autograd.Function):
     def forward(ctx, x, residual, weight, bias, kind, activation, eps, cols):
         out, s, mean, rstd = _norm_forward_cols(kind, activation, x, residual, weight, bias, eps,
                                                 True, cols)
-        s = s.view(x.shape)
         ctx.save_for_backward(s, weight, bias, mean, rstd)
         ctx.kind, ctx.activation, ctx.cols = kind, activation, cols
         # An unused output's gradient arrives as None, not as a zero tensor
         # the size of x (the residual sum is often not used by the loss).
         ctx.set_materialize_grads(False)
-        return out.view(x.shape), s
+        return out, s
 
     @staticmethod
     @once_differentiable
@@ -330,16 +353,21 @@ class _AddNormFn(torch.autograd.Function):
             return None, None, None, None, None, None, None, None
         if g_out is None:  # only the residual sum reaches the loss
             g_out = torch.zeros_like(s)
+        need = ctx.needs_input_grad
         dx, dw, db = _norm_backward(ctx.kind, ctx.activation, ctx.cols, g_out, s, weight, bias,
-                                    mean, rstd, g_res, ctx.needs_input_grad[2],
-                                    ctx.needs_input_grad[3])
-        dxx = dx if ctx.needs_input_grad[0] else None
-        dxr = dx if ctx.needs_input_grad[1] else None
+                                    mean, rstd, g_res, need[2], need[3])
+        dxx = dx if need[0] else None
+        dxr = dx if need[1] else None
         return dxx, dxr, dw, db, None, None, None, None
 
 
 def _needs_grad(*ts):
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+    if not torch.is_grad_enabled():
+        return False
+    for t in ts:
+        if t is not None and t.requires_grad:
+            return True
+    return False
 
 
 def _run_norm(kind, x, shape, weight, bias, eps):
@@ -350,9 +378,8 @@ def _run_norm(kind, x, shape, weight, bias, eps):
             if _needs_grad(x, weight, bias):
                 y = _NormFn.apply(x, weight, bias, kind, "none", float(eps), cols)
             else:
-                out, _, _, _ = _norm_forward_cols(kind, "none", x, None, weight, bias, float(eps),
-                                                  False, cols)
-                y = out.view(x.shape)
+                y = _norm_forward_cols(kind, "none", x, None, weight, bias, float(eps), False,
+                                       cols)[0]
             _ran()
             return y
         except _Unsupported as e:
@@ -392,17 +419,15 @@ def _run_add_norm(kind, x, residual, weight, bias, eps, activation):
                 if _needs_grad(x, weight, bias):
                     out = _NormFn.apply(x, weight, bias, kind, act, float(eps), cols)
                 else:
-                    o, _, _, _ = _norm_forward_cols(kind, act, x, None, weight, bias, float(eps),
-                                                    False, cols)
-                    out = o.view(x.shape)
+                    out = _norm_forward_cols(kind, act, x, None, weight, bias, float(eps), False,
+                                             cols)[0]
                 _ran()
                 return out, x
             if _needs_grad(x, residual, weight, bias):
                 out, s = _AddNormFn.apply(x, residual, weight, bias, kind, act, float(eps), cols)
             else:
-                o, s, _, _ = _norm_forward_cols(kind, act, x, residual, weight, bias, float(eps),
-                                                False, cols)
-                out, s = o.view(x.shape), s.view(x.shape)
+                out, s, _, _ = _norm_forward_cols(kind, act, x, residual, weight, bias,
+                                                  float(eps), False, cols)
             _ran()
             return out, s
         except _Unsupported as e:
@@ -499,27 +524,22 @@ def _sdpa_fast(query, key, value, is_causal, scale, enable_gqa):
         sm_scale = float(scale)
         if not (sm_scale > 0 and math.isfinite(sm_scale)):
             raise _Unsupported("scale must be > 0 and finite")
-    cuda = query.device.type == "cuda"
+    cuda = query.is_cuda
     qs = _bhsd_strides(query, cuda, "query")
     ks = _bhsd_strides(key, cuda, "key")
     vs = _bhsd_strides(value, cuda, "value")
-    o = torch.empty((B, Lq, Hq, D), dtype=query.dtype, device=query.device)
+    o = query.new_empty(B, Lq, Hq, D)  # query's dtype and device; cheaper than torch.empty
     if cuda and o.data_ptr() % 16:
         raise _Unsupported("output not 16-byte aligned")
-    strides = {}
-    for t, s in (("q", qs), ("k", ks), ("v", vs)):
-        strides[f"{t}_batch_stride"], strides[f"{t}_seq_stride"], strides[f"{t}_head_stride"] = s
-    with _Launch(query) as (ctx, stream):
-        try:
-            _attn.forward(ctx, stream=stream, batch=B, seqlen_q=Lq, seqlen_k=Lk, heads_q=Hq,
-                          heads_kv=Hkv, head_dim=D, dtype=_DTYPES[query.dtype],
-                          q=query.data_ptr(), k=key.data_ptr(), v=value.data_ptr(),
-                          o=o.data_ptr(), softmax_scale=sm_scale, causal=causal,
-                          window_right=window_right, **strides)
-        except fastpath.FastpathError as e:
-            if e.status in (fastpath.Status.INVALID_ARGUMENT, fastpath.Status.UNSUPPORTED):
-                raise _Unsupported(f"libfastpath: {e.detail}") from None
-            raise
+    p = _attn._params(B, Lq, Lk, Hq, Hkv, D, _DTYPE_IDS[query.dtype], query.data_ptr(), qs,
+                      key.data_ptr(), ks, value.data_ptr(), vs, o.data_ptr(), None, sm_scale,
+                      causal, -1, window_right)
+    try:
+        _call(query, _clib.fp_attention_forward, p)
+    except fastpath.FastpathError as e:
+        if e.status in (fastpath.Status.INVALID_ARGUMENT, fastpath.Status.UNSUPPORTED):
+            raise _Unsupported(f"libfastpath: {e.detail}") from None
+        raise
     out = o.transpose(1, 2)  # [B, Hq, Lq, D] view, as PyTorch's flash backend returns
     return out.squeeze(1) if squeeze else out
 
@@ -558,18 +578,15 @@ def _kv_strides(t, what):
     """(dim0, seq, head) strides in elements of a 4-d [n, seq, heads, dim]
     tensor (0 for extent-1 dimensions: the library's packed value), or raises
     ValueError."""
-    if t.stride(3) != 1 and t.shape[3] > 1:
+    shape, stride = t.shape, t.stride()  # one call each (stride(dim) per dim cost more)
+    if stride[3] != 1 and shape[3] > 1:
         raise ValueError(f"{what}: head_dim must be contiguous (stride(-1) == 1, got "
-                         f"{t.stride(3)})")
-    out = []
+                         f"{stride[3]})")
+    out = [0 if shape[0] == 1 else stride[0], 0 if shape[1] == 1 else stride[1],
+           0 if shape[2] == 1 else stride[2]]
     for dim in (0, 1, 2):
-        n, st = t.shape[dim], t.stride(dim)
-        if n == 1:
-            out.append(0)
-        elif st == 0:
+        if out[dim] == 0 and shape[dim] != 1:
             raise ValueError(f"{what}: broadcast (stride 0) dimension {dim} is not supported")
-        else:
-            out.append(st)
     return out
 
 
@@ -718,27 +735,21 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
                                      f"[{lo}, {hi}])")
             seqlens = cache_seqlens
 
-    out = torch.empty((B, Lq, Hq, D), dtype=q.dtype, device=dev)
+    out = q.new_empty(B, Lq, Hq, D)  # q's dtype and device
     lse = torch.empty((B, Hq, Lq), dtype=torch.float32, device=dev) if return_lse else None
     if B == 0 or Lq == 0 or Hq == 0:
         return (out, lse) if return_lse else out
-    strides = {}
-    for t, what, label in ((q, "q", "q"), (k_cache, "k", "k_cache"), (v_cache, "v", "v_cache"),
-                           (out, "o", "out")):
-        s = _kv_strides(t, label)
-        strides[f"{what}_batch_stride"], strides[f"{what}_seq_stride"], \
-            strides[f"{what}_head_stride"] = s
-    with _Launch(q) as (ctx, stream):
-        try:
-            _attn.forward(ctx, stream=stream, batch=B, seqlen_q=Lq, seqlen_k=Lk, heads_q=Hq,
-                          heads_kv=Hkv, head_dim=D, dtype=_DTYPES[q.dtype], q=q.data_ptr(),
-                          k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=out.data_ptr(),
-                          softmax_scale=sm_scale, causal=bool(causal), window_left=wl,
-                          window_right=wr, lse=_ptr(lse),
-                          seqlens_k=_ptr(seqlens), **bt_kw, **strides)
-        except fastpath.FastpathError as e:
-            if e.status in (fastpath.Status.INVALID_ARGUMENT, fastpath.Status.UNSUPPORTED):
-                raise ValueError(f"attention_with_kvcache: {e.detail}") from None
-            raise
+    qs, ks = _kv_strides(q, "q"), _kv_strides(k_cache, "k_cache")
+    vs, os_ = _kv_strides(v_cache, "v_cache"), _kv_strides(out, "out")
+    p = _attn._params(B, Lq, Lk, Hq, Hkv, D, _DTYPE_IDS[q.dtype], q.data_ptr(), qs,
+                      k_cache.data_ptr(), ks, v_cache.data_ptr(), vs, out.data_ptr(), os_,
+                      sm_scale, int(bool(causal)), wl, wr, lse=_ptr(lse), seqlens_k=_ptr(seqlens),
+                      **bt_kw)
+    try:
+        _call(q, _clib.fp_attention_forward, p)
+    except fastpath.FastpathError as e:
+        if e.status in (fastpath.Status.INVALID_ARGUMENT, fastpath.Status.UNSUPPORTED):
+            raise ValueError(f"attention_with_kvcache: {e.detail}") from None
+        raise
     _ran()
     return (out, lse) if return_lse else out
