@@ -303,6 +303,10 @@ fp_status fp_attn_cpu_flash_blas(fp_thread_pool *pool, const fp_attn_args *a) {
     const size_t qtiles = ((size_t)a->seqlen_q * a->group + FL_BR - 1) / FL_BR;
     F.J.ntasks = (size_t)a->batch * a->heads_kv * qtiles;
     F.J.nchunks = fp_attn_job_chunks(pool, F.J.ntasks, 1);
+    /* A small call (decode of a short cache: under ~2 MFLOP, tens of us)
+     * runs on the calling thread: waking a sleeping worker costs about as
+     * much. Tasks are independent, so the result does not change. */
+    if (4.0 * a->batch * a->heads_q * (double)a->seqlen_q * a->seqlen_k * a->head_dim < 2e6) F.J.nchunks = 1;
     /* the K / V cache pays when a (batch, kv head) has several query tiles
      * and the keys need converting; capped at 2 MiB per thread */
     const size_t kv_floats = 2 * (size_t)a->seqlen_k * (size_t)a->head_dim;
