@@ -247,6 +247,36 @@ static void check_all_unchanged(nz_ctx *z, const char *what, fz_buf *bufs, int n
     for (int t = 0; t < n; ++t) FZ_CHECK_BUF(&z->run, what, &bufs[t], 1);
 }
 
+/* The outcome of one call of `what`: a broken call must fail naming `names`
+ * with every buffer unchanged, a valid one succeed. Returns 1 when the
+ * caller should check a valid call's outputs. */
+static int call_outcome(nz_ctx *z, const char *what, fp_status st, int broken, const char *names, fz_buf *bufs,
+                        int n) {
+    char label[96], changed[96];
+    snprintf(changed, sizeof changed, "%s failed: a buffer changed", what);
+    snprintf(label, sizeof label, "%s (%s)", what, broken ? "one bad argument" : "valid");
+    if (broken) {
+        z->bad_calls++;
+        FZ_CHECK_CALL(&z->run, label, st, FP_ERR_INVALID_ARGUMENT, names);
+        check_all_unchanged(z, changed, bufs, n);
+        return 0;
+    }
+    z->ok_calls++;
+    if (FZ_CHECK_CALL(&z->run, label, st, FP_OK, NULL) == FP_OK) return 1;
+    check_all_unchanged(z, changed, bufs, n);
+    return 0;
+}
+
+/* A validate run of one or two samples: only what it writes matters here. */
+static void tiny_timing(fp_timing_config *cfg) {
+    fp_timing_config_default(cfg);
+    cfg->warmup = 0;
+    cfg->min_samples = 1;
+    cfg->max_samples = 2;
+    cfg->max_time_s = 0.05;
+    cfg->min_sample_ms = 0.0;
+}
+
 /* NULL params: the message names the caller's argument. */
 static const char *null_params_name(void) { return "params"; }
 
@@ -352,25 +382,12 @@ static void fuzz_forward(nz_ctx *z) {
     fflush(stdout);
     fp_clear_error();
     fp_status st = fp_norm_forward(ctx, NULL, pp);
-    if (broken) {
-        z->bad_calls++;
-        FZ_CHECK_CALL(&z->run, "fp_norm_forward (one bad argument)", st, FP_ERR_INVALID_ARGUMENT, names);
-        check_all_unchanged(z, "fp_norm_forward failed: a buffer changed", c.buf, T_COUNT);
-    } else {
-        z->ok_calls++;
-        if (FZ_CHECK_CALL(&z->run, "fp_norm_forward (valid)", st, FP_OK, NULL) == FP_OK) fwd_check_success(z, &c);
-        else check_all_unchanged(z, "fp_norm_forward failed: a buffer changed", c.buf, T_COUNT);
-    }
+    if (call_outcome(z, "fp_norm_forward", st, broken, names, c.buf, T_COUNT)) fwd_check_success(z, &c);
     /* now and then: validate writes only its own scratch */
     if (!broken && fz_chance(&z->rng, 1, 40) && c.p.rows * c.p.cols <= 4096) {
         for (int t = 0; t < T_COUNT; ++t) fz_buf_snapshot(&c.buf[t]);
         fp_timing_config cfg;
-        fp_timing_config_default(&cfg);
-        cfg.warmup = 0;
-        cfg.min_samples = 1;
-        cfg.max_samples = 2;
-        cfg.max_time_s = 0.05;
-        cfg.min_sample_ms = 0.0;
+        tiny_timing(&cfg);
         fp_ab_report rep;
         memset(&rep, 0, sizeof rep);
         st = fp_norm_validate(z->ctx, NULL, &c.p, &cfg, &rep);
@@ -607,24 +624,11 @@ static void fuzz_backward(nz_ctx *z) {
     }
     fp_clear_error();
     fp_status st = fp_norm_backward(ctx, NULL, pp);
-    if (broken) {
-        z->bad_calls++;
-        FZ_CHECK_CALL(&z->run, "fp_norm_backward (one bad argument)", st, FP_ERR_INVALID_ARGUMENT, names);
-        check_all_unchanged(z, "fp_norm_backward failed: a buffer changed", c.buf, B_COUNT);
-    } else {
-        z->ok_calls++;
-        if (FZ_CHECK_CALL(&z->run, "fp_norm_backward (valid)", st, FP_OK, NULL) == FP_OK) bwd_check_success(z, &c);
-        else check_all_unchanged(z, "fp_norm_backward failed: a buffer changed", c.buf, B_COUNT);
-    }
+    if (call_outcome(z, "fp_norm_backward", st, broken, names, c.buf, B_COUNT)) bwd_check_success(z, &c);
     if (!broken && fz_chance(&z->rng, 1, 40) && c.p.rows * c.p.cols <= 4096) {
         for (int t = 0; t < B_COUNT; ++t) fz_buf_snapshot(&c.buf[t]);
         fp_timing_config cfg;
-        fp_timing_config_default(&cfg);
-        cfg.warmup = 0;
-        cfg.min_samples = 1;
-        cfg.max_samples = 2;
-        cfg.max_time_s = 0.05;
-        cfg.min_sample_ms = 0.0;
+        tiny_timing(&cfg);
         fp_ab_report rep;
         memset(&rep, 0, sizeof rep);
         st = fp_norm_backward_validate(z->ctx, NULL, &c.p, &cfg, &rep);
