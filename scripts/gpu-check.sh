@@ -24,6 +24,8 @@
 # every phase runs under a timeout of the time left, so a slow phase costs
 # the later ones, not the logs. Then: python3 scripts/gpu-results.py OUTDIR
 # files the run under benchmarks/results/ and updates the targets table.
+# Before the device call, run scripts/gpu-deps.sh here and carry .deps: the
+# GPU machine's image may lack libcjson-dev and can fetch nothing.
 set -uo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUTDIR [fastbench args]}
 shift
@@ -69,6 +71,21 @@ rc=0
 built=1
 [ -x build-gpu/fastbench ] || built=0
 
+# Debian packages carried from the developer's machine (scripts/gpu-deps.sh,
+# carry .deps): the GPU machine fetches nothing, and the build needs cJSON.
+cmake_deps=()
+if [ ! -f /usr/include/cjson/cJSON.h ] && ls .deps/debs/*.deb >/dev/null 2>&1; then
+  mkdir -p .deps/root
+  for f in .deps/debs/*.deb; do dpkg -x "$f" .deps/root; done
+  hdr=$(find "$PWD/.deps/root" -name cJSON.h -path "*cjson*" | head -n1)
+  lib=$(find "$PWD/.deps/root" -name "libcjson.so*" | sort | head -n1)
+  if [ -n "$hdr" ] && [ -n "$lib" ]; then
+    cmake_deps=(-DCJSON_INCLUDE_DIR="$(dirname "$(dirname "$hdr")")" -DCJSON_LIBRARY="$lib")
+    export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    stamp "cJSON from the carried .deps: $lib"
+  fi
+fi
+
 if want build; then
   built=0
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '.')
@@ -82,7 +99,8 @@ if want build; then
   fi
   stamp "configure for sm_$cuda_arch (${gen[1]:-default generator})"
   if ! timeout "$(left)" cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-       -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DFASTPATH_TSAN_TESTS=OFF > "$logs/configure.log" 2>&1; then
+       -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DFASTPATH_TSAN_TESTS=OFF "${cmake_deps[@]}" \
+       > "$logs/configure.log" 2>&1; then
     stamp "configure FAILED (logs/configure.log)"
     tail_into_summary "$logs/configure.log" 30
     rc=1
