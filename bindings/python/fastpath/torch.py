@@ -152,6 +152,17 @@ def _call(t, fn, params):
         fastpath.check(fn(ctx.handle, None, params))
 
 
+def _call_or_fallback(t, fn, params):
+    """_call, with a call the library refuses (invalid argument, unsupported)
+    turned into _Unsupported: the drop-in then falls back to torch."""
+    try:
+        _call(t, fn, params)
+    except fastpath.FastpathError as e:
+        if e.status in (fastpath.Status.INVALID_ARGUMENT, fastpath.Status.UNSUPPORTED):
+            raise _Unsupported(f"libfastpath: {e.detail}") from None
+        raise
+
+
 def _supported_device(t):
     return t.is_cpu or t.is_cuda
 
@@ -283,12 +294,7 @@ def _norm_forward_cols(kind, activation, x, residual, weight, bias, eps, want_st
     p = _norm._params(_norm.KINDS[kind], _norm.ACTIVATIONS[activation], rows, cols,
                       _DTYPE_IDS[x.dtype], px, xs, pr, rs, _ptr(weight), _ptr(bias),
                       out.data_ptr(), _ptr(res_out), _ptr(mean), _ptr(rstd), eps)
-    try:
-        _call(x, _clib.fp_norm_forward, p)
-    except fastpath.FastpathError as e:
-        if e.status in (fastpath.Status.INVALID_ARGUMENT, fastpath.Status.UNSUPPORTED):
-            raise _Unsupported(f"libfastpath: {e.detail}") from None
-        raise
+    _call_or_fallback(x, _clib.fp_norm_forward, p)
     return out, res_out, mean, rstd
 
 
@@ -534,12 +540,7 @@ def _sdpa_fast(query, key, value, is_causal, scale, enable_gqa):
     p = _attn._params(B, Lq, Lk, Hq, Hkv, D, _DTYPE_IDS[query.dtype], query.data_ptr(), qs,
                       key.data_ptr(), ks, value.data_ptr(), vs, o.data_ptr(), None, sm_scale,
                       causal, -1, window_right)
-    try:
-        _call(query, _clib.fp_attention_forward, p)
-    except fastpath.FastpathError as e:
-        if e.status in (fastpath.Status.INVALID_ARGUMENT, fastpath.Status.UNSUPPORTED):
-            raise _Unsupported(f"libfastpath: {e.detail}") from None
-        raise
+    _call_or_fallback(query, _clib.fp_attention_forward, p)
     out = o.transpose(1, 2)  # [B, Hq, Lq, D] view, as PyTorch's flash backend returns
     return out.squeeze(1) if squeeze else out
 
