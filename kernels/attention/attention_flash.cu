@@ -478,8 +478,7 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
             q.b_off = (int)b0;
             const int nb = (int)(a->batch - b0 < 65535 ? a->batch - b0 : 65535);
             dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)nb);
-            kernel<<<grid, Tr::kWarps * 32, smem, stream>>>(q);
-            err = cudaGetLastError();
+            err = launch_smem<kernel>(grid, Tr::kWarps * 32, smem, stream, q);
         }
         return err;
     });

@@ -8,6 +8,7 @@
 #ifndef FP_ATTENTION_FLASH_COMMON_CUH
 #define FP_ATTENTION_FLASH_COMMON_CUH
 
+#include <atomic>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -180,14 +181,40 @@ __global__ void __launch_bounds__(kCombineThreads) attention_split_combine_v1(co
     if (p.lse && threadIdx.x == 0) p.lse[row] = lse;
 }
 
-// The dynamic shared-memory opt-in above 48 KiB, set on every launch that
-// needs it (a host-side attribute write, no synchronization): a flag cached
-// per (kernel, device) would survive cudaDeviceReset, which drops the
-// attribute, and the next launch would fail.
+// The dynamic shared-memory opt-in above 48 KiB is per device and kernel:
+// set once per (Kernel, device), not on every launch (a driver call per
+// decode step otherwise). cudaDeviceReset drops the attribute while this
+// flag stays set: launch_smem sets it again when a launch is refused.
 template <auto Kernel> fp_status smem_opt_in(size_t smem) {
     if (smem <= 48 * 1024) return FP_OK;
-    FP_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    static std::atomic<unsigned long long> configured{0};
+    int dev = 0;
+    FP_CUDA_TRY(cudaGetDevice(&dev));
+    const unsigned long long dev_bit = dev < 64 ? (1ull << dev) : 0ull;
+    if (!(configured.load(std::memory_order_acquire) & dev_bit) || !dev_bit) {
+        FP_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        configured.fetch_or(dev_bit, std::memory_order_release);
+    }
     return FP_OK;
+}
+
+// Kernel<<<grid, block, smem, stream>>>(args...) and its launch error. A
+// launch refused with cudaErrorInvalidValue above 48 KiB is the opt-in lost
+// to a cudaDeviceReset: set it again and launch once more (nothing is paid
+// on the launches that succeed).
+template <auto Kernel, typename... Args>
+cudaError_t launch_smem(dim3 grid, unsigned block, size_t smem, cudaStream_t stream, Args... args) {
+    Kernel<<<grid, block, smem, stream>>>(args...);
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaErrorInvalidValue && smem > 48 * 1024) {
+        if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return err;
+        }
+        Kernel<<<grid, block, smem, stream>>>(args...);
+        err = cudaGetLastError();
+    }
+    return err;
 }
 
 // Runs launch(p) (which enqueues the flash kernel(s) and returns

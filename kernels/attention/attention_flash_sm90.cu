@@ -304,8 +304,7 @@ fp_status launch_v3(const fp_attn_args *a, int num_splits, cudaStream_t stream) 
     FP_TRY(smem_opt_in<kernel>(smem));
     return run_with_partials<T, D>(a, p, stream, "attention flash v3", [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
-        kernel<<<grid, Tr::kWarpgroups * 128, smem, stream>>>(q);
-        return cudaGetLastError();
+        return launch_smem<kernel>(grid, Tr::kWarpgroups * 128, smem, stream, q);
     });
 }
 

@@ -391,8 +391,7 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     FP_TRY(smem_opt_in<kernel>(smem));
     return run_with_partials<T, D>(a, p, stream, "attention flash v5", [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
-        kernel<<<grid, fp_tma::kThreads, smem, stream>>>(q, tm_k, tm_v);
-        return cudaGetLastError();
+        return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, q, tm_k, tm_v);
     });
 }
 
