@@ -6,7 +6,6 @@
  * use the same exp2 approximation, tested against exp2() in double by
  * tests/attention/test_attention_cpu_impls.c. */
 #include <math.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -14,7 +13,6 @@
 #include "half.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
 #include <immintrin.h>
 #define FP_ATTN_X86_SIMD 1
 #else
@@ -162,27 +160,8 @@ __attribute__((target("avx2,f16c"))) static void store_f16_f16c(uint16_t *d, con
     for (; i < n; ++i) d[i] = fp_f2h(src[i]);
 }
 
-/* CPUID and XGETBV read directly (clang 14's __builtin_cpu_supports has no
- * "f16c": the file did not compile there): bit 0 AVX2 + FMA, bit 1 F16C (with
- * AVX2), each only with an OS that saves the YMM state. Computed once. */
-static int x86_features(void) {
-    static atomic_int cached = -1;
-    int f = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (f >= 0) return f;
-    f = 0;
-    unsigned a, b, c, d;
-    if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27 | 1u << 28)) == (1u << 27 | 1u << 28)) { /* OSXSAVE, AVX */
-        const unsigned fma = (c >> 12) & 1u, f16c = (c >> 29) & 1u;
-        unsigned xlo, xhi;
-        __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-        if ((xlo & 6u) == 6u && __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((b >> 5) & 1u)) /* YMM state, AVX2 */
-            f = (int)(fma | f16c << 1);
-    }
-    atomic_store_explicit(&cached, f, memory_order_relaxed);
-    return f;
-}
-static int have_avx2_fma(void) { return x86_features() & 1; }
-static int have_f16c(void) { return (x86_features() >> 1) & 1; }
+static int have_avx2_fma(void) { return (fp_cpu_features() & FP_CPU_AVX2_FMA) != 0; }
+static int have_f16c(void) { return (fp_cpu_features() & FP_CPU_AVX2_F16C) != 0; }
 #endif
 
 int fp_attn_simd_available(void) {

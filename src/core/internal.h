@@ -122,6 +122,11 @@ void fp_stats_from_sorted(const double *sorted, int n, fp_stats *out);
 /* Monotonic clock in seconds. */
 double fp_now_s(void);
 
+/* x86-64 SIMD features (0 elsewhere), each with AVX2 and OS support for the
+ * YMM state: FP_CPU_AVX2_FMA, FP_CPU_AVX2_F16C bits. Cached after the first call. */
+enum { FP_CPU_AVX2_FMA = 1, FP_CPU_AVX2_F16C = 2 };
+int fp_cpu_features(void);
+
 /* A spin-wait hint (pause / yield) for short busy loops. */
 static inline void fp_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

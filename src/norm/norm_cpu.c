@@ -20,9 +20,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
-#endif
 
 #include "norm/norm_cpu_simd.h"
 
@@ -31,22 +28,10 @@
 static atomic_int g_env_portable = -1; /* FASTPATH_NORM_CPU=portable, read once */
 static atomic_int g_force_portable = -1; /* -1: follow the environment */
 
-/* AVX2, FMA and F16C, and an OS that saves the YMM state: CPUID and XGETBV
- * directly (__builtin_cpu_supports has no "f16c" in older clang). */
+/* AVX2, FMA and F16C, and an OS that saves the YMM state. */
 int fp_norm_cpu_has_avx2(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-    const unsigned need = 1u << 12 | 1u << 27 | 1u << 28 | 1u << 29; /* FMA, OSXSAVE, AVX, F16C */
-    if ((c & need) != need) return 0;
-    unsigned xlo, xhi;
-    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-    if ((xlo & 6u) != 6u) return 0; /* XMM and YMM state enabled */
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    return (b >> 5) & 1u; /* AVX2 */
-#else
-    return 0;
-#endif
+    const int need = FP_CPU_AVX2_FMA | FP_CPU_AVX2_F16C;
+    return (fp_cpu_features() & need) == need;
 }
 
 int fp_norm_cpu_simd(void) {
@@ -61,13 +46,7 @@ int fp_norm_cpu_simd(void) {
         }
         force = env;
     }
-    static atomic_int has = -1;
-    int h = atomic_load(&has);
-    if (h < 0) {
-        h = fp_norm_cpu_has_avx2();
-        atomic_store(&has, h);
-    }
-    return !force && h;
+    return !force && fp_norm_cpu_has_avx2();
 }
 
 void fp_norm_cpu_force_portable(int on) { atomic_store(&g_force_portable, on < 0 ? -1 : on != 0); }
