@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Rewrites a CUDA source for the CPU emulation (tests/emu/cuda_emu.h).
+
+Only what the host compiler cannot parse changes, and every line keeps its
+number (a #line directive names the original file):
+  kernel<<<grid, block, smem, stream>>>(args)
+      -> fp_emu::make_launch(kernel, grid, block, smem, stream)(args)
+  extern __shared__ __align__(N) T name[];
+      -> T *name = reinterpret_cast<T *>(fp_emu::dynamic_smem());
+
+usage: cu2emu.py IN.cu OUT.cpp
+"""
+import re
+import sys
+
+EXTERN_SHARED = re.compile(
+    r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_][\w:]*(?:\s+[A-Za-z_][\w:]*)*?)\s+"
+    r"(\w+)\s*\[\s*\]\s*;")
+
+
+def rewrite_launches(src):
+    out = []
+    pos = 0
+    while True:
+        i = src.find("<<<", pos)
+        if i < 0:
+            out.append(src[pos:])
+            return "".join(out)
+        # The callee: an identifier (with ::) and an optional template
+        # argument list, right before <<<.
+        j = i
+        while j > 0 and src[j - 1].isspace():
+            j -= 1
+        if src[j - 1] == ">":
+            depth = 0
+            k = j - 1
+            while k >= 0:
+                if src[k] == ">":
+                    depth += 1
+                elif src[k] == "<":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                k -= 1
+            if k < 0:
+                sys.exit("cu2emu: unbalanced template arguments before <<< at offset %d" % i)
+            j = k
+        k = j
+        while k > 0 and (src[k - 1].isalnum() or src[k - 1] in "_:"):
+            k -= 1
+        callee = src[k:i].rstrip()
+        if not callee or not (callee[0].isalpha() or callee[0] in "_:"):
+            sys.exit("cu2emu: no kernel name before <<< at offset %d" % i)
+        e = src.find(">>>", i)
+        if e < 0:
+            sys.exit("cu2emu: <<< without >>> at offset %d" % i)
+        config = src[i + 3:e]
+        out.append(src[pos:k])
+        out.append("fp_emu::make_launch(%s, %s)" % (callee, config))
+        pos = e + 3
+
+
+def rewrite_extern_shared(src):
+    return EXTERN_SHARED.sub(
+        lambda m: "%s *%s = reinterpret_cast<%s *>(fp_emu::dynamic_smem());" % (m.group(1), m.group(2),
+                                                                                m.group(1)), src)
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    with open(sys.argv[1]) as f:
+        src = f.read()
+    body = rewrite_extern_shared(rewrite_launches(src))
+    if body.count("\n") != src.count("\n"):
+        sys.exit("cu2emu: rewriting changed the line count of %s" % sys.argv[1])
+    with open(sys.argv[2], "w") as f:
+        f.write('#include "cuda_emu.h"\n#line 1 "%s"\n' % sys.argv[1])
+        f.write(body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,302 @@
+// CPU emulation of the CUDA execution model, to run the library's *own*
+// kernel sources (kernels/**/*.cu) on a machine without a GPU.
+//
+// A kernel source is rewritten by tests/emu/cu2emu.py (launch syntax and
+// `extern __shared__` only; every line keeps its number) and compiled by the
+// host C++ compiler with this header first. Each CUDA thread of a block is a
+// fiber (ucontext) on one OS thread; blocks run one after another. Threads
+// switch only at synchronization points, so everything between two of them
+// runs as one piece, and the scheduler checks the rules a GPU does not:
+//   - __syncthreads: every live thread of the block must reach it (a barrier
+//     some threads skip, or threads split between a block barrier and a warp
+//     collective, fails the launch as divergent);
+//   - warp collectives (shuffles, __syncwarp, and the ones a test builds with
+//     warp_exchange: mma.sync, ldmatrix, ...): every lane in the mask must
+//     arrive with the same mask; a lane that exited is an error;
+//   - launch configuration: block size, grid limits, dynamic shared memory
+//     above 48 KiB only after cudaFuncSetAttribute, within the device limit.
+// Dynamic shared memory starts filled with 0xFF bytes (NaN in f32, f16, bf16),
+// so a read of a word nobody wrote poisons the result.
+// Global memory is host memory: device pointers are host pointers.
+//
+// What it cannot see: data races between threads on plain shared or global
+// loads and stores (each thread runs from one barrier to the next alone; see
+// smem_note_* for the hooks emulated async copies use), the memory model,
+// register spills, the PTX itself.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <tuple>
+#include <utility>
+
+namespace fp_emu {
+
+constexpr int kSlotBytes = 64;  // bytes one lane may hand to a warp collective
+
+struct BlockState;  // opaque: the scheduler's block
+
+// What kernel code reads through threadIdx / blockIdx / blockDim / gridDim.
+struct ThreadRegs {
+    uint3 tid;
+    uint3 bid;
+    dim3 bdim;
+    dim3 gdim;
+    unsigned linear;  // tid.x + tid.y * bdim.x + tid.z * bdim.x * bdim.y
+    unsigned lane, warp;
+    BlockState *block;
+};
+
+extern thread_local ThreadRegs *g_cur;
+
+// The calling CUDA thread's registers (abort if called outside a kernel).
+ThreadRegs *cur();
+
+// Block barrier (__syncthreads).
+void syncthreads();
+// Warp barrier (__syncwarp(mask)).
+void syncwarp(unsigned mask);
+// Warp collective: each lane in `mask` hands `n` <= kSlotBytes bytes. Returns
+// the 32 lanes' slots (lane i's bytes at slots + i * kSlotBytes), valid until
+// the calling lane's next synchronization point. `what` names the operation
+// in error messages.
+const unsigned char *warp_exchange(unsigned mask, const void *mine, size_t n, const char *what);
+
+// Fails the running launch with a message (the kernel broke a rule the
+// hardware would punish). Does not return: the block's fibers are abandoned.
+[[noreturn]] void kernel_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Shared memory: the block's arena holds the dynamic shared memory (offset
+// 0). Static __shared__ variables are thread_local statics, outside it.
+unsigned char *dynamic_smem();
+size_t dynamic_smem_size();
+// Offset of p in the arena (what __cvta_generic_to_shared returns); fails
+// the launch if p is not in it.
+uint32_t smem_offset(const void *p);
+// The arena byte at a 32-bit shared address (fails the launch when the
+// access [addr, addr + n) leaves the arena).
+unsigned char *smem_at(uint32_t addr, size_t n);
+
+// Shadow state of the arena for emulated asynchronous copies and warp-wide
+// loads (cp.async, ldmatrix, ...): a read of bytes another thread wrote
+// since the last block barrier, or of bytes with a copy still in flight, and
+// an async write over bytes another thread read since the last barrier, fail
+// the launch as a race.
+void smem_note_async_issue(uint32_t addr, size_t n);     // copy in flight
+void smem_note_async_complete(uint32_t addr, size_t n);  // copy landed (this thread)
+void smem_note_read(uint32_t addr, size_t n);            // collective read by this thread
+
+// Launch: runs the grid now (streams are synchronous here).
+typedef void (*BlockBody)(void *ctx);
+cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, BlockBody body,
+                   void *ctx);
+
+template <typename... P> struct Launcher {
+    void (*fn)(P...);
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+    template <typename... A> void operator()(A &&...args) const {
+        // Every CUDA thread gets its own copy of the parameters, as from
+        // the kernel parameter space.
+        std::tuple<P...> params(std::forward<A>(args)...);
+        struct Ctx {
+            void (*fn)(P...);
+            std::tuple<P...> *params;
+        } ctx{fn, &params};
+        launch(reinterpret_cast<const void *>(fn), grid, block, smem, stream,
+               [](void *c) {
+                   Ctx *x = static_cast<Ctx *>(c);
+                   std::tuple<P...> copy = *x->params;
+                   std::apply(x->fn, copy);
+               },
+               &ctx);
+    }
+};
+template <typename... P>
+Launcher<P...> make_launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = 0) {
+    return Launcher<P...>{fn, grid, block, smem, stream};
+}
+
+// The emulated device (cudaDeviceGetAttribute and friends answer from it).
+struct DeviceProfile {
+    int major, minor;
+    int sm_count;
+    int max_threads_per_block;
+    int max_threads_per_sm;
+    int smem_per_block;        // without opt-in
+    int smem_per_block_optin;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+    int smem_per_sm;
+    int regs_per_sm;
+};
+// H100 SXM (sm_90) by default; FP_EMU_SM=80 picks an A100 profile.
+const DeviceProfile &device();
+void set_device(const DeviceProfile &p);
+
+// The message of the last failed launch ("" if none), and launches so far.
+const char *last_failure();
+long launches();
+
+template <typename T> T shfl_xor(unsigned mask, T v, int lane_mask, int width) {
+    static_assert(sizeof(T) <= (size_t)kSlotBytes, "shuffle of a type wider than a slot");
+    const unsigned char *s = warp_exchange(mask, &v, sizeof v, "__shfl_xor_sync");
+    const int lane = (int)cur()->lane;
+    int src = lane ^ lane_mask;
+    if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;  // outside the segment: own value
+    T r;
+    std::memcpy(&r, s + src * kSlotBytes, sizeof r);
+    return r;
+}
+template <typename T> T shfl_idx(unsigned mask, T v, int src_lane, int width) {
+    const unsigned char *s = warp_exchange(mask, &v, sizeof v, "__shfl_sync");
+    const int lane = (int)cur()->lane;
+    const int src = (lane & ~(width - 1)) + (src_lane & (width - 1));
+    T r;
+    std::memcpy(&r, s + src * kSlotBytes, sizeof r);
+    return r;
+}
+template <typename T> T shfl_down(unsigned mask, T v, unsigned delta, int width) {
+    const unsigned char *s = warp_exchange(mask, &v, sizeof v, "__shfl_down_sync");
+    const int lane = (int)cur()->lane;
+    int src = lane + (int)delta;
+    if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
+    T r;
+    std::memcpy(&r, s + src * kSlotBytes, sizeof r);
+    return r;
+}
+template <typename T> T shfl_up(unsigned mask, T v, unsigned delta, int width) {
+    const unsigned char *s = warp_exchange(mask, &v, sizeof v, "__shfl_up_sync");
+    const int lane = (int)cur()->lane;
+    int src = lane - (int)delta;
+    if (src < 0 || (src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
+    T r;
+    std::memcpy(&r, s + src * kSlotBytes, sizeof r);
+    return r;
+}
+unsigned ballot(unsigned mask, int pred);
+
+}  // namespace fp_emu
+
+// ---------------------------------------------------------------------------
+// CUDA C++ keywords and built-ins for the host compiler
+// ---------------------------------------------------------------------------
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#undef __constant__
+#undef __forceinline__
+#undef __noinline__
+#undef __launch_bounds__
+#undef __restrict__
+#define __global__
+#define __device__
+#define __host__
+#define __constant__ static const
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+// One copy per OS thread: the fibers of a block share it, as a CTA does.
+#define __shared__ static thread_local
+
+#define threadIdx (fp_emu::g_cur->tid)
+#define blockIdx (fp_emu::g_cur->bid)
+#define blockDim (fp_emu::g_cur->bdim)
+#define gridDim (fp_emu::g_cur->gdim)
+#ifndef warpSize
+#define warpSize 32
+#endif
+
+inline void __syncthreads() { fp_emu::syncthreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { fp_emu::syncwarp(mask); }
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+
+template <typename T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    return fp_emu::shfl_xor(mask, v, lane_mask, width);
+}
+template <typename T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    return fp_emu::shfl_idx(mask, v, src, width);
+}
+template <typename T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    return fp_emu::shfl_down(mask, v, delta, width);
+}
+template <typename T> inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    return fp_emu::shfl_up(mask, v, delta, width);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) { return fp_emu::ballot(mask, pred); }
+inline int __any_sync(unsigned mask, int pred) { return fp_emu::ballot(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return fp_emu::ballot(mask, pred) == mask; }
+
+// The runtime's C++ overloads taking a kernel (cuda_runtime.h declares them
+// for nvcc only).
+template <typename T> inline cudaError_t cudaFuncSetAttribute(T *entry, cudaFuncAttribute attr, int value) {
+    return ::cudaFuncSetAttribute(reinterpret_cast<const void *>(entry), attr, value);
+}
+template <typename T> inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, T *entry) {
+    return ::cudaFuncGetAttributes(a, reinterpret_cast<const void *>(entry));
+}
+template <typename T>
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, T *entry, int threads, size_t smem) {
+    return ::cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, reinterpret_cast<const void *>(entry), threads, smem);
+}
+
+// Cache-hinted loads and stores: plain accesses.
+template <typename T> inline T __ldg(const T *p) { return *p; }
+template <typename T> inline T __ldcg(const T *p) { return *p; }
+template <typename T> inline T __ldcs(const T *p) { return *p; }
+template <typename T> inline T __ldlu(const T *p) { return *p; }
+template <typename T> inline void __stwb(T *p, T v) { *p = v; }
+template <typename T> inline void __stcg(T *p, T v) { *p = v; }
+template <typename T> inline void __stcs(T *p, T v) { *p = v; }
+template <typename T> inline void __stwt(T *p, T v) { *p = v; }
+
+inline size_t __cvta_generic_to_shared(const void *p) { return fp_emu::smem_offset(p); }
+
+// Fast-math intrinsics: the precise host functions (the emulation checks
+// index math and data flow, not the last bits of the approximations).
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __log2f(float x) { return log2f(x); }
+inline float __powf(float x, float y) { return powf(x, y); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+
+// Atomics: fibers switch only at synchronization points, so a plain
+// read-modify-write is atomic here.
+template <typename T> inline T atomicAdd(T *p, T v) {
+    T old = *p;
+    *p = old + v;
+    return old;
+}
+template <typename T> inline T atomicMax(T *p, T v) {
+    T old = *p;
+    if (v > old) *p = v;
+    return old;
+}
+template <typename T> inline T atomicMin(T *p, T v) {
+    T old = *p;
+    if (v < old) *p = v;
+    return old;
+}
+template <typename T> inline T atomicExch(T *p, T v) {
+    T old = *p;
+    *p = v;
+    return old;
+}
+template <typename T> inline T atomicCAS(T *p, T cmp, T v) {
+    T old = *p;
+    if (old == cmp) *p = v;
+    return old;
+}

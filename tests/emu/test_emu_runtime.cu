@@ -1,0 +1,187 @@
+// Self-test of the CUDA emulation (cuda_emu.h): this file is CUDA C++ that
+// cu2emu.py rewrites and the host compiler builds, as the kernels are.
+// Each kernel has a known answer or a known rule violation that the
+// emulation must report (a broken emulation must fail here, not pass the
+// kernels' tests by accident).
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+static int g_fail = 0;
+#define EXPECT(c)                                                        \
+    do {                                                                 \
+        if (!(c)) {                                                      \
+            fprintf(stderr, "%s:%d: EXPECT failed: %s\n", __FILE__, __LINE__, #c); \
+            g_fail++;                                                    \
+        }                                                                \
+    } while (0)
+
+// Block sum through shuffles and shared memory; writes one value per block.
+__global__ void block_sum(const float *x, float *out, int n) {
+    __shared__ float part[32];
+    float v = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) v += x[i];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (threadIdx.x == 0) out[blockIdx.x] = t;
+    }
+}
+
+// Reverses each block's segment through dynamic shared memory: wrong without
+// the barrier's ordering (a thread reads a slot another thread writes).
+__global__ void reverse_dyn(const int *in, int *out) {
+    extern __shared__ __align__(16) int buf[];
+    const int base = blockIdx.x * blockDim.x;
+    buf[threadIdx.x] = in[base + threadIdx.x];
+    __syncthreads();
+    out[base + threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];
+}
+
+// 2-D blocks, shfl_sync broadcast within 8-lane segments, shfl_down/up, ballot.
+__global__ void lanes(int *out) {
+    const int t = threadIdx.x + threadIdx.y * blockDim.x;
+    int lane = t & 31;
+    int b = __shfl_sync(0xffffffffu, lane * 10, 3, 8);  // lane 3 of each 8-lane segment
+    int d = __shfl_down_sync(0xffffffffu, lane, 1);
+    int u = __shfl_up_sync(0xffffffffu, lane, 2);
+    unsigned bal = __ballot_sync(0xffffffffu, lane & 1);
+    out[4 * t + 0] = b;
+    out[4 * t + 1] = d;
+    out[4 * t + 2] = u;
+    out[4 * t + 3] = (int)bal;
+}
+
+// Rule violations the emulation must catch.
+__global__ void divergent_barrier(int *out) {
+    if (threadIdx.x < 16) __syncthreads();
+    out[threadIdx.x] = 1;
+}
+__global__ void shuffle_after_exit(int *out) {
+    if (threadIdx.x == 5) return;
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+}
+__global__ void mixed_collectives(int *out) {
+    int v = threadIdx.x;
+    if (threadIdx.x < 32) v = __shfl_xor_sync(0xffffffffu, v, 1);
+    else __syncthreads();
+    out[threadIdx.x] = v;
+}
+__global__ void poisoned_read(float *out) {
+    extern __shared__ float fbuf[];
+    if (threadIdx.x == 0) fbuf[0] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = fbuf[threadIdx.x];  // fbuf[1..]: never written
+}
+__global__ void async_race(int *out) {
+    extern __shared__ unsigned char raw[];
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(raw);
+    // Thread 0 "copies" 16 bytes; thread 1 reads them without a barrier.
+    if (threadIdx.x == 0) {
+        fp_emu::smem_note_async_issue(base, 16);
+        std::memset(fp_emu::smem_at(base, 16), 0, 16);
+        fp_emu::smem_note_async_complete(base, 16);
+    }
+    __syncwarp();
+    if (threadIdx.x == 1) fp_emu::smem_note_read(base, 16);
+    out[threadIdx.x] = 0;
+}
+__global__ void async_ok(int *out) {
+    extern __shared__ unsigned char raw[];
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(raw);
+    if (threadIdx.x == 0) {
+        fp_emu::smem_note_async_issue(base, 16);
+        std::memset(fp_emu::smem_at(base, 16), 0, 16);
+        fp_emu::smem_note_async_complete(base, 16);
+    }
+    __syncthreads();
+    fp_emu::smem_note_read(base, 16);
+    out[threadIdx.x] = 0;
+}
+
+static bool failed_with(cudaError_t e, const char *needle) {
+    bool ok = e != cudaSuccess && std::strstr(fp_emu::last_failure(), needle) != nullptr;
+    if (!ok) fprintf(stderr, "  (error %d, failure \"%s\", wanted \"%s\")\n", (int)e, fp_emu::last_failure(), needle);
+    (void)cudaGetLastError();
+    return ok;
+}
+
+int main() {
+    // block_sum: 3 blocks of 96 threads (3 warps; the last partial warp).
+    {
+        const int n = 1000;
+        std::vector<float> x(n), out(3, -1.0f);
+        double want = 0;
+        for (int i = 0; i < n; ++i) x[i] = (float)(i % 7) - 2.5f, want += x[i];
+        block_sum<<<3, 96>>>(x.data(), out.data(), n);
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        EXPECT((double)out[0] + out[1] + out[2] == want);
+    }
+    // reverse_dyn: dynamic shared memory, 4 blocks.
+    {
+        std::vector<int> in(4 * 64), out(4 * 64, -1);
+        for (int i = 0; i < 256; ++i) in[i] = i * 3;
+        reverse_dyn<<<4, 64, 64 * sizeof(int)>>>(in.data(), out.data());
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        bool ok = true;
+        for (int b = 0; b < 4; ++b)
+            for (int t = 0; t < 64; ++t) ok &= out[b * 64 + t] == in[b * 64 + 63 - t];
+        EXPECT(ok);
+    }
+    // lanes: 16 x 4 threads = 2 warps.
+    {
+        std::vector<int> out(4 * 64, -1);
+        lanes<<<1, dim3(16, 4)>>>(out.data());
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        bool ok = true;
+        for (int t = 0; t < 64; ++t) {
+            int lane = t & 31;
+            ok &= out[4 * t + 0] == ((lane & ~7) + 3) * 10;
+            ok &= out[4 * t + 1] == (lane + 1 < 32 ? lane + 1 : lane);
+            ok &= out[4 * t + 2] == (lane >= 2 ? lane - 2 : lane);
+            ok &= (unsigned)out[4 * t + 3] == 0xaaaaaaaau;
+        }
+        EXPECT(ok);
+    }
+    // Launch configuration.
+    {
+        std::vector<int> in(64), out(64);
+        reverse_dyn<<<1, 2048>>>(in.data(), out.data());
+        EXPECT(failed_with(cudaGetLastError(), "block of 2048"));
+        reverse_dyn<<<1, 64, 64 * 1024>>>(in.data(), out.data());
+        EXPECT(failed_with(cudaGetLastError(), "cudaFuncSetAttribute"));
+        EXPECT(cudaFuncSetAttribute(reverse_dyn, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024) ==
+               cudaSuccess);
+        reverse_dyn<<<1, 64, 64 * 1024>>>(in.data(), out.data());
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        EXPECT(cudaFuncSetAttribute(reverse_dyn, cudaFuncAttributeMaxDynamicSharedMemorySize, 1 << 20) !=
+               cudaSuccess);
+        (void)cudaGetLastError();
+    }
+    // Violations.
+    {
+        std::vector<int> out(128);
+        divergent_barrier<<<1, 64>>>(out.data());
+        EXPECT(failed_with(cudaGetLastError(), "divergent __syncthreads"));
+        shuffle_after_exit<<<1, 32>>>(out.data());
+        EXPECT(failed_with(cudaGetLastError(), "has exited"));
+        mixed_collectives<<<1, 64>>>(out.data());
+        EXPECT(failed_with(cudaGetLastError(), "divergent __syncthreads"));
+        async_race<<<1, 32, 64>>>(out.data());
+        EXPECT(failed_with(cudaGetLastError(), "read after write"));
+        async_ok<<<1, 32, 64>>>(out.data());
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        std::vector<float> f(32, 0.0f);
+        poisoned_read<<<1, 32, 32 * sizeof(float)>>>(f.data());
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        EXPECT(f[0] == 1.0f && f[1] != f[1]);  // never-written shared memory reads as NaN
+    }
+    if (g_fail) fprintf(stderr, "test_emu_runtime: %d failures\n", g_fail);
+    else printf("test_emu_runtime: ok (%ld launches)\n", fp_emu::launches());
+    return g_fail ? 1 : 0;
+}
