@@ -80,7 +80,13 @@ static inline void ctx_swap(Context *from, Context *to) { swapcontext(&from->uc,
 
 namespace {
 
-enum ThreadState { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
+enum ThreadState { RUNNABLE, AT_BARRIER, AT_WARP, AT_GROUP, SPINNING, DONE };
+
+struct ExtState {
+    const void *key;
+    void *ptr;
+    void (*destroy)(void *);
+};
 
 struct Fiber {
     ThreadRegs regs;
@@ -89,8 +95,10 @@ struct Fiber {
     unsigned mask;           // AT_WARP: the collective's mask
     const char *what;        // AT_WARP: the collective's name
     const char *barrier_at;  // AT_BARRIER: "__syncthreads"
+    unsigned group_first, group_count;  // AT_GROUP: the threads [first, first + count)
     const unsigned char *result;
     unsigned char slot[kSlotBytes];
+    std::vector<ExtState> ext;  // thread_ext
 };
 
 // Shadow of one arena byte.
@@ -112,7 +120,10 @@ struct BlockState {
     std::vector<Shadow> shadow;
     uint32_t epoch = 0;
     unsigned nwarps = 0;
-    std::vector<unsigned char> snap;  // per warp: 32 slots, copied at release
+    std::vector<unsigned char> snap;   // per warp: 32 slots, copied at release
+    std::vector<unsigned char> gsnap;  // per thread: its slot, copied at a group release
+    unsigned long progress = 0;        // events that may satisfy a spin-wait
+    unsigned long idle_passes = 0;     // passes in which only spinners ran, without progress
     BlockBody body = nullptr;
     void *ctx = nullptr;
     bool failed = false;
@@ -148,6 +159,7 @@ void fiber_entry() {
     b->body(b->ctx);
     Fiber *f = g_fiber;
     f->state = DONE;
+    b->progress++;
     // Back to the scheduler for good (not through uc_link: a DONE fiber is
     // never resumed, and its stack is reused by the next block).
     ctx_swap(&f->ctx, &b->sched);
@@ -174,6 +186,13 @@ std::string describe(const Fiber &f) {
     char buf[96];
     snprintf(buf, sizeof buf, "thread (%u,%u,%u)", f.regs.tid.x, f.regs.tid.y, f.regs.tid.z);
     return buf;
+}
+
+void clear_ext(BlockState &b) {
+    for (Fiber &f : b.fibers) {
+        for (ExtState &e : f.ext) e.destroy(e.ptr);
+        f.ext.clear();
+    }
 }
 
 // After a pass in which every runnable fiber ran until it blocked: release
@@ -243,7 +262,53 @@ bool resolve(BlockState &b) {
             released = true;
         }
     }
-    if (released) return true;
+    // Group collectives (a warpgroup, ...): every thread of the range.
+    for (size_t i = 0; i < b.fibers.size(); ++i) {
+        Fiber &f = b.fibers[i];
+        if (f.state != AT_GROUP || f.group_first != i) continue;
+        bool all = true;
+        for (unsigned k = f.group_first; k < f.group_first + f.group_count; ++k) {
+            Fiber &g = b.fibers[k];
+            if (g.state == DONE) {
+                b.failure = describe(f) + ": " + f.what + " over threads [" + std::to_string(f.group_first) + ", " +
+                            std::to_string(f.group_first + f.group_count) + "), but thread " + std::to_string(k) +
+                            " has exited";
+                return false;
+            }
+            if (g.state != AT_GROUP) {
+                all = false;
+                continue;
+            }
+            if (g.group_first != f.group_first || g.group_count != f.group_count || strcmp(g.what, f.what) != 0) {
+                b.failure = describe(f) + ": " + f.what + " met thread " + std::to_string(k) + " at " + g.what +
+                            " over another range";
+                return false;
+            }
+        }
+        if (!all) continue;
+        for (unsigned k = f.group_first; k < f.group_first + f.group_count; ++k) {
+            memcpy(&b.gsnap[(size_t)k * kSlotBytes], b.fibers[k].slot, kSlotBytes);
+            b.fibers[k].state = RUNNABLE;
+            b.fibers[k].result = &b.gsnap[(size_t)f.group_first * kSlotBytes];
+        }
+        released = true;
+    }
+    if (released) {
+        b.progress++;
+        for (Fiber &f : b.fibers)
+            if (f.state == SPINNING) f.state = RUNNABLE;
+        return true;
+    }
+    // Spinners may wait on something another thread will do: let them spin,
+    // until a long run of passes saw no event that could end a wait.
+    size_t spinning = 0;
+    for (Fiber &f : b.fibers)
+        if (f.state == SPINNING) spinning++;
+    if (spinning > 0 && b.idle_passes < 10000) {
+        for (Fiber &f : b.fibers)
+            if (f.state == SPINNING) f.state = RUNNABLE;
+        return true;
+    }
     // Nobody can move: say who waits where.
     std::string why = "deadlock: ";
     size_t shown = 0;
@@ -254,7 +319,9 @@ bool resolve(BlockState &b) {
             break;
         }
         if (shown > 1) why += ", ";
-        why += describe(f) + (f.state == AT_BARRIER ? " at __syncthreads" : std::string(" at ") + f.what);
+        why += describe(f) + (f.state == AT_BARRIER ? " at __syncthreads"
+                              : f.state == SPINNING ? std::string(" spinning in ") + f.what
+                                                    : std::string(" at ") + f.what);
     }
     if (at_bar > 0 && at_bar < live)
         why = "divergent __syncthreads: " + std::to_string(at_bar) + " of " + std::to_string(live) +
@@ -265,7 +332,11 @@ bool resolve(BlockState &b) {
 
 bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, size_t stack_sz) {
     const unsigned nthreads = block.x * block.y * block.z;
+    clear_ext(b);
     b.fibers.assign(nthreads, Fiber{});
+    b.gsnap.assign((size_t)nthreads * kSlotBytes, 0);
+    b.progress = 0;
+    b.idle_passes = 0;
     b.nwarps = (nthreads + 31) / 32;
     b.snap.assign((size_t)b.nwarps * 32 * kSlotBytes, 0);
     b.epoch = 1;
@@ -288,6 +359,8 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
     g_block = &b;
     for (;;) {
         bool ran = false;
+        const unsigned long progress_before = b.progress;
+        bool only_spinners = true;
         for (Fiber &f : b.fibers) {
             if (f.state != RUNNABLE) continue;
             g_fiber = &f;
@@ -296,12 +369,15 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
             g_fiber = nullptr;
             g_cur = nullptr;
             ran = true;
+            if (f.state != SPINNING) only_spinners = false;
             if (b.failed) return false;
         }
         bool all_done = true;
         for (const Fiber &f : b.fibers)
             if (f.state != DONE) all_done = false;
         if (all_done) return true;
+        if (only_spinners && b.progress == progress_before) b.idle_passes++;
+        else b.idle_passes = 0;
         if (!resolve(b)) return false;
         (void)ran;
     }
@@ -335,6 +411,43 @@ const unsigned char *warp_exchange(unsigned mask, const void *mine, size_t n, co
     f->state = AT_WARP;
     yield_to_scheduler();
     return f->result;
+}
+
+const unsigned char *group_exchange(unsigned first, unsigned count, const void *mine, size_t n, const char *what) {
+    Fiber *f = self(what);
+    BlockState *b = f->regs.block;
+    if (count == 0 || (size_t)first + count > b->fibers.size() || f->regs.linear < first ||
+        f->regs.linear >= first + count)
+        kernel_fail("%s: %s over threads [%u, %u) that do not include it (block of %zu)", describe(*f).c_str(), what,
+                    first, first + count, b->fibers.size());
+    if (n > (size_t)kSlotBytes) kernel_fail("%s: %zu bytes exceed a slot", what, n);
+    memcpy(f->slot, mine, n);
+    f->group_first = first;
+    f->group_count = count;
+    f->what = what;
+    f->state = AT_GROUP;
+    yield_to_scheduler();
+    return f->result;
+}
+
+void spin_yield(const char *what) {
+    Fiber *f = self(what);
+    f->what = what;
+    f->state = SPINNING;
+    yield_to_scheduler();
+}
+
+void note_progress() {
+    Fiber *f = self("note_progress");
+    f->regs.block->progress++;
+}
+
+void *thread_ext(const void *key, void *(*make)(), void (*destroy)(void *)) {
+    Fiber *f = self("thread_ext");
+    for (ExtState &e : f->ext)
+        if (e.key == key) return e.ptr;
+    f->ext.push_back(ExtState{key, make(), destroy});
+    return f->ext.back().ptr;
 }
 
 void syncwarp(unsigned mask) {
@@ -494,6 +607,7 @@ cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStr
                     ok = false;
                 }
             }
+    clear_ext(b);
     g_block = saved_block;
     g_fiber = saved_fiber;
     g_cur = saved_cur;

@@ -68,6 +68,30 @@ void syncwarp(unsigned mask);
 // in error messages.
 const unsigned char *warp_exchange(unsigned mask, const void *mine, size_t n, const char *what);
 
+// Collective over the block's threads [first, first + count) (a warpgroup:
+// first = 128 * k, count = 128): every one must arrive with the same range and
+// name. Returns their slots (thread first + i at slots + i * kSlotBytes),
+// valid until the caller's next synchronization point.
+const unsigned char *group_exchange(unsigned first, unsigned count, const void *mine, size_t n, const char *what);
+
+// For emulated spin-waits (mbarrier try_wait, flags in shared memory): back
+// to the scheduler, runnable again at the next pass. A launch whose live
+// threads only spin, over many passes in which nothing happened that could
+// end a wait (note_progress), fails as a deadlock.
+void spin_yield(const char *what);
+// Something a spinner may be waiting for happened (an arrive, a copy landed).
+void note_progress();
+
+// Per-thread state of emulated instructions (cp.async groups, ...): the
+// calling thread's object for `key`, made by make() on first use and
+// destroyed by destroy() when the block ends.
+void *thread_ext(const void *key, void *(*make)(), void (*destroy)(void *));
+template <typename T> T &thread_state() {
+    static const char key = 0;
+    return *static_cast<T *>(thread_ext(
+        &key, []() -> void * { return new T(); }, [](void *p) { delete static_cast<T *>(p); }));
+}
+
 // Fails the running launch with a message (the kernel broke a rule the
 // hardware would punish). Does not return: the block's fibers are abandoned.
 [[noreturn]] void kernel_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -104,6 +104,40 @@ __global__ void async_ok(int *out) {
     out[threadIdx.x] = 0;
 }
 
+// A warpgroup collective (threads 128k..128k+127 exchange their ids), a
+// spin-wait on a shared flag another warp sets later, per-thread state.
+struct Counter {
+    int n = 0;
+};
+__global__ void groups(int *out) {
+    __shared__ int flag;
+    const unsigned t = threadIdx.x, first = t / 128 * 128;
+    if (t == 0) flag = 0;
+    __syncthreads();
+    int mine = (int)t * 7;
+    const unsigned char *s = fp_emu::group_exchange(first, 128, &mine, sizeof mine, "test.group");
+    int other;
+    std::memcpy(&other, s + (127 - (t - first)) * fp_emu::kSlotBytes, sizeof other);
+    out[t] = other;
+    fp_emu::thread_state<Counter>().n += 1;
+    fp_emu::thread_state<Counter>().n += 1;
+    if (t == 255) {
+        flag = 1;
+        fp_emu::note_progress();
+    } else if (t == 0) {
+        while (flag == 0) fp_emu::spin_yield("test.spin");
+    }
+    out[256 + t] = fp_emu::thread_state<Counter>().n;
+}
+__global__ void spin_forever(int *out) {
+    __shared__ int flag;
+    if (threadIdx.x == 0) flag = 0;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        while (flag == 0) fp_emu::spin_yield("test.spin");
+    out[threadIdx.x] = 1;
+}
+
 static bool failed_with(cudaError_t e, const char *needle) {
     bool ok = e != cudaSuccess && std::strstr(fp_emu::last_failure(), needle) != nullptr;
     if (!ok) fprintf(stderr, "  (error %d, failure \"%s\", wanted \"%s\")\n", (int)e, fp_emu::last_failure(), needle);
@@ -180,6 +214,21 @@ int main() {
         poisoned_read<<<1, 32, 32 * sizeof(float)>>>(f.data());
         EXPECT(cudaGetLastError() == cudaSuccess);
         EXPECT(f[0] == 1.0f && f[1] != f[1]);  // never-written shared memory reads as NaN
+    }
+    // Group collectives, spinning, per-thread state.
+    {
+        std::vector<int> out(512, -1);
+        groups<<<2, 256>>>(out.data());
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        bool ok = true;
+        for (int t = 0; t < 256; ++t) {
+            int first = t / 128 * 128;
+            ok &= out[t] == (first + 127 - (t - first)) * 7;
+            ok &= out[256 + t] == 2;
+        }
+        EXPECT(ok);
+        spin_forever<<<1, 64>>>(out.data());
+        EXPECT(failed_with(cudaGetLastError(), "spinning in test.spin"));
     }
     if (g_fail) fprintf(stderr, "test_emu_runtime: %d failures\n", g_fail);
     else printf("test_emu_runtime: ok (%ld launches)\n", fp_emu::launches());
