@@ -5,6 +5,8 @@
 // kernels' tests by accident).
 #include <cuda_runtime.h>
 
+#include "emu_cp_async.h"
+
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -138,6 +140,21 @@ __global__ void spin_forever(int *out) {
     out[threadIdx.x] = 1;
 }
 
+// cp.async: a tile of 64 floats copied by 16 threads (16 bytes each, the
+// last 4 zero-filled), waited, barrier, read by other threads; and the two
+// broken variants (no wait; no barrier).
+__global__ void cp_tile(const float *src, float *out, int mode) {
+    extern __shared__ __align__(16) float tile[];
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(tile);
+    if (threadIdx.x < 16) fp_emu::cp_async(base + 16 * threadIdx.x, src + 4 * threadIdx.x, 16, threadIdx.x == 15 ? 0 : 16);
+    fp_emu::cp_async_commit();
+    if (mode != 1) fp_emu::cp_async_wait_group(0);
+    if (mode != 2) __syncthreads();
+    const uint32_t mine = base + 16 * ((threadIdx.x + 5) % 16);
+    fp_emu::smem_note_read(mine, 16);
+    std::memcpy(out + 4 * threadIdx.x, fp_emu::smem_at(mine, 16), 16);
+}
+
 static bool failed_with(cudaError_t e, const char *needle) {
     bool ok = e != cudaSuccess && std::strstr(fp_emu::last_failure(), needle) != nullptr;
     if (!ok) fprintf(stderr, "  (error %d, failure \"%s\", wanted \"%s\")\n", (int)e, fp_emu::last_failure(), needle);
@@ -229,6 +246,24 @@ int main() {
         EXPECT(ok);
         spin_forever<<<1, 64>>>(out.data());
         EXPECT(failed_with(cudaGetLastError(), "spinning in test.spin"));
+    }
+    // cp.async
+    {
+        std::vector<float> src(64), out(64, -1.0f);
+        for (int i = 0; i < 64; ++i) src[i] = (float)i + 0.5f;
+        cp_tile<<<1, 16, 256>>>(src.data(), out.data(), 0);
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        bool ok = true;
+        for (int t = 0; t < 16; ++t)
+            for (int e = 0; e < 4; ++e) {
+                int s = (t + 5) % 16;
+                ok &= out[4 * t + e] == (s == 15 ? 0.0f : src[4 * s + e]);
+            }
+        EXPECT(ok);
+        cp_tile<<<1, 16, 256>>>(src.data(), out.data(), 1);
+        EXPECT(failed_with(cudaGetLastError(), "in flight"));
+        cp_tile<<<1, 16, 256>>>(src.data(), out.data(), 2);  // thread 0 reads thread 5's bytes first
+        EXPECT(failed_with(cudaGetLastError(), "race: thread (5,0,0) issues an async copy"));
     }
     if (g_fail) fprintf(stderr, "test_emu_runtime: %d failures\n", g_fail);
     else printf("test_emu_runtime: ok (%ld launches)\n", fp_emu::launches());
