@@ -21,6 +21,10 @@ static fp_status no_kernels(const char *launcher) {
 
 /* (Parameters are unused: the project builds with -Wno-unused-parameter.) */
 
+/* The emulated-GPU build (tests/emu: fastpath_emu) links these too, for the
+ * kernels it does not emulate yet; FP_EMU_HAS_<X> drops the stubs of the
+ * kernels it runs. */
+#if !defined(FP_EMU_HAS_ATTENTION)
 /* ---- attention (kernels/attention) ---- */
 int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim) {
     return 0;
@@ -41,6 +45,9 @@ fp_status fp_attn_cuda_zero_rows(const fp_attn_args *a, int64_t o0, int sq, cuda
     return no_kernels("fp_attn_cuda_zero_rows");
 }
 
+#endif
+
+#if !defined(FP_EMU_HAS_NORM)
 /* ---- norm (kernels/norm): cudaError_t launchers ---- */
 cudaError_t fp_norm_fwd_launch(const fp_norm_fwd_desc *d, int version, cudaStream_t stream) {
     return cudaErrorNotSupported;
@@ -62,6 +69,9 @@ cudaError_t fp_norm_bwd_unfused_launch(const fp_norm_bwd_desc *d, float *partial
     return cudaErrorNotSupported;
 }
 
+#endif
+
+#if !defined(FP_EMU_HAS_TIMING)
 /* ---- timing probes (kernels/timing) ---- */
 cudaError_t fp_launch_axpby(int version, int dtype, size_t n, float alpha, const void *x, float beta,
                             const void *y, void *out, int sm_count, cudaStream_t stream) {
@@ -70,3 +80,4 @@ cudaError_t fp_launch_axpby(int version, int dtype, size_t n, float alpha, const
 cudaError_t fp_launch_copy(void *dst, const void *src, size_t bytes, int sm_count, cudaStream_t stream) {
     return cudaErrorNotSupported;
 }
+#endif

@@ -70,6 +70,16 @@ static inline int fp_test_quick(void) {
     return q && *q && *q != '0';
 }
 
+/* 1 in a `gpu` test built against the CPU emulation of the GPU (tests/emu:
+ * fastpath_emu, label emu): the CUDA paths run for real but kernels run some
+ * 1e5 times slower, so tests shrink big shapes and skip performance checks
+ * (what a GPU run measures). */
+#ifdef FP_CUDA_EMU
+#define FP_TEST_EMULATED 1
+#else
+#define FP_TEST_EMULATED 0
+#endif
+
 /* Returns a CUDA context on device 0, or exits 77 when there is no GPU. */
 static inline fp_context *fp_test_cuda_context_or_skip(void) {
     int n = 0;

@@ -126,7 +126,7 @@ int main(void) {
         }
 
     /* A/B on the device: vector copy vs cudaMemcpy, with and without L2 flush. */
-    size_t bytes = 256u << 20;
+    size_t bytes = FP_TEST_EMULATED ? 1u << 20 : 256u << 20;
     void *src, *d1, *d2;
     CHECK_OK(fp_mem_alloc(gpu, bytes, &src));
     CHECK_OK(fp_mem_alloc(gpu, bytes, &d1));
@@ -155,14 +155,15 @@ int main(void) {
         CHECK_OK(fp_ab_run(gpu, NULL, &spec, &cfg, &rep));
         CHECK(rep.agreement.passed);
         CHECK(rep.optimized.samples >= 1 && rep.optimized.median_ms > 0);
-        CHECK_MSG(rep.pct_of_peak > 30 && rep.pct_of_peak < 110, "copy at %.1f%% of peak", rep.pct_of_peak);
+        if (!FP_TEST_EMULATED)
+            CHECK_MSG(rep.pct_of_peak > 30 && rep.pct_of_peak < 110, "copy at %.1f%% of peak", rep.pct_of_peak);
         printf("copy flush=%d: cudaMemcpy %.3f ms, kernel %.3f ms (%.0f GB/s, %.1f%% of peak) %s\n", flush,
                rep.baseline.median_ms, rep.optimized.median_ms, rep.achieved_gbps, rep.pct_of_peak,
                fp_verdict_string(rep.verdict));
     }
     double gbps = 0;
-    CHECK_OK(fp_measure_copy_bandwidth(gpu, 0, &gbps));
-    CHECK(gbps > 0.3 * info.peak_gbps && gbps < 1.1 * info.peak_gbps);
+    CHECK_OK(fp_measure_copy_bandwidth(gpu, FP_TEST_EMULATED ? 1u << 20 : 0, &gbps));
+    CHECK(FP_TEST_EMULATED ? gbps > 0 : gbps > 0.3 * info.peak_gbps && gbps < 1.1 * info.peak_gbps);
     printf("measured copy bandwidth %.0f GB/s (%.1f%% of %.0f)\n", gbps, 100 * gbps / info.peak_gbps, info.peak_gbps);
     fp_mem_free(gpu, src);
     fp_mem_free(gpu, d1);

@@ -8,9 +8,12 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
+#include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -139,10 +142,17 @@ DeviceProfile g_device = [] {
     return (e && atoi(e) == 80) ? g_a100 : g_h100;
 }();
 
-thread_local std::string g_last_failure;
-thread_local cudaError_t g_sticky = cudaSuccess;  // cudaGetLastError's error
-long g_launches = 0;
+std::mutex g_state_mu;  // the three below: kernels run on stream worker threads
+std::string g_last_failure;
 std::map<const void *, int> g_max_dyn_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize
+thread_local cudaError_t g_sticky = cudaSuccess;  // cudaGetLastError's error (per host thread)
+std::atomic<int> g_device_error{cudaSuccess};    // a kernel failed (any thread)
+std::atomic<long> g_launches{0};
+
+void set_failure(const std::string &why) {
+    std::lock_guard<std::mutex> lk(g_state_mu);
+    g_last_failure = why;
+}
 
 size_t stack_bytes() {
     const char *e = getenv("FP_EMU_STACK_KB");
@@ -333,12 +343,14 @@ bool resolve(BlockState &b) {
 bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, size_t stack_sz) {
     const unsigned nthreads = block.x * block.y * block.z;
     clear_ext(b);
-    b.fibers.assign(nthreads, Fiber{});
-    b.gsnap.assign((size_t)nthreads * kSlotBytes, 0);
+    // Sized once per launch (every block of a grid has the same shape); the
+    // per-thread fields are set below.
+    if (b.fibers.size() != nthreads) b.fibers.resize(nthreads);
+    if (b.gsnap.size() != (size_t)nthreads * kSlotBytes) b.gsnap.resize((size_t)nthreads * kSlotBytes);
     b.progress = 0;
     b.idle_passes = 0;
     b.nwarps = (nthreads + 31) / 32;
-    b.snap.assign((size_t)b.nwarps * 32 * kSlotBytes, 0);
+    if (b.snap.size() != (size_t)b.nwarps * 32 * kSlotBytes) b.snap.resize((size_t)b.nwarps * 32 * kSlotBytes);
     b.epoch = 1;
     b.failed = false;
     memset(b.arena, 0xFF, b.arena_size);
@@ -354,6 +366,9 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
         f.regs.warp = i / 32;
         f.regs.block = &b;
         f.state = RUNNABLE;
+        f.mask = 0;
+        f.what = "";
+        f.result = nullptr;
         ctx_make(&f.ctx, &stacks[(size_t)i * stack_sz], stack_sz, fiber_entry);
     }
     g_block = &b;
@@ -553,15 +568,35 @@ void smem_note_read(uint32_t addr, size_t n) {
     }
 }
 
+}  // namespace fp_emu
+
+long long clock64() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 2 * ((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+}
+
+namespace fp_emu {
+
+cudaError_t record_error(cudaError_t e) {
+    if (e != cudaSuccess && g_sticky == cudaSuccess) g_sticky = e;
+    return e;
+}
+
 const DeviceProfile &device() { return g_device; }
 void set_device(const DeviceProfile &p) { g_device = p; }
-const char *last_failure() { return g_last_failure.c_str(); }
+const char *last_failure() {
+    static thread_local std::string copy;
+    std::lock_guard<std::mutex> lk(g_state_mu);
+    copy = g_last_failure;
+    return copy.c_str();
+}
 long launches() { return g_launches; }
 
-cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStream_t, BlockBody body, void *ctx) {
+cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem) {
     g_launches++;
     auto refuse = [&](cudaError_t e, const std::string &why) {
-        g_last_failure = why;
+        set_failure(why);
         if (g_sticky == cudaSuccess) g_sticky = e;
         return e;
     };
@@ -573,8 +608,11 @@ cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStr
     if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
         return refuse(cudaErrorInvalidConfiguration, "grid beyond the device's limits");
     int limit = g_device.smem_per_block;
-    auto it = g_max_dyn_smem.find(func);
-    if (it != g_max_dyn_smem.end()) limit = it->second;
+    {
+        std::lock_guard<std::mutex> lk(g_state_mu);
+        auto it = g_max_dyn_smem.find(func);
+        if (it != g_max_dyn_smem.end()) limit = it->second;
+    }
     if (smem > (size_t)limit)
         return refuse(cudaErrorInvalidValue, std::to_string(smem) + " bytes of dynamic shared memory, " +
                                                  "above the function's limit of " + std::to_string(limit) +
@@ -583,10 +621,21 @@ cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStr
     const unsigned long long nblocks = (unsigned long long)grid.x * grid.y * grid.z;
     if (nblocks * nthreads > (1ull << 26))
         return refuse(cudaErrorInvalidConfiguration, "grid too large for the emulation (shape a test smaller)");
+    return cudaSuccess;
+}
 
+cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBody body, void *ctx) {
+    const unsigned long long nthreads = (unsigned long long)block.x * block.y * block.z;
     const size_t stack_sz = stack_bytes();
-    // Untouched until used (no zero fill of nthreads x 128 KiB per launch).
-    std::unique_ptr<char[]> stacks(new char[nthreads * stack_sz]);
+    // Fiber stacks, kept per OS thread across launches: fresh memory for
+    // every launch cost a page fault per fiber.
+    static thread_local std::unique_ptr<char[]> t_stacks;
+    static thread_local size_t t_stacks_bytes = 0;
+    if (t_stacks_bytes < nthreads * stack_sz) {
+        t_stacks.reset(new char[nthreads * stack_sz]);
+        t_stacks_bytes = nthreads * stack_sz;
+    }
+    char *stacks = t_stacks.get();
     BlockState b;
     b.body = body;
     b.ctx = ctx;
@@ -600,10 +649,10 @@ cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStr
     for (unsigned z = 0; z < grid.z && ok; ++z)
         for (unsigned y = 0; y < grid.y && ok; ++y)
             for (unsigned x = 0; x < grid.x && ok; ++x) {
-                if (!run_block(b, grid, block, make_uint3(x, y, z), stacks.get(), stack_sz)) {
+                if (!run_block(b, grid, block, make_uint3(x, y, z), stacks, stack_sz)) {
                     char where[96];
                     snprintf(where, sizeof where, "block (%u,%u,%u): ", x, y, z);
-                    g_last_failure = where + b.failure;
+                    set_failure(where + b.failure);
                     ok = false;
                 }
             }
@@ -613,8 +662,9 @@ cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStr
     g_cur = saved_cur;
     free(b.arena);
     if (!ok) {
-        if (getenv("FP_EMU_VERBOSE")) fprintf(stderr, "cuda_emu: launch failed: %s\n", g_last_failure.c_str());
-        if (g_sticky == cudaSuccess) g_sticky = cudaErrorLaunchFailure;
+        if (getenv("FP_EMU_VERBOSE")) fprintf(stderr, "cuda_emu: launch failed: %s\n", last_failure());
+        int none = cudaSuccess;
+        g_device_error.compare_exchange_strong(none, cudaErrorLaunchFailure);
         return cudaErrorLaunchFailure;
     }
     return cudaSuccess;
@@ -630,12 +680,18 @@ using fp_emu::g_sticky;
 
 extern "C" {
 
+// A failed kernel's error is the device's (every thread sees it), cleared by
+// the first cudaGetLastError that reports it (on a GPU it would stay: the
+// emulation lets a test go on after a launch it expects to fail).
 cudaError_t cudaGetLastError(void) {
     cudaError_t e = g_sticky;
     g_sticky = cudaSuccess;
+    if (e == cudaSuccess) e = (cudaError_t)fp_emu::g_device_error.exchange(cudaSuccess);
     return e;
 }
-cudaError_t cudaPeekAtLastError(void) { return g_sticky; }
+cudaError_t cudaPeekAtLastError(void) {
+    return g_sticky != cudaSuccess ? g_sticky : (cudaError_t)fp_emu::g_device_error.load();
+}
 
 const char *cudaGetErrorString(cudaError_t e) {
     switch (e) {
@@ -666,6 +722,11 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev) {
     case cudaDevAttrMaxThreadsPerMultiProcessor: *value = g_device.max_threads_per_sm; break;
     case cudaDevAttrWarpSize: *value = 32; break;
     case cudaDevAttrMaxGridDimX: *value = 0x7fffffff; break;
+    case cudaDevAttrL2CacheSize: *value = 50 << 20; break;
+    // H100 SXM: HBM3 at 2619 MHz on 5120 bits (3.35 TB/s), SMs at 1980 MHz.
+    case cudaDevAttrMemoryClockRate: *value = 2619000; break;
+    case cudaDevAttrGlobalMemoryBusWidth: *value = 5120; break;
+    case cudaDevAttrClockRate: *value = 1980000; break;
     case cudaDevAttrMaxGridDimY:
     case cudaDevAttrMaxGridDimZ: *value = 65535; break;
     default: return g_sticky = cudaErrorInvalidValue;
@@ -676,6 +737,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev) {
 cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value) {
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
         if (value < 0 || value > g_device.smem_per_block_optin) return g_sticky = cudaErrorInvalidValue;
+        std::lock_guard<std::mutex> lk(fp_emu::g_state_mu);
         fp_emu::g_max_dyn_smem[func] = value;
     }
     return cudaSuccess;
@@ -683,6 +745,7 @@ cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int v
 
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, const void *func) {
     memset(a, 0, sizeof *a);
+    std::lock_guard<std::mutex> lk(fp_emu::g_state_mu);
     auto it = fp_emu::g_max_dyn_smem.find(func);
     a->maxDynamicSharedSizeBytes = it != fp_emu::g_max_dyn_smem.end() ? it->second : g_device.smem_per_block;
     a->maxThreadsPerBlock = g_device.max_threads_per_block;
@@ -708,23 +771,13 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *f,
     return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, f, threads, smem, 0);
 }
 
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
-    memset(p, v, n);
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+    fp_emu::submit(s, [=] { memset(p, v, n); });
     return cudaSuccess;
 }
-cudaError_t cudaMemset(void *p, int v, size_t n) {
-    memset(p, v, n);
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st) {
+    fp_emu::submit(st, [=] { memmove(d, s, n); });
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t) {
-    memmove(d, s, n);
-    return cudaSuccess;
-}
-cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
-    memmove(d, s, n);
-    return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
 }  // extern "C"

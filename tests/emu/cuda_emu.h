@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <tuple>
 #include <utility>
 
@@ -116,10 +117,24 @@ void smem_note_async_issue(uint32_t addr, size_t n);     // copy in flight
 void smem_note_async_complete(uint32_t addr, size_t n);  // copy landed (this thread)
 void smem_note_read(uint32_t addr, size_t n);            // collective read by this thread
 
-// Launch: runs the grid now (streams are synchronous here).
+// An API call failed: the error becomes cudaGetLastError's; returns e.
+cudaError_t record_error(cudaError_t e);
+
+// Work for a stream (cudart_emu.cpp): recorded into the graph when the
+// stream captures; else run on the stream's worker thread in stream order
+// when streams are asynchronous (FP_EMU_ASYNC=1: the library's own tests, so
+// a missing synchronization shows), or at once in the calling thread.
+void submit(cudaStream_t s, std::function<void()> op);
+bool async_streams();
+
+// Launch: the configuration is checked at once (a refused launch is
+// cudaGetLastError's error on the calling thread); the grid runs later.
 typedef void (*BlockBody)(void *ctx);
-cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, BlockBody body,
-                   void *ctx);
+cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem);
+// Runs every block; a kernel that breaks a rule fails the launch: the error
+// is then the device's (cudaGetLastError and the synchronizing calls report
+// it, as a GPU reports a fault) and last_failure() says why.
+cudaError_t launch_run(const void *func, dim3 grid, dim3 block, size_t smem, BlockBody body, void *ctx);
 
 template <typename... P> struct Launcher {
     void (*fn)(P...);
@@ -127,20 +142,25 @@ template <typename... P> struct Launcher {
     size_t smem;
     cudaStream_t stream;
     template <typename... A> void operator()(A &&...args) const {
-        // Every CUDA thread gets its own copy of the parameters, as from
-        // the kernel parameter space.
+        // The parameters' values now (the kernel parameter space).
         std::tuple<P...> params(std::forward<A>(args)...);
+        if (launch_check(reinterpret_cast<const void *>(fn), grid, block, smem) != cudaSuccess) return;
+        const Launcher self = *this;
+        submit(stream, [self, params] { self.run(params); });
+    }
+    void run(const std::tuple<P...> &params) const {
         struct Ctx {
             void (*fn)(P...);
-            std::tuple<P...> *params;
+            const std::tuple<P...> *params;
         } ctx{fn, &params};
-        launch(reinterpret_cast<const void *>(fn), grid, block, smem, stream,
-               [](void *c) {
-                   Ctx *x = static_cast<Ctx *>(c);
-                   std::tuple<P...> copy = *x->params;
-                   std::apply(x->fn, copy);
-               },
-               &ctx);
+        launch_run(reinterpret_cast<const void *>(fn), grid, block, smem,
+                   [](void *c) {
+                       // Every CUDA thread gets its own copy of the parameters.
+                       Ctx *x = static_cast<Ctx *>(c);
+                       std::tuple<P...> copy = *x->params;
+                       std::apply(x->fn, copy);
+                   },
+                   &ctx);
     }
 };
 template <typename... P>
@@ -282,6 +302,9 @@ template <typename T> inline void __stcg(T *p, T v) { *p = v; }
 template <typename T> inline void __stcs(T *p, T v) { *p = v; }
 template <typename T> inline void __stwt(T *p, T v) { *p = v; }
 
+// The SM clock: host nanoseconds at the profile's ~2 GHz.
+long long clock64();
+
 inline size_t __cvta_generic_to_shared(const void *p) { return fp_emu::smem_offset(p); }
 
 // Fast-math intrinsics: the precise host functions (the emulation checks
@@ -295,6 +318,16 @@ inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+// Rounded, never contracted: volatile keeps the host compiler from fusing
+// an intrinsic multiply into a following add (as nvcc does not).
+inline float __fmul_rn(float a, float b) {
+    volatile float r = a * b;
+    return r;
+}
+inline float __fadd_rn(float a, float b) {
+    volatile float r = a + b;
+    return r;
+}
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
 // Atomics: fibers switch only at synchronization points, so a plain

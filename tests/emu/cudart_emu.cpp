@@ -1,0 +1,539 @@
+// The rest of the CUDA runtime API the library's host code calls (contexts,
+// memory, streams, events, graphs, memory pools, pinned memory), answered by
+// the emulated device, so the library's own CUDA paths (src/**, fastbench,
+// the `gpu` tests) run end to end on a machine without a GPU: libfastpath
+// built with the emulated kernels (tests/emu/CMakeLists.txt: fastpath_emu).
+//
+// One device (FP_EMU_DEVICES=N for more), memory is host memory. Streams:
+// with FP_EMU_ASYNC=1 (the library's `gpu` tests run so) every stream has a
+// worker thread that runs its work in order while the host goes on, the
+// legacy default stream synchronizes with the blocking streams as on a GPU,
+// and events, cudaStreamWaitEvent and the synchronizing calls wait for real,
+// so host code that reads a result before synchronizing, or reuses memory a
+// stream still uses, meets the race it would meet on a GPU. Without it, work
+// runs at once in the calling thread (kernel-level tests that call launchers
+// and read the outputs straight after). Stream capture records launches,
+// copies and event records into a graph that cudaGraphLaunch replays.
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <set>
+#include <thread>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <new>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_emu.h"
+
+#undef warpSize  // the kernels' built-in; here the cudaDeviceProp field
+
+namespace fp_emu {
+
+namespace {
+
+struct Graph {
+    std::vector<std::function<void()>> ops;
+};
+struct Stream {
+    int device = 0;
+    unsigned flags = 0;
+    int priority = 0;
+    bool capturing = false;
+    Graph *graph = nullptr;  // capturing: the graph being built
+    // Asynchronous mode: the worker runs q in order.
+    std::mutex mu;
+    std::condition_variable cv_work, cv_done;
+    std::deque<std::function<void()>> q;
+    uint64_t enqueued = 0, completed = 0;
+    bool stop = false;
+    std::thread worker;
+};
+struct Event {
+    Stream *stream = nullptr;  // where it was last recorded (null: complete)
+    uint64_t seq = 0;          // ... as that stream's seq-th operation
+    std::atomic<double> t_ms{0};
+    bool recorded = false;
+    unsigned flags = 0;
+};
+
+std::mutex g_mu;
+thread_local int g_device_current = 0;
+std::unordered_map<void *, size_t> g_allocs;  // device allocations: size
+std::map<const char *, size_t> g_host;         // page-locked host ranges (registered or cudaMallocHost)
+size_t g_allocated = 0;
+const size_t kTotalMem = (size_t)80 << 30;
+
+int device_count() {
+    const char *e = getenv("FP_EMU_DEVICES");
+    int n = e ? atoi(e) : 1;
+    return n < 0 ? 0 : n;
+}
+
+double now_ms() {
+    using namespace std::chrono;
+    return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::mutex g_streams_mu;
+std::set<Stream *> g_streams;  // created streams (the legacy one is not in it)
+
+Stream *legacy() {
+    static Stream *s = new Stream;  // never destroyed: its worker may outlive main
+    return s;
+}
+
+// 0 and cudaStreamLegacy: the legacy stream; cudaStreamPerThread is taken
+// as the legacy stream too (stronger ordering, never weaker).
+Stream *as_stream(cudaStream_t s) {
+    uintptr_t v = (uintptr_t)s;
+    if (v <= 2) return legacy();
+    return reinterpret_cast<Stream *>(s);
+}
+
+void worker_main(Stream *st) {
+    std::unique_lock<std::mutex> lk(st->mu);
+    for (;;) {
+        st->cv_work.wait(lk, [st] { return st->stop || !st->q.empty(); });
+        if (st->q.empty()) return;  // stop, and nothing left
+        std::function<void()> op = std::move(st->q.front());
+        st->q.pop_front();
+        lk.unlock();
+        op();
+        lk.lock();
+        st->completed++;
+        st->cv_done.notify_all();
+    }
+}
+
+// Appends op to st's queue; returns its sequence number.
+uint64_t enqueue(Stream *st, std::function<void()> op) {
+    std::lock_guard<std::mutex> lk(st->mu);
+    if (!st->worker.joinable()) st->worker = std::thread(worker_main, st);
+    st->q.push_back(std::move(op));
+    st->cv_work.notify_one();
+    return ++st->enqueued;
+}
+uint64_t mark(Stream *st) {
+    std::lock_guard<std::mutex> lk(st->mu);
+    return st->enqueued;
+}
+void wait_for(Stream *st, uint64_t seq) {
+    std::unique_lock<std::mutex> lk(st->mu);
+    st->cv_done.wait(lk, [&] { return st->completed >= seq; });
+}
+bool done(Stream *st, uint64_t seq) {
+    std::lock_guard<std::mutex> lk(st->mu);
+    return st->completed >= seq;
+}
+void drain(Stream *st) { wait_for(st, mark(st)); }
+
+// Enqueues op on st with the legacy stream's implicit synchronization: work
+// on the legacy stream waits for the blocking streams' earlier work, and
+// work on a blocking stream for the legacy stream's. Returns op's sequence.
+uint64_t enqueue_ordered(Stream *st, std::function<void()> op) {
+    std::vector<std::pair<Stream *, uint64_t>> after;
+    if (st == legacy()) {
+        std::lock_guard<std::mutex> lk(g_streams_mu);
+        for (Stream *o : g_streams)
+            if (!(o->flags & cudaStreamNonBlocking)) after.emplace_back(o, mark(o));
+    } else if (!(st->flags & cudaStreamNonBlocking)) {
+        after.emplace_back(legacy(), mark(legacy()));
+    }
+    if (after.empty()) return enqueue(st, std::move(op));
+    return enqueue(st, [after, op] {
+        for (const auto &a : after) wait_for(a.first, a.second);
+        op();
+    });
+}
+
+cudaError_t device_error() { return cudaPeekAtLastError(); }
+
+void sync_device() {
+    drain(legacy());
+    std::vector<Stream *> all;
+    {
+        std::lock_guard<std::mutex> lk(g_streams_mu);
+        all.assign(g_streams.begin(), g_streams.end());
+    }
+    for (Stream *o : all) drain(o);
+}
+
+void *alloc_device(size_t n) {
+    if (n == 0) n = 1;
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (g_allocated + n > kTotalMem) return nullptr;
+    void *p = aligned_alloc(256, (n + 255) / 256 * 256);
+    if (!p) return nullptr;
+    g_allocs[p] = n;
+    g_allocated += n;
+    return p;
+}
+cudaError_t free_device(void *p) {
+    if (!p) return cudaSuccess;
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = g_allocs.find(p);
+    if (it == g_allocs.end()) return cudaErrorInvalidValue;
+    g_allocated -= it->second;
+    g_allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+}  // namespace
+
+bool async_streams() {
+    static const bool on = [] {
+        const char *e = getenv("FP_EMU_ASYNC");
+        return e && *e && *e != '0';
+    }();
+    return on;
+}
+
+void submit(cudaStream_t s, std::function<void()> op) {
+    Stream *st = as_stream(s);
+    if (st->capturing) {
+        st->graph->ops.push_back(std::move(op));
+        return;
+    }
+    if (!async_streams()) {
+        op();
+        return;
+    }
+    enqueue_ordered(st, std::move(op));
+}
+
+}  // namespace fp_emu
+
+using namespace fp_emu;
+
+extern "C" {
+
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = device_count();
+    return *n > 0 ? cudaSuccess : cudaErrorNoDevice;
+}
+cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= device_count()) return cudaErrorInvalidDevice;
+    g_device_current = d;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    if (d < 0 || d >= device_count()) return cudaErrorInvalidDevice;
+    memset(p, 0, sizeof *p);
+    const DeviceProfile &dp = device();
+    snprintf(p->name, sizeof p->name, "fastpath CPU emulation (sm_%d%d profile)", dp.major, dp.minor);
+    p->totalGlobalMem = kTotalMem;
+    p->sharedMemPerBlock = (size_t)dp.smem_per_block;
+    p->sharedMemPerBlockOptin = (size_t)dp.smem_per_block_optin;
+    p->sharedMemPerMultiprocessor = (size_t)dp.smem_per_sm;
+    p->regsPerBlock = 65536;
+    p->regsPerMultiprocessor = dp.regs_per_sm;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = dp.max_threads_per_block;
+    p->maxThreadsPerMultiProcessor = dp.max_threads_per_sm;
+    p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+    p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 0x7fffffff;
+    p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+    p->major = dp.major;
+    p->minor = dp.minor;
+    p->multiProcessorCount = dp.sm_count;
+    p->l2CacheSize = 50 << 20;
+    p->memoryBusWidth = 5120;
+    p->pciBusID = d + 1;
+    p->concurrentKernels = 1;
+    p->unifiedAddressing = 1;
+    p->managedMemory = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = alloc_device(n);
+    return *p ? cudaSuccess : record_error(cudaErrorMemoryAllocation);
+}
+// cudaFree waits for the device (as the real one does, implicitly).
+cudaError_t cudaFree(void *p) {
+    if (async_streams()) sync_device();
+    return free_device(p);
+}
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
+    submit(s, [p] { (void)free_device(p); });
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
+    submit(nullptr, [=] { memmove(d, s, n); });
+    if (async_streams()) drain(legacy());
+    return device_error();
+}
+cudaError_t cudaMemset(void *p, int v, size_t n) {
+    submit(nullptr, [=] { memset(p, v, n); });
+    if (async_streams()) drain(legacy());
+    return device_error();
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    if (async_streams()) sync_device();
+    return device_error();
+}
+cudaError_t cudaMallocFromPoolAsync(void **p, size_t n, cudaMemPool_t, cudaStream_t s) {
+    return cudaMallocAsync(p, n, s);
+}
+cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const cudaMemPoolProps *) {
+    *pool = reinterpret_cast<cudaMemPool_t>(new char[1]);
+    return cudaSuccess;
+}
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+    delete[] reinterpret_cast<char *>(pool);
+    return cudaSuccess;
+}
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void *) { return cudaSuccess; }
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t, size_t) { return cudaSuccess; }
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    *total = kTotalMem;
+    *free_b = kTotalMem - g_allocated;
+    return cudaSuccess;
+}
+
+// The page-locked range containing p, or g_host.end().
+static std::map<const char *, size_t>::iterator host_range(const void *p) {
+    const char *c = static_cast<const char *>(p);
+    auto it = g_host.upper_bound(c);
+    if (it == g_host.begin()) return g_host.end();
+    --it;
+    return c < it->first + it->second ? it : g_host.end();
+}
+cudaError_t cudaMallocHost(void **p, size_t n) {
+    *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    if (!*p) return record_error(cudaErrorMemoryAllocation);
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_host[static_cast<const char *>(*p)] = n ? n : 1;
+    return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return cudaMallocHost(p, n); }
+cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        auto it = g_host.find(static_cast<const char *>(p));
+        if (it == g_host.end()) return record_error(cudaErrorInvalidValue);
+        g_host.erase(it);
+    }
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaHostRegister(void *p, size_t n, unsigned) {
+    if (!p || n == 0) return record_error(cudaErrorInvalidValue);
+    std::lock_guard<std::mutex> lk(g_mu);
+    const char *c = static_cast<const char *>(p);
+    auto next = g_host.lower_bound(c);
+    if (host_range(p) != g_host.end() || (next != g_host.end() && next->first < c + n))
+        return record_error(cudaErrorHostMemoryAlreadyRegistered);
+    g_host[c] = n;
+    return cudaSuccess;
+}
+cudaError_t cudaHostUnregister(void *p) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = g_host.find(static_cast<const char *>(p));
+    if (it == g_host.end()) return record_error(cudaErrorHostMemoryNotRegistered);
+    g_host.erase(it);
+    return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
+    memset(a, 0, sizeof *a);
+    std::lock_guard<std::mutex> lk(g_mu);
+    // The allocation containing p (small maps in tests: a linear scan).
+    for (const auto &kv : g_allocs) {
+        const char *b = static_cast<const char *>(kv.first);
+        if ((const char *)p >= b && (const char *)p < b + kv.second) {
+            a->type = cudaMemoryTypeDevice;
+            a->device = 0;
+            a->devicePointer = const_cast<void *>(p);
+            return cudaSuccess;
+        }
+    }
+    if (host_range(p) != g_host.end()) {
+        a->type = cudaMemoryTypeHost;
+        a->device = 0;
+        a->devicePointer = a->hostPointer = const_cast<void *>(p);
+        return cudaSuccess;
+    }
+    a->type = cudaMemoryTypeUnregistered;
+    a->hostPointer = const_cast<void *>(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    Stream *st = new Stream;
+    st->device = g_device_current;
+    st->flags = flags;
+    {
+        std::lock_guard<std::mutex> lk(g_streams_mu);
+        g_streams.insert(st);
+    }
+    *s = reinterpret_cast<cudaStream_t>(st);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int prio) {
+    cudaError_t e = cudaStreamCreateWithFlags(s, flags);
+    if (e == cudaSuccess) as_stream(*s)->priority = prio;
+    return e;
+}
+// Returns at once on a GPU, the work finishing later: here after it finished.
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    Stream *st = as_stream(s);
+    if (st == legacy()) return record_error(cudaErrorInvalidResourceHandle);
+    {
+        std::lock_guard<std::mutex> lk(g_streams_mu);
+        g_streams.erase(st);
+    }
+    {
+        std::lock_guard<std::mutex> lk(st->mu);
+        st->stop = true;
+        st->cv_work.notify_one();
+    }
+    if (st->worker.joinable()) st->worker.join();
+    delete st->graph;
+    delete st;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    Stream *st = as_stream(s);
+    if (st->capturing) return record_error(cudaErrorStreamCaptureUnsupported);
+    if (async_streams()) drain(st);
+    return device_error();
+}
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+    Stream *st = as_stream(s);
+    if (!async_streams()) return cudaSuccess;
+    return done(st, mark(st)) ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+    Event *ev = reinterpret_cast<Event *>(e);
+    Stream *on = ev->stream;
+    const uint64_t seq = ev->seq;
+    if (on) submit(s, [on, seq] { wait_for(on, seq); });
+    return cudaSuccess;
+}
+cudaError_t cudaStreamGetDevice(cudaStream_t s, int *dev) {
+    *dev = as_stream(s)->device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+    Stream *st = as_stream(s);
+    if (st == legacy()) return record_error(cudaErrorStreamCaptureUnsupported);  // cannot capture
+    if (st->capturing) return record_error(cudaErrorIllegalState);
+    st->capturing = true;
+    st->graph = new Graph;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+    Stream *st = as_stream(s);
+    if (!st->capturing) return record_error(cudaErrorIllegalState);
+    st->capturing = false;
+    *g = reinterpret_cast<cudaGraph_t>(st->graph);
+    st->graph = nullptr;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status) {
+    *status = as_stream(s)->capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode *mode) {
+    static thread_local cudaStreamCaptureMode cur = cudaStreamCaptureModeGlobal;
+    cudaStreamCaptureMode old = cur;
+    cur = *mode;
+    *mode = old;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned long long) {
+    *exec = reinterpret_cast<cudaGraphExec_t>(new Graph(*reinterpret_cast<Graph *>(g)));
+    return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    if (as_stream(s)->capturing) return record_error(cudaErrorStreamCaptureUnsupported);
+    const Graph *g = reinterpret_cast<const Graph *>(exec);
+    submit(s, [g] {
+        for (const auto &op : g->ops) op();
+    });
+    return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+    delete reinterpret_cast<Graph *>(g);
+    return cudaSuccess;
+}
+// (A launched graph must not be destroyed before its launches finish: as on a GPU.)
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+    delete reinterpret_cast<Graph *>(e);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    Event *ev = new Event;
+    ev->flags = flags;
+    *e = reinterpret_cast<cudaEvent_t>(ev);
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete reinterpret_cast<Event *>(e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    Stream *st = as_stream(s);
+    Event *ev = reinterpret_cast<Event *>(e);
+    auto stamp = [ev] { ev->t_ms.store(now_ms()); };
+    ev->recorded = true;
+    if (st->capturing) {
+        st->graph->ops.push_back(stamp);
+        return cudaSuccess;
+    }
+    if (!async_streams()) {
+        stamp();
+        ev->stream = nullptr;
+        return cudaSuccess;
+    }
+    ev->seq = enqueue_ordered(st, stamp);
+    ev->stream = st;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    Event *ev = reinterpret_cast<Event *>(e);
+    if (ev->stream) wait_for(ev->stream, ev->seq);
+    return device_error();
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    Event *ev = reinterpret_cast<Event *>(e);
+    return !ev->stream || done(ev->stream, ev->seq) ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    Event *x = reinterpret_cast<Event *>(a), *y = reinterpret_cast<Event *>(b);
+    if (!x->recorded || !y->recorded) return record_error(cudaErrorInvalidResourceHandle);
+    if ((x->flags | y->flags) & cudaEventDisableTiming) return record_error(cudaErrorInvalidResourceHandle);
+    if (cudaEventQuery(a) != cudaSuccess || cudaEventQuery(b) != cudaSuccess) return cudaErrorNotReady;
+    *ms = (float)(y->t_ms.load() - x->t_ms.load());
+    return cudaSuccess;
+}
+
+}  // extern "C"
