@@ -15,7 +15,8 @@
 #include "timing/bandwidth.h"
 
 static fp_status no_kernels(const char *launcher) {
-    return fp_set_error(FP_ERR_UNSUPPORTED, "%s: CUDA kernels are not linked into the ASan test build",
+    return fp_set_error(FP_ERR_UNSUPPORTED,
+                        "%s: this CUDA kernel is not linked into this build (ASan tests, or not yet emulated)",
                         launcher);
 }
 
@@ -31,6 +32,12 @@ int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim) {
 }
 fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, cudaStream_t stream) {
     return no_kernels("fp_attn_cuda_flash");
+}
+fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
+    return no_kernels("fp_attn_cuda_flash_splits");
+}
+fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
+    return no_kernels("fp_attn_cuda_flash_version");
 }
 fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t stream) {
     return no_kernels("fp_attn_cuda_rowwise");
