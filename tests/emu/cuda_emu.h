@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <cstring>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace fp_emu {
@@ -296,6 +297,20 @@ inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+
+// min / max of the device math library (nvcc declares its overloads, mixed
+// signedness included, for CUDA compilations only): the usual arithmetic
+// conversions, fminf / fmaxf for floating point (a NaN loses).
+template <typename A, typename B> inline typename std::common_type<A, B>::type min(A a, B b) {
+    typedef typename std::common_type<A, B>::type C;
+    if constexpr (std::is_floating_point<C>::value) return std::fmin((C)a, (C)b);
+    return (C)b < (C)a ? (C)b : (C)a;
+}
+template <typename A, typename B> inline typename std::common_type<A, B>::type max(A a, B b) {
+    typedef typename std::common_type<A, B>::type C;
+    if constexpr (std::is_floating_point<C>::value) return std::fmax((C)a, (C)b);
+    return (C)a < (C)b ? (C)b : (C)a;
+}
 
 // Atomics: fibers switch only at synchronization points, so a plain
 // read-modify-write is atomic here.
