@@ -643,6 +643,8 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument (emulated)";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument (emulated)";
     case cudaErrorLaunchFailure: return "unspecified launch failure (emulated)";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered (emulated)";
+    case cudaErrorMemoryAllocation: return "out of memory (emulated)";
     default: return "error (emulated)";
     }
 }
@@ -724,6 +726,50 @@ cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
     memmove(d, s, n);
     return cudaSuccess;
 }
+// Device allocations are host allocations with guard bytes on both sides
+// and 0xFF (NaN) contents, so a kernel that reads scratch nobody wrote
+// computes NaN; the free checks the guards (a write outside the allocation
+// fails the free with cudaErrorIllegalAddress and a message in
+// fp_emu::last_failure()).
+static const size_t kGuard = 256;
+static std::map<void *, size_t> g_allocs;  // user pointer -> size
+
+cudaError_t cudaMalloc(void **p, size_t n) {
+    unsigned char *m = static_cast<unsigned char *>(aligned_alloc(256, (n + 2 * kGuard + 255) / 256 * 256));
+    if (!m) return g_sticky = cudaErrorMemoryAllocation;
+    memset(m, 0xA5, kGuard);
+    memset(m + kGuard, 0xFF, n);
+    memset(m + kGuard + n, 0xA5, kGuard);
+    *p = m + kGuard;
+    g_allocs[*p] = n;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    auto it = g_allocs.find(p);
+    if (it == g_allocs.end()) {
+        fp_emu::g_last_failure = "cudaFree of a pointer cudaMalloc did not return";
+        return g_sticky = cudaErrorInvalidValue;
+    }
+    unsigned char *m = static_cast<unsigned char *>(p) - kGuard;
+    const size_t n = it->second;
+    g_allocs.erase(it);
+    for (size_t i = 0; i < kGuard; ++i)
+        if (m[i] != 0xA5 || m[kGuard + n + i] != 0xA5) {
+            char buf[160];
+            snprintf(buf, sizeof buf, "cudaFree: the guard bytes %s an allocation of %zu bytes were overwritten",
+                     m[i] != 0xA5 ? "before" : "after", n);
+            fp_emu::g_last_failure = buf;
+            free(m);
+            return g_sticky = cudaErrorIllegalAddress;
+        }
+    free(m);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
+cudaError_t cudaMallocFromPoolAsync(void **p, size_t n, cudaMemPool_t, cudaStream_t) { return cudaMalloc(p, n); }
+cudaError_t cudaFreeAsync(void *p, cudaStream_t) { return cudaFree(p); }
+
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
