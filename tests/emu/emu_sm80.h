@@ -24,6 +24,13 @@
 
 namespace fp_emu {
 
+// ldmatrix phases with a shared-memory bank conflict so far: each of the 4
+// matrices is read in one phase, whose 8 rows (16 bytes, 4 banks each) must
+// fall in 8 different 16-byte bank groups (address / 16 mod 8), else the
+// hardware serializes the phase. Counted once per warp instruction; a
+// performance finding, not an error.
+inline long g_ldmatrix_conflicts = 0;
+
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 {r0..r3}, [addr]
 inline void ldmatrix_x4(uint32_t r[4], uint32_t addr, bool trans) {
     const char *what = trans ? "ldmatrix.x4.trans" : "ldmatrix.x4";
@@ -32,6 +39,17 @@ inline void ldmatrix_x4(uint32_t r[4], uint32_t addr, bool trans) {
     uint32_t rows[32];
     for (int l = 0; l < 32; ++l) std::memcpy(&rows[l], s + l * kSlotBytes, sizeof rows[l]);
     const int lane = (int)cur()->lane;
+    if (lane == 0)
+        for (int i = 0; i < 4; ++i) {
+            unsigned groups = 0;
+            bool conflict = false;
+            for (int r = 0; r < 8; ++r) {
+                const unsigned bit = 1u << ((rows[8 * i + r] / 16) % 8);
+                conflict |= (groups & bit) != 0;
+                groups |= bit;
+            }
+            if (conflict) g_ldmatrix_conflicts++;
+        }
     // The rows this lane's registers come from, each noted once.
     bool noted[32] = {false};
     for (int i = 0; i < 4; ++i) {

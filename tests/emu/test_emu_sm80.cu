@@ -87,7 +87,7 @@ __global__ void gemm16x8(const uint16_t *a, const uint16_t *b, const float *c_in
 // Violations: a misaligned row address; a lane that left before the
 // collective; a tile read by ldmatrix before its cp.async was waited for;
 // read after another thread's copy without a barrier; a row past the
-// dynamic shared memory.
+// dynamic shared memory. (Mode 5: no violation, a bank-conflicted pattern.)
 __global__ void ldsm_bad(int mode) {
     extern __shared__ __align__(16) uint16_t tile[];
     const int lane = threadIdx.x;
@@ -98,6 +98,8 @@ __global__ void ldsm_bad(int mode) {
     } else if (mode == 1) {
         if (lane == 3) return;
         fp_emu::ldmatrix_x4(r, base + 16 * lane, false);
+    } else if (mode == 5) {
+        fp_emu::ldmatrix_x4(r, base + 128 * lane, false);  // every row in bank group 0
     } else if (mode == 4) {
         fp_emu::ldmatrix_x4(r, base + 16 * lane + 16, false);  // lane 31's row past the arena
     } else {
@@ -150,6 +152,7 @@ int main() {
         EXPECT(reg(5, 0, 200 + 1, 300 + 1));          // rows 2, 3, element 1
         EXPECT(reg(31, 3, 3000 + 7, 3100 + 7));       // matrix 3 rows 6, 7 (lanes 30, 31), element 7
         EXPECT(reg(9, 1, 1000 + 2, 1100 + 2));        // matrix 1 rows 2, 3 (lanes 10, 11), element 2
+        EXPECT(fp_emu::g_ldmatrix_conflicts == 0);    // 8 rows of a phase 16 bytes apart (scrambled)
     }
     // mma through ldmatrix, both B paths, f16 and bf16, C accumulated.
     for (int bf16 = 0; bf16 < 2; ++bf16)
@@ -203,6 +206,14 @@ int main() {
         EXPECT(y[4] == 0.0f && y[5] == 0.0f);  // subnormal results flush
         EXPECT(std::isnan(y[6]));
         EXPECT(y[7] == 1.0f);                  // subnormal input reads as 0
+    }
+    // Bank conflicts: rows 128 bytes apart all hit one bank group.
+    {
+        fp_emu::g_ldmatrix_conflicts = 0;
+        ldsm_bad<<<1, 32, 32 * 128>>>(5);
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        EXPECT(fp_emu::g_ldmatrix_conflicts == 4);
+        fp_emu::g_ldmatrix_conflicts = 0;
     }
     // Violations.
     {
