@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda_emu.h"
+#include "emu_sm80.h"
 
 #include "attention/attention_internal.h"
 #include "attn_emu_util.h"
@@ -577,12 +578,20 @@ int main() {
         {"v1_paged1_d32",             FLASH,    1, 1,   2, 3,   20,  2, 1,  32, F16, 0, NO, NO, 1, 0,  1,  0,  1, 0},
         {"v2_paged16_gqa_rag",        FLASH,    2, 1,   3, 4,   140, 8, 2,  64, F16, 1, NO, NO, 1, 0, 16,  1,  1, 0},
         {"v2_paged32_d128_s2",        FLASH,    2, 2,   2, 2,   100, 4, 1, 128, BF,  0, NO, NO, 0, 0, 32,  0,  1, 0},
+        // tiny and degenerate: one query and one key, the diagonal key only
+        // (causal with window_left 0), 1024 splits (the combine's limit)
+        {"v1_1x1_mqa",                FLASH,    1, 1,   2, 1,   1,   4, 1,  64, F16, 0, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"v2_1x1_s2",                 FLASH,    2, 2,   1, 1,   1,   2, 2, 128, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"v1_diagonal_only",          FLASH,    1, 1,   1, 70,  90,  2, 1,  32, BF,  1, 0,  NO, 0, 0,  0,  0,  1, 0},
+        {"v2_diagonal_only_q>k",      FLASH,    2, 1,   1, 90,  70,  1, 1,  64, F16, 1, 0,  NO, 0, 0,  0,  0,  1, 0},
+        {"v1_splits1024",             FLASH,    1, 1024, 1, 1,  70,  2, 1,  64, BF,  0, NO, NO, 0, 0,  0,  0,  1, 0},
         // large scale: scores of hundreds (exp2 arguments far below -126 flush to 0)
         {"v1_scale4_f16",             FLASH,    1, 1,   1, 20,  100, 2, 2,  64, F16, 0, NO, NO, 0, 0,  0,  0,  1, 4.0f},
         // the library's own dispatch: split count from the grid and SM count,
         // a preferred v2, a Hopper version falling back to v1 (no sm_90a here)
         {"auto_decode_sm108",         FLASH_AUTO, 0, 108, 2, 1, 400, 4, 1, 128, BF,  0, NO, NO, 1, 0,  0,  0,  1, 0},
         {"auto_v2_decode_sm108",      FLASH_AUTO, 2, 108, 1, 1, 300, 4, 2,  64, F16, 0, NO, NO, 0, 0, 16,  0,  1, 0},
+        {"auto_decode_4096_keys",     FLASH_AUTO, 0, 108, 1, 1, 4096, 2, 1,  64, F16, 1, NO, NO, 0, 0,  0,  0,  1, 0},
         {"auto_v3_fallback_prefill",  FLASH_AUTO, 3, 108, 1, 30, 60, 2, 2,  64, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
         // the row-wise kernel: f32, head dims the flash kernel lacks, every feature
         {"rowwise_f32_d80_causal",    ROWWISE,  0, 1,   2, 20,  50,  4, 2,  80, F32, 1, NO, NO, 0, 0,  0,  1,  1, 0},
@@ -594,6 +603,12 @@ int main() {
     // clang-format on
     const double t0 = now_s();
     for (const Case &c : cases) run_case(c, rng);
+    // The flash kernels' tiles (XOR-swizzled at head_dim 64 / 128 / 256,
+    // padded at 32 / 96) must keep every ldmatrix phase conflict-free.
+    g_cases++;
+    printf("%-9s ldmatrix phases with shared-memory bank conflicts: %ld\n", fp_emu::g_ldmatrix_conflicts ? "FAIL" : "ok",
+           fp_emu::g_ldmatrix_conflicts);
+    if (fp_emu::g_ldmatrix_conflicts) g_fail++;
 
     softmax_case("softmax_f32_causal", F32, 2, 7, 20, 2, 1, NO, NO, 0, 0, 1.0f, rng);
     softmax_case("softmax_f16_window_rag", F16, 4, 5, 40, 2, 0, 10, 3, 1, 0, 0.5f, rng);
