@@ -40,7 +40,10 @@
 // Index math (tiles, swizzle, ldmatrix lanes, key ranges) lives in
 // attention_flash_layout.h, shared with the warp-level CPU emulation
 // tests/attention/test_attention_flash_emu.cpp that checks it without a GPU.
-// Run: tests/attention/test_attention_gpu (label gpu), fastbench attention/...
+// Run: tests/attention/test_attention_gpu (label gpu), fastbench attention/...;
+// without a GPU, tests/attention/test_attention_emu runs this file itself on
+// the CPU emulation of the CUDA execution model (tests/emu; the PTX wrappers'
+// FP_CUDA_EMU branches).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
