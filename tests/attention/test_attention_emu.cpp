@@ -8,8 +8,11 @@
 // async copies' shared-memory races and the launch limits checked), called
 // through their launchers as the library calls them, on an A100 profile.
 //
-// Every case: inputs behind guard bytes (and compared with a copy after),
-// outputs poisoned with 0xFF (NaN in every dtype), the launcher's status,
+// Every case: inputs random only where the call has elements, NaN (0xFF)
+// everywhere else (stride padding, keys past a sequence's length, unused
+// pages, the guard bytes around them: a read there that reaches a result
+// poisons it) and compared with a copy after; outputs poisoned with 0xFF
+// (NaN in every dtype), behind guard bytes; the launcher's status,
 // the emulation's verdict (a rule broken, a race, a read of never-written
 // shared memory), then every output element against the double-precision
 // reference (fp_attn_reference), every element the kernel must not write
@@ -41,18 +44,20 @@ struct Buf {
     std::vector<unsigned char> mem;
     unsigned char *p = nullptr;
     size_t n = 0;
-    void init(size_t bytes, unsigned char fill) {
+    unsigned char guard = kGuardByte;
+    void init(size_t bytes, unsigned char fill, unsigned char guard_byte = kGuardByte) {
         n = bytes;
-        mem.assign(bytes + 2 * kGuard + 256, kGuardByte);
+        guard = guard_byte;
+        mem.assign(bytes + 2 * kGuard + 256, guard);
         uintptr_t a = ((uintptr_t)(mem.data() + kGuard) + 255) & ~(uintptr_t)255;
         p = reinterpret_cast<unsigned char *>(a);
         memset(p, fill, n);
     }
     bool guards_ok() const {
         for (const unsigned char *c = mem.data(); c < p; ++c)
-            if (*c != kGuardByte) return false;
+            if (*c != guard) return false;
         for (const unsigned char *c = p + n; c < mem.data() + mem.size(); ++c)
-            if (*c != kGuardByte) return false;
+            if (*c != guard) return false;
         return true;
     }
     template <typename T> T *as() const { return reinterpret_cast<T *>(p); }
@@ -125,9 +130,6 @@ struct Data {
     int num_pages = 0, bt_stride = 0;
 };
 
-static void fill_random(Buf &b, int64_t n, fp_dtype dt, emu_rng &rng) {
-    for (int64_t i = 0; i < n; ++i) store(b.p, i, dt, rng.next());
-}
 
 // Builds the tensors and the checked arguments (fp_attn_check, CUDA rules).
 static bool setup(const Case &c, emu_rng &rng, Data &X, fp_attn_args &a) {
@@ -187,12 +189,31 @@ static bool setup(const Case &c, emu_rng &rng, Data &X, fp_attn_args &a) {
         memcpy(X.bt_b.p, X.bt.data(), X.bt.size() * 4);
     }
     X.sk_ = make_strides(c.layout, nkb, nsk, c.hkv, d);
-    X.q.init((size_t)X.sq_.span * es, 0);
-    X.k.init((size_t)X.sk_.span * es, 0);
-    X.v.init((size_t)X.sk_.span * es, 0);
-    fill_random(X.q, X.sq_.span, c.dt, rng);
-    fill_random(X.k, X.sk_.span, c.dt, rng);
-    fill_random(X.v, X.sk_.span, c.dt, rng);
+    // Inputs: random where the call's tensors have elements, NaN (0xFF) in
+    // between (stride padding, keys past a sequence's length, unused pages,
+    // the guards): a read there that reaches a result poisons it.
+    X.q.init((size_t)X.sq_.span * es, 0xFF, 0xFF);
+    X.k.init((size_t)X.sk_.span * es, 0xFF, 0xFF);
+    X.v.init((size_t)X.sk_.span * es, 0xFF, 0xFF);
+    for (int b = 0; b < B; ++b) {
+        const int nq = c.varlen ? X.cu_q[b + 1] - X.cu_q[b] : c.sq;
+        const int64_t q0 = c.varlen ? (int64_t)X.cu_q[b] * X.sq_.ss : (int64_t)b * X.sq_.bs;
+        for (int i = 0; i < nq; ++i)
+            for (int h = 0; h < c.hq; ++h)
+                for (int64_t x = 0; x < d; ++x) store(X.q.p, q0 + i * X.sq_.ss + h * X.sq_.hs + x, c.dt, rng.next());
+        const int L = c.varlen ? X.cu_k[b + 1] - X.cu_k[b] : c.ragged ? fp_attn_clamp(X.lens[b], c.sk) : c.sk;
+        for (int j = 0; j < L; ++j) {
+            int64_t row;
+            if (c.page) row = (int64_t)X.bt[(size_t)b * X.bt_stride + j / c.page] * X.sk_.bs + (j % c.page) * X.sk_.ss;
+            else if (c.varlen) row = (int64_t)(X.cu_k[b] + j) * X.sk_.ss;
+            else row = (int64_t)b * X.sk_.bs + (int64_t)j * X.sk_.ss;
+            for (int h = 0; h < c.hkv; ++h)
+                for (int64_t x = 0; x < d; ++x) {
+                    store(X.k.p, row + h * X.sk_.hs + x, c.dt, rng.next());
+                    store(X.v.p, row + h * X.sk_.hs + x, c.dt, rng.next());
+                }
+        }
+    }
     X.o.init((size_t)X.so_.span * es, 0xFF);
     X.lse.init((size_t)B * c.hq * c.sq * 4, 0xFF);
     X.q0.assign(X.q.p, X.q.p + X.q.n);
