@@ -613,6 +613,8 @@ int main() {
         {"auto_decode_sm108",         FLASH_AUTO, 0, 108, 2, 1, 400, 4, 1, 128, BF,  0, NO, NO, 1, 0,  0,  0,  1, 0},
         {"auto_v2_decode_sm108",      FLASH_AUTO, 2, 108, 1, 1, 300, 4, 2,  64, F16, 0, NO, NO, 0, 0, 16,  0,  1, 0},
         {"auto_decode_4096_keys",     FLASH_AUTO, 0, 108, 1, 1, 4096, 2, 1,  64, F16, 1, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"auto_v2_d96_falls_back_v1", FLASH_AUTO, 2, 108, 1, 20, 100, 2, 1,  96, F16, 1, NO, NO, 0, 0,  0,  1,  1, 0},
+        {"auto_v1_prefill_varlen",    FLASH_AUTO, 1, 108, 4, 30, 70,  2, 2,  64, BF,  1, NO, NO, 0, 1,  0,  0,  1, 0},
         {"auto_v3_fallback_prefill",  FLASH_AUTO, 3, 108, 1, 30, 60, 2, 2,  64, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
         // the row-wise kernel: f32, head dims the flash kernel lacks, every feature
         {"rowwise_f32_d80_causal",    ROWWISE,  0, 1,   2, 20,  50,  4, 2,  80, F32, 1, NO, NO, 0, 0,  0,  1,  1, 0},
@@ -646,6 +648,7 @@ int main() {
     refusal("refuse_splits_0", 1, 0, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
     refusal("refuse_v2_splits_1025", 2, 1025, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
     refusal("refuse_version_6", 6, 1, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
+    refusal("refuse_v3_without_sm90a", 3, 1, BF, 64, FP_ERR_UNSUPPORTED, rng);
 
     printf("%d cases, %d failed, %ld launches, %.1f s\n", g_cases, g_fail, fp_emu::launches(), now_s() - t0);
     return g_fail ? 1 : 0;
