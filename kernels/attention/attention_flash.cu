@@ -40,7 +40,10 @@
 // Index math (tiles, swizzle, ldmatrix lanes, key ranges) lives in
 // attention_flash_layout.h, shared with the warp-level CPU emulation
 // tests/attention/test_attention_flash_emu.cpp that checks it without a GPU.
-// Run: tests/attention/test_attention_gpu (label gpu), fastbench attention/...
+// Run: tests/attention/test_attention_gpu (label gpu), fastbench attention/...;
+// without a GPU, tests/attention/test_attention_emu runs this file itself on
+// the CPU emulation of the CUDA execution model (tests/emu; the PTX wrappers'
+// FP_CUDA_EMU branches).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -48,6 +51,9 @@
 #include "attention/attention_flash_common.cuh"
 #include "attention/attention_flash_layout.h"
 #include "attention/attention_internal.h"
+#if defined(FP_CUDA_EMU) // the CPU emulation (tests/emu): the PTX below as C++
+#include "emu_sm80.h"
+#endif
 
 namespace {
 
@@ -64,22 +70,39 @@ __device__ __forceinline__ uint32_t smem_u32(const void *p) {
 // which keeps rows past the sequence end finite (0 * garbage could be NaN).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool pred) {
     int n = pred ? 16 : 0;
+#if defined(FP_CUDA_EMU)
+    fp_emu::cp_async(dst, src, 16, n);
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+#endif
 }
+#if defined(FP_CUDA_EMU)
+__device__ __forceinline__ void cp_async_commit() { fp_emu::cp_async_commit(); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { fp_emu::cp_async_wait_group(N); }
+#else
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+#endif
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
+#if defined(FP_CUDA_EMU)
+    fp_emu::ldmatrix_x4(r, addr, false);
+#else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
+#endif
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
+#if defined(FP_CUDA_EMU)
+    fp_emu::ldmatrix_x4(r, addr, true);
+#else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
+#endif
 }
 
 // D (16x8 f32) += A (16x16 row-major) * B (16x8 col-major).
@@ -90,20 +113,28 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) 
 template <typename T> struct mma_op;
 template <> struct mma_op<__nv_bfloat16> {
     static __device__ __forceinline__ void run(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(FP_CUDA_EMU)
+        fp_emu::mma_m16n8k16(c, a, b0, b1, true);
+#else
         asm volatile(
             "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
             "{%8, %9}, {%0, %1, %2, %3};\n"
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
     }
 };
 template <> struct mma_op<__half> {
     static __device__ __forceinline__ void run(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(FP_CUDA_EMU)
+        fp_emu::mma_m16n8k16(c, a, b0, b1, false);
+#else
         asm volatile(
             "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
             "{%8, %9}, {%0, %1, %2, %3};\n"
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
     }
 };
 

@@ -5,9 +5,10 @@
 // The emulation follows the kernel step by step with the *same* index
 // functions (kernels/attention/attention_flash_layout.h): cp.async tile
 // loads into the swizzled layout, ldmatrix (.trans) per-lane addresses,
-// mma.sync m16n8k16 fragment layouts (implemented here independently from
-// the PTX ISA tables), quad shuffles of the online softmax, P repacked from
-// the S accumulators, the epilogue and the split-KV combine. Shared memory
+// mma.sync m16n8k16 fragment layouts (tests/emu/sm80_fragments.h, written
+// independently from the PTX ISA tables), quad shuffles of the online
+// softmax, P repacked from the S accumulators, the epilogue and the split-KV
+// combine. Shared memory
 // starts as NaN so a read of an unloaded element poisons the result.
 // What it cannot see: races (barrier placement), PTX syntax, register
 // allocation. Those need the GPU test (test_attention_gpu).
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../emu/sm80_fragments.h"
 #include "attn_emu_util.h"
 
 using namespace fp_flash;
@@ -22,8 +24,6 @@ using namespace fp_flash;
 static int g_failures = 0;
 
 static uint32_t pack(h16 lo, h16 hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
-static h16 lo16(uint32_t r) { return (h16)(r & 0xFFFF); }
-static h16 hi16(uint32_t r) { return (h16)(r >> 16); }
 
 // ldmatrix.sync.aligned.m8n8.x4(.trans).b16: addr[lane] = element offset of
 // the row lane hands in (lanes 8i..8i+7: rows 0..7 of matrix i).
@@ -43,49 +43,19 @@ static void ldsm_x4(const h16 *smem, const int addr[32], bool trans, uint32_t ou
             used |= 1u << quad;
         }
     }
-    for (int lane = 0; lane < 32; ++lane) {
-        int g = lane / 4, t = lane % 4;
+    for (int lane = 0; lane < 32; ++lane)
         for (int i = 0; i < 4; ++i) {
-            if (!trans) {
-                const h16 *row = smem + addr[8 * i + g];
-                out[lane][i] = pack(row[2 * t], row[2 * t + 1]);
-            } else {
-                const h16 *r0 = smem + addr[8 * i + 2 * t], *r1 = smem + addr[8 * i + 2 * t + 1];
-                out[lane][i] = pack(r0[g], r1[g]);
-            }
+            const fp_sm80::ldsm_source s = fp_sm80::ldmatrix_source(lane, i, trans);
+            out[lane][i] = pack(smem[addr[s.row_lo] + s.col_lo], smem[addr[s.row_hi] + s.col_hi]);
         }
-    }
 }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: C[lane][4] += A B with
-// the PTX ISA fragment layouts.
+// the PTX ISA fragment layouts (tests/emu/sm80_fragments.h, which the CUDA
+// emulation's mma.sync uses too).
 static void mma(float c[32][4], const uint32_t a[32][4], const uint32_t b0[32], const uint32_t b1[32],
                 fp_dtype dt) {
-    float A[16][16], B[16][8];
-    for (int lane = 0; lane < 32; ++lane) {
-        int g = lane / 4, t = lane % 4;
-        A[g][2 * t] = to_f(lo16(a[lane][0]), dt);
-        A[g][2 * t + 1] = to_f(hi16(a[lane][0]), dt);
-        A[g + 8][2 * t] = to_f(lo16(a[lane][1]), dt);
-        A[g + 8][2 * t + 1] = to_f(hi16(a[lane][1]), dt);
-        A[g][2 * t + 8] = to_f(lo16(a[lane][2]), dt);
-        A[g][2 * t + 9] = to_f(hi16(a[lane][2]), dt);
-        A[g + 8][2 * t + 8] = to_f(lo16(a[lane][3]), dt);
-        A[g + 8][2 * t + 9] = to_f(hi16(a[lane][3]), dt);
-        B[2 * t][g] = to_f(lo16(b0[lane]), dt);
-        B[2 * t + 1][g] = to_f(hi16(b0[lane]), dt);
-        B[2 * t + 8][g] = to_f(lo16(b1[lane]), dt);
-        B[2 * t + 9][g] = to_f(hi16(b1[lane]), dt);
-    }
-    for (int lane = 0; lane < 32; ++lane) {
-        int g = lane / 4, t = lane % 4;
-        for (int e = 0; e < 4; ++e) {
-            int row = g + 8 * (e / 2), col = 2 * t + (e % 2);
-            float acc = 0.0f;
-            for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
-            c[lane][e] += acc;
-        }
-    }
+    for (int lane = 0; lane < 32; ++lane) fp_sm80::mma_m16n8k16_lane(lane, a, b0, b1, dt == FP_BF16, c[lane]);
 }
 
 template <int D> struct warp_state {

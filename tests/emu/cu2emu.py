@@ -48,7 +48,11 @@ def rewrite_launches(src):
         k = j
         while k > 0 and (src[k - 1].isalnum() or src[k - 1] in "_:"):
             k -= 1
-        callee = src[k:i].rstrip()
+        raw = src[k:i]
+        callee = raw.rstrip()
+        # A line break between the kernel and <<< (a long template name)
+        # goes after the rewritten call, so the lines keep their numbers.
+        lost = raw[len(callee):].count("\n")
         if not callee or not (callee[0].isalpha() or callee[0] in "_:"):
             sys.exit("cu2emu: no kernel name before <<< at offset %d" % i)
         e = src.find(">>>", i)
@@ -56,7 +60,7 @@ def rewrite_launches(src):
             sys.exit("cu2emu: <<< without >>> at offset %d" % i)
         config = src[i + 3:e]
         out.append(src[pos:k])
-        out.append("fp_emu::make_launch(%s, %s)" % (callee, config))
+        out.append("fp_emu::make_launch(%s, %s)%s" % (callee, config, "\n" * lost))
         pos = e + 3
 
 

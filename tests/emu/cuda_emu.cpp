@@ -121,6 +121,7 @@ struct BlockState {
     unsigned char *arena = nullptr;
     size_t arena_size = 0;
     std::vector<Shadow> shadow;
+    size_t shadow_used = 0;            // shadow[shadow_used..] untouched since the block began
     uint32_t epoch = 0;
     unsigned nwarps = 0;
     std::vector<unsigned char> snap;   // per warp: 32 slots, copied at release
@@ -354,7 +355,10 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
     b.epoch = 1;
     b.failed = false;
     memset(b.arena, 0xFF, b.arena_size);
-    for (Shadow &s : b.shadow) s = Shadow{-1, 0, -1, 0, 0};
+    // (only what the last block touched: most blocks of a large grid of
+    // short sequences never copy asynchronously)
+    for (size_t i = 0; i < b.shadow_used; ++i) b.shadow[i] = Shadow{-1, 0, -1, 0, 0};
+    b.shadow_used = 0;
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber &f = b.fibers[i];
         f.regs.tid = make_uint3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
@@ -523,6 +527,7 @@ void smem_note_async_issue(uint32_t addr, size_t n) {
     Fiber *f = self("async copy");
     BlockState *b = f->regs.block;
     (void)smem_at(addr, n);
+    if (addr + n > b->shadow_used) b->shadow_used = addr + n;
     const int32_t me = (int32_t)f->regs.linear;
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
@@ -549,6 +554,7 @@ void smem_note_read(uint32_t addr, size_t n) {
     Fiber *f = self("shared read");
     BlockState *b = f->regs.block;
     (void)smem_at(addr, n);
+    if (addr + n > b->shadow_used) b->shadow_used = addr + n;
     const int32_t me = (int32_t)f->regs.linear;
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
@@ -577,6 +583,13 @@ long long clock64() {
 }
 
 namespace fp_emu {
+
+void note_failure(const char *why) { set_failure(why); }
+
+void device_fault(cudaError_t e) {
+    int none = cudaSuccess;
+    g_device_error.compare_exchange_strong(none, (int)e);
+}
 
 cudaError_t record_error(cudaError_t e) {
     if (e != cudaSuccess && g_sticky == cudaSuccess) g_sticky = e;
@@ -641,7 +654,7 @@ cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBo
     b.ctx = ctx;
     b.arena_size = smem;
     b.arena = static_cast<unsigned char *>(aligned_alloc(1024, (smem + 1023) / 1024 * 1024 + 1024));
-    b.shadow.resize(smem);
+    b.shadow.assign(smem, Shadow{-1, 0, -1, 0, 0});
     BlockState *saved_block = g_block;
     Fiber *saved_fiber = g_fiber;
     ThreadRegs *saved_cur = g_cur;
@@ -699,6 +712,8 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument (emulated)";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument (emulated)";
     case cudaErrorLaunchFailure: return "unspecified launch failure (emulated)";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered (emulated)";
+    case cudaErrorMemoryAllocation: return "out of memory (emulated)";
     default: return "error (emulated)";
     }
 }

@@ -35,6 +35,7 @@
 #include <cstring>
 #include <functional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace fp_emu {
@@ -117,6 +118,11 @@ void smem_note_async_issue(uint32_t addr, size_t n);     // copy in flight
 void smem_note_async_complete(uint32_t addr, size_t n);  // copy landed (this thread)
 void smem_note_read(uint32_t addr, size_t n);            // collective read by this thread
 
+// Sets last_failure()'s message (an API call's reason, for a test to read).
+void note_failure(const char *why);
+// Work on a stream failed (a fault): the device's error from now on, as for
+// a kernel that breaks a rule.
+void device_fault(cudaError_t e);
 // An API call failed: the error becomes cudaGetLastError's; returns e.
 cudaError_t record_error(cudaError_t e);
 
@@ -329,6 +335,20 @@ inline float __fadd_rn(float a, float b) {
     return r;
 }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+
+// min / max of the device math library (nvcc declares its overloads, mixed
+// signedness included, for CUDA compilations only): the usual arithmetic
+// conversions, fminf / fmaxf for floating point (a NaN loses).
+template <typename A, typename B> inline typename std::common_type<A, B>::type min(A a, B b) {
+    typedef typename std::common_type<A, B>::type C;
+    if constexpr (std::is_floating_point<C>::value) return std::fmin((C)a, (C)b);
+    return (C)b < (C)a ? (C)b : (C)a;
+}
+template <typename A, typename B> inline typename std::common_type<A, B>::type max(A a, B b) {
+    typedef typename std::common_type<A, B>::type C;
+    if constexpr (std::is_floating_point<C>::value) return std::fmax((C)a, (C)b);
+    return (C)a < (C)b ? (C)b : (C)a;
+}
 
 // Atomics: fibers switch only at synchronization points, so a plain
 // read-modify-write is atomic here.

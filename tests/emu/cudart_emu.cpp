@@ -167,24 +167,46 @@ void sync_device() {
     for (Stream *o : all) drain(o);
 }
 
+// Device allocations are host allocations with guard bytes on both sides
+// and 0xFF (NaN) contents, so a kernel that reads memory nobody wrote
+// computes NaN; the free checks the guards (a write past either end fails it
+// with cudaErrorIllegalAddress and a message in fp_emu::last_failure()).
+const size_t kGuard = 256;
+
 void *alloc_device(size_t n) {
-    if (n == 0) n = 1;
     std::lock_guard<std::mutex> lk(g_mu);
     if (g_allocated + n > kTotalMem) return nullptr;
-    void *p = aligned_alloc(256, (n + 255) / 256 * 256);
-    if (!p) return nullptr;
-    g_allocs[p] = n;
+    unsigned char *m = static_cast<unsigned char *>(aligned_alloc(256, (n + 2 * kGuard + 255) / 256 * 256));
+    if (!m) return nullptr;
+    memset(m, 0xA5, kGuard);
+    memset(m + kGuard, 0xFF, n);
+    memset(m + kGuard + n, 0xA5, kGuard);
+    g_allocs[m + kGuard] = n;
     g_allocated += n;
-    return p;
+    return m + kGuard;
 }
 cudaError_t free_device(void *p) {
     if (!p) return cudaSuccess;
     std::lock_guard<std::mutex> lk(g_mu);
     auto it = g_allocs.find(p);
-    if (it == g_allocs.end()) return cudaErrorInvalidValue;
-    g_allocated -= it->second;
+    if (it == g_allocs.end()) {
+        note_failure("cudaFree of a pointer cudaMalloc did not return");
+        return record_error(cudaErrorInvalidValue);
+    }
+    unsigned char *m = static_cast<unsigned char *>(p) - kGuard;
+    const size_t n = it->second;
+    g_allocated -= n;
     g_allocs.erase(it);
-    free(p);
+    for (size_t i = 0; i < kGuard; ++i)
+        if (m[i] != 0xA5 || m[kGuard + n + i] != 0xA5) {
+            char buf[160];
+            snprintf(buf, sizeof buf, "cudaFree: the guard bytes %s an allocation of %zu bytes were overwritten",
+                     m[i] != 0xA5 ? "before" : "after", n);
+            note_failure(buf);
+            free(m);
+            return record_error(cudaErrorIllegalAddress);
+        }
+    free(m);
     return cudaSuccess;
 }
 
@@ -276,7 +298,17 @@ cudaError_t cudaFree(void *p) {
 }
 cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
-    submit(s, [p] { (void)free_device(p); });
+    if (!async_streams() && !as_stream(s)->capturing) return free_device(p);
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        if (p && !g_allocs.count(p)) {
+            note_failure("cudaFreeAsync of a pointer cudaMalloc did not return");
+            return record_error(cudaErrorInvalidValue);
+        }
+    }
+    submit(s, [p] {
+        if (free_device(p) != cudaSuccess) device_fault(cudaErrorIllegalAddress);
+    });
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
