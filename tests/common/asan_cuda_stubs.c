@@ -14,12 +14,6 @@
 #include "norm/norm_launch.h"
 #include "timing/bandwidth.h"
 
-static fp_status no_kernels(const char *launcher) {
-    return fp_set_error(FP_ERR_UNSUPPORTED,
-                        "%s: this CUDA kernel is not linked into this build (ASan tests, or not yet emulated)",
-                        launcher);
-}
-
 /* (Parameters are unused: the project builds with -Wno-unused-parameter.) */
 
 /* The emulated-GPU build (tests/emu: fastpath_emu) links these too, for the
@@ -27,6 +21,11 @@ static fp_status no_kernels(const char *launcher) {
  * kernels it runs. */
 #if !defined(FP_EMU_HAS_ATTENTION)
 /* ---- attention (kernels/attention) ---- */
+static fp_status no_kernels(const char *launcher) {
+    return fp_set_error(FP_ERR_UNSUPPORTED,
+                        "%s: this CUDA kernel is not linked into this build (ASan tests, or not yet emulated)",
+                        launcher);
+}
 int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim) {
     return 0;
 }
