@@ -108,6 +108,7 @@ struct Shadow {
     int32_t reader;        // last thread that read it by a collective (-1 none, -2 several)
     uint32_t read_epoch;
     uint16_t in_flight;    // async copies issued and not landed
+    uint16_t pending_reads;  // reads an issued, unretired async operation (wgmma) will make
 };
 
 }  // namespace
@@ -342,7 +343,7 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
     b.epoch = 1;
     b.failed = false;
     memset(b.arena, 0xFF, b.arena_size);
-    for (Shadow &s : b.shadow) s = Shadow{-1, 0, -1, 0, 0};
+    for (Shadow &s : b.shadow) s = Shadow{-1, 0, -1, 0, 0, 0};
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber &f = b.fibers[i];
         f.regs.tid = make_uint3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
@@ -515,6 +516,10 @@ void smem_note_async_issue(uint32_t addr, size_t n) {
             kernel_fail("race: %s issues an async copy to shared byte %zu, which thread %d read since the last "
                         "__syncthreads (write after read: the copy may land before that read)",
                         describe(*f).c_str(), i, s.reader >= 0 ? s.reader : -1);
+        if (s.pending_reads)
+            kernel_fail("race: %s issues an async copy to shared byte %zu, which a wgmma not yet retired "
+                        "(wgmma.wait_group) reads",
+                        describe(*f).c_str(), i);
         s.in_flight++;
     }
 }
@@ -528,6 +533,13 @@ void smem_note_async_complete(uint32_t addr, size_t n) {
         s.writer = (int32_t)f->regs.linear;
         s.write_epoch = b->epoch;
     }
+}
+
+void smem_note_pending_read(uint32_t addr, size_t n, int delta) {
+    Fiber *f = self("pending shared read");
+    BlockState *b = f->regs.block;
+    (void)smem_at(addr, n);
+    for (size_t i = addr; i < addr + n; ++i) b->shadow[i].pending_reads = (uint16_t)(b->shadow[i].pending_reads + delta);
 }
 
 void smem_note_read(uint32_t addr, size_t n) {
@@ -722,6 +734,19 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cu
 }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
     memmove(d, s, n);
+    return cudaSuccess;
+}
+// Stream-ordered allocations (the launchers' scratch): host memory filled
+// with 0xFF bytes (NaN), as an uninitialized device allocation may hold.
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) {
+    *p = malloc(n ? n : 1);
+    if (!*p) return g_sticky = cudaErrorMemoryAllocation;
+    memset(*p, 0xFF, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocFromPoolAsync(void **p, size_t n, cudaMemPool_t, cudaStream_t s) { return cudaMallocAsync(p, n, s); }
+cudaError_t cudaFreeAsync(void *p, cudaStream_t) {
+    free(p);
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }

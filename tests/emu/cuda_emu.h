@@ -115,6 +115,10 @@ unsigned char *smem_at(uint32_t addr, size_t n);
 void smem_note_async_issue(uint32_t addr, size_t n);     // copy in flight
 void smem_note_async_complete(uint32_t addr, size_t n);  // copy landed (this thread)
 void smem_note_read(uint32_t addr, size_t n);            // collective read by this thread
+// Bytes an issued asynchronous operation (wgmma) will read before it retires
+// (delta +1 at issue, -1 when it read them): an async copy issued over them
+// meanwhile fails the launch (write after read).
+void smem_note_pending_read(uint32_t addr, size_t n, int delta);
 
 // Launch: runs the grid now (streams are synchronous here).
 typedef void (*BlockBody)(void *ctx);
@@ -219,6 +223,7 @@ unsigned ballot(unsigned mask, int pred);
 #undef __noinline__
 #undef __launch_bounds__
 #undef __restrict__
+#undef __grid_constant__
 #define __global__
 #define __device__
 #define __host__
@@ -227,6 +232,7 @@ unsigned ballot(unsigned mask, int pred);
 #define __noinline__
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
+#define __grid_constant__
 // One copy per OS thread: the fibers of a block share it, as a CTA does.
 #define __shared__ static thread_local
 
