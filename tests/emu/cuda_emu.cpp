@@ -6,6 +6,7 @@
 #include <ucontext.h>
 #endif
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -80,7 +81,7 @@ static inline void ctx_swap(Context *from, Context *to) { swapcontext(&from->uc,
 
 namespace {
 
-enum ThreadState { RUNNABLE, AT_BARRIER, AT_WARP, AT_GROUP, SPINNING, DONE };
+enum ThreadState { RUNNABLE, AT_BARRIER, AT_WARP, AT_GROUP, SPINNING, AT_NAMED, DONE };
 
 struct ExtState {
     const void *key;
@@ -96,6 +97,7 @@ struct Fiber {
     const char *what;        // AT_WARP: the collective's name
     const char *barrier_at;  // AT_BARRIER: "__syncthreads"
     unsigned group_first, group_count;  // AT_GROUP: the threads [first, first + count)
+    unsigned named_id;                  // AT_NAMED: the named barrier
     const unsigned char *result;
     unsigned char slot[kSlotBytes];
     std::vector<ExtState> ext;  // thread_ext
@@ -109,6 +111,14 @@ struct Shadow {
     uint32_t read_epoch;
     uint16_t in_flight;    // async copies issued and not landed
     uint16_t pending_reads;  // reads an issued, unretired async operation (wgmma) will make
+    uint32_t write_named;    // named-barrier completions in the block before that write
+};
+
+// A completed named barrier: its sequence number and the threads that took
+// part (bitset), which it orders.
+struct NamedEvent {
+    uint32_t seq;
+    std::vector<uint64_t> members;
 };
 
 }  // namespace
@@ -125,6 +135,11 @@ struct BlockState {
     std::vector<unsigned char> gsnap;  // per thread: its slot, copied at a group release
     unsigned long progress = 0;        // events that may satisfy a spin-wait
     unsigned long idle_passes = 0;     // passes in which only spinners ran, without progress
+    unsigned nb_count[16] = {0}, nb_arrived[16] = {0};  // named barriers
+    std::vector<uint64_t> nb_members[16];               // threads arrived in the current phase
+    uint32_t nb_seq = 0;                                // named-barrier completions so far
+    std::vector<NamedEvent> nb_log;                     // completions since the last __syncthreads
+    std::vector<ExtState> ext;                          // block_ext
     BlockBody body = nullptr;
     void *ctx = nullptr;
     bool failed = false;
@@ -194,6 +209,8 @@ void clear_ext(BlockState &b) {
         for (ExtState &e : f.ext) e.destroy(e.ptr);
         f.ext.clear();
     }
+    for (ExtState &e : b.ext) e.destroy(e.ptr);
+    b.ext.clear();
 }
 
 // After a pass in which every runnable fiber ran until it blocked: release
@@ -218,6 +235,7 @@ bool resolve(BlockState &b) {
         for (Fiber &f : b.fibers)
             if (f.state == AT_BARRIER) f.state = RUNNABLE;
         b.epoch++;
+        b.nb_log.clear(); // the epoch orders everything before it
         return true;
     }
     // Warp collectives, per warp, grouped by mask.
@@ -294,6 +312,8 @@ bool resolve(BlockState &b) {
         }
         released = true;
     }
+    for (const Fiber &f : b.fibers)
+        if (f.state == RUNNABLE) released = true; // released during the pass (a named barrier)
     if (released) {
         b.progress++;
         for (Fiber &f : b.fibers)
@@ -342,8 +362,14 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
     b.snap.assign((size_t)b.nwarps * 32 * kSlotBytes, 0);
     b.epoch = 1;
     b.failed = false;
+    for (int i = 0; i < 16; ++i) {
+        b.nb_count[i] = b.nb_arrived[i] = 0;
+        b.nb_members[i].assign((nthreads + 63) / 64, 0);
+    }
+    b.nb_seq = 0;
+    b.nb_log.clear();
     memset(b.arena, 0xFF, b.arena_size);
-    for (Shadow &s : b.shadow) s = Shadow{-1, 0, -1, 0, 0, 0};
+    for (Shadow &s : b.shadow) s = Shadow{-1, 0, -1, 0, 0, 0, 0};
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber &f = b.fibers[i];
         f.regs.tid = make_uint3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
@@ -529,9 +555,48 @@ void smem_note_async_complete(uint32_t addr, size_t n) {
     BlockState *b = f->regs.block;
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
+        if (s.pending_reads)
+            kernel_fail("race: an async copy lands on shared byte %zu, which a wgmma issued before it landed reads",
+                        i);
         if (s.in_flight) s.in_flight--;
         s.writer = (int32_t)f->regs.linear;
         s.write_epoch = b->epoch;
+        s.write_named = b->nb_seq;
+    }
+}
+
+// Whether a named barrier completed after `since` orders thread w's accesses
+// before thread r's (both took part).
+static bool named_orders(const BlockState *b, uint32_t since, int32_t w, int32_t r) {
+    for (const NamedEvent &e : b->nb_log)
+        if (e.seq > since && (e.members[(size_t)w / 64] >> (w % 64) & 1) && (e.members[(size_t)r / 64] >> (r % 64) & 1))
+            return true;
+    return false;
+}
+
+void smem_note_async_issue_mbar(uint32_t addr, size_t n) {
+    Fiber *f = self("async copy");
+    BlockState *b = f->regs.block;
+    (void)smem_at(addr, n);
+    for (size_t i = addr; i < addr + n; ++i) {
+        Shadow &s = b->shadow[i];
+        if (s.pending_reads)
+            kernel_fail("race: %s issues an async copy to shared byte %zu, which a wgmma not yet retired "
+                        "(wgmma.wait_group) reads",
+                        describe(*f).c_str(), i);
+        s.in_flight++;
+    }
+}
+
+void smem_note_async_complete_mbar(uint32_t addr, size_t n) {
+    Fiber *f = self("async copy");
+    BlockState *b = f->regs.block;
+    for (size_t i = addr; i < addr + n; ++i) {
+        Shadow &s = b->shadow[i];
+        if (s.pending_reads)
+            kernel_fail("race: an async copy lands on shared byte %zu, which a wgmma issued before it landed reads",
+                        i);
+        if (s.in_flight) s.in_flight--;
     }
 }
 
@@ -539,7 +604,64 @@ void smem_note_pending_read(uint32_t addr, size_t n, int delta) {
     Fiber *f = self("pending shared read");
     BlockState *b = f->regs.block;
     (void)smem_at(addr, n);
-    for (size_t i = addr; i < addr + n; ++i) b->shadow[i].pending_reads = (uint16_t)(b->shadow[i].pending_reads + delta);
+    for (size_t i = addr; i < addr + n; ++i) {
+        Shadow &s = b->shadow[i];
+        if (delta > 0 && s.in_flight)
+            kernel_fail("race: %s issues a wgmma reading shared byte %zu while an async copy to it is in flight",
+                        describe(*f).c_str(), i);
+        s.pending_reads = (uint16_t)(s.pending_reads + delta);
+    }
+}
+
+void *block_ext(const void *key, void *(*make)(), void (*destroy)(void *)) {
+    BlockState *b = self("block_ext")->regs.block;
+    for (ExtState &e : b->ext)
+        if (e.key == key) return e.ptr;
+    b->ext.push_back(ExtState{key, make(), destroy});
+    return b->ext.back().ptr;
+}
+
+static void named_barrier(unsigned id, unsigned count, bool wait, const char *what) {
+    Fiber *f = self(what);
+    BlockState *b = f->regs.block;
+    if (id >= 16) kernel_fail("%s: %s with barrier id %u (0..15)", describe(*f).c_str(), what, id);
+    if (count == 0 || count % 32 || count > b->fibers.size())
+        kernel_fail("%s: %s %u, %u: the thread count must be a multiple of 32 within the block (%zu)",
+                    describe(*f).c_str(), what, id, count, b->fibers.size());
+    if (b->nb_arrived[id] == 0) b->nb_count[id] = count;
+    else if (b->nb_count[id] != count)
+        kernel_fail("%s: %s %u with %u threads while the barrier's phase counts %u", describe(*f).c_str(), what, id,
+                    count, b->nb_count[id]);
+    b->nb_members[id][f->regs.linear / 64] |= 1ull << (f->regs.linear % 64);
+    if (++b->nb_arrived[id] == count) {
+        b->nb_arrived[id] = 0;
+        for (Fiber &g : b->fibers)
+            if (g.state == AT_NAMED && g.named_id == id) g.state = RUNNABLE;
+        b->nb_log.push_back(NamedEvent{++b->nb_seq, b->nb_members[id]});
+        std::fill(b->nb_members[id].begin(), b->nb_members[id].end(), 0);
+        b->progress++;
+        return;
+    }
+    if (!wait) return;
+    f->named_id = id;
+    f->what = what;
+    f->state = AT_NAMED;
+    yield_to_scheduler();
+}
+void named_barrier_sync(unsigned id, unsigned count) { named_barrier(id, count, true, "bar.sync"); }
+void named_barrier_arrive(unsigned id, unsigned count) { named_barrier(id, count, false, "bar.arrive"); }
+
+static std::map<std::string, void *> &driver_symbols() {
+    static std::map<std::string, void *> m;
+    return m;
+}
+bool register_driver_symbol(const char *name, void *fn) {
+    driver_symbols()[name] = fn;
+    return true;
+}
+void *driver_symbol(const char *name) {
+    auto it = driver_symbols().find(name);
+    return it == driver_symbols().end() ? nullptr : it->second;
 }
 
 void smem_note_read(uint32_t addr, size_t n) {
@@ -552,7 +674,8 @@ void smem_note_read(uint32_t addr, size_t n) {
         if (s.in_flight)
             kernel_fail("race: %s reads shared byte %zu while an async copy to it is in flight (no wait)",
                         describe(*f).c_str(), i);
-        if (s.writer >= 0 && s.writer != me && s.write_epoch == b->epoch)
+        if (s.writer >= 0 && s.writer != me && s.write_epoch == b->epoch &&
+            !named_orders(b, s.write_named, s.writer, me))
             kernel_fail("race: %s reads shared byte %zu, which thread %d's async copy wrote after the last "
                         "__syncthreads (read after write without a barrier)",
                         describe(*f).c_str(), i, s.writer);
@@ -750,6 +873,15 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+// Driver entry points: the ones an emulation header registered
+// (register_driver_symbol), else "symbol not found".
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int, unsigned long long,
+                                             cudaDriverEntryPointQueryResult *status) {
+    *fn = fp_emu::driver_symbol(symbol);
+    if (status) *status = *fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+    return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
 }  // extern "C"

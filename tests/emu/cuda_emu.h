@@ -114,11 +114,42 @@ unsigned char *smem_at(uint32_t addr, size_t n);
 // the launch as a race.
 void smem_note_async_issue(uint32_t addr, size_t n);     // copy in flight
 void smem_note_async_complete(uint32_t addr, size_t n);  // copy landed (this thread)
+// The same for copies whose readers are ordered by an mbarrier (TMA), not by
+// __syncthreads: no barrier-epoch checks, only bytes in flight and the
+// pending reads below.
+void smem_note_async_issue_mbar(uint32_t addr, size_t n);
+void smem_note_async_complete_mbar(uint32_t addr, size_t n);
 void smem_note_read(uint32_t addr, size_t n);            // collective read by this thread
 // Bytes an issued asynchronous operation (wgmma) will read before it retires
-// (delta +1 at issue, -1 when it read them): an async copy issued over them
-// meanwhile fails the launch (write after read).
+// (delta +1 at issue, -1 when it read them): an async copy issued or landing
+// over them meanwhile fails the launch (write after read), and so does an
+// issue (+1) over bytes an async copy to which is still in flight.
 void smem_note_pending_read(uint32_t addr, size_t n, int delta);
+
+// Per-block state of emulated instructions (mbarriers, TMA copies in
+// flight, ...): the block's object for `key`, made on first use, destroyed
+// when the block ends.
+void *block_ext(const void *key, void *(*make)(), void (*destroy)(void *));
+template <typename T> T &block_state() {
+    static const char key = 0;
+    return *static_cast<T *>(block_ext(
+        &key, []() -> void * { return new T(); }, [](void *p) { delete static_cast<T *>(p); }));
+}
+
+// Named barriers (bar.sync / bar.arrive id, count): barrier `id` (0..15)
+// completes when `count` threads (a multiple of 32, the same for every
+// arrival of the phase) arrived; bar.sync waits for that, bar.arrive does
+// not. Threads that exited never arrive (the launch fails as a deadlock).
+// A completed one orders its participants like __syncthreads for the shadow
+// checks (an async copy's bytes read by another participant after it).
+// Id 0 is not __syncthreads' barrier here: a kernel mixing them is not
+// emulated.
+void named_barrier_sync(unsigned id, unsigned count);
+void named_barrier_arrive(unsigned id, unsigned count);
+
+// Driver entry points (cudaGetDriverEntryPoint*) an emulation header
+// provides, by name (e.g. cuTensorMapEncodeTiled from emu_sm90.h).
+bool register_driver_symbol(const char *name, void *fn);
 
 // Launch: runs the grid now (streams are synchronous here).
 typedef void (*BlockBody)(void *ctx);
