@@ -30,12 +30,48 @@
 //     base offset 0, 16-bit elements (f16, bf16), K-major or MN-major
 //     (transpose bit). Other modes fail the launch as not emulated.
 // setmaxnreg: a warpgroup collective, counts checked (24..256, multiple of
-// 8); otherwise no effect (the emulation has no register file).
+// 8, the same in all threads); otherwise no effect (the emulation has no
+// register file).
+//
+// mbarrier (PTX ISA "Parallel Synchronization and Communication
+// Instructions: mbarrier"), block state keyed by the shared address (8-byte
+// aligned; use before mbarrier.init fails the launch): init sets the
+// expected arrival count, pending = expected, tx-count 0, phase 0; arrive
+// (and arrive.expect_tx, which first adds its bytes to tx-count) decrements
+// pending; complete_tx subtracts bytes; the phase completes when pending and
+// tx-count are both 0 (phase + 1, pending = expected). More arrivals than
+// the phase expects fail the launch. A thread's plain arrive (a consumer
+// releasing a buffer) yields before it goes on, so the threads the
+// arrivals release run first (a thread that releases a buffer before it is
+// done with it shows). try_wait.parity P answers whether the
+// phase of parity P has completed, i.e. the current phase's parity differs
+// from P; when not, the thread yields (spin_yield: a wait nobody can end
+// fails the launch as a deadlock). fence.mbarrier_init and
+// fence.proxy.async order nothing here (one proxy, threads switch only at
+// synchronization points): no-ops in the kernels' emu branches.
+//
+// TMA (cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx
+// ::bytes, tiled mode) with tensor maps from the emulated
+// cuTensorMapEncodeTiled (registered as the driver entry point, so a
+// launcher's cudaGetDriverEntryPoint* finds it): the map's parameters are
+// kept in the 128-byte CUtensorMap. A copy is recorded at issue (the bytes
+// marked in flight) and lands when its mbarrier is next waited on (by any
+// thread): the box is read from global memory then, out-of-bounds elements
+// filled with zeros (or NaN for FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA), written
+// densely (box[0] innermost) with the 128-byte swizzle applied to the shared
+// address, and its bytes complete_tx on the barrier. A consumer that reads
+// the tile without waiting reads the poison or fails on bytes in flight. A
+// copy that would complete_tx in a later phase of its barrier than the one
+// it was issued in (expect_tx and the copies' bytes disagree) fails.
+// prefetch.tensormap: no-op.
 #pragma once
+
+#include <cuda.h> // CUtensorMap and its enums
 
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <vector>
 
 #include "cuda_emu.h"
@@ -310,8 +346,215 @@ inline void setmaxnreg(int count, bool inc) {
     if (count < 24 || count > 256 || count % 8)
         kernel_fail("setmaxnreg.%s %d: the count must be in [24, 256] and a multiple of 8", inc ? "inc" : "dec",
                     count);
-    unsigned char none = 0;
-    (void)group_exchange(warpgroup_first(), 128, &none, 1, inc ? "setmaxnreg.inc" : "setmaxnreg.dec");
+    const unsigned first = warpgroup_first();
+    const unsigned char *slots =
+        group_exchange(first, 128, &count, sizeof count, inc ? "setmaxnreg.inc" : "setmaxnreg.dec");
+    for (int k = 0; k < 128; ++k) {
+        int c;
+        std::memcpy(&c, slots + k * kSlotBytes, sizeof c);
+        if (c != count) kernel_fail("setmaxnreg: threads of warpgroup %u pass %d and %d", first / 128, count, c);
+    }
+}
+
+// ---- tensor maps (the emulated cuTensorMapEncodeTiled) ----------------------
+
+struct EmuTensorMap {
+    uint32_t magic;
+    uint8_t rank, elem_bytes, swizzle, oob_nan;
+    const unsigned char *base;
+    uint64_t dims[5];
+    uint64_t strides[5]; // bytes; strides[0] = elem_bytes
+    uint16_t box[5];
+};
+static_assert(sizeof(EmuTensorMap) <= sizeof(CUtensorMap), "the emulated map fits a CUtensorMap");
+constexpr uint32_t kTensorMapMagic = 0x544D4150u;
+
+// The driver's parameter rules (cuTensorMapEncodeTiled's documentation):
+// rank 1..5, address 16-byte aligned, dims in [1, 2^32], strides multiples
+// of 16 below 2^40, box dims in [1, 256] with the inner one a multiple of 16
+// bytes (and at most the swizzle span), element strides 1..8 (only 1 is
+// emulated), no interleave.
+inline CUresult emu_tensor_map_encode_tiled(CUtensorMap *map, CUtensorMapDataType dt, cuuint32_t rank, void *addr,
+                                            const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                                            const cuuint32_t *estr, CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                            CUtensorMapL2promotion, CUtensorMapFloatOOBfill oob) {
+    int eb = 0;
+    switch (dt) {
+    case CU_TENSOR_MAP_DATA_TYPE_UINT8: eb = 1; break;
+    case CU_TENSOR_MAP_DATA_TYPE_UINT16:
+    case CU_TENSOR_MAP_DATA_TYPE_FLOAT16:
+    case CU_TENSOR_MAP_DATA_TYPE_BFLOAT16: eb = 2; break;
+    case CU_TENSOR_MAP_DATA_TYPE_UINT32:
+    case CU_TENSOR_MAP_DATA_TYPE_INT32:
+    case CU_TENSOR_MAP_DATA_TYPE_FLOAT32: eb = 4; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!map || rank < 1 || rank > 5 || !addr || (uintptr_t)addr % 16 || il != CU_TENSOR_MAP_INTERLEAVE_NONE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (sw != CU_TENSOR_MAP_SWIZZLE_NONE && sw != CU_TENSOR_MAP_SWIZZLE_128B) return CUDA_ERROR_NOT_SUPPORTED;
+    EmuTensorMap m;
+    std::memset(&m, 0, sizeof m);
+    m.magic = kTensorMapMagic;
+    m.rank = (uint8_t)rank;
+    m.elem_bytes = (uint8_t)eb;
+    m.swizzle = sw == CU_TENSOR_MAP_SWIZZLE_128B;
+    m.oob_nan = oob == CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA;
+    m.base = static_cast<const unsigned char *>(addr);
+    m.strides[0] = (uint64_t)eb;
+    for (cuuint32_t i = 0; i < rank; ++i) {
+        if (dims[i] == 0 || dims[i] > (1ull << 32)) return CUDA_ERROR_INVALID_VALUE;
+        if (box[i] == 0 || box[i] > 256) return CUDA_ERROR_INVALID_VALUE;
+        if (estr[i] != 1) return estr[i] >= 1 && estr[i] <= 8 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+        m.dims[i] = dims[i];
+        m.box[i] = (uint16_t)box[i];
+        if (i > 0) {
+            if (strides[i - 1] % 16 || strides[i - 1] >= (1ull << 40)) return CUDA_ERROR_INVALID_VALUE;
+            m.strides[i] = strides[i - 1];
+        }
+    }
+    if ((box[0] * (uint32_t)eb) % 16) return CUDA_ERROR_INVALID_VALUE;
+    if (m.swizzle && box[0] * (uint32_t)eb > 128) return CUDA_ERROR_INVALID_VALUE;
+    if (m.swizzle && box[0] * (uint32_t)eb != 128) return CUDA_ERROR_NOT_SUPPORTED; // rows narrower than the span
+    std::memset(map, 0, sizeof *map);
+    std::memcpy(map, &m, sizeof m);
+    return CUDA_SUCCESS;
+}
+inline const bool g_tensor_map_registered =
+    register_driver_symbol("cuTensorMapEncodeTiled", reinterpret_cast<void *>(&emu_tensor_map_encode_tiled));
+
+// ---- mbarrier + TMA ----------------------------------------------------------
+
+struct Mbarrier {
+    uint32_t expected, pending;
+    int64_t tx;
+    uint32_t phase; // phases completed
+};
+struct TmaCopy {
+    uint32_t dst, bar, phase; // phase: the barrier's phase at issue
+    EmuTensorMap map;
+    int coords[5];
+    uint32_t bytes;
+};
+struct Sm90Block {
+    std::map<uint32_t, Mbarrier> bars;
+    std::vector<TmaCopy> tma; // issued, not landed
+};
+
+inline Mbarrier &mbarrier_at(uint32_t addr, const char *what) {
+    Sm90Block &B = block_state<Sm90Block>();
+    auto it = B.bars.find(addr);
+    if (it == B.bars.end()) kernel_fail("%s on shared address %u: no mbarrier.init there", what, addr);
+    return it->second;
+}
+
+inline void mbarrier_check_phase(Mbarrier &m) {
+    if (m.pending == 0 && m.tx == 0) {
+        m.phase++;
+        m.pending = m.expected;
+        note_progress();
+    }
+}
+
+// mbarrier.init.shared::cta.b64 [addr], count
+inline void mbarrier_init(uint32_t addr, uint32_t count) {
+    if (addr % 8) kernel_fail("mbarrier.init at shared address %u: not 8-byte aligned", addr);
+    if (count < 1 || count > (1u << 20) - 1) kernel_fail("mbarrier.init with count %u", count);
+    (void)smem_at(addr, 8);
+    block_state<Sm90Block>().bars[addr] = Mbarrier{count, count, 0, 0};
+}
+
+// mbarrier.arrive[.expect_tx].shared::cta.b64 _, [addr][, tx]
+inline void mbarrier_arrive(uint32_t addr, uint32_t expect_tx = 0) {
+    Mbarrier &m = mbarrier_at(addr, "mbarrier.arrive");
+    m.tx += expect_tx;
+    if (m.tx > (1 << 20) - 1) kernel_fail("mbarrier at %u: tx-count %lld out of range", addr, (long long)m.tx);
+    if (m.pending == 0)
+        kernel_fail("mbarrier at %u: more arrivals than its count (%u) in one phase", addr, m.expected);
+    m.pending--;
+    note_progress();
+    mbarrier_check_phase(m);
+    if (!expect_tx) spin_yield("mbarrier.arrive");
+}
+
+// Lands the TMA copies in flight that complete on barrier `bar`.
+inline void tma_land(uint32_t bar) {
+    Sm90Block &B = block_state<Sm90Block>();
+    std::vector<TmaCopy> keep, land;
+    for (TmaCopy &c : B.tma) (c.bar == bar ? land : keep).push_back(c);
+    if (land.empty()) return;
+    B.tma.swap(keep);
+    for (const TmaCopy &c : land) {
+        const EmuTensorMap &m = c.map;
+        unsigned char *d = smem_at(c.dst, c.bytes);
+        const int eb = m.elem_bytes;
+        uint32_t n = 0; // element index inside the box, box[0] innermost
+        int idx[5] = {0, 0, 0, 0, 0};
+        const uint32_t total = c.bytes / (uint32_t)eb;
+        for (n = 0; n < total; ++n) {
+            uint32_t rem = n;
+            bool in = true;
+            const unsigned char *src = m.base;
+            for (int i = 0; i < m.rank; ++i) {
+                idx[i] = (int)(rem % m.box[i]);
+                rem /= m.box[i];
+                const int64_t g = (int64_t)c.coords[i] + idx[i];
+                if (g < 0 || (uint64_t)g >= m.dims[i]) in = false;
+                else src += (uint64_t)g * m.strides[i];
+            }
+            uint32_t off = n * (uint32_t)eb;
+            if (m.swizzle) off = sm90_isa::swizzle128(c.dst + off) - c.dst;
+            if (in) std::memcpy(d + off, src, (size_t)eb);
+            else if (m.oob_nan) std::memset(d + off, 0xFF, (size_t)eb);
+            else std::memset(d + off, 0, (size_t)eb);
+        }
+        smem_note_async_complete_mbar(c.dst, c.bytes);
+        Mbarrier &b = mbarrier_at(c.bar, "cp.async.bulk.tensor (complete_tx)");
+        if (b.phase != c.phase)
+            kernel_fail("cp.async.bulk.tensor to %u completes its %u bytes on the mbarrier at %u in phase %u, but "
+                        "was issued in phase %u, which completed without it (expect_tx and the copies disagree)",
+                        c.dst, c.bytes, c.bar, b.phase, c.phase);
+        b.tx -= c.bytes;
+        if (b.tx < -((1 << 20) - 1)) kernel_fail("mbarrier at %u: tx-count %lld out of range", c.bar, (long long)b.tx);
+        mbarrier_check_phase(b);
+    }
+    note_progress();
+}
+
+// mbarrier.try_wait.parity.shared::cta.b64 p, [addr], parity: lands the TMA
+// copies on this barrier first; when the phase of that parity has not
+// completed, yields before answering false.
+inline bool mbarrier_try_wait_parity(uint32_t addr, uint32_t parity) {
+    tma_land(addr);
+    Mbarrier &m = mbarrier_at(addr, "mbarrier.try_wait.parity");
+    if ((m.phase & 1u) != (parity & 1u)) return true;
+    spin_yield("mbarrier.try_wait.parity");
+    return false;
+}
+
+// cp.async.bulk.tensor.<rank>d.shared::cluster.global.mbarrier::complete_tx::bytes
+// [dst], [map, {coords}], [bar]
+inline void tma_load_tiled(uint32_t dst, const void *map_ptr, int rank, const int *coords, uint32_t bar) {
+    EmuTensorMap m;
+    std::memcpy(&m, map_ptr, sizeof m);
+    if (m.magic != kTensorMapMagic)
+        kernel_fail("cp.async.bulk.tensor with a tensor map not made by (the emulated) cuTensorMapEncodeTiled");
+    if (m.rank != rank) kernel_fail("cp.async.bulk.tensor.%dd with a tensor map of rank %d", rank, m.rank);
+    if (dst % (m.swizzle ? 1024u : 128u))
+        kernel_fail("cp.async.bulk.tensor to shared address %u: not %u-byte aligned", dst, m.swizzle ? 1024u : 128u);
+    TmaCopy c;
+    c.phase = mbarrier_at(bar, "cp.async.bulk.tensor").phase;
+    c.dst = dst;
+    c.bar = bar;
+    c.map = m;
+    uint32_t elems = 1;
+    for (int i = 0; i < 5; ++i) c.coords[i] = i < rank ? coords[i] : 0;
+    for (int i = 0; i < rank; ++i) elems *= m.box[i];
+    c.bytes = elems * m.elem_bytes;
+    for (const auto &b : block_state<Sm90Block>().bars)
+        if (b.first + 8 > dst && b.first < dst + c.bytes)
+            kernel_fail("cp.async.bulk.tensor to [%u, %u) overwrites the mbarrier at %u", dst, dst + c.bytes, b.first);
+    smem_note_async_issue_mbar(dst, c.bytes);
+    block_state<Sm90Block>().tma.push_back(c);
 }
 
 } // namespace fp_emu

@@ -5,7 +5,9 @@
 // that must show in a kernel's results or fail its launch (reading
 // accumulators before the wait, operands overwritten before the wait, async
 // copies over operands in flight, a missing wgmma.fence, a warp missing from
-// the warpgroup, wait_group N leaving the newest N in flight).
+// the warpgroup, wait_group N leaving the newest N in flight); a TMA box
+// through the emulated cuTensorMapEncodeTiled (swizzle, out-of-bounds
+// zeros) on an mbarrier, a named barrier, and the broken variants.
 // The shared-memory placement below is written from the swizzle's
 // definition as 16-byte chunk c of row r stored at chunk c ^ (r % 8) of a
 // 128-byte row (1024-byte aligned atoms), independently of sm90_isa.h's
@@ -130,6 +132,50 @@ __global__ void wgmma_kernel(const float *bsrc, float *out, int mode) {
     for (int i = 0; i < 64; ++i) out[d_row(warp, lane, i) * 128 + d_col(lane, i)] = d[i];
 }
 
+// mbarrier + TMA + named barriers: thread 0 loads a 3-D box (64 x 8 x 2
+// elements of a 64 x 5 x 3 tensor at (0, 2, 1): rows 5.. out of bounds,
+// zero) with the 128-byte swizzle on a barrier; threads 32..63 wait and
+// copy the box out (un-swizzling by the definition); a named barrier
+// orders a second copy-out by warp 2. Modes break one rule each.
+enum TmaMode {
+    TMA_OK = 0,
+    TMA_NO_WAIT = 1,    // the consumers read without waiting: bytes in flight
+    TMA_EXTRA_COPY = 2, // a second box on the barrier, not announced by expect_tx
+    TMA_EXTRA_ARRIVE = 3, // two arrivals on a barrier of count 1
+    TMA_NAMED_SHORT = 4,  // the named barrier counts 96 threads, 64 arrive
+};
+__global__ void tma_kernel(const CUtensorMap *map_in, uint16_t *out, int mode) {
+    extern __shared__ __align__(1024) unsigned char sm[];
+    const CUtensorMap map = *map_in;
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(sm);
+    const uint32_t box = base + 1024, bar = base;
+    const int tid = threadIdx.x;
+    const uint32_t bytes = 64 * 8 * 2 * 2;
+    if (tid == 0) fp_emu::mbarrier_init(bar, 1);
+    __syncthreads();
+    if (tid == 0) {
+        fp_emu::mbarrier_arrive(bar, bytes);
+        if (mode == TMA_EXTRA_ARRIVE) fp_emu::mbarrier_arrive(bar);
+        const int c[3] = {0, 2, 1};
+        fp_emu::tma_load_tiled(box, &map, 3, c, bar);
+        if (mode == TMA_EXTRA_COPY) fp_emu::tma_load_tiled(box + 4096, &map, 3, c, bar);
+    } else if (tid >= 32 && tid < 64) {
+        if (mode != TMA_NO_WAIT)
+            while (!fp_emu::mbarrier_try_wait_parity(bar, 0)) {
+            }
+        for (int e = tid - 32; e < 64 * 8 * 2; e += 32) {
+            const int x = e % 64, r = e / 64; // row r of 16 (y + 8 z)
+            const uint32_t a = (uint32_t)(r * 128 + (((x / 8) ^ (r % 8)) * 16) + (x % 8) * 2);
+            fp_emu::smem_note_read(box + a, 2);
+            std::memcpy(&out[e], sm + 1024 + a, 2);
+        }
+        fp_emu::named_barrier_sync(1, mode == TMA_NAMED_SHORT ? 96 : 64);
+    } else if (tid >= 64 && tid < 96) {
+        fp_emu::named_barrier_sync(1, mode == TMA_NAMED_SHORT ? 96 : 64);
+        for (int e = tid - 64; e < 64 * 8 * 2; e += 32) out[1024 + e] = out[e];
+    }
+}
+
 static bool failed_with(cudaError_t e, const char *needle) {
     bool ok = e != cudaSuccess && std::strstr(fp_emu::last_failure(), needle) != nullptr;
     if (!ok) fprintf(stderr, "  (error %d, failure \"%s\", wanted \"%s\")\n", (int)e, fp_emu::last_failure(), needle);
@@ -195,6 +241,51 @@ int main() {
     }
     run(WRITE_ACC, out, &e);
     EXPECT(failed_with(e, "written while a wgmma"));
+    // TMA through the driver entry point the launchers use.
+    {
+        void *fn = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        EXPECT(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) ==
+                   cudaSuccess &&
+               q == cudaDriverEntryPointSuccess && fn);
+        auto enc = reinterpret_cast<CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                                 const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                                 const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill)>(fn);
+        // tensor (64, 5, 3), rows padded to 72 elements, planes of 6 rows
+        std::vector<uint16_t> g(72 * 6 * 3);
+        for (size_t i = 0; i < g.size(); ++i) g[i] = (uint16_t)(i + 1);
+        const cuuint64_t dims[3] = {64, 5, 3}, strides[2] = {72 * 2, 72 * 6 * 2};
+        const cuuint32_t boxd[3] = {64, 8, 2}, estr[3] = {1, 1, 1};
+        CUtensorMap map;
+        EXPECT(enc(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, g.data(), dims, strides, boxd, estr,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS);
+        const cuuint64_t bad_strides[2] = {72 * 2 + 2, 72 * 6 * 2};
+        CUtensorMap bad;
+        EXPECT(enc(&bad, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, g.data(), dims, bad_strides, boxd, estr,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS);
+        std::vector<uint16_t> o(2048, 0xEEEE);
+        tma_kernel<<<1, 96, 1024 + 4096>>>(&map, o.data(), TMA_OK);
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        long bad_el = 0;
+        for (int e = 0; e < 1024; ++e) {
+            const int x = e % 64, y = e / 64 % 8, z = e / 512;
+            const int gy = 2 + y, gz = 1 + z;
+            const uint16_t want = gy < 5 && gz < 3 ? g[(size_t)(gz * 6 + gy) * 72 + x] : 0;
+            bad_el += o[e] != want || o[1024 + e] != want;
+        }
+        EXPECT(bad_el == 0);
+        tma_kernel<<<1, 96, 1024 + 4096>>>(&map, o.data(), TMA_NO_WAIT);
+        EXPECT(failed_with(cudaGetLastError(), "in flight"));
+        tma_kernel<<<1, 96, 1024 + 8192>>>(&map, o.data(), TMA_EXTRA_COPY);
+        EXPECT(failed_with(cudaGetLastError(), "expect_tx and the copies disagree"));
+        tma_kernel<<<1, 96, 1024 + 4096>>>(&map, o.data(), TMA_EXTRA_ARRIVE);
+        EXPECT(failed_with(cudaGetLastError(), "more arrivals than its count"));
+        tma_kernel<<<1, 96, 1024 + 4096>>>(&map, o.data(), TMA_NAMED_SHORT);
+        EXPECT(failed_with(cudaGetLastError(), "deadlock"));
+    }
     if (g_fail) fprintf(stderr, "test_emu_sm90: %d failures\n", g_fail);
     else printf("test_emu_sm90: ok (%ld launches)\n", fp_emu::launches());
     return g_fail ? 1 : 0;
