@@ -84,6 +84,13 @@ int main(int argc, char **argv) {
         {"bf16_varlen",        5, 70,  140, 2, 2, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 1},
         {"f16_d128_varlen_c",  4, 100, 60,  4, 2, 128, FP_F16,  1, -1, -1, 0, 1, 8, 1},
         {"bf16_d128_gqa4_c",   1, 60,  520, 4, 1, 128, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        // edges: one warpgroup's rows exactly (64), a CTA of one row (129),
+        // seqlen_k a whole number of tiles, splits that get no tile, a
+        // window of the diagonal alone
+        {"f16_d128_rows64",    1, 64,  128, 1, 1, 128, FP_F16,  0, -1, -1, 0, 1, 0, 0},
+        {"bf16_d64_rows129",   1, 129, 256, 1, 1, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"f16_d64_empty_split",2, 3,   128, 2, 1, 64,  FP_F16,  0, -1, -1, 0, 4, 0, 0},
+        {"bf16_d128_diag_s3",  1, 40,  300, 2, 2, 128, FP_BF16, 0, 0,  0,  0, 3, 8, 0},
     };
     // argv[1]: run only the cases whose name contains it
     const char *only = argc > 1 ? argv[1] : nullptr;
