@@ -98,6 +98,7 @@ struct Fiber {
     const char *barrier_at;  // AT_BARRIER: "__syncthreads"
     unsigned group_first, group_count;  // AT_GROUP: the threads [first, first + count)
     unsigned named_id;                  // AT_NAMED: the named barrier
+    uint32_t proxy_fence;               // the block's proxy clock at this thread's last fence.proxy.async
     const unsigned char *result;
     unsigned char slot[kSlotBytes];
     std::vector<ExtState> ext;  // thread_ext
@@ -112,6 +113,8 @@ struct Shadow {
     uint16_t in_flight;    // async copies issued and not landed
     uint16_t pending_reads;  // reads an issued, unretired async operation (wgmma) will make
     uint32_t write_named;    // named-barrier completions in the block before that write
+    int32_t gwriter;         // last generic-proxy writer (cp.async, st.shared), -1 none
+    uint32_t gwrite_clock;   // the block's proxy clock at that write
 };
 
 // A completed named barrier: its sequence number and the threads that took
@@ -138,6 +141,7 @@ struct BlockState {
     unsigned nb_count[16] = {0}, nb_arrived[16] = {0};  // named barriers
     std::vector<uint64_t> nb_members[16];               // threads arrived in the current phase
     uint32_t nb_seq = 0;                                // named-barrier completions so far
+    uint32_t proxy_clock = 0;                           // generic writes and proxy fences so far
     std::vector<NamedEvent> nb_log;                     // completions since the last __syncthreads
     std::vector<ExtState> ext;                          // block_ext
     BlockBody body = nullptr;
@@ -368,8 +372,9 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
     }
     b.nb_seq = 0;
     b.nb_log.clear();
+    b.proxy_clock = 0;
     memset(b.arena, 0xFF, b.arena_size);
-    for (Shadow &s : b.shadow) s = Shadow{-1, 0, -1, 0, 0, 0, 0};
+    for (Shadow &s : b.shadow) s = Shadow{-1, 0, -1, 0, 0, 0, 0, -1, 0};
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber &f = b.fibers[i];
         f.regs.tid = make_uint3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
@@ -563,6 +568,23 @@ void smem_note_async_complete(uint32_t addr, size_t n) {
         s.write_epoch = b->epoch;
         s.write_named = b->nb_seq;
     }
+    smem_note_generic_write(addr, n); // cp.async writes through the generic proxy
+}
+
+void smem_note_generic_write(uint32_t addr, size_t n) {
+    Fiber *f = self("generic shared write");
+    BlockState *b = f->regs.block;
+    (void)smem_at(addr, n);
+    const uint32_t clock = ++b->proxy_clock;
+    for (size_t i = addr; i < addr + n; ++i) {
+        b->shadow[i].gwriter = (int32_t)f->regs.linear;
+        b->shadow[i].gwrite_clock = clock;
+    }
+}
+
+void fence_proxy_async() {
+    Fiber *f = self("fence.proxy.async");
+    f->proxy_fence = ++f->regs.block->proxy_clock;
 }
 
 // Whether a named barrier completed after `since` orders thread w's accesses
@@ -609,6 +631,11 @@ void smem_note_pending_read(uint32_t addr, size_t n, int delta) {
         if (delta > 0 && s.in_flight)
             kernel_fail("race: %s issues a wgmma reading shared byte %zu while an async copy to it is in flight",
                         describe(*f).c_str(), i);
+        if (delta > 0 && s.gwriter >= 0 && b->fibers[(size_t)s.gwriter].proxy_fence < s.gwrite_clock &&
+            f->proxy_fence < s.gwrite_clock)
+            kernel_fail("%s issues a wgmma (async proxy) reading shared byte %zu, which thread %d wrote through the "
+                        "generic proxy with no fence.proxy.async after it (by the writer or this thread)",
+                        describe(*f).c_str(), i, s.gwriter);
         s.pending_reads = (uint16_t)(s.pending_reads + delta);
     }
 }

@@ -126,6 +126,14 @@ void smem_note_read(uint32_t addr, size_t n);            // collective read by t
 // issue (+1) over bytes an async copy to which is still in flight.
 void smem_note_pending_read(uint32_t addr, size_t n, int delta);
 
+// Proxies: cp.async landing and st.shared (smem_note_generic_write) write
+// shared memory through the generic proxy, wgmma reads it through the async
+// proxy; a wgmma issued over bytes written so, with no fence.proxy.async
+// since the write by the writer or by the issuing thread, fails the launch.
+// (TMA writes through the async proxy: no fence needed.)
+void smem_note_generic_write(uint32_t addr, size_t n);
+void fence_proxy_async();
+
 // Per-block state of emulated instructions (mbarriers, TMA copies in
 // flight, ...): the block's object for `key`, made on first use, destroyed
 // when the block ends.

@@ -46,9 +46,9 @@
 // done with it shows). try_wait.parity P answers whether the
 // phase of parity P has completed, i.e. the current phase's parity differs
 // from P; when not, the thread yields (spin_yield: a wait nobody can end
-// fails the launch as a deadlock). fence.mbarrier_init and
-// fence.proxy.async order nothing here (one proxy, threads switch only at
-// synchronization points): no-ops in the kernels' emu branches.
+// fails the launch as a deadlock). fence.mbarrier_init orders nothing here
+// (threads switch only at synchronization points): a no-op in the kernel's
+// emu branch. fence.proxy.async: cuda_emu.h's proxy rule.
 //
 // TMA (cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx
 // ::bytes, tiled mode) with tensor maps from the emulated

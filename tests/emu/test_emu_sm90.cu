@@ -61,6 +61,8 @@ enum Mode {
     WARP_OUT = 6,    // warp 3 skips the wgmma: fails
     WAIT1 = 7,       // two groups (SS into d, SS into e), wait_group 1: d done, e still in flight (NaN)
     WRITE_ACC = 8,   // SS, then d written before the wait: fails
+    NO_PROXY_FENCE = 9, // B partly rewritten by cp.async (generic proxy), waited, barrier, no fence.proxy.async: fails
+    PROXY_FENCE = 10,   // the same with the writers' fence.proxy.async: runs
 };
 
 // One warpgroup. smem: A at 0 (64 rows x 64 elements, K-major; k < 32
@@ -90,6 +92,12 @@ __global__ void wgmma_kernel(const float *bsrc, float *out, int mode) {
         }
     }
     __syncthreads();
+    if (mode == NO_PROXY_FENCE || mode == PROXY_FENCE) {
+        fp_emu::cp_async(b_s + 16 * tid, bsrc, 16, 16);
+        fp_emu::cp_async_wait_all();
+        if (mode == PROXY_FENCE) fp_emu::fence_proxy_async();
+        __syncthreads();
+    }
     float d[64], e[64];
     for (int i = 0; i < 64; ++i) d[i] = e[i] = c_val(d_row(warp, lane, i), d_col(lane, i));
     uint32_t a[4];
@@ -241,6 +249,10 @@ int main() {
     }
     run(WRITE_ACC, out, &e);
     EXPECT(failed_with(e, "written while a wgmma"));
+    run(NO_PROXY_FENCE, out, &e);
+    EXPECT(failed_with(e, "no fence.proxy.async"));
+    run(PROXY_FENCE, out, &e);
+    EXPECT(e == cudaSuccess);
     // TMA through the driver entry point the launchers use.
     {
         void *fn = nullptr;
