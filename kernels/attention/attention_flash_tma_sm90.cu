@@ -150,6 +150,7 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
 __device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
 #if defined(FP_CUDA_EMU)
     std::memset(fp_emu::smem_at(addr, 16), 0, 16);
+    fp_emu::smem_note_generic_write(addr, 16);
 #else
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
 #endif

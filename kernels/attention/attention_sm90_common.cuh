@@ -63,7 +63,9 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 // through the async proxy: each writer fences after its copies landed and
 // before the barrier that publishes them to the warpgroups.
 __device__ __forceinline__ void fence_proxy_async() {
-#if !defined(FP_CUDA_EMU) // the emulation has one proxy: nothing to order
+#if defined(FP_CUDA_EMU)
+    fp_emu::fence_proxy_async();
+#else
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
