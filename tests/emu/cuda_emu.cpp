@@ -102,6 +102,7 @@ struct Fiber {
     const unsigned char *result;
     unsigned char slot[kSlotBytes];
     std::vector<ExtState> ext;  // thread_ext
+    std::vector<std::pair<void (*)(void *), void *>> exit_hooks;  // at_thread_exit
 };
 
 // Shadow of one arena byte.
@@ -144,6 +145,7 @@ struct BlockState {
     uint32_t proxy_clock = 0;                           // generic writes and proxy fences so far
     std::vector<NamedEvent> nb_log;                     // completions since the last __syncthreads
     std::vector<ExtState> ext;                          // block_ext
+    std::vector<std::pair<void (*)(void *), void *>> exit_hooks;  // at_block_exit
     BlockBody body = nullptr;
     void *ctx = nullptr;
     bool failed = false;
@@ -178,6 +180,19 @@ void fiber_entry() {
     BlockState *b = g_block;
     b->body(b->ctx);
     Fiber *f = g_fiber;
+    // Exit checks, in the thread's context (they may fail the launch): its
+    // own, then the block's when it is the last thread to exit.
+    std::vector<std::pair<void (*)(void *), void *>> hooks;
+    hooks.swap(f->exit_hooks);
+    for (auto &h : hooks) h.first(h.second);
+    size_t live = 0;
+    for (const Fiber &g : b->fibers)
+        if (g.state != DONE) live++;
+    if (live == 1) {
+        hooks.clear();
+        hooks.swap(b->exit_hooks);
+        for (auto &h : hooks) h.first(h.second);
+    }
     f->state = DONE;
     b->progress++;
     // Back to the scheduler for good (not through uc_link: a DONE fiber is
@@ -212,7 +227,9 @@ void clear_ext(BlockState &b) {
     for (Fiber &f : b.fibers) {
         for (ExtState &e : f.ext) e.destroy(e.ptr);
         f.ext.clear();
+        f.exit_hooks.clear();
     }
+    b.exit_hooks.clear();
     for (ExtState &e : b.ext) e.destroy(e.ptr);
     b.ext.clear();
 }
@@ -638,6 +655,11 @@ void smem_note_pending_read(uint32_t addr, size_t n, int delta) {
                         describe(*f).c_str(), i, s.gwriter);
         s.pending_reads = (uint16_t)(s.pending_reads + delta);
     }
+}
+
+void at_thread_exit(void (*fn)(void *), void *arg) { self("at_thread_exit")->exit_hooks.emplace_back(fn, arg); }
+void at_block_exit(void (*fn)(void *), void *arg) {
+    self("at_block_exit")->regs.block->exit_hooks.emplace_back(fn, arg);
 }
 
 void *block_ext(const void *key, void *(*make)(), void (*destroy)(void *)) {

@@ -144,6 +144,12 @@ template <typename T> T &block_state() {
         &key, []() -> void * { return new T(); }, [](void *p) { delete static_cast<T *>(p); }));
 }
 
+// Checks when the calling thread exits / the block's last thread exits, run
+// in that thread's context (fn may kernel_fail): e.g. nothing of an
+// emulated asynchronous unit left in flight.
+void at_thread_exit(void (*fn)(void *), void *arg);
+void at_block_exit(void (*fn)(void *), void *arg);
+
 // Named barriers (bar.sync / bar.arrive id, count): barrier `id` (0..15)
 // completes when `count` threads (a multiple of 32, the same for every
 // arrival of the phase) arrived; bar.sync waits for that, bar.arrive does

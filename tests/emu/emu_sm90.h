@@ -123,6 +123,7 @@ struct WgmmaChain {
 };
 struct WgmmaState {
     bool fenced = false;
+    bool hooked = false; // the exit check is registered
     std::vector<WgmmaOp> open;
     std::deque<std::vector<WgmmaOp>> groups;
     std::vector<WgmmaChain> chains;
@@ -299,11 +300,25 @@ inline void wgmma_perform(WgmmaState &s, WgmmaOp &op) {
     }
 }
 
+// A thread may not exit with wgmmas in flight (their results and reads
+// would be lost).
+inline void wgmma_exit_check(void *p) {
+    const WgmmaState &s = *static_cast<const WgmmaState *>(p);
+    size_t k = s.open.size();
+    for (const auto &g : s.groups) k += g.size();
+    if (k) kernel_fail("thread %u exits with %zu wgmma(s) not retired (wgmma.wait_group)", cur()->linear, k);
+}
+
 // wgmma.fence.sync.aligned
 inline void wgmma_fence() {
     unsigned char none = 0;
     (void)group_exchange(warpgroup_first(), 128, &none, 1, "wgmma.fence");
-    thread_state<WgmmaState>().fenced = true;
+    WgmmaState &s = thread_state<WgmmaState>();
+    s.fenced = true;
+    if (!s.hooked) {
+        at_thread_exit(wgmma_exit_check, &s);
+        s.hooked = true;
+    }
 }
 
 // wgmma.commit_group.sync.aligned
@@ -330,15 +345,6 @@ inline void wgmma_wait_group(int n) {
     s.fenced = false;
     unsigned char none = 0;
     (void)group_exchange(warpgroup_first(), 128, &none, 1, names[n]);
-}
-
-// Accumulators / A fragments of this thread that wgmmas in flight still
-// hold (a kernel may end with none).
-inline size_t wgmma_in_flight() {
-    WgmmaState &s = thread_state<WgmmaState>();
-    size_t k = s.open.size();
-    for (const auto &g : s.groups) k += g.size();
-    return k;
 }
 
 // setmaxnreg.{inc,dec}.sync.aligned.u32 count
@@ -438,7 +444,17 @@ struct TmaCopy {
 struct Sm90Block {
     std::map<uint32_t, Mbarrier> bars;
     std::vector<TmaCopy> tma; // issued, not landed
+    bool hooked = false;      // the exit check is registered
 };
+// A block may not end with TMA copies nobody waited for (shared memory
+// written after the CTA is gone; a load no consumer used).
+inline void tma_exit_check(void *p) {
+    const Sm90Block &B = *static_cast<const Sm90Block *>(p);
+    if (!B.tma.empty())
+        kernel_fail("the block ends with %zu TMA copies never waited for (the first to shared %u on the mbarrier at "
+                    "%u)",
+                    B.tma.size(), B.tma[0].dst, B.tma[0].bar);
+}
 
 inline Mbarrier &mbarrier_at(uint32_t addr, const char *what) {
     Sm90Block &B = block_state<Sm90Block>();
@@ -554,7 +570,12 @@ inline void tma_load_tiled(uint32_t dst, const void *map_ptr, int rank, const in
         if (b.first + 8 > dst && b.first < dst + c.bytes)
             kernel_fail("cp.async.bulk.tensor to [%u, %u) overwrites the mbarrier at %u", dst, dst + c.bytes, b.first);
     smem_note_async_issue_mbar(dst, c.bytes);
-    block_state<Sm90Block>().tma.push_back(c);
+    Sm90Block &B = block_state<Sm90Block>();
+    B.tma.push_back(c);
+    if (!B.hooked) {
+        at_block_exit(tma_exit_check, &B);
+        B.hooked = true;
+    }
 }
 
 } // namespace fp_emu

@@ -63,6 +63,7 @@ enum Mode {
     WRITE_ACC = 8,   // SS, then d written before the wait: fails
     NO_PROXY_FENCE = 9, // B partly rewritten by cp.async (generic proxy), waited, barrier, no fence.proxy.async: fails
     PROXY_FENCE = 10,   // the same with the writers' fence.proxy.async: runs
+    EXIT_IN_FLIGHT = 11, // SS issued and committed, never waited: fails at exit
 };
 
 // One warpgroup. smem: A at 0 (64 rows x 64 elements, K-major; k < 32
@@ -132,6 +133,7 @@ __global__ void wgmma_kernel(const float *bsrc, float *out, int mode) {
         for (int idx = tid; idx < 128 * 64; idx += 128) std::memset(sm + 8192 + idx * 2, 0, 2);
         __syncthreads();
     }
+    if (mode == EXIT_IN_FLIGHT) return;
     if (mode == CP_OVER) {
         fp_emu::cp_async(b_s + 16 * tid, bsrc, 16, 16);
         fp_emu::cp_async_commit();
@@ -151,6 +153,7 @@ enum TmaMode {
     TMA_EXTRA_COPY = 2, // a second box on the barrier, not announced by expect_tx
     TMA_EXTRA_ARRIVE = 3, // two arrivals on a barrier of count 1
     TMA_NAMED_SHORT = 4,  // the named barrier counts 96 threads, 64 arrive
+    TMA_UNUSED = 5,       // nobody waits for the copy: fails when the block ends
 };
 __global__ void tma_kernel(const CUtensorMap *map_in, uint16_t *out, int mode) {
     extern __shared__ __align__(1024) unsigned char sm[];
@@ -167,6 +170,8 @@ __global__ void tma_kernel(const CUtensorMap *map_in, uint16_t *out, int mode) {
         const int c[3] = {0, 2, 1};
         fp_emu::tma_load_tiled(box, &map, 3, c, bar);
         if (mode == TMA_EXTRA_COPY) fp_emu::tma_load_tiled(box + 4096, &map, 3, c, bar);
+    } else if (mode == TMA_UNUSED) {
+        return;
     } else if (tid >= 32 && tid < 64) {
         if (mode != TMA_NO_WAIT)
             while (!fp_emu::mbarrier_try_wait_parity(bar, 0)) {
@@ -253,6 +258,8 @@ int main() {
     EXPECT(failed_with(e, "no fence.proxy.async"));
     run(PROXY_FENCE, out, &e);
     EXPECT(e == cudaSuccess);
+    run(EXIT_IN_FLIGHT, out, &e);
+    EXPECT(failed_with(e, "not retired"));
     // TMA through the driver entry point the launchers use.
     {
         void *fn = nullptr;
@@ -297,6 +304,8 @@ int main() {
         EXPECT(failed_with(cudaGetLastError(), "more arrivals than its count"));
         tma_kernel<<<1, 96, 1024 + 4096>>>(&map, o.data(), TMA_NAMED_SHORT);
         EXPECT(failed_with(cudaGetLastError(), "deadlock"));
+        tma_kernel<<<1, 96, 1024 + 4096>>>(&map, o.data(), TMA_UNUSED);
+        EXPECT(failed_with(cudaGetLastError(), "never waited for"));
     }
     if (g_fail) fprintf(stderr, "test_emu_sm90: %d failures\n", g_fail);
     else printf("test_emu_sm90: ok (%ld launches)\n", fp_emu::launches());
