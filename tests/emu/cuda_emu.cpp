@@ -148,6 +148,7 @@ struct BlockState {
     std::vector<std::pair<void (*)(void *), void *>> exit_hooks;  // at_block_exit
     BlockBody body = nullptr;
     void *ctx = nullptr;
+    bool reverse = false;  // FP_EMU_REVERSE: each pass runs the threads from the last
     bool failed = false;
     std::string failure;
 };
@@ -410,7 +411,9 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
         bool ran = false;
         const unsigned long progress_before = b.progress;
         bool only_spinners = true;
-        for (Fiber &f : b.fibers) {
+        const bool reverse = b.reverse;
+        for (size_t k = 0; k < b.fibers.size(); ++k) {
+            Fiber &f = b.fibers[reverse ? b.fibers.size() - 1 - k : k];
             if (f.state != RUNNABLE) continue;
             g_fiber = &f;
             g_cur = &f.regs;
@@ -774,6 +777,8 @@ cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStr
     BlockState b;
     b.body = body;
     b.ctx = ctx;
+    const char *rev = getenv("FP_EMU_REVERSE");
+    b.reverse = rev && *rev && strcmp(rev, "0") != 0;
     b.arena_size = smem;
     b.arena = static_cast<unsigned char *>(aligned_alloc(1024, (smem + 1023) / 1024 * 1024 + 1024));
     b.shadow.resize(smem);

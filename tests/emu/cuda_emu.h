@@ -15,6 +15,9 @@
 //     arrive with the same mask; a lane that exited is an error;
 //   - launch configuration: block size, grid limits, dynamic shared memory
 //     above 48 KiB only after cudaFuncSetAttribute, within the device limit.
+// Each scheduling pass runs the runnable threads in thread order, or from
+// the last one when the environment sets FP_EMU_REVERSE (read at each
+// launch): another interleaving of producers and consumers.
 // Dynamic shared memory starts filled with 0xFF bytes (NaN in f32, f16, bf16),
 // so a read of a word nobody wrote poisons the result.
 // Global memory is host memory: device pointers are host pointers.
