@@ -5,11 +5,13 @@
 //   - wgmma.mma_async is a warpgroup collective (the 128 threads
 //     [128 k, 128 k + 128), all with the same instruction and, for shared
 //     operands, the same descriptors). It is *recorded* at issue, not
-//     applied: the operation runs when the issuing thread's
-//     wgmma.wait_group retires its group, reading shared memory then. So a
-//     kernel that overwrites an operand tile before the wait computes with
-//     the new bytes, and an async copy issued over bytes an unretired wgmma
-//     reads fails the launch (smem_note_pending_read).
+//     applied: each thread's part runs when that thread arrives at the
+//     wgmma.wait_group that retires its group, reading shared memory then.
+//     So a kernel that overwrites an operand tile before the wait computes
+//     with the new bytes; an async copy issued or landing over bytes an
+//     unretired wgmma reads, a wgmma issued over bytes an async copy to
+//     which is in flight, and a thread exiting with wgmmas not retired fail
+//     the launch.
 //   - Accumulators: at the first issue on an array its values are taken as
 //     the input and the registers are poisoned (a NaN pattern) until the
 //     last wgmma in flight on them retires; reading them before the wait
@@ -62,7 +64,8 @@
 // address, and its bytes complete_tx on the barrier. A consumer that reads
 // the tile without waiting reads the poison or fails on bytes in flight. A
 // copy that would complete_tx in a later phase of its barrier than the one
-// it was issued in (expect_tx and the copies' bytes disagree) fails.
+// it was issued in (expect_tx and the copies' bytes disagree) fails, and so
+// does a block that ends with copies nobody waited for.
 // prefetch.tensormap: no-op.
 #pragma once
 
