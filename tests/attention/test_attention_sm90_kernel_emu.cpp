@@ -79,12 +79,12 @@ int main(int argc, char **argv) {
         {"bf16_gqa3_causal",   1, 70,  140, 6, 2, 64,  FP_BF16, 1, -1, -1, 0, 1, 0, 0},
         {"f16_window",         1, 200, 270, 1, 1, 64,  FP_F16,  0, 30, 5,  0, 1, 0, 0},
         {"bf16_d128_win_c",    1, 130, 300, 1, 1, 128, FP_BF16, 1, 70, -1, 0, 1, 0, 0},
-        {"f16_d128_dec_split3",2, 1,   700, 8, 1, 128, FP_F16,  0, -1, -1, 0, 3, 0, 0},
+        {"f16_d128_dec_split3",2, 1,   400, 8, 1, 128, FP_F16,  0, -1, -1, 0, 3, 0, 0},
         {"bf16_dec_rag_s2",    4, 2,   333, 4, 2, 64,  FP_BF16, 1, -1, -1, 1, 2, 8, 0},
         {"f16_prefill_split2", 1, 100, 300, 1, 1, 64,  FP_F16,  1, -1, -1, 0, 2, 0, 0},
         {"bf16_varlen",        5, 70,  140, 2, 2, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 1},
         {"f16_d128_varlen_c",  4, 100, 60,  4, 2, 128, FP_F16,  1, -1, -1, 0, 1, 8, 1},
-        {"bf16_d128_gqa4_c",   1, 60,  520, 4, 1, 128, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"bf16_d128_gqa4_c",   1, 30,  400, 4, 1, 128, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
         // edges: one warpgroup's rows exactly (64), a CTA of one row (129),
         // seqlen_k a whole number of tiles, splits that get no tile, a
         // window of the diagonal alone
