@@ -35,7 +35,9 @@
 // devices other than compute capability 9.0 (an sm_90a cubin runs nowhere
 // else), builds without 90 in CMAKE_CUDA_ARCHITECTURES.
 // STATUS: written and checked without a GPU (CPU emulation of its index
-// math: tests/attention/test_attention_sm90_emu.cpp; ptxas / SASS checks).
+// math: tests/attention/test_attention_sm90_emu.cpp; this source itself on
+// the CUDA emulation, wgmma / cp.async emulated (the FP_CUDA_EMU branches):
+// tests/attention/test_attention_sm90_kernel_emu.cpp; ptxas / SASS checks).
 // It is reached only through fp_attn_cuda_flash_version(a, 3 or 4, ...) (tests,
 // fastbench attention/flash_versions) and stays off the default path (v1)
 // until a GPU run validates and times it.
@@ -88,7 +90,7 @@ template <typename T, int D, bool Pipelined>
 __global__ void __launch_bounds__(fp_sm90::traits<D>::kWarpgroups * 128,
                                   Pipelined ? 1 : fp_sm90::traits<D>::kMinBlocks)
     attention_flash_fwd_v3(const __grid_constant__ flash_params p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     using Tr = fp_sm90::traits<D>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, NT = Tr::kWarpgroups * 128;
     static_assert(Br == 64 * Tr::kWarpgroups, "one m64 row block per warpgroup");

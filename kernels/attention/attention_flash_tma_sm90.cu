@@ -30,7 +30,9 @@
 // schedules, the tensor-map geometry) is attention_tma_sm90.h, shared with
 // the CPU model tests/attention/test_attention_tma_emu.cpp (mbarrier / TMA
 // semantics from the PTX ISA, broken variants must fail).
-// STATUS: written and checked without a GPU (CPU model, ptxas -v, SASS);
+// STATUS: written and checked without a GPU (CPU model, ptxas -v, SASS; this
+// source on the CUDA emulation, mbarrier / TMA / wgmma emulated:
+// tests/attention/test_attention_sm90_kernel_emu.cpp);
 // reached only through fp_attn_cuda_flash_version(a, 5, ...) (tests,
 // fastbench attention/flash_versions) until a GPU run validates and times
 // it. Not yet done: ping-pong of the consumer warpgroups (named barriers),
@@ -56,25 +58,42 @@ namespace {
 // ---- mbarrier, TMA, register reallocation (PTX ISA 8.0, sm_90a) -------------
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+#if defined(FP_CUDA_EMU) // the CPU emulation (tests/emu/emu_sm90.h), here and below
+    fp_emu::mbarrier_init(bar, count);
+#else
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
 }
 // Makes the initialized barriers visible to the async proxy (TMA's
 // complete_tx) and, with the __syncthreads after it, to every thread.
 __device__ __forceinline__ void fence_mbar_init() {
+#if !defined(FP_CUDA_EMU) // one proxy in the emulation: nothing to order
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+#if defined(FP_CUDA_EMU)
+    fp_emu::mbarrier_arrive(bar);
+#else
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
 }
 // One arrival plus `bytes` expected transaction bytes for the current phase.
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+#if defined(FP_CUDA_EMU)
+    fp_emu::mbarrier_arrive(bar, bytes);
+#else
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
 }
 // Blocks until the phase of parity `parity` has completed (try_wait itself
 // suspends for a system-dependent time before it answers false).
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     uint32_t done;
     do {
+#if defined(FP_CUDA_EMU)
+        done = fp_emu::mbarrier_try_wait_parity(bar, parity);
+#else
         asm volatile("{\n"
                      ".reg .pred p;\n"
                      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
@@ -83,6 +102,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
                      : "=r"(done)
                      : "r"(bar), "r"(parity)
                      : "memory");
+#endif
     } while (!done);
 }
 // One box of the 4-D tensor map at coordinates (c0 innermost .. c3) into
@@ -90,26 +110,50 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // completing its bytes on barrier `bar`. Out-of-bounds elements are zeros.
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, int c3,
                                             uint32_t bar) {
+#if defined(FP_CUDA_EMU)
+    const int coords[4] = {c0, c1, c2, c3};
+    fp_emu::tma_load_tiled(dst, map, 4, coords, bar);
+#else
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
                  "%4, %5}], [%6];\n" ::"r"(dst),
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
                  : "memory");
+#endif
 }
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap *map) {
+#if !defined(FP_CUDA_EMU) // a cache hint: nothing to emulate
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+#endif
 }
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+#if defined(FP_CUDA_EMU)
+    fp_emu::setmaxnreg(N, false);
+#else
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
 }
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+#if defined(FP_CUDA_EMU)
+    fp_emu::setmaxnreg(N, true);
+#else
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
 }
 // Named barrier `id` among `count` threads (a multiple of 32).
 __device__ __forceinline__ void named_barrier(int id, int count) {
+#if defined(FP_CUDA_EMU)
+    fp_emu::named_barrier_sync((unsigned)id, (unsigned)count);
+#else
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#endif
 }
 __device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
+#if defined(FP_CUDA_EMU)
+    std::memset(fp_emu::smem_at(addr, 16), 0, 16);
+    fp_emu::smem_note_generic_write(addr, 16);
+#else
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+#endif
 }
 
 // ---- the two roles, as policies of the schedules in attention_tma_sm90.h ----
@@ -214,7 +258,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     attention_flash_fwd_v5(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
                            const __grid_constant__ CUtensorMap tm_v) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     using Tr = fp_tma::traits_v5<D>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, Stages = Tr::kStages;
     static_assert(Br == 64 * Tr::kConsumerWGs && Bc == 128, "one m64 row block per consumer warpgroup, m64n128 Q K^T");

@@ -23,6 +23,10 @@
 #include "attention/attention_flash_layout.h"
 #include "attention/attention_internal.h"
 #include "attention/attention_sm90_layout.h"
+#if defined(FP_CUDA_EMU) // the CPU emulation (tests/emu) of the PTX wrappers below
+#include "emu_cp_async.h"
+#include "emu_sm90.h"
+#endif
 
 namespace {
 
@@ -34,30 +38,68 @@ __device__ __forceinline__ uint32_t smem_u32(const void *p) {
 // 16-byte async copy global -> shared; pred false zero-fills (src-size 0),
 // which keeps rows past the sequence end finite.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool pred) {
+#if defined(FP_CUDA_EMU)
+    fp_emu::cp_async(dst, src, 16, pred ? 16 : 0);
+#else
     int n = pred ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(FP_CUDA_EMU)
+    fp_emu::cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
 template <int N> __device__ __forceinline__ void cp_async_wait() {
+#if defined(FP_CUDA_EMU)
+    fp_emu::cp_async_wait_group(N);
+#else
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
 }
 // cp.async writes shared memory through the generic proxy, wgmma reads it
 // through the async proxy: each writer fences after its copies landed and
 // before the barrier that publishes them to the warpgroups.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(FP_CUDA_EMU)
+    fp_emu::fence_proxy_async();
+#else
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
 // Orders this thread's earlier register writes (accumulators, A fragments)
 // before the wgmma that reads them.
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(FP_CUDA_EMU)
+    fp_emu::wgmma_fence();
+#else
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(FP_CUDA_EMU)
+    fp_emu::wgmma_commit_group();
+#else
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
 template <int N> __device__ __forceinline__ void wgmma_wait() {
+#if defined(FP_CUDA_EMU)
+    fp_emu::wgmma_wait_group(N);
+#else
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
 }
 // After wgmma_wait: an empty asm that "redefines" each accumulator, so the
 // compiler cannot move a read of it above the wait (the wgmma asm statement
 // itself "wrote" it when it was issued).
 template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#if !defined(FP_CUDA_EMU) // a compiler barrier only: the emulation's wgmmas write at the wait
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#endif
 }
 
 // Every wgmma below: f32 accumulate; operands after the descriptors are
@@ -109,12 +151,25 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
                      : D_OPS                                                                                           \
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));                                       \
     }
+#if defined(FP_CUDA_EMU) // the same operands, to the emulated wgmma (tests/emu/emu_sm90.h)
+template <typename T> __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    fp_emu::wgmma_mma_async(d, 128, fp_emu::wgmma_type<T>(), desc_a, nullptr, 0, desc_b, 0,
+                            "wgmma.mma_async.m64n128k16 (A, B shared)");
+}
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) {
+    fp_emu::wgmma_mma_async(d, N, fp_emu::wgmma_type<T>(), 0, a, 0, desc_b, 1,
+                            N == 64 ? "wgmma.mma_async.m64n64k16 (A registers, B shared MN-major)"
+                                    : "wgmma.mma_async.m64n128k16 (A registers, B shared MN-major)");
+}
+#else
 FP_SM90_WGMMA_SS_N128(__nv_bfloat16, "bf16")
 FP_SM90_WGMMA_SS_N128(__half, "f16")
 FP_SM90_WGMMA_RS(__nv_bfloat16, "bf16", 64, FP_SM90_ACC32, FP_SM90_D32, "{%32, %33, %34, %35}, %36")
 FP_SM90_WGMMA_RS(__half, "f16", 64, FP_SM90_ACC32, FP_SM90_D32, "{%32, %33, %34, %35}, %36")
 FP_SM90_WGMMA_RS(__nv_bfloat16, "bf16", 128, FP_SM90_ACC64, FP_SM90_D64, "{%64, %65, %66, %67}, %68")
 FP_SM90_WGMMA_RS(__half, "f16", 128, FP_SM90_ACC64, FP_SM90_D64, "{%64, %65, %66, %67}, %68")
+#endif
 #undef FP_SM90_WGMMA_RS
 #undef FP_SM90_WGMMA_SS_N128
 #undef FP_SM90_ACC64

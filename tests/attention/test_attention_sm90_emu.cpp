@@ -50,54 +50,20 @@
 #include "attention/attention_sm90_layout.h"
 #include "attention/attention_tma_sm90.h"
 #include "attn_emu_util.h"
+#include "sm90_isa.h"
 
 static int g_failures = 0;
 
 // ---- the hardware, from the PTX ISA ------------------------------------------
-
-struct desc_fields {
-    uint32_t start, lbo, sbo, base_offset, mode;
-};
-static desc_fields decode_desc(uint64_t d) {
-    desc_fields f;
-    f.start = (uint32_t)(d & 0x3FFF) << 4;
-    f.lbo = (uint32_t)((d >> 16) & 0x3FFF) << 4;
-    f.sbo = (uint32_t)((d >> 32) & 0x3FFF) << 4;
-    f.base_offset = (uint32_t)((d >> 49) & 7);
-    f.mode = (uint32_t)(d >> 62);
-    return f;
-}
-// 128-byte swizzle of a shared-memory byte address (base offset 0).
-static uint32_t swizzle128(uint32_t addr) { return addr ^ (((addr >> 7) & 7) << 4); }
-
-// Byte address wgmma reads for element (mn, k) of a K-major operand (A: mn =
-// row m; B: mn = column n), 16-bit elements, 128B swizzle.
-static uint32_t kmajor_addr(uint64_t desc, int mn, int k) {
-    const desc_fields f = decode_desc(desc);
-    // ((8,m),(T,2k)):((8T,SBO),(1,T)) in elements, SBO in bytes; T = 8
-    const uint32_t off = (uint32_t)((mn % 8) * 64 * 2 + (mn / 8) * f.sbo + (k % 8) * 2 + (k / 8) * 8 * 2);
-    return swizzle128(f.start + off);
-}
-// ... of an MN-major B operand: element (k, n).
-static uint32_t mnmajor_addr(uint64_t desc, int k, int n) {
-    const desc_fields f = decode_desc(desc);
-    // ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) in elements, LBO / SBO in bytes
-    const uint32_t off =
-        (uint32_t)((n % 8) * 2 + ((n / 8) % 8) * 8 * 2 + (n / 64) * f.lbo + (k % 8) * 64 * 2 + (k / 8) * f.sbo);
-    return swizzle128(f.start + off);
-}
-static bool desc_ok(uint64_t desc) {
-    const desc_fields f = decode_desc(desc);
-    return f.mode == 1 && f.base_offset == 0;
-}
-// Accumulator D of m64nNk16, thread tid (0..127) of the warpgroup,
-// register i: (row, col).
-static int doc_d_row(int tid, int i) { return 16 * (tid / 32) + (tid % 32) / 4 + 8 * ((i % 4) / 2); }
-static int doc_d_col(int tid, int i) { return 8 * (i / 4) + 2 * (tid % 4) + (i % 2); }
-// Register A of m64nNk16 (f16 / bf16): half a_x (x = 0..7, register x / 2,
-// low half when x is even): (row, col) in the 64 x 16 A tile.
-static int doc_a_row(int tid, int x) { return 16 * (tid / 32) + (tid % 32) / 4 + 8 * ((x / 2) % 2); }
-static int doc_a_col(int tid, int x) { return 2 * (tid % 4) + (x % 2) + 8 * (x / 4); }
+// tests/emu/sm90_isa.h (the same model the CUDA emulation's wgmma uses).
+using sm90_isa::desc_ok;
+using sm90_isa::doc_a_col;
+using sm90_isa::doc_a_row;
+using sm90_isa::doc_d_col;
+using sm90_isa::doc_d_row;
+using sm90_isa::kmajor_addr;
+using sm90_isa::mnmajor_addr;
+using sm90_isa::swizzle128;
 
 // ---- (a) descriptors + swizzle vs cp.async ---------------------------------
 

@@ -6,6 +6,7 @@
 #include <ucontext.h>
 #endif
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <ctime>
@@ -83,7 +84,7 @@ static inline void ctx_swap(Context *from, Context *to) { swapcontext(&from->uc,
 
 namespace {
 
-enum ThreadState { RUNNABLE, AT_BARRIER, AT_WARP, AT_GROUP, SPINNING, DONE };
+enum ThreadState { RUNNABLE, AT_BARRIER, AT_WARP, AT_GROUP, SPINNING, AT_NAMED, DONE };
 
 struct ExtState {
     const void *key;
@@ -99,9 +100,12 @@ struct Fiber {
     const char *what;        // AT_WARP: the collective's name
     const char *barrier_at;  // AT_BARRIER: "__syncthreads"
     unsigned group_first, group_count;  // AT_GROUP: the threads [first, first + count)
+    unsigned named_id;                  // AT_NAMED: the named barrier
+    uint32_t proxy_fence;               // the block's proxy clock at this thread's last fence.proxy.async
     const unsigned char *result;
     unsigned char slot[kSlotBytes];
     std::vector<ExtState> ext;  // thread_ext
+    std::vector<std::pair<void (*)(void *), void *>> exit_hooks;  // at_thread_exit
 };
 
 // Shadow of one arena byte.
@@ -111,6 +115,17 @@ struct Shadow {
     int32_t reader;        // last thread that read it by a collective (-1 none, -2 several)
     uint32_t read_epoch;
     uint16_t in_flight;    // async copies issued and not landed
+    uint16_t pending_reads;  // reads an issued, unretired async operation (wgmma) will make
+    uint32_t write_named;    // named-barrier completions in the block before that write
+    int32_t gwriter;         // last generic-proxy writer (cp.async, st.shared), -1 none
+    uint32_t gwrite_clock;   // the block's proxy clock at that write
+};
+
+// A completed named barrier: its sequence number and the threads that took
+// part (bitset), which it orders.
+struct NamedEvent {
+    uint32_t seq;
+    std::vector<uint64_t> members;
 };
 
 }  // namespace
@@ -128,8 +143,16 @@ struct BlockState {
     std::vector<unsigned char> gsnap;  // per thread: its slot, copied at a group release
     unsigned long progress = 0;        // events that may satisfy a spin-wait
     unsigned long idle_passes = 0;     // passes in which only spinners ran, without progress
+    unsigned nb_count[16] = {0}, nb_arrived[16] = {0};  // named barriers
+    std::vector<uint64_t> nb_members[16];               // threads arrived in the current phase
+    uint32_t nb_seq = 0;                                // named-barrier completions so far
+    uint32_t proxy_clock = 0;                           // generic writes and proxy fences so far
+    std::vector<NamedEvent> nb_log;                     // completions since the last __syncthreads
+    std::vector<ExtState> ext;                          // block_ext
+    std::vector<std::pair<void (*)(void *), void *>> exit_hooks;  // at_block_exit
     BlockBody body = nullptr;
     void *ctx = nullptr;
+    bool reverse = false;  // FP_EMU_REVERSE: each pass runs the threads from the last
     bool failed = false;
     std::string failure;
 };
@@ -169,6 +192,19 @@ void fiber_entry() {
     BlockState *b = g_block;
     b->body(b->ctx);
     Fiber *f = g_fiber;
+    // Exit checks, in the thread's context (they may fail the launch): its
+    // own, then the block's when it is the last thread to exit.
+    std::vector<std::pair<void (*)(void *), void *>> hooks;
+    hooks.swap(f->exit_hooks);
+    for (auto &h : hooks) h.first(h.second);
+    size_t live = 0;
+    for (const Fiber &g : b->fibers)
+        if (g.state != DONE) live++;
+    if (live == 1) {
+        hooks.clear();
+        hooks.swap(b->exit_hooks);
+        for (auto &h : hooks) h.first(h.second);
+    }
     f->state = DONE;
     b->progress++;
     // Back to the scheduler for good (not through uc_link: a DONE fiber is
@@ -203,7 +239,11 @@ void clear_ext(BlockState &b) {
     for (Fiber &f : b.fibers) {
         for (ExtState &e : f.ext) e.destroy(e.ptr);
         f.ext.clear();
+        f.exit_hooks.clear();
     }
+    b.exit_hooks.clear();
+    for (ExtState &e : b.ext) e.destroy(e.ptr);
+    b.ext.clear();
 }
 
 // After a pass in which every runnable fiber ran until it blocked: release
@@ -228,6 +268,7 @@ bool resolve(BlockState &b) {
         for (Fiber &f : b.fibers)
             if (f.state == AT_BARRIER) f.state = RUNNABLE;
         b.epoch++;
+        b.nb_log.clear(); // the epoch orders everything before it
         return true;
     }
     // Warp collectives, per warp, grouped by mask.
@@ -304,6 +345,8 @@ bool resolve(BlockState &b) {
         }
         released = true;
     }
+    for (const Fiber &f : b.fibers)
+        if (f.state == RUNNABLE) released = true; // released during the pass (a named barrier)
     if (released) {
         b.progress++;
         for (Fiber &f : b.fibers)
@@ -354,10 +397,17 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
     if (b.snap.size() != (size_t)b.nwarps * 32 * kSlotBytes) b.snap.resize((size_t)b.nwarps * 32 * kSlotBytes);
     b.epoch = 1;
     b.failed = false;
+    for (int i = 0; i < 16; ++i) {
+        b.nb_count[i] = b.nb_arrived[i] = 0;
+        b.nb_members[i].assign((nthreads + 63) / 64, 0);
+    }
+    b.nb_seq = 0;
+    b.nb_log.clear();
+    b.proxy_clock = 0;
     memset(b.arena, 0xFF, b.arena_size);
-    // (only what the last block touched: most blocks of a large grid of
-    // short sequences never copy asynchronously)
-    for (size_t i = 0; i < b.shadow_used; ++i) b.shadow[i] = Shadow{-1, 0, -1, 0, 0};
+    // (only what the last block touched, as far as smem_at saw: most blocks
+    // of a large grid of short sequences never copy asynchronously)
+    for (size_t i = 0; i < b.shadow_used; ++i) b.shadow[i] = Shadow{-1, 0, -1, 0, 0, 0, 0, -1, 0};
     b.shadow_used = 0;
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber &f = b.fibers[i];
@@ -380,7 +430,9 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
         bool ran = false;
         const unsigned long progress_before = b.progress;
         bool only_spinners = true;
-        for (Fiber &f : b.fibers) {
+        const bool reverse = b.reverse;
+        for (size_t k = 0; k < b.fibers.size(); ++k) {
+            Fiber &f = b.fibers[reverse ? b.fibers.size() - 1 - k : k];
             if (f.state != RUNNABLE) continue;
             g_fiber = &f;
             g_cur = &f.regs;
@@ -520,6 +572,9 @@ unsigned char *smem_at(uint32_t addr, size_t n) {
     if ((size_t)addr + n > b->arena_size)
         kernel_fail("shared access [%u, %zu) outside the %zu bytes of dynamic shared memory", addr,
                     (size_t)addr + n, b->arena_size);
+    // Every shadow update goes through here first: the next block resets
+    // the shadow up to the highest byte touched.
+    if ((size_t)addr + n > b->shadow_used) b->shadow_used = (size_t)addr + n;
     return b->arena + addr;
 }
 
@@ -535,6 +590,10 @@ void smem_note_async_issue(uint32_t addr, size_t n) {
             kernel_fail("race: %s issues an async copy to shared byte %zu, which thread %d read since the last "
                         "__syncthreads (write after read: the copy may land before that read)",
                         describe(*f).c_str(), i, s.reader >= 0 ? s.reader : -1);
+        if (s.pending_reads)
+            kernel_fail("race: %s issues an async copy to shared byte %zu, which a wgmma not yet retired "
+                        "(wgmma.wait_group) reads",
+                        describe(*f).c_str(), i);
         s.in_flight++;
     }
 }
@@ -544,10 +603,140 @@ void smem_note_async_complete(uint32_t addr, size_t n) {
     BlockState *b = f->regs.block;
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
+        if (s.pending_reads)
+            kernel_fail("race: an async copy lands on shared byte %zu, which a wgmma issued before it landed reads",
+                        i);
         if (s.in_flight) s.in_flight--;
         s.writer = (int32_t)f->regs.linear;
         s.write_epoch = b->epoch;
+        s.write_named = b->nb_seq;
     }
+    smem_note_generic_write(addr, n); // cp.async writes through the generic proxy
+}
+
+void smem_note_generic_write(uint32_t addr, size_t n) {
+    Fiber *f = self("generic shared write");
+    BlockState *b = f->regs.block;
+    (void)smem_at(addr, n);
+    const uint32_t clock = ++b->proxy_clock;
+    for (size_t i = addr; i < addr + n; ++i) {
+        b->shadow[i].gwriter = (int32_t)f->regs.linear;
+        b->shadow[i].gwrite_clock = clock;
+    }
+}
+
+void fence_proxy_async() {
+    Fiber *f = self("fence.proxy.async");
+    f->proxy_fence = ++f->regs.block->proxy_clock;
+}
+
+// Whether a named barrier completed after `since` orders thread w's accesses
+// before thread r's (both took part).
+static bool named_orders(const BlockState *b, uint32_t since, int32_t w, int32_t r) {
+    for (const NamedEvent &e : b->nb_log)
+        if (e.seq > since && (e.members[(size_t)w / 64] >> (w % 64) & 1) && (e.members[(size_t)r / 64] >> (r % 64) & 1))
+            return true;
+    return false;
+}
+
+void smem_note_async_issue_mbar(uint32_t addr, size_t n) {
+    Fiber *f = self("async copy");
+    BlockState *b = f->regs.block;
+    (void)smem_at(addr, n);
+    for (size_t i = addr; i < addr + n; ++i) {
+        Shadow &s = b->shadow[i];
+        if (s.pending_reads)
+            kernel_fail("race: %s issues an async copy to shared byte %zu, which a wgmma not yet retired "
+                        "(wgmma.wait_group) reads",
+                        describe(*f).c_str(), i);
+        s.in_flight++;
+    }
+}
+
+void smem_note_async_complete_mbar(uint32_t addr, size_t n) {
+    Fiber *f = self("async copy");
+    BlockState *b = f->regs.block;
+    for (size_t i = addr; i < addr + n; ++i) {
+        Shadow &s = b->shadow[i];
+        if (s.pending_reads)
+            kernel_fail("race: an async copy lands on shared byte %zu, which a wgmma issued before it landed reads",
+                        i);
+        if (s.in_flight) s.in_flight--;
+    }
+}
+
+void smem_note_pending_read(uint32_t addr, size_t n, int delta) {
+    Fiber *f = self("pending shared read");
+    BlockState *b = f->regs.block;
+    (void)smem_at(addr, n);
+    for (size_t i = addr; i < addr + n; ++i) {
+        Shadow &s = b->shadow[i];
+        if (delta > 0 && s.in_flight)
+            kernel_fail("race: %s issues a wgmma reading shared byte %zu while an async copy to it is in flight",
+                        describe(*f).c_str(), i);
+        if (delta > 0 && s.gwriter >= 0 && b->fibers[(size_t)s.gwriter].proxy_fence < s.gwrite_clock &&
+            f->proxy_fence < s.gwrite_clock)
+            kernel_fail("%s issues a wgmma (async proxy) reading shared byte %zu, which thread %d wrote through the "
+                        "generic proxy with no fence.proxy.async after it (by the writer or this thread)",
+                        describe(*f).c_str(), i, s.gwriter);
+        s.pending_reads = (uint16_t)(s.pending_reads + delta);
+    }
+}
+
+void at_thread_exit(void (*fn)(void *), void *arg) { self("at_thread_exit")->exit_hooks.emplace_back(fn, arg); }
+void at_block_exit(void (*fn)(void *), void *arg) {
+    self("at_block_exit")->regs.block->exit_hooks.emplace_back(fn, arg);
+}
+
+void *block_ext(const void *key, void *(*make)(), void (*destroy)(void *)) {
+    BlockState *b = self("block_ext")->regs.block;
+    for (ExtState &e : b->ext)
+        if (e.key == key) return e.ptr;
+    b->ext.push_back(ExtState{key, make(), destroy});
+    return b->ext.back().ptr;
+}
+
+static void named_barrier(unsigned id, unsigned count, bool wait, const char *what) {
+    Fiber *f = self(what);
+    BlockState *b = f->regs.block;
+    if (id >= 16) kernel_fail("%s: %s with barrier id %u (0..15)", describe(*f).c_str(), what, id);
+    if (count == 0 || count % 32 || count > b->fibers.size())
+        kernel_fail("%s: %s %u, %u: the thread count must be a multiple of 32 within the block (%zu)",
+                    describe(*f).c_str(), what, id, count, b->fibers.size());
+    if (b->nb_arrived[id] == 0) b->nb_count[id] = count;
+    else if (b->nb_count[id] != count)
+        kernel_fail("%s: %s %u with %u threads while the barrier's phase counts %u", describe(*f).c_str(), what, id,
+                    count, b->nb_count[id]);
+    b->nb_members[id][f->regs.linear / 64] |= 1ull << (f->regs.linear % 64);
+    if (++b->nb_arrived[id] == count) {
+        b->nb_arrived[id] = 0;
+        for (Fiber &g : b->fibers)
+            if (g.state == AT_NAMED && g.named_id == id) g.state = RUNNABLE;
+        b->nb_log.push_back(NamedEvent{++b->nb_seq, b->nb_members[id]});
+        std::fill(b->nb_members[id].begin(), b->nb_members[id].end(), 0);
+        b->progress++;
+        return;
+    }
+    if (!wait) return;
+    f->named_id = id;
+    f->what = what;
+    f->state = AT_NAMED;
+    yield_to_scheduler();
+}
+void named_barrier_sync(unsigned id, unsigned count) { named_barrier(id, count, true, "bar.sync"); }
+void named_barrier_arrive(unsigned id, unsigned count) { named_barrier(id, count, false, "bar.arrive"); }
+
+static std::map<std::string, void *> &driver_symbols() {
+    static std::map<std::string, void *> m;
+    return m;
+}
+bool register_driver_symbol(const char *name, void *fn) {
+    driver_symbols()[name] = fn;
+    return true;
+}
+void *driver_symbol(const char *name) {
+    auto it = driver_symbols().find(name);
+    return it == driver_symbols().end() ? nullptr : it->second;
 }
 
 void smem_note_read(uint32_t addr, size_t n) {
@@ -561,7 +750,8 @@ void smem_note_read(uint32_t addr, size_t n) {
         if (s.in_flight)
             kernel_fail("race: %s reads shared byte %zu while an async copy to it is in flight (no wait)",
                         describe(*f).c_str(), i);
-        if (s.writer >= 0 && s.writer != me && s.write_epoch == b->epoch)
+        if (s.writer >= 0 && s.writer != me && s.write_epoch == b->epoch &&
+            !named_orders(b, s.write_named, s.writer, me))
             kernel_fail("race: %s reads shared byte %zu, which thread %d's async copy wrote after the last "
                         "__syncthreads (read after write without a barrier)",
                         describe(*f).c_str(), i, s.writer);
@@ -652,9 +842,11 @@ cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBo
     BlockState b;
     b.body = body;
     b.ctx = ctx;
+    const char *rev = getenv("FP_EMU_REVERSE");
+    b.reverse = rev && *rev && strcmp(rev, "0") != 0;
     b.arena_size = smem;
     b.arena = static_cast<unsigned char *>(aligned_alloc(1024, (smem + 1023) / 1024 * 1024 + 1024));
-    b.shadow.assign(smem, Shadow{-1, 0, -1, 0, 0});
+    b.shadow.assign(smem, Shadow{-1, 0, -1, 0, 0, 0, 0, -1, 0});
     BlockState *saved_block = g_block;
     Fiber *saved_fiber = g_fiber;
     ThreadRegs *saved_cur = g_cur;
@@ -792,6 +984,14 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
 }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st) {
     fp_emu::submit(st, [=] { memmove(d, s, n); });
+    return cudaSuccess;
+}
+// Driver entry points: the ones an emulation header registered
+// (register_driver_symbol), else "symbol not found".
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int, unsigned long long,
+                                             cudaDriverEntryPointQueryResult *status) {
+    *fn = fp_emu::driver_symbol(symbol);
+    if (status) *status = *fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     return cudaSuccess;
 }
 

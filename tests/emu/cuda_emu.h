@@ -15,6 +15,9 @@
 //     arrive with the same mask; a lane that exited is an error;
 //   - launch configuration: block size, grid limits, dynamic shared memory
 //     above 48 KiB only after cudaFuncSetAttribute, within the device limit.
+// Each scheduling pass runs the runnable threads in thread order, or from
+// the last one when the environment sets FP_EMU_REVERSE (read at each
+// launch): another interleaving of producers and consumers.
 // Dynamic shared memory starts filled with 0xFF bytes (NaN in f32, f16, bf16),
 // so a read of a word nobody wrote poisons the result.
 // Global memory is host memory: device pointers are host pointers.
@@ -116,7 +119,56 @@ unsigned char *smem_at(uint32_t addr, size_t n);
 // the launch as a race.
 void smem_note_async_issue(uint32_t addr, size_t n);     // copy in flight
 void smem_note_async_complete(uint32_t addr, size_t n);  // copy landed (this thread)
+// The same for copies whose readers are ordered by an mbarrier (TMA), not by
+// __syncthreads: no barrier-epoch checks, only bytes in flight and the
+// pending reads below.
+void smem_note_async_issue_mbar(uint32_t addr, size_t n);
+void smem_note_async_complete_mbar(uint32_t addr, size_t n);
 void smem_note_read(uint32_t addr, size_t n);            // collective read by this thread
+// Bytes an issued asynchronous operation (wgmma) will read before it retires
+// (delta +1 at issue, -1 when it read them): an async copy issued or landing
+// over them meanwhile fails the launch (write after read), and so does an
+// issue (+1) over bytes an async copy to which is still in flight.
+void smem_note_pending_read(uint32_t addr, size_t n, int delta);
+
+// Proxies: cp.async landing and st.shared (smem_note_generic_write) write
+// shared memory through the generic proxy, wgmma reads it through the async
+// proxy; a wgmma issued over bytes written so, with no fence.proxy.async
+// since the write by the writer or by the issuing thread, fails the launch.
+// (TMA writes through the async proxy: no fence needed.)
+void smem_note_generic_write(uint32_t addr, size_t n);
+void fence_proxy_async();
+
+// Per-block state of emulated instructions (mbarriers, TMA copies in
+// flight, ...): the block's object for `key`, made on first use, destroyed
+// when the block ends.
+void *block_ext(const void *key, void *(*make)(), void (*destroy)(void *));
+template <typename T> T &block_state() {
+    static const char key = 0;
+    return *static_cast<T *>(block_ext(
+        &key, []() -> void * { return new T(); }, [](void *p) { delete static_cast<T *>(p); }));
+}
+
+// Checks when the calling thread exits / the block's last thread exits, run
+// in that thread's context (fn may kernel_fail): e.g. nothing of an
+// emulated asynchronous unit left in flight.
+void at_thread_exit(void (*fn)(void *), void *arg);
+void at_block_exit(void (*fn)(void *), void *arg);
+
+// Named barriers (bar.sync / bar.arrive id, count): barrier `id` (0..15)
+// completes when `count` threads (a multiple of 32, the same for every
+// arrival of the phase) arrived; bar.sync waits for that, bar.arrive does
+// not. Threads that exited never arrive (the launch fails as a deadlock).
+// A completed one orders its participants like __syncthreads for the shadow
+// checks (an async copy's bytes read by another participant after it).
+// Id 0 is not __syncthreads' barrier here: a kernel mixing them is not
+// emulated.
+void named_barrier_sync(unsigned id, unsigned count);
+void named_barrier_arrive(unsigned id, unsigned count);
+
+// Driver entry points (cudaGetDriverEntryPoint*) an emulation header
+// provides, by name (e.g. cuTensorMapEncodeTiled from emu_sm90.h).
+bool register_driver_symbol(const char *name, void *fn);
 
 // Sets last_failure()'s message (an API call's reason, for a test to read).
 void note_failure(const char *why);
@@ -245,6 +297,7 @@ unsigned ballot(unsigned mask, int pred);
 #undef __noinline__
 #undef __launch_bounds__
 #undef __restrict__
+#undef __grid_constant__
 #define __global__
 #define __device__
 #define __host__
@@ -253,6 +306,7 @@ unsigned ballot(unsigned mask, int pred);
 #define __noinline__
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
+#define __grid_constant__
 // One copy per OS thread: the fibers of a block share it, as a CTA does.
 #define __shared__ static thread_local
 

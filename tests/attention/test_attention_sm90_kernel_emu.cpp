@@ -1,0 +1,139 @@
+// The Hopper flash attention kernels' own sources on the CUDA emulation
+// (tests/emu/cuda_emu.h + emu_sm90.h): attention_flash_fwd_v3 / v4
+// (kernels/attention/attention_flash_sm90.cu: cp.async double buffering,
+// wgmma from shared-memory descriptors and register A, both schedules at
+// both head dims) called through their launcher fp_attn_cuda_flash_sm90,
+// every output element checked against fp_attn_reference (double
+// accumulation). Unlike test_attention_sm90_emu (which re-implements the
+// kernels' index math and schedule on an independent model), this runs the
+// kernel code itself: a wrong descriptor, swizzle, fragment, mask, barrier or
+// wait shows as a wrong element, a NaN (accumulators read before their
+// wgmma retired, shared memory read before its copy landed) or a failed
+// launch (races, collectives, in-flight rules: emu_sm90.h).
+// Outputs start poisoned (NaN) and are followed by guard elements that must
+// stay untouched. Cases: head_dim 64 / 128, f16 / bf16, causal, windows,
+// GQA, seqlen_k / seqlen_q not multiples of the tiles, ragged seqlens_k,
+// varlen, split-KV (the combine kernel runs too), LSE.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "attn_emu_util.h"
+#include "cuda_emu.h"
+
+static const int kGuard = 64; // elements after O and lse that must stay untouched
+
+static bool run_case(const emu_case &c, int version, emu_rng &rng) {
+    emu_data X;
+    emu_args E;
+    if (!emu_setup(c, rng, X, E)) return false;
+    // Ragged seqlens_k: the cache rows past a sequence's length hold NaN
+    // (another part of a caller's cache may hold anything); no kernel may
+    // let them into the result (P = 0 does not help: 0 * NaN = NaN).
+    if (c.ragged)
+        for (int b = 0; b < c.batch; ++b)
+            for (int j = X.seqlens[b]; j < c.sk; ++j)
+                for (int64_t x = 0; x < X.kv_ss; ++x) {
+                    X.k[(size_t)(((int64_t)b * c.sk + j) * X.kv_ss + x)] = 0xFFFF;
+                    X.v[(size_t)(((int64_t)b * c.sk + j) * X.kv_ss + x)] = 0xFFFF;
+                }
+    // O and lse in buffers with guards after them (the kernel writes through E.a)
+    const h16 kOGuard = 0x5A5A;
+    const uint32_t kLseGuard = 0x7F8A5A5Au;
+    std::vector<h16> o(X.o.size() + kGuard, kOGuard);
+    std::copy(X.o.begin(), X.o.end(), o.begin());
+    std::vector<float> lse(X.lse.size() + kGuard);
+    std::copy(X.lse.begin(), X.lse.end(), lse.begin());
+    for (int i = 0; i < kGuard; ++i) std::memcpy(&lse[X.lse.size() + i], &kLseGuard, 4);
+    E.a.o = o.data();
+    E.a.lse = lse.data();
+    const fp_status st = fp_attn_cuda_flash_sm90(&E.a, version, c.splits, nullptr);
+    if (st != FP_OK) {
+        fprintf(stderr, "v%d %s: %s (%s)\n", version, c.name, fp_last_error(), fp_emu::last_failure());
+        return false;
+    }
+    bool guards = true;
+    for (int i = 0; i < kGuard; ++i) {
+        uint32_t b;
+        std::memcpy(&b, &lse[X.lse.size() + i], 4);
+        guards &= o[X.o.size() + i] == kOGuard && b == kLseGuard;
+    }
+    if (!guards) fprintf(stderr, "v%d %s: written past the end of O or lse\n", version, c.name);
+    std::copy(o.begin(), o.begin() + (long)X.o.size(), X.o.begin());
+    std::copy(lse.begin(), lse.begin() + (long)X.lse.size(), X.lse.begin());
+    E.a.o = X.o.data();
+    E.a.lse = X.lse.data();
+    return emu_verify(c, "kernel ", version, X, E) && guards;
+}
+
+int main(int argc, char **argv) {
+    // name, batch, sq, sk, hq, hkv, d, dtype, causal, wl, wr, ragged, splits, pad, varlen
+    static const emu_case cases[] = {
+        {"bf16_d64_17x17",     1, 17,  17,  2, 2, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"f16_d128_1x1",       2, 1,   1,   2, 1, 128, FP_F16,  0, -1, -1, 0, 1, 0, 0},
+        {"bf16_d128_130x300",  1, 130, 300, 1, 1, 128, FP_BF16, 0, -1, -1, 0, 1, 8, 0},
+        {"f16_d64_causal",     1, 150, 150, 1, 1, 64,  FP_F16,  1, -1, -1, 0, 1, 0, 0},
+        {"bf16_causal_q<k",    1, 33,  290, 2, 1, 64,  FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"f16_causal_q>k",     1, 200, 40,  1, 1, 128, FP_F16,  1, -1, -1, 0, 1, 0, 0},
+        {"bf16_gqa3_causal",   1, 70,  140, 6, 2, 64,  FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"f16_window",         1, 200, 270, 1, 1, 64,  FP_F16,  0, 30, 5,  0, 1, 0, 0},
+        {"bf16_d128_win_c",    1, 130, 300, 1, 1, 128, FP_BF16, 1, 70, -1, 0, 1, 0, 0},
+        {"f16_d128_dec_split3",2, 1,   400, 8, 1, 128, FP_F16,  0, -1, -1, 0, 3, 0, 0},
+        {"bf16_dec_rag_s2",    4, 2,   333, 4, 2, 64,  FP_BF16, 1, -1, -1, 1, 2, 8, 0},
+        {"f16_prefill_split2", 1, 100, 300, 1, 1, 64,  FP_F16,  1, -1, -1, 0, 2, 0, 0},
+        {"bf16_varlen",        5, 70,  140, 2, 2, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 1},
+        {"f16_d128_varlen_c",  4, 100, 60,  4, 2, 128, FP_F16,  1, -1, -1, 0, 1, 8, 1},
+        {"bf16_d128_gqa4_c",   1, 30,  400, 4, 1, 128, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        // edges: one warpgroup's rows exactly (64), a CTA of one row (129),
+        // seqlen_k a whole number of tiles, splits that get no tile, a
+        // window of the diagonal alone
+        {"f16_d128_rows64",    1, 64,  128, 1, 1, 128, FP_F16,  0, -1, -1, 0, 1, 0, 0},
+        {"bf16_d64_rows129",   1, 129, 256, 1, 1, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"f16_d64_empty_split",2, 3,   128, 2, 1, 64,  FP_F16,  0, -1, -1, 0, 4, 0, 0},
+        {"bf16_d128_diag_s3",  1, 40,  300, 2, 2, 128, FP_BF16, 0, 0,  0,  0, 3, 8, 0},
+    };
+    // argv[1]: run only the cases whose name contains it
+    const char *only = argc > 1 ? argv[1] : nullptr;
+    emu_rng rng = {0x5eed90a7c0ffee01ull};
+    int failures = 0, ran = 0;
+    for (int version = 3; version <= 5; ++version)
+        for (const emu_case &c : cases) {
+            if (only && !std::strstr(c.name, only)) continue;
+            if (version == 5 && c.varlen) continue; // refused (tensor maps per sequence): checked below
+            ran++;
+            if (!run_case(c, version, rng)) failures++;
+        }
+    // v5 again with the emulation's other thread order (each pass runs the
+    // consumers before the producer): another interleaving of the mbarrier
+    // ring.
+    setenv("FP_EMU_REVERSE", "1", 1);
+    for (const emu_case &c : cases) {
+        if (c.varlen || !(c.ragged || c.splits > 1) || (only && !std::strstr(c.name, only))) continue;
+        ran++;
+        if (!run_case(c, 5, rng)) failures++;
+    }
+    unsetenv("FP_EMU_REVERSE");
+    // v5 refuses varlen (a tensor map per sequence is not done) before
+    // writing anything.
+    for (const emu_case &c : cases) {
+        if (!c.varlen || (only && !std::strstr(c.name, only))) continue;
+        emu_data X;
+        emu_args E;
+        ran++;
+        if (!emu_setup(c, rng, X, E) || fp_attn_cuda_flash_sm90(&E.a, 5, 1, nullptr) != FP_ERR_UNSUPPORTED) {
+            fprintf(stderr, "v5 %s: varlen not refused\n", c.name);
+            failures++;
+            continue;
+        }
+        for (h16 x : X.o)
+            if (x != 0xFFFF) {
+                fprintf(stderr, "v5 %s: refused, but O written\n", c.name);
+                failures++;
+                break;
+            }
+    }
+    if (failures) fprintf(stderr, "test_attention_sm90_kernel_emu: %d of %d cases failed\n", failures, ran);
+    else printf("test_attention_sm90_kernel_emu: %d cases ok (%ld launches)\n", ran, fp_emu::launches());
+    return failures ? 1 : 0;
+}
