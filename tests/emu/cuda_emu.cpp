@@ -6,6 +6,9 @@
 #include <ucontext.h>
 #endif
 
+#include <cxxabi.h>
+#include <dlfcn.h>
+
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -131,6 +134,7 @@ DeviceProfile g_device = [] {
 thread_local std::string g_last_failure;
 thread_local cudaError_t g_sticky = cudaSuccess;  // cudaGetLastError's error
 long g_launches = 0;
+std::vector<LaunchRecord> g_log;
 std::map<const void *, int> g_max_dyn_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize
 
 size_t stack_bytes() {
@@ -444,11 +448,26 @@ const DeviceProfile &device() { return g_device; }
 void set_device(const DeviceProfile &p) { g_device = p; }
 const char *last_failure() { return g_last_failure.c_str(); }
 long launches() { return g_launches; }
+const std::vector<LaunchRecord> &launch_log() { return g_log; }
+void clear_launch_log() { g_log.clear(); }
+
+std::string kernel_name(const void *func) {
+    Dl_info info;
+    if (!dladdr(func, &info) || !info.dli_sname || info.dli_saddr != func) return "?";
+    int st = 0;
+    char *d = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &st);
+    std::string r = (st == 0 && d) ? d : info.dli_sname;
+    free(d);
+    return r;
+}
 
 cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStream_t, BlockBody body, void *ctx) {
     g_launches++;
+    g_log.push_back(LaunchRecord{func, grid, block, smem, cudaSuccess});
+    const size_t rec = g_log.size() - 1;
     auto refuse = [&](cudaError_t e, const std::string &why) {
         g_last_failure = why;
+        g_log[rec].result = e;
         if (g_sticky == cudaSuccess) g_sticky = e;
         return e;
     };
@@ -501,6 +520,7 @@ cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStr
     if (!ok) {
         if (getenv("FP_EMU_VERBOSE")) fprintf(stderr, "cuda_emu: launch failed: %s\n", g_last_failure.c_str());
         if (g_sticky == cudaSuccess) g_sticky = cudaErrorLaunchFailure;
+        g_log[rec].result = cudaErrorLaunchFailure;
         return cudaErrorLaunchFailure;
     }
     return cudaSuccess;

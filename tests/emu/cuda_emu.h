@@ -33,8 +33,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace fp_emu {
 
@@ -142,6 +144,21 @@ void set_device(const DeviceProfile &p);
 // The message of the last failed launch ("" if none), and launches so far.
 const char *last_failure();
 long launches();
+
+// Every launch so far, in order (refused ones too): which kernels a launcher
+// picked, with what shape. clear_launch_log() empties it.
+struct LaunchRecord {
+    const void *func;
+    dim3 grid, block;
+    size_t smem;
+    cudaError_t result;
+};
+const std::vector<LaunchRecord> &launch_log();
+void clear_launch_log();
+// The demangled name of a kernel ("void ns::kernel<float, 4>(desc)"), from
+// the executable's dynamic symbols (fp_add_emu_test links with
+// ENABLE_EXPORTS); "?" when it is not found.
+std::string kernel_name(const void *func);
 
 template <typename T> T shfl_xor(unsigned mask, T v, int lane_mask, int width) {
     static_assert(sizeof(T) <= (size_t)kSlotBytes, "shuffle of a type wider than a slot");

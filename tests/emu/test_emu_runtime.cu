@@ -121,6 +121,10 @@ int main() {
         block_sum<<<3, 96>>>(x.data(), out.data(), n);
         EXPECT(cudaGetLastError() == cudaSuccess);
         EXPECT((double)out[0] + out[1] + out[2] == want);
+        // The launch log names the kernel and keeps its shape.
+        const fp_emu::LaunchRecord &r = fp_emu::launch_log().back();
+        EXPECT(fp_emu::kernel_name(r.func).find("block_sum") != std::string::npos);
+        EXPECT(r.grid.x == 3 && r.block.x == 96 && r.result == cudaSuccess);
     }
     // reverse_dyn: dynamic shared memory, 4 blocks.
     {
