@@ -491,8 +491,25 @@ cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStr
         return refuse(cudaErrorInvalidConfiguration, "grid too large for the emulation (shape a test smaller)");
 
     const size_t stack_sz = stack_bytes();
-    // Untouched until used (no zero fill of nthreads x 128 KiB per launch).
-    std::unique_ptr<char[]> stacks(new char[nthreads * stack_sz]);
+    // Untouched until used (no zero fill of nthreads x 128 KiB per launch),
+    // and kept for the next launch on this thread: a fresh allocation is an
+    // mmap whose pages fault in again (page faults were half the time of
+    // launch-heavy tests). A launch made while one runs gets its own.
+    thread_local std::unique_ptr<char[]> cached;
+    thread_local size_t cached_bytes = 0;
+    std::unique_ptr<char[]> own;
+    char *stacks;
+    if (g_fiber) {
+        own.reset(new char[nthreads * stack_sz]);
+        stacks = own.get();
+    } else {
+        if (cached_bytes < nthreads * stack_sz) {
+            cached.reset();
+            cached.reset(new char[nthreads * stack_sz]);
+            cached_bytes = nthreads * stack_sz;
+        }
+        stacks = cached.get();
+    }
     BlockState b;
     b.body = body;
     b.ctx = ctx;
@@ -506,7 +523,7 @@ cudaError_t launch(const void *func, dim3 grid, dim3 block, size_t smem, cudaStr
     for (unsigned z = 0; z < grid.z && ok; ++z)
         for (unsigned y = 0; y < grid.y && ok; ++y)
             for (unsigned x = 0; x < grid.x && ok; ++x) {
-                if (!run_block(b, grid, block, make_uint3(x, y, z), stacks.get(), stack_sz)) {
+                if (!run_block(b, grid, block, make_uint3(x, y, z), stacks, stack_sz)) {
                     char where[96];
                     snprintf(where, sizeof where, "block (%u,%u,%u): ", x, y, z);
                     g_last_failure = where + b.failure;
