@@ -256,10 +256,12 @@ void tolerance(int dt, double *atol, double *rtol) {  // fp_default_tolerance
 
 // ---- forward ---------------------------------------------------------------
 
+enum { kX, kRes, kGamma, kBeta, kBias, kOut, kResOut };  // forward tensors (FwdCase::off_mask)
 struct FwdCase {
     int kind = LN, act = 0, dt = F32;
     int64_t rows = 1, cols = 1, pad = 0;
-    int off = 0;  // elements added to every pointer (misalignment)
+    int off = 0;  // elements added to the pointers in off_mask (misalignment)
+    unsigned off_mask = ~0u;  // bits: kX, kRes, kGamma, kBeta, kBias, kOut, kResOut
     bool res = false, res_out = false, gamma = false, beta = false, bias = false, stats = false;
     bool in_place = false;  // out = x, residual_out = residual
     int version = 0;        // fp_norm_fwd_launch version; -1: the unfused baseline
@@ -275,7 +277,9 @@ std::string fwd_desc(const FwdCase &f) {
              f.version < 0 ? "unfused" : "fused", f.version < 0 ? 0 : f.version, f.kind == LN ? "layernorm" : "rmsnorm",
              act_name(f.act), dt_name(f.dt), (long long)f.rows, (long long)f.cols, (long long)f.pad, f.off, f.res,
              f.res_out, f.gamma, f.beta, f.bias, f.stats, f.in_place ? " in-place" : "");
-    return b;
+    std::string r = b;
+    if (f.off && f.off_mask != ~0u) r += " off_mask=" + std::to_string(f.off_mask);
+    return r;
 }
 
 void run_fwd(const FwdCase &f, uint64_t seed) {
@@ -284,24 +288,25 @@ void run_fwd(const FwdCase &f, uint64_t seed) {
     const int dt = f.dt;
     const size_t es = esize(dt);
     const int64_t stride = f.cols + f.pad;
-    const size_t tn = (size_t)(f.rows * stride), vn = (size_t)f.cols, mis = (size_t)f.off * es;
+    const size_t tn = (size_t)(f.rows * stride), vn = (size_t)f.cols;
+    auto mis = [&](int t) { return (f.off_mask >> t & 1u) ? (size_t)f.off * es : 0; };
     Buf x, res, gamma, beta, bias, out, res_out, mean, rstd;
-    fill_random(x, dt, tn, mis, seed, f.x_lo, f.x_hi);
-    if (f.res) fill_random(res, dt, tn, mis, seed + 1, -1.0f, 1.0f);
-    if (f.gamma) fill_random(gamma, dt, vn, mis, seed + 2, 0.5f, 1.5f);
-    if (f.beta) fill_random(beta, dt, vn, mis, seed + 3, -0.5f, 0.5f);
-    if (f.bias) fill_random(bias, dt, vn, mis, seed + 4, -0.3f, 0.3f);
+    fill_random(x, dt, tn, mis(kX), seed, f.x_lo, f.x_hi);
+    if (f.res) fill_random(res, dt, tn, mis(kRes), seed + 1, -1.0f, 1.0f);
+    if (f.gamma) fill_random(gamma, dt, vn, mis(kGamma), seed + 2, 0.5f, 1.5f);
+    if (f.beta) fill_random(beta, dt, vn, mis(kBeta), seed + 3, -0.5f, 0.5f);
+    if (f.bias) fill_random(bias, dt, vn, mis(kBias), seed + 4, -0.3f, 0.3f);
     const std::vector<unsigned char> x0 = x.before, res0 = res.before;  // the inputs, for the reference
     Buf *o = &out, *ro = &res_out;
     if (f.in_place) {
         o = &x;
         if (f.res_out) ro = &res;
     } else {
-        out.alloc(tn * es, mis);
+        out.alloc(tn * es, mis(kOut));
         out.poison();
     }
     if (f.res_out && ro == &res_out) {
-        res_out.alloc(tn * es, mis);
+        res_out.alloc(tn * es, mis(kResOut));
         res_out.poison();
     }
     if (f.stats) {
@@ -528,6 +533,27 @@ void test_forward() {
     }
 }
 
+// One pointer misaligned (by one element) at a time, every option on: each
+// is in the vectorized kernels' alignment check (v1 runs).
+void test_forward_misaligned_one() {
+    uint64_t seed = 2000;
+    for (int t = kX; t <= kResOut; ++t)
+        for (int di = 0; di < 3; ++di)
+            for (int version : {0, -1}) {
+                FwdCase f;
+                f.dt = kDtypes[di];
+                f.rows = 3;
+                f.cols = 768;
+                f.off = 1;
+                f.off_mask = 1u << t;
+                f.act = FP_NORM_ACT_GELU_ERF;
+                f.res = f.res_out = f.gamma = f.beta = f.bias = f.stats = true;
+                f.version = version;
+                if (version >= 0) f.expect = fwd_kernel(f.dt, 0);
+                run_fwd(f, seed++);
+            }
+}
+
 // out aliasing x, residual_out aliasing residual: as separate buffers
 // (checked against the reference with the original inputs).
 void test_forward_in_place() {
@@ -553,10 +579,12 @@ void test_forward_in_place() {
 
 // ---- backward --------------------------------------------------------------
 
+enum { kBx, kBdy, kBgamma, kBbeta, kBbias, kBdres, kBdx, kBdgamma, kBdbeta, kBdbias };  // BwdCase::off_mask
 struct BwdCase {
     int kind = LN, act = 0, dt = F32;
     int64_t rows = 1, cols = 1, pad = 0;
-    int off = 0;
+    int off = 0;              // elements added to the pointers in off_mask (misalignment)
+    unsigned off_mask = ~0u;  // bits: kBx ... kBdbias
     bool gamma = false, beta = false, bias = false, dres = false;
     bool dgamma = false, dbeta = false, dbias = false;
     bool in_place = false;  // dx = dout
@@ -576,7 +604,9 @@ std::string bwd_desc(const BwdCase &b) {
              b.kind == LN ? "layernorm" : "rmsnorm", act_name(b.act), dt_name(b.dt), (long long)b.rows,
              (long long)b.cols, (long long)b.pad, b.off, b.sm_count, b.gamma, b.beta, b.bias, b.dres, b.dgamma,
              b.dbeta, b.dbias, b.in_place ? " in-place" : "");
-    return s;
+    std::string r = s;
+    if (b.off && b.off_mask != ~0u) r += " off_mask=" + std::to_string(b.off_mask);
+    return r;
 }
 
 // The outputs of one launch (host copies), for the determinism check.
@@ -590,20 +620,21 @@ void run_bwd(const BwdCase &b, uint64_t seed) {
     const int dt = b.dt;
     const size_t es = esize(dt);
     const int64_t stride = b.cols + b.pad, rows = b.rows, cols = b.cols;
-    const size_t tn = (size_t)(rows * stride), vn = (size_t)cols, mis = (size_t)b.off * es;
+    const size_t tn = (size_t)(rows * stride), vn = (size_t)cols;
+    auto mis = [&](int t) { return (b.off_mask >> t & 1u) ? (size_t)b.off * es : 0; };
     Buf x, dy, gamma, beta, bias, dres, mean, rstd, dx, dg, db, dbi, partial;
-    fill_random(x, dt, tn, mis, seed, -2.0f, 3.0f);
-    fill_random(dy, dt, tn, mis, seed + 1, -1.0f, 1.0f);
-    if (b.gamma) fill_random(gamma, dt, vn, mis, seed + 2, 0.5f, 1.5f);
-    if (b.beta) fill_random(beta, dt, vn, mis, seed + 3, -0.5f, 0.5f);
-    if (b.bias) fill_random(bias, dt, vn, mis, seed + 4, -0.3f, 0.3f);
-    if (b.dres) fill_random(dres, dt, tn, mis, seed + 5, -1.0f, 1.0f);
+    fill_random(x, dt, tn, mis(kBx), seed, -2.0f, 3.0f);
+    fill_random(dy, dt, tn, mis(kBdy), seed + 1, -1.0f, 1.0f);
+    if (b.gamma) fill_random(gamma, dt, vn, mis(kBgamma), seed + 2, 0.5f, 1.5f);
+    if (b.beta) fill_random(beta, dt, vn, mis(kBbeta), seed + 3, -0.5f, 0.5f);
+    if (b.bias) fill_random(bias, dt, vn, mis(kBbias), seed + 4, -0.3f, 0.3f);
+    if (b.dres) fill_random(dres, dt, tn, mis(kBdres), seed + 5, -1.0f, 1.0f);
     const std::vector<unsigned char> dy0 = dy.before;
     // mean / rstd of x, as the forward saved them (f32).
     mean.alloc((size_t)rows * 4, 0);
     rstd.alloc((size_t)rows * 4, 0);
     float *h_mean = reinterpret_cast<float *>(mean.ptr()), *h_rstd = reinterpret_cast<float *>(rstd.ptr());
-    for (int64_t r = 0; r < rows; ++r) {
+    auto row_stats = [&](int64_t r) {
         double sum = 0.0, sq = 0.0;
         for (int64_t j = 0; j < cols; ++j) sum += ld(x.ptr(), dt, (size_t)(r * stride + j));
         const double mu = b.kind == LN ? sum / (double)cols : 0.0;
@@ -613,6 +644,32 @@ void run_bwd(const BwdCase &b, uint64_t seed) {
         }
         h_mean[r] = (float)mu;
         h_rstd[r] = (float)(1.0 / std::sqrt(sq / (double)cols + 1e-5));
+    };
+    for (int64_t r = 0; r < rows; ++r) row_stats(r);
+    // ReLU's derivative jumps at y = 0: an element whose pre-activation is
+    // within float rounding of 0 may take either side in the kernel (f32 y)
+    // and the reference (double y). Such x elements are redrawn (and the
+    // row's stats recomputed) until no |y| < 1e-4 is left.
+    if (b.act == FP_NORM_ACT_RELU) {
+        Rng redraw(seed + 99);
+        for (int64_t r = 0; r < rows; ++r)
+            for (int round = 0; round < 20; ++round) {
+                bool moved = false;
+                for (int64_t j = 0; j < cols; ++j) {
+                    const size_t i = (size_t)(r * stride + j);
+                    double y = (ld(x.ptr(), dt, i) - (b.kind == LN ? h_mean[r] : 0.0f)) * h_rstd[r];
+                    if (b.gamma) y *= ld(gamma.ptr(), dt, j);
+                    if (b.beta) y += ld(beta.ptr(), dt, j);
+                    if (b.bias) y += ld(bias.ptr(), dt, j);
+                    if (std::fabs(y) < 1e-4) {
+                        st(x.ptr(), dt, i, redraw.uni(-2.0f, 3.0f));
+                        moved = true;
+                    }
+                }
+                if (!moved) break;
+                row_stats(r);
+            }
+        x.snapshot();
     }
     mean.snapshot();
     rstd.snapshot();
@@ -620,12 +677,12 @@ void run_bwd(const BwdCase &b, uint64_t seed) {
     if (b.in_place) {
         dxb = &dy;
     } else {
-        dx.alloc(tn * es, mis);
+        dx.alloc(tn * es, mis(kBdx));
         dx.poison();
     }
-    if (b.dgamma) dg.alloc(vn * es, mis), dg.poison();
-    if (b.dbeta) db.alloc(vn * es, mis), db.poison();
-    if (b.dbias) dbi.alloc(vn * es, mis), dbi.poison();
+    if (b.dgamma) dg.alloc(vn * es, mis(kBdgamma)), dg.poison();
+    if (b.dbeta) db.alloc(vn * es, mis(kBdbeta)), db.poison();
+    if (b.dbias) dbi.alloc(vn * es, mis(kBdbias)), dbi.poison();
 
     fp_norm_bwd_desc d;
     memset(&d, 0, sizeof d);
@@ -771,7 +828,9 @@ void bwd_expect(BwdCase &b, const BwdShape &s) {
     else if ((b.version == 3 || (b.version == 0 && params)) && m) used = 3;
     else used = nv ? 2 : 1;
     b.expect_used = b.version >= 0 ? used : 0;
-    b.expect_used0 = params && m ? 3 : nv ? 2 : 1;  // automatic: v3 for parameter gradients, else v2
+    // Automatic: v3 for parameter gradients, else v2. (For the unfused
+    // baseline the shape describes its norm step, not d: not checked.)
+    b.expect_used0 = b.version < 0 ? 0 : params && m ? 3 : nv ? 2 : 1;
     const char *T = dt_type(b.dt);
     char k[128];
     if (used == 3) {
@@ -831,13 +890,23 @@ void bwd_all_combos(const BwdShape &s, uint64_t &seed) {
 }
 
 // Per dtype and version: everything on (LayerNorm, an activation, every
-// gradient), and RMSNorm with no parameter gradients.
-void bwd_some_combos(const BwdShape &s, uint64_t &seed, int sm_count = 132) {
+// gradient); RMSNorm with no parameter gradients; and one of dbeta / dbias
+// alone (kernels that write or reduce only the requested halves of the
+// partial sums), alternating.
+void bwd_some_combos(const BwdShape &s, uint64_t &seed, int sm_count = 132, int first_version = -1) {
     for (int di = 0; di < 3; ++di)
-        for (int version = -1; version <= 3; ++version)
-            for (int set = 0; set < 2; ++set) {
-                BwdCase b = set == 0 ? bwd_case(s, LN, 1 + (int)(seed % 4), kDtypes[di], 3, version)
-                                     : bwd_case(s, RMS, FP_NORM_ACT_NONE, kDtypes[di], 2, version);
+        for (int version = first_version; version <= 3; ++version)
+            for (int set = 0; set < 3; ++set) {
+                if (set == 2 && version < 2 && !g_long) continue;  // v1's dparams: v2's code at width 1
+                BwdCase b = set == 0   ? bwd_case(s, LN, 1 + (int)(seed % 4), kDtypes[di], 3, version)
+                            : set == 1 ? bwd_case(s, RMS, FP_NORM_ACT_NONE, kDtypes[di], 2, version)
+                                       : bwd_case(s, LN, FP_NORM_ACT_RELU, kDtypes[di], 1, version);
+                if (set == 2) {
+                    b.dgamma = false;
+                    b.dbeta = (seed & 1) != 0;
+                    b.dbias = !b.dbeta;
+                    bwd_expect(b, s);
+                }
                 b.sm_count = sm_count;
                 run_bwd(b, seed++);
             }
@@ -871,7 +940,7 @@ void test_backward() {
     };
     uint64_t seed = 5000;
     if (g_long) {  // rows > 65535: the unfused steps' grid-stride row loop (see test_forward)
-        const BwdShape s = {65536 + 37, 8, 0, 0, 2, 1, 'r', 'r', ""};
+        const BwdShape s = {65536 + 37, 8, 0, 0, 1, 1, 'r', 'r', ""};
         run_bwd(bwd_case(s, LN, FP_NORM_ACT_GELU_TANH, F32, 3, -1), seed++);
     }
     for (const BwdShape &s : full) bwd_all_combos(s, seed);
@@ -909,7 +978,7 @@ void test_backward_persistent() {
     for (BwdShape s : shapes) {
         if (s.cols == 100) s.nv32 = 1, s.v3_32 = 'r';
         if (g_long) s.rows *= 4;
-        bwd_some_combos(s, seed, 2);
+        bwd_some_combos(s, seed, 2, g_long ? -1 : 1);  // v0 = v3, the unfused norm step = v2
     }
 }
 
@@ -965,6 +1034,26 @@ void test_backward_in_place() {
                                      kDtypes[di], 1, version);
                 b.in_place = true;
                 b.sm_count = 2;
+                run_bwd(b, seed++);
+            }
+}
+
+// One pointer misaligned (by one element) at a time, every option on: the
+// tensors and vectors the kernels load or store by 16 bytes send every
+// version to v1; the parameter gradients (written by the scalar reduce) do not.
+void test_backward_misaligned_one() {
+    uint64_t seed = 9500;
+    for (int t = kBx; t <= kBdbias; ++t)
+        for (int di = 0; di < 3; ++di)
+            for (int version : {2, 3, -1}) {
+                // The unfused norm step drops beta, bias, dresidual_out and
+                // (after the activation step) reads dx for dout.
+                const bool vec_ptr = version >= 0 ? t <= kBdx : (t == kBx || t == kBgamma || t == kBdx);
+                const BwdShape s = vec_ptr ? BwdShape{3, 768, 0, 1, 0, 0, 0, 0, ""}
+                                           : BwdShape{3, 768, 0, 0, 2, 4, 'r', 'r', ""};
+                BwdCase b = bwd_case(s, LN, FP_NORM_ACT_SILU, kDtypes[di], 3, version);
+                b.off = 1;
+                b.off_mask = 1u << t;
                 run_bwd(b, seed++);
             }
 }
@@ -1027,6 +1116,8 @@ int main(int argc, char **argv) {
     };
     test_forward();
     lap("forward");
+    test_forward_misaligned_one();
+    lap("forward one misaligned");
     test_forward_in_place();
     lap("forward in place");
     test_backward();
@@ -1035,6 +1126,8 @@ int main(int argc, char **argv) {
     lap("backward persistent grid");
     test_backward_devices();
     lap("backward other devices");
+    test_backward_misaligned_one();
+    lap("backward one misaligned");
     test_backward_in_place();
     lap("backward in place");
     test_backward_errors();
