@@ -267,6 +267,7 @@ struct FwdCase {
     int version = 0;        // fp_norm_fwd_launch version; -1: the unfused baseline
     float x_lo = -2.0f, x_hi = 3.0f;
     std::string expect;     // a kernel that must run ("" : not checked)
+    std::string expect_ew;  // the unfused baseline: its elementwise kernel ("": not checked)
 };
 
 std::string fwd_desc(const FwdCase &f) {
@@ -338,7 +339,7 @@ void run_fwd(const FwdCase &f, uint64_t seed) {
     const cudaError_t err = f.version < 0 ? fp_norm_fwd_unfused_launch(&d, 0) : fp_norm_fwd_launch(&d, f.version, 0);
     (void)cudaGetLastError();
     if (err != cudaSuccess) c.fail("launcher returned %d (%s)", (int)err, fp_emu::last_failure());
-    check_launches(c, {f.expect});
+    check_launches(c, {f.expect, f.expect_ew});
 
     // Reference: s = round_T(x + residual), then double throughout.
     std::vector<double> r_out((size_t)(f.rows * f.cols)), r_s(r_out.size()), r_mean(f.rows), r_rstd(f.rows);
@@ -399,6 +400,20 @@ std::string fwd_kernel(int dt, int nv) {
     return b;
 }
 
+// The expected kernels of f at shape nv (see fwd_kernel): for the unfused
+// baseline also its elementwise steps' kernel (vectorized where the fused
+// one is: the same alignment check), when it has any step besides the norm.
+void fwd_expect(FwdCase &f, int nv32, int nv16) {
+    const int nv = f.dt == F32 ? nv32 : nv16;
+    f.expect = fwd_kernel(f.dt, nv);
+    f.expect_ew.clear();
+    if (f.version < 0 && (f.res || f.res_out || f.gamma || f.beta || f.bias || f.act)) {
+        const int V = f.dt == F32 ? 4 : 8;
+        const bool vec = f.off == 0 && f.cols % V == 0 && (f.cols + f.pad) % V == 0;
+        f.expect_ew = std::string("norm_unfused_elementwise<") + dt_type(f.dt) + (vec ? ", true>" : ", false>");
+    }
+}
+
 struct FwdShape {
     int64_t rows, cols, pad;
     int off, version;
@@ -431,7 +446,7 @@ void fwd_all_combos(const FwdShape &s, uint64_t &seed) {
                                 f.beta = aff >= 2;
                                 f.bias = bias;
                                 f.stats = stats;
-                                if (s.version >= 0) f.expect = fwd_kernel(f.dt, f.dt == F32 ? s.nv32 : s.nv16);
+                                fwd_expect(f, s.nv32, s.nv16);
                                 run_fwd(f, seed++);
                             }
 }
@@ -457,7 +472,7 @@ void fwd_some_combos(const FwdShape &s, uint64_t &seed) {
                     f.act = FP_NORM_ACT_RELU;
                     f.res_out = f.gamma = f.stats = true;
                 }
-                if (s.version >= 0) f.expect = fwd_kernel(f.dt, f.dt == F32 ? s.nv32 : s.nv16);
+                fwd_expect(f, s.nv32, s.nv16);
                 run_fwd(f, seed++);
             }
 }
@@ -501,8 +516,8 @@ void test_forward() {
     }
     // Unfused baseline: vectorized steps, scalar steps (odd cols, misaligned).
     static const FwdShape unfused[] = {
-        {3, 768, 0, 0, -1, 0, 0, ""}, {5, 24, 8, 0, -1, 0, 0, ""}, {2, 1537, 0, 0, -1, 0, 0, ""},
-        {3, 256, 0, 1, -1, 0, 0, ""}, {2, 4096, 0, 0, -1, 0, 0, ""}, {1, 1, 0, 0, -1, 0, 0, ""},
+        {3, 768, 0, 0, -1, 2, 4, ""}, {5, 24, 8, 0, -1, 1, 1, ""}, {2, 1537, 0, 0, -1, 0, 0, ""},
+        {3, 256, 0, 1, -1, 0, 0, ""}, {2, 4096, 0, 0, -1, 2, 2, ""}, {1, 1, 0, 0, -1, 0, 0, ""},
     };
     for (size_t i = 0; i < sizeof unfused / sizeof unfused[0]; ++i) {
         if (i == 0 || g_long) fwd_all_combos(unfused[i], seed);
