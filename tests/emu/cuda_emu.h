@@ -198,6 +198,18 @@ template <typename T> T shfl_up(unsigned mask, T v, unsigned delta, int width) {
 }
 unsigned ballot(unsigned mask, int pred);
 
+// A kernel's __launch_bounds__(max_threads, ...), which cu2emu.py moves into
+// the body as this call: a block above the bound is a launch the hardware
+// refuses (too many resources requested), so it fails the launch here.
+inline void check_launch_bounds(long long max_threads) {
+    const ThreadRegs *r = cur();
+    const long long n = (long long)r->bdim.x * r->bdim.y * r->bdim.z;
+    if (n > max_threads)
+        kernel_fail("a block of %lld threads exceeds the kernel's __launch_bounds__(%lld): a GPU refuses the launch "
+                    "(too many resources requested)",
+                    n, max_threads);
+}
+
 }  // namespace fp_emu
 
 // ---------------------------------------------------------------------------

@@ -57,6 +57,13 @@ __global__ void lanes(int *out) {
     out[4 * t + 3] = (int)bal;
 }
 
+// __launch_bounds__ (cu2emu.py moves it into the body as a check).
+template <int N>
+__global__ void __launch_bounds__(N * 32, 1)
+    bounded(int *out) {
+    out[threadIdx.x] = N;
+}
+
 // Rule violations the emulation must catch.
 __global__ void divergent_barrier(int *out) {
     if (threadIdx.x < 16) __syncthreads();
@@ -174,6 +181,10 @@ int main() {
         EXPECT(failed_with(cudaGetLastError(), "divergent __syncthreads"));
         shuffle_after_exit<<<1, 32>>>(out.data());
         EXPECT(failed_with(cudaGetLastError(), "has exited"));
+        bounded<2><<<1, 64>>>(out.data());
+        EXPECT(cudaGetLastError() == cudaSuccess && out[63] == 2);
+        bounded<2><<<1, 96>>>(out.data());
+        EXPECT(failed_with(cudaGetLastError(), "__launch_bounds__(64)"));
         mixed_collectives<<<1, 64>>>(out.data());
         EXPECT(failed_with(cudaGetLastError(), "divergent __syncthreads"));
         async_race<<<1, 32, 64>>>(out.data());
