@@ -20,7 +20,8 @@
  *                      1..64, 32 query / 8 KV heads, head_dim 128: KV-cache
  *                      read GB/s and % of HBM bandwidth.
  * Options: --seqlen N, --head_dim N, --causal 0|1, --batch N, --kv N restrict
- * the grids; --dtype picks dtypes; --kernel N (prefill, gqa, decode) times
+ * the grids (flash_versions: --seqlen N runs any length N, --batch N sets its
+ * batch); --dtype picks dtypes; --kernel N (prefill, gqa, decode) times
  * fp_attention_forward with FP_CTX_ATTENTION_KERNEL = N (the flash version it
  * prefers; the row says which was asked). CPU contexts and --quick run a few
  * tiny shapes (the CPU tiled implementation vs the naive one). */
@@ -233,13 +234,19 @@ static fp_status run_versions(fb_run *run) {
     static const int seqlens[] = {1024, 4096, 16384};
     fp_dtype dts[4] = {FP_BF16};
     int ndt = dtypes_or(run, dts, 1);
+    /* --seqlen N (any N) runs that length only; --batch overrides the batch
+     * (default 16384 / seqlen tokens per launch) */
+    const int sl_opt = fb_opt_given(run, "seqlen") ? (int)fb_opt_int(run, "seqlen", 1024) : 0;
+    if (fb_opt_given(run, "seqlen") && sl_opt < 1) return fb_skip(run, "--seqlen must be >= 1");
     for (int di = 0; di < 2; ++di)
         for (int causal = 0; causal < 2; ++causal)
             for (int si = fb_quick(run) ? 1 : 0; si < (fb_quick(run) ? 2 : 3); ++si)
                 for (int t = 0; t < ndt; ++t) {
-                    const int d = dims[di], sl = seqlens[si], hq = 2048 / d, batch = 16384 / sl;
+                    if (sl_opt && si != (fb_quick(run) ? 1 : 0)) continue; /* one pass over the given length */
+                    const int d = dims[di], sl = sl_opt ? sl_opt : seqlens[si], hq = 2048 / d;
+                    const int batch = (int)fb_opt_int(run, "batch", sl < 16384 ? 16384 / sl : 1);
                     if (fb_opt_given(run, "head_dim") && fb_opt_int(run, "head_dim", d) != d) continue;
-                    if (fb_opt_given(run, "seqlen") && fb_opt_int(run, "seqlen", sl) != sl) continue;
+                    if (batch < 1) continue;
                     const size_t elt = fp_dtype_size(dts[t]), n = (size_t)batch * sl * hq * d;
                     void *q = NULL, *k = NULL, *v = NULL, *o1 = NULL, *o2 = NULL;
                     fp_status st_alloc = fp_mem_alloc(ctx, n * elt, &q);

@@ -7,6 +7,9 @@
 #endif
 
 #include <algorithm>
+#include <cxxabi.h>
+#include <dlfcn.h>
+
 #include <cstdarg>
 #include <cstdio>
 #include <ctime>
@@ -168,6 +171,7 @@ DeviceProfile g_device = [] {
 
 std::mutex g_state_mu;  // the three below: kernels run on stream worker threads
 std::string g_last_failure;
+std::vector<LaunchRecord> g_log;  // under g_state_mu
 std::map<const void *, int> g_max_dyn_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize
 thread_local cudaError_t g_sticky = cudaSuccess;  // cudaGetLastError's error (per host thread)
 std::atomic<int> g_device_error{cudaSuccess};    // a kernel failed (any thread)
@@ -795,11 +799,37 @@ const char *last_failure() {
     return copy.c_str();
 }
 long launches() { return g_launches; }
+const std::vector<LaunchRecord> &launch_log() { return g_log; }
+void clear_launch_log() {
+    std::lock_guard<std::mutex> lk(g_state_mu);
+    g_log.clear();
+}
 
-cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem) {
+std::string kernel_name(const void *func) {
+    Dl_info info;
+    if (!dladdr(func, &info) || !info.dli_sname || info.dli_saddr != func) return "?";
+    int st = 0;
+    char *d = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &st);
+    std::string r = (st == 0 && d) ? d : info.dli_sname;
+    free(d);
+    return r;
+}
+
+cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem, size_t *record) {
     g_launches++;
+    size_t rec;
+    {
+        std::lock_guard<std::mutex> lk(g_state_mu);
+        g_log.push_back(LaunchRecord{func, grid, block, smem, cudaSuccess});
+        rec = g_log.size() - 1;
+    }
+    if (record) *record = rec;
     auto refuse = [&](cudaError_t e, const std::string &why) {
         set_failure(why);
+        {
+            std::lock_guard<std::mutex> lk(g_state_mu);
+            g_log[rec].result = e;
+        }
         if (g_sticky == cudaSuccess) g_sticky = e;
         return e;
     };
@@ -827,18 +857,28 @@ cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem) {
     return cudaSuccess;
 }
 
-cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBody body, void *ctx) {
+cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBody body, void *ctx, size_t rec) {
     const unsigned long long nthreads = (unsigned long long)block.x * block.y * block.z;
     const size_t stack_sz = stack_bytes();
-    // Fiber stacks, kept per OS thread across launches: fresh memory for
-    // every launch cost a page fault per fiber.
-    static thread_local std::unique_ptr<char[]> t_stacks;
-    static thread_local size_t t_stacks_bytes = 0;
-    if (t_stacks_bytes < nthreads * stack_sz) {
-        t_stacks.reset(new char[nthreads * stack_sz]);
-        t_stacks_bytes = nthreads * stack_sz;
+    // Untouched until used (no zero fill of nthreads x 128 KiB per launch),
+    // and kept for the next launch on this thread: a fresh allocation is an
+    // mmap whose pages fault in again (page faults were half the time of
+    // launch-heavy tests). A launch made while one runs gets its own.
+    thread_local std::unique_ptr<char[]> cached;
+    thread_local size_t cached_bytes = 0;
+    std::unique_ptr<char[]> own;
+    char *stacks;
+    if (g_fiber) {
+        own.reset(new char[nthreads * stack_sz]);
+        stacks = own.get();
+    } else {
+        if (cached_bytes < nthreads * stack_sz) {
+            cached.reset();
+            cached.reset(new char[nthreads * stack_sz]);
+            cached_bytes = nthreads * stack_sz;
+        }
+        stacks = cached.get();
     }
-    char *stacks = t_stacks.get();
     BlockState b;
     b.body = body;
     b.ctx = ctx;
@@ -870,6 +910,10 @@ cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBo
         if (getenv("FP_EMU_VERBOSE")) fprintf(stderr, "cuda_emu: launch failed: %s\n", last_failure());
         int none = cudaSuccess;
         g_device_error.compare_exchange_strong(none, cudaErrorLaunchFailure);
+        {
+            std::lock_guard<std::mutex> lk(g_state_mu);
+            if (rec < g_log.size()) g_log[rec].result = cudaErrorLaunchFailure;
+        }
         return cudaErrorLaunchFailure;
     }
     return cudaSuccess;

@@ -37,9 +37,11 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace fp_emu {
 
@@ -188,11 +190,13 @@ bool async_streams();
 // Launch: the configuration is checked at once (a refused launch is
 // cudaGetLastError's error on the calling thread); the grid runs later.
 typedef void (*BlockBody)(void *ctx);
-cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem);
+// *record: the launch's entry in launch_log().
+cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem, size_t *record = nullptr);
 // Runs every block; a kernel that breaks a rule fails the launch: the error
 // is then the device's (cudaGetLastError and the synchronizing calls report
 // it, as a GPU reports a fault) and last_failure() says why.
-cudaError_t launch_run(const void *func, dim3 grid, dim3 block, size_t smem, BlockBody body, void *ctx);
+cudaError_t launch_run(const void *func, dim3 grid, dim3 block, size_t smem, BlockBody body, void *ctx,
+                       size_t record);
 
 template <typename... P> struct Launcher {
     void (*fn)(P...);
@@ -202,11 +206,12 @@ template <typename... P> struct Launcher {
     template <typename... A> void operator()(A &&...args) const {
         // The parameters' values now (the kernel parameter space).
         std::tuple<P...> params(std::forward<A>(args)...);
-        if (launch_check(reinterpret_cast<const void *>(fn), grid, block, smem) != cudaSuccess) return;
+        size_t record = 0;
+        if (launch_check(reinterpret_cast<const void *>(fn), grid, block, smem, &record) != cudaSuccess) return;
         const Launcher self = *this;
-        submit(stream, [self, params] { self.run(params); });
+        submit(stream, [self, params, record] { self.run(params, record); });
     }
-    void run(const std::tuple<P...> &params) const {
+    void run(const std::tuple<P...> &params, size_t record) const {
         struct Ctx {
             void (*fn)(P...);
             const std::tuple<P...> *params;
@@ -218,7 +223,7 @@ template <typename... P> struct Launcher {
                        std::tuple<P...> copy = *x->params;
                        std::apply(x->fn, copy);
                    },
-                   &ctx);
+                   &ctx, record);
     }
 };
 template <typename... P>
@@ -244,6 +249,21 @@ void set_device(const DeviceProfile &p);
 // The message of the last failed launch ("" if none), and launches so far.
 const char *last_failure();
 long launches();
+
+// Every launch so far, in order (refused ones too): which kernels a launcher
+// picked, with what shape. clear_launch_log() empties it.
+struct LaunchRecord {
+    const void *func;
+    dim3 grid, block;
+    size_t smem;
+    cudaError_t result;
+};
+const std::vector<LaunchRecord> &launch_log();
+void clear_launch_log();
+// The demangled name of a kernel ("void ns::kernel<float, 4>(desc)"), from
+// the executable's dynamic symbols (fp_add_emu_test links with
+// ENABLE_EXPORTS); "?" when it is not found.
+std::string kernel_name(const void *func);
 
 template <typename T> T shfl_xor(unsigned mask, T v, int lane_mask, int width) {
     static_assert(sizeof(T) <= (size_t)kSlotBytes, "shuffle of a type wider than a slot");
@@ -282,6 +302,18 @@ template <typename T> T shfl_up(unsigned mask, T v, unsigned delta, int width) {
     return r;
 }
 unsigned ballot(unsigned mask, int pred);
+
+// A kernel's __launch_bounds__(max_threads, ...), which cu2emu.py moves into
+// the body as this call: a block above the bound is a launch the hardware
+// refuses (too many resources requested), so it fails the launch here.
+inline void check_launch_bounds(long long max_threads) {
+    const ThreadRegs *r = cur();
+    const long long n = (long long)r->bdim.x * r->bdim.y * r->bdim.z;
+    if (n > max_threads)
+        kernel_fail("a block of %lld threads exceeds the kernel's __launch_bounds__(%lld): a GPU refuses the launch "
+                    "(too many resources requested)",
+                    n, max_threads);
+}
 
 }  // namespace fp_emu
 

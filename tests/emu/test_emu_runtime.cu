@@ -59,6 +59,13 @@ __global__ void lanes(int *out) {
     out[4 * t + 3] = (int)bal;
 }
 
+// __launch_bounds__ (cu2emu.py moves it into the body as a check).
+template <int N>
+__global__ void __launch_bounds__(N * 32, 1)
+    bounded(int *out) {
+    out[threadIdx.x] = N;
+}
+
 // Rule violations the emulation must catch.
 __global__ void divergent_barrier(int *out) {
     if (threadIdx.x < 16) __syncthreads();
@@ -172,6 +179,10 @@ int main() {
         block_sum<<<3, 96>>>(x.data(), out.data(), n);
         EXPECT(cudaGetLastError() == cudaSuccess);
         EXPECT((double)out[0] + out[1] + out[2] == want);
+        // The launch log names the kernel and keeps its shape.
+        const fp_emu::LaunchRecord &r = fp_emu::launch_log().back();
+        EXPECT(fp_emu::kernel_name(r.func).find("block_sum") != std::string::npos);
+        EXPECT(r.grid.x == 3 && r.block.x == 96 && r.result == cudaSuccess);
     }
     // reverse_dyn: dynamic shared memory, 4 blocks.
     {
@@ -221,6 +232,10 @@ int main() {
         EXPECT(failed_with(cudaGetLastError(), "divergent __syncthreads"));
         shuffle_after_exit<<<1, 32>>>(out.data());
         EXPECT(failed_with(cudaGetLastError(), "has exited"));
+        bounded<2><<<1, 64>>>(out.data());
+        EXPECT(cudaGetLastError() == cudaSuccess && out[63] == 2);
+        bounded<2><<<1, 96>>>(out.data());
+        EXPECT(failed_with(cudaGetLastError(), "__launch_bounds__(64)"));
         mixed_collectives<<<1, 64>>>(out.data());
         EXPECT(failed_with(cudaGetLastError(), "divergent __syncthreads"));
         async_race<<<1, 32, 64>>>(out.data());
