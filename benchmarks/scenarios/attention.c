@@ -220,11 +220,17 @@ static fp_status run_decode(fb_run *run) {
 typedef struct version_run {
     fp_attn_args a;
     int version;
+    fp_context *ctx;
 } version_run;
 
+/* The launcher takes a raw CUDA stream: a NULL fp_stream (what fp_ab_run
+ * hands its callables) is the context's stream, not CUDA's legacy stream 0,
+ * which the context's non-blocking stream does not wait for (launched there,
+ * the kernels ran outside the timing events and raced the output check:
+ * found by the CUDA emulation's asynchronous streams). */
 static fp_status version_fn(void *user, fp_stream stream) {
     version_run *v = user;
-    return fp_attn_cuda_flash_version(&v->a, v->version, 1, (cudaStream_t)stream);
+    return fp_attn_cuda_flash_version(&v->a, v->version, 1, fp_ctx_stream(v->ctx, stream));
 }
 
 static fp_status run_versions(fb_run *run) {
@@ -274,7 +280,7 @@ static fp_status run_versions(fb_run *run) {
                         fb_param_int(r, "heads", hq);
                         fb_param_int(r, "head_dim", d);
                         fb_param_int(r, "causal", causal);
-                        version_run v1 = {.version = 1}, vx = {.version = ver};
+                        version_run v1 = {.version = 1, .ctx = ctx}, vx = {.version = ver, .ctx = ctx};
                         fp_status st = st_alloc;
                         p.o = o1;
                         if (st == FP_OK) st = fp_attn_check(&p, 1, &v1.a);

@@ -582,6 +582,16 @@ unsigned char *smem_at(uint32_t addr, size_t n) {
     return b->arena + addr;
 }
 
+// The two races of an async copy against an unretired wgmma's reads.
+[[noreturn]] static void fail_copy_over_pending_read(const Fiber &f, size_t byte) {
+    kernel_fail("race: %s issues an async copy to shared byte %zu, which a wgmma not yet retired "
+                "(wgmma.wait_group) reads",
+                describe(f).c_str(), byte);
+}
+[[noreturn]] static void fail_landing_under_pending_read(size_t byte) {
+    kernel_fail("race: an async copy lands on shared byte %zu, which a wgmma issued before it landed reads", byte);
+}
+
 void smem_note_async_issue(uint32_t addr, size_t n) {
     Fiber *f = self("async copy");
     BlockState *b = f->regs.block;
@@ -594,10 +604,7 @@ void smem_note_async_issue(uint32_t addr, size_t n) {
             kernel_fail("race: %s issues an async copy to shared byte %zu, which thread %d read since the last "
                         "__syncthreads (write after read: the copy may land before that read)",
                         describe(*f).c_str(), i, s.reader >= 0 ? s.reader : -1);
-        if (s.pending_reads)
-            kernel_fail("race: %s issues an async copy to shared byte %zu, which a wgmma not yet retired "
-                        "(wgmma.wait_group) reads",
-                        describe(*f).c_str(), i);
+        if (s.pending_reads) fail_copy_over_pending_read(*f, i);
         s.in_flight++;
     }
 }
@@ -607,9 +614,7 @@ void smem_note_async_complete(uint32_t addr, size_t n) {
     BlockState *b = f->regs.block;
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
-        if (s.pending_reads)
-            kernel_fail("race: an async copy lands on shared byte %zu, which a wgmma issued before it landed reads",
-                        i);
+        if (s.pending_reads) fail_landing_under_pending_read(i);
         if (s.in_flight) s.in_flight--;
         s.writer = (int32_t)f->regs.linear;
         s.write_epoch = b->epoch;
@@ -649,10 +654,7 @@ void smem_note_async_issue_mbar(uint32_t addr, size_t n) {
     (void)smem_at(addr, n);
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
-        if (s.pending_reads)
-            kernel_fail("race: %s issues an async copy to shared byte %zu, which a wgmma not yet retired "
-                        "(wgmma.wait_group) reads",
-                        describe(*f).c_str(), i);
+        if (s.pending_reads) fail_copy_over_pending_read(*f, i);
         s.in_flight++;
     }
 }
@@ -662,9 +664,7 @@ void smem_note_async_complete_mbar(uint32_t addr, size_t n) {
     BlockState *b = f->regs.block;
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
-        if (s.pending_reads)
-            kernel_fail("race: an async copy lands on shared byte %zu, which a wgmma issued before it landed reads",
-                        i);
+        if (s.pending_reads) fail_landing_under_pending_read(i);
         if (s.in_flight) s.in_flight--;
     }
 }
