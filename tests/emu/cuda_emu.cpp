@@ -592,15 +592,17 @@ unsigned char *smem_at(uint32_t addr, size_t n) {
     kernel_fail("race: an async copy lands on shared byte %zu, which a wgmma issued before it landed reads", byte);
 }
 
-void smem_note_async_issue(uint32_t addr, size_t n) {
+// An async copy issued / landed. Copies ordered by __syncthreads (cp.async)
+// also check and record against the block's barrier epochs; the mbarrier
+// variants (TMA) only track bytes in flight and unretired wgmma reads.
+static void async_issue(uint32_t addr, size_t n, bool barrier_ordered) {
     Fiber *f = self("async copy");
     BlockState *b = f->regs.block;
     (void)smem_at(addr, n);
-    if (addr + n > b->shadow_used) b->shadow_used = addr + n;
     const int32_t me = (int32_t)f->regs.linear;
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
-        if (s.read_epoch == b->epoch && s.reader != -1 && s.reader != me)
+        if (barrier_ordered && s.read_epoch == b->epoch && s.reader != -1 && s.reader != me)
             kernel_fail("race: %s issues an async copy to shared byte %zu, which thread %d read since the last "
                         "__syncthreads (write after read: the copy may land before that read)",
                         describe(*f).c_str(), i, s.reader >= 0 ? s.reader : -1);
@@ -608,18 +610,24 @@ void smem_note_async_issue(uint32_t addr, size_t n) {
         s.in_flight++;
     }
 }
-
-void smem_note_async_complete(uint32_t addr, size_t n) {
+static void async_complete(uint32_t addr, size_t n, bool barrier_ordered) {
     Fiber *f = self("async copy");
     BlockState *b = f->regs.block;
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
         if (s.pending_reads) fail_landing_under_pending_read(i);
         if (s.in_flight) s.in_flight--;
+        if (!barrier_ordered) continue;
         s.writer = (int32_t)f->regs.linear;
         s.write_epoch = b->epoch;
         s.write_named = b->nb_seq;
     }
+}
+
+void smem_note_async_issue(uint32_t addr, size_t n) { async_issue(addr, n, true); }
+
+void smem_note_async_complete(uint32_t addr, size_t n) {
+    async_complete(addr, n, true);
     smem_note_generic_write(addr, n); // cp.async writes through the generic proxy
 }
 
@@ -648,26 +656,9 @@ static bool named_orders(const BlockState *b, uint32_t since, int32_t w, int32_t
     return false;
 }
 
-void smem_note_async_issue_mbar(uint32_t addr, size_t n) {
-    Fiber *f = self("async copy");
-    BlockState *b = f->regs.block;
-    (void)smem_at(addr, n);
-    for (size_t i = addr; i < addr + n; ++i) {
-        Shadow &s = b->shadow[i];
-        if (s.pending_reads) fail_copy_over_pending_read(*f, i);
-        s.in_flight++;
-    }
-}
+void smem_note_async_issue_mbar(uint32_t addr, size_t n) { async_issue(addr, n, false); }
 
-void smem_note_async_complete_mbar(uint32_t addr, size_t n) {
-    Fiber *f = self("async copy");
-    BlockState *b = f->regs.block;
-    for (size_t i = addr; i < addr + n; ++i) {
-        Shadow &s = b->shadow[i];
-        if (s.pending_reads) fail_landing_under_pending_read(i);
-        if (s.in_flight) s.in_flight--;
-    }
-}
+void smem_note_async_complete_mbar(uint32_t addr, size_t n) { async_complete(addr, n, false); }
 
 void smem_note_pending_read(uint32_t addr, size_t n, int delta) {
     Fiber *f = self("pending shared read");
@@ -747,7 +738,6 @@ void smem_note_read(uint32_t addr, size_t n) {
     Fiber *f = self("shared read");
     BlockState *b = f->regs.block;
     (void)smem_at(addr, n);
-    if (addr + n > b->shadow_used) b->shadow_used = addr + n;
     const int32_t me = (int32_t)f->regs.linear;
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];

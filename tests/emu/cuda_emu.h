@@ -265,41 +265,30 @@ void clear_launch_log();
 // ENABLE_EXPORTS); "?" when it is not found.
 std::string kernel_name(const void *func);
 
-template <typename T> T shfl_xor(unsigned mask, T v, int lane_mask, int width) {
+// A shuffle: every lane hands v; lane l gets the value of lane src(l) (its
+// own where src leaves its width-lane segment).
+template <typename T, typename Src> T shfl_from(unsigned mask, T v, int width, const char *what, Src src) {
     static_assert(sizeof(T) <= (size_t)kSlotBytes, "shuffle of a type wider than a slot");
-    const unsigned char *s = warp_exchange(mask, &v, sizeof v, "__shfl_xor_sync");
+    const unsigned char *s = warp_exchange(mask, &v, sizeof v, what);
     const int lane = (int)cur()->lane;
-    int src = lane ^ lane_mask;
-    if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;  // outside the segment: own value
+    int from = src(lane);
+    if (from < 0 || (from & ~(width - 1)) != (lane & ~(width - 1))) from = lane;
     T r;
-    std::memcpy(&r, s + src * kSlotBytes, sizeof r);
+    std::memcpy(&r, s + from * kSlotBytes, sizeof r);
     return r;
+}
+template <typename T> T shfl_xor(unsigned mask, T v, int lane_mask, int width) {
+    return shfl_from(mask, v, width, "__shfl_xor_sync", [=](int l) { return l ^ lane_mask; });
 }
 template <typename T> T shfl_idx(unsigned mask, T v, int src_lane, int width) {
-    const unsigned char *s = warp_exchange(mask, &v, sizeof v, "__shfl_sync");
-    const int lane = (int)cur()->lane;
-    const int src = (lane & ~(width - 1)) + (src_lane & (width - 1));
-    T r;
-    std::memcpy(&r, s + src * kSlotBytes, sizeof r);
-    return r;
+    return shfl_from(mask, v, width, "__shfl_sync",
+                     [=](int l) { return (l & ~(width - 1)) + (src_lane & (width - 1)); });
 }
 template <typename T> T shfl_down(unsigned mask, T v, unsigned delta, int width) {
-    const unsigned char *s = warp_exchange(mask, &v, sizeof v, "__shfl_down_sync");
-    const int lane = (int)cur()->lane;
-    int src = lane + (int)delta;
-    if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
-    T r;
-    std::memcpy(&r, s + src * kSlotBytes, sizeof r);
-    return r;
+    return shfl_from(mask, v, width, "__shfl_down_sync", [=](int l) { return l + (int)delta; });
 }
 template <typename T> T shfl_up(unsigned mask, T v, unsigned delta, int width) {
-    const unsigned char *s = warp_exchange(mask, &v, sizeof v, "__shfl_up_sync");
-    const int lane = (int)cur()->lane;
-    int src = lane - (int)delta;
-    if (src < 0 || (src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
-    T r;
-    std::memcpy(&r, s + src * kSlotBytes, sizeof r);
-    return r;
+    return shfl_from(mask, v, width, "__shfl_up_sync", [=](int l) { return l - (int)delta; });
 }
 unsigned ballot(unsigned mask, int pred);
 

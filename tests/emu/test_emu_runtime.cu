@@ -6,19 +6,11 @@
 #include <cuda_runtime.h>
 
 #include "emu_cp_async.h"
+#include "emu_test.h"
 
 #include <cstdio>
 #include <cstring>
 #include <vector>
-
-static int g_fail = 0;
-#define EXPECT(c)                                                        \
-    do {                                                                 \
-        if (!(c)) {                                                      \
-            fprintf(stderr, "%s:%d: EXPECT failed: %s\n", __FILE__, __LINE__, #c); \
-            g_fail++;                                                    \
-        }                                                                \
-    } while (0)
 
 // Block sum through shuffles and shared memory; writes one value per block.
 __global__ void block_sum(const float *x, float *out, int n) {
@@ -162,13 +154,6 @@ __global__ void cp_tile(const float *src, float *out, int mode) {
     std::memcpy(out + 4 * threadIdx.x, fp_emu::smem_at(mine, 16), 16);
 }
 
-static bool failed_with(cudaError_t e, const char *needle) {
-    bool ok = e != cudaSuccess && std::strstr(fp_emu::last_failure(), needle) != nullptr;
-    if (!ok) fprintf(stderr, "  (error %d, failure \"%s\", wanted \"%s\")\n", (int)e, fp_emu::last_failure(), needle);
-    (void)cudaGetLastError();
-    return ok;
-}
-
 int main() {
     // block_sum: 3 blocks of 96 threads (3 warps; the last partial warp).
     {
@@ -280,7 +265,5 @@ int main() {
         cp_tile<<<1, 16, 256>>>(src.data(), out.data(), 2);  // thread 0 reads thread 5's bytes first
         EXPECT(failed_with(cudaGetLastError(), "race: thread (5,0,0) issues an async copy"));
     }
-    if (g_fail) fprintf(stderr, "test_emu_runtime: %d failures\n", g_fail);
-    else printf("test_emu_runtime: ok (%ld launches)\n", fp_emu::launches());
-    return g_fail ? 1 : 0;
+    return emu_test_end("test_emu_runtime");
 }

@@ -10,21 +10,14 @@
 // emulated device allocations (NaN-filled, guarded).
 #include <cuda_runtime.h>
 
+#include "emu_test.h"
+
 #include "emu_sm80.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
-
-static int g_fail = 0;
-#define EXPECT(c)                                                                  \
-    do {                                                                           \
-        if (!(c)) {                                                                \
-            fprintf(stderr, "%s:%d: EXPECT failed: %s\n", __FILE__, __LINE__, #c); \
-            g_fail++;                                                              \
-        }                                                                          \
-    } while (0)
 
 static uint16_t to_b16(float x, bool bf16) {
     if (bf16) {
@@ -120,13 +113,6 @@ __global__ void mma_divergent(float *out) {
 
 __global__ void ex2_kernel(const float *x, float *y, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = fp_emu::ex2_approx_ftz(x[i]);
-}
-
-static bool failed_with(cudaError_t e, const char *needle) {
-    bool ok = e != cudaSuccess && std::strstr(fp_emu::last_failure(), needle) != nullptr;
-    if (!ok) fprintf(stderr, "  (error %d, failure \"%s\", wanted \"%s\")\n", (int)e, fp_emu::last_failure(), needle);
-    (void)cudaGetLastError();
-    return ok;
 }
 
 int main() {
@@ -242,7 +228,5 @@ int main() {
         p[10] = 1.0f;
         EXPECT(failed_with(cudaFreeAsync(p, 0), "guard bytes after"));
     }
-    if (g_fail) fprintf(stderr, "test_emu_sm80: %d failures\n", g_fail);
-    else printf("test_emu_sm80: ok (%ld launches)\n", fp_emu::launches());
-    return g_fail ? 1 : 0;
+    return emu_test_end("test_emu_sm80");
 }

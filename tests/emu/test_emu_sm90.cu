@@ -14,6 +14,8 @@
 // address formulas.
 #include <cuda_runtime.h>
 
+#include "emu_test.h"
+
 #include "emu_cp_async.h"
 #include "emu_sm90.h"
 
@@ -21,15 +23,6 @@
 #include <cstdio>
 #include <cstring>
 #include <vector>
-
-static int g_fail = 0;
-#define EXPECT(c)                                                                                                     \
-    do {                                                                                                              \
-        if (!(c)) {                                                                                                   \
-            fprintf(stderr, "%s:%d: EXPECT failed: %s\n", __FILE__, __LINE__, #c);                                    \
-            g_fail++;                                                                                                 \
-        }                                                                                                             \
-    } while (0)
 
 // Byte offset of element (r, x) in a tile of rows of 64 16-bit elements
 // (128 bytes), swizzled.
@@ -189,13 +182,6 @@ __global__ void tma_kernel(const CUtensorMap *map_in, uint16_t *out, int mode) {
     }
 }
 
-static bool failed_with(cudaError_t e, const char *needle) {
-    bool ok = e != cudaSuccess && std::strstr(fp_emu::last_failure(), needle) != nullptr;
-    if (!ok) fprintf(stderr, "  (error %d, failure \"%s\", wanted \"%s\")\n", (int)e, fp_emu::last_failure(), needle);
-    (void)cudaGetLastError();
-    return ok;
-}
-
 static void run(int mode, std::vector<float> &out, cudaError_t *err) {
     std::vector<float> bsrc(64, 1.0f);
     out.assign(64 * 128 * 2 + 128 * 64, -7.0f);
@@ -307,7 +293,5 @@ int main() {
         tma_kernel<<<1, 96, 1024 + 4096>>>(&map, o.data(), TMA_UNUSED);
         EXPECT(failed_with(cudaGetLastError(), "never waited for"));
     }
-    if (g_fail) fprintf(stderr, "test_emu_sm90: %d failures\n", g_fail);
-    else printf("test_emu_sm90: ok (%ld launches)\n", fp_emu::launches());
-    return g_fail ? 1 : 0;
+    return emu_test_end("test_emu_sm90");
 }
