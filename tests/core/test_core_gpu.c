@@ -91,8 +91,10 @@ static void test_graph_timing(fp_context *gpu) {
     CHECK_OK(fp_time(gpu, NULL, small_axpby_fn, &c, &cfg, &plain));
     cfg.use_graph = 1;
     CHECK_OK(fp_time(gpu, NULL, small_axpby_fn, &c, &cfg, &graph));
-    CHECK_MSG(graph.median_ms <= plain.median_ms * 1.1, "graph %.4f ms vs plain %.4f ms per call", graph.median_ms,
-              plain.median_ms);
+    if (!FP_TEST_EMULATED) /* emulated: launches cost CPU time either way, replays gain nothing to measure */
+        CHECK_MSG(graph.median_ms <= plain.median_ms * 1.1, "graph %.4f ms vs plain %.4f ms per call",
+                  graph.median_ms, plain.median_ms);
+    CHECK(graph.samples >= 1 && graph.median_ms > 0 && plain.samples >= 1 && plain.median_ms > 0);
     printf("small axpby: plain %.2f us, graph replay %.2f us per call\n", plain.median_ms * 1e3, graph.median_ms * 1e3);
     CHECK_STATUS(fp_time(gpu, NULL, syncing_fn, &c, &cfg, &graph), FP_ERR_UNSUPPORTED);
     cfg.use_graph = 0;
