@@ -58,6 +58,22 @@ if ! python3 -c "import pytest, numpy" >/dev/null 2>&1; then
   pip_install pytest numpy
 fi
 
+# cuobjdump + nvdisasm (tests/sass reads the kernels' SASS): part of a full CUDA
+# toolkit; a toolkit without them gets NVIDIA's PyPI wheels of the same major version.
+nvcc_bin="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+cuda_bin="$(dirname "$nvcc_bin")"
+if ! { [ -x "$cuda_bin/cuobjdump" ] && [ -x "$cuda_bin/nvdisasm" ]; } &&
+   ! { command -v cuobjdump >/dev/null 2>&1 && command -v nvdisasm >/dev/null 2>&1; } &&
+   ! python3 -c "import glob, nvidia, sys; sys.exit(not any(glob.glob(p + '/*/bin/nvdisasm') for p in nvidia.__path__))" \
+     >/dev/null 2>&1; then
+  major="$("$nvcc_bin" --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p')"
+  spec=""
+  [ -n "$major" ] && spec=">=${major},<$((major + 1))"
+  echo "install-deps: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm (${spec:-any version})"
+  pip_install "nvidia-cuda-cuobjdump${spec}" "nvidia-cuda-nvdisasm${spec}" ||
+    echo "install-deps: WARNING: no cuobjdump / nvdisasm: the SASS checks (tests/sass) will skip" >&2
+fi
+
 if [ "${FASTPATH_TEST_TORCH:-0}" = 1 ] && ! python3 -c "import torch" >/dev/null 2>&1; then
   # 2.15 is the release the tests were last run with; a newer one if it cannot be had.
   echo "install-deps: pip install torch (FASTPATH_TEST_TORCH=1)"

@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""Static checks of the GPU code that CI can run without a GPU.
+
+CI has the CUDA toolkit but no device, so a change can keep every test green
+while the kernels lose what makes them fast: an edit that makes ptxas spill
+to local memory, turns the 16-byte loads of the norm kernels into 4-byte
+ones, drops the tensor-core instructions from flash attention, or makes
+ptxas serialize the Hopper wgmma pipeline. This script reads the compiled
+library with cuobjdump (SASS and resource usage) and checks, per kernel and
+per architecture, the properties listed in RULES below.
+
+  check_sass.py --lib libfastpath.so --archs "80;90" [--sm90a 1]
+                [--cuda-bin DIR] [--cuobjdump PATH] [--report FILE]
+
+Every kernel in the library must match exactly one rule (a new kernel needs
+a rule here), and every rule must match at least one kernel on each
+architecture it applies to (a renamed kernel does not slip out of the
+checks). cuobjdump and nvdisasm are looked for next to nvcc, on PATH, and in
+the PyPI wheels nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm (which
+scripts/install-deps.sh installs when the toolkit lacks them); without them
+the test skips (exit 77).
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+SKIP = 77
+
+# A rule: (name, capability module, kernel regex on the demangled name,
+# architectures it applies to ("sm_80", "sm_90", "sm_90a"), {opcode regex:
+# minimum count}, extra checks).
+# Opcode regexes are matched against the mnemonic with its modifiers
+# ("LDG.E.128", "HMMA.16816.F32.BF16"); counts are static instruction counts.
+# Extra checks: "hgmma_batched" (the k-steps of each wgmma group are issued
+# back to back: fewer than one group end per 4 HGMMA), "hgmma_overlap" (some
+# wait leaves one wgmma group in flight: softmax overlapped with the next
+# Q K^T, what the pipelined kernels are for).
+BASE = ("sm_80+",)  # every plain architecture from sm_80 on (sm_80, sm_90, sm_100, ...)
+VEC_LOAD = {r"^LDG\.E\.128": 1}
+VEC_LOAD_STORE = {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1}
+RULES = [
+    # flash attention, sm_80 path (mma.sync m16n8k16, ldmatrix, cp.async 16 B)
+    ("flash fwd bf16 (mma.sync)", "attention", r"attention_flash_fwd_v[12]<__nv_bfloat16,", BASE,
+     {r"^HMMA\.16816\.F32\.BF16$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ()),
+    ("flash fwd f16 (mma.sync)", "attention", r"attention_flash_fwd_v[12]<__half,", BASE,
+     {r"^HMMA\.16816\.F32$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ()),
+    # Hopper paths: wgmma (HGMMA) with operands in shared memory; v5 loads by TMA
+    # under mbarriers (SYNCS); the pipelined v3 and v5 overlap softmax and wgmma.
+    ("flash fwd v3 (wgmma)", "attention", r"attention_flash_fwd_v3<[^,]+, \d+, false>", ("sm_90a",),
+     {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched",)),
+    ("flash fwd v3 pipelined (wgmma)", "attention", r"attention_flash_fwd_v3<[^,]+, \d+, true>", ("sm_90a",),
+     {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "hgmma_overlap")),
+    ("flash fwd v5 (wgmma + TMA)", "attention", r"attention_flash_fwd_v5<", ("sm_90a",),
+     {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4}, ("hgmma_batched", "hgmma_overlap")),
+    ("split-KV combine", "attention", r"attention_split_combine_v1<", BASE + ("sm_90a",), {}, ()),
+    # materialized baseline and helpers (the GEMMs are cuBLAS)
+    ("attention baseline helpers", "attention",
+     r"attention_(zero_rows|masked_softmax|rowwise|gather_pages)_v0<", BASE, {}, ()),
+    # norm: the vector kernels move rows in 16-byte loads and stores
+    ("norm fwd vector", "norm", r"fpnorm::norm_fwd_v2<", BASE, VEC_LOAD_STORE, ()),
+    ("norm bwd dx vector", "norm", r"fpnorm::norm_bwd_dx_v2<", BASE, VEC_LOAD_STORE, ()),
+    ("norm bwd fused vector", "norm", r"fpnorm::norm_bwd_v3(_staged)?<", BASE, VEC_LOAD_STORE, ()),
+    ("norm bwd dparams vector", "norm", r"fpnorm::norm_bwd_dparams<[^,]+, [248]>", BASE, VEC_LOAD, ()),
+    ("norm unfused vector", "norm", r"fpnorm::norm_(bwd_)?unfused_elementwise<[^,]+, true>", BASE, VEC_LOAD_STORE, ()),
+    # scalar paths (misaligned pointers, odd cols) and reductions
+    ("norm scalar / reduce", "norm",
+     r"fpnorm::norm_(fwd_v1|bwd_dx_v1|bwd_reduce_v1)<|fpnorm::norm_bwd_dparams<[^,]+, 1>|"
+     r"fpnorm::norm_(bwd_)?unfused_elementwise<[^,]+, false>", BASE, {}, ()),
+    # bandwidth probes and the timing engine's kernels
+    ("copy / axpby vector", "core", r"^(copy_v1|void axpby_v2<)", BASE, VEC_LOAD_STORE, ()),
+    ("axpby scalar", "core", r"^void axpby_v1<", BASE, {}, ()),
+]
+
+
+def find_tool(name, args):
+    """The tool's path: --cuobjdump, next to nvcc, PATH, then the PyPI wheels."""
+    if name == "cuobjdump" and args.cuobjdump:
+        return args.cuobjdump if os.access(args.cuobjdump, os.X_OK) else None
+    dirs = [args.cuda_bin] if args.cuda_bin else []
+    if args.cuobjdump:
+        dirs.append(os.path.dirname(args.cuobjdump))
+    for d in dirs:
+        p = os.path.join(d, name)
+        if os.access(p, os.X_OK):
+            return p
+    p = shutil.which(name)
+    if p:
+        return p
+    try:  # nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm: nvidia/cu13/bin (cu12: nvidia/cuda_*/bin)
+        import nvidia  # namespace package of NVIDIA's PyPI wheels
+        for root in list(nvidia.__path__):
+            for sub in sorted(os.listdir(root)):
+                p = os.path.join(root, sub, "bin", name)
+                if os.access(p, os.X_OK):
+                    return p
+    except ImportError:
+        pass
+    return None
+
+
+def demangle(names):
+    if not names:
+        return []
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True)
+    dem = out.stdout.splitlines()
+    # kernels in anonymous namespaces: drop the prefix so rules read like the source
+    return [d.replace("(anonymous namespace)::", "") for d in dem]
+
+
+def parse_sass(text):
+    """{(arch, mangled name): [mnemonic with modifiers, ...]} from cuobjdump -sass."""
+    funcs = collections.OrderedDict()
+    arch, key = None, None
+    insn = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)(.*?);")
+    for line in text.splitlines():
+        m = re.match(r"\s*code for (sm_\w+)", line)
+        if m:
+            arch = m.group(1)
+            continue
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            key = (arch, m.group(1))
+            funcs[key] = []
+            continue
+        if key is None:
+            continue
+        m = insn.search(line)
+        if m:
+            funcs[key].append((m.group(1), m.group(2).strip()))
+    return funcs
+
+
+def parse_res_usage(text):
+    """{mangled name: {REG, STACK, LOCAL, ...}} per architecture section, as a list of (name, dict)."""
+    out = []
+    name = None
+    for line in text.splitlines():
+        m = re.match(r"\s*Function (\S+):\s*$", line)
+        if m:
+            name = m.group(1)
+            continue
+        if name and "REG:" in line:
+            out.append((name, {k: int(v) for k, v in re.findall(r"([A-Z]+)(?:\[\d+\])?:(\d+)", line)}))
+            name = None
+    return out
+
+
+def parse_archs(spec, sm90a):
+    archs = set()
+    for a in re.split(r"[;, ]+", spec.strip()):
+        m = re.match(r"^(\d+)([a-z]?)", a)
+        if m:
+            archs.add("sm_" + m.group(1) + m.group(2))
+    if str(sm90a).lower() in ("1", "on", "true", "yes"):
+        archs.add("sm_90a")
+    return archs
+
+
+def expand(rarchs, archs):
+    """The architectures among archs that a rule's list names ("sm_80+": plain sm_80 and newer)."""
+    out = set()
+    for r in rarchs:
+        if r.endswith("+"):
+            least = int(r[3:-1])
+            out |= {a for a in archs if re.fullmatch(r"sm_\d+", a) and int(a[3:]) >= least}
+        elif r in archs:
+            out.add(r)
+    return out
+
+
+def check(lib, archs, modules, rules, tools, report=None):
+    """The failures (strings) of the library against the rules; fills report (a dict) if given."""
+    cuobjdump, nvdisasm = tools
+    env = dict(os.environ, NVDISASM_PATH=os.path.dirname(nvdisasm),
+               PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
+
+    def run(*a):
+        return subprocess.run([cuobjdump, *a, lib], capture_output=True, text=True, env=env, check=True).stdout
+
+    failures = []
+    # 1. what the fatbin holds: SASS for every built architecture, and PTX of the
+    #    newest one so that a newer GPU can JIT the kernels.
+    elf_archs = set(re.findall(r"\.(sm_\w+)\.cubin", run("-lelf")))
+    ptx_archs = set(re.findall(r"\.(sm_\w+)\.ptx", run("-lptx")))
+    for a in sorted(archs - elf_archs):
+        failures.append(f"no SASS for {a} in the library (cubins for: {sorted(elf_archs)})")
+    plain = sorted((a for a in archs if re.fullmatch(r"sm_\d+", a)), key=lambda a: int(a[3:]))
+    if plain and plain[-1] not in ptx_archs:
+        failures.append(f"no PTX for {plain[-1]}: GPUs newer than it could not JIT the kernels "
+                        f"(PTX for: {sorted(ptx_archs)})")
+
+    # 2. resource usage: no stack, no local memory (spills) in any kernel.
+    res = parse_res_usage(run("-res-usage"))
+    res_names = demangle([n for n, _ in res])
+    for (_, r), name in zip(res, res_names):
+        if r.get("STACK", 0) or r.get("LOCAL", 0):
+            failures.append(f"{name}: STACK {r.get('STACK')} LOCAL {r.get('LOCAL')} bytes "
+                            f"(spills or a local array: the kernel goes through local memory)")
+
+    # 3. SASS per kernel against the rules.
+    funcs = parse_sass(run("-sass"))
+    names = demangle([m for _, m in funcs])
+    matched = collections.Counter()
+    kernels = []
+    for ((arch, _), insns), name in zip(funcs.items(), names):
+        ops = collections.Counter(op for op, _ in insns)
+        hits = [r for r in rules if re.search(r[2], name)]
+        entry = {"arch": arch, "kernel": name, "instructions": len(insns),
+                 "counts": {k: v for k, v in sorted(ops.items())
+                            if re.match(r"^(HMMA|HGMMA|LDSM|LDGSTS|UTMALDG|LDG|STG|LDS|STS|LDL|STL|MUFU)", k)}}
+        kernels.append(entry)
+        if len(hits) != 1:
+            failures.append(f"[{arch}] {name}: matches {len(hits)} rules ({[h[0] for h in hits]}); "
+                            f"every kernel needs exactly one rule in {os.path.basename(__file__)}")
+            continue
+        rname, _, _, rarchs, needs, extra = hits[0]
+        entry["rule"] = rname
+        if arch not in expand(rarchs, {arch}):
+            failures.append(f"[{arch}] {name}: rule '{rname}' does not expect it on {arch}")
+            continue
+        matched[(rname, arch)] += 1
+        local = sorted(op for op in ops if re.match(r"^(LDL|STL)", op))
+        if local:
+            failures.append(f"[{arch}] {name}: local-memory instructions {local}")
+        for pat, least in needs.items():
+            n = sum(c for op, c in ops.items() if re.search(pat, op))
+            if n < least:
+                failures.append(f"[{arch}] {name} ({rname}): {n} instructions matching {pat}, needs >= {least}")
+        hgmma = [rest for op, rest in insns if op.startswith("HGMMA")]
+        if "hgmma_batched" in extra:
+            ends = sum(1 for rest in hgmma if "gsb0" in rest)
+            if not hgmma or ends * 4 > len(hgmma):
+                failures.append(f"[{arch}] {name}: {ends} wgmma group ends for {len(hgmma)} HGMMA: "
+                                f"ptxas serialized the wgmma k-steps (look for C7510-C7520 in the build)")
+        if "hgmma_overlap" in extra:
+            waits = [rest for op, rest in insns if op == "WARPGROUP.DEPBAR.LE"]
+            if not any(re.search(r"gsb0,\s*0x[1-9]", w) for w in waits):
+                failures.append(f"[{arch}] {name}: every wgmma wait drains the pipeline "
+                                f"(waits: {sorted(set(waits))}); softmax no longer overlaps the next Q K^T")
+    for rname, module, _, rarchs, _, _ in rules:
+        for a in sorted(expand(rarchs, archs & elf_archs)):
+            if module in modules and matched[(rname, a)] == 0:
+                failures.append(f"rule '{rname}' matched no kernel on {a}: renamed or removed? "
+                                f"(update {os.path.basename(__file__)})")
+    if report is not None:
+        report.update(lib=lib, archs=sorted(archs), kernels=kernels,
+                      resources=[dict(kernel=n, **r) for (_, r), n in zip(res, res_names)])
+        report["summary"] = {a: n for a, n in sorted(collections.Counter(a for a, _ in funcs).items())}
+    return failures
+
+
+# The self-test: a small library of kernels with known defects, checked with
+# rules of its own; each defect must be reported (the checks can fail).
+SELFTEST_RULES = [
+    ("vector copy", "core", r"^selftest_vec_copy", ("sm_80",), VEC_LOAD_STORE, ()),
+    ("scalar copy claimed vector", "core", r"^selftest_scalar_copy", ("sm_80",), VEC_LOAD_STORE, ()),
+    ("spilling kernel", "core", r"^selftest_local_array", ("sm_80",), {}, ()),
+    ("mma kernel", "core", r"^selftest_mma", ("sm_80",), {r"^HMMA\.16816\.F32\.BF16$": 1}, ()),
+    ("a rule without kernel", "core", r"^selftest_missing", ("sm_80",), {}, ()),
+]
+SELFTEST_EXPECTED = [  # substrings, each in some failure
+    "selftest_scalar_copy", "LDG\\.E\\.128", "STG\\.E\\.128",  # 4-byte accesses where 16-byte ones are required
+    "selftest_local_array: STACK", "selftest_local_array: local-memory",  # res-usage and LDL/STL
+    "selftest_mma", "HMMA",  # f16 mma where bf16 is required
+    "matched no kernel",  # the rule without a kernel
+    "matches 0 rules",  # selftest_unruled
+    "no PTX for sm_80",  # built as code=sm_80 only
+]
+
+
+def self_test(tools, nvcc, workdir):
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "selftest_kernels.cu")
+    lib = os.path.join(workdir, "libsass_selftest.so")
+    cmd = [nvcc, "-O3", "-gencode", "arch=compute_80,code=sm_80", "-shared", "-Xcompiler", "-fPIC",
+           "-o", lib, src]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(" ".join(cmd), "\n", r.stdout, r.stderr)
+        return 1
+    failures = check(lib, {"sm_80"}, {"core"}, SELFTEST_RULES, tools)
+    for f in failures:
+        print("reported:", f)
+    missing = [e for e in SELFTEST_EXPECTED if not any(e in f for f in failures)]
+    wrong = [f for f in failures if "selftest_vec_copy" in f]
+    if missing or wrong:
+        print("SELF-TEST FAILED: not reported:", missing, "wrongly reported:", wrong)
+        return 1
+    print(f"self-test passed: {len(failures)} defects reported as expected, the clean kernel not")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lib", help="the library to check (libfastpath.so)")
+    ap.add_argument("--archs", default="80;90", help='CMAKE_CUDA_ARCHITECTURES, e.g. "80;90"')
+    ap.add_argument("--sm90a", default="0", help="1 when the sm_90a (wgmma/TMA) kernels are built")
+    ap.add_argument("--modules", default="core;norm;attention", help="the capabilities built")
+    ap.add_argument("--cuda-bin", default="", help="the toolkit's bin directory (nvcc's)")
+    ap.add_argument("--cuobjdump", default="")
+    ap.add_argument("--report", default="", help="write the per-kernel figures as JSON here")
+    ap.add_argument("--self-test", metavar="WORKDIR", default="",
+                    help="build tests/sass/selftest_kernels.cu in WORKDIR and check that its defects are found")
+    args = ap.parse_args()
+
+    tools = find_tool("cuobjdump", args), find_tool("nvdisasm", args)
+    if not all(tools):
+        print("SKIP: cuobjdump and nvdisasm not found (next to nvcc, on PATH, or the PyPI wheels "
+              "nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm: scripts/install-deps.sh installs them)")
+        return SKIP
+    if args.self_test:
+        nvcc = find_tool("nvcc", args)
+        if not nvcc:
+            print("SKIP: nvcc not found")
+            return SKIP
+        return self_test(tools, nvcc, args.self_test)
+    if not args.lib:
+        ap.error("--lib is required")
+    report = {}
+    failures = check(args.lib, parse_archs(args.archs, args.sm90a), set(re.split(r"[;, ]+", args.modules)),
+                     RULES, tools, report)
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump(report, f, indent=1)
+    print(f"{len(report['kernels'])} kernels checked ({report['summary']}), {len(report['resources'])} "
+          f"resource records, {len(RULES)} rules; {tools[0]}")
+    for f in failures:
+        print("FAIL:", f)
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        return 1
+    print("all SASS checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+// Kernels with known defects for check_sass.py --self-test: the checks must
+// report each of them (and not the clean one). Built for sm_80 only, SASS
+// without PTX (so the missing-PTX check fires too). Never launched.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+// Clean: 16-byte loads and stores.
+extern "C" __global__ void selftest_vec_copy(const uint4 *__restrict__ in, uint4 *__restrict__ out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i];
+}
+
+// Defect: 4-byte accesses where the rule asks for 16-byte ones.
+extern "C" __global__ void selftest_scalar_copy(const float *__restrict__ in, float *__restrict__ out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i];
+}
+
+// Defect: a dynamically indexed array lives in local memory.
+extern "C" __global__ void selftest_local_array(const int *__restrict__ idx, float *__restrict__ out) {
+    float a[512]; /* more than the 255 registers a thread may have */
+    for (int i = 0; i < 512; ++i) a[i] = out[i * blockDim.x + threadIdx.x];
+    a[idx[threadIdx.x] & 511] += 1.0f; /* dynamic indices: the array cannot live in registers */
+    out[threadIdx.x] = a[idx[threadIdx.x + 32] & 511];
+}
+
+// Defect for its rule: an f16 mma where the rule asks for bf16.
+extern "C" __global__ void selftest_mma(const uint32_t *__restrict__ ab, float *__restrict__ d) {
+    uint32_t a0 = ab[threadIdx.x], a1 = ab[threadIdx.x + 32], a2 = ab[threadIdx.x + 64], a3 = ab[threadIdx.x + 96];
+    uint32_t b0 = ab[threadIdx.x + 128], b1 = ab[threadIdx.x + 160];
+    float c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    d[threadIdx.x] = c0 + c1 + c2 + c3;
+}
+
+// Defect: no rule names it.
+extern "C" __global__ void selftest_unruled(float *out) { out[threadIdx.x] = 1.0f; }
