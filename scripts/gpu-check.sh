@@ -99,7 +99,8 @@ if want build; then
   fi
   stamp "configure for sm_$cuda_arch (${gen[1]:-default generator})"
   if ! timeout "$(left)" cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-       -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DFASTPATH_TSAN_TESTS=OFF "${cmake_deps[@]}" \
+       -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DFASTPATH_TSAN_TESTS=OFF \
+       -DFASTPATH_EMU_TESTS=OFF "${cmake_deps[@]}" \
        > "$logs/configure.log" 2>&1; then
     stamp "configure FAILED (logs/configure.log)"
     tail_into_summary "$logs/configure.log" 30
@@ -122,7 +123,8 @@ if [ $built -eq 1 ] && want_time tests 60; then
   # timing checks (copy bandwidth vs peak, graph vs plain) do not measure
   # each other.
   t=$(left)
-  # (label emu: CUDA code on the CPU emulation, for machines without a GPU; minutes of CPU here)
+  # (label emu: CUDA code on the CPU emulation, for machines without a GPU; not built here
+  # (FASTPATH_EMU_TESTS=OFF) and excluded for a build dir configured otherwise)
   timeout "$t" ctest --test-dir build-gpu --output-on-failure -LE "gpu|emu" -j "$FP_JOBS" > "$logs/ctest-cpu.log" 2>&1 &
   cpu_pid=$!
   timeout "$t" ctest --test-dir build-gpu --output-on-failure -L gpu -j 1 > "$logs/ctest-gpu.log" 2>&1

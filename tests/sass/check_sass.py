@@ -40,7 +40,7 @@ SKIP = 77
 # back to back: fewer than one group end per 4 HGMMA), "hgmma_overlap" (some
 # wait leaves one wgmma group in flight: softmax overlapped with the next
 # Q K^T, what the pipelined kernels are for).
-BASE = ("sm_80+",)  # every plain architecture from sm_80 on (sm_80, sm_90, sm_100, ...)
+BASE = ("sm_80+",)  # every architecture from sm_80 on (sm_80, sm_90, sm_90a, sm_100, ...)
 VEC_LOAD = {r"^LDG\.E\.128": 1}
 VEC_LOAD_STORE = {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1}
 RULES = [
@@ -162,12 +162,13 @@ def parse_archs(spec, sm90a):
 
 
 def expand(rarchs, archs):
-    """The architectures among archs that a rule's list names ("sm_80+": plain sm_80 and newer)."""
+    """The architectures among archs that a rule's list names ("sm_80+": sm_80 and newer,
+    arch-specific ones such as sm_90a included: a build for 90a compiles every kernel for it)."""
     out = set()
     for r in rarchs:
         if r.endswith("+"):
             least = int(r[3:-1])
-            out |= {a for a in archs if re.fullmatch(r"sm_\d+", a) and int(a[3:]) >= least}
+            out |= {a for a in archs if re.fullmatch(r"sm_\d+[a-z]?", a) and int(re.sub(r"\D", "", a)) >= least}
         elif r in archs:
             out.add(r)
     return out
