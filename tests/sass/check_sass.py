@@ -39,24 +39,26 @@ SKIP = 77
 # Extra checks: "hgmma_batched" (the k-steps of each wgmma group are issued
 # back to back: fewer than one group end per 4 HGMMA), "hgmma_overlap" (some
 # wait leaves one wgmma group in flight: softmax overlapped with the next
-# Q K^T, what the pipelined kernels are for).
+# Q K^T, what the pipelined kernels are for), "ex2_ftz" (the softmax's 2^x is
+# MUFU.EX2 alone: no FSETP against -126, the denormal fix-up exp2f wraps it in,
+# three extra instructions per score).
 BASE = ("sm_80+",)  # every architecture from sm_80 on (sm_80, sm_90, sm_90a, sm_100, ...)
 VEC_LOAD = {r"^LDG\.E\.128": 1}
 VEC_LOAD_STORE = {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1}
 RULES = [
     # flash attention, sm_80 path (mma.sync m16n8k16, ldmatrix, cp.async 16 B)
     ("flash fwd bf16 (mma.sync)", "attention", r"attention_flash_fwd_v[12]<__nv_bfloat16,", BASE,
-     {r"^HMMA\.16816\.F32\.BF16$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ()),
+     {r"^HMMA\.16816\.F32\.BF16$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz",)),
     ("flash fwd f16 (mma.sync)", "attention", r"attention_flash_fwd_v[12]<__half,", BASE,
-     {r"^HMMA\.16816\.F32$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ()),
+     {r"^HMMA\.16816\.F32$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz",)),
     # Hopper paths: wgmma (HGMMA) with operands in shared memory; v5 loads by TMA
     # under mbarriers (SYNCS); the pipelined v3 and v5 overlap softmax and wgmma.
     ("flash fwd v3 (wgmma)", "attention", r"attention_flash_fwd_v3<[^,]+, \d+, false>", ("sm_90a",),
-     {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched",)),
+     {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "ex2_ftz")),
     ("flash fwd v3 pipelined (wgmma)", "attention", r"attention_flash_fwd_v3<[^,]+, \d+, true>", ("sm_90a",),
-     {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "hgmma_overlap")),
+     {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz")),
     ("flash fwd v5 (wgmma + TMA)", "attention", r"attention_flash_fwd_v5<", ("sm_90a",),
-     {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4}, ("hgmma_batched", "hgmma_overlap")),
+     {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz")),
     ("split-KV combine", "attention", r"attention_split_combine_v1<", BASE + ("sm_90a",), {}, ()),
     # materialized baseline and helpers (the GEMMs are cuBLAS)
     ("attention baseline helpers", "attention",
@@ -151,14 +153,14 @@ def parse_res_usage(text):
 
 
 def parse_archs(spec, sm90a):
+    """(the project's architectures, those plus sm_90a when the Hopper-only objects are built)."""
     archs = set()
     for a in re.split(r"[;, ]+", spec.strip()):
         m = re.match(r"^(\d+)([a-z]?)", a)
         if m:
             archs.add("sm_" + m.group(1) + m.group(2))
-    if str(sm90a).lower() in ("1", "on", "true", "yes"):
-        archs.add("sm_90a")
-    return archs
+    extra = {"sm_90a"} if str(sm90a).lower() in ("1", "on", "true", "yes") else set()
+    return archs, archs | extra
 
 
 def expand(rarchs, archs):
@@ -175,7 +177,10 @@ def expand(rarchs, archs):
 
 
 def check(lib, archs, modules, rules, tools, report=None):
-    """The failures (strings) of the library against the rules; fills report (a dict) if given."""
+    """The failures (strings) of the library against the rules; fills report (a dict) if given.
+    archs: (the project's architectures, every one built) as parse_archs gives them; every
+    kernel is compiled for the first, only the *_sm90.cu ones for sm_90a beside them."""
+    project_archs, archs = archs
     cuobjdump, nvdisasm = tools
     env = dict(os.environ, NVDISASM_PATH=os.path.dirname(nvdisasm),
                PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
@@ -232,6 +237,11 @@ def check(lib, archs, modules, rules, tools, report=None):
             n = sum(c for op, c in ops.items() if re.search(pat, op))
             if n < least:
                 failures.append(f"[{arch}] {name} ({rname}): {n} instructions matching {pat}, needs >= {least}")
+        if "ex2_ftz" in extra:
+            fixups = sum(1 for op, rest in insns if op.startswith("FSETP") and re.search(r"-126\b", rest))
+            if fixups:
+                failures.append(f"[{arch}] {name}: {fixups} FSETP against -126: exp2f's denormal fix-up "
+                                f"around MUFU.EX2 (ex2.approx.ftz.f32 needs none)")
         hgmma = [rest for op, rest in insns if op.startswith("HGMMA")]
         if "hgmma_batched" in extra:
             ends = sum(1 for rest in hgmma if "gsb0" in rest)
@@ -244,7 +254,11 @@ def check(lib, archs, modules, rules, tools, report=None):
                 failures.append(f"[{arch}] {name}: every wgmma wait drains the pipeline "
                                 f"(waits: {sorted(set(waits))}); softmax no longer overlaps the next Q K^T")
     for rname, module, _, rarchs, _, _ in rules:
-        for a in sorted(expand(rarchs, archs & elf_archs)):
+        # "sm_80+" asks for the kernel on each project architecture; a named one
+        # (the Hopper-only "sm_90a") wherever it was built.
+        need = expand([r for r in rarchs if r.endswith("+")], project_archs & elf_archs)
+        need |= expand([r for r in rarchs if not r.endswith("+")], archs & elf_archs)
+        for a in sorted(need):
             if module in modules and matched[(rname, a)] == 0:
                 failures.append(f"rule '{rname}' matched no kernel on {a}: renamed or removed? "
                                 f"(update {os.path.basename(__file__)})")
@@ -263,6 +277,7 @@ SELFTEST_RULES = [
     ("spilling kernel", "core", r"^selftest_local_array", ("sm_80",), {}, ()),
     ("mma kernel", "core", r"^selftest_mma", ("sm_80",), {r"^HMMA\.16816\.F32\.BF16$": 1}, ()),
     ("a rule without kernel", "core", r"^selftest_missing", ("sm_80",), {}, ()),
+    ("exp2 without fix-up", "core", r"^selftest_exp2f", ("sm_80",), {r"^MUFU\.EX2$": 1}, ("ex2_ftz",)),
 ]
 SELFTEST_EXPECTED = [  # substrings, each in some failure
     "selftest_scalar_copy", "LDG\\.E\\.128", "STG\\.E\\.128",  # 4-byte accesses where 16-byte ones are required
@@ -271,10 +286,25 @@ SELFTEST_EXPECTED = [  # substrings, each in some failure
     "matched no kernel",  # the rule without a kernel
     "matches 0 rules",  # selftest_unruled
     "no PTX for sm_80",  # built as code=sm_80 only
+    "selftest_exp2f: ",  # exp2f's denormal fix-up where ex2.approx.ftz is required
 ]
 
 
 def self_test(tools, nvcc, workdir):
+    # the architecture bookkeeping: a default build (80;90 + the sm_90a objects) must not ask
+    # for every kernel on sm_90a; a 90a-only build compiles every kernel for sm_90a.
+    bad = []
+    if parse_archs("80;90", "ON") != ({"sm_80", "sm_90"}, {"sm_80", "sm_90", "sm_90a"}):
+        bad.append("parse_archs 80;90 + sm90a")
+    if parse_archs("90a", "1") != ({"sm_90a"}, {"sm_90a"}) or parse_archs("native", "0") != (set(), set()):
+        bad.append("parse_archs 90a / native")
+    if expand(("sm_80+",), {"sm_75", "sm_80", "sm_90", "sm_90a", "sm_100a"}) != {"sm_80", "sm_90", "sm_90a", "sm_100a"}:
+        bad.append("expand sm_80+")
+    if expand(("sm_90a",), {"sm_80", "sm_90"}) or expand(("sm_80+", "sm_90a"), {"sm_90a"}) != {"sm_90a"}:
+        bad.append("expand sm_90a")
+    if bad:
+        print("SELF-TEST FAILED: architecture bookkeeping:", bad)
+        return 1
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "selftest_kernels.cu")
     lib = os.path.join(workdir, "libsass_selftest.so")
     cmd = [nvcc, "-O3", "-gencode", "arch=compute_80,code=sm_80", "-shared", "-Xcompiler", "-fPIC",
@@ -283,7 +313,7 @@ def self_test(tools, nvcc, workdir):
     if r.returncode != 0:
         print(" ".join(cmd), "\n", r.stdout, r.stderr)
         return 1
-    failures = check(lib, {"sm_80"}, {"core"}, SELFTEST_RULES, tools)
+    failures = check(lib, ({"sm_80"}, {"sm_80"}), {"core"}, SELFTEST_RULES, tools)
     for f in failures:
         print("reported:", f)
     missing = [e for e in SELFTEST_EXPECTED if not any(e in f for f in failures)]

@@ -37,5 +37,9 @@ extern "C" __global__ void selftest_mma(const uint32_t *__restrict__ ab, float *
     d[threadIdx.x] = c0 + c1 + c2 + c3;
 }
 
+// Defect for its rule: exp2f (MUFU.EX2 inside a denormal fix-up) where the
+// rule asks for the bare instruction.
+extern "C" __global__ void selftest_exp2f(float *out) { out[threadIdx.x] = exp2f(out[threadIdx.x]); }
+
 // Defect: no rule names it.
 extern "C" __global__ void selftest_unruled(float *out) { out[threadIdx.x] = 1.0f; }
