@@ -35,7 +35,8 @@
 //   unfused              baseline: activation backward (g to dx); the same
 //                        norm backward on g, in place; dx += dres.
 // Versions (fp_norm_bwd_launch(desc, version, ...)): 1 = dx v1 + dparams v1;
-// 2 = dx v2 + dparams v2 where aligned, else 1; 3 = v3 (any of its modes)
+// 2 = dx v2 + dparams v2 where aligned (dx v1 for rows v2 cannot hold, with
+// dparams v2 still), else 1; 3 = v3 (any of its modes)
 // where its plan applies (aligned, cols <= 16384), else 2; 0 = 3 when
 // dgamma/dbeta/dbias are requested, else 2.
 // Run: tests/norm/test_norm_gpu, tests/norm/test_norm_bwd_v3_plan,
@@ -932,11 +933,11 @@ static size_t bwd_partial_floats(const fp_norm_bwd_desc &d, int version, int sm_
 template <typename T>
 static cudaError_t bwd_versioned(const fp_norm_bwd_desc &d, int version, int sm_count, float *partial,
                                  cudaStream_t stream) {
-    switch (bwd_resolve<T>(d, version)) {
-    case 3: return bwd_v3_dispatch<T>(d, sm_count, partial, stream);
-    case 1: return bwd_dispatch<T>(d, true, partial, stream);
-    default: return bwd_dispatch<T>(d, false, partial, stream);
-    }
+    if (version == 1) return bwd_dispatch<T>(d, true, partial, stream);  // v1 throughout, as asked
+    // Otherwise v3 where it applies; else dparams v2 where aligned (also for
+    // rows dx v2 cannot hold, > 16384 cols: launch_dx then takes v1 for dx alone).
+    if (bwd_resolve<T>(d, version) == 3) return bwd_v3_dispatch<T>(d, sm_count, partial, stream);
+    return bwd_dispatch<T>(d, false, partial, stream);
 }
 
 // ---------------------------------------------------------------------------

@@ -885,8 +885,8 @@ void bwd_expect(BwdCase &b, const BwdShape &s) {
     b.expect_dparams.clear();
     if (params) {
         if (used == 3) snprintf(k, sizeof k, "norm_bwd_reduce_v1<%s>", T);
-        else  // the fused launcher runs dparams v1 with dx v1, even where aligned (rows > 16384 cols)
-            snprintf(k, sizeof k, "norm_bwd_dparams<%s, %d>", T, (b.version >= 0 ? used == 1 : !vec) ? 1 : V);
+        else  // dparams v1 when asked for (version 1) or not aligned; v2 beside dx v1 on rows > 16384 cols
+            snprintf(k, sizeof k, "norm_bwd_dparams<%s, %d>", T, (b.version == 1 || !vec) ? 1 : V);
         b.expect_dparams = k;
     }
 }
