@@ -29,6 +29,9 @@ libfastpath; last_path is "fastpath" or "torch" for the latest call.
 Autograd: layer_norm / rms_norm / add_layer_norm / add_rms_norm are
 differentiable (backward by fp_norm_backward); attention falls back to torch
 when a gradient is needed.
+torch.compile: while Dynamo traces, the drop-ins emit the custom operators
+fastpath::norm_fwd / norm_bwd / sdpa (no graph break; see the section at the
+end of this file).
 """
 import collections
 import math
@@ -377,6 +380,8 @@ def _needs_grad(*ts):
 
 
 def _run_norm(kind, x, shape, weight, bias, eps):
+    if _compiling():
+        return _compiled_norm(kind, x, None, weight, bias, eps, "none", shape)[0]
     why = _check_norm(x, shape, weight, bias, eps)
     if why is None:
         cols = math.prod(shape)
@@ -418,6 +423,8 @@ def _run_add_norm(kind, x, residual, weight, bias, eps, activation):
     act = _activation_name(activation)
     cols = x.shape[-1]
     shape = (cols,)
+    if _compiling():
+        return _compiled_norm(kind, x, residual, weight, bias, eps, act, shape)
     why = _check_norm(x, shape, weight, bias, eps, residual)
     if why is None:
         try:
@@ -553,6 +560,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     gradients and other cases run torch's implementation (see the module
     counters). The result is a (batch, heads, seq, dim) view of a
     (batch, seq, heads, dim) buffer."""
+    if _compiling():
+        return _compiled_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     why = None
     if attn_mask is not None:
         why = "attn_mask given"
@@ -754,3 +763,151 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
         raise
     _ran()
     return (out, lse) if return_lse else out
+
+
+# ---------------------------------------------------------------------------
+# torch.compile: the drop-ins as custom operators
+# ---------------------------------------------------------------------------
+# Eager calls take the plain Python path above (the dispatcher of a custom
+# operator costs more than the library call on small tensors). While Dynamo
+# traces (torch.compile), the drop-ins emit the operators below instead: the
+# ctypes call (data pointers) cannot be traced, so it would break the graph
+# (fullgraph=True would refuse it) and keep the CUDA-graph modes out. The
+# choice between libfastpath and torch is made at trace time from what the
+# graph's guards fix (dtype, device, shapes, strides, requires_grad); a call
+# the library still refuses at run time (CUDA alignment) runs torch's
+# implementation inside the operator, laid out as the fake one says.
+# attention_with_kvcache stays a graph break (it reads cache_seqlens on CPU).
+
+_COMPILE_OPS = hasattr(torch, "library") and hasattr(torch.library, "custom_op") and \
+    hasattr(torch.library, "register_autograd") and hasattr(torch, "compiler") and \
+    hasattr(torch.compiler, "is_compiling")
+
+
+def _compiling():
+    return _COMPILE_OPS and torch.compiler.is_compiling()
+
+
+def _no_tensor(like, dtype=None):
+    """The stand-in for an absent output (custom operators return tensors)."""
+    return like.new_empty(0, dtype=dtype)
+
+
+if _COMPILE_OPS:
+    from typing import Optional, Tuple
+
+    @torch.library.custom_op("fastpath::norm_fwd", mutates_args=())
+    def _op_norm_fwd(x: torch.Tensor, residual: Optional[torch.Tensor], weight: Optional[torch.Tensor],
+                     bias: Optional[torch.Tensor], kind: str, activation: str, eps: float, cols: int,
+                     want_stats: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(out, x + residual or empty, mean or empty, rstd or empty) of the fused norm of a dense x."""
+        out, s, mean, rstd = _norm_forward_cols(kind, activation, x, residual, weight, bias, eps,
+                                                want_stats, cols)
+        _ran()
+        f32 = torch.float32
+        return (out, s if s is not None else _no_tensor(x), mean if mean is not None else _no_tensor(x, f32),
+                rstd if rstd is not None else _no_tensor(x, f32))
+
+    @_op_norm_fwd.register_fake
+    def _(x, residual, weight, bias, kind, activation, eps, cols, want_stats):
+        rows = x.numel() // cols
+        f32 = torch.float32
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        s = torch.empty_like(x, memory_format=torch.contiguous_format) if residual is not None else _no_tensor(x)
+        mean = x.new_empty(rows, dtype=f32) if want_stats and kind == "layernorm" else _no_tensor(x, f32)
+        rstd = x.new_empty(rows, dtype=f32) if want_stats else _no_tensor(x, f32)
+        return out, s, mean, rstd
+
+    @torch.library.custom_op("fastpath::norm_bwd", mutates_args=())
+    def _op_norm_bwd(g_out: torch.Tensor, s: torch.Tensor, weight: Optional[torch.Tensor],
+                     bias: Optional[torch.Tensor], mean: torch.Tensor, rstd: torch.Tensor,
+                     g_res: Optional[torch.Tensor], kind: str, activation: str, cols: int, need_w: bool,
+                     need_b: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(dx, dweight or empty, dbias or empty) by fp_norm_backward; s is the dense normalized input."""
+        dx, dw, db = _norm_backward(kind, activation, cols, g_out, s, weight, bias,
+                                    mean if mean.numel() else None, rstd, g_res, need_w, need_b)
+        return dx, dw if dw is not None else _no_tensor(s), db if db is not None else _no_tensor(s)
+
+    @_op_norm_bwd.register_fake
+    def _(g_out, s, weight, bias, mean, rstd, g_res, kind, activation, cols, need_w, need_b):
+        dx = torch.empty_like(s, memory_format=torch.contiguous_format)
+        dw = torch.empty_like(weight) if (need_w and weight is not None) else _no_tensor(s)
+        db = torch.empty_like(bias) if (need_b and bias is not None) else _no_tensor(s)
+        return dx, dw, db
+
+    def _norm_fwd_setup(ctx, inputs, output):
+        x, residual, weight, bias, kind, activation, eps, cols, want_stats = inputs
+        out, s, mean, rstd = output
+        ctx.mark_non_differentiable(mean, rstd)
+        # the dense normalized input: the sum with a residual, else x (dense: see _compiled_norm)
+        ctx.save_for_backward(s if residual is not None else x, weight, bias, mean, rstd)
+        ctx.kind, ctx.activation, ctx.cols, ctx.residual = kind, activation, cols, residual is not None
+
+    def _norm_fwd_backward(ctx, g_out, g_s, g_mean, g_rstd):
+        s, weight, bias, mean, rstd = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        if g_out is None:
+            g_out = torch.zeros_like(s)
+        g_res = g_s if (ctx.residual and g_s is not None and g_s.numel()) else None
+        dx, dw, db = torch.ops.fastpath.norm_bwd(g_out.contiguous(), s, weight, bias, mean, rstd,
+                                                 None if g_res is None else g_res.contiguous(), ctx.kind,
+                                                 ctx.activation, ctx.cols, bool(need[2]), bool(need[3]))
+        return (dx if need[0] else None, dx if (ctx.residual and need[1]) else None,
+                dw if (need[2] and weight is not None) else None,
+                db if (need[3] and bias is not None) else None, None, None, None, None, None)
+
+    torch.library.register_autograd("fastpath::norm_fwd", _norm_fwd_backward, setup_context=_norm_fwd_setup)
+
+    @torch.library.custom_op("fastpath::sdpa", mutates_args=())
+    def _op_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
+                 scale: Optional[float], enable_gqa: bool) -> torch.Tensor:
+        """scaled_dot_product_attention (no mask, no dropout, no grad) in the fast path's layout."""
+        try:
+            out = _sdpa_fast(query, key, value, is_causal, scale, enable_gqa)
+            _ran()
+            return out
+        except _Unsupported as e:
+            _fallback(str(e))
+        ref = _torch_sdpa(query, key, value, None, 0.0, is_causal, scale, enable_gqa)
+        out = _sdpa_layout(query)
+        out.copy_(ref)
+        return out
+
+    def _sdpa_layout(query):
+        """An empty output as _sdpa_fast returns it: a (B, H, L, D) view of (B, L, H, D)."""
+        if query.dim() == 3:
+            return torch.empty_like(query, memory_format=torch.contiguous_format)
+        B, H, L, D = query.shape
+        return query.new_empty(B, L, H, D).transpose(1, 2)
+
+    @_op_sdpa.register_fake
+    def _(query, key, value, is_causal, scale, enable_gqa):
+        return _sdpa_layout(query)
+
+
+def _compiled_norm(kind, x, residual, weight, bias, eps, act, shape):
+    """While Dynamo traces: (out, s) by fastpath::norm_fwd where the library
+    takes the call, else torch's ops (traced into the graph)."""
+    why = _check_norm(x, shape, weight, bias, eps, residual)
+    if why is None and x.numel() and x.is_contiguous() and (residual is None or residual.is_contiguous()):
+        want = _needs_grad(x, residual, weight, bias)
+        out, s, _, _ = torch.ops.fastpath.norm_fwd(x, residual, weight, bias, kind, act, float(eps),
+                                                   math.prod(shape), want)
+        return out, (s if residual is not None else x)
+    s = x if residual is None else x + residual
+    return _TORCH_ACT[act](_torch_norm(kind, s, shape, weight, bias, eps)), s
+
+
+def _compiled_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """While Dynamo traces: fastpath::sdpa for what _sdpa_fast may take (its
+    checks that need no data pointer), else torch's op."""
+    ok = (attn_mask is None and dropout_p == 0.0 and not _needs_grad(query, key, value)
+          and _attn.available() and query.dtype in _DTYPES and key.dtype == query.dtype
+          and value.dtype == query.dtype and _supported_device(query) and key.device == query.device
+          and value.device == query.device and query.dim() == key.dim() == value.dim()
+          and query.dim() in (3, 4) and query.numel() and key.numel()
+          and query.shape[-1] % 8 == 0 and 8 <= query.shape[-1] <= 256)
+    if ok:
+        return torch.ops.fastpath.sdpa(query, key, value, bool(is_causal),
+                                       None if scale is None else float(scale), bool(enable_gqa))
+    return _torch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
