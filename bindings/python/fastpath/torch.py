@@ -30,7 +30,7 @@ Autograd: layer_norm / rms_norm / add_layer_norm / add_rms_norm are
 differentiable (backward by fp_norm_backward); attention falls back to torch
 when a gradient is needed.
 torch.compile: while Dynamo traces, the drop-ins emit the custom operators
-fastpath::norm_fwd / norm_bwd / sdpa (no graph break; see the section at the
+fastpath::norm_fwd / norm_bwd / sdpa / attention_kvcache (no graph break; see the section at the
 end of this file).
 """
 import collections
@@ -654,6 +654,9 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     autograd (inputs requiring grad are refused). Anything else raises
     TypeError (types, dtypes) or ValueError (shapes, strides, devices,
     values); there is no fallback to torch."""
+    if _compiling():
+        return _compiled_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal,
+                                 window_size, return_lse)
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -777,7 +780,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
 # graph's guards fix (dtype, device, shapes, strides, requires_grad); a call
 # the library still refuses at run time (CUDA alignment) runs torch's
 # implementation inside the operator, laid out as the fake one says.
-# attention_with_kvcache stays a graph break (it reads cache_seqlens on CPU).
+# attention_with_kvcache becomes fastpath::attention_kvcache, whose eager body
+# makes every check when the graph runs (its errors surface then).
 
 _COMPILE_OPS = hasattr(torch, "library") and hasattr(torch.library, "custom_op") and \
     hasattr(torch.library, "register_autograd") and hasattr(torch, "compiler") and \
@@ -883,6 +887,53 @@ if _COMPILE_OPS:
     @_op_sdpa.register_fake
     def _(query, key, value, is_causal, scale, enable_gqa):
         return _sdpa_layout(query)
+
+
+    @torch.library.custom_op("fastpath::attention_kvcache", mutates_args=())
+    def _op_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    cache_seqlens: Optional[torch.Tensor], cache_seqlen: int, block_table: Optional[torch.Tensor],
+                    softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
+                    return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        """attention_with_kvcache (cache_seqlen >= 0: one length for every sequence); lse empty unless asked."""
+        lens = cache_seqlens if cache_seqlens is not None else (cache_seqlen if cache_seqlen >= 0 else None)
+        r = attention_with_kvcache(q, k_cache, v_cache, lens, block_table, softmax_scale, causal,
+                                   (window_left, window_right), return_lse)
+        return r if return_lse else (r, _no_tensor(q, torch.float32))
+
+    @_op_kvcache.register_fake
+    def _(q, k_cache, v_cache, cache_seqlens, cache_seqlen, block_table, softmax_scale, causal, window_left,
+          window_right, return_lse):
+        B, Lq, Hq, D = q.shape
+        lse = q.new_empty(B, Hq, Lq, dtype=torch.float32) if return_lse else _no_tensor(q, torch.float32)
+        return q.new_empty(B, Lq, Hq, D), lse
+
+
+def _compiled_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, window_size,
+                      return_lse):
+    """While Dynamo traces: fastpath::attention_kvcache (the argument types
+    checked here, the rest by the eager body when the graph runs)."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dim() != 4:
+        raise ValueError("q, k_cache, v_cache must be 4-d")
+    try:
+        wl, wr = (int(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise TypeError(f"window_size must be a pair of ints, got {window_size!r}") from None
+    lens_t, lens_i = None, -1
+    if isinstance(cache_seqlens, torch.Tensor):
+        lens_t = cache_seqlens
+    elif cache_seqlens is not None:
+        if isinstance(cache_seqlens, bool) or not isinstance(cache_seqlens, numbers.Integral):
+            raise TypeError("cache_seqlens must be an int or an int32 tensor")
+        if cache_seqlens < 0:
+            raise ValueError(f"cache_seqlens {cache_seqlens} is negative")
+        lens_i = int(cache_seqlens)
+    out, lse = torch.ops.fastpath.attention_kvcache(
+        q, k_cache, v_cache, lens_t, lens_i, block_table,
+        None if softmax_scale is None else float(softmax_scale), bool(causal), wl, wr, bool(return_lse))
+    return (out, lse) if return_lse else out
 
 
 def _compiled_norm(kind, x, residual, weight, bias, eps, act, shape):
