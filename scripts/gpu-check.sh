@@ -185,7 +185,7 @@ if [ $built -eq 1 ] && want_time python 30; then
     # Two thirds of the time for the drop-ins (norm, SDPA), the rest for the
     # allocator beside torch's (--pluggable: torch running on libfastpath).
     t=$(( $(left) * 2 / 3 ))
-    timeout "$t" python3 benchmarks/python/bench_torch.py --json "$out/python-bench.json" \
+    timeout "$t" python3 benchmarks/python/bench_torch.py --compiled --json "$out/python-bench.json" \
       > "$out/python-bench.txt" 2>&1
     r=$?
     [ $r -ne 0 ] && rc=1

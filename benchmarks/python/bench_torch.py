@@ -16,6 +16,10 @@ Cases (bf16):
         hidden 2048 (head_dim 64: 32 heads, 128: 16 heads), seqlen 1k..8k with
         batch * seqlen = 16k tokens, causal and not; q, k, v are
         (batch, heads, seq, dim) views of (batch, seq, heads, dim) buffers
+With --compiled, norm and rms also time torch.compile (inductor) of the eager
+code, the strongest PyTorch baseline (its own fused kernel), and the drop-in
+inside a compiled graph (fields torch_compiled_median_ms,
+fastpath_compiled_median_ms, speedup_vs_compiled).
 Timing: CUDA events around each call on the current stream, after warm-up;
 the median over --iters runs. Errors: max |out - ref| against a float32
 reference on the same (bf16) inputs (for sdpa on the first batch entry), for
@@ -143,7 +147,37 @@ def bench_norm(torch, F, fpt, args, kind):
         out_eager = eager()
         t_fast = median_ms(torch, fast, args.warmup, args.iters)
         t_eager = median_ms(torch, eager, args.warmup, args.iters)
-        rows_out.append({
+        extra = {}
+        if args.compiled:
+            # torch.compile of the same eager code (inductor: its own fused kernel),
+            # compiled once per op with dynamic shapes; and the drop-in compiled
+            # (the fastpath operator inside a compiled graph).
+            def on_args(kind_fn):
+                if kind == "norm":
+                    return lambda x, r, w, b: kind_fn(x, r, w, b)
+                return lambda x, r, w, b: kind_fn(x, None, w, None)
+
+            def eager_args(x, r, w, b):
+                if r is None:
+                    return F.rms_norm(x, (x.shape[-1],), w, 1e-6) if have_rms else None
+                return F.gelu(F.layer_norm(x + r, (x.shape[-1],), w, b, 1e-5))
+
+            def fast_args(x, r, w, b):
+                if r is None:
+                    return fpt.rms_norm(x, (x.shape[-1],), w, 1e-6)
+                return fpt.add_layer_norm(x, r, w, b, 1e-5, activation="gelu")[0]
+
+            ce = compiled_fn(torch, ("eager", op), on_args(eager_args))
+            cf = compiled_fn(torch, ("fast", op), on_args(fast_args))
+            comp, comp_fast = (lambda: ce(x, r, w, b)), (lambda: cf(x, r, w, b))
+            out_comp = comp()
+            comp_fast()
+            t_comp = median_ms(torch, comp, args.warmup, args.iters)
+            t_comp_fast = median_ms(torch, comp_fast, args.warmup, args.iters)
+            extra = {"torch_compiled_median_ms": t_comp, "fastpath_compiled_median_ms": t_comp_fast,
+                     "speedup_vs_compiled": t_comp / t_fast if t_fast > 0 else None,
+                     "torch_compiled_max_err": max_err(out_comp, ref)}
+        rows_out.append({**extra,
             "op": op, "shape": [R, C], "dtype": "bf16",
             "fastpath_median_ms": t_fast, "torch_median_ms": t_eager,
             "speedup": t_eager / t_fast if t_fast > 0 else None,
@@ -152,6 +186,18 @@ def bench_norm(torch, F, fpt, args, kind):
             "path": path, "fallback_reason": reason if path != "fastpath" else None,
         })
     return rows_out
+
+
+_COMPILED = {}
+
+
+def compiled_fn(torch, key, fn):
+    """torch.compile(fn) (inductor, dynamic shapes), made once per key: the
+    tensors are arguments, so one compiled graph serves every shape."""
+    c = _COMPILED.get(key)
+    if c is None:
+        c = _COMPILED[key] = torch.compile(fn, dynamic=True)
+    return c
 
 
 def flash_only(torch):
@@ -237,6 +283,10 @@ def print_table(cases):
         print(f"{c['op']:<20} {shape:<24} {causal:<6} {c['fastpath_median_ms']:>12.4f} "
               f"{c['torch_median_ms']:>10.4f} {c['speedup']:>7.2f}x {c['fastpath_max_err']:>9.2e} "
               f"{c['torch_max_err']:>9.2e}  {path}")
+        if "torch_compiled_median_ms" in c:
+            print(f"{'  compiled':<20} {shape:<24} {'':<6} {c['fastpath_compiled_median_ms']:>12.4f} "
+                  f"{c['torch_compiled_median_ms']:>10.4f} {c['speedup_vs_compiled']:>7.2f}x "
+                  f"{'':>9} {c['torch_compiled_max_err']:>9.2e}  (torch.compile: inductor vs the drop-in)")
 
 
 def main(argv=None):
@@ -246,6 +296,9 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--quick", action="store_true", help="fewer iterations and seqlens")
+    ap.add_argument("--compiled", action="store_true",
+                    help="norm / rms also against torch.compile of the eager code (inductor's fused "
+                         "kernel) and with the drop-in inside a compiled graph")
     ap.add_argument("--smoke-cpu", action="store_true",
                     help="tiny shapes on the CPU: checks this script, measures nothing useful")
     args = ap.parse_args(argv)

@@ -26,8 +26,8 @@ def test_smoke_cpu_writes_json(tmp_path):
     if not (fastpath.norm.available() and fastpath.attention.available()):
         pytest.skip("built without norm or attention")
     out = tmp_path / "bench.json"
-    r = subprocess.run([sys.executable, str(SCRIPT), "--smoke-cpu", "--json", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, str(SCRIPT), "--smoke-cpu", "--compiled", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
     assert doc["schema"] == "fastbench-python/1" and doc["git_commit"] and doc["date"]
@@ -37,6 +37,9 @@ def test_smoke_cpu_writes_json(tmp_path):
         assert c["path"] == "fastpath", c
         assert c["fastpath_median_ms"] > 0 and c["speedup"] > 0
         assert c["fastpath_max_err"] < 0.05
+        if c["op"] != "sdpa":  # --compiled: inductor's kernel and the drop-in in a compiled graph
+            assert c["torch_compiled_median_ms"] > 0 and c["fastpath_compiled_median_ms"] > 0
+            assert c["torch_compiled_max_err"] < 0.05
 
 
 def test_bench_overhead_smoke():
