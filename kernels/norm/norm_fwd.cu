@@ -1,19 +1,28 @@
 // Fused forward of LayerNorm / RMSNorm with residual add, affine, bias and
 // activation, plus the unfused baseline used by fp_norm_validate.
 //
-// Kernel versions (fp_norm_fwd_launch(desc, version, stream); 0 = automatic):
+// Kernel versions (fp_norm_fwd_launch(desc, version, stream)): 0 = automatic
+// (v2 where the row fits its registers, else v3, else v1); 1, 2, 3 ask for
+// that kernel, v1 where it does not apply:
 //   norm_fwd_v1  any shape, any alignment: a block per row, scalar loads, the
 //                row re-read through L1/L2 for each of its three passes (sum,
 //                squared deviations, output). Fallback for misaligned
 //                pointers, cols or strides not a multiple of the vector width,
-//                and rows too long for registers.
+//                and rows too long for v2 and v3.
 //   norm_fwd_v2  the row in registers: 16-byte vector loads, NV vectors per
 //                thread, blockDim.x threads per row: a warp per row (4 rows
 //                per block) when the row fits 32 threads x 4 vectors, else a
 //                block per row (<= 512 threads). Two-pass variance over the
 //                registers; one read of x/residual, one write of out/res_out.
+//   norm_fwd_v3  rows beyond v2's registers (aligned, > 512 threads x 32
+//                elements): the row's s = x (+ residual) staged in shared
+//                memory in T (exact: s is rounded to T), 16-byte vectors, a
+//                block of 512 threads per row; one read of x/residual, one
+//                write of out/res_out as v2 (v1 reads the row three times).
+//                Rows up to the device's opt-in shared memory (H100 227 KB:
+//                ~116K 16-bit or ~58K f32 cols).
 //   unfused      baseline: elementwise add (vectorized when aligned); norm
-//                (norm_fwd_v2/v1 with nothing fused); elementwise affine;
+//                (norm_fwd_v2/v3/v1 with nothing fused); elementwise affine;
 //                elementwise activation. Each step re-reads the tensor.
 // Run: tests/norm/test_norm_gpu (correctness, every version), fastbench
 // --scenario norm/... (timing, fused vs unfused).
@@ -192,6 +201,105 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_d
 }
 
 // ---------------------------------------------------------------------------
+// v3: the row staged in shared memory, 16-byte vectors
+// ---------------------------------------------------------------------------
+constexpr int kV3Threads = 512;
+
+// A block per row (a block-stride loop beyond gridDim.x). Each thread owns
+// the same vectors j = threadIdx.x + k * blockDim.x in all three passes, so
+// its staged cells need no barrier; row_sum's barriers keep red_smem safe.
+template <typename T>
+__global__ void __launch_bounds__(kV3Threads) norm_fwd_v3(const fp_norm_fwd_desc d) {
+    constexpr int V = Vec<T>::N;
+    extern __shared__ uint4 fwd_stage_smem[];  // cols / V vectors of s
+    __shared__ float red_smem[32];
+    const int nvec = (int)(d.cols / V);
+    const float inv_n = 1.0f / (float)d.cols;
+    const T *gamma = static_cast<const T *>(d.gamma);
+    const T *beta = static_cast<const T *>(d.beta);
+    const T *bias = static_cast<const T *>(d.bias);
+    for (int64_t row = blockIdx.x; row < d.rows; row += gridDim.x) {
+        const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
+        const T *res = d.res ? static_cast<const T *>(d.res) + row * d.res_stride : nullptr;
+        T *res_out = d.res_out ? static_cast<T *>(d.res_out) + row * d.res_out_stride : nullptr;
+        T *out = static_cast<T *>(d.out) + row * d.out_stride;
+        // As v2: shift = x[0] before any write of this row (they follow row_sum).
+        const float shift = d.kind == KIND_LAYERNORM ? to_f(x[0]) : 0.0f;
+        float acc = 0.0f;
+#pragma unroll 4
+        for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+            float sv[V];
+            unpack<T>(ldg16(x + (int64_t)j * V), sv);
+            if (res) {
+                float r[V];
+                unpack<T>(ldg16(res + (int64_t)j * V), r);
+#pragma unroll
+                for (int e = 0; e < V; ++e) sv[e] = round_to<T>(sv[e] + r[e]);
+            }
+            const uint4 packed = pack<T>(sv);  // exact: sv holds T values
+            if (res_out) stg16(res_out + (int64_t)j * V, packed);
+            fwd_stage_smem[j] = packed;
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc += sv[e] - shift;
+        }
+        float mean = 0.0f;  // of s - shift
+        if (d.kind == KIND_LAYERNORM) mean = row_sum(acc, red_smem) * inv_n;
+        acc = 0.0f;
+#pragma unroll 4
+        for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+            float sv[V];
+            const uint4 u = fwd_stage_smem[j];  // one 16-byte LDS, not the vector's halves
+            unpack<T>(u, sv);
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                const float t = (sv[e] - shift) - mean;
+                acc += t * t;
+            }
+        }
+        const float rstd = rsqrtf(row_sum(acc, red_smem) * inv_n + d.eps);
+        if (threadIdx.x == 0) {
+            if (d.mean) d.mean[row] = shift + mean;
+            if (d.rstd) d.rstd[row] = rstd;
+        }
+#pragma unroll 2
+        for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+            float y[V], p[V];
+            const uint4 u = fwd_stage_smem[j];
+            unpack<T>(u, y);
+#pragma unroll
+            for (int e = 0; e < V; ++e) y[e] = ((y[e] - shift) - mean) * rstd;
+            if (gamma) {
+                unpack<T>(ldg16(gamma + (int64_t)j * V), p);
+#pragma unroll
+                for (int e = 0; e < V; ++e) y[e] *= p[e];
+            }
+            if (beta || bias) {
+                float sh[V];
+#pragma unroll
+                for (int e = 0; e < V; ++e) sh[e] = 0.0f;
+                if (beta) {
+                    unpack<T>(ldg16(beta + (int64_t)j * V), p);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) sh[e] = p[e];
+                }
+                if (bias) {
+                    unpack<T>(ldg16(bias + (int64_t)j * V), p);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) sh[e] += p[e];
+                }
+#pragma unroll
+                for (int e = 0; e < V; ++e) y[e] += sh[e];
+            }
+            if (d.act != ACT_NONE) {
+#pragma unroll
+                for (int e = 0; e < V; ++e) y[e] = act_f(d.act, y[e]);
+            }
+            stg16(out + (int64_t)j * V, pack<T>(y));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Unfused baseline: one elementwise kernel per step (op is uniform).
 // ---------------------------------------------------------------------------
 enum { EW_ADD = 0, EW_AFFINE = 1, EW_ACT = 2 };
@@ -293,7 +401,7 @@ static void launch_v2_nv(const fp_norm_fwd_desc &d, dim3 grid, dim3 block, cudaS
 }
 
 // Picks NV (vectors per thread) and threads per row; false if the row does
-// not fit the registers of one block (then v1 runs).
+// not fit the registers of one block (then v3 or v1 runs).
 template <typename T>
 static bool launch_v2(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_t *err) {
     constexpr int V = Vec<T>::N;
@@ -326,11 +434,37 @@ static bool launch_v2(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_
     return true;
 }
 
+// v3 for an aligned d: false (v1 runs) when the staged row exceeds the
+// device's opt-in shared memory (less the static red_smem).
+template <typename T>
+static bool launch_v3(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_t *err) {
+    const size_t smem = (size_t)d.cols * sizeof(T);
+    if (smem > 48 * 1024) {
+        int dev = 0, limit = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+            (void)cudaGetLastError();  // not sticky: v1 runs instead
+            return false;
+        }
+        const size_t avail = (size_t)limit - 32 * sizeof(float);
+        if (smem > avail) return false;
+        // Always the device's whole opt-in: a per-call value would race with
+        // another host thread launching this kernel for other cols.
+        if ((*err = cudaFuncSetAttribute(norm_fwd_v3<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)avail)) != cudaSuccess)
+            return true;
+    }
+    norm_fwd_v3<T><<<v1_grid(d.rows), kV3Threads, smem, stream>>>(d);
+    *err = cudaGetLastError();
+    return true;
+}
+
 template <typename T>
 static cudaError_t fwd_dispatch(const fp_norm_fwd_desc &d, int version, cudaStream_t stream) {
     if (version != 1 && fwd_vectorizable(d, Vec<T>::N)) {
         cudaError_t err = cudaSuccess;
-        if (launch_v2<T>(d, stream, &err)) return err;
+        if (version != 3 && launch_v2<T>(d, stream, &err)) return err;
+        if (version != 2 && launch_v3<T>(d, stream, &err)) return err;
     }
     return launch_v1<T>(d, stream);
 }

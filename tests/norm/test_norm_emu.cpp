@@ -398,10 +398,11 @@ void run_fwd(const FwdCase &f, uint64_t seed) {
     finish(c);
 }
 
-// Expected forward kernel per dtype class: 0 = v1, NV > 0 = v2<T, NV>.
+// Expected forward kernel per dtype class: 0 = v1, NV > 0 = v2<T, NV>, -1 = v3.
 std::string fwd_kernel(int dt, int nv) {
     char b[96];
     if (nv == 0) snprintf(b, sizeof b, "norm_fwd_v1<%s>", dt_type(dt));
+    else if (nv < 0) snprintf(b, sizeof b, "norm_fwd_v3<%s>", dt_type(dt));
     else snprintf(b, sizeof b, "norm_fwd_v2<%s, %d>", dt_type(dt), nv);
     return b;
 }
@@ -500,8 +501,16 @@ void test_forward() {
         {2, 8192, 0, 0, 0, 4, 2, "block NV 4 / NV 2 (512 threads)"},
         {2, 12288, 0, 0, 0, 8, 4, "block NV 8 / NV 4 (384 threads)"},
         {2, 16384, 0, 0, 0, 8, 4, "v2 at its largest: 512 threads x 32 elements"},
-        {2, 16392, 0, 0, 0, 0, 0, "one vector more: v1"},
-        {1, 40000, 0, 0, 0, 0, 0, "long rows: v1"},
+        {2, 16392, 0, 0, 0, -1, -1, "one vector more: v3, the row staged in shared memory"},
+        {3, 18432, 0, 0, 0, -1, -1, "hidden 18432: v3 (f32 72 KB: the opt-in)"},
+        {1, 40000, 0, 0, 0, -1, -1, "long rows: v3 (f32 160 KB, 16-bit 80 KB)"},
+        {1, 59000, 0, 0, 0, 0, -1, "f32 236 KB beyond the 227 KB opt-in: v1; 16-bit 118 KB: v3"},
+        {1, 120000, 0, 0, 0, 0, 0, "beyond shared memory (16-bit 240 KB): v1"},
+        {2, 16392, 0, 0, 2, 0, 0, "v2 asked for on a row beyond it: v1"},
+        {3, 4096, 0, 0, 3, -1, -1, "v3 asked for on a v2 shape"},
+        {9, 24, 8, 0, 3, -1, -1, "v3 asked for: short strided rows (3 / 6 of 512 threads busy)"},
+        {3, 2056, 0, 0, 3, -1, -1, "v3 asked for: vectors not a multiple of 512"},
+        {3, 256, 0, 1, 3, 0, 0, "v3 asked for, misaligned: v1"},
         {3, 256, 0, 1, 0, 0, 0, "misaligned pointers: v1"},
         {3, 256, 1, 0, 0, 0, 0, "aligned base, stride not a vector multiple: v1"},
         {3, 264, 8, 0, 2, 4, 2, "v2 explicitly, strided: f32 warp NV 4, 16-bit NV 2"},
@@ -578,11 +587,11 @@ void test_forward_misaligned_one() {
 // out aliasing x, residual_out aliasing residual: as separate buffers
 // (checked against the reference with the original inputs).
 void test_forward_in_place() {
-    static const int64_t shapes[][2] = {{9, 100}, {3, 768}, {2, 4096}, {3, 1537}, {2, 16384}};
+    static const int64_t shapes[][2] = {{9, 100}, {3, 768}, {2, 4096}, {3, 1537}, {2, 16384}, {2, 20000}};
     uint64_t seed = 3000;
     for (const auto &sh : shapes)
         for (int di = 0; di < 3; ++di)
-            for (int version = -1; version <= 2; ++version) {
+            for (int version = -1; version <= 3; ++version) {
                 FwdCase f;
                 f.dt = kDtypes[di];
                 f.rows = sh[0];
@@ -1059,6 +1068,28 @@ void test_backward_devices() {
     }
 }
 
+// Forward v3 where the opt-in shared memory is smaller: an A100 (163 KB: a
+// staged f32 row of 40000 cols, 160 KB, fits) and a 99 KB device (it does
+// not: v1; the 16-bit row, 80 KB, still takes v3).
+void test_forward_devices() {
+    uint64_t seed = 8500;
+    const fp_emu::DeviceProfile a100 = {8, 0, 108, 1024, 2048, 48 * 1024, 163 * 1024, 164 * 1024, 65536};
+    const fp_emu::DeviceProfile sm86 = {8, 6, 84, 1024, 1536, 48 * 1024, 99 * 1024, 100 * 1024, 65536};
+    for (int dev = 0; dev < 2; ++dev) {
+        DeviceScope scope(dev == 0 ? a100 : sm86);
+        for (int di = 0; di < 3; ++di) {
+            FwdCase f;
+            f.dt = kDtypes[di];
+            f.rows = 2;
+            f.cols = 40000;
+            f.act = FP_NORM_ACT_GELU_TANH;
+            f.res = f.res_out = f.gamma = f.beta = f.stats = true;
+            f.expect = fwd_kernel(f.dt, (f.dt == F32 && dev == 1) ? 0 : -1);
+            run_fwd(f, seed++);
+        }
+    }
+}
+
 // dx aliasing dout (documented as allowed) for every version and dx kernel
 // mode: versions 1 and 2 re-read dout for dgamma/dbeta, so that pass must
 // run before dx is written.
@@ -1166,6 +1197,8 @@ int main(int argc, char **argv) {
     lap("forward one misaligned");
     test_forward_in_place();
     lap("forward in place");
+    test_forward_devices();
+    lap("forward other devices");
     test_backward();
     lap("backward");
     test_backward_persistent();

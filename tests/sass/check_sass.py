@@ -41,7 +41,9 @@ SKIP = 77
 # wait leaves one wgmma group in flight: softmax overlapped with the next
 # Q K^T, what the pipelined kernels are for), "ex2_ftz" (the softmax's 2^x is
 # MUFU.EX2 alone: no FSETP against -126, the denormal fix-up exp2f wraps it in,
-# three extra instructions per score).
+# three extra instructions per score), "no_narrow_lds" (the staged row is read
+# back as 16-byte vectors: no LDS.U16 / LDS.U8, as ptxas emits when a vector
+# is unpacked straight from shared memory).
 BASE = ("sm_80+",)  # every architecture from sm_80 on (sm_80, sm_90, sm_90a, sm_100, ...)
 VEC_LOAD = {r"^LDG\.E\.128": 1}
 VEC_LOAD_STORE = {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1}
@@ -65,6 +67,8 @@ RULES = [
      r"attention_(zero_rows|masked_softmax|rowwise|gather_pages)_v0<", BASE, {}, ()),
     # norm: the vector kernels move rows in 16-byte loads and stores
     ("norm fwd vector", "norm", r"fpnorm::norm_fwd_v2<", BASE, VEC_LOAD_STORE, ()),
+    ("norm fwd staged row", "norm", r"fpnorm::norm_fwd_v3<", BASE,
+     dict(VEC_LOAD_STORE, **{r"^STS\.128": 1, r"^LDS\.128": 2}), ("no_narrow_lds",)),
     ("norm bwd dx vector", "norm", r"fpnorm::norm_bwd_dx_v2<", BASE, VEC_LOAD_STORE, ()),
     ("norm bwd fused vector", "norm", r"fpnorm::norm_bwd_v3(_staged)?<", BASE, VEC_LOAD_STORE, ()),
     ("norm bwd dparams vector", "norm", r"fpnorm::norm_bwd_dparams<[^,]+, [248]>", BASE, VEC_LOAD, ()),
@@ -242,6 +246,11 @@ def check(lib, archs, modules, rules, tools, report=None):
             if fixups:
                 failures.append(f"[{arch}] {name}: {fixups} FSETP against -126: exp2f's denormal fix-up "
                                 f"around MUFU.EX2 (ex2.approx.ftz.f32 needs none)")
+        if "no_narrow_lds" in extra:
+            narrow = sorted({op for op in ops if re.match(r"^LDS\.(U|S)(8|16)", op)})
+            if narrow:
+                failures.append(f"[{arch}] {name}: narrow shared-memory loads {narrow} "
+                                f"({sum(ops[o] for o in narrow)}): the staged vectors are read piecewise")
         hgmma = [rest for op, rest in insns if op.startswith("HGMMA")]
         if "hgmma_batched" in extra:
             ends = sum(1 for rest in hgmma if "gsb0" in rest)
