@@ -46,6 +46,8 @@ static void test_forward(fp_context *ctx) {
         {5, 256, 1, 0, -1},   /* aligned base, stride not a multiple of the vector: v1 */
         {6, 264, 8, 0, 2},    /* v2 requested explicitly: block per row (16-bit), warp (f32) */
         {9, 4096, 0, 0, 1},   /* v1 forced on an aligned shape */
+        {9, 4096, 0, 0, 3},   /* v3 (row staged in shared memory) forced on a v2 shape */
+        {3, 18432, 0, 0, -1}, /* past v2's registers: v3 (f32: 72 KB, the opt-in) */
         {3, 7, 0, 0, -1},     /* tiny */
     };
     for (size_t i = 0; i < sizeof combos / sizeof combos[0]; ++i) {
@@ -60,7 +62,8 @@ static void test_forward(fp_context *ctx) {
 
 static void test_forward_shapes(fp_context *ctx) {
     /* 16384: v2 block per row at its largest (512 threads x 32 elements);
-     * 16392: one vector more, v1 (rows too long for registers) */
+     * 16392, 40000, 65536: v3 (the row staged in shared memory; f32 65536 =
+     * 256 KB is past the opt-in: v1) */
     static const int64_t shapes[][3] = {{1, 1, 0},     {333, 1537, 0}, {2, 12288, 0}, {1000, 5120, 0},
                                         {4, 40000, 0}, {64, 768, 16},  {3, 65536, 0}, {17, 8192, 0},
                                         {5, 16384, 0}, {3, 16392, 0}};
