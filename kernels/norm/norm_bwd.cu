@@ -12,6 +12,12 @@
 //   norm_bwd_dx_v2       row in registers (n and dn, <= 32 floats each per
 //                        thread), 16-byte vector loads; a warp per row for
 //                        short rows, else a block per row (<= 512 threads).
+//   norm_bwd_dx_staged   rows past dx v2's registers (aligned, > 16384
+//                        cols): x and dout staged in shared memory (as
+//                        loaded) by the first pass and read back by the
+//                        second, 16-byte vectors; x and dout read from device
+//                        memory once (v1: twice, 2-byte loads). Rows up to the
+//                        device's opt-in (H100: ~58K 16-bit, ~29K f32 cols).
 //   norm_bwd_dparams     per (column tile, chunk of rows) block: sums of
 //                        g * n and g, written to partial[chunk][col]; re-reads
 //                        dout and x (a second pass over them). <T, 1> is v1
@@ -35,8 +41,8 @@
 //   unfused              baseline: activation backward (g to dx); the same
 //                        norm backward on g, in place; dx += dres.
 // Versions (fp_norm_bwd_launch(desc, version, ...)): 1 = dx v1 + dparams v1;
-// 2 = dx v2 + dparams v2 where aligned (dx v1 for rows v2 cannot hold, with
-// dparams v2 still), else 1; 3 = v3 (any of its modes)
+// 2 = dx v2 (dx staged for rows v2 cannot hold) + dparams v2 where aligned,
+// else 1; 3 = v3 (any of its modes)
 // where its plan applies (aligned, cols <= 16384), else 2; 0 = 3 when
 // dgamma/dbeta/dbias are requested, else 2.
 // Run: tests/norm/test_norm_gpu, tests/norm/test_norm_bwd_v3_plan,
@@ -245,6 +251,72 @@ __global__ void __launch_bounds__(kBwdV2MaxThreads) norm_bwd_dx_v2(const fp_norm
                 for (int e = 0; e < V; ++e) v[e] += r[e];
             }
             stg16(dx + (int64_t)j * V, pack<T>(v));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// dx staged: the row's x and dout in shared memory
+// ---------------------------------------------------------------------------
+constexpr int kBwdStagedThreads = 512;
+
+// A block per row (a block-stride loop beyond gridDim.x). Pass 1 loads x and
+// dout once, stages them (16-byte cells, as loaded) and sums dn and dn * n;
+// pass 2 recomputes n, g and dn from the staged cells (the same arithmetic:
+// the same values) and writes dx. Each thread owns the same vectors in both
+// passes: no barrier for the cells (row_sum's keep red_smem safe). dx may
+// alias dout: pass 2 reads the staged copy.
+template <typename T>
+__global__ void __launch_bounds__(kBwdStagedThreads) norm_bwd_dx_staged(const fp_norm_bwd_desc d) {
+    constexpr int V = Vec<T>::N;
+    __shared__ float red_smem[32];
+    extern __shared__ uint4 bwd_stage_smem[];  // x [nvec], then dout [nvec]
+    const int nvec = (int)(d.cols / V);
+    uint4 *x_s = bwd_stage_smem, *dy_s = bwd_stage_smem + nvec;
+    const float inv_n = 1.0f / (float)d.cols;
+    const T *gamma = static_cast<const T *>(d.gamma);
+    const T *beta = static_cast<const T *>(d.beta);
+    const T *bias = static_cast<const T *>(d.bias);
+    for (int64_t row = blockIdx.x; row < d.rows; row += gridDim.x) {
+        const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
+        const T *dy = static_cast<const T *>(d.dout) + row * d.dout_stride;
+        const RowGrad<T> rg{d, d.mean ? d.mean[row] : 0.0f, d.rstd[row]};
+        float sa = 0.0f, sb = 0.0f;
+#pragma unroll 2
+        for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+            const uint4 xr = ldg16(x + (int64_t)j * V), dr = ldg16(dy + (int64_t)j * V);
+            x_s[j] = xr;
+            dy_s[j] = dr;
+            float xv[V], dv[V], gam[V], sh[V];
+            unpack<T>(xr, xv);
+            unpack<T>(dr, dv);
+            load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                float xn, dn;
+                rg.at(xv[e], dv[e], gam[e], sh[e], xn, dn);
+                sa += dn;
+                sb += dn * xn;
+            }
+        }
+        float a, b;
+        row_means(d, sa, sb, inv_n, red_smem, a, b);
+        T *dx = static_cast<T *>(d.dx) + row * d.dx_stride;
+        const T *dres = d.dres ? static_cast<const T *>(d.dres) + row * d.dres_stride : nullptr;
+#pragma unroll 2
+        for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+            const uint4 xr = x_s[j], dr = dy_s[j];  // 16-byte shared loads (copies: see norm_bwd_v3_staged)
+            float xv[V], dv[V], gam[V], sh[V], v[V];
+            unpack<T>(xr, xv);
+            unpack<T>(dr, dv);
+            load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                float xn, dn;
+                rg.at(xv[e], dv[e], gam[e], sh[e], xn, dn);
+                v[e] = rg.rstd * (dn - a - xn * b);
+            }
+            store_dx<T, V>(dx, dres, j, v);
         }
     }
 }
@@ -781,6 +853,25 @@ static int dx_v2_shape(const fp_norm_bwd_desc &d, dim3 *grid, dim3 *block) {
 }
 
 // force_v1: the scalar kernel even where v2 applies (version 1).
+// dx staged applies to d (aligned; x and dout staged within the device's
+// opt-in shared memory less the static red_smem, returned in *avail). For
+// rows dx v2 does not take; shared by launch_dx and bwd_resolve.
+template <typename T>
+static bool dx_staged_fits(const fp_norm_bwd_desc &d, size_t *avail) {
+    if (!bwd_vectorizable(d, Vec<T>::N)) return false;
+    const size_t smem = 2 * (size_t)d.cols * sizeof(T);
+    *avail = 48 * 1024 - 32 * sizeof(float);  // without the opt-in: 48 KB, the static red_smem included
+    if (smem <= *avail) return true;
+    int dev = 0, limit = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();  // not sticky: v1 runs instead
+        return false;
+    }
+    *avail = (size_t)limit - 32 * sizeof(float);
+    return smem <= *avail;
+}
+
 template <typename T>
 static cudaError_t launch_dx(const fp_norm_bwd_desc &d, bool force_v1, cudaStream_t stream) {
     constexpr int kMaxNV = 32 / Vec<T>::N;
@@ -797,6 +888,20 @@ static cudaError_t launch_dx(const fp_norm_bwd_desc &d, bool force_v1, cudaStrea
             return cudaGetLastError();
         }
         break;
+    }
+    size_t avail = 0;
+    if (!force_v1 && dx_staged_fits<T>(d, &avail)) {
+        const size_t smem = 2 * (size_t)d.cols * sizeof(T);
+        if (smem + 32 * sizeof(float) > 48 * 1024) {
+            // Always the device's whole opt-in: a per-call value would race with
+            // another host thread launching this kernel for other cols.
+            cudaError_t err = cudaFuncSetAttribute(norm_bwd_dx_staged<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)avail);
+            if (err != cudaSuccess) return err;
+        }
+        norm_bwd_dx_staged<T><<<(unsigned)(d.rows < 0x7fffffffLL ? d.rows : 0x7fffffffLL), kBwdStagedThreads, smem,
+                                stream>>>(d);
+        return cudaGetLastError();
     }
     const int threads = (int)(d.cols < kBwdV1Threads ? round_up32(d.cols) : kBwdV1Threads);
     norm_bwd_dx_v1<T><<<(unsigned)(d.rows < 0x7fffffffLL ? d.rows : 0x7fffffffLL), threads, 0, stream>>>(d);
@@ -871,7 +976,8 @@ static int bwd_resolve(const fp_norm_bwd_desc &d, int version) {
     if (version == 1) return 1;
     if ((version == 3 || (version == 0 && params)) && v3_plan<T>(d).ok) return 3;
     dim3 grid, block;
-    return dx_v2_shape<T>(d, &grid, &block) ? 2 : 1;  // as launch_dx
+    size_t avail;
+    return dx_v2_shape<T>(d, &grid, &block) || dx_staged_fits<T>(d, &avail) ? 2 : 1;  // as launch_dx
 }
 
 // Partial rows v3 may write: the grid's upper bound (SMs x the CTA cap), so

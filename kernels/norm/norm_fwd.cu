@@ -439,7 +439,9 @@ static bool launch_v2(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_
 template <typename T>
 static bool launch_v3(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_t *err) {
     const size_t smem = (size_t)d.cols * sizeof(T);
-    if (smem > 48 * 1024) {
+    // Without the opt-in a block gets 48 KB, the static red_smem included
+    // (16-bit rows of 24576 cols need exactly 48 KB of staged row: opt in).
+    if (smem + 32 * sizeof(float) > 48 * 1024) {
         int dev = 0, limit = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {

@@ -855,7 +855,8 @@ void run_bwd(const BwdCase &b, uint64_t seed) {
 }
 
 // A backward shape and the kernels it must run. f32 / 16-bit: nv = dx v2's
-// NV (0: v2 does not apply), v3 = v3's mode ('r' register sums, 's'
+// NV (0: v2 does not apply, -1: dx staged, version 2's kernel for rows past
+// v2's registers), v3 = v3's mode ('r' register sums, 's'
 // shared-memory sums, 't' staged row; 0: v3 does not apply; v3 uses dx v2's NV).
 struct BwdShape {
     int64_t rows, cols, pad;
@@ -885,6 +886,8 @@ void bwd_expect(BwdCase &b, const BwdShape &s) {
     if (used == 3) {
         if (m == 't') snprintf(k, sizeof k, "norm_bwd_v3_staged<%s, %d>", T, nv);
         else snprintf(k, sizeof k, "norm_bwd_v3<%s, %d, %s>", T, nv, m == 's' ? "true" : "false");
+    } else if (used == 2 && nv < 0) {
+        snprintf(k, sizeof k, "norm_bwd_dx_staged<%s>", T);
     } else if (used == 2) {
         snprintf(k, sizeof k, "norm_bwd_dx_v2<%s, %d>", T, nv);
     } else {
@@ -983,8 +986,10 @@ void test_backward() {
         {2, 12288, 0, 0, 8, 4, 's', 's', "shared-memory sums at 384 threads"},
         {2, 12296, 0, 0, 8, 4, 't', 't', "staged row, 416 threads"},
         {2, 16384, 0, 0, 8, 4, 't', 't', "staged row, 512 threads"},
-        {2, 16392, 0, 0, 0, 0, 0, 0, "beyond v2 and v3: dx v1, dparams v2"},
-        {1, 40000, 0, 0, 0, 0, 0, 0, "long rows: v1"},
+        {2, 16392, 0, 0, -1, -1, 0, 0, "beyond v2 and v3: dx staged, dparams v2"},
+        {3, 18432, 0, 0, -1, -1, 0, 0, "hidden 18432: dx staged (f32 147 KB, 16-bit 74 KB)"},
+        {1, 40000, 0, 0, 0, -1, 0, 0, "long rows: f32 320 KB: v1; 16-bit 160 KB: dx staged"},
+        {1, 60000, 0, 0, 0, 0, 0, 0, "beyond shared memory (16-bit 240 KB): v1"},
         {3, 256, 0, 1, 0, 0, 0, 0, "misaligned pointers: v1"},
         {3, 256, 1, 0, 0, 0, 0, 0, "stride not a vector multiple: v1"},
         {1, 1, 0, 0, 0, 0, 0, 0, "1 x 1"},
@@ -1051,13 +1056,18 @@ void test_backward_devices() {
             b.sm_count = 108;
             b.twice = true;
             run_bwd(b, seed++);
+            const BwdShape w = {2, 18432, 0, 0, -1, -1, 0, 0, "dx staged: f32 147 KB fits 163 KB"};
+            b = bwd_case(w, LN, FP_NORM_ACT_GELU_TANH, kDtypes[di], 3, 2);
+            b.sm_count = 108;
+            run_bwd(b, seed++);
         }
     }
     {
         fp_emu::DeviceProfile p = {8, 6, 84, 1024, 1536, 48 * 1024, 99 * 1024, 100 * 1024, 65536};
         DeviceScope scope(p);
         const BwdShape shapes[] = {{3, 16384, 0, 0, 8, 4, 0, 0, "staged row beyond the opt-in: v2"},
-                                   {3, 12288, 0, 0, 8, 4, 's', 's', "96 KB of sums: v3"}};
+                                   {3, 12288, 0, 0, 8, 4, 's', 's', "96 KB of sums: v3"},
+                                   {2, 18432, 0, 0, 0, -1, 0, 0, "dx staged: f32 147 KB beyond: v1; 16-bit 74 KB"}};
         for (const BwdShape &s : shapes)
             for (int di = 0; di < 3; ++di)
                 for (int version : {0, 3}) {
@@ -1101,7 +1111,7 @@ void test_backward_in_place() {
         {9, 100, 0, 0, 1, 0, 'r', 0, ""},         {7, 24, 8, 0, 1, 1, 'r', 'r', ""},
         {3, 768, 0, 0, 2, 4, 'r', 'r', ""},       {2, 4096, 0, 0, 2, 2, 'r', 'r', ""},
         {2, 12288, 0, 0, 8, 4, 's', 's', ""},     {5, 16384, 0, 0, 8, 4, 't', 't', ""},
-        {3, 1537, 0, 0, 0, 0, 0, 0, ""},
+        {3, 1537, 0, 0, 0, 0, 0, 0, ""},          {2, 20000, 0, 0, -1, -1, 0, 0, ""},
     };
     uint64_t seed = 9000;
     for (const BwdShape &s : shapes)

@@ -244,7 +244,7 @@ static void test_backward_v3(fp_context *ctx) {
      * NV2; 4096 block NV2 / block NV2; 8192 block NV2 / block NV4; 12288
      * block NV4 / NV8 (v3 with shared-memory sums, 384 threads); 12296 and
      * 16384 (416 / 512 threads: v3 with the row staged in shared memory);
-     * 16392 beyond v2 and v3 (v1); 1537 odd (v1). */
+     * 16392 beyond v2 and v3 (dx staged in shared memory); 1537 odd (v1). */
     static const int64_t cols_list[] = {24, 256, 512, 768, 4096, 8192, 12288, 12296, 16384, 16392, 1537};
     static const int64_t rows_list[] = {1, 7, 1000, 20000};
     uint64_t seed = 5000;

@@ -70,6 +70,8 @@ RULES = [
     ("norm fwd staged row", "norm", r"fpnorm::norm_fwd_v3<", BASE,
      dict(VEC_LOAD_STORE, **{r"^STS\.128": 1, r"^LDS\.128": 2}), ("no_narrow_lds",)),
     ("norm bwd dx vector", "norm", r"fpnorm::norm_bwd_dx_v2<", BASE, VEC_LOAD_STORE, ()),
+    ("norm bwd dx staged row", "norm", r"fpnorm::norm_bwd_dx_staged<", BASE,
+     dict(VEC_LOAD_STORE, **{r"^STS\.128": 2, r"^LDS\.128": 2}), ("no_narrow_lds",)),
     ("norm bwd fused vector", "norm", r"fpnorm::norm_bwd_v3(_staged)?<", BASE, VEC_LOAD_STORE, ()),
     ("norm bwd dparams vector", "norm", r"fpnorm::norm_bwd_dparams<[^,]+, [248]>", BASE, VEC_LOAD, ()),
     ("norm unfused vector", "norm", r"fpnorm::norm_(bwd_)?unfused_elementwise<[^,]+, true>", BASE, VEC_LOAD_STORE, ()),
