@@ -281,22 +281,27 @@ __global__ void __launch_bounds__(kBwdStagedThreads) norm_bwd_dx_staged(const fp
         const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
         const T *dy = static_cast<const T *>(d.dout) + row * d.dout_stride;
         const RowGrad<T> rg{d, d.mean ? d.mean[row] : 0.0f, d.rstd[row]};
+        // n and dn of vector j from its raw x and dout (both passes: the same values)
+        auto grads = [&](int j, const uint4 &xr, const uint4 &dr, float(&xn)[V], float(&dn)[V]) {
+            float xv[V], dv[V], gam[V], sh[V];
+            unpack<T>(xr, xv);
+            unpack<T>(dr, dv);
+            load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
+#pragma unroll
+            for (int e = 0; e < V; ++e) rg.at(xv[e], dv[e], gam[e], sh[e], xn[e], dn[e]);
+        };
         float sa = 0.0f, sb = 0.0f;
 #pragma unroll 2
         for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
             const uint4 xr = ldg16(x + (int64_t)j * V), dr = ldg16(dy + (int64_t)j * V);
             x_s[j] = xr;
             dy_s[j] = dr;
-            float xv[V], dv[V], gam[V], sh[V];
-            unpack<T>(xr, xv);
-            unpack<T>(dr, dv);
-            load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
+            float xn[V], dn[V];
+            grads(j, xr, dr, xn, dn);
 #pragma unroll
             for (int e = 0; e < V; ++e) {
-                float xn, dn;
-                rg.at(xv[e], dv[e], gam[e], sh[e], xn, dn);
-                sa += dn;
-                sb += dn * xn;
+                sa += dn[e];
+                sb += dn[e] * xn[e];
             }
         }
         float a, b;
@@ -306,16 +311,10 @@ __global__ void __launch_bounds__(kBwdStagedThreads) norm_bwd_dx_staged(const fp
 #pragma unroll 2
         for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
             const uint4 xr = x_s[j], dr = dy_s[j];  // 16-byte shared loads (copies: see norm_bwd_v3_staged)
-            float xv[V], dv[V], gam[V], sh[V], v[V];
-            unpack<T>(xr, xv);
-            unpack<T>(dr, dv);
-            load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
+            float xn[V], dn[V], v[V];
+            grads(j, xr, dr, xn, dn);
 #pragma unroll
-            for (int e = 0; e < V; ++e) {
-                float xn, dn;
-                rg.at(xv[e], dv[e], gam[e], sh[e], xn, dn);
-                v[e] = rg.rstd * (dn - a - xn * b);
-            }
+            for (int e = 0; e < V; ++e) v[e] = rg.rstd * (dn[e] - a - xn[e] * b);
             store_dx<T, V>(dx, dres, j, v);
         }
     }

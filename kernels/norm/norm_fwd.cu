@@ -261,6 +261,8 @@ __global__ void __launch_bounds__(kV3Threads) norm_fwd_v3(const fp_norm_fwd_desc
             if (d.mean) d.mean[row] = shift + mean;
             if (d.rstd) d.rstd[row] = rstd;
         }
+        // The affine + activation tail is v2's, written out again: as one shared
+        // helper it moved v2's register allocation (sm_80 NV 4: 54 -> 64).
 #pragma unroll 2
         for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
             float y[V], p[V];
