@@ -11,6 +11,12 @@
  *   norm/layernorm_bwd   LayerNorm backward: "plain" (dx, dgamma, dbeta) and
  *                        "fused" (through GELU tanh and bias, + dresidual_out)
  *   norm/rmsnorm_bwd     the same for RMSNorm (SiLU)
+ *   norm/fwd_versions    forward kernel versions (CUDA only): v1 (scalar, three
+ *                        passes over the row) as the baseline vs the automatic
+ *                        choice, on rows past v2's registers where that is v3
+ *                        (the row staged in shared memory): 2048x18432 and
+ *                        1024x32768, residual + LayerNorm + bias + GELU with
+ *                        residual_out. Default dtype bf16.
  *   norm/bwd_versions    backward kernel versions (CUDA only): v2 (dx kernel
  *                        + a separate dgamma/dbeta pass re-reading dout and x)
  *                        as the baseline vs v3 (one pass), dx compared by the
@@ -263,6 +269,90 @@ static void bwd_cell(fb_run *run, fb_result *r, fp_norm_kind kind, int64_t rows,
     bwd_bufs_free(ctx, &bb);
 }
 
+/* ---- forward kernel versions: v1 vs the automatic choice ---- */
+
+typedef struct fwd_version_job {
+    fp_context *ctx;
+    fp_norm_params p;
+    int version;
+} fwd_version_job;
+
+static fp_status fwd_version_job_run(void *user, fp_stream stream) {
+    fwd_version_job *j = user;
+    return fp_norm_forward_version(j->ctx, stream, &j->p, j->version);
+}
+
+/* Rows past v2's registers, where the automatic choice is v3 (the row staged
+ * in shared memory) and v1 ran before it: 2048x18432, 1024x32768. */
+static const int64_t k_gpu_shapes_fwd_versions[][2] = {{2048, 18432}, {1024, 32768}};
+
+static fp_status run_fwd_versions(fb_run *run) {
+    if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "CUDA only: compares CUDA kernel versions");
+    fp_context *ctx = fb_ctx(run);
+    shape_list sl;
+    pick_shapes(run, &sl);
+    if (sl.shapes == (int64_t(*)[2])k_gpu_shapes) {
+        sl.shapes = (int64_t(*)[2])k_gpu_shapes_fwd_versions;
+        sl.n = (int)(sizeof k_gpu_shapes_fwd_versions / sizeof k_gpu_shapes_fwd_versions[0]);
+    }
+    fp_dtype dts[3];
+    int ndt = fb_dtypes(run, dts, 3);
+    if (ndt == 0) {
+        dts[0] = FP_BF16;
+        ndt = 1;
+    }
+    double copy_gbps = measure_copy_gbps(run);
+    for (int si = 0; si < sl.n; ++si)
+        for (int di = 0; di < ndt; ++di) {
+            const int64_t rows = sl.shapes[si][0], cols = sl.shapes[si][1];
+            const fp_dtype dt = dts[di];
+            const size_t n = (size_t)rows * (size_t)cols, es = fp_dtype_size(dt);
+            fb_result *r = new_row(run, rows, cols, dt, "fused");
+            void *x = NULL, *res = NULL, *g = NULL, *b = NULL, *out[2] = {NULL, NULL}, *sum[2] = {NULL, NULL};
+            fp_status st = fb_alloc_random(ctx, n, dt, 31, -2.0f, 3.0f, &x);
+            if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, 32, -1.0f, 1.0f, &res);
+            if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 33, 0.5f, 1.5f, &g);
+            if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 34, -0.5f, 0.5f, &b);
+            for (int k = 0; k < 2 && st == FP_OK; ++k) {
+                st = fp_mem_alloc(ctx, n * es, &out[k]);
+                if (st == FP_OK) st = fp_mem_alloc(ctx, n * es, &sum[k]);
+            }
+            fp_ab_report rep;
+            if (st == FP_OK) {
+                /* residual + LayerNorm + bias + GELU, residual_out written: v1 (baseline) vs automatic */
+                fwd_version_job job[2];
+                for (int k = 0; k < 2; ++k) {
+                    fwd_params(FP_NORM_LAYERNORM, rows, cols, dt, x, &job[k].p);
+                    job[k].p.residual = res;
+                    job[k].p.gamma = g;
+                    job[k].p.beta = b;
+                    job[k].p.bias = b;
+                    job[k].p.activation = FP_NORM_ACT_GELU_ERF;
+                    job[k].p.out = out[k];
+                    job[k].p.residual_out = sum[k];
+                    job[k].ctx = ctx;
+                    job[k].version = k == 0 ? 1 : 0;
+                }
+                fp_ab_spec spec;
+                fp_ab_spec_init(&spec);
+                spec.baseline = fwd_version_job_run;
+                spec.baseline_user = &job[0];
+                spec.optimized = fwd_version_job_run;
+                spec.optimized_user = &job[1];
+                spec.baseline_out = out[0];
+                spec.optimized_out = out[1];
+                spec.out_count = n;
+                spec.out_dtype = dt;
+                spec.bytes = (4 * n + 3 * (size_t)cols) * es; /* x, residual read; out, residual_out written */
+                st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+            }
+            report(r, st, &rep, copy_gbps);
+            void *ptrs[] = {x, res, g, b, out[0], out[1], sum[0], sum[1]};
+            for (int k = 0; k < 8; ++k) fp_mem_free(ctx, ptrs[k]);
+        }
+    return FP_OK;
+}
+
 /* ---- backward kernel versions: v2 vs v3 ---- */
 
 typedef struct bwd_version_job {
@@ -382,5 +472,9 @@ FB_SCENARIO(norm_layernorm_bwd, "norm/layernorm_bwd",
             "LayerNorm backward (dx, dgamma, dbeta; through GELU + residual) vs unfused", run_layernorm_bwd)
 FB_SCENARIO(norm_rmsnorm_bwd, "norm/rmsnorm_bwd",
             "RMSNorm backward (dx, dgamma; through SiLU + residual) vs unfused", run_rmsnorm_bwd)
+FB_SCENARIO(norm_fwd_versions, "norm/fwd_versions",
+            "norm forward v1 vs the automatic kernel (v3: the row staged in shared memory) on rows past v2's "
+            "registers; CUDA only",
+            run_fwd_versions)
 FB_SCENARIO(norm_bwd_versions, "norm/bwd_versions",
             "norm backward v2 (dx + separate dgamma/dbeta pass) vs v3 (one pass); CUDA only", run_bwd_versions)

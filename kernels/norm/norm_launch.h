@@ -83,6 +83,9 @@ extern "C" {
 #endif
 fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params,
                                    int version);
+/* As fp_norm_forward with `version` passed to fp_norm_fwd_launch (0
+ * automatic, 1 v1, 2 v2, 3 v3; v1 where the asked one does not apply). */
+fp_status fp_norm_forward_version(fp_context *ctx, fp_stream stream, const fp_norm_params *params, int version);
 /* The dx kernel version (1, 2, 3) a request for `version` runs on a CUDA
  * context for params; 0 if params are invalid (error cleared). */
 int fp_norm_backward_version_used(const fp_norm_backward_params *params, int version);

@@ -203,20 +203,29 @@ static fp_status launch_status(cudaError_t err, const char *what) {
     return fp_cuda_status(err, what, __FILE__, __LINE__);
 }
 
-static fp_status fwd_run(fp_context *ctx, fp_stream stream, const fp_norm_fwd_desc *d, int unfused) {
+/* version: the fused kernel version (0 = automatic; see norm_fwd.cu). */
+static fp_status fwd_run(fp_context *ctx, fp_stream stream, const fp_norm_fwd_desc *d, int unfused, int version) {
     if (ctx->kind == FP_DEVICE_CPU)
         return unfused ? fp_norm_fwd_cpu_unfused(ctx->pool, d) : fp_norm_fwd_cpu(ctx->pool, d);
     FP_TRY(fp_ctx_activate(ctx));
     cudaStream_t s = fp_ctx_stream(ctx, stream);
     if (unfused) return launch_status(fp_norm_fwd_unfused_launch(d, s), "fp_norm_fwd_unfused_launch");
-    return launch_status(fp_norm_fwd_launch(d, 0, s), "fp_norm_fwd_launch");
+    return launch_status(fp_norm_fwd_launch(d, version, s), "fp_norm_fwd_launch");
 }
 
 fp_status fp_norm_forward(fp_context *ctx, fp_stream stream, const fp_norm_params *params) {
     FP_TRY(fp_ctx_check(ctx, -1));
     fp_norm_fwd_desc d;
     FP_TRY(fp_norm_check_fwd(params, &d));
-    return fwd_run(ctx, stream, &d, 0);
+    return fwd_run(ctx, stream, &d, 0, 0);
+}
+
+fp_status fp_norm_forward_version(fp_context *ctx, fp_stream stream, const fp_norm_params *params, int version) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    FP_CHECK_ARG(version >= 0 && version <= 3, "argument 'version' (%d) is not 0, 1, 2 or 3", version);
+    fp_norm_fwd_desc d;
+    FP_TRY(fp_norm_check_fwd(params, &d));
+    return fwd_run(ctx, stream, &d, 0, version);
 }
 
 /* version: the fused kernel version (0 = automatic; see norm_launch.h). The
@@ -316,7 +325,7 @@ typedef struct fwd_job {
 
 static fp_status fwd_job_run(void *user, fp_stream stream) {
     fwd_job *j = user;
-    return fwd_run(j->ctx, stream, &j->d, j->unfused);
+    return fwd_run(j->ctx, stream, &j->d, j->unfused, 0);
 }
 
 fp_status fp_norm_validate(fp_context *ctx, fp_stream stream, const fp_norm_params *params,
