@@ -269,6 +269,25 @@ static void bwd_cell(fb_run *run, fb_result *r, fp_norm_kind kind, int64_t rows,
     bwd_bufs_free(ctx, &bb);
 }
 
+/* ---- kernel version sweeps ---- */
+
+/* The shapes and dtypes of a version sweep: the scenario's own GPU shapes
+ * (gpu_shapes) where pick_shapes would take the default list, bf16 unless
+ * --dtype; returns the dtype count. */
+static int versions_setup(fb_run *run, const int64_t (*gpu_shapes)[2], int n_gpu, shape_list *sl, fp_dtype *dts) {
+    pick_shapes(run, sl);
+    if (sl->shapes == (int64_t(*)[2])k_gpu_shapes) {
+        sl->shapes = (int64_t(*)[2])gpu_shapes;
+        sl->n = n_gpu;
+    }
+    int ndt = fb_dtypes(run, dts, 3);
+    if (ndt == 0) {
+        dts[0] = FP_BF16;
+        ndt = 1;
+    }
+    return ndt;
+}
+
 /* ---- forward kernel versions: v1 vs the automatic choice ---- */
 
 typedef struct fwd_version_job {
@@ -290,17 +309,10 @@ static fp_status run_fwd_versions(fb_run *run) {
     if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "CUDA only: compares CUDA kernel versions");
     fp_context *ctx = fb_ctx(run);
     shape_list sl;
-    pick_shapes(run, &sl);
-    if (sl.shapes == (int64_t(*)[2])k_gpu_shapes) {
-        sl.shapes = (int64_t(*)[2])k_gpu_shapes_fwd_versions;
-        sl.n = (int)(sizeof k_gpu_shapes_fwd_versions / sizeof k_gpu_shapes_fwd_versions[0]);
-    }
     fp_dtype dts[3];
-    int ndt = fb_dtypes(run, dts, 3);
-    if (ndt == 0) {
-        dts[0] = FP_BF16;
-        ndt = 1;
-    }
+    const int ndt = versions_setup(run, k_gpu_shapes_fwd_versions,
+                                   (int)(sizeof k_gpu_shapes_fwd_versions / sizeof k_gpu_shapes_fwd_versions[0]),
+                                   &sl, dts);
     double copy_gbps = measure_copy_gbps(run);
     for (int si = 0; si < sl.n; ++si)
         for (int di = 0; di < ndt; ++di) {
@@ -370,17 +382,10 @@ static fp_status run_bwd_versions(fb_run *run) {
     if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "CUDA only: compares CUDA kernel versions");
     fp_context *ctx = fb_ctx(run);
     shape_list sl;
-    pick_shapes(run, &sl);
-    if (sl.shapes == (int64_t(*)[2])k_gpu_shapes) {
-        sl.shapes = (int64_t(*)[2])k_gpu_shapes_bwd_versions;
-        sl.n = (int)(sizeof k_gpu_shapes_bwd_versions / sizeof k_gpu_shapes_bwd_versions[0]);
-    }
     fp_dtype dts[3];
-    int ndt = fb_dtypes(run, dts, 3);
-    if (ndt == 0) {
-        dts[0] = FP_BF16;
-        ndt = 1;
-    }
+    const int ndt = versions_setup(run, k_gpu_shapes_bwd_versions,
+                                   (int)(sizeof k_gpu_shapes_bwd_versions / sizeof k_gpu_shapes_bwd_versions[0]),
+                                   &sl, dts);
     double copy_gbps = measure_copy_gbps(run);
     for (int si = 0; si < sl.n; ++si)
         for (int di = 0; di < ndt; ++di)
