@@ -859,16 +859,9 @@ template <typename T>
 static bool dx_staged_fits(const fp_norm_bwd_desc &d, size_t *avail) {
     if (!bwd_vectorizable(d, Vec<T>::N)) return false;
     const size_t smem = 2 * (size_t)d.cols * sizeof(T);
-    *avail = 48 * 1024 - 32 * sizeof(float);  // without the opt-in: 48 KB, the static red_smem included
+    *avail = kDynSmemDefault;
     if (smem <= *avail) return true;
-    int dev = 0, limit = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-        (void)cudaGetLastError();  // not sticky: v1 runs instead
-        return false;
-    }
-    *avail = (size_t)limit - 32 * sizeof(float);
-    return smem <= *avail;
+    return optin_dyn_smem(avail) == cudaSuccess && smem <= *avail;  // else v1 runs
 }
 
 template <typename T>
@@ -891,7 +884,7 @@ static cudaError_t launch_dx(const fp_norm_bwd_desc &d, bool force_v1, cudaStrea
     size_t avail = 0;
     if (!force_v1 && dx_staged_fits<T>(d, &avail)) {
         const size_t smem = 2 * (size_t)d.cols * sizeof(T);
-        if (smem + 32 * sizeof(float) > 48 * 1024) {
+        if (smem > kDynSmemDefault) {
             // Always the device's whole opt-in: a per-call value would race with
             // another host thread launching this kernel for other cols.
             cudaError_t err = cudaFuncSetAttribute(norm_bwd_dx_staged<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -957,13 +950,8 @@ static fp_norm_v3_plan v3_plan(const fp_norm_bwd_desc &d) {
     if (p.ok && !v3_kernel<T>(p.nv, p.smem_acc != 0, p.stage_row != 0)) p.ok = 0;
     const size_t smem = fp_norm_v3_smem_bytes(&p, d.cols, sizeof(T));
     if (p.ok && smem > 48 * 1024) {  // needs the opt-in: within the device's limit?
-        int dev = 0, limit = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-            (void)cudaGetLastError();  // not sticky: clear it so the launch check does not see it
-            return none;
-        }
-        if (smem + 32 * sizeof(float) > (size_t)limit) return none;  // + the static red_smem
+        size_t avail;
+        if (optin_dyn_smem(&avail) != cudaSuccess || smem > avail) return none;
     }
     return p;
 }
@@ -1000,12 +988,9 @@ static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, floa
         // against the device's), always to the mode's fixed cap (within the
         // device's limit): a per-call value would race with another host
         // thread launching this kernel for other cols.
-        int dev = 0, limit = 0;
-        if ((err = cudaGetDevice(&dev)) != cudaSuccess) return err;
-        if ((err = cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess)
-            return err;
+        size_t avail;
+        if ((err = optin_dyn_smem(&avail)) != cudaSuccess) return err;
         size_t attr = fp_norm_v3_smem_cap(&p, Vec<T>::N, sizeof(T));
-        const size_t avail = (size_t)limit - 32 * sizeof(float);  // less the static red_smem
         if (attr > avail) attr = avail;
         if (attr < smem) return cudaErrorInvalidConfiguration;  // cannot happen: v3_plan checked
         err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)attr);

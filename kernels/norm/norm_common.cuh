@@ -111,4 +111,23 @@ __device__ __forceinline__ float row_sum(float v, float *red_smem /* [32] */) {
 
 __host__ __device__ __forceinline__ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+// Dynamic shared memory for the kernels with the static red_smem (32 floats):
+// a block gets 48 KB in all without the opt-in (kDynSmemDefault dynamic), and
+// the current device's opt-in limit with it (optin_dyn_smem: *avail, or 0 and
+// the error, cleared, when the query fails).
+constexpr size_t kRedSmemBytes = 32 * sizeof(float);
+constexpr size_t kDynSmemDefault = 48 * 1024 - kRedSmemBytes;
+static inline cudaError_t optin_dyn_smem(size_t *avail) {
+    int dev = 0, limit = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();  // not sticky: clear it so a later launch check does not see it
+        *avail = 0;
+        return err;
+    }
+    *avail = (size_t)limit > kRedSmemBytes ? (size_t)limit - kRedSmemBytes : 0;
+    return cudaSuccess;
+}
+
 }  // namespace fpnorm

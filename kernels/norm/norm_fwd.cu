@@ -443,15 +443,9 @@ static bool launch_v3(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_
     const size_t smem = (size_t)d.cols * sizeof(T);
     // Without the opt-in a block gets 48 KB, the static red_smem included
     // (16-bit rows of 24576 cols need exactly 48 KB of staged row: opt in).
-    if (smem + 32 * sizeof(float) > 48 * 1024) {
-        int dev = 0, limit = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-            (void)cudaGetLastError();  // not sticky: v1 runs instead
-            return false;
-        }
-        const size_t avail = (size_t)limit - 32 * sizeof(float);
-        if (smem > avail) return false;
+    if (smem > kDynSmemDefault) {
+        size_t avail;
+        if (optin_dyn_smem(&avail) != cudaSuccess || smem > avail) return false;  // v1 runs instead
         // Always the device's whole opt-in: a per-call value would race with
         // another host thread launching this kernel for other cols.
         if ((*err = cudaFuncSetAttribute(norm_fwd_v3<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -428,6 +428,20 @@ struct FwdShape {
     const char *why;
 };
 
+// A case of kind and dtype dt at shape s (its rows, cols, pad, offset and
+// version), every option off.
+FwdCase fwd_case(const FwdShape &s, int kind, int dt) {
+    FwdCase f;
+    f.kind = kind;
+    f.dt = dt;
+    f.rows = s.rows;
+    f.cols = s.cols;
+    f.pad = s.pad;
+    f.off = s.off;
+    f.version = s.version;
+    return f;
+}
+
 // Every option combination (2 kinds x residual x 3 affine x bias x 5
 // activations x 3 dtypes x stats = 720 cases) at one shape.
 void fwd_all_combos(const FwdShape &s, uint64_t &seed) {
@@ -438,15 +452,8 @@ void fwd_all_combos(const FwdShape &s, uint64_t &seed) {
                     for (int act = 0; act < kActs; ++act)
                         for (int di = 0; di < 3; ++di)
                             for (int stats = 0; stats < 2; ++stats) {
-                                FwdCase f;
-                                f.kind = kind;
+                                FwdCase f = fwd_case(s, kind, kDtypes[di]);
                                 f.act = act;
-                                f.dt = kDtypes[di];
-                                f.rows = s.rows;
-                                f.cols = s.cols;
-                                f.pad = s.pad;
-                                f.off = s.off;
-                                f.version = s.version;
                                 f.res = res;
                                 f.res_out = res || (stats && act == 1);  // residual_out without a residual too
                                 f.gamma = aff >= 1;
@@ -464,14 +471,7 @@ void fwd_some_combos(const FwdShape &s, uint64_t &seed) {
     for (int kind = 0; kind < 2; ++kind)
         for (int di = 0; di < 3; ++di)
             for (int set = 0; set < 3; ++set) {
-                FwdCase f;
-                f.kind = kind;
-                f.dt = kDtypes[di];
-                f.rows = s.rows;
-                f.cols = s.cols;
-                f.pad = s.pad;
-                f.off = s.off;
-                f.version = s.version;
+                FwdCase f = fwd_case(s, kind, kDtypes[di]);
                 if (set == 0) {
                     f.act = 1 + (int)((seed + kind) % 4);
                     f.res = f.res_out = f.gamma = f.beta = f.bias = f.stats = true;
