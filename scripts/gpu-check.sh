@@ -1,47 +1,59 @@
 #!/usr/bin/env bash
-# The GPU check: on a machine with a CUDA GPU, build for the local
-# architecture, run the whole suite (gpu tests included), run the gpu tests
-# again under compute-sanitizer memcheck, run fastbench with JSON output and
-# the PyTorch comparison, and leave the results in OUTDIR.
+# The GPU check: one device call of at most ~7 minutes on a bare H100 / H200
+# machine (nvcc, CMake, ninja, PyTorch, compute-sanitizer; nothing can be
+# fetched) that turns a lease into a complete verdict:
 #
-#   scripts/gpu-check.sh OUTDIR [fastbench run args...]
+#   scripts/gpu-check.sh OUTDIR
 #
-# Default fastbench args: every scenario with --max-time 0.5 (GPU timings
-# converge in a few samples). Environment:
-#   FP_GPU_CHECK_PHASES  comma list of build,tests,sanitizer,bench,python
-#                        (default: all). The build dir (build-gpu) is reused,
-#                        so a session can split the check over several
-#                        10-minute device calls, e.g. "build,tests,sanitizer"
-#                        then "bench,python".
-#   FP_GPU_CHECK_BUDGET  seconds for the whole call (default 560); a phase
-#                        that would start with too little time left is
-#                        skipped and says so in summary.txt.
-# OUTDIR ends with at most 8 files (what a device call brings back):
-# summary.txt, fastbench.json, fastbench.txt, python-bench.json,
-# python-bench.txt, python-alloc.json and logs.tar.gz (env,
-# configure/build/ctest/sanitizer logs, device info, the allocator bench's
-# table). The logs are archived also when the call is stopped (SIGTERM) and
-# every phase runs under a timeout of the time left, so a slow phase costs
-# the later ones, not the logs. Then: python3 scripts/gpu-results.py OUTDIR
-# files the run under benchmarks/results/ and updates the targets table.
-# Before the device call, run scripts/gpu-deps.sh here and carry .deps: the
+# Phases, in this order, each under its own cap (seconds) and never past
+# the call's budget, so that a hang costs that phase only; a phase that
+# cannot start says so in summary.txt, and the summary names what was not
+# reached:
+#   build      configure + build for sm_90a (the local architecture elsewhere)
+#              with FASTPATH_KERNEL_WATCHDOG=ON: every in-kernel wait loop
+#              traps after a deadline instead of hanging (cap 150). Built
+#              there: 32 s for the whole tree on the 2-core CPU machine,
+#              while a carried build (137 MB with its tests) is over the
+#              64 MiB the call can carry.
+#   tests      every gpu-labelled CTest test, each capped at 90 s
+#              (FASTPATH_GPU_TEST_TIMEOUT), verbose: the attention tests print
+#              per case which kernel ran (fp_attention_last_kernel) and fail
+#              when a version asked for ran another (cap 150)
+#   bench      fastbench rows for every target in
+#              benchmarks/results/targets.json (one shape each) and the
+#              flash kernel versions v1..v5 at seqlen 4096 and 16384, head_dim
+#              64 / 128, causal and not, short --max-time (cap 120)
+#   python     the PyTorch drop-ins vs torch eager, torch.compile and each
+#              SDPA backend there, one process, same inputs (cap 110)
+#   sanitizer  compute-sanitizer memcheck on every gpu test (FP_TEST_QUICK=1:
+#              reduced cases) and racecheck on the attention tests, all at
+#              once, in what is left (cap 120)
+# Environment: FP_GPU_CHECK_BUDGET (default 400 s for the whole call),
+# FP_GPU_CHECK_PHASES (comma list, default all), FASTPATH_GIT_COMMIT (the
+# commit checked: the device copy has no .git).
+# OUTDIR ends with at most 8 files (a device call brings back no more):
+# summary.txt, ctest-gpu.log, fastbench.json, fastbench.txt,
+# python-bench.json, python-bench.txt, logs.tar.gz (env, configure / build
+# logs, fastbench's per-run JSON, the sanitizer logs). The logs are archived
+# also when the call is stopped (SIGTERM). Then, here:
+# python3 scripts/gpu-results.py OUTDIR files the run under
+# benchmarks/results/ and updates the targets table.
+# Before the device call run scripts/gpu-deps.sh here and carry .deps: the
 # GPU machine's image may lack libcjson-dev and can fetch nothing.
 set -uo pipefail
-out=${1:?usage: scripts/gpu-check.sh OUTDIR [fastbench args]}
-shift
+out=${1:?usage: scripts/gpu-check.sh OUTDIR}
 mkdir -p "$out/logs"
 out=$(cd "$out" && pwd)
 logs=$out/logs
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-phases=",${FP_GPU_CHECK_PHASES:-build,tests,sanitizer,bench,python},"
-budget=${FP_GPU_CHECK_BUDGET:-560}
+phases=",${FP_GPU_CHECK_PHASES:-build,tests,bench,python,sanitizer},"
+budget=${FP_GPU_CHECK_BUDGET:-400}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 left() { echo $(( budget - $(elapsed) )); }
 stamp() { echo "[$(elapsed)s] $*" | tee -a "$out/summary.txt"; }
-# tail_into_summary FILE N: the last N lines of FILE into summary.txt (and
-# stdout), so a failure is explained without unpacking logs.tar.gz.
+# tail_into_summary FILE N: the last N lines of FILE into summary.txt.
 tail_into_summary() {
   [ -f "$1" ] || return 0
   { echo "---- last $2 lines of ${1#$out/}"; tail -n "$2" "$1"; echo "----"; } | tee -a "$out/summary.txt"
@@ -49,27 +61,36 @@ tail_into_summary() {
 finish() {
   [ -d "$logs" ] && tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
 }
-# Stopped from outside (the device call's time limit): keep the logs.
 trap 'stamp "stopped by a signal"; finish; exit 124' TERM INT
 want() { case "$phases" in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
-# want_time PHASE SECONDS: the phase is asked for and SECONDS are left.
-want_time() {
-  want "$1" || return 1
-  if [ "$(left)" -lt "$2" ]; then stamp "$1 skipped: $(left)s left, needs ~$2s"; return 1; fi
+# phase_time NAME CAP: sets t to the seconds the phase may take (its cap,
+# at most what is left less 8 s for the archive), or fails with a note when
+# under 20 s are left.
+not_reached=()
+phase_time() {
+  t=$(( $(left) - 8 ))
+  [ "$t" -gt "$2" ] && t=$2
+  if [ "$t" -lt 20 ]; then
+    stamp "$1 NOT RUN: $(left)s left of the ${budget}s budget"
+    not_reached+=("$1")
+    return 1
+  fi
 }
 
-commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+commit=${FASTPATH_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 export FASTPATH_GIT_COMMIT=$commit
-{ echo "commit $commit"; date -u +%Y-%m-%dT%H:%M:%SZ
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
-  nvcc --version | tail -1; } > "$logs/env.txt"
-stamp "commit $commit, phases ${phases//,/ }, budget ${budget}s"
+{ echo "commit $commit"; date -u +%Y-%m-%dT%H:%M:%SZ; uname -a; nproc
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu --format=csv 2>&1
+  nvidia-smi 2>&1 | head -20
+  nvcc --version | tail -2; cmake --version | head -1; ninja --version 2>&1
+  command -v compute-sanitizer ncu cuobjdump python3
+  python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.is_available())" 2>&1
+} > "$logs/env.txt" 2>&1
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1)
+stamp "commit $commit, GPU ${gpu:-none found}, phases ${phases//,/ }, budget ${budget}s"
 rc=0
-# Phases after the build need the build: a failed build skips them, but a
-# failed test does not skip the sanitizer or the benches (their logs are
-# what explains a failure).
-built=1
-[ -x build-gpu/fastbench ] || built=0
+built=0
+[ -x build-gpu/fastbench ] && built=1
 
 # Debian packages carried from the developer's machine (scripts/gpu-deps.sh,
 # carry .deps): the GPU machine fetches nothing, and the build needs cJSON.
@@ -86,126 +107,161 @@ if [ ! -f /usr/include/cjson/cJSON.h ] && ls .deps/debs/*.deb >/dev/null 2>&1; t
   fi
 fi
 
-if want build; then
+# ---- a. build --------------------------------------------------------------
+if want build && phase_time build 150; then
   built=0
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '.')
   arch=${arch:-90}
   cuda_arch=$arch
-  [ "$arch" = "90" ] && cuda_arch="90a" # Hopper: wgmma/TMA code paths
+  [ "$arch" = "90" ] && cuda_arch="90a" # Hopper: the wgmma / TMA kernels v3..v5
   gen=(-G Ninja)
-  if ! command -v ninja >/dev/null 2>&1; then
-    gen=()
-    [ -f build-gpu/CMakeCache.txt ] && grep -q "CMAKE_GENERATOR:INTERNAL=Ninja" build-gpu/CMakeCache.txt && rm -rf build-gpu
-  fi
-  stamp "configure for sm_$cuda_arch (${gen[1]:-default generator})"
-  if ! timeout "$(left)" cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-       -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DFASTPATH_TSAN_TESTS=OFF \
-       -DFASTPATH_EMU_TESTS=OFF "${cmake_deps[@]}" \
-       > "$logs/configure.log" 2>&1; then
+  command -v ninja >/dev/null 2>&1 || gen=()
+  # No source uses NCCL yet (issue 17): off unless the machine has it.
+  nccl=OFF
+  ls /usr/include/nccl.h /usr/local/cuda/include/nccl.h >/dev/null 2>&1 && nccl=ON
+  b0=$(elapsed)
+  if ! timeout "$t" cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+       -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DFASTPATH_TSAN_TESTS=OFF -DFASTPATH_ASAN_TESTS=OFF \
+       -DFASTPATH_EMU_TESTS=OFF -DFASTPATH_WITH_NCCL=$nccl -DFASTPATH_KERNEL_WATCHDOG=ON \
+       -DFASTPATH_GPU_TEST_TIMEOUT=90 "${cmake_deps[@]}" > "$logs/configure.log" 2>&1; then
     stamp "configure FAILED (logs/configure.log)"
     tail_into_summary "$logs/configure.log" 30
     rc=1
-  elif timeout "$(left)" cmake --build build-gpu -j "$FP_JOBS" > "$logs/build.log" 2>&1; then
+  elif timeout $(( t - ($(elapsed) - b0) )) cmake --build build-gpu -j "$FP_JOBS" > "$logs/build.log" 2>&1; then
     built=1
-    stamp "built"
+    stamp "built for sm_$cuda_arch in $(( $(elapsed) - b0 ))s ($FP_JOBS jobs, kernel watchdog on, NCCL $nccl)"
   else
     r=$?
-    stamp "build FAILED$([ $r -eq 124 ] && echo ': out of time (rerun with FP_GPU_CHECK_PHASES=build: build-gpu is reused)') (logs/build.log)"
-    grep -E "error|Error" "$logs/build.log" | head -20 >> "$out/summary.txt"
+    stamp "build FAILED$([ $r -eq 124 ] && echo ': out of time') (logs/build.log)"
+    grep -E "error|Error" "$logs/build.log" | head -20 | tee -a "$out/summary.txt"
     tail_into_summary "$logs/build.log" 30
     rc=1
   fi
 fi
-if [ $built -eq 0 ] && ! want build; then stamp "build-gpu/ has no build: run the build phase first"; rc=1; fi
+if [ $built -eq 0 ]; then stamp "no build: the later phases cannot run"; rc=1; fi
 
-if [ $built -eq 1 ] && want_time tests 60; then
-  # CPU tests in parallel; gpu tests one at a time beside them, so the
-  # timing checks (copy bandwidth vs peak, graph vs plain) do not measure
-  # each other.
-  t=$(left)
-  # (label emu: CUDA code on the CPU emulation, for machines without a GPU; not built here
-  # (FASTPATH_EMU_TESTS=OFF) and excluded for a build dir configured otherwise)
-  timeout "$t" ctest --test-dir build-gpu --output-on-failure -LE "gpu|emu" -j "$FP_JOBS" > "$logs/ctest-cpu.log" 2>&1 &
-  cpu_pid=$!
-  timeout "$t" ctest --test-dir build-gpu --output-on-failure -L gpu -j 1 > "$logs/ctest-gpu.log" 2>&1
-  r_gpu=$?
-  wait $cpu_pid
-  r_cpu=$?
-  [ $r_cpu -ne 0 -o $r_gpu -ne 0 ] && rc=1
-  for k in cpu gpu; do
-    r=$r_cpu; [ $k = gpu ] && r=$r_gpu
-    stamp "ctest $k rc=$r$([ $r -eq 124 ] && echo ' (out of time)'): $(grep -E 'tests passed|tests failed' "$logs/ctest-$k.log" | tail -1)"
-    grep -E "^[[:space:]]*[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception|Child|Not Run)" "$logs/ctest-$k.log" | tail -20 | tee -a "$out/summary.txt"
-  done
-fi
-
-if [ $built -eq 1 ] && want_time sanitizer 60; then
-  if command -v compute-sanitizer >/dev/null 2>&1; then
-    # Every gpu test under memcheck, in their reduced form, 3 at a time.
-    # --report-api-errors no: the tests provoke CUDA API errors on purpose
-    # (out of memory, a sync during capture, a double cudaHostRegister);
-    # memcheck must count memory errors only.
-    tests=$(ctest --test-dir build-gpu -L gpu -N -V 2>/dev/null | sed -n 's/^[0-9]*: Test command: //p' | awk '{print $1}')
-    n_tests=$(printf '%s\n' $tests | grep -c .)
-    waves=$(( (n_tests + 2) / 3 )); [ $waves -lt 1 ] && waves=1
-    per_test=$(( ($(left) - 10) / waves )); [ $per_test -gt 240 ] && per_test=240
-    printf '%s\n' $tests | FP_TEST_QUICK=1 xargs -P 3 -I{} sh -c \
-      'n=$(basename {}); timeout '"$per_test"' compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 {} > "'"$logs"'/san-$n.log" 2>&1; r=$?; echo "$n rc=$r"' \
-      > "$logs/sanitizer.txt" 2>&1
-    bad=$(grep -v -E "rc=(0|77)$" "$logs/sanitizer.txt")
-    [ -n "$bad" ] && rc=1
-    stamp "compute-sanitizer memcheck (rc 99: memory errors, 124: out of time): $(tr '\n' ' ' < "$logs/sanitizer.txt")"
-    for n in $(printf '%s\n' "$bad" | awk '{print $1}'); do
-      grep -m 5 -E "=========  ?(Invalid|Out of bounds|Program hit|Error|Leaked|Uninitialized)" "$logs/san-$n.log" \
-        | sed "s/^/$n: /" >> "$out/summary.txt"
-    done
-  else
-    stamp "compute-sanitizer not found: skipped"
-  fi
-fi
-
-# Time for the python phase when it is asked for (it gets what is left).
-py_time=0
-want python && py_time=120
-if [ $built -eq 1 ] && want_time bench $(( 60 + py_time )); then
-  timeout 60 ./build-gpu/fastbench info --json "$logs/info.json" > "$logs/info.txt" 2>&1
-  [ $# -eq 0 ] && set -- --max-time 0.5
-  bench_time=$(( $(left) - py_time ))
-  stamp "fastbench run $* (${bench_time}s)"
-  timeout "$bench_time" ./build-gpu/fastbench run "$@" --json "$out/fastbench.json" > "$out/fastbench.txt" 2>&1
+# ---- b. gpu tests -------------------------------------------------------------
+if [ $built -eq 1 ] && want tests && phase_time tests 150; then
+  # One at a time: the timing checks in them (copy bandwidth vs peak, graph
+  # vs plain launches) must not measure each other.
+  timeout "$t" ctest --test-dir build-gpu -V -L gpu -j 1 > "$out/ctest-gpu.log" 2>&1
   r=$?
   [ $r -ne 0 ] && rc=1
-  stamp "fastbench rc=$r$([ $r -eq 124 ] && echo ' (out of time: fastbench.json holds the scenarios that finished, complete=false)')"
-  tail -n 40 "$out/fastbench.txt"
+  stamp "ctest gpu rc=$r$([ $r -eq 124 ] && echo ' (phase out of time)'): $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log" | tail -1)"
+  grep -E "^[[:space:]]*[0-9]+/[0-9]+ Test +#[0-9]+: " "$out/ctest-gpu.log" | sed 's/^ *//' | tee -a "$out/summary.txt"
+  # Which attention kernels ran, over all cases ("ran <kernel>" per case),
+  # and every fallback with its reason.
+  { echo "attention kernels that ran (cases):"
+    grep -oE " ran [a-z0-9_]+( x[0-9]+ splits( \+ combine)?)?( \(paged\))?" "$out/ctest-gpu.log" |
+      sed -E 's/ x[0-9]+ splits( \+ combine)?/ + split-KV/; s/^ ran //' | sort | uniq -c | sed 's/^/  /'
+    grep -oE "fallback: .*" "$out/ctest-gpu.log" | sort | uniq -c | head -10 | sed 's/^/  /'
+    grep -E "CHECK failed|returned '|, expected " "$out/ctest-gpu.log" | head -40
+    grep -E "skipped|watchdog" "$out/ctest-gpu.log" | sort | uniq -c | head -10 | sed 's/^/  /'
+  } | tee -a "$out/summary.txt"
 fi
 
-if [ $built -eq 1 ] && want_time python 30; then
+# ---- c. fastbench ---------------------------------------------------------------
+# One run per target family (its shape options differ), then the kernel
+# versions; each under the time left, each to its own JSON, merged into
+# fastbench.json. Order: what the targets need first.
+if [ $built -eq 1 ] && want bench && phase_time bench 120; then
+  b0=$(elapsed)
+  timeout 30 ./build-gpu/fastbench info --json "$logs/info.json" > "$logs/info.txt" 2>&1
+  common=(--max-time 0.25 --max-samples 60)
+  runs=(
+    "norm|timing/copy norm/layernorm_fwd norm/rmsnorm_fwd --rows 16384 --cols 4096 --dtype bf16"
+    "prefill|attention/prefill --head_dim 128 --seqlen 4096 --causal 0 --dtype bf16"
+    "decode|attention/decode --batch 1 --kv 32768"
+    "alloc|alloc/cache_hit alloc/trace_replay"
+    "batcher|batcher/closed_loop batcher/gpu_model --clients 64"
+    "versions4k|attention/flash_versions --seqlen 4096 --dtype bf16"
+    "versions16k|attention/flash_versions --seqlen 16384 --dtype bf16"
+  )
+  : > "$out/fastbench.txt"
+  for spec in "${runs[@]}"; do
+    name=${spec%%|*}
+    args=${spec#*|}
+    tl=$(( t - ($(elapsed) - b0) ))
+    if [ "$tl" -lt 5 ]; then
+      stamp "fastbench $name NOT RUN: phase out of time"
+      not_reached+=("fastbench $name")
+      continue
+    fi
+    echo "==== fastbench run $args" >> "$out/fastbench.txt"
+    # shellcheck disable=SC2086 # args is a word list
+    timeout "$tl" ./build-gpu/fastbench run $args "${common[@]}" --json "$logs/fb-$name.json" \
+      >> "$out/fastbench.txt" 2>&1
+    r=$?
+    [ $r -ne 0 ] && rc=1
+    stamp "fastbench $name rc=$r$([ $r -eq 124 ] && echo ' (out of time: partial)') ($(( $(elapsed) - b0 ))s into the phase)"
+  done
+  # merge: one fastbench/1 document; complete only if every run was
+  python3 - "$out/fastbench.json" "$logs"/fb-*.json <<'EOF' 2>&1 | tee -a "$out/summary.txt"
+import json, sys
+docs = []
+for p in sys.argv[2:]:
+    try:
+        docs.append(json.load(open(p)))
+    except (OSError, ValueError) as e:
+        print(f"fastbench merge: {p} unreadable ({e})")
+if docs:
+    m = dict(docs[0])
+    m["results"] = [r for d in docs for r in d.get("results", [])]
+    m["skipped"] = [s for d in docs for s in d.get("skipped", [])]
+    m["complete"] = all(d.get("complete", False) for d in docs) and len(docs) == 7
+    json.dump(m, open(sys.argv[1], "w"), indent=1)
+    print(f"fastbench.json: {len(m['results'])} results from {len(docs)} runs, complete={m['complete']}")
+EOF
+  grep -E "^(scenario|attention/|norm/|timing/copy|alloc/|batcher/)" "$out/fastbench.txt" | cut -c1-200 | tail -n 60
+fi
+
+# ---- d. PyTorch ------------------------------------------------------------------
+if [ $built -eq 1 ] && want python && phase_time python 110; then
   if python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
     export FASTPATH_LIB=$PWD/build-gpu/libfastpath.so PYTHONPATH=$PWD/bindings/python
-    # Two thirds of the time for the drop-ins (norm, SDPA), the rest for the
-    # allocator beside torch's (--pluggable: torch running on libfastpath).
-    t=$(( $(left) * 2 / 3 ))
-    timeout "$t" python3 benchmarks/python/bench_torch.py --compiled --json "$out/python-bench.json" \
-      > "$out/python-bench.txt" 2>&1
+    PYTHONUNBUFFERED=1 timeout "$t" python3 benchmarks/python/bench_torch.py --quick --compiled \
+      --max-seconds $(( t - 25 )) --json "$out/python-bench.json" > "$out/python-bench.txt" 2>&1
     r=$?
     [ $r -ne 0 ] && rc=1
     stamp "python bench rc=$r$([ $r -eq 124 ] && echo ' (out of time)')"
-    [ $r -ne 0 ] && tail_into_summary "$out/python-bench.txt" 15
-    if [ "$(left)" -gt 20 ]; then
-      timeout "$(( $(left) - 5 ))" python3 benchmarks/python/bench_alloc_torch.py --quick --pluggable \
-        --json "$out/python-alloc.json" > "$logs/python-alloc.txt" 2>&1
-      r=$?
-      [ $r -ne 0 ] && rc=1
-      stamp "python allocator bench rc=$r$([ $r -eq 124 ] && echo ' (out of time)') (table in logs/python-alloc.txt)"
-      [ $r -ne 0 ] && tail_into_summary "$logs/python-alloc.txt" 15
-    fi
+    tail_into_summary "$out/python-bench.txt" 30
   else
-    stamp "python benches skipped: no torch with CUDA"
+    stamp "python bench NOT RUN: no torch with CUDA"
+    not_reached+=(python)
+  fi
+fi
+
+# ---- e. compute-sanitizer ----------------------------------------------------------
+if [ $built -eq 1 ] && want sanitizer && phase_time sanitizer 120; then
+  if command -v compute-sanitizer >/dev/null 2>&1; then
+    # memcheck on every gpu test and racecheck on the attention tests, all at
+    # once (16 cores), reduced cases. --report-api-errors no: the tests
+    # provoke CUDA API errors on purpose (out of memory, a sync during
+    # capture); memcheck must count memory errors only.
+    tests=$(ctest --test-dir build-gpu -L gpu -N -V 2>/dev/null | sed -n 's/^[0-9]*: Test command: //p' | awk '{print $1}')
+    jobs=()
+    for x in $tests; do jobs+=("memcheck $x"); done
+    for x in $tests; do case $x in *attention*) jobs+=("racecheck $x") ;; esac; done
+    printf '%s\n' "${jobs[@]}" | FP_TEST_QUICK=1 xargs -P 10 -L 1 sh -c \
+      'n=$(basename "$1"); timeout '"$(( t - 3 ))"' compute-sanitizer --tool "$0" --report-api-errors no --error-exitcode 99 "$1" > "'"$logs"'/san-$0-$n.log" 2>&1; echo "$0 $n rc=$?"' \
+      > "$logs/sanitizer.txt" 2>&1
+    bad=$(grep -v -E "rc=(0|77)$" "$logs/sanitizer.txt")
+    [ -n "$bad" ] && rc=1
+    stamp "compute-sanitizer (rc 99: errors found, 124: out of time): $(sort "$logs/sanitizer.txt" | tr '\n' ' ')"
+    printf '%s\n' "$bad" | while read -r tool n _; do
+      [ -n "$n" ] || continue
+      grep -m 6 -E "=========  ?(Invalid|Out of bounds|Program hit|Error|Race|Leaked|Uninitialized|ERROR SUMMARY|RACECHECK SUMMARY)" \
+        "$logs/san-$tool-$n.log" | sed "s/^/$tool $n: /" | tee -a "$out/summary.txt"
+    done
+    grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san-*.log | sort | uniq -c | tee -a "$out/summary.txt"
+  else
+    stamp "compute-sanitizer NOT RUN: not found"
+    not_reached+=(sanitizer)
   fi
 fi
 
 trap - TERM INT
+[ ${#not_reached[@]} -gt 0 ] && stamp "not reached: ${not_reached[*]}"
 finish
-stamp "done rc=$rc"
-cat "$out/summary.txt"
+stamp "done rc=$rc in $(elapsed)s"
 exit $rc

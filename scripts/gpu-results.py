@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-KEEP = ("summary.txt", "fastbench.json", "fastbench.txt", "python-bench.json", "python-bench.txt",
+KEEP = ("summary.txt", "ctest-gpu.log", "fastbench.json", "fastbench.txt", "python-bench.json", "python-bench.txt",
         "python-alloc.json", "logs.tar.gz")
 
 

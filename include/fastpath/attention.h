@@ -245,6 +245,34 @@ FP_API fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream
                                                const fp_attention_params *params);
 
 /* ======================================================================== */
+/*  Which kernel ran                                                        */
+/* ======================================================================== */
+
+/* What the calling thread's last fp_attention_forward on a CUDA context
+ * launched: a preferred version (FP_CTX_ATTENTION_KERNEL) that does not
+ * support the call runs the default kernel instead, and this says so and
+ * why. Per thread, so that concurrent callers each read their own; the
+ * internal numbered-version entry points the tests and fastbench use record
+ * here too. */
+typedef struct fp_attention_kernel_info {
+    /* "flash_v1" .. "flash_v5", "rowwise" (the CUDA-core kernel: f32 or a
+     * head_dim without a flash kernel), "cpu" (a CPU context), or "none"
+     * (nothing ran on this thread yet, or the last call failed before a
+     * launch). A static string. */
+    const char *kernel;
+    int version;       /* 1..5 for flash_v1..v5, 0 otherwise */
+    int num_splits;    /* KV splits: > 1 means split partials + the combine kernel */
+    int paged;         /* 1: K / V read through a block table */
+    int preferred;     /* the context's FP_CTX_ATTENTION_KERNEL at the call (0: none) */
+    /* Why `preferred` did not run ("" when it ran or none was preferred). */
+    char fallback[256];
+} fp_attention_kernel_info;
+
+/* Copies the calling thread's record into *info. Errors:
+ * FP_ERR_INVALID_ARGUMENT for a NULL info. */
+FP_API fp_status fp_attention_last_kernel(fp_attention_kernel_info *info);
+
+/* ======================================================================== */
 /*  Validation: run it on your own shapes                                   */
 /* ======================================================================== */
 

@@ -546,7 +546,9 @@ extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int versi
     if (version == 1) return fp_attn_cuda_flash_splits(a, num_splits, stream);
     if (version >= 3 && version <= 5) { // Hopper kernels (attention_flash_sm90.cu, _tma_sm90.cu): off the default path
 #ifdef FASTPATH_HAVE_SM90A
-        return fp_attn_cuda_flash_sm90(a, version, num_splits, stream);
+        const fp_status st = fp_attn_cuda_flash_sm90(a, version, num_splits, stream);
+        if (st == FP_OK) fp_attn_note_kernel(a, version, num_splits);
+        return st;
 #else
         return fp_set_error(FP_ERR_UNSUPPORTED, "flash kernel version %d needs an sm_90a build (90 was not among "
                                                 "CMAKE_CUDA_ARCHITECTURES)", version);
@@ -555,9 +557,12 @@ extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int versi
     if (version != 2) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 to 5)", version);
     if (num_splits < 1 || num_splits > 1024)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
-    if (a->dtype == FP_BF16) return dispatch_v2<__nv_bfloat16>(a, num_splits, stream);
-    if (a->dtype == FP_F16) return dispatch_v2<__half>(a, num_splits, stream);
-    return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: dtype %s", fp_dtype_name(a->dtype));
+    fp_status st;
+    if (a->dtype == FP_BF16) st = dispatch_v2<__nv_bfloat16>(a, num_splits, stream);
+    else if (a->dtype == FP_F16) st = dispatch_v2<__half>(a, num_splits, stream);
+    else return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: dtype %s", fp_dtype_name(a->dtype));
+    if (st == FP_OK) fp_attn_note_kernel(a, 2, num_splits);
+    return st;
 }
 
 extern "C" int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim) {
@@ -568,9 +573,12 @@ extern "C" int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim) {
 extern "C" fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
     if (num_splits < 1 || num_splits > 1024)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
-    if (a->dtype == FP_BF16) return dispatch_dim<__nv_bfloat16>(a, num_splits, stream);
-    if (a->dtype == FP_F16) return dispatch_dim<__half>(a, num_splits, stream);
-    return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: dtype %s", fp_dtype_name(a->dtype));
+    fp_status st;
+    if (a->dtype == FP_BF16) st = dispatch_dim<__nv_bfloat16>(a, num_splits, stream);
+    else if (a->dtype == FP_F16) st = dispatch_dim<__half>(a, num_splits, stream);
+    else return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: dtype %s", fp_dtype_name(a->dtype));
+    if (st == FP_OK) fp_attn_note_kernel(a, 1, num_splits);
+    return st;
 }
 
 // Split the keys when the grid would leave SMs idle (decode, few heads):
@@ -622,7 +630,9 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
                                             : split_count(a, 128, 128, sm);
         fp_status st = fp_attn_cuda_flash_version(a, version, (int)splits, stream);
         if (st != FP_ERR_UNSUPPORTED) return st;
-        // this shape / build / device: the default kernel instead
+        // this shape / build / device: the default kernel instead, and
+        // fp_attention_last_kernel says why
+        fp_attn_note_fallback(fp_last_error());
     }
     return flash_v1_auto(a, sm_count, stream);
 }

@@ -13,14 +13,24 @@ fp_status fp_attention_forward(fp_context *ctx, fp_stream stream, const fp_atten
     FP_TRY(fp_ctx_check(ctx, -1));
     fp_attn_args a;
     const int cuda = ctx->kind == FP_DEVICE_CUDA;
+    fp_attn_note_begin(cuda ? ctx->attn_kernel : 0);
     FP_TRY(fp_attn_check(params, cuda, &a));
-    if (!cuda) return fp_attn_cpu_tiled(ctx->pool, &a);
+    if (!cuda) {
+        fp_status st = fp_attn_cpu_tiled(ctx->pool, &a);
+        if (st == FP_OK) fp_attn_note_kernel(&a, -1, 1);
+        return st;
+    }
     FP_TRY(fp_ctx_activate(ctx));
     cudaStream_t s = fp_ctx_stream(ctx, stream);
     a.scratch_pool = ctx->scratch_pool;
     if (fp_attn_cuda_flash_supported(a.dtype, a.head_dim))
         return fp_attn_cuda_flash(&a, ctx->attn_kernel, ctx->info.sm_count, s);
-    return fp_attn_cuda_rowwise(&a, s);
+    if (ctx->attn_kernel >= 2)
+        fp_attn_note_fallback(a.dtype == FP_F32 ? "f32 runs the row-wise kernel (no flash kernel for f32)"
+                                                : "this head_dim has no flash kernel (32, 64, 96, 128, 256)");
+    fp_status st = fp_attn_cuda_rowwise(&a, s);
+    if (st == FP_OK) fp_attn_note_kernel(&a, 0, 1);
+    return st;
 }
 
 /* The baseline's cuBLAS handle is the context's (fp_ctx_cublas_lock):

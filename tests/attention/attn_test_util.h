@@ -322,6 +322,7 @@ static inline fp_status attn_dev_run(fp_context *ctx, const fp_attention_params 
         st = fp_attention_forward_baseline(ctx, NULL, dp);
     } else {
         fp_attn_args a;
+        fp_attn_note_begin(0); /* fp_attention_last_kernel: this launch alone */
         st = fp_attn_check(dp, 1, &a);
         if (st == FP_OK) st = fp_attn_cuda_flash_version(&a, version, num_splits, (cudaStream_t)fp_context_stream(ctx));
     }

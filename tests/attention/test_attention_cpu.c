@@ -5,6 +5,7 @@
  * windows, LSE, ragged decode, strided layouts, f32/f16/bf16, head dims; bad
  * input with outputs untouched; validate. */
 #include <stddef.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "attn_test_util.h"
@@ -486,8 +487,38 @@ static void test_validate(void) {
     attn_host_free(&H);
 }
 
+/* fp_attention_last_kernel: per thread, "cpu" after a CPU forward, "none"
+ * after a call refused before any launch, NULL refused. */
+static void *last_kernel_thread(void *arg) {
+    fp_attention_kernel_info k;
+    *(int *)arg = fp_attention_last_kernel(&k) == FP_OK && strcmp(k.kernel, "none") == 0;
+    return NULL;
+}
+static void test_last_kernel(void) {
+    attn_case c = {"last_kernel", 1, 16, 24, 2, 1, 64, FP_BF16, 1, -1, -1, 0, 0, 0, 0};
+    attn_host H;
+    CHECK(attn_host_make(&c, &H, 5));
+    fp_attention_kernel_info k;
+    CHECK_OK(fp_attention_forward(g_ctx, NULL, &H.p));
+    CHECK_OK(fp_attention_last_kernel(&k));
+    CHECK(strcmp(k.kernel, "cpu") == 0 && k.version == 0 && k.num_splits == 1 && k.paged == 0 && !k.fallback[0]);
+    int fresh = 0; /* another thread has its own record */
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, last_kernel_thread, &fresh) == 0);
+    pthread_join(th, NULL);
+    CHECK_MSG(fresh, "a new thread's record is not 'none'");
+    fp_attention_params bad = H.p;
+    bad.head_dim = 12;
+    CHECK_STATUS(fp_attention_forward(g_ctx, NULL, &bad), FP_ERR_INVALID_ARGUMENT);
+    CHECK_OK(fp_attention_last_kernel(&k));
+    CHECK(strcmp(k.kernel, "none") == 0);
+    CHECK_STATUS(fp_attention_last_kernel(NULL), FP_ERR_INVALID_ARGUMENT);
+    attn_host_free(&H);
+}
+
 int main(void) {
     CHECK_OK(fp_context_create(FP_DEVICE_CPU, -1, &g_ctx));
+    test_last_kernel();
     if (!g_ctx) return 1;
     test_defaults_and_flops();
     test_options();

@@ -358,6 +358,7 @@ static void run_case(const Case &c, emu_rng &rng) {
     }
     const double t0 = now_s();
     fp_status st;
+    fp_attn_note_begin(c.kernel == FLASH_AUTO ? c.version : 0);
     if (c.kernel == FLASH) st = fp_attn_cuda_flash_version(&a, c.version, c.splits, 0);
     else if (c.kernel == FLASH_AUTO) st = fp_attn_cuda_flash(&a, c.version, c.splits, 0);
     else st = fp_attn_cuda_rowwise(&a, 0);
@@ -369,6 +370,22 @@ static void run_case(const Case &c, emu_rng &rng) {
         return;
     }
     if (!verify(c, X, a, secs)) g_fail++;
+    // fp_attention_last_kernel: what ran. An explicit version as asked; the
+    // automatic choice v1 or the preferred version, and a fallback only with
+    // its reason (this emulation build has no sm_90a kernels: v3..v5 fall back).
+    fp_attention_kernel_info k;
+    fp_attention_last_kernel(&k);
+    bool ran_ok = true;
+    if (c.kernel == FLASH) ran_ok = k.version == c.version && k.num_splits == c.splits && !k.fallback[0];
+    else if (c.kernel == FLASH_AUTO)
+        ran_ok = c.version >= 2 ? (k.version == c.version) != (k.fallback[0] != '\0') && (k.version == c.version || k.version == 1)
+                                : k.version == 1 && !k.fallback[0];
+    else if (c.kernel == ROWWISE) ran_ok = strcmp(k.kernel, "none") == 0; // recorded by fp_attention_forward only
+    if (!ran_ok) {
+        printf("FAIL      %-28s %-11s fp_attention_last_kernel: %s, %d splits, fallback '%s'\n", c.name, kernel_name(c),
+               k.kernel, k.num_splits, k.fallback);
+        g_fail++;
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -95,22 +95,74 @@ static int v3_unsupported(fp_status st, int impl) {
     said |= impl >= IMPL_V5 ? 2 : 1;
     return 1;
 }
-static fp_status dev_run(dev_case *D, int impl) {
-    int version = impl > 0 ? 1 : 2, splits = impl > 0 ? impl - 1 : -impl; /* v1: n >= 2, v2: n <= -1 */
+/* impl's flash version and split count (ATTN_RUN_FORWARD / _BASELINE and
+ * 0 splits for impl 0 / 1). */
+static void impl_version(int impl, int *version, int *splits) {
+    *version = impl > 0 ? 1 : 2;
+    *splits = impl > 0 ? impl - 1 : -impl; /* v1: n >= 2, v2: n <= -1 */
     if (impl == 0 || impl == 1) {
-        version = impl == 0 ? ATTN_RUN_FORWARD : ATTN_RUN_BASELINE;
-        splits = 0;
+        *version = impl == 0 ? ATTN_RUN_FORWARD : ATTN_RUN_BASELINE;
+        *splits = 0;
     } else if (impl >= IMPL_V5) {
-        version = 5;
-        splits = impl - IMPL_V5;
+        *version = 5;
+        *splits = impl - IMPL_V5;
     } else if (impl >= IMPL_V4) {
-        version = 4;
-        splits = impl - IMPL_V4;
+        *version = 4;
+        *splits = impl - IMPL_V4;
     } else if (impl >= IMPL_V3) {
-        version = 3;
-        splits = impl - IMPL_V3;
+        *version = 3;
+        *splits = impl - IMPL_V3;
     }
+}
+static fp_status dev_run(dev_case *D, int impl) {
+    int version, splits;
+    impl_version(impl, &version, &splits);
     return attn_dev_run(g_ctx, &D->dp, version, splits, D->d_o, D->h_o, D->H.o_bytes, D->d_lse, D->h_lse);
+}
+
+/* 1 when this build and device must run the Hopper kernels (an sm_90a build
+ * on a compute capability 9.0 device). */
+static int must_run_sm90(void) {
+#ifdef FASTPATH_HAVE_SM90A
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    return major == 9 && minor == 0;
+#else
+    return 0;
+#endif
+}
+
+/* The kernel that ran for impl, from fp_attention_last_kernel, written into
+ * buf for the result line. An explicit version must have run as asked (its
+ * split count too). The forward reports what it chose; with a preferred
+ * version (FP_CTX_ATTENTION_KERNEL) that the case fits (f16 / bf16, head_dim
+ * 64 / 128; v3-v5: on an sm_90a build and a 9.0 device, v5 also not varlen
+ * or paged), running another kernel is a failure of that version, not a
+ * pass: a silent fallback would hide that it does not work. */
+static const char *ran_kernel(const attn_case *c, int impl, char *buf, size_t n) {
+    fp_attention_kernel_info k;
+    CHECK_OK(fp_attention_last_kernel(&k));
+    int version, splits;
+    impl_version(impl, &version, &splits);
+    if (impl != 0) {
+        CHECK_MSG(k.version == version && k.num_splits == splits, "%s/impl %d: asked for v%d with %d splits, ran %s with %d",
+                  c->name, impl, version, splits, k.kernel, k.num_splits);
+    } else if (k.preferred >= 2) {
+        const int fits = c->dtype != FP_F32 && (c->d == 64 || c->d == 128) &&
+                         (k.preferred == 2 || (must_run_sm90() && !(k.preferred == 5 && k.paged)));
+        CHECK_MSG(!fits || k.version == k.preferred, "%s: preferred v%d fits the case but %s ran (fallback: %s)",
+                  c->name, k.preferred, k.kernel, k.fallback[0] ? k.fallback : "none given");
+        if (k.version != k.preferred)
+            CHECK_MSG(k.fallback[0] != '\0', "%s: preferred v%d, %s ran with no reason given", c->name,
+                      k.preferred, k.kernel);
+    }
+    char sp[48] = "";
+    if (k.num_splits > 1) snprintf(sp, sizeof sp, " x%d splits + combine", k.num_splits);
+    snprintf(buf, n, "%s%s%s%s%s", k.kernel, sp, k.paged ? " (paged)" : "", k.fallback[0] ? "; fallback: " : "",
+             k.fallback);
+    return buf;
 }
 
 static void run_case(const attn_case *c, int extra_splits) {
@@ -156,7 +208,9 @@ static void run_case(const attn_case *c, int extra_splits) {
                   "(allowed %.3g), lse bad %zu (max err %.3g)",
                   c->name, impls[t], E.bad, E.first_bad, E.first_got, E.first_ref, E.max_abs, Eb.max_abs,
                   allowed, E.lse_bad, E.lse_max_abs);
-        printf("%-20s impl %d: max err %.3g (baseline %.3g)\n", c->name, impls[t], E.max_abs, Eb.max_abs);
+        char ran[384];
+        printf("%-20s impl %d: max err %.3g (baseline %.3g) ran %s\n", c->name, impls[t], E.max_abs, Eb.max_abs,
+               ran_kernel(c, impls[t], ran, sizeof ran));
     }
     free(o_ref);
     free(lse_ref);

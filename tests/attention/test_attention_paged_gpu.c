@@ -108,8 +108,14 @@ static void run_case(const attn_case *c, int page_size, int pad) {
                   "lse bad %zu",
                   c->name, impls[t], E.bad, E.first_bad, E.first_got, E.first_ref, E.max_abs, Eb.max_abs,
                   E.lse_bad);
-        printf("%-18s page %3d impl %d: max err %.3g (baseline %.3g)\n", c->name, page_size, impls[t], E.max_abs,
-               Eb.max_abs);
+        /* which kernel ran (fp_attention_last_kernel): through the block table,
+         * and forced splits as asked */
+        fp_attention_kernel_info k;
+        CHECK_OK(fp_attention_last_kernel(&k));
+        CHECK_MSG(k.paged == 1 && k.version == (flash ? 1 : 0) && (impls[t] < 2 || k.num_splits == impls[t] - 1),
+                  "%s/impl %d: ran %s, %d splits, paged %d", c->name, impls[t], k.kernel, k.num_splits, k.paged);
+        printf("%-18s page %3d impl %d: max err %.3g (baseline %.3g) ran %s x%d splits%s\n", c->name, page_size,
+               impls[t], E.max_abs, Eb.max_abs, k.kernel, k.num_splits, k.paged ? " (paged)" : "");
     }
     /* Sequence 0's first page entry out of range: no fault, the other
      * sequences unchanged (sequence 0's result is unspecified). */

@@ -1,0 +1,35 @@
+/* fp_attention_last_kernel: which attention kernel the calling thread's last
+ * call launched, recorded by the launchers (kernels/attention) on success. */
+#include <stdio.h>
+#include <string.h>
+
+#include "attention/attention_internal.h"
+
+static _Thread_local fp_attention_kernel_info tl_info = {"none", 0, 0, 0, 0, ""};
+
+void fp_attn_note_begin(int preferred) {
+    tl_info.kernel = "none";
+    tl_info.version = 0;
+    tl_info.num_splits = 0;
+    tl_info.paged = 0;
+    tl_info.preferred = preferred;
+    tl_info.fallback[0] = '\0';
+}
+
+void fp_attn_note_kernel(const fp_attn_args *a, int version, int num_splits) {
+    static const char *const names[] = {"rowwise", "flash_v1", "flash_v2", "flash_v3", "flash_v4", "flash_v5"};
+    tl_info.kernel = version < 0 ? "cpu" : version <= 5 ? names[version] : "none";
+    tl_info.version = version > 0 && version <= 5 ? version : 0;
+    tl_info.num_splits = num_splits;
+    tl_info.paged = a && a->block_table != NULL;
+}
+
+void fp_attn_note_fallback(const char *why) {
+    snprintf(tl_info.fallback, sizeof tl_info.fallback, "%s", why ? why : "");
+}
+
+fp_status fp_attention_last_kernel(fp_attention_kernel_info *info) {
+    if (!info) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "fp_attention_last_kernel: info is NULL");
+    *info = tl_info;
+    return FP_OK;
+}
