@@ -23,12 +23,13 @@
 #              benchmarks/results/targets.json (one shape each) and the
 #              flash kernel versions v1..v5 at seqlen 4096 and 16384, head_dim
 #              64 / 128, causal and not, short --max-time (cap 120)
-#   python     the PyTorch drop-ins vs torch eager, torch.compile and each
-#              SDPA backend there, one process, same inputs (cap 110)
+#   python     the Python tests' CUDA cases (pytest -k cuda, 45 s), then the
+#              PyTorch drop-ins vs torch eager, torch.compile and each SDPA
+#              backend there, one process, same inputs (cap 130 in all)
 #   sanitizer  compute-sanitizer memcheck on every gpu test (FP_TEST_QUICK=1:
 #              reduced cases) and racecheck on the attention tests, all at
 #              once, in what is left (cap 120)
-# Environment: FP_GPU_CHECK_BUDGET (default 400 s for the whole call),
+# Environment: FP_GPU_CHECK_BUDGET (default 420 s for the whole call),
 # FP_GPU_CHECK_PHASES (comma list, default all), FASTPATH_GIT_COMMIT (the
 # commit checked: the device copy has no .git).
 # OUTDIR ends with at most 8 files (a device call brings back no more):
@@ -48,7 +49,7 @@ logs=$out/logs
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 phases=",${FP_GPU_CHECK_PHASES:-build,tests,bench,python,sanitizer},"
-budget=${FP_GPU_CHECK_BUDGET:-400}
+budget=${FP_GPU_CHECK_BUDGET:-420}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 left() { echo $(( budget - $(elapsed) )); }
@@ -216,11 +217,20 @@ EOF
 fi
 
 # ---- d. PyTorch ------------------------------------------------------------------
-if [ $built -eq 1 ] && want python && phase_time python 110; then
+if [ $built -eq 1 ] && want python && phase_time python 130; then
   if python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
     export FASTPATH_LIB=$PWD/build-gpu/libfastpath.so PYTHONPATH=$PWD/bindings/python
-    PYTHONUNBUFFERED=1 timeout "$t" python3 benchmarks/python/bench_torch.py --quick --compiled \
-      --max-seconds $(( t - 25 )) --json "$out/python-bench.json" > "$out/python-bench.txt" 2>&1
+    # The Python tests' CUDA cases first (the drop-ins on CUDA tensors, eager
+    # and compiled; CI runs only their CPU cases), at most 45 s.
+    p0=$(elapsed)
+    timeout 45 python3 -m pytest -q -p no:cacheprovider -k cuda tests/python > "$logs/pytest-cuda.txt" 2>&1
+    r=$?
+    [ $r -ne 0 ] && [ $r -ne 5 ] && rc=1 # 5: no test selected
+    stamp "pytest -k cuda rc=$r$([ $r -eq 124 ] && echo ' (out of time)'): $(grep -E '(passed|failed|error)' "$logs/pytest-cuda.txt" | tail -1)"
+    grep -E "^(FAILED|ERROR) " "$logs/pytest-cuda.txt" | head -15 | tee -a "$out/summary.txt"
+    t=$(( t - ($(elapsed) - p0) ))
+    PYTHONUNBUFFERED=1 timeout "$t" python3 benchmarks/python/bench_torch.py --quick --compiled --only sdpa,norm,rms \
+      --max-seconds $(( t - 20 )) --json "$out/python-bench.json" > "$out/python-bench.txt" 2>&1
     r=$?
     [ $r -ne 0 ] && rc=1
     stamp "python bench rc=$r$([ $r -eq 124 ] && echo ' (out of time)')"
