@@ -25,7 +25,10 @@
 // aligned, a seq / head / batch stride not a multiple of 16 bytes), devices
 // other than compute capability 9.0, a driver without
 // cuTensorMapEncodeTiled (looked up at run time through
-// cudaGetDriverEntryPoint*: libfastpath does not link libcuda).
+// cudaGetDriverEntryPoint*: libfastpath does not link libcuda), a compiled
+// register count the setmaxnreg split does not fit (check_entry_regs).
+// FASTPATH_KERNEL_WATCHDOG builds bound the mbarrier waits
+// (kernel_watchdog.cuh).
 // The pipeline bookkeeping (ring indices, the producer and consumer barrier
 // schedules, the tensor-map geometry) is attention_tma_sm90.h, shared with
 // the CPU model tests/attention/test_attention_tma_emu.cpp (mbarrier / TMA
@@ -45,6 +48,7 @@
 #include <cuda_fp16.h>
 #include <cudaTypedefs.h>
 #include <stdint.h>
+#include <type_traits>
 
 #include "attention/attention_flash_common.cuh"
 #include "attention/attention_flash_layout.h"
@@ -52,6 +56,7 @@
 #include "attention/attention_sm90_common.cuh"
 #include "attention/attention_sm90_layout.h"
 #include "attention/attention_tma_sm90.h"
+#include "attention/kernel_watchdog.cuh"
 
 namespace {
 
@@ -87,8 +92,13 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 #endif
 }
 // Blocks until the phase of parity `parity` has completed (try_wait itself
-// suspends for a system-dependent time before it answers false).
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+// suspends for a system-dependent time before it answers false). `kind` /
+// `stage` name the barrier (fp_tma::barrier_kind, ring stage) for the
+// checked build's watchdog (kernel_watchdog.cuh), the only use of them.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int kind, int stage) {
+#if defined(FP_KERNEL_WATCHDOG)
+    fp_watchdog::deadline dl;
+#endif
     uint32_t done;
     do {
 #if defined(FP_CUDA_EMU)
@@ -102,6 +112,11 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
                      : "=r"(done)
                      : "r"(bar), "r"(parity)
                      : "memory");
+#endif
+#if defined(FP_KERNEL_WATCHDOG)
+        if (!done && dl.poll())
+            fp_watchdog::expired("attention_flash_fwd_v5 mbarrier", fp_tma::barrier_name(kind), stage, parity,
+                                 dl.waited);
 #endif
     } while (!done);
 }
@@ -164,10 +179,10 @@ template <int D> struct producer_ops {
     uint32_t smem0;
     int hk, b;
     __device__ __forceinline__ void wait_empty_k(int st, uint32_t parity) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_EMPTY_K, st), parity);
+        mbar_wait(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_EMPTY_K, st), parity, fp_tma::BAR_EMPTY_K, st);
     }
     __device__ __forceinline__ void wait_empty_v(int st, uint32_t parity) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_EMPTY_V, st), parity);
+        mbar_wait(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_EMPTY_V, st), parity, fp_tma::BAR_EMPTY_V, st);
     }
     __device__ __forceinline__ void load(const CUtensorMap *map, uint32_t tile, uint32_t bar, int t) {
         constexpr int Bc = fp_tma::traits_v5<D>::kBc;
@@ -201,13 +216,13 @@ template <typename T, int D> struct consumer_ops {
     int map_rows;       // rows of the tensor maps (seqlen_k): V rows in [L, map_rows) are cleared
 
     __device__ __forceinline__ void wait_full_k(int st, uint32_t parity, int) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_FULL_K, st), parity);
+        mbar_wait(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_FULL_K, st), parity, fp_tma::BAR_FULL_K, st);
     }
     // V rows past a ragged sequence's length (fp_tma::v_tail_rows: at
     // most one tile per CTA) are cleared by all active consumer threads
     // before either warpgroup issues P V on the tile.
     __device__ __forceinline__ void wait_full_v(int st, uint32_t parity, int t) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_FULL_V, st), parity);
+        mbar_wait(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_FULL_V, st), parity, fp_tma::BAR_FULL_V, st);
         int r0, r1;
         fp_tma::v_tail_rows(rc.L, map_rows, t, Bc, &r0, &r1);
         if (r0 < r1) { // CTA-uniform
@@ -262,7 +277,9 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     using Tr = fp_tma::traits_v5<D>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, Stages = Tr::kStages;
     static_assert(Br == 64 * Tr::kConsumerWGs && Bc == 128, "one m64 row block per consumer warpgroup, m64n128 Q K^T");
-    static_assert(128 * Tr::kProducerRegs + 256 * Tr::kConsumerRegs <= 65536, "register file");
+    static_assert(fp_tma::kThreads == 128 * (1 + Tr::kConsumerWGs), "one producer warpgroup + the consumers");
+    static_assert(128 * Tr::kProducerRegs + 128 * Tr::kConsumerWGs * Tr::kConsumerRegs <= fp_tma::kRegisterFile,
+                  "register file");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u; // SW128 tiles start on 1024-byte boundaries
 
@@ -418,6 +435,54 @@ fp_status encode_kv(encode_tiled_fn enc, const fp_attn_args *a, const void *base
     return FP_OK;
 }
 
+// The register split's precondition (fp_tma::reg_split_check) against the
+// register count ptxas gave the kernel, before its first launch on each
+// device: the count is asked once per device and instantiation (cached,
+// thread-safe; devices past 64 are asked on every launch) and the verdict
+// recomputed from it (a few comparisons). A count the split does not fit
+// refuses the launch (FP_ERR_UNSUPPORTED) instead of a hang in
+// setmaxnreg.inc (USETMAXREG.TRY_ALLOC in the SASS: a retry loop of the
+// hardware, which no watchdog in the source can bound) or a launch failure.
+template <auto Kernel, typename T, int D> fp_status check_entry_regs() {
+    const char *dt = std::is_same<T, __half>::value ? "f16" : "bf16";
+    static std::atomic<int> cache[64]; // numRegs per device, 0: not asked yet
+    int dev = 0;
+    FP_CUDA_TRY(cudaGetDevice(&dev));
+    int regs = dev >= 0 && dev < 64 ? cache[dev].load(std::memory_order_relaxed) : 0;
+    if (!regs) {
+        cudaFuncAttributes fa;
+        const cudaError_t e = cudaFuncGetAttributes(&fa, Kernel);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return fp_set_error(FP_ERR_CUDA, "attention flash kernel v5 (attention_flash_fwd_v5<%s, %d>): "
+                                "cudaFuncGetAttributes: %s", dt, D, cudaGetErrorString(e));
+        }
+        regs = fa.numRegs;
+        if (dev >= 0 && dev < 64) cache[dev].store(regs, std::memory_order_relaxed);
+    }
+#if defined(FP_CUDA_EMU)
+    // The CPU emulation has no register allocator: its cudaFuncGetAttributes
+    // answers a fixed 64 registers (tests/emu/cuda_emu.cpp, the figure its
+    // occupancy answers assume), not ptxas' choice, so the verdict is not
+    // taken there (setmaxnreg is emulated without a register file). The
+    // decision itself is tested on the CPU: test_attention_tma_emu.
+    return FP_OK;
+#else
+    using Tr = fp_tma::traits_v5<D>;
+    const int s = fp_tma::v5_reg_split_check<D>(regs);
+    if (s != fp_tma::REG_SPLIT_OK)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v5 (attention_flash_fwd_v5<%s, %d>): the compiled kernel uses %d "
+                            "registers a thread, the setmaxnreg split expects %d "
+                            "(%d threads x %d allocated must hold producer 128 x %d + consumers %d x %d within the "
+                            "%d-register file; set by __launch_bounds__(%d, 1)): %s; not launched",
+                            dt, D, regs, fp_tma::v5_entry_regs<D>(), fp_tma::kThreads,
+                            fp_tma::reg_alloc_per_thread(regs), Tr::kProducerRegs, 128 * Tr::kConsumerWGs,
+                            Tr::kConsumerRegs, fp_tma::kRegisterFile, fp_tma::kThreads, fp_tma::reg_split_status_text(s));
+    return FP_OK;
+#endif
+}
+
 template <typename T, int D>
 fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
                     encode_tiled_fn enc, cudaStream_t stream) {
@@ -432,7 +497,11 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     FP_TRY(encode_kv(enc, a, a->v, mv, "V", &tm_v));
     const size_t smem = fp_tma::smem_bytes<D>();
     constexpr auto kernel = attention_flash_fwd_v5<T, D>;
+    FP_TRY((check_entry_regs<kernel, T, D>()));
     FP_TRY(smem_opt_in<kernel>(smem));
+#if defined(FP_KERNEL_WATCHDOG) && !defined(FP_CUDA_EMU)
+    fp_watchdog::arm(stream); // the checked build: where a timed-out wait reports (kernel_watchdog.cuh)
+#endif
     return run_with_partials<T, D>(a, p, stream, "attention flash v5", [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
         return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, q, tm_k, tm_v);

@@ -53,6 +53,81 @@ template <> struct traits_v5<128> {
     static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 };
 constexpr int kThreads = 128 * 3; // producer warpgroup + 2 consumer warpgroups
+// Registers of the register file of a compute capability 9.0 SM, also the
+// most one CTA may hold (cudaDevAttrMaxRegistersPerBlock).
+constexpr int kRegisterFile = 65536;
+
+// ---- the register split's precondition (host) --------------------------------
+// setmaxnreg moves registers between the warpgroups of one CTA through a
+// per-CTA pool (PTX ISA, setmaxnreg): the CTA starts with what the launch
+// allocated, threads x the kernel's register count (ptxas' choice, what
+// cudaFuncGetAttributes reports as numRegs, allocated in units of 8 a
+// thread); .dec returns the difference to the pool, .inc blocks until the
+// pool can supply it, so a split that needs more than the launch allocated
+// waits forever (a hang, not an error). Sound when:
+//   - the targets are valid setmaxnreg counts: multiples of 8 in [24, 256];
+//   - the split fits the register file: producer_threads x producer_regs +
+//     consumer_threads x consumer_regs <= regfile;
+//   - the kernel can launch at all: threads x alloc(numRegs) <= regfile;
+//   - .dec decreases and .inc increases: producer_regs <= alloc(numRegs) <=
+//     consumer_regs;
+//   - the pool covers the split: threads x alloc(numRegs) >= the split's sum
+//     (otherwise the consumers' .inc never returns).
+// v5 (384 threads, 128 x 24 + 256 x 240 = 64512 = 384 x 168): the launch
+// must allocate exactly 168 a thread (numRegs 161..168), the most
+// __launch_bounds__(384, 1) lets ptxas use and what it gives a kernel that
+// uses setmaxnreg (ptxas -v: 168 for each v5 instantiation; on an H200,
+// cudaFuncGetAttributes answered 168 for a test kernel of the same shape).
+enum reg_split_status {
+    REG_SPLIT_OK = 0,
+    REG_SPLIT_BAD_TARGET = 1,  // a target not a multiple of 8 in [24, 256], or no threads
+    REG_SPLIT_OVER_FILE = 2,   // the split's sum exceeds the register file
+    REG_SPLIT_LAUNCH = 3,      // threads x numRegs exceeds the register file: the launch fails
+    REG_SPLIT_DEC = 4,         // numRegs below the producer's target: .dec would increase
+    REG_SPLIT_INC = 5,         // numRegs above the consumers' target: .inc would decrease
+    REG_SPLIT_POOL_SHORT = 6,  // threads x numRegs below the split's sum: .inc waits forever
+};
+inline const char *reg_split_status_text(int s) {
+    switch (s) {
+    case REG_SPLIT_OK: return "ok";
+    case REG_SPLIT_BAD_TARGET: return "a setmaxnreg target is not a multiple of 8 in [24, 256]";
+    case REG_SPLIT_OVER_FILE: return "the split's registers exceed the register file";
+    case REG_SPLIT_LAUNCH: return "threads x registers exceeds the register file: the launch would fail";
+    case REG_SPLIT_DEC: return "fewer registers than the producer's target: setmaxnreg.dec would have to grow";
+    case REG_SPLIT_INC: return "more registers than the consumers' target: setmaxnreg.inc would have to shrink";
+    case REG_SPLIT_POOL_SHORT:
+        return "the CTA's register pool is smaller than the split: setmaxnreg.inc would wait forever (a hang)";
+    default: return "?";
+    }
+}
+inline int reg_alloc_per_thread(int num_regs) { return (num_regs + 7) / 8 * 8; }
+inline int reg_split_check(int num_regs, int producer_threads, int producer_regs, int consumer_threads,
+                           int consumer_regs, int regfile) {
+    const auto target_ok = [](int r) { return r >= 24 && r <= 256 && r % 8 == 0; };
+    if (!target_ok(producer_regs) || !target_ok(consumer_regs) || producer_threads <= 0 || consumer_threads <= 0)
+        return REG_SPLIT_BAD_TARGET;
+    const int64_t split = (int64_t)producer_threads * producer_regs + (int64_t)consumer_threads * consumer_regs;
+    if (split > regfile) return REG_SPLIT_OVER_FILE;
+    const int alloc = reg_alloc_per_thread(num_regs);
+    const int64_t pool = (int64_t)(producer_threads + consumer_threads) * alloc;
+    if (pool > regfile) return REG_SPLIT_LAUNCH;
+    if (alloc < producer_regs) return REG_SPLIT_DEC;
+    if (alloc > consumer_regs) return REG_SPLIT_INC;
+    if (pool < split) return REG_SPLIT_POOL_SHORT;
+    return REG_SPLIT_OK;
+}
+// The one entry count v5's split of head dim D works with (the least the
+// pool allows; with the constants above also the most the file allows).
+template <int D> inline int v5_entry_regs() {
+    using Tr = traits_v5<D>;
+    const int split = 128 * Tr::kProducerRegs + 128 * Tr::kConsumerWGs * Tr::kConsumerRegs;
+    return reg_alloc_per_thread((split + kThreads - 1) / kThreads);
+}
+template <int D> inline int v5_reg_split_check(int num_regs) {
+    using Tr = traits_v5<D>;
+    return reg_split_check(num_regs, 128, Tr::kProducerRegs, 128 * Tr::kConsumerWGs, Tr::kConsumerRegs,
+                           kRegisterFile);
+}
 
 // A TMA box is 64 elements (128 bytes: the 128-byte swizzle span) x kBc
 // rows; a K / V tile of D columns is D / 64 boxes, box c landing at byte
@@ -83,6 +158,9 @@ template <int D> SM90_HD uint32_t v_offset(int stage) {
     return k_offset<D>(traits_v5<D>::kStages) + (uint32_t)stage * kv_tile_bytes<D>();
 }
 enum barrier_kind { BAR_FULL_K = 0, BAR_EMPTY_K = 1, BAR_FULL_V = 2, BAR_EMPTY_V = 3 };
+SM90_HD const char *barrier_name(int kind) {
+    return kind == BAR_FULL_K ? "full_k" : kind == BAR_EMPTY_K ? "empty_k" : kind == BAR_FULL_V ? "full_v" : "empty_v";
+}
 template <int D> SM90_HD uint32_t bar_offset(int kind, int stage) {
     return v_offset<D>(traits_v5<D>::kStages) + (uint32_t)(8 * (kind * traits_v5<D>::kStages + stage));
 }

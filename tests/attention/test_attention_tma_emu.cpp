@@ -465,6 +465,54 @@ int main() {
         }
     printf("ring index functions: %ld wrong\n", bad);
     if (bad) g_failures++;
+    // the register split's precondition (launch_v5 refuses a kernel whose
+    // numRegs it rejects): targets, the file, the launch, .dec / .inc
+    // directions, the CTA pool
+    {
+        struct reg_case {
+            int regs, pt, pr, ct, cr, file, want;
+        };
+        const int F = fp_tma::kRegisterFile;
+        const reg_case cases[] = {
+            {168, 128, 24, 256, 240, F, fp_tma::REG_SPLIT_OK},           // v5: 384 x 168 = 128 x 24 + 256 x 240
+            {164, 128, 24, 256, 240, F, fp_tma::REG_SPLIT_OK},           // allocated in 8s: 168 a thread
+            {160, 128, 24, 256, 240, F, fp_tma::REG_SPLIT_POOL_SHORT},   // 61440 < 64512: .inc waits forever
+            {128, 128, 24, 256, 240, F, fp_tma::REG_SPLIT_POOL_SHORT},
+            {176, 128, 24, 256, 240, F, fp_tma::REG_SPLIT_LAUNCH},       // 384 x 176 > 65536
+            {255, 128, 24, 256, 240, F, fp_tma::REG_SPLIT_LAUNCH},
+            {168, 128, 24, 256, 256, F, fp_tma::REG_SPLIT_OVER_FILE},    // 3072 + 65536 > 65536
+            {168, 128, 32, 256, 240, F, fp_tma::REG_SPLIT_POOL_SHORT},   // the file's 65536 > the CTA's 64512
+            {16, 128, 24, 256, 240, F, fp_tma::REG_SPLIT_DEC},           // .dec 24 from 16
+            {248, 128, 24, 128, 240, F, fp_tma::REG_SPLIT_INC},          // .inc 240 from 248
+            {136, 128, 40, 128, 232, F, fp_tma::REG_SPLIT_OK},           // 256 threads: 128 x 40 + 128 x 232
+            {168, 128, 20, 256, 240, F, fp_tma::REG_SPLIT_BAD_TARGET},   // not a multiple of 8
+            {168, 128, 24, 256, 264, F, fp_tma::REG_SPLIT_BAD_TARGET},   // above 256
+            {168, 128, 24, 256, 240, 32768, fp_tma::REG_SPLIT_OVER_FILE} // a smaller file
+        };
+        int wrong = 0;
+        for (const reg_case &c : cases) {
+            const int got = fp_tma::reg_split_check(c.regs, c.pt, c.pr, c.ct, c.cr, c.file);
+            if (got != c.want) {
+                fprintf(stderr, "reg_split_check(%d, %d x %d + %d x %d, file %d) = %d (%s), want %d (%s)\n", c.regs,
+                        c.pt, c.pr, c.ct, c.cr, c.file, got, fp_tma::reg_split_status_text(got), c.want,
+                        fp_tma::reg_split_status_text(c.want));
+                wrong++;
+            }
+        }
+        // v5's own constants: exactly the counts that allocate 168 a thread
+        int accepted_lo = 0, accepted_hi = 0, accepted = 0;
+        for (int n = 1; n <= 255; ++n)
+            if (fp_tma::v5_reg_split_check<128>(n) == fp_tma::REG_SPLIT_OK &&
+                fp_tma::v5_reg_split_check<64>(n) == fp_tma::REG_SPLIT_OK) {
+                if (!accepted++) accepted_lo = n;
+                accepted_hi = n;
+            }
+        if (accepted_lo != 161 || accepted_hi != 168 || accepted != 8) wrong++;
+        if (fp_tma::v5_entry_regs<128>() != 168 || fp_tma::v5_entry_regs<64>() != 168) wrong++;
+        printf("register split check: %d cases, v5 accepts numRegs %d..%d (allocated 168 a thread); %d wrong\n",
+               (int)(sizeof cases / sizeof cases[0]), accepted_lo, accepted_hi, wrong);
+        if (wrong) g_failures++;
+    }
     if (g_failures) fprintf(stderr, "%d check(s) failed\n", g_failures);
     return g_failures ? 1 : 0;
 }

@@ -7,7 +7,9 @@
 // copies over operands in flight, a missing wgmma.fence, a warp missing from
 // the warpgroup, wait_group N leaving the newest N in flight); a TMA box
 // through the emulated cuTensorMapEncodeTiled (swizzle, out-of-bounds
-// zeros) on an mbarrier, a named barrier, and the broken variants.
+// zeros) on an mbarrier, a named barrier, and the broken variants; the
+// checked build's watchdog (kernels/attention/kernel_watchdog.cuh) on a
+// wait nobody ends.
 // The shared-memory placement below is written from the swizzle's
 // definition as 16-byte chunk c of row r stored at chunk c ^ (r % 8) of a
 // 128-byte row (1024-byte aligned atoms), independently of sm90_isa.h's
@@ -18,6 +20,10 @@
 
 #include "emu_cp_async.h"
 #include "emu_sm90.h"
+#ifndef FP_KERNEL_WATCHDOG // the checked build's helpers, in every build of this test
+#define FP_KERNEL_WATCHDOG 1
+#endif
+#include "attention/kernel_watchdog.cuh"
 
 #include <cmath>
 #include <cstdio>
@@ -204,7 +210,32 @@ static long check(const std::vector<float> &out, int K, const char *what) {
     return bad;
 }
 
+// The watchdog on an mbarrier wait (as v5's mbar_wait in the checked
+// build): the barrier expects 2 arrivals, 1 comes (`arrivals` 1) and the
+// waiters' deadline of `budget` emulated cycles must end the launch with the
+// watchdog's line, before the emulation's own deadlock detection; with both
+// arrivals (after the waiters started polling) nothing fires.
+__global__ void watchdog_kernel(int arrivals, long long budget) {
+    extern __shared__ __align__(1024) unsigned char sm[];
+    const uint32_t bar = (uint32_t)__cvta_generic_to_shared(sm);
+    if (threadIdx.x == 0) fp_emu::mbarrier_init(bar, 2);
+    __syncthreads();
+    if (threadIdx.x < (unsigned)arrivals) {
+        for (int i = 0; i < 100; ++i) fp_emu::spin_yield("watchdog_kernel: later"); // after the waiters' first polls
+        fp_emu::mbarrier_arrive(bar);
+        return;
+    }
+    fp_watchdog::deadline dl;
+    while (!fp_emu::mbarrier_try_wait_parity(bar, 0))
+        if (dl.poll(budget)) fp_watchdog::expired("watchdog_kernel mbarrier", "bar", 0, 0, dl.waited);
+}
+
 int main() {
+    // the checked build's watchdog (its deadline: 2^32 cycles; here 2^20, ~0.5 ms emulated)
+    watchdog_kernel<<<1, 64, 1024>>>(1, 1ll << 20);
+    EXPECT(failed_with(cudaGetLastError(), "fastpath watchdog: watchdog_kernel mbarrier bar[0] parity 0 not completed"));
+    watchdog_kernel<<<1, 64, 1024>>>(2, fp_watchdog::kCycles);
+    EXPECT(cudaGetLastError() == cudaSuccess);
     std::vector<float> out;
     cudaError_t e;
     run(SS, out, &e);
