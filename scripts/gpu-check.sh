@@ -255,7 +255,22 @@ if [ $built -eq 1 ] && want sanitizer && phase_time sanitizer 120; then
     printf '%s\n' "${jobs[@]}" | FP_TEST_QUICK=1 xargs -P 10 -L 1 sh -c \
       'n=$(basename "$1"); timeout '"$(( t - 3 ))"' compute-sanitizer --tool "$0" --report-api-errors no --error-exitcode 99 "$1" > "'"$logs"'/san-$0-$n.log" 2>&1; echo "$0 $n rc=$?"' \
       > "$logs/sanitizer.txt" 2>&1
-    bad=$(grep -v -E "rc=(0|77)$" "$logs/sanitizer.txt")
+    # racecheck also instruments cuBLAS (the attention baseline's GEMMs):
+    # on an H200 it reported hazards inside cuBLAS's nvjet kernels only
+    # (2026-11-26), which are not this library's to fix. A racecheck run
+    # fails the check when a hazard names one of this library's kernels, or
+    # when it failed otherwise (a test failure, out of time).
+    for f in "$logs"/san-racecheck-*.log; do
+      [ -f "$f" ] || continue
+      n=${f##*/san-racecheck-}; n=${n%.log}
+      ours=$(grep "Race reported" "$f" | grep -c -v -E "nvjet|cublas|cutlass|gemm")
+      lib=$(grep "Race reported" "$f" | grep -c -E "nvjet|cublas|cutlass|gemm")
+      stamp "racecheck $n: $ours hazard(s) in fastpath kernels, $lib in library (cuBLAS) kernels"
+      if [ "$ours" -eq 0 ] && grep -q "RACECHECK SUMMARY" "$f" && ! grep -q "check(s) failed" "$f"; then
+        sed -i "s/^racecheck $n rc=99$/racecheck $n rc=0 (library hazards only)/" "$logs/sanitizer.txt"
+      fi
+    done
+    bad=$(grep -v -E "rc=(0|77)( .*)?$" "$logs/sanitizer.txt")
     [ -n "$bad" ] && rc=1
     stamp "compute-sanitizer (rc 99: errors found, 124: out of time): $(sort "$logs/sanitizer.txt" | tr '\n' ' ')"
     printf '%s\n' "$bad" | while read -r tool n _; do

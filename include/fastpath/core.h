@@ -182,13 +182,16 @@ typedef enum fp_context_option {
                                       released at every synchronization). Setting it
                                       also returns what the pool holds above it now. */
     FP_CTX_ATTENTION_KERNEL = 4,   /* CUDA contexts: the flash-attention kernel version
-                                      fp_attention_forward prefers: 0 = the default (v1,
-                                      mma.sync), 2 = v1 with 128 rows per CTA, 3 / 4 =
-                                      Hopper wgmma (pipelined / plain schedule), 5 =
-                                      Hopper wgmma fed by TMA. A version runs where it
-                                      supports the call (dtype, head_dim, layout, build,
-                                      device), the default elsewhere. 2-5 are not yet
-                                      validated on a GPU: see benchmarks/results. */
+                                      fp_attention_forward prefers: 0 = the default (v5,
+                                      else v3, on Hopper where they apply; v1 elsewhere:
+                                      attention.h), 1 = v1 (mma.sync, 64 rows per CTA),
+                                      2 = v1 with 128 rows per CTA, 3 / 4 = Hopper wgmma
+                                      (pipelined / plain schedule), 5 = Hopper wgmma fed
+                                      by TMA. A version runs where it supports the call
+                                      (dtype, head_dim, layout, build, device), v1
+                                      elsewhere; fp_attention_last_kernel says which ran
+                                      and why. All five passed the GPU tests on an H200
+                                      (benchmarks/results). */
 } fp_context_option;
 
 /* Creates a context. kind FP_DEVICE_CPU ignores device_index. For

@@ -619,20 +619,44 @@ static fp_status flash_v1_auto(const fp_attn_args *a, int sm_count, cudaStream_t
     return fp_attn_cuda_flash_splits(a, (int)split_count(a, br, bc, slots), stream);
 }
 
+// A numbered version with the split count fp_attn_cuda_flash picks for it:
+// v2 128 x 32/64 tiles at two CTAs per SM, v3-v5 128 x 128 at one
+// (conservative: v3 at head_dim 64 fits two).
+static fp_status flash_version_auto(const fp_attn_args *a, int version, int sm_count, cudaStream_t stream) {
+    const int sm = sm_count > 0 ? sm_count : 1;
+    const int64_t splits = version == 2 ? split_count(a, traits_v2<128>::kBr, a->head_dim == 64 ? traits_v2<64>::kBc : traits_v2<128>::kBc,
+                                                      2 * (int64_t)sm)
+                                        : split_count(a, 128, 128, sm);
+    return fp_attn_cuda_flash_version(a, version, (int)splits, stream);
+}
+
 extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, cudaStream_t stream) {
     if (version >= 2 && version <= 5) {
-        // A preferred version (FP_CTX_ATTENTION_KERNEL), where it supports the
-        // call: v2 128 x 32/64 tiles at two CTAs per SM, v3-v5 128 x 128 at
-        // one (conservative: v3 at head_dim 64 fits two).
-        const int sm = sm_count > 0 ? sm_count : 1;
-        const int64_t splits = version == 2 ? split_count(a, traits_v2<128>::kBr, a->head_dim == 64 ? traits_v2<64>::kBc : traits_v2<128>::kBc,
-                                                          2 * (int64_t)sm)
-                                            : split_count(a, 128, 128, sm);
-        fp_status st = fp_attn_cuda_flash_version(a, version, (int)splits, stream);
+        // A preferred version (FP_CTX_ATTENTION_KERNEL), where it supports the call.
+        fp_status st = flash_version_auto(a, version, sm_count, stream);
         if (st != FP_ERR_UNSUPPORTED) return st;
         // this shape / build / device: the default kernel instead, and
         // fp_attention_last_kernel says why
         fp_attn_note_fallback(fp_last_error());
+        return flash_v1_auto(a, sm_count, stream);
     }
+#ifdef FASTPATH_HAVE_SM90A
+    // The default on Hopper (compute capability 9.0, sm_90a builds), chosen
+    // from the first GPU run (H200, 2026-11-26, benchmarks/NOTES.md): v5 (TMA
+    // + mbarrier ring) ran 2.3-3.6x faster than v1 on every prefill shape
+    // measured (head_dim 64 / 128, seqlen 4k / 16k, causal and not; 602-661
+    // TFLOP/s at head_dim 128 non-causal), v3 1.65-2.1x. So: v5, else v3
+    // where v5 refuses (varlen, K / V layouts TMA cannot describe), else v1
+    // (paged KV, other head dims, other devices answer FP_ERR_UNSUPPORTED).
+    // Only with at least one full 128-row tile per (batch, KV head): decode
+    // (a few query rows) keeps v1's 64-row tiles and split-KV, measured there.
+    if (version == 0 && (int64_t)a->seqlen_q * a->group >= 128) {
+        static const int order[2] = {5, 3};
+        for (int v : order) {
+            fp_status st = flash_version_auto(a, v, sm_count, stream);
+            if (st != FP_ERR_UNSUPPORTED) return st;
+        }
+    }
+#endif
     return flash_v1_auto(a, sm_count, stream);
 }

@@ -176,9 +176,11 @@ void fp_attn_note_fallback(const char *why);
 /* 1 if the tensor-core flash kernel handles this dtype / head_dim. */
 int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim);
 /* Flash attention: picks the number of KV splits from the grid size and
- * sm_count, allocates partials stream-ordered when splitting. version 0 or 1:
- * the default kernel (v1); 2..5: that version where it supports the call
- * (dtype, head_dim, layout, build, device), else the default kernel. */
+ * sm_count, allocates partials stream-ordered when splitting. version 0: the
+ * default (v5, else v3, on Hopper in an sm_90a build for head_dim 64 / 128
+ * with >= 128 query rows per (batch, KV head); v1 otherwise); 1: v1;
+ * 2..5: that version where it supports the call (dtype, head_dim, layout,
+ * build, device), else v1, with the reason noted (fp_attention_last_kernel). */
 fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, cudaStream_t stream);
 /* Same with an explicit split count (>= 1; tests force split-KV with it). */
 fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream);

@@ -149,6 +149,11 @@ static const char *ran_kernel(const attn_case *c, int impl, char *buf, size_t n)
     if (impl != 0) {
         CHECK_MSG(k.version == version && k.num_splits == splits, "%s/impl %d: asked for v%d with %d splits, ran %s with %d",
                   c->name, impl, version, splits, k.kernel, k.num_splits);
+    } else if (k.preferred == 0 && must_run_sm90() && c->dtype != FP_F32 && (c->d == 64 || c->d == 128) &&
+               (int64_t)c->sq * (c->hq / c->hkv) >= 128) {
+        /* the Hopper default (attention_flash.cu): v5, or v3 where v5 refuses */
+        CHECK_MSG(k.version == 5 || k.version == 3, "%s: the default on this Hopper device should be v5 / v3, ran %s",
+                  c->name, k.kernel);
     } else if (k.preferred >= 2) {
         const int fits = c->dtype != FP_F32 && (c->d == 64 || c->d == 128) &&
                          (k.preferred == 2 || (must_run_sm90() && !(k.preferred == 5 && k.paged)));

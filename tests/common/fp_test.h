@@ -80,6 +80,12 @@ static inline int fp_test_quick(void) {
 #define FP_TEST_EMULATED 0
 #endif
 
+/* 1 when a GPU test's timings mean something: not on the CPU emulation, and
+ * not under compute-sanitizer (scripts/gpu-check.sh sets FP_TEST_QUICK there:
+ * instrumented kernels run 10-100x slower, seen on an H200: a copy kernel at
+ * 1.6% of peak under memcheck). Performance checks are skipped otherwise. */
+static inline int fp_test_timing_meaningful(void) { return !FP_TEST_EMULATED && !fp_test_quick(); }
+
 /* Returns a CUDA context on device 0, or exits 77 when there is no GPU. */
 static inline fp_context *fp_test_cuda_context_or_skip(void) {
     int n = 0;
