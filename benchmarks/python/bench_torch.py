@@ -374,6 +374,13 @@ def sdpa_case(torch, F, fpt, args, D, L, causal):
     fpt.reset_stats()
     o_fast = fast()
     path, reason = fpt.last_path, fpt.last_fallback_reason
+    kernel = None  # which libfastpath kernel ran (fp_attention_last_kernel), this thread's last call
+    if path == "fastpath":
+        try:
+            import fastpath.attention as fpa
+            kernel = fpa.last_kernel()
+        except (ImportError, RuntimeError):
+            pass
     ref = sdpa_reference(torch, q, k, v, causal)
     fast_err = max_err(o_fast[0], ref)
     t_fast = median_ms(torch, fast, args.warmup, args.iters)
@@ -403,6 +410,7 @@ def sdpa_case(torch, F, fpt, args, D, L, causal):
         "backends": backends, "best_torch_backend": best, "best_torch_median_ms": t_best,
         "speedup_vs_best": t_best / t_fast if t_best and t_fast > 0 else None,
         "path": path, "fallback_reason": reason if path != "fastpath" else None,
+        "kernel": kernel,
     }
     if args.compiled and over_time(args):
         row["torch_compiled_skipped"] = time_skip(args)
@@ -521,6 +529,9 @@ def print_table(cases):
                 why = c.get("torch_compiled_error") or c.get("torch_compiled_skipped")
                 notes.setdefault(f"compile {tag}: {_note(why)}", []).append(shape)
         path = c["path"] if c["path"] == "fastpath" else f"torch ({_oneline(c['fallback_reason'], 40)})"
+        if c.get("kernel"):
+            k = c["kernel"]
+            path += f" {k['kernel']}" + (f" x{k['num_splits']}" if k["num_splits"] > 1 else "")
         print(f"{shape:<15} {causal:<6} {c['fastpath_median_ms']:>8.3f} " + " ".join(cells)
               + f" {comp} {c['best_torch_backend'] or '-':>9} {_f(c['speedup_vs_best'], '.2f', 6)}x"
               f" {_f(c['speedup'], '.2f', 7)}x {c['fastpath_max_err']:>8.1e}  {path}")

@@ -216,3 +216,24 @@ def test_paged_kv_cache(ctx):
         attention.forward(ctx, **kw)
     assert e.value.status == fastpath.Status.INVALID_ARGUMENT and "block_table" in e.value.detail
     assert (o == 7.0).all()
+
+
+def test_last_kernel_reports_what_ran(ctx):
+    # fastpath.attention.last_kernel: "cpu" after a CPU forward, "none" after a call
+    # refused before any launch, per thread
+    import threading
+    rng = np.random.default_rng(3)
+    q = rand(rng, 1, 8, 2, 16)
+    attention.forward_arrays(ctx, q, q, q, dtype="f32")
+    k = attention.last_kernel()
+    assert k["kernel"] == "cpu" and k["num_splits"] == 1 and not k["paged"] and k["fallback"] == ""
+    seen = {}
+    t = threading.Thread(target=lambda: seen.update(attention.last_kernel()))
+    t.start()
+    t.join()
+    assert seen["kernel"] == "none"
+    o = np.zeros_like(q)
+    with pytest.raises(fastpath.FastpathError):
+        attention.forward(ctx, batch=1, seqlen_q=8, seqlen_k=8, heads_q=2, heads_kv=2, head_dim=12,
+                          dtype="f32", q=q.ctypes.data, k=q.ctypes.data, v=q.ctypes.data, o=o.ctypes.data)
+    assert attention.last_kernel()["kernel"] == "none"

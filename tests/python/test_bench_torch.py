@@ -73,6 +73,8 @@ def test_smoke_cpu_writes_json(tmp_path):
         # the flash-selected eager call compiled (sdpa)
         assert c["torch_compiled_median_ms"] > 0 and c["torch_compiled_max_err"] < 0.05, c
         if c["op"] == "sdpa":
+            # which libfastpath kernel ran (fp_attention_last_kernel): the CPU implementation here
+            assert c["kernel"]["kernel"] == "cpu", c["kernel"]
             check_sdpa_row(c)
             # the math backend runs at seqlen 64 (default --math-max-seqlen 2048)
             assert "median_ms" in c["backends"]["math"]

@@ -16,7 +16,8 @@ STRUCTS = [("fp_norm_params", "fastpath/norm.h", _lib.NormParams),
            ("fp_attention_params", "fastpath/attention.h", _lib.AttentionParams),
            ("fp_timing_config", "fastpath/timing.h", _lib.TimingConfig),
            ("fp_ab_report", "fastpath/timing.h", _lib.ABReport),
-           ("fp_device_info", "fastpath/core.h", _lib.DeviceInfo)]
+           ("fp_device_info", "fastpath/core.h", _lib.DeviceInfo),
+           ("fp_attention_kernel_info", "fastpath/attention.h", _lib.AttentionKernelInfo)]
 
 
 @pytest.fixture(scope="module")

@@ -195,6 +195,12 @@ class AttentionParams(ctypes.Structure):
                 ("num_pages", c_int)]
 
 
+class AttentionKernelInfo(ctypes.Structure):
+    """fp_attention_kernel_info (include/fastpath/attention.h), field for field."""
+    _fields_ = [("kernel", ctypes.c_char_p), ("version", c_int), ("num_splits", c_int), ("paged", c_int),
+                ("preferred", c_int), ("fallback", ctypes.c_char * 256)]
+
+
 _sig_opt("fp_norm_params_default", None, P(NormParams))
 _sig_opt("fp_norm_backward_params_default", None, P(NormBackwardParams))
 _sig_opt("fp_norm_forward", c_int, c_void_p, c_void_p, P(NormParams))
@@ -211,6 +217,7 @@ _sig_opt("fp_attention_forward_baseline", c_int, c_void_p, c_void_p, P(Attention
 _sig_opt("fp_attention_validate", c_int, c_void_p, c_void_p, P(AttentionParams), P(TimingConfig),
          P(ABReport))
 _sig_opt("fp_attention_flops", c_double, P(AttentionParams))
+_sig_opt("fp_attention_last_kernel", c_int, P(AttentionKernelInfo))
 
 
 def _int_range(ctype):

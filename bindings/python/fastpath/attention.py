@@ -21,7 +21,7 @@ from ._lib import lib
 from .norm import to_buffer, from_buffer, _np, _check_cpu
 
 __all__ = ["available", "make_params", "forward", "forward_baseline", "validate", "flops",
-           "forward_arrays"]
+           "forward_arrays", "last_kernel"]
 
 
 def available():
@@ -171,6 +171,23 @@ def flops(**kw):
     for t in "qkvo":
         kw.setdefault(t, None)
     return lib.fp_attention_flops(ctypes.byref(make_params(**kw)))
+
+
+def last_kernel():
+    """What the calling thread's last attention call ran (fp_attention_last_kernel):
+    a dict with "kernel" ("flash_v1".."flash_v5", "rowwise", "cpu" or "none"),
+    "version", "num_splits" (> 1: split-KV + combine), "paged", "preferred" (the
+    context's FP_CTX_ATTENTION_KERNEL) and "fallback" (why the preferred version
+    did not run, "" if it did). The drop-ins in fastpath.torch call from the
+    caller's thread, so this describes the latest drop-in call too."""
+    _need()
+    if not _lib.has("fp_attention_last_kernel"):
+        raise RuntimeError("this libfastpath predates fp_attention_last_kernel")
+    info = _lib.AttentionKernelInfo()
+    _pkg.check(lib.fp_attention_last_kernel(ctypes.byref(info)))
+    return {"kernel": (info.kernel or b"none").decode(), "version": info.version,
+            "num_splits": info.num_splits, "paged": bool(info.paged), "preferred": info.preferred,
+            "fallback": info.fallback.decode(errors="replace")}
 
 
 # ---------------------------------------------------------------------------
