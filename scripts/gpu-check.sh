@@ -21,8 +21,8 @@
 #              when a version asked for ran another (cap 150)
 #   bench      fastbench rows for every target in
 #              benchmarks/results/targets.json (one shape each) and the
-#              flash kernel versions v1..v5 at seqlen 4096 and 16384, head_dim
-#              64 / 128, causal and not, short --max-time (cap 120)
+#              flash kernel versions v1..v5 at seqlen 1024, 4096 and 16384,
+#              head_dim 64 / 128, causal and not, short --max-time (cap 120)
 #   python     the Python tests' CUDA cases (pytest -k cuda, 45 s), then the
 #              PyTorch drop-ins vs torch eager, torch.compile and each SDPA
 #              backend there, one process, same inputs (cap 130 in all)
@@ -177,12 +177,15 @@ if [ $built -eq 1 ] && want bench && phase_time bench 120; then
     "batcher|batcher/closed_loop batcher/gpu_model --clients 64"
     "versions4k|attention/flash_versions --seqlen 4096 --dtype bf16"
     "versions16k|attention/flash_versions --seqlen 16384 --dtype bf16"
+    "versions1k|attention/flash_versions --seqlen 1024 --dtype bf16"
+    "prefill16k|attention/prefill --head_dim 128 --seqlen 16384 --causal 0 --dtype bf16"
   )
   : > "$out/fastbench.txt"
   for spec in "${runs[@]}"; do
     name=${spec%%|*}
     args=${spec#*|}
     tl=$(( t - ($(elapsed) - b0) ))
+    [ "$tl" -gt 45 ] && tl=45 # one run cannot eat the phase
     if [ "$tl" -lt 5 ]; then
       stamp "fastbench $name NOT RUN: phase out of time"
       not_reached+=("fastbench $name")
@@ -197,10 +200,10 @@ if [ $built -eq 1 ] && want bench && phase_time bench 120; then
     stamp "fastbench $name rc=$r$([ $r -eq 124 ] && echo ' (out of time: partial)') ($(( $(elapsed) - b0 ))s into the phase)"
   done
   # merge: one fastbench/1 document; complete only if every run was
-  python3 - "$out/fastbench.json" "$logs"/fb-*.json <<'EOF' 2>&1 | tee -a "$out/summary.txt"
+  python3 - "$out/fastbench.json" "${#runs[@]}" "$logs"/fb-*.json <<'EOF' 2>&1 | tee -a "$out/summary.txt"
 import json, sys
 docs = []
-for p in sys.argv[2:]:
+for p in sys.argv[3:]:
     try:
         docs.append(json.load(open(p)))
     except (OSError, ValueError) as e:
@@ -209,7 +212,7 @@ if docs:
     m = dict(docs[0])
     m["results"] = [r for d in docs for r in d.get("results", [])]
     m["skipped"] = [s for d in docs for s in d.get("skipped", [])]
-    m["complete"] = all(d.get("complete", False) for d in docs) and len(docs) == 7
+    m["complete"] = all(d.get("complete", False) for d in docs) and len(docs) == int(sys.argv[2])
     json.dump(m, open(sys.argv[1], "w"), indent=1)
     print(f"fastbench.json: {len(m['results'])} results from {len(docs)} runs, complete={m['complete']}")
 EOF
