@@ -11,12 +11,15 @@
  *                       direct upstream calls; metrics: steady-state upstream
  *                       calls, peak reserved / peak allocated (also per pool
  *                       class: small_/large_peak_reserved_mib, ..._allocated_mib),
- *                       per-op medians
+ *                       per-op medians, steady_stream_waits (pending blocks
+ *                       reused by making the allocating stream wait on their
+ *                       events: CUDA only)
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc/alloc_internal.h"
 #include "fastpath/alloc.h"
 #include "internal.h"
 #include "scenario.h"
@@ -217,8 +220,11 @@ static fp_status run_trace_replay(fb_run *run) {
     first.struct_size = sizeof first;
     steady = direct = first;
     /* First pass fills the cache; the second shows the steady state. */
+    uint64_t w0 = 0, w1 = 0;
     if (st == FP_OK) st = fp_alloc_trace_replay(opt.a, t, opt.streams, 0, &first);
+    if (st == FP_OK) st = fp_alloc_stream_wait_counts(opt.a, &w0, NULL);
     if (st == FP_OK) st = fp_alloc_trace_replay(opt.a, t, opt.streams, 1, &steady);
+    if (st == FP_OK) st = fp_alloc_stream_wait_counts(opt.a, &w1, NULL);
     if (st == FP_OK) st = fp_alloc_trace_replay_direct(&base.up, t, 1, &direct);
     fp_ab_report rep;
     if (st == FP_OK) {
@@ -236,6 +242,7 @@ static fp_status run_trace_replay(fb_run *run) {
         fb_result_metric(r, "reserved_over_allocated",
                          (double)steady.peak_reserved / (double)(steady.peak_allocated ? steady.peak_allocated : 1));
         fb_result_metric(r, "first_pass_upstream_allocs", (double)first.upstream_allocs);
+        fb_result_metric(r, "steady_stream_waits", (double)(w1 - w0));
         fb_result_metric(r, "direct_upstream_calls", (double)(direct.upstream_allocs + direct.upstream_frees));
         fb_result_metric(r, "alloc_median_ns", steady.alloc_latency.median_ms * 1e6);
         fb_result_metric(r, "direct_alloc_median_ns", direct.alloc_latency.median_ms * 1e6);

@@ -39,10 +39,49 @@
  *     is merged with its free neighbours.
  *   - Streams: a segment belongs to the stream that caused it; its blocks are
  *     reused only by allocations on that stream. A block used on other streams
- *     (fp_alloc_record_stream) is reused only after events recorded on those
- *     streams at free time have completed. Events are polled only on the slow
- *     path (cache miss, empty_cache, trim) and never while a private pool is
- *     capturing.
+ *     (fp_alloc_record_stream) is pending after its free: events are recorded
+ *     on those streams then, and the block is reused only once they have
+ *     completed, or, with a stream-wait op, once the allocating stream was
+ *     made to wait on them (below). Pending blocks are not merged with their
+ *     neighbours. Events are polled (non-blocking) on cache misses,
+ *     empty_cache and trim, and never while a private pool is active.
+ *   - Pending blocks in the large pool: when the best free block for a
+ *     large-pool request would have to be split and a pending block of the
+ *     stream fits better, that block's events are queried (non-blocking, one
+ *     call each) and it is taken if they completed. Without this, a block
+ *     pending at the time of the request (a gradient bucket that a
+ *     communication stream still reads, say) made the request carve the
+ *     block kept for a larger request, which then missed and reserved a new
+ *     segment: polling only on misses let the cache fragment and grow
+ *     whenever events lag the host (on a GPU, whenever the host runs ahead
+ *     of the device, the normal case).
+ *   - Stream-ordered reuse (allocators with a stream-wait op:
+ *     fp_alloc_set_stream_wait; fp_alloc_create_for_context installs
+ *     cudaStreamWaitEvent for CUDA contexts): a pending block chosen as above
+ *     whose events have not completed, if it fits without being split (a
+ *     tensor of the same size, such as the next gradient bucket), and, on a
+ *     cache miss that polling did
+ *     not serve, the pending blocks of the stream that together with the
+ *     free and pending blocks between them would serve the request (the
+ *     smallest such run of address neighbours), are handed out after the
+ *     allocating stream was made to wait on their outstanding events, instead
+ *     of splitting a larger block or reserving a new segment (what
+ *     cudaMallocAsync pools do under their default
+ *     cudaMemPoolReuseAllowInternalDependencies). The host never blocks and a
+ *     cache hit on a free block makes no call; the cost is a device-side
+ *     dependency: work queued on the allocating stream after that allocation
+ *     starts only once the other streams have passed the point where the
+ *     block was freed (small-pool hits never do this: a small request takes
+ *     a free block, split or not, before any pending one). Bounded: one
+ *     block or run per allocation, at most FP_ALLOC_MAX_STREAM_WAITS events
+ *     in it, no retry when the op refuses (the request then splits the free
+ *     block or reserves a segment as without the op).
+ *     Without the op, in particular for host, pinned and registered
+ *     instances, whose memory the CPU reads and writes out of stream order so
+ *     that no stream wait can protect it, a pending block is reused only once
+ *     its events are found complete; until then requests split other blocks
+ *     or reserve new segments (PyTorch's behaviour), so when the device runs
+ *     behind the host, reserved memory grows by the pending blocks.
  *   - Out of memory (the upstream fails, or the cap would be exceeded):
  *     release cached unsplit segments of the same pool class and retry, then
  *     release the whole cache and retry, then fail with FP_ERR_OUT_OF_MEMORY
@@ -54,9 +93,10 @@
  *     graph capture).
  *
  * Thread-safety: every fp_alloc_* call on an allocator is thread-safe (one
- * short lock per allocator: spin, then yield, then sleep); a cache hit makes
- * no upstream or CUDA call. Upstream and event ops are called with that lock
- * held: they must not call back into the same allocator.
+ * short lock per allocator: spin, then yield, then sleep); a cache hit on a
+ * free block makes no upstream or CUDA call (taking a pending block makes the
+ * event calls described above). Upstream and event ops are called with that
+ * lock held: they must not call back into the same allocator.
  */
 #ifndef FASTPATH_ALLOC_H
 #define FASTPATH_ALLOC_H
@@ -132,7 +172,8 @@ FP_API fp_status fp_alloc_upstream_region(void *base, size_t bytes, fp_alloc_ups
  * fp_alloc_record_stream every block on the stream of each async copy that
  * reads or writes it (its own allocation stream included) before freeing
  * it: host memory is reused by the CPU at once, not in stream order. The
- * same holds for fp_alloc_upstream_pinned.
+ * same holds for fp_alloc_upstream_pinned. Never install a stream-wait op
+ * (fp_alloc_set_stream_wait) on such an allocator.
  * Errors: those of fp_alloc_upstream_region, FP_ERR_NO_DEVICE without that
  * device, FP_ERR_CUDA when registration fails (e.g. the range is already
  * registered). Nothing is registered on error. */
@@ -175,6 +216,39 @@ typedef struct fp_alloc_event_ops {
  * >= 12.8) and does not query a stream that is being captured. Every call
  * restores the caller's current device. */
 FP_API fp_status fp_alloc_event_ops_cuda(int device, fp_alloc_event_ops *out);
+
+/* The optional stream-wait op (stream-ordered reuse, see the policy above):
+ * makes work queued on `stream` after the call wait until `event` (one that
+ * the event ops' record returned) has completed, without blocking the host
+ * (cudaStreamWaitEvent). FP_OK when the dependency is in place; any other
+ * status means "not now": the block is not handed out by this allocation
+ * (waits already placed for its other events stay, harmlessly). Called with
+ * the allocator's lock held, with the event ops' opaque, only when an
+ * allocation is about to take a pending block (see the policy above), never
+ * for a hit on a free block; the event stays owned by the allocator
+ * (destroyed right after the waits, which the semantics of
+ * cudaStreamWaitEvent allow).
+ *
+ * It is not a field of fp_alloc_event_ops: that struct has no struct_size
+ * and callers copy and fill it by value (fp_alloc_create reads it,
+ * fp_alloc_event_ops_cuda writes it), so it cannot grow without breaking
+ * programs built against this header's earlier versions. */
+typedef fp_status (*fp_alloc_stream_wait_fn)(void *opaque, fp_stream stream, void *event);
+
+/* Most outstanding events a pending block, or a run of neighbouring pending
+ * blocks, may have and still be reused by making the allocating stream wait
+ * on them (one call of the op each). */
+#define FP_ALLOC_MAX_STREAM_WAITS 16
+
+/* The stream-wait op for events of fp_alloc_event_ops_cuda (pass it to
+ * fp_alloc_set_stream_wait, below; its opaque is theirs): cudaStreamWaitEvent with
+ * the ops' device current (the caller's device restored). Refuses
+ * (FP_ERR_UNSUPPORTED, nothing enqueued) a stream that is being captured or
+ * whose capture status cannot be read, as record does; FP_ERR_CUDA if
+ * cudaStreamWaitEvent fails (its error is consumed, not left for the
+ * caller's cudaGetLastError); the allocator then counts a refusal
+ * ("stream_wait_refusals" in the snapshot) and does without the block. */
+FP_API fp_status fp_alloc_stream_wait_cuda(void *opaque, fp_stream stream, void *event);
 
 /* ======================================================================== */
 /*  Configuration                                                           */
@@ -225,16 +299,28 @@ typedef struct fp_allocator fp_allocator;
 
 /* Creates an allocator over `upstream` (copied). `events` NULL means streams
  * are synchronous (the host case): a block freed after record_stream is
- * reusable at once. cfg NULL means defaults. FP_ERR_INVALID_ARGUMENT for a bad
+ * reusable at once. No stream-wait op is installed (fp_alloc_set_stream_wait
+ * adds one). cfg NULL means defaults. FP_ERR_INVALID_ARGUMENT for a bad
  * config (struct_size, divisions, memory_fraction outside [0, 1],
  * garbage_collection_threshold outside [0, 1)). */
 FP_API fp_status fp_alloc_create(const fp_alloc_upstream *upstream,
                                  const fp_alloc_event_ops *events, const fp_alloc_config *cfg,
                                  fp_allocator **out);
-/* Device upstream + CUDA events for a CUDA context, host upstream for a CPU
- * context. */
+/* Device upstream + CUDA events + the CUDA stream-wait op
+ * (fp_alloc_stream_wait_cuda: stream-ordered reuse) for a CUDA context, host
+ * upstream for a CPU context. */
 FP_API fp_status fp_alloc_create_for_context(fp_context *ctx, const fp_alloc_config *cfg,
                                              fp_allocator **out);
+/* Installs `wait` as a's stream-wait op (NULL removes it: pending blocks are
+ * then reused only once their events are found complete). ONLY for
+ * allocators over device memory: memory the host touches (host, pinned,
+ * registered upstreams) is written by the CPU as soon as fp_alloc_alloc
+ * returns, before any stream reaches the wait, so reusing it that way would
+ * race with the other streams' reads and writes. FP_ERR_INVALID_ARGUMENT
+ * for an allocator created without event ops. Thread-safe; takes effect
+ * from the next allocation. */
+FP_API fp_status fp_alloc_set_stream_wait(fp_allocator *a, fp_alloc_stream_wait_fn wait);
+
 /* Releases every segment to the upstream, including ones that still hold
  * live blocks (their pointers become invalid), and destroys pending events.
  * NULL is a no-op. No other thread may use the allocator during the call. */
@@ -255,7 +341,9 @@ FP_API fp_status fp_alloc_alloc(fp_allocator *a, size_t size, fp_stream stream, 
  * "not owned" otherwise. Nothing changes on error. Thread-safe. */
 FP_API fp_status fp_alloc_free(fp_allocator *a, void *ptr);
 /* Marks that `ptr` is used on `stream`: when freed, it is reused only after
- * the work queued on `stream` at free time is done. With event ops this
+ * the work queued on `stream` at free time is done, or, with a stream-wait
+ * op, by an allocation whose stream was first made to wait for that work
+ * (stream-ordered reuse, see the policy at the top). With event ops this
  * includes the block's own allocation stream: device memory never needs
  * that (stream order protects it), but a pinned or registered HOST block
  * that an async copy on its own stream reads must be recorded on that
@@ -365,13 +453,19 @@ FP_API fp_status fp_alloc_reset_peak(fp_allocator *a);
 
 /* Snapshot of config, stats, segments and their blocks as JSON:
  *   {"config": {...},
- *    "stats": {..., "pools": {"large": {...}, "small": {...}}},
+ *    "stats": {..., "stream_waits": N, "stream_wait_refusals": N,
+ *              "pools": {"large": {...}, "small": {...}}},
  *    "segments": [{"address": "0x..", "size": N, "stream": "0x..",
  *                  "pool": id (0: default), "kind": "small"|"large",
  *                  "blocks": [{"address": "0x..", "size": N, "requested": N,
  *                              "state": "allocated"|"free"|"pending"}]}]}
- * Segments are sorted by address. *out is a NUL-terminated string to release
- * with fp_alloc_json_free. Thread-safe. */
+ * Segments are sorted by address. "stream_waits" counts the pending blocks
+ * reclaimed by stream-ordered reuse (the allocations that took them count as
+ * cache hits), "stream_wait_refusals" the calls of the stream-wait op that
+ * refused; both stay 0 without the op. (They are not fields of
+ * fp_alloc_stats, whose layout programs and the Python bindings mirror.)
+ * *out is a NUL-terminated string to release with fp_alloc_json_free.
+ * Thread-safe. */
 FP_API fp_status fp_alloc_snapshot_json(fp_allocator *a, char **out);
 FP_API void fp_alloc_json_free(char *json);
 
@@ -514,7 +608,8 @@ FP_API fp_status fp_alloc_trace_replay_direct(const fp_alloc_upstream *up, const
  * does both). PyTorch then gets every CUDA tensor's memory from a caching
  * allocator of this library: one instance per device, created on the first
  * fp_torch_malloc on that device, over fp_alloc_upstream_device(device) and
- * fp_alloc_event_ops_cuda(device), with the configuration given to
+ * fp_alloc_event_ops_cuda(device) with fp_alloc_stream_wait_cuda (stream-ordered
+ * reuse of blocks passed to fp_torch_record_stream), with the configuration given to
  * fp_torch_allocator_configure (defaults otherwise). Instances live until
  * the process exits (PyTorch may free tensors during interpreter shutdown).
  *

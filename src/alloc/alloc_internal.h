@@ -18,6 +18,16 @@ fp_status fp_alloc_check_invariants(fp_allocator *a);
  * fp_alloc_usable_size otherwise). Thread-safe. */
 fp_status fp_alloc_block_stream(fp_allocator *a, const void *ptr, fp_stream *out);
 
+/* The stream-ordered reuse counters ("stream_waits" and
+ * "stream_wait_refusals" of the snapshot). Either pointer may be NULL.
+ * Thread-safe. */
+fp_status fp_alloc_stream_wait_counts(fp_allocator *a, uint64_t *waits, uint64_t *refusals);
+
+/* An allocator over device memory of `device`: fp_alloc_upstream_device,
+ * fp_alloc_event_ops_cuda and fp_alloc_stream_wait_cuda (upstream_cuda.c;
+ * fp_alloc_create_for_context and the PyTorch instances). */
+fp_status fp_alloc_create_device(int device, const fp_alloc_config *cfg, fp_allocator **out);
+
 /* Region upstream (upstream_region.c). set_release installs the hook that
  * fp_alloc_upstream_release calls with the caller's base and bytes
  * (cudaHostUnregister for the registered flavour). region_info returns 0 for

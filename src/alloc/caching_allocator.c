@@ -14,6 +14,9 @@
  *   free tree: a treap per pool and class (small/large), intrusive in the
  *            blocks, priority = hash of the address. O(log n) expected for
  *            insert, remove and lower bound.
+ *   pending tree: the same per pool and class for PENDING blocks whose
+ *            events are all recorded (same links: a block is in at most one
+ *            tree), so an allocation can find the best pending fit.
  *   pointer map: chained hash table address -> allocated block.
  */
 #include <cjson/cJSON.h>
@@ -47,6 +50,7 @@ struct fp_block {
     fp_segment *seg;
     fp_block *prev, *next;   /* address neighbours inside the segment */
     uint8_t deferred;        /* PENDING without events yet (freed during capture) */
+    uint8_t in_pend;         /* PENDING, every event recorded: in its pool's pending tree */
     uint16_t n_uses, cap_uses;
     int pending_events;
     fp_stream *uses;         /* other streams that used the block */
@@ -67,6 +71,7 @@ struct fp_segment {
 struct fp_pool {
     uint64_t id;             /* 0: the default pool */
     fp_block *root[2];       /* [0] large, [1] small */
+    fp_block *pend_root[2];  /* pending blocks whose events are all recorded, same key */
     int active;              /* streams currently directed here */
     int released;
     size_t n_segments;
@@ -88,6 +93,9 @@ struct fp_allocator {
     fp_alloc_upstream up;
     fp_alloc_event_ops ev;
     int have_events;
+    fp_alloc_stream_wait_fn ev_wait; /* stream-ordered reuse; NULL: off */
+    uint64_t stream_waits;           /* pending blocks reclaimed through ev_wait */
+    uint64_t stream_wait_refusals;   /* ev_wait calls that refused */
     fp_alloc_config cfg;
     size_t cap;              /* effective cap on reserved bytes, SIZE_MAX: none */
     size_t max_split;
@@ -754,7 +762,19 @@ static void block_make_free(fp_allocator *a, fp_block *b) {
     if (pool->released && !block_is_split(b)) segment_release(a, b->seg);
 }
 
+static inline void pend_insert(fp_block *b) {
+    treap_insert(&pool_of(b)->pend_root[b->seg->is_small], b);
+    b->in_pend = 1;
+}
+
+static inline void pend_remove(fp_block *b) {
+    if (!b->in_pend) return;
+    treap_remove(&pool_of(b)->pend_root[b->seg->is_small], b);
+    b->in_pend = 0;
+}
+
 static void pending_done(fp_allocator *a, fp_block *b) {
+    pend_remove(b);
     a->st.pending_event_blocks--;
     block_make_free(a, b);
 }
@@ -814,6 +834,8 @@ static void record_block_events(fp_allocator *a, fp_block *b) {
         (void)defer_block(a, b);
     else if (b->pending_events == 0)
         pending_done(a, b);
+    else
+        pend_insert(b);
 }
 
 static void record_deferred(fp_allocator *a) {
@@ -850,12 +872,11 @@ static inline fp_pool *pool_for_stream(fp_allocator *a, uintptr_t stream) {
     return &a->default_pool;
 }
 
-/* Best fit in the pool's tree for this stream, honouring the split limits.
- * Removes the block from the tree, reusing the link found by the search (one
- * descent instead of two). */
-static inline fp_block *find_fit(fp_allocator *a, fp_pool *pool, int small, uintptr_t stream,
-                                 size_t rsize) {
-    fp_block **link = &pool->root[small], **best_link = NULL;
+/* Best fit in the tree at `root` (a free or pending tree) for this stream,
+ * honouring the split limits: the link that holds it, or NULL. */
+static inline fp_block **fit_link(const fp_allocator *a, fp_block **root, int small, uintptr_t stream,
+                                  size_t rsize) {
+    fp_block **link = root, **best_link = NULL;
     while (*link) {
         fp_block *t = *link;
         if (key_less(t, stream, rsize, 0)) {
@@ -866,7 +887,7 @@ static inline fp_block *find_fit(fp_allocator *a, fp_pool *pool, int small, uint
         }
     }
     if (!best_link) return NULL;
-    fp_block *b = *best_link;
+    const fp_block *b = *best_link;
     if (b->stream != stream) return NULL;
     if (!small && b->size > a->max_split) {
         /* An unsplittable block: never for a request that could be served by
@@ -874,13 +895,27 @@ static inline fp_block *find_fit(fp_allocator *a, fp_pool *pool, int small, uint
         if (rsize <= a->max_split) return NULL;
         if (b->size - rsize > a->cfg.max_non_split_rounding) return NULL;
     }
-    *best_link = treap_merge(b->left, b->right);
+    return best_link;
+}
+
+/* Removes the free block at *link (from fit_link on a free tree), reusing
+ * the link found by the search (one descent instead of two). */
+static inline fp_block *take_free(fp_allocator *a, fp_block **link, int small) {
+    fp_block *b = *link;
+    *link = treap_merge(b->left, b->right);
     b->left = b->right = NULL;
     if (block_is_split(b)) {
         STAT_SUB(a, small, inactive_split_bytes, b->size);
         STAT_SUB(a, small, inactive_split_count, 1);
     }
     return b;
+}
+
+/* Best fit in the pool's free tree for this stream, removed from the tree. */
+static inline fp_block *find_fit(fp_allocator *a, fp_pool *pool, int small, uintptr_t stream,
+                                 size_t rsize) {
+    fp_block **link = fit_link(a, &pool->root[small], small, stream, rsize);
+    return link ? take_free(a, link, small) : NULL;
 }
 
 static inline int should_split(const fp_allocator *a, const fp_block *b, size_t rsize, int small) {
@@ -903,12 +938,161 @@ static fp_status oom(fp_allocator *a, size_t size, size_t rsize, fp_stream strea
                         (long long)a->st.inactive_split_bytes.current, capbuf);
 }
 
-/* Cache miss: poll events, GC, reserve a segment, OOM ladder. */
+/* Tries to make the pending block b (all events recorded) free for an
+ * allocation on `stream`, without the host waiting: drops the events that
+ * completed (one non-blocking query each); if some remain, allow_wait is set
+ * and the allocator has a stream-wait op, makes `stream` wait on each of
+ * them (stream-ordered reuse: everything the other streams queued before
+ * the free then runs before anything `stream` queues after this allocation,
+ * which is what a completed event guarantees). Returns 1 when b was freed
+ * (merged into its free tree: the caller searches again), 0 when it stays
+ * pending (with its remaining events). O(pending events). */
+static int reclaim_pending(fp_allocator *a, fp_block *b, uintptr_t stream, int allow_wait) {
+    size_t k = 0;
+    for (size_t i = 0; i < a->n_pending; ++i) {
+        pending_event pe = a->pending[i];
+        if (pe.block == b && a->ev.query(a->ev.opaque, pe.event)) {
+            a->ev.destroy(a->ev.opaque, pe.event);
+            b->pending_events--;
+        } else {
+            a->pending[k++] = pe;
+        }
+    }
+    a->n_pending = k;
+    if (b->pending_events == 0) {
+        pending_done(a, b);
+        return 1;
+    }
+    if (!allow_wait || !a->ev_wait || b->pending_events > FP_ALLOC_MAX_STREAM_WAITS) return 0;
+    for (size_t i = 0; i < a->n_pending; ++i)
+        if (a->pending[i].block == b && a->ev_wait(a->ev.opaque, (fp_stream)stream, a->pending[i].event) != FP_OK) {
+            a->stream_wait_refusals++;
+            return 0;
+        }
+    k = 0;
+    for (size_t i = 0; i < a->n_pending; ++i) {
+        if (a->pending[i].block == b)
+            a->ev.destroy(a->ev.opaque, a->pending[i].event);
+        else
+            a->pending[k++] = a->pending[i];
+    }
+    a->n_pending = k;
+    b->pending_events = 0;
+    a->stream_waits++;
+    pending_done(a, b);
+    return 1;
+}
+
+/* A run of address neighbours that are free, or pending on recorded events,
+ * with at least one pending block: what a cache miss can reclaim at once by
+ * making its stream wait on the run's events. */
+typedef struct pending_run {
+    fp_block *pend[FP_ALLOC_MAX_STREAM_WAITS]; /* its pending blocks */
+    int n_pend, n_events;
+    size_t bytes;
+} pending_run;
+
+static inline int run_member(const fp_block *b) {
+    return b->state == B_FREE || (b->state == B_PENDING && b->in_pend);
+}
+
+/* The run through pending block b, grown from b towards both ends while it
+ * stays within FP_ALLOC_MAX_STREAM_WAITS events; stops as soon as it holds
+ * `want` bytes (taking fewer pending blocks than the maximal run). */
+static void run_through(fp_block *b, size_t want, pending_run *r) {
+    r->n_pend = 1;
+    r->pend[0] = b;
+    r->n_events = b->pending_events;
+    r->bytes = b->size;
+    fp_block *lo = b->prev, *hi = b->next;
+    while (r->bytes < want && (lo || hi)) {
+        /* free neighbours first (no event), then the pending one with fewer events */
+        fp_block *c = NULL;
+        int lo_ok = lo && run_member(lo), hi_ok = hi && run_member(hi);
+        if (lo_ok && lo->state == B_FREE) c = lo;
+        else if (hi_ok && hi->state == B_FREE) c = hi;
+        else if (lo_ok && (!hi_ok || lo->pending_events <= hi->pending_events)) c = lo;
+        else if (hi_ok) c = hi;
+        if (!c) break;
+        if (c->state == B_PENDING) {
+            if (r->n_pend == FP_ALLOC_MAX_STREAM_WAITS ||
+                r->n_events + c->pending_events > FP_ALLOC_MAX_STREAM_WAITS)
+                break;
+            r->pend[r->n_pend++] = c;
+            r->n_events += c->pending_events;
+        }
+        r->bytes += c->size;
+        if (c == lo) lo = lo->prev;
+        else hi = hi->next;
+    }
+}
+
+/* For a cache miss: the run of this pool, class and stream that serves
+ * rsize with the fewest bytes (best fit; the oldest freed pending block
+ * first among equals, a->pending being in record order). 0: none. */
+static int pending_run_fit(fp_allocator *a, fp_pool *pool, int small, uintptr_t stream, size_t rsize,
+                           pending_run *best) {
+    best->bytes = SIZE_MAX;
+    int found = 0;
+    for (size_t i = 0; i < a->n_pending; ++i) {
+        fp_block *b = a->pending[i].block;
+        if (!b->in_pend || b->stream != stream || pool_of(b) != pool || b->seg->is_small != small ||
+            b->pending_events > FP_ALLOC_MAX_STREAM_WAITS)
+            continue;
+        pending_run r;
+        run_through(b, rsize, &r);
+        if (r.bytes < rsize || r.bytes >= best->bytes) continue;
+        /* fit_link's rule for blocks that will not be split */
+        if (!small && r.bytes > a->max_split &&
+            (rsize <= a->max_split || r.bytes - rsize > a->cfg.max_non_split_rounding))
+            continue;
+        *best = r;
+        found = 1;
+        if (r.bytes == rsize) break;
+    }
+    return found;
+}
+
+/* Makes `stream` wait on every event of the run's pending blocks and frees
+ * them (merged with the run's free blocks). 0 (nothing freed; waits already
+ * placed stay, harmlessly) when the op refuses one. */
+static int reclaim_run(fp_allocator *a, const pending_run *r, uintptr_t stream) {
+    for (size_t i = 0; i < a->n_pending; ++i)
+        for (int j = 0; j < r->n_pend; ++j)
+            if (a->pending[i].block == r->pend[j] &&
+                a->ev_wait(a->ev.opaque, (fp_stream)stream, a->pending[i].event) != FP_OK) {
+                a->stream_wait_refusals++;
+                return 0;
+            }
+    size_t k = 0;
+    for (size_t i = 0; i < a->n_pending; ++i) {
+        int in_run = 0;
+        for (int j = 0; j < r->n_pend; ++j) in_run |= a->pending[i].block == r->pend[j];
+        if (in_run)
+            a->ev.destroy(a->ev.opaque, a->pending[i].event);
+        else
+            a->pending[k++] = a->pending[i];
+    }
+    a->n_pending = k;
+    for (int j = 0; j < r->n_pend; ++j) {
+        r->pend[j]->pending_events = 0;
+        a->stream_waits++;
+        pending_done(a, r->pend[j]);
+    }
+    return 1;
+}
+
+/* Cache miss: poll events, stream-ordered reuse, GC, reserve a segment, OOM
+ * ladder. */
 static fp_status alloc_slow(fp_allocator *a, fp_pool *pool, int small, uintptr_t stream, size_t size,
                             size_t rsize, fp_block **out) {
     if (a->n_pending || a->n_deferred) {
         process_events(a, 0);
         fp_block *b = find_fit(a, pool, small, stream, rsize);
+        pending_run run;
+        if (!b && a->ev_wait && a->n_pending && !a->n_captures &&
+            pending_run_fit(a, pool, small, stream, rsize, &run) && reclaim_run(a, &run, stream))
+            b = find_fit(a, pool, small, stream, rsize);
         if (b) {
             COUNT(a, small, cache_hits);
             *out = b;
@@ -980,7 +1164,19 @@ fp_status fp_alloc_alloc(fp_allocator *a, size_t size, fp_stream stream, void **
 
     lock(a);
     fp_pool *pool = a->n_captures ? pool_for_stream(a, s) : &a->default_pool;
-    fp_block *b = find_fit(a, pool, small, s, rsize);
+    fp_block **link = fit_link(a, &pool->root[small], small, s, rsize);
+    if (!small && link && pool->pend_root[0] && !a->n_captures && should_split(a, *link, rsize, 0)) {
+        /* The best free block would be split: a pending block of this stream
+         * that fits better is taken instead if its events completed, or, when
+         * it fits whole (same-size reuse, the pattern that otherwise carves
+         * the large blocks), by making the stream wait on them (see
+         * reclaim_pending): a large block stays whole for the large request
+         * it was made for. A looser fit is not worth a device dependency. */
+        fp_block **pl = fit_link(a, &pool->pend_root[0], 0, s, rsize);
+        if (pl && (*pl)->size < (*link)->size && reclaim_pending(a, *pl, s, !should_split(a, *pl, rsize, 0)))
+            link = fit_link(a, &pool->root[0], 0, s, rsize);
+    }
+    fp_block *b = link ? take_free(a, link, small) : NULL;
     if (b) {
         COUNT(a, small, cache_hits);
     } else {
@@ -1173,6 +1369,25 @@ fp_status fp_alloc_trim(fp_allocator *a, size_t target_reserved) {
 }
 
 fp_status fp_alloc_empty_cache(fp_allocator *a) { return fp_alloc_trim(a, 0); }
+
+fp_status fp_alloc_set_stream_wait(fp_allocator *a, fp_alloc_stream_wait_fn wait) {
+    FP_CHECK_NOT_NULL(a);
+    FP_CHECK_ARG(a->have_events || !wait,
+                 "fp_alloc_set_stream_wait: the allocator has no event ops (streams are synchronous)");
+    lock(a);
+    a->ev_wait = wait;
+    unlock(a);
+    return FP_OK;
+}
+
+fp_status fp_alloc_stream_wait_counts(fp_allocator *a, uint64_t *waits, uint64_t *refusals) {
+    FP_CHECK_NOT_NULL(a);
+    lock(a);
+    if (waits) *waits = a->stream_waits;
+    if (refusals) *refusals = a->stream_wait_refusals;
+    unlock(a);
+    return FP_OK;
+}
 
 fp_status fp_alloc_synchronize_events(fp_allocator *a) {
     FP_CHECK_NOT_NULL(a);
@@ -1418,6 +1633,8 @@ fp_status fp_alloc_snapshot_json(fp_allocator *a, char **out) {
     cJSON_AddNumberToObject(st, "oversize_allocations", (double)g.oversize_allocations);
     cJSON_AddNumberToObject(st, "gc_releases", (double)g.gc_releases);
     cJSON_AddNumberToObject(st, "pending_event_blocks", (double)g.pending_event_blocks);
+    cJSON_AddNumberToObject(st, "stream_waits", (double)a->stream_waits);
+    cJSON_AddNumberToObject(st, "stream_wait_refusals", (double)a->stream_wait_refusals);
     cJSON *pools = cJSON_AddObjectToObject(st, "pools");
     for (int c = 0; c < 2; ++c) {
         const fp_alloc_pool_stats *ps = &g.pools[c];
@@ -1479,20 +1696,24 @@ typedef struct tree_walk {
     const char *err;
 } tree_walk;
 
-static void walk_tree(const fp_block *t, const fp_pool *pool, int small, tree_walk *w, int depth) {
+/* pend: walking a pending tree (PENDING blocks with every event recorded)
+ * instead of a free tree. */
+static void walk_tree(const fp_block *t, const fp_pool *pool, int small, int pend, tree_walk *w, int depth) {
     if (!t || w->err) return;
     if (depth > 10000) { w->err = "free tree too deep (cycle?)"; return; }
     if (t->left && t->left->prio > t->prio) w->err = "treap heap order violated";
     if (t->right && t->right->prio > t->prio) w->err = "treap heap order violated";
-    walk_tree(t->left, pool, small, w, depth + 1);
+    walk_tree(t->left, pool, small, pend, w, depth + 1);
     if (w->err) return;
     if (w->last && !key_less(w->last, t->stream, t->size, t->addr)) w->err = "free tree out of order";
-    if (t->state != B_FREE) w->err = "non-free block in a free tree";
+    if (!pend && t->state != B_FREE) w->err = "non-free block in a free tree";
+    if (pend && (t->state != B_PENDING || !t->in_pend || t->deferred || t->pending_events <= 0))
+        w->err = "pending tree holds a block that is not pending on recorded events";
     if (t->seg->pool != pool || t->seg->is_small != small) w->err = "block in the wrong tree";
     w->last = t;
     w->nodes++;
     w->bytes += t->size;
-    walk_tree(t->right, pool, small, w, depth + 1);
+    walk_tree(t->right, pool, small, pend, w, depth + 1);
 }
 
 fp_status fp_alloc_check_invariants(fp_allocator *a) {
@@ -1500,7 +1721,7 @@ fp_status fp_alloc_check_invariants(fp_allocator *a) {
     lock(a);
     const char *err = NULL;
     size_t reserved = 0, segs = 0, alloc_b = 0, alloc_n = 0, req = 0, pend_b = 0, pend_n = 0;
-    size_t free_n = 0, split_b = 0, split_n = 0;
+    size_t free_n = 0, split_b = 0, split_n = 0, in_pend_n = 0;
     /* Per class, in the order of k_stat_names. */
     size_t cls_sum[2][9];
     memset(cls_sum, 0, sizeof cls_sum);
@@ -1541,12 +1762,16 @@ fp_status fp_alloc_check_invariants(fp_allocator *a) {
                 pend_n++;
                 cs[3] += b->size;
                 cs[7]++;
+                in_pend_n += b->in_pend;
+                if (!b->deferred && b->pending_events > 0 && !b->in_pend)
+                    err = "pending block with recorded events missing from its pending tree";
             }
+            if (b->state != B_PENDING && b->in_pend) err = "non-pending block marked as in a pending tree";
             at += b->size;
         }
         if (!err && at != s->base + s->size) err = "blocks do not add up to the segment size";
     }
-    size_t tree_nodes = 0;
+    size_t tree_nodes = 0, pend_nodes = 0;
     fp_pool *pools[1024];
     size_t np = 0;
     pools[np++] = &a->default_pool;
@@ -1554,12 +1779,17 @@ fp_status fp_alloc_check_invariants(fp_allocator *a) {
     for (size_t i = 0; i < np && !err; ++i)
         for (int small = 0; small < 2 && !err; ++small) {
             tree_walk w = {0, 0, NULL, NULL};
-            walk_tree(pools[i]->root[small], pools[i], small, &w, 0);
+            walk_tree(pools[i]->root[small], pools[i], small, 0, &w, 0);
             err = w.err;
             tree_nodes += w.nodes;
+            tree_walk wp = {0, 0, NULL, NULL};
+            if (!err) walk_tree(pools[i]->pend_root[small], pools[i], small, 1, &wp, 0);
+            if (!err) err = wp.err;
+            pend_nodes += wp.nodes;
         }
     const fp_alloc_stats *st = &a->st;
     if (!err && tree_nodes != free_n) err = "free blocks and free-tree nodes differ";
+    if (!err && pend_nodes != in_pend_n) err = "pending-tree nodes and blocks marked in_pend differ";
     if (!err && a->n_mapped != alloc_n) err = "pointer map count differs from allocated blocks";
     if (!err && (size_t)st->reserved_bytes.current != reserved) err = "stats: reserved_bytes";
     if (!err && (size_t)st->segment_count.current != segs) err = "stats: segment_count";

@@ -4,7 +4,7 @@
  *
  * The table is plain host code (tests drive it with the host upstream through
  * alloc_internal.h); only the process-wide table's default factory touches
- * CUDA (fp_alloc_upstream_device + fp_alloc_event_ops_cuda).
+ * CUDA (fp_alloc_create_device: device upstream, CUDA events, stream wait).
  *
  * Concurrency: instances are published with a release store into an array of
  * atomic pointers, so the hot path (device already has an instance) is one
@@ -51,11 +51,7 @@ static fp_status device_count(int *n) {
 static fp_status device_count(int *n) { return fp_device_count(n); }
 static fp_status make_cuda(void *user, int device, const fp_alloc_config *cfg, fp_allocator **out) {
     (void)user;
-    fp_alloc_upstream up;
-    fp_alloc_event_ops ev;
-    FP_TRY(fp_alloc_upstream_device(device, &up));
-    FP_TRY(fp_alloc_event_ops_cuda(device, &ev));
-    return fp_alloc_create(&up, &ev, cfg, out);
+    return fp_alloc_create_device(device, cfg, out);
 }
 #endif
 

@@ -1,6 +1,6 @@
 /* CUDA pieces of the caching allocator: the device and pinned-host upstreams
- * (cudaHostAlloc, and cudaHostRegister over the region upstream) and CUDA
- * event ops. Kept apart from the policy so host-only builds (the
+ * (cudaHostAlloc, and cudaHostRegister over the region upstream), CUDA
+ * event ops and the stream-wait op (cudaStreamWaitEvent). Kept apart from the policy so host-only builds (the
  * ThreadSanitizer test) can leave them out. The device index travels in the
  * opaque pointer as (device + 1). */
 #include <stdint.h>
@@ -166,21 +166,28 @@ fp_status fp_alloc_upstream_registered(int device, void *base, size_t bytes, fp_
 
 /* ---- events ---- */
 
-static fp_status ev_record(void *opaque, fp_stream stream, void **event) {
-    /* An event recorded on a capturing stream would become a graph node and
-     * never complete on its own: refuse, the allocator retries later. */
+/* Capture status of `stream` for ev_record and the stream wait: FP_OK when it is not
+ * capturing; FP_ERR_UNSUPPORTED ("not now") when it is, or when the status
+ * cannot be read (e.g. cudaErrorStreamCaptureImplicit for the legacy stream
+ * while another thread captures: any call there could break that capture). */
+static fp_status not_capturing(fp_stream stream, const char *what) {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     cudaError_t qerr = cudaStreamIsCapturing((cudaStream_t)stream, &cs);
     if (qerr != cudaSuccess) {
-        /* Status unknown, e.g. cudaErrorStreamCaptureImplicit for the legacy
-         * stream while another thread captures: recording there could break
-         * that capture. "Not now": the allocator retries on a later slow path. */
         consume(qerr);
-        return fp_set_error(FP_ERR_UNSUPPORTED, "stream %p: cudaStreamIsCapturing failed (%s): event deferred",
-                            stream, cudaGetErrorString(qerr));
+        return fp_set_error(FP_ERR_UNSUPPORTED, "stream %p: cudaStreamIsCapturing failed (%s): %s", stream,
+                            cudaGetErrorString(qerr), what);
     }
     if (cs != cudaStreamCaptureStatusNone)
-        return fp_set_error(FP_ERR_UNSUPPORTED, "stream %p is capturing: event deferred", stream);
+        return fp_set_error(FP_ERR_UNSUPPORTED, "stream %p is capturing: %s", stream, what);
+    return FP_OK;
+}
+
+static fp_status ev_record(void *opaque, fp_stream stream, void **event) {
+    /* An event recorded on a capturing stream would become a graph node and
+     * never complete on its own: refuse, the allocator retries later (also
+     * when the status is unknown: "not now", retried on a later slow path). */
+    FP_TRY(not_capturing(stream, "event deferred"));
     cudaEvent_t e = NULL;
     int prev;
     cudaError_t err = use_device(dev_of(opaque), &prev);
@@ -255,6 +262,34 @@ static fp_status ev_check_stream(void *opaque, fp_stream stream) {
     return FP_OK;
 }
 
+fp_status fp_alloc_stream_wait_cuda(void *opaque, fp_stream stream, void *event) {
+    /* A wait enqueued on a capturing stream would become a graph node (and
+     * an event recorded outside the capture cannot be waited on there). */
+    FP_TRY(not_capturing(stream, "no stream wait"));
+    int prev;
+    cudaError_t err = use_device(dev_of(opaque), &prev); /* the legacy stream is the current device's */
+    if (err == cudaSuccess) err = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
+    restore_device(dev_of(opaque), prev);
+    if (err != cudaSuccess) return map_error(err, "cudaStreamWaitEvent", 0);
+    return FP_OK;
+}
+
+fp_status fp_alloc_create_device(int device, const fp_alloc_config *cfg, fp_allocator **out) {
+    fp_alloc_upstream up;
+    fp_alloc_event_ops ev;
+    FP_TRY(fp_alloc_upstream_device(device, &up));
+    FP_TRY(fp_alloc_event_ops_cuda(device, &ev));
+    fp_allocator *a = NULL;
+    FP_TRY(fp_alloc_create(&up, &ev, cfg, &a));
+    fp_status st = fp_alloc_set_stream_wait(a, fp_alloc_stream_wait_cuda);
+    if (st != FP_OK) {
+        fp_alloc_destroy(a);
+        return st;
+    }
+    *out = a;
+    return FP_OK;
+}
+
 fp_status fp_alloc_event_ops_cuda(int device, fp_alloc_event_ops *out) {
     FP_CHECK_NOT_NULL(out);
     FP_TRY(check_device(device));
@@ -271,9 +306,5 @@ fp_status fp_alloc_create_for_context(fp_context *ctx, const fp_alloc_config *cf
         fp_alloc_upstream up = fp_alloc_upstream_host();
         return fp_alloc_create(&up, NULL, cfg, out);
     }
-    fp_alloc_upstream up;
-    fp_alloc_event_ops ev;
-    FP_TRY(fp_alloc_upstream_device(ctx->device, &up));
-    FP_TRY(fp_alloc_event_ops_cuda(ctx->device, &ev));
-    return fp_alloc_create(&up, &ev, cfg, out);
+    return fp_alloc_create_device(ctx->device, cfg, out);
 }

@@ -1,5 +1,7 @@
 /* Test doubles for the caching allocator: a counting, capped upstream that
- * logs every call, and fake events whose completion the test decides. */
+ * logs every call, and fake events whose completion the test decides (or
+ * that complete only after some queries: a device running behind the host),
+ * with a logging stream-wait op. */
 #ifndef ALLOC_TEST_UTIL_H
 #define ALLOC_TEST_UTIL_H
 
@@ -66,15 +68,32 @@ static inline fp_alloc_upstream counting_upstream_table(counting_upstream *u) {
 typedef struct fake_event {
     fp_stream stream;
     int done;
+    unsigned queries;          /* times this event was queried */
+    unsigned complete_after;   /* > 0: done from its complete_after-th query on */
+    size_t id;                 /* 1, 2, ... in record order */
     struct fake_event *next;  /* all live events */
 } fake_event;
+
+typedef struct fake_wait {
+    fp_stream waiter;   /* the stream made to wait */
+    fp_stream on;       /* the stream the event was recorded on */
+    size_t id;          /* the event's id */
+} fake_wait;
 
 typedef struct fake_events {
     fp_stream refuse;  /* record fails on this stream (like a capturing one) */
     fp_stream foreign; /* check_stream rejects this stream (another device's) */
     int foreign_status; /* what check_stream returns for it (0: FP_ERR_INVALID_ARGUMENT) */
+    fp_stream refuse_wait; /* the stream-wait op refuses to make this stream wait */
+    /* Events recorded while this is > 0 complete by themselves at their
+     * complete_after-th query (a device that lags the host by that many
+     * polls); 0: only fake_complete / synchronize complete them. */
+    unsigned complete_after;
     fake_event *live;
     size_t records, queries, destroys, live_count;
+    size_t waits, wait_refusals;
+    fake_wait wait_log[64];   /* the first 64 waits */
+    fake_wait recent[16];     /* the last 16: wait k (0-based) in recent[k % 16] */
 } fake_events;
 
 static fp_status fe_record(void *opaque, fp_stream stream, void **event) {
@@ -83,6 +102,8 @@ static fp_status fe_record(void *opaque, fp_stream stream, void **event) {
     fake_event *e = calloc(1, sizeof *e);
     if (!e) return FP_ERR_OUT_OF_MEMORY;
     e->stream = stream;
+    e->complete_after = f->complete_after;
+    e->id = f->records + 1;
     e->next = f->live;
     f->live = e;
     f->records++;
@@ -93,8 +114,11 @@ static fp_status fe_record(void *opaque, fp_stream stream, void **event) {
 
 static int fe_query(void *opaque, void *event) {
     fake_events *f = opaque;
+    fake_event *e = event;
     f->queries++;
-    return ((fake_event *)event)->done;
+    e->queries++;
+    if (e->complete_after && e->queries >= e->complete_after) e->done = 1;
+    return e->done;
 }
 
 static void fe_sync(void *opaque, void *event) {
@@ -129,6 +153,21 @@ static fp_status fe_check_stream(void *opaque, fp_stream stream) {
 static inline fp_alloc_event_ops fake_event_ops(fake_events *f) {
     fp_alloc_event_ops ops = {fe_record, fe_query, fe_sync, fe_destroy, fe_check_stream, f};
     return ops;
+}
+
+/* The stream-wait op (fp_alloc_set_stream_wait) over fake events: logs who
+ * waits on which stream's event; refuses f->refuse_wait. */
+static fp_status fe_stream_wait(void *opaque, fp_stream stream, void *event) {
+    fake_events *f = opaque;
+    if (f->refuse_wait && stream == f->refuse_wait) {
+        f->wait_refusals++;
+        return FP_ERR_UNSUPPORTED;
+    }
+    const fake_event *e = event;
+    if (f->waits < 64) f->wait_log[f->waits] = (fake_wait){stream, e->stream, e->id};
+    f->recent[f->waits % 16] = (fake_wait){stream, e->stream, e->id};
+    f->waits++;
+    return FP_OK;
 }
 
 #endif /* ALLOC_TEST_UTIL_H */

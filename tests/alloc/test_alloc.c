@@ -1,10 +1,13 @@
 /* Caching allocator tests on the host upstream (the same policy code that
  * serves device memory): rounding, pools, split limits, coalescing, streams
- * with fake events, private pools, the OOM ladder with a counting capped
- * upstream, GC, bad input, snapshot JSON, event ring, trace replay, per-pool
- * statistics adding up to the totals, the region upstream (carving of the
- * registered pinned flavour) and a multi-threaded randomized stress checked
- * against a shadow model.
+ * with fake events, stream-ordered reuse (the stream-wait op, the large
+ * pool's preference for a better-fitting pending block) and the trace
+ * replayed with events that lag the host, private pools, the OOM ladder
+ * with a counting capped upstream, GC, bad input, snapshot JSON, event ring,
+ * trace replay, per-pool statistics adding up to the totals, the region
+ * upstream (carving of the registered pinned flavour), a randomized
+ * single-threaded stress with events (with and without the stream-wait op)
+ * and a multi-threaded one checked against a shadow model.
  *
  *   test_alloc [--stress-ops N]   (N total ops of the threaded stress)
  * Built twice: normally and with ThreadSanitizer (FP_TSAN_BUILD, fewer ops). */
@@ -33,6 +36,17 @@ static fp_alloc_stats get_stats(fp_allocator *a) {
 }
 
 static void check_inv(fp_allocator *a) { CHECK_OK(fp_alloc_check_invariants(a)); }
+/* The stream-ordered reuse counters (alloc_internal.h). */
+static uint64_t waits_of(fp_allocator *a) {
+    uint64_t w = 0;
+    CHECK_OK(fp_alloc_stream_wait_counts(a, &w, NULL));
+    return w;
+}
+static uint64_t refusals_of(fp_allocator *a) {
+    uint64_t r = 0;
+    CHECK_OK(fp_alloc_stream_wait_counts(a, NULL, &r));
+    return r;
+}
 static void check_pools_add_up(fp_allocator *a);
 
 static fp_allocator *make(counting_upstream *u, fake_events *f, const fp_alloc_config *cfg) {
@@ -336,6 +350,289 @@ static void test_streams_and_events(void) {
     check_inv(a);
     fp_alloc_destroy(a);
     CHECK(f.live_count == 0);
+}
+
+/* Stream-ordered reuse (fp_alloc_set_stream_wait) and the large pool's
+ * preference for a better-fitting pending block. Each scenario on a fresh
+ * allocator over fake events that complete only when the test says so. */
+static fp_allocator *make_waiting(counting_upstream *u, fake_events *f) {
+    fp_allocator *a = make(u, f, NULL);
+    CHECK_OK(fp_alloc_set_stream_wait(a, fe_stream_wait));
+    return a;
+}
+
+static void finish_waiting(fp_allocator *a, counting_upstream *u, fake_events *f) {
+    check_inv(a);
+    fake_complete(f, NULL, 1);
+    CHECK_OK(fp_alloc_synchronize_events(a));
+    CHECK(get_stats(a).pending_event_blocks == 0);
+    check_inv(a);
+    fp_alloc_destroy(a);
+    CHECK(f->live_count == 0 && u->held == 0);
+}
+
+static void test_stream_ordered_reuse(void) {
+    /* A miss that polling cannot serve waits on the pending block's event
+     * instead of reserving a segment. */
+    {
+        counting_upstream u = {0};
+        fake_events f = {0};
+        fp_allocator *a = make_waiting(&u, &f);
+        void *p = xalloc(a, 12 * MiB, S1);
+        CHECK_OK(fp_alloc_record_stream(a, p, S2));
+        CHECK_OK(fp_alloc_free(a, p));
+        CHECK(get_stats(a).pending_event_blocks == 1 && f.live_count == 1);
+        size_t q0 = f.queries;
+        void *q = xalloc(a, 12 * MiB, S1);
+        CHECK_MSG(q == p && u.allocs == 1, "q %p p %p, %zu upstream allocs", q, p, u.allocs);
+        CHECK(f.queries == q0 + 1); /* the miss's poll only: not done, then waited on */
+        CHECK(f.waits == 1 && f.wait_log[0].waiter == S1 && f.wait_log[0].on == S2);
+        CHECK(f.live_count == 0); /* destroyed after the wait */
+        fp_alloc_stats s = get_stats(a);
+        CHECK(waits_of(a) == 1 && refusals_of(a) == 0 && s.pending_event_blocks == 0);
+        CHECK(s.cache_hits == 1 && s.cache_misses == 1 && s.active_bytes.current == (int64_t)(12 * MiB));
+        check_inv(a);
+        /* Another stream never gets S1's pending block: it grows. */
+        CHECK_OK(fp_alloc_record_stream(a, q, S2));
+        CHECK_OK(fp_alloc_free(a, q));
+        void *o = xalloc(a, 12 * MiB, S2);
+        CHECK(o != p && u.allocs == 2 && f.waits == 1 && get_stats(a).pending_event_blocks == 1);
+        CHECK_OK(fp_alloc_free(a, o));
+        q = xalloc(a, 12 * MiB, S1);
+        CHECK(q == p && f.waits == 2);
+        /* Two uses, one complete by the miss's poll: only the other is
+         * waited on. */
+        CHECK_OK(fp_alloc_record_stream(a, q, S2));
+        CHECK_OK(fp_alloc_record_stream(a, q, S3));
+        CHECK_OK(fp_alloc_free(a, q));
+        fake_complete(&f, S2, 0);
+        q = xalloc(a, 12 * MiB, S1);
+        CHECK(q == p && f.waits == 3 && f.wait_log[2].on == S3 && u.allocs == 2 && f.live_count == 0);
+        check_inv(a);
+        /* The op refuses (a capturing stream, say): the miss reserves a
+         * segment and the block stays pending. */
+        CHECK_OK(fp_alloc_record_stream(a, q, S2));
+        CHECK_OK(fp_alloc_free(a, q));
+        f.refuse_wait = S1;
+        void *r = xalloc(a, 12 * MiB, S1);
+        CHECK(r != p && u.allocs == 3 && f.wait_refusals == 1);
+        s = get_stats(a);
+        CHECK(refusals_of(a) == 1 && waits_of(a) == 3 && s.pending_event_blocks == 1);
+        f.refuse_wait = NULL;
+        CHECK_OK(fp_alloc_free(a, r));
+        /* The snapshot names the counters. */
+        char *json = NULL;
+        CHECK_OK(fp_alloc_snapshot_json(a, &json));
+        CHECK(json && strstr(json, "\"stream_waits\":3") && strstr(json, "\"stream_wait_refusals\":1"));
+        fp_alloc_json_free(json);
+        finish_waiting(a, &u, &f);
+    }
+    /* On a miss, a pending block merged with its free neighbour serves a
+     * request neither serves alone (small pool). */
+    {
+        counting_upstream u = {0};
+        fake_events f = {0};
+        fp_allocator *a = make_waiting(&u, &f);
+        void *b[4];
+        for (int k = 0; k < 4; ++k) b[k] = xalloc(a, 512 << 10, S1); /* one small segment, in order */
+        for (int k = 1; k < 4; ++k) CHECK((char *)b[k] == (char *)b[k - 1] + (512 << 10));
+        CHECK_OK(fp_alloc_record_stream(a, b[1], S2));
+        CHECK_OK(fp_alloc_free(a, b[1]));
+        CHECK_OK(fp_alloc_free(a, b[0])); /* free, beside pending b[1] */
+        void *big = xalloc(a, 1 << 20, S1);
+        CHECK(big == b[0] && u.allocs == 1 && f.waits == 1);
+        CHECK_OK(fp_alloc_free(a, big));
+        CHECK_OK(fp_alloc_free(a, b[2]));
+        CHECK_OK(fp_alloc_free(a, b[3]));
+        finish_waiting(a, &u, &f);
+    }
+    /* Two adjacent pending blocks (one run) serve a miss neither serves
+     * alone: the stream waits on both events. */
+    {
+        counting_upstream u = {0};
+        fake_events f = {0};
+        fp_allocator *a = make_waiting(&u, &f);
+        void *b[4];
+        for (int k = 0; k < 4; ++k) b[k] = xalloc(a, 512 << 10, S1);
+        CHECK_OK(fp_alloc_record_stream(a, b[1], S2));
+        CHECK_OK(fp_alloc_record_stream(a, b[2], S3));
+        CHECK_OK(fp_alloc_free(a, b[1]));
+        CHECK_OK(fp_alloc_free(a, b[2]));
+        void *big = xalloc(a, 1 << 20, S1);
+        CHECK(big == b[1] && u.allocs == 1 && f.waits == 2 && waits_of(a) == 2);
+        CHECK(f.wait_log[0].waiter == S1 && f.wait_log[1].waiter == S1 && f.wait_log[0].on != f.wait_log[1].on);
+        CHECK_OK(fp_alloc_free(a, big));
+        CHECK_OK(fp_alloc_free(a, b[0]));
+        CHECK_OK(fp_alloc_free(a, b[3]));
+        finish_waiting(a, &u, &f);
+    }
+    /* Not waited on: a block whose event could not be recorded (deferred),
+     * one with more than FP_ALLOC_MAX_STREAM_WAITS outstanding events, and
+     * any block while a private pool is active (no event call then). */
+    {
+        counting_upstream u = {0};
+        fake_events f = {0};
+        fp_allocator *a = make_waiting(&u, &f);
+        f.refuse = S3;
+        void *d = xalloc(a, 12 * MiB, S1);
+        CHECK_OK(fp_alloc_record_stream(a, d, S3));
+        CHECK_OK(fp_alloc_free(a, d));
+        void *e = xalloc(a, 12 * MiB, S1);
+        CHECK(e != d && u.allocs == 2 && f.waits == 0);
+        f.refuse = NULL;
+        CHECK_OK(fp_alloc_free(a, e));
+        CHECK_OK(fp_alloc_synchronize_events(a)); /* records d's event, waits, frees it */
+        void *p = xalloc(a, 12 * MiB, S1);
+        for (uintptr_t k = 0; k <= FP_ALLOC_MAX_STREAM_WAITS; ++k)
+            CHECK_OK(fp_alloc_record_stream(a, p, (fp_stream)(0x5000 + k * 0x100)));
+        CHECK_OK(fp_alloc_free(a, p));
+        void *h[2];
+        for (int k = 0; k < 2; ++k) h[k] = xalloc(a, 12 * MiB, S1); /* the other cached block, then growth */
+        CHECK(h[0] != p && h[1] != p && f.waits == 0 && u.allocs == 3);
+        for (int k = 0; k < 2; ++k) CHECK_OK(fp_alloc_free(a, h[k]));
+        fake_complete(&f, NULL, 1);
+        CHECK_OK(fp_alloc_synchronize_events(a));
+        p = xalloc(a, 12 * MiB, S1);
+        CHECK_OK(fp_alloc_record_stream(a, p, S2));
+        CHECK_OK(fp_alloc_free(a, p));
+        void *g[2];
+        for (int k = 0; k < 2; ++k) g[k] = xalloc(a, 12 * MiB, S1); /* the other 2 cached 12 MiB blocks */
+        CHECK(f.waits == 0);
+        CHECK_OK(fp_alloc_pool_begin(a, 5, S3));
+        size_t q1 = f.queries;
+        void *c = xalloc(a, 12 * MiB, S1);
+        CHECK(c != p && f.waits == 0 && f.queries == q1 && u.allocs == 4);
+        CHECK_OK(fp_alloc_pool_end(a, 5));
+        CHECK_OK(fp_alloc_pool_release(a, 5));
+        CHECK_OK(fp_alloc_free(a, c));
+        for (int k = 0; k < 2; ++k) CHECK_OK(fp_alloc_free(a, g[k]));
+        /* Without the op: polling only, as before. */
+        CHECK_OK(fp_alloc_set_stream_wait(a, NULL));
+        void *k5[5];
+        for (int k = 0; k < 5; ++k) k5[k] = xalloc(a, 12 * MiB, S1);
+        for (int k = 0; k < 5; ++k) CHECK(k5[k] != p);
+        CHECK(f.waits == 0 && get_stats(a).pending_event_blocks == 1);
+        for (int k = 0; k < 5; ++k) CHECK_OK(fp_alloc_free(a, k5[k]));
+        finish_waiting(a, &u, &f);
+    }
+    /* Large pool: a request whose best free block would be split takes a
+     * better-fitting pending block instead: by a query when its event
+     * completed (with or without the op), by a wait with the op when the
+     * pending block fits whole, not by a wait when it would be split too
+     * (variant 4: a 40 MiB block for 27 MiB), and not at all when a free
+     * block fits without a split. */
+    for (int variant = 0; variant < 5; ++variant) {
+        counting_upstream u = {0};
+        fake_events f = {0};
+        fp_allocator *a = variant == 2 ? make(&u, &f, NULL) : make_waiting(&u, &f);
+        void *big = xalloc(a, 60 * MiB, S1), *exact = variant == 3 ? xalloc(a, 28 * MiB, S1) : NULL;
+        void *bucket = xalloc(a, variant == 4 ? 40 * MiB : 28 * MiB, S1);
+        CHECK_OK(fp_alloc_free(a, big));
+        if (exact) CHECK_OK(fp_alloc_free(a, exact));
+        CHECK_OK(fp_alloc_record_stream(a, bucket, S2));
+        CHECK_OK(fp_alloc_free(a, bucket));
+        if (variant == 1) fake_complete(&f, S2, 0); /* done, not polled yet */
+        size_t q0 = f.queries, allocs = u.allocs;
+        void *n = xalloc(a, 27 * MiB, S1);
+        switch (variant) {
+        case 0: /* not done: waited on */
+            CHECK(n == bucket && f.queries == q0 + 1 && f.waits == 1 && f.wait_log[0].waiter == S1);
+            break;
+        case 1: /* done: taken after the query, no wait */
+            CHECK(n == bucket && f.queries == q0 + 1 && f.waits == 0);
+            break;
+        case 2: /* no op, not done: the free block is split */
+        case 4: /* the pending block would be split: no device dependency for it */
+            CHECK(n == big && f.queries == q0 + 1 && f.waits == 0 && get_stats(a).pending_event_blocks == 1);
+            break;
+        default: /* a free block fits whole: no event call */
+            CHECK(n == exact && f.queries == q0 && f.waits == 0);
+            break;
+        }
+        CHECK(u.allocs == allocs);
+        if (variant != 2 && variant != 4) { /* the 60 MiB block stayed whole */
+            void *l = xalloc(a, 60 * MiB, S1);
+            CHECK(l == big && u.allocs == allocs);
+            CHECK_OK(fp_alloc_free(a, l));
+        }
+        CHECK_OK(fp_alloc_free(a, n));
+        finish_waiting(a, &u, &f);
+    }
+    /* Synchronous streams (no event ops): nothing to wait on. */
+    counting_upstream u2 = {0};
+    fp_allocator *h = make(&u2, NULL, NULL);
+    CHECK_STATUS(fp_alloc_set_stream_wait(h, fe_stream_wait), FP_ERR_INVALID_ARGUMENT);
+    CHECK_OK(fp_alloc_set_stream_wait(h, NULL));
+    CHECK_STATUS(fp_alloc_set_stream_wait(NULL, NULL), FP_ERR_INVALID_ARGUMENT);
+    fp_alloc_destroy(h);
+}
+
+/* The GPU run's miss, on the CPU: the transformer trace replayed on three
+ * streams with record_stream, its second (warm) replay must make no upstream
+ * call. Events here complete only at their n-th query, a device that lags
+ * the host (on the H200 the whole replay took 0.7 ms: an event recorded
+ * microseconds earlier was often not complete when the next miss polled).
+ * Without a stream-wait op such a pending block cannot be reused and the
+ * miss reserves a new segment (PyTorch's behaviour, kept for host memory);
+ * with it the warm replay makes no upstream call at any lag. */
+#ifndef FP_TSAN_BUILD /* the trace code is not in the TSan build */
+static void replay_lagging(const fp_alloc_trace *t, unsigned lag, int with_wait, fp_alloc_replay_result *warm,
+                           fp_alloc_replay_result *steady) {
+    counting_upstream u = {0};
+    fake_events f = {0};
+    fp_allocator *a = make(&u, &f, NULL);
+    if (with_wait) CHECK_OK(fp_alloc_set_stream_wait(a, fe_stream_wait));
+    memset(warm, 0, sizeof *warm);
+    warm->struct_size = sizeof *warm;
+    *steady = *warm;
+    /* First replay: the device keeps up (as with cudaMalloc calls in it). */
+    f.complete_after = 1;
+    CHECK_OK(fp_alloc_trace_replay(a, t, NULL, 0, warm));
+    fake_complete(&f, NULL, 1); /* the device catches up between the replays */
+    CHECK_OK(fp_alloc_synchronize_events(a));
+    check_inv(a);
+    /* Second replay: the device lags by `lag` polls (0: never within it). */
+    f.complete_after = lag;
+    CHECK_OK(fp_alloc_trace_replay(a, t, NULL, 0, steady));
+    check_inv(a);
+    if (with_wait) CHECK(waits_of(a) > 0 || lag == 1);
+    fake_complete(&f, NULL, 1);
+    CHECK_OK(fp_alloc_synchronize_events(a));
+    CHECK(get_stats(a).pending_event_blocks == 0);
+    fp_alloc_destroy(a);
+    CHECK(f.live_count == 0 && u.held == 0);
+}
+
+#endif
+
+static void test_trace_replay_lagging_events(void) {
+#ifdef FP_TSAN_BUILD
+    return; /* the trace code is not in the TSan build */
+#else
+    fp_alloc_trace *t = NULL;
+    CHECK_OK(fp_alloc_trace_generate(NULL, &t));
+    if (!t) return;
+    const unsigned lags[] = {1, 2, 3, 8, 0};
+    for (size_t i = 0; i < sizeof lags / sizeof lags[0]; ++i) {
+        fp_alloc_replay_result w0, s0, w1, s1;
+        replay_lagging(t, lags[i], 0, &w0, &s0);
+        replay_lagging(t, lags[i], 1, &w1, &s1);
+        double r0 = (double)s0.peak_reserved / (double)s0.peak_allocated;
+        double r1 = (double)s1.peak_reserved / (double)s1.peak_allocated;
+        printf("lagging events (complete at query %u%s): warm replay upstream allocs %llu without the stream "
+               "wait, %llu with it; reserved/allocated %.3f vs %.3f\n",
+               lags[i], lags[i] ? "" : ": never within the replay", (unsigned long long)s0.upstream_allocs,
+               (unsigned long long)s1.upstream_allocs, r0, r1);
+        /* The mechanism: when events lag, polling alone grows the cache. */
+        if (lags[i] == 0 || lags[i] >= 3) CHECK(s0.upstream_allocs > 0);
+        /* The fix: no upstream call in the warm replay, whatever the lag. */
+        CHECK_MSG(s1.upstream_allocs == 0 && s1.upstream_frees == 0,
+                  "warm replay with lag %u: %llu upstream allocs, %llu frees", lags[i],
+                  (unsigned long long)s1.upstream_allocs, (unsigned long long)s1.upstream_frees);
+        CHECK_MSG(r1 <= 1.15, "warm replay with lag %u: peak reserved / peak allocated %.3f", lags[i], r1);
+    }
+    fp_alloc_trace_destroy(t);
+#endif
 }
 
 static void test_private_pools(void) {
@@ -932,12 +1229,20 @@ static void test_stress(size_t total_ops) {
  * record_stream must not come back before its events complete. */
 typedef struct quarantined {
     uintptr_t lo, hi;
+    size_t event_id; /* the event recorded at its free (S3's) */
 } quarantined;
 
-static void test_stress_events(size_t ops) {
+/* Single-threaded random traffic on S1 / S2 with record_stream on S3; the
+ * events complete only at random sync points. A block still in use on S3
+ * (quarantined) may be handed out again only with a stream-wait op, and
+ * then only by the allocation that made its stream wait on that very
+ * event. */
+static void test_stress_events(size_t ops, int with_wait) {
     counting_upstream u = {0};
     fake_events f = {0};
     fp_allocator *a = make(&u, &f, NULL);
+    if (with_wait) CHECK_OK(fp_alloc_set_stream_wait(a, fe_stream_wait));
+    size_t legit = 0;
     worker w;
     memset(&w, 0, sizeof w);
     w.a = a;
@@ -957,12 +1262,26 @@ static void test_stress_events(size_t ops) {
             b.tag = r | 1;
             size_t rounded = 0;
             CHECK_OK(fp_alloc_round_size(a, b.size, &rounded));
-            if (fp_alloc_alloc(a, b.size, streams[(r >> 8) % 2], (void **)&b.p) != FP_OK) {
+            const fp_stream s = streams[(r >> 8) % 2];
+            const size_t waits0 = f.waits;
+            if (fp_alloc_alloc(a, b.size, s, (void **)&b.p) != FP_OK) {
                 CHECK(0);
                 continue;
             }
             CHECK_OK(fp_alloc_usable_size(a, b.p, &b.rounded));
             CHECK(b.rounded >= rounded);
+            /* A wait in this call orders all later work of s (the only stream
+             * that can reuse that block: its segment's) after S3's event. */
+            CHECK(f.waits - waits0 <= 16);
+            for (size_t k = waits0; k < f.waits; ++k) {
+                const fake_wait *fw = &f.recent[k % 16];
+                CHECK(fw->waiter == s && fw->on == S3);
+                for (size_t i = 0; i < nq; ++i)
+                    if (q[i].event_id == fw->id) {
+                        legit++;
+                        q[i--] = q[--nq];
+                    }
+            }
             for (size_t i = 0; i < nq; ++i)
                 if ((uintptr_t)b.p < q[i].hi && (uintptr_t)b.p + b.rounded > q[i].lo) violations++;
             stamp(&b);
@@ -980,11 +1299,15 @@ static void test_stress_events(size_t ops) {
             /* tag = r | 1 of the alloc op: the same bits chose record_stream. */
             int used = (b.tag >> 12) % 4 == 0;
             worker_free_one(&w, i);
-            if (used && nq < 4096) q[nq++] = (quarantined){(uintptr_t)b.p, (uintptr_t)b.p + b.rounded};
+            if (used && nq < 4096) q[nq++] = (quarantined){(uintptr_t)b.p, (uintptr_t)b.p + b.rounded, f.records};
         }
         if (op % 20000 == 0) check_inv(a);
     }
-    CHECK_MSG(violations == 0, "%zu allocations overlapped blocks still in use on another stream", violations);
+    CHECK_MSG(violations == 0, "%zu allocations overlapped blocks still in use on another stream (op %s)", violations,
+              with_wait ? "on" : "off");
+    CHECK_MSG(with_wait ? legit > 0 && waits_of(a) >= legit : legit == 0,
+              "%zu stream-ordered reuses of quarantined blocks (op %s), %llu stream waits", legit,
+              with_wait ? "on" : "off", (unsigned long long)waits_of(a));
     check_inv(a);
     fp_alloc_stats s = get_stats(a);
     CHECK(s.allocated_bytes.current == (int64_t)w.rounded_bytes);
@@ -1339,6 +1662,8 @@ int main(int argc, char **argv) {
     test_large_pool();
     test_split_limit();
     test_streams_and_events();
+    test_stream_ordered_reuse();
+    test_trace_replay_lagging_events();
     test_private_pools();
     test_oom_ladder();
     test_no_release_during_capture();
@@ -1349,7 +1674,8 @@ int main(int argc, char **argv) {
     test_trace_replay();
     test_pool_stats();
     test_region_upstream();
-    test_stress_events(stress_ops / 6);
+    test_stress_events(stress_ops / 6, 0);
+    test_stress_events(stress_ops / 6, 1);
     test_stress(stress_ops);
     TEST_END();
 }

@@ -13,9 +13,20 @@
  *     thread's capture): the block is deferred, then freed once the status
  *     is known again;
  *   - last-error hygiene: an error the caller had pending survives allocator
- *     calls that succeed, and failed calls of the allocator leave none. */
+ *     calls that succeed, and failed calls of the allocator leave none;
+ *   - the stream-wait op (fp_alloc_stream_wait_cuda, installed by
+ *     fp_alloc_create_device as for fp_alloc_create_for_context): a pending
+ *     block is reused on its stream after cudaStreamWaitEvent on the event
+ *     recorded on the other stream, with the ops' device current; never on
+ *     a capturing stream or one whose capture status is unknown; a failed
+ *     wait leaves no error and the allocator grows instead;
+ *   - the transformer trace replayed on three streams through these ops with
+ *     events that complete only after some queries (a device behind the
+ *     host, as on the H200 run where the warm replay still called cudaMalloc):
+ *     no cudaMalloc in the warm replay. */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +50,14 @@ static int g_notready_sets_last;      /* cudaEventQuery's NotReady recorded as l
 static size_t g_mem_limit = (size_t)1 << 40;
 static int g_malloc_dev = -1, g_free_dev = -1, g_event_dev = -1;
 static int g_live_events;
+static size_t g_mallocs;              /* successful cudaMalloc calls */
+/* Events created while g_event_lag > 0 answer NotReady to their first
+ * g_event_lag queries even on an idle stream (a device behind the host). */
+static int g_event_lag;
+/* cudaStreamWaitEvent: calls, the last one's stream, the stream its event
+ * was recorded on and the current device; g_wait_fails makes it fail. */
+static size_t g_waits;
+static int g_wait_stream = -1, g_wait_on = -1, g_wait_dev = -1, g_wait_fails;
 
 static _Thread_local cudaError_t t_last = cudaSuccess;
 static _Thread_local int t_dev = 0;
@@ -46,6 +65,7 @@ static _Thread_local enum cudaStreamCaptureMode t_mode = cudaStreamCaptureModeGl
 
 typedef struct fake_event {
     int stream;
+    int lag; /* NotReady answers left */
 } fake_event;
 
 static cudaError_t fail(cudaError_t e) {
@@ -87,6 +107,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     *p = aligned_alloc(256, (n + 255) & ~(size_t)255);
     if (!*p) return fail(cudaErrorMemoryAllocation);
     g_malloc_dev = t_dev;
+    g_mallocs++;
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
@@ -134,6 +155,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     (void)flags;
     fake_event *f = calloc(1, sizeof *f);
     if (!f) return fail(cudaErrorMemoryAllocation);
+    f->lag = g_event_lag;
     *e = (cudaEvent_t)(void *)f;
     g_event_dev = t_dev;
     g_live_events++;
@@ -148,11 +170,30 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-    if (!g_stream[((fake_event *)(void *)e)->stream].busy) return cudaSuccess;
+    fake_event *f = (fake_event *)(void *)e;
+    if (f->lag > 0) f->lag--;
+    else if (!g_stream[f->stream].busy) return cudaSuccess;
     return g_notready_sets_last ? fail(cudaErrorNotReady) : cudaErrorNotReady;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    g_stream[((fake_event *)(void *)e)->stream].busy = 0;
+    fake_event *f = (fake_event *)(void *)e;
+    f->lag = 0;
+    g_stream[f->stream].busy = 0;
+    return cudaSuccess;
+}
+/* Modelled as capture-unsafe on a capturing stream (the allocator must not
+ * call it there). */
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    (void)flags;
+    if (g_stream[sidx(s)].capturing) {
+        g_capture_invalidated = 1;
+        return fail(cudaErrorStreamCaptureIsolation);
+    }
+    if (g_wait_fails) return fail(cudaErrorInvalidResourceHandle);
+    g_waits++;
+    g_wait_stream = sidx(s);
+    g_wait_on = ((fake_event *)(void *)e)->stream;
+    g_wait_dev = t_dev;
     return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
@@ -180,6 +221,18 @@ static fp_alloc_stats get_stats(fp_allocator *a) {
     s.struct_size = sizeof s;
     CHECK_OK(fp_alloc_get_stats(a, &s));
     return s;
+}
+
+/* The stream-ordered reuse counters (alloc_internal.h). */
+static uint64_t waits_of(fp_allocator *a) {
+    uint64_t w = 0;
+    CHECK_OK(fp_alloc_stream_wait_counts(a, &w, NULL));
+    return w;
+}
+static uint64_t refusals_of(fp_allocator *a) {
+    uint64_t r = 0;
+    CHECK_OK(fp_alloc_stream_wait_counts(a, NULL, &r));
+    return r;
 }
 
 static fp_allocator *make_device0(const fp_alloc_config *cfg) {
@@ -348,6 +401,121 @@ static void test_last_error_hygiene(void) {
     CHECK(g_live_events == 0);
 }
 
+static fp_allocator *make_device0_waiting(const fp_alloc_config *cfg) {
+    fp_allocator *a = NULL;
+    CHECK_OK(fp_alloc_create_device(0, cfg, &a));
+    if (!a) exit(1);
+    return a;
+}
+
+/* Stream-ordered reuse through cudaStreamWaitEvent, device 1 current. */
+static void test_stream_wait(void) {
+    t_dev = 1;
+    fp_allocator *a = make_device0_waiting(NULL);
+    const fp_stream sa = (fp_stream)(uintptr_t)S_A, sb = (fp_stream)(uintptr_t)S_B;
+    void *p = NULL, *q = NULL, *r = NULL;
+    g_stream[S_B].busy = 1;
+    CHECK_OK(fp_alloc_alloc(a, 12 * MiB, sa, &p));
+    CHECK_OK(fp_alloc_record_stream(a, p, sb));
+    CHECK_OK(fp_alloc_free(a, p));
+    size_t m0 = g_mallocs;
+    g_waits = 0;
+    CHECK_OK(fp_alloc_alloc(a, 12 * MiB, sa, &q));
+    CHECK_MSG(q == p && g_mallocs == m0 && g_waits == 1, "q %p p %p, cudaMalloc %zu, waits %zu", q, p,
+              g_mallocs - m0, g_waits);
+    CHECK(g_wait_stream == S_A && g_wait_on == S_B && g_wait_dev == 0 && t_dev == 1);
+    CHECK(g_live_events == 0 && cudaGetLastError() == cudaSuccess);
+    fp_alloc_stats s = get_stats(a);
+    CHECK(waits_of(a) == 1 && s.pending_event_blocks == 0);
+    /* S_A capturing (not through a private pool, e.g. another library's
+     * capture), then with its capture status unreadable: no wait is
+     * enqueued, the capture is not disturbed, the miss reserves a segment. */
+    void *held[2];
+    for (int k = 0; k < 2; ++k) {
+        CHECK_OK(fp_alloc_record_stream(a, q, sb));
+        CHECK_OK(fp_alloc_free(a, q));
+        if (k == 0) g_stream[S_A].capturing = 1;
+        else g_stream[S_A].is_capturing_fails = 1;
+        g_capture_invalidated = 0;
+        m0 = g_mallocs;
+        CHECK_OK(fp_alloc_alloc(a, 12 * MiB, sa, &r));
+        CHECK(r != p && g_mallocs == m0 + 1 && g_waits == (size_t)k + 1 && !g_capture_invalidated);
+        CHECK(cudaGetLastError() == cudaSuccess);
+        g_stream[S_A].capturing = 0;
+        g_stream[S_A].is_capturing_fails = 0;
+        CHECK(refusals_of(a) == (uint64_t)k + 1);
+        held[k] = r; /* kept, so that the next miss has no free block */
+        CHECK_OK(fp_alloc_alloc(a, 12 * MiB, sa, &q)); /* miss: p by a wait now */
+        CHECK(q == p && g_waits == (size_t)k + 2);
+    }
+    for (int k = 0; k < 2; ++k) CHECK_OK(fp_alloc_free(a, held[k]));
+    /* cudaStreamWaitEvent fails: reported as a refusal, its error consumed. */
+    CHECK_OK(fp_alloc_record_stream(a, q, sb));
+    CHECK_OK(fp_alloc_free(a, q));
+    void *h[3];
+    CHECK_OK(fp_alloc_alloc(a, 12 * MiB, sa, &h[0]));
+    CHECK_OK(fp_alloc_alloc(a, 12 * MiB, sa, &h[1])); /* the two free 12 MiB blocks */
+    g_wait_fails = 1;
+    m0 = g_mallocs;
+    CHECK_OK(fp_alloc_alloc(a, 12 * MiB, sa, &h[2]));
+    CHECK(h[2] != p && g_mallocs == m0 + 1 && cudaGetLastError() == cudaSuccess);
+    CHECK(refusals_of(a) == 3);
+    g_wait_fails = 0;
+    for (int k = 0; k < 3; ++k) CHECK_OK(fp_alloc_free(a, h[k]));
+    g_stream[S_B].busy = 0;
+    CHECK_OK(fp_alloc_empty_cache(a));
+    CHECK(get_stats(a).reserved_bytes.current == 0 && g_live_events == 0);
+    CHECK_OK(fp_alloc_check_invariants(a));
+    fp_alloc_destroy(a);
+    t_dev = 0;
+    CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+/* The H200 run's miss through the CUDA ops: the trace on three streams,
+ * replayed once with events that complete at once (the device keeps up
+ * while cudaMalloc runs), then again with events that answer NotReady to
+ * their first `lag` queries. With the stream-wait op: no cudaMalloc. */
+static void test_trace_replay_lagging_cuda(void) {
+    fp_alloc_trace *t = NULL;
+    CHECK_OK(fp_alloc_trace_generate(NULL, &t));
+    if (!t) return;
+    const fp_stream streams[3] = {(fp_stream)(uintptr_t)S_A, (fp_stream)(uintptr_t)S_B,
+                                  (fp_stream)(uintptr_t)S_IMPLICIT};
+    const int lags[] = {1, 4, 1000000};
+    for (int i = 0; i < 3; ++i)
+        for (int waiting = 0; waiting < 2; ++waiting) {
+            fp_allocator *a = waiting ? make_device0_waiting(NULL) : make_device0(NULL);
+            fp_alloc_replay_result warm, steady;
+            memset(&warm, 0, sizeof warm);
+            warm.struct_size = sizeof warm;
+            steady = warm;
+            g_event_lag = 0;
+            CHECK_OK(fp_alloc_trace_replay(a, t, streams, 0, &warm));
+            CHECK_OK(fp_alloc_synchronize_events(a));
+            g_event_lag = lags[i];
+            size_t m0 = g_mallocs;
+            CHECK_OK(fp_alloc_trace_replay(a, t, streams, 0, &steady));
+            g_event_lag = 0;
+            const double ratio = (double)steady.peak_reserved / (double)steady.peak_allocated;
+            printf("CUDA ops, events NotReady for their first %d queries, %s the stream wait: warm replay "
+                   "cudaMalloc %zu, reserved/allocated %.3f\n",
+                   lags[i], waiting ? "with" : "without", g_mallocs - m0, ratio);
+            CHECK(steady.upstream_allocs == g_mallocs - m0);
+            if (waiting) {
+                CHECK_MSG(steady.upstream_allocs == 0 && ratio <= 1.15, "lag %d: %llu cudaMalloc, ratio %.3f", lags[i],
+                          (unsigned long long)steady.upstream_allocs, ratio);
+                CHECK(lags[i] == 1 || waits_of(a) > 0);
+            } else if (lags[i] > 1) {
+                CHECK(steady.upstream_allocs > 0); /* the mechanism: polling alone grows */
+            }
+            CHECK_OK(fp_alloc_synchronize_events(a));
+            CHECK_OK(fp_alloc_check_invariants(a));
+            fp_alloc_destroy(a);
+            CHECK(g_live_events == 0 && cudaGetLastError() == cudaSuccess);
+        }
+    fp_alloc_trace_destroy(t);
+}
+
 int main(void) {
     for (int i = 0; i < N_STREAMS; ++i) g_stream[i].dev = 0;
     test_current_device_restored();
@@ -355,5 +523,7 @@ int main(void) {
     test_private_pool_capture();
     test_unknown_capture_status_defers();
     test_last_error_hygiene();
+    test_stream_wait();
+    test_trace_replay_lagging_cuda();
     TEST_END();
 }

@@ -1,9 +1,14 @@
 /* Caching allocator on real device memory (label gpu; exits 77 without a
  * device): random alloc/free with a kernel writing every allocated byte and a
  * read-back of each block's pattern, cross-stream reuse with real CUDA
- * events, the pinned-host instance, and the trace replay against
- * cudaMalloc/cudaFree. scripts/gpu-check.sh also runs it under
- * compute-sanitizer with FP_TEST_QUICK=1 (or --quick: without the replay). */
+ * events (stream-ordered through cudaStreamWaitEvent, and by polling alone
+ * without the stream-wait op), the pinned-host instance, and the trace
+ * replay against cudaMalloc/cudaFree (the warm replay makes no cudaMalloc;
+ * the same replay without the stream-wait op is printed for comparison).
+ * scripts/gpu-check.sh also runs it under compute-sanitizer with
+ * FP_TEST_QUICK=1 (or --quick: the caching replays and their checks,
+ * without the cudaMalloc/cudaFree replay and the comparison; the emulated
+ * build, tests/emu, runs it so too). */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +35,13 @@ static fp_alloc_stats get_stats(fp_allocator *a) {
     s.struct_size = sizeof s;
     CHECK_OK(fp_alloc_get_stats(a, &s));
     return s;
+}
+
+/* The stream-ordered reuse counters (alloc_internal.h). */
+static uint64_t waits_of(fp_allocator *a) {
+    uint64_t w = 0;
+    CHECK_OK(fp_alloc_stream_wait_counts(a, &w, NULL));
+    return w;
 }
 
 /* Reads back the first and last 256 bytes and compares with the pattern. */
@@ -76,14 +88,55 @@ static void test_random_device(fp_allocator *a, cudaStream_t s1) {
     CHECK_OK(fp_alloc_check_invariants(a));
 }
 
-static void test_cross_stream(fp_allocator *a, cudaStream_t s1, cudaStream_t s2) {
+static long long spin_cycles(void) {
     int khz = 0;
     cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
-    long long cycles = (long long)khz * 200; /* ~200 ms */
-    void *p = NULL, *q = NULL, *x = NULL, *y = NULL;
-    CHECK_OK(fp_alloc_empty_cache(a)); /* so p and q get fresh 12 MiB segments */
+    return (long long)khz * 200; /* ~200 ms */
+}
+
+/* Stream-ordered reuse (the context's allocator has the CUDA stream-wait
+ * op): a block still used by a kernel on s2 is handed out again on s1 at
+ * once, and s1's next kernel runs only after s2's: the spin kernel's final
+ * write to byte 0 would otherwise land after s1's pattern and break it. */
+static void test_cross_stream(fp_allocator *a, cudaStream_t s1, cudaStream_t s2) {
+    void *p = NULL, *q = NULL;
+    CHECK_OK(fp_alloc_empty_cache(a)); /* so p gets a fresh 12 MiB segment */
     CHECK_OK(fp_alloc_alloc(a, 12 * MiB, (fp_stream)s1, &p));
-    CHECK(cudaSuccess == alloc_test_spin(p, cycles, s2));
+    CHECK(cudaSuccess == alloc_test_spin(p, spin_cycles(), s2));
+    CHECK_OK(fp_alloc_record_stream(a, p, (fp_stream)s2));
+    CHECK_OK(fp_alloc_free(a, p));
+    fp_alloc_stats s0 = get_stats(a);
+    const uint64_t w0 = waits_of(a);
+    CHECK(s0.pending_event_blocks == 1);
+    CHECK_OK(fp_alloc_alloc(a, 12 * MiB, (fp_stream)s1, &q)); /* s2 still busy: s1 waits on it */
+    fp_alloc_stats s1st = get_stats(a);
+    const uint64_t w1 = waits_of(a);
+    CHECK_MSG(q == p && s1st.upstream_allocs == s0.upstream_allocs && w1 == w0 + 1,
+              "q %p p %p, %llu cudaMalloc, %llu stream waits", q, p,
+              (unsigned long long)(s1st.upstream_allocs - s0.upstream_allocs), (unsigned long long)(w1 - w0));
+    live_block b = {q, 12 * MiB, 0x5au};
+    CHECK(cudaSuccess == alloc_test_write_block(b.p, b.size, b.tag, s1));
+    CHECK(cudaSuccess == cudaStreamSynchronize(s1));
+    CHECK(cudaSuccess == cudaStreamSynchronize(s2));
+    CHECK_MSG(block_ok(&b), "s1 wrote the reused block before s2's kernel finished with it");
+    CHECK_OK(fp_alloc_free(a, q));
+    CHECK_OK(fp_alloc_empty_cache(a));
+    CHECK(get_stats(a).reserved_bytes.current == 0);
+}
+
+/* Without the stream-wait op (fp_alloc_event_ops_cuda alone, as for host
+ * memory): the pending block is reused only after its event completed. */
+static void test_cross_stream_polling(cudaStream_t s1, cudaStream_t s2) {
+    fp_alloc_upstream up;
+    fp_alloc_event_ops ev;
+    fp_allocator *a = NULL;
+    CHECK_OK(fp_alloc_upstream_device(0, &up));
+    CHECK_OK(fp_alloc_event_ops_cuda(0, &ev));
+    CHECK_OK(fp_alloc_create(&up, &ev, NULL, &a));
+    if (!a) return;
+    void *p = NULL, *q = NULL, *x = NULL, *y = NULL;
+    CHECK_OK(fp_alloc_alloc(a, 12 * MiB, (fp_stream)s1, &p));
+    CHECK(cudaSuccess == alloc_test_spin(p, spin_cycles(), s2));
     CHECK_OK(fp_alloc_record_stream(a, p, (fp_stream)s2));
     CHECK_OK(fp_alloc_free(a, p));
     fp_alloc_stats s0 = get_stats(a);
@@ -96,11 +149,10 @@ static void test_cross_stream(fp_allocator *a, cudaStream_t s1, cudaStream_t s2)
     CHECK_OK(fp_alloc_alloc(a, 12 * MiB, (fp_stream)s1, &y)); /* miss: poll frees p */
     CHECK(x == q && y == p);
     fp_alloc_stats s1st = get_stats(a);
-    CHECK(s1st.pending_event_blocks == 0 && s1st.upstream_allocs == s0.upstream_allocs + 1);
+    CHECK(s1st.pending_event_blocks == 0 && s1st.upstream_allocs == s0.upstream_allocs + 1 && waits_of(a) == 0);
     CHECK_OK(fp_alloc_free(a, x));
     CHECK_OK(fp_alloc_free(a, y));
-    CHECK_OK(fp_alloc_empty_cache(a));
-    CHECK(get_stats(a).reserved_bytes.current == 0);
+    fp_alloc_destroy(a);
 }
 
 static void test_pinned(void) {
@@ -127,7 +179,7 @@ static void test_pinned(void) {
     fp_alloc_destroy(a);
 }
 
-static void test_replay_vs_cudamalloc(fp_allocator *a, cudaStream_t *streams) {
+static void test_replay_vs_cudamalloc(fp_allocator *a, cudaStream_t *streams, int quick) {
     fp_alloc_trace *t = NULL;
     CHECK_OK(fp_alloc_trace_generate(NULL, &t));
     if (!t) return;
@@ -136,22 +188,46 @@ static void test_replay_vs_cudamalloc(fp_allocator *a, cudaStream_t *streams) {
     memset(&warm, 0, sizeof warm);
     warm.struct_size = sizeof warm;
     rc = rd = warm;
+    const uint64_t waits0 = waits_of(a);
     CHECK_OK(fp_alloc_trace_replay(a, t, st, 0, &warm));
     CHECK_OK(fp_alloc_trace_replay(a, t, st, 1, &rc));
+    const uint64_t waits = waits_of(a) - waits0;
+    const double ratio = (double)rc.peak_reserved / (double)rc.peak_allocated;
+    CHECK_MSG(rc.upstream_allocs == 0, "warm replay: %llu cudaMalloc", (unsigned long long)rc.upstream_allocs);
+    CHECK_MSG(ratio <= 1.15, "warm replay: peak reserved / peak allocated %.3f", ratio);
+    printf("device trace replay: warm caching replay %.3f ms, peak reserved/allocated %.3f, %llu stream waits "
+           "in the two replays\n",
+           rc.total_ms, ratio, (unsigned long long)waits);
     fp_alloc_upstream dev;
     CHECK_OK(fp_alloc_upstream_device(0, &dev));
+    if (quick) {
+        fp_alloc_trace_destroy(t);
+        CHECK_OK(fp_alloc_check_invariants(a));
+        return;
+    }
     CHECK_OK(fp_alloc_trace_replay_direct(&dev, t, 1, &rd));
-    CHECK(rc.upstream_allocs == 0);
-    printf("device trace replay: caching %.3f ms vs cudaMalloc/cudaFree %.3f ms (%.0fx); "
-           "peak reserved/allocated %.3f\n",
-           rc.total_ms, rd.total_ms, rd.total_ms / rc.total_ms,
-           (double)rc.peak_reserved / (double)rc.peak_allocated);
+    printf("vs cudaMalloc/cudaFree %.3f ms (%.0fx)\n", rd.total_ms, rd.total_ms / rc.total_ms);
+    /* For comparison (printed, not checked: it depends on how far the device
+     * lags): the same two replays polling only, without the stream-wait op. */
+    fp_alloc_event_ops ev;
+    fp_allocator *b = NULL;
+    CHECK_OK(fp_alloc_event_ops_cuda(0, &ev));
+    CHECK_OK(fp_alloc_create(&dev, &ev, NULL, &b));
+    if (b) {
+        fp_alloc_replay_result bw = warm, br = warm;
+        CHECK_OK(fp_alloc_trace_replay(b, t, st, 0, &bw));
+        CHECK_OK(fp_alloc_trace_replay(b, t, st, 0, &br));
+        printf("without the stream-wait op: warm replay %llu cudaMalloc, peak reserved/allocated %.3f\n",
+               (unsigned long long)br.upstream_allocs, (double)br.peak_reserved / (double)br.peak_allocated);
+        for (int i = 0; i < 3; ++i) cudaStreamSynchronize(streams[i]);
+        fp_alloc_destroy(b);
+    }
     fp_alloc_trace_destroy(t);
     CHECK_OK(fp_alloc_check_invariants(a));
 }
 
 int main(int argc, char **argv) {
-    /* --quick (used under compute-sanitizer): skip the cudaMalloc replay. */
+    /* --quick (compute-sanitizer, emulation): no cudaMalloc/cudaFree replay. */
     int quick = (argc > 1 && !strcmp(argv[1], "--quick")) || fp_test_quick();
     fp_context *ctx = fp_test_cuda_context_or_skip();
     fp_allocator *a = NULL;
@@ -161,7 +237,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; ++i) CHECK(cudaSuccess == cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
     test_random_device(a, s[0]);
     test_cross_stream(a, s[0], s[1]);
-    if (!quick) test_replay_vs_cudamalloc(a, s);
+    test_cross_stream_polling(s[0], s[1]);
+    test_replay_vs_cudamalloc(a, s, quick);
     test_pinned();
     for (int i = 0; i < 3; ++i) cudaStreamSynchronize(s[i]);
     fp_alloc_destroy(a);
