@@ -18,16 +18,17 @@
 //                               (128 rows per CTA, head_dim 64 / 128): each
 //                               K / V fragment loaded from shared memory feeds
 //                               two MMAs. Selected only through
-//                               fp_attn_cuda_flash_version (tests, fastbench
-//                               attention/flash_versions) until measured.
+//                               FP_CTX_ATTENTION_KERNEL = 2 and
+//                               fp_attn_cuda_flash_version: measured on an
+//                               H200 at 1.1-1.4x v1, below v3 / v5.
 //   attention_flash_fwd_v3, v4  Hopper only (sm_90a, wgmma + 128-byte
-//                               swizzled tiles): attention_flash_sm90.cu,
-//                               selected only through
-//                               fp_attn_cuda_flash_version until validated.
+//                               swizzled tiles): attention_flash_sm90.cu.
+//                               v3 is the Hopper default where v5 refuses
+//                               (fp_attn_cuda_flash); v4 only when asked.
 //   attention_flash_fwd_v5      Hopper only: v3's consumers fed by TMA loads
 //                               from a producer warpgroup through an mbarrier
-//                               ring (setmaxnreg): attention_flash_tma_sm90.cu,
-//                               same selection rule.
+//                               ring (setmaxnreg): attention_flash_tma_sm90.cu.
+//                               The Hopper default (measured, NOTES.md).
 //   attention_split_combine_v1  merges the split partials: O = sum_s
 //                               exp(lse_s - lse) O_s, lse = logsumexp(lse_s)
 //                               (attention_flash_common.cuh, every version).

@@ -64,8 +64,8 @@ template <> struct traits<256> {
 // shared-memory bandwidth, not the tensor cores, the likely limit on H100.
 // Costs: twice the accumulator registers (at D = 128: Q re-read from shared
 // memory and 32-key tiles), 48 / 64 KiB of shared memory, coarser query
-// tiles for short or causal sequences. Not selected by default until measured (fastbench
-// attention/flash_versions).
+// tiles for short or causal sequences. Not selected by default: measured on an H200 at
+// 1.1-1.4x v1 and below the Hopper kernels (benchmarks/NOTES.md).
 template <int D> struct traits_v2;
 template <> struct traits_v2<64> {
     static constexpr int kWarps = 4, kMT = 2, kBr = 128, kBc = 64, kStages = 2;

@@ -189,7 +189,7 @@ fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaS
  * with its other schedule (pipelined <-> plain), 5 = Hopper TMA + mbarrier
  * pipeline (no varlen either): sm_90a builds on compute
  * capability 9.0 devices only, head_dim 64 / 128, no paged KV, else
- * FP_ERR_UNSUPPORTED; not on the default path until validated on a GPU)
+ * FP_ERR_UNSUPPORTED; v5 / v3 are the Hopper default: fp_attn_cuda_flash)
  * with an explicit split count. */
 fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
 /* Versions 3, 4 and 5 (kernels/attention/attention_flash_sm90.cu; built only
