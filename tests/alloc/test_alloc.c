@@ -19,6 +19,7 @@
 
 #include "alloc/alloc_internal.h"
 #include "alloc_test_util.h"
+#include "alloc_wait_counts.h"
 #include "fastpath/alloc.h"
 #include "fp_test.h"
 
@@ -36,17 +37,6 @@ static fp_alloc_stats get_stats(fp_allocator *a) {
 }
 
 static void check_inv(fp_allocator *a) { CHECK_OK(fp_alloc_check_invariants(a)); }
-/* The stream-ordered reuse counters (alloc_internal.h). */
-static uint64_t waits_of(fp_allocator *a) {
-    uint64_t w = 0;
-    CHECK_OK(fp_alloc_stream_wait_counts(a, &w, NULL));
-    return w;
-}
-static uint64_t refusals_of(fp_allocator *a) {
-    uint64_t r = 0;
-    CHECK_OK(fp_alloc_stream_wait_counts(a, NULL, &r));
-    return r;
-}
 static void check_pools_add_up(fp_allocator *a);
 
 static fp_allocator *make(counting_upstream *u, fake_events *f, const fp_alloc_config *cfg) {

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "alloc/alloc_internal.h"
+#include "alloc_wait_counts.h"
 #include "fastpath/alloc.h"
 #include "fp_test.h"
 #include "internal.h"
@@ -223,17 +224,6 @@ static fp_alloc_stats get_stats(fp_allocator *a) {
     return s;
 }
 
-/* The stream-ordered reuse counters (alloc_internal.h). */
-static uint64_t waits_of(fp_allocator *a) {
-    uint64_t w = 0;
-    CHECK_OK(fp_alloc_stream_wait_counts(a, &w, NULL));
-    return w;
-}
-static uint64_t refusals_of(fp_allocator *a) {
-    uint64_t r = 0;
-    CHECK_OK(fp_alloc_stream_wait_counts(a, NULL, &r));
-    return r;
-}
 
 static fp_allocator *make_device0(const fp_alloc_config *cfg) {
     fp_alloc_upstream up;
