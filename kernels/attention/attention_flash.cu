@@ -631,7 +631,8 @@ static fp_status flash_version_auto(const fp_attn_args *a, int version, int sm_c
     return fp_attn_cuda_flash_version(a, version, (int)splits, stream);
 }
 
-extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, cudaStream_t stream) {
+extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc,
+                                        cudaStream_t stream) {
     if (version >= 2 && version <= 5) {
         // A preferred version (FP_CTX_ATTENTION_KERNEL), where it supports the call.
         fp_status st = flash_version_auto(a, version, sm_count, stream);
@@ -651,7 +652,11 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
     // (paged KV, other head dims, other devices answer FP_ERR_UNSUPPORTED).
     // Only with at least one full 128-row tile per (batch, KV head): decode
     // (a few query rows) keeps v1's 64-row tiles and split-KV, measured there.
-    if (version == 0 && (int64_t)a->seqlen_q * a->group >= 128) {
+    // What the Hopper kernels refuse for any layout (another device, paged
+    // KV, other head dims) is ruled out here, so such calls do not pay two
+    // refusals per call on their way to v1.
+    if (version == 0 && cc == 90 && !a->block_table && (a->head_dim == 64 || a->head_dim == 128) &&
+        (int64_t)a->seqlen_q * a->group >= 128) {
         static const int order[2] = {5, 3};
         for (int v : order) {
             fp_status st = flash_version_auto(a, v, sm_count, stream);

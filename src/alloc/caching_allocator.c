@@ -938,51 +938,6 @@ static fp_status oom(fp_allocator *a, size_t size, size_t rsize, fp_stream strea
                         (long long)a->st.inactive_split_bytes.current, capbuf);
 }
 
-/* Tries to make the pending block b (all events recorded) free for an
- * allocation on `stream`, without the host waiting: drops the events that
- * completed (one non-blocking query each); if some remain, allow_wait is set
- * and the allocator has a stream-wait op, makes `stream` wait on each of
- * them (stream-ordered reuse: everything the other streams queued before
- * the free then runs before anything `stream` queues after this allocation,
- * which is what a completed event guarantees). Returns 1 when b was freed
- * (merged into its free tree: the caller searches again), 0 when it stays
- * pending (with its remaining events). O(pending events). */
-static int reclaim_pending(fp_allocator *a, fp_block *b, uintptr_t stream, int allow_wait) {
-    size_t k = 0;
-    for (size_t i = 0; i < a->n_pending; ++i) {
-        pending_event pe = a->pending[i];
-        if (pe.block == b && a->ev.query(a->ev.opaque, pe.event)) {
-            a->ev.destroy(a->ev.opaque, pe.event);
-            b->pending_events--;
-        } else {
-            a->pending[k++] = pe;
-        }
-    }
-    a->n_pending = k;
-    if (b->pending_events == 0) {
-        pending_done(a, b);
-        return 1;
-    }
-    if (!allow_wait || !a->ev_wait || b->pending_events > FP_ALLOC_MAX_STREAM_WAITS) return 0;
-    for (size_t i = 0; i < a->n_pending; ++i)
-        if (a->pending[i].block == b && a->ev_wait(a->ev.opaque, (fp_stream)stream, a->pending[i].event) != FP_OK) {
-            a->stream_wait_refusals++;
-            return 0;
-        }
-    k = 0;
-    for (size_t i = 0; i < a->n_pending; ++i) {
-        if (a->pending[i].block == b)
-            a->ev.destroy(a->ev.opaque, a->pending[i].event);
-        else
-            a->pending[k++] = a->pending[i];
-    }
-    a->n_pending = k;
-    b->pending_events = 0;
-    a->stream_waits++;
-    pending_done(a, b);
-    return 1;
-}
-
 /* A run of address neighbours that are free, or pending on recorded events,
  * with at least one pending block: what a cache miss can reclaim at once by
  * making its stream wait on the run's events. */
@@ -1054,7 +1009,10 @@ static int pending_run_fit(fp_allocator *a, fp_pool *pool, int small, uintptr_t 
 }
 
 /* Makes `stream` wait on every event of the run's pending blocks and frees
- * them (merged with the run's free blocks). 0 (nothing freed; waits already
+ * them (merged with the run's free blocks): stream-ordered reuse, since
+ * everything the other streams queued before the frees then runs before
+ * anything `stream` queues after this allocation, which is what completed
+ * events would guarantee. 0 (nothing freed; waits already
  * placed stay, harmlessly) when the op refuses one. */
 static int reclaim_run(fp_allocator *a, const pending_run *r, uintptr_t stream) {
     for (size_t i = 0; i < a->n_pending; ++i)
@@ -1080,6 +1038,34 @@ static int reclaim_run(fp_allocator *a, const pending_run *r, uintptr_t stream) 
         pending_done(a, r->pend[j]);
     }
     return 1;
+}
+
+/* Tries to make the pending block b (all events recorded) free for an
+ * allocation on `stream`, without the host waiting: drops the events that
+ * completed (one non-blocking query each); if some remain, allow_wait is set
+ * and the allocator has a stream-wait op, makes `stream` wait on each of
+ * them (reclaim_run of b alone: stream-ordered reuse). Returns 1 when b was
+ * freed (merged into its free tree: the caller searches again), 0 when it
+ * stays pending (with its remaining events). O(pending events). */
+static int reclaim_pending(fp_allocator *a, fp_block *b, uintptr_t stream, int allow_wait) {
+    size_t k = 0;
+    for (size_t i = 0; i < a->n_pending; ++i) {
+        pending_event pe = a->pending[i];
+        if (pe.block == b && a->ev.query(a->ev.opaque, pe.event)) {
+            a->ev.destroy(a->ev.opaque, pe.event);
+            b->pending_events--;
+        } else {
+            a->pending[k++] = pe;
+        }
+    }
+    a->n_pending = k;
+    if (b->pending_events == 0) {
+        pending_done(a, b);
+        return 1;
+    }
+    if (!allow_wait || !a->ev_wait || b->pending_events > FP_ALLOC_MAX_STREAM_WAITS) return 0;
+    const pending_run run = {{b}, 1, b->pending_events, b->size};
+    return reclaim_run(a, &run, stream);
 }
 
 /* Cache miss: poll events, stream-ordered reuse, GC, reserve a segment, OOM

@@ -24,7 +24,8 @@ fp_status fp_attention_forward(fp_context *ctx, fp_stream stream, const fp_atten
     cudaStream_t s = fp_ctx_stream(ctx, stream);
     a.scratch_pool = ctx->scratch_pool;
     if (fp_attn_cuda_flash_supported(a.dtype, a.head_dim))
-        return fp_attn_cuda_flash(&a, ctx->attn_kernel, ctx->info.sm_count, s);
+        return fp_attn_cuda_flash(&a, ctx->attn_kernel, ctx->info.sm_count,
+                                  10 * ctx->info.cc_major + ctx->info.cc_minor, s);
     if (ctx->attn_kernel >= 2)
         fp_attn_note_fallback(a.dtype == FP_F32 ? "f32 runs the row-wise kernel (no flash kernel for f32)"
                                                 : "this head_dim has no flash kernel (32, 64, 96, 128, 256)");

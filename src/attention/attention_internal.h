@@ -177,11 +177,12 @@ void fp_attn_note_fallback(const char *why);
 int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim);
 /* Flash attention: picks the number of KV splits from the grid size and
  * sm_count, allocates partials stream-ordered when splitting. version 0: the
- * default (v5, else v3, on Hopper in an sm_90a build for head_dim 64 / 128
- * with >= 128 query rows per (batch, KV head); v1 otherwise); 1: v1;
+ * default (v5, else v3, on Hopper (cc 90, the device's compute capability
+ * x 10) in an sm_90a build for head_dim 64 / 128 with >= 128 query rows per
+ * (batch, KV head) and no paged KV; v1 otherwise); 1: v1;
  * 2..5: that version where it supports the call (dtype, head_dim, layout,
  * build, device), else v1, with the reason noted (fp_attention_last_kernel). */
-fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, cudaStream_t stream);
+fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc, cudaStream_t stream);
 /* Same with an explicit split count (>= 1; tests force split-KV with it). */
 fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream);
 /* A numbered version of the flash kernel (1 = the default, 2 = two 16-row

@@ -68,7 +68,7 @@ struct Buf {
 // ---------------------------------------------------------------------------
 enum Kernel {
     FLASH,       // fp_attn_cuda_flash_version(a, version, splits)
-    FLASH_AUTO,  // fp_attn_cuda_flash(a, version, sm_count = splits): the library's split choice
+    FLASH_AUTO,  // fp_attn_cuda_flash(a, version, sm_count = splits, cc 8.0): the library's split choice
     ROWWISE,     // fp_attn_cuda_rowwise
 };
 
@@ -360,7 +360,7 @@ static void run_case(const Case &c, emu_rng &rng) {
     fp_status st;
     fp_attn_note_begin(c.kernel == FLASH_AUTO ? c.version : 0);
     if (c.kernel == FLASH) st = fp_attn_cuda_flash_version(&a, c.version, c.splits, 0);
-    else if (c.kernel == FLASH_AUTO) st = fp_attn_cuda_flash(&a, c.version, c.splits, 0);
+    else if (c.kernel == FLASH_AUTO) st = fp_attn_cuda_flash(&a, c.version, c.splits, 80, 0);
     else st = fp_attn_cuda_rowwise(&a, 0);
     const double secs = now_s() - t0;
     if (st != FP_OK) {
