@@ -284,7 +284,11 @@ typedef struct fp_alloc_config {
 } fp_alloc_config;
 
 /* Fills the defaults above. */
-FP_API void fp_alloc_config_default(fp_alloc_config *cfg);
+FP_API fp_status fp_alloc_config_default_sized(fp_alloc_config *cfg, size_t struct_size);
+/* The exported fp_alloc_config_default writes the first published layout (what programs
+ * built against 0.2 call); the macro passes the caller's sizeof. */
+FP_API void(fp_alloc_config_default)(fp_alloc_config *cfg);
+#define fp_alloc_config_default(cfg) fp_alloc_config_default_sized((cfg), sizeof *(cfg))
 /* Sets roundup_power2_divisions for every interval [2^k, 2^(k+1)) that
  * intersects [lo_bytes, hi_bytes]. FP_ERR_INVALID_ARGUMENT if divisions is not
  * 0 or a power of two <= 2^20, or lo > hi. */
@@ -303,9 +307,21 @@ typedef struct fp_allocator fp_allocator;
  * adds one). cfg NULL means defaults. FP_ERR_INVALID_ARGUMENT for a bad
  * config (struct_size, divisions, memory_fraction outside [0, 1],
  * garbage_collection_threshold outside [0, 1)). */
-FP_API fp_status fp_alloc_create(const fp_alloc_upstream *upstream,
-                                 const fp_alloc_event_ops *events, const fp_alloc_config *cfg,
-                                 fp_allocator **out);
+FP_API fp_status fp_alloc_create_sized(const fp_alloc_upstream *upstream, size_t upstream_size,
+                                       const fp_alloc_event_ops *events, size_t events_size,
+                                       const fp_alloc_config *cfg, fp_allocator **out);
+/* fp_alloc_create is a macro passing the caller's sizeof of both tables
+ * (so they can grow: callbacks are only ever appended, and those an older
+ * table lacks are absent; a table size this library does not know is
+ * FP_ERR_INVALID_ARGUMENT). The exported function of that name reads 0.2's
+ * tables. The functions that fill a table (fp_alloc_upstream_*,
+ * fp_alloc_event_ops_cuda) fill this header's layout. */
+FP_API fp_status(fp_alloc_create)(const fp_alloc_upstream *upstream,
+                                  const fp_alloc_event_ops *events, const fp_alloc_config *cfg,
+                                  fp_allocator **out);
+#define fp_alloc_create(upstream, events, cfg, out) \
+    fp_alloc_create_sized((upstream), sizeof(fp_alloc_upstream), (events), sizeof(fp_alloc_event_ops), \
+                          (cfg), (out))
 /* Device upstream + CUDA events + the CUDA stream-wait op
  * (fp_alloc_stream_wait_cuda: stream-ordered reuse) for a CUDA context, host
  * upstream for a CPU context. */
@@ -482,20 +498,36 @@ typedef enum fp_alloc_event_kind {
     FP_ALLOC_EV_OOM = 5            /* ptr NULL, size = requested */
 } fp_alloc_event_kind;
 
+/* An array element, so it has no struct_size: the functions that read or
+ * write arrays of it take the element size (the macros below pass the
+ * caller's sizeof), and fields are only ever appended. */
 typedef struct fp_alloc_event {
     uint64_t seq;        /* 0, 1, 2, ... over the allocator's life */
     uint32_t kind;       /* fp_alloc_event_kind */
-    uint32_t pool;       /* 0: default pool, else the low bits of the pool id */
+    uint32_t pool_low;   /* the low 32 bits of `pool` (0.2's field, kept for its layout) */
     uintptr_t ptr;
     size_t size;         /* requested bytes for ALLOC/FREE */
     fp_stream stream;
+    /* ---- Added in 0.3 ---- */
+    uint64_t pool;       /* 0: default pool, else the private pool's id */
 } fp_alloc_event;
 
-/* Copies up to `max` of the most recent events, oldest first, into out; sets
- * *n. With clear != 0 the ring is emptied. FP_ERR_UNSUPPORTED when the ring is
- * off (event_ring_size 0). Thread-safe. */
-FP_API fp_status fp_alloc_read_events(fp_allocator *a, fp_alloc_event *out, size_t max,
-                                      size_t *n, int clear);
+/* sizeof(fp_alloc_event) in 0.2, which ended at `stream`. */
+#define FP_ALLOC_EVENT_SIZE_0_2 offsetof(fp_alloc_event, pool)
+
+/* Copies up to `max` of the most recent events, oldest first, into out (an
+ * array of elements of event_size bytes: from FP_ALLOC_EVENT_SIZE_0_2 to
+ * sizeof(fp_alloc_event); each gets the fields its layout has); sets *n.
+ * With clear != 0 the ring is emptied. FP_ERR_UNSUPPORTED when the ring is
+ * off (event_ring_size 0); FP_ERR_INVALID_ARGUMENT for another event_size.
+ * Thread-safe. Call it through the fp_alloc_read_events macro; the exported
+ * function of that name writes 0.2's layout. */
+FP_API fp_status fp_alloc_read_events_sized(fp_allocator *a, fp_alloc_event *out,
+                                            size_t event_size, size_t max, size_t *n, int clear);
+FP_API fp_status(fp_alloc_read_events)(fp_allocator *a, fp_alloc_event *out, size_t max,
+                                       size_t *n, int clear);
+#define fp_alloc_read_events(a, out, max, n, clear) \
+    fp_alloc_read_events_sized((a), (out), sizeof(fp_alloc_event), (max), (n), (clear))
 
 /* ======================================================================== */
 /*  Private pools (graph capture)                                           */
@@ -555,7 +587,11 @@ typedef struct fp_alloc_trace_config {
     uint64_t seed;     /* default 1 */
 } fp_alloc_trace_config;
 
-FP_API void fp_alloc_trace_config_default(fp_alloc_trace_config *cfg);
+FP_API fp_status fp_alloc_trace_config_default_sized(fp_alloc_trace_config *cfg, size_t struct_size);
+/* The exported fp_alloc_trace_config_default writes the first published layout (what programs
+ * built against 0.2 call); the macro passes the caller's sizeof. */
+FP_API void(fp_alloc_trace_config_default)(fp_alloc_trace_config *cfg);
+#define fp_alloc_trace_config_default(cfg) fp_alloc_trace_config_default_sized((cfg), sizeof *(cfg))
 /* Generates a training-like trace: persistent weights, per-layer forward
  * activations kept for backward (LIFO frees), temporaries freed at once or
  * out of order, gradient buckets on a communication stream with
@@ -567,8 +603,13 @@ FP_API fp_status fp_alloc_trace_generate(const fp_alloc_trace_config *cfg, fp_al
  * RECORD_STREAM; frees of pointers allocated before the window are dropped,
  * pointers still live at the end are freed at the end). Streams are numbered
  * in order of appearance (at most 256). */
-FP_API fp_status fp_alloc_trace_from_events(const fp_alloc_event *events, size_t n,
-                                            fp_alloc_trace **out);
+FP_API fp_status fp_alloc_trace_from_events_sized(const fp_alloc_event *events, size_t event_size,
+                                                  size_t n, fp_alloc_trace **out);
+/* The exported function reads 0.2's layout; the macro passes the caller's sizeof. */
+FP_API fp_status(fp_alloc_trace_from_events)(const fp_alloc_event *events, size_t n,
+                                             fp_alloc_trace **out);
+#define fp_alloc_trace_from_events(events, n, out) \
+    fp_alloc_trace_from_events_sized((events), sizeof(fp_alloc_event), (n), (out))
 FP_API void fp_alloc_trace_destroy(fp_alloc_trace *t);
 
 typedef struct fp_alloc_replay_result {
@@ -595,8 +636,14 @@ FP_API fp_status fp_alloc_trace_replay(fp_allocator *a, const fp_alloc_trace *t,
                                        const fp_stream *streams, int time_ops,
                                        fp_alloc_replay_result *out);
 /* The baseline: the same trace straight through upstream alloc/free. */
-FP_API fp_status fp_alloc_trace_replay_direct(const fp_alloc_upstream *up, const fp_alloc_trace *t,
-                                              int time_ops, fp_alloc_replay_result *out);
+FP_API fp_status fp_alloc_trace_replay_direct_sized(const fp_alloc_upstream *up, size_t upstream_size,
+                                                    const fp_alloc_trace *t, int time_ops,
+                                                    fp_alloc_replay_result *out);
+/* A macro passing sizeof(fp_alloc_upstream); the exported function reads 0.2's table. */
+FP_API fp_status(fp_alloc_trace_replay_direct)(const fp_alloc_upstream *up, const fp_alloc_trace *t,
+                                               int time_ops, fp_alloc_replay_result *out);
+#define fp_alloc_trace_replay_direct(up, t, time_ops, out) \
+    fp_alloc_trace_replay_direct_sized((up), sizeof(fp_alloc_upstream), (t), (time_ops), (out))
 
 /* ======================================================================== */
 /*  PyTorch pluggable allocator                                             */

@@ -176,9 +176,10 @@ typedef struct fp_attention_params {
 
 /* Zeroes the first struct_size bytes of p and sets struct_size, dtype =
  * FP_BF16, softmax_scale = 0 (default scale), causal = 0, window_left =
- * window_right = -1. struct_size is sizeof(fp_attention_params) of this
- * version or of 0.1. Errors: FP_ERR_INVALID_ARGUMENT for a NULL p or another
- * size (nothing written). Call it through fp_attention_params_default. */
+ * window_right = -1. struct_size is sizeof(fp_attention_params) of the
+ * caller's header: from 0.1's up to this library's (core.h, "Versioned
+ * structs"). Errors: FP_ERR_INVALID_ARGUMENT for a NULL p or another size
+ * (nothing written). Call it through fp_attention_params_default. */
 FP_API fp_status fp_attention_params_init(fp_attention_params *p, size_t struct_size);
 
 /* Zeroes p and sets struct_size, dtype = FP_BF16, softmax_scale = 0 (default

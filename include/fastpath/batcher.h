@@ -159,7 +159,11 @@ typedef struct fp_batcher_config {
 } fp_batcher_config;
 
 /* Fills the defaults listed above and struct_size. NULL is a no-op. */
-FP_API void fp_batcher_config_default(fp_batcher_config *config);
+FP_API fp_status fp_batcher_config_default_sized(fp_batcher_config *config, size_t struct_size);
+/* The exported fp_batcher_config_default writes the first published layout (what programs
+ * built against 0.2 call); the macro passes the caller's sizeof. */
+FP_API void(fp_batcher_config_default)(fp_batcher_config *config);
+#define fp_batcher_config_default(config) fp_batcher_config_default_sized((config), sizeof *(config))
 
 /* Checks a configuration without creating anything. FP_OK, or
  * FP_ERR_INVALID_ARGUMENT naming the first bad field (e.g. "max_batch_size
@@ -173,9 +177,18 @@ FP_API fp_status fp_batcher_config_validate(const fp_batcher_config *config);
 /* Creates a batcher and starts its threads. config NULL means defaults.
  * Errors: FP_ERR_INVALID_ARGUMENT (NULL executor or out, bad config field,
  * named in the detail), FP_ERR_OUT_OF_MEMORY, FP_ERR_INTERNAL if a thread
- * cannot be started. *out is set only on success. Thread-safe. */
-FP_API fp_status fp_batcher_create(const fp_batcher_config *config, fp_batch_executor_fn executor,
-                                   void *executor_user, fp_batcher **out);
+ * cannot be started. *out is set only on success. Thread-safe.
+ * A macro passing sizeof(fp_batch_item), the layout of the items the
+ * executor was built to read, to fp_batcher_create_sized (so fp_batch_item
+ * can grow: FP_ERR_INVALID_ARGUMENT for an item_size this library does not
+ * know); the exported fp_batcher_create assumes the 0.2 layout. */
+FP_API fp_status fp_batcher_create_sized(const fp_batcher_config *config,
+                                         fp_batch_executor_fn executor, void *executor_user,
+                                         size_t item_size, fp_batcher **out);
+FP_API fp_status(fp_batcher_create)(const fp_batcher_config *config, fp_batch_executor_fn executor,
+                                    void *executor_user, fp_batcher **out);
+#define fp_batcher_create(config, executor, executor_user, out) \
+    fp_batcher_create_sized((config), (executor), (executor_user), sizeof(fp_batch_item), (out))
 
 typedef struct fp_batch_submit_info {
     size_t struct_size;          /* set by fp_batch_submit_info_default */
@@ -194,7 +207,11 @@ typedef struct fp_batch_submit_info {
 } fp_batch_submit_info;
 
 /* Fills defaults (everything NULL/0, priority -1) and struct_size. */
-FP_API void fp_batch_submit_info_default(fp_batch_submit_info *info);
+FP_API fp_status fp_batch_submit_info_default_sized(fp_batch_submit_info *info, size_t struct_size);
+/* The exported fp_batch_submit_info_default writes the first published layout (what programs
+ * built against 0.2 call); the macro passes the caller's sizeof. */
+FP_API void(fp_batch_submit_info_default)(fp_batch_submit_info *info);
+#define fp_batch_submit_info_default(info) fp_batch_submit_info_default_sized((info), sizeof *(info))
 
 /* Queues one request. If out is non-NULL it receives a handle the caller
  * must give back with fp_batch_request_release (before or after completion);
@@ -298,7 +315,11 @@ typedef struct fp_batcher_stats {
 } fp_batcher_stats;
 
 /* Zeroes stats and sets struct_size. */
-FP_API void fp_batcher_stats_init(fp_batcher_stats *stats);
+FP_API fp_status fp_batcher_stats_init_sized(fp_batcher_stats *stats, size_t struct_size);
+/* The exported fp_batcher_stats_init writes the first published layout (what programs
+ * built against 0.2 call); the macro passes the caller's sizeof. */
+FP_API void(fp_batcher_stats_init)(fp_batcher_stats *stats);
+#define fp_batcher_stats_init(stats) fp_batcher_stats_init_sized((stats), sizeof *(stats))
 
 /* Snapshot of the counters and of the latest stats_window samples.
  * FP_ERR_INVALID_ARGUMENT for NULL or a struct_size other than
@@ -351,7 +372,11 @@ typedef struct fp_batcher_bench_config {
     uint64_t seed;                /* inputs and arrivals (default 1) */
 } fp_batcher_bench_config;
 
-FP_API void fp_batcher_bench_config_default(fp_batcher_bench_config *config);
+FP_API fp_status fp_batcher_bench_config_default_sized(fp_batcher_bench_config *config, size_t struct_size);
+/* The exported fp_batcher_bench_config_default writes the first published layout (what programs
+ * built against 0.2 call); the macro passes the caller's sizeof. */
+FP_API void(fp_batcher_bench_config_default)(fp_batcher_bench_config *config);
+#define fp_batcher_bench_config_default(config) fp_batcher_bench_config_default_sized((config), sizeof *(config))
 
 typedef struct fp_batcher_bench_side {
     double wall_s;                /* first submit to last completion */

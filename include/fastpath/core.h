@@ -12,6 +12,26 @@
  * Conventions (they hold for every function in every header)
  *   - Functions return fp_status. FP_OK is 0; on any other value a detail
  *     message for the calling thread is available from fp_last_error().
+ *   - fp_last_error() follows one rule, as errno does: a call that fails
+ *     records a (non-empty) message describing that failure; a call that
+ *     succeeds never changes the message, even when it failed and recovered
+ *     inside (a kernel fallback, a retry after releasing cache), so an
+ *     earlier failure's message stays until the next failure or
+ *     fp_clear_error(). The few functions that return no status (void ones
+ *     such as fp_torch_free, and value-returning ones such as
+ *     fp_norm_forward_bytes) say in their comment how they fail and follow
+ *     the same rule: to tell whether such a call failed, call
+ *     fp_clear_error() before it and read fp_last_error() after.
+ *   - Versioned structs (those whose first field is struct_size) may grow:
+ *     new fields are only ever appended. The library accepts any struct_size
+ *     from the struct's first published size up to its own sizeof (a
+ *     multiple of size_t's alignment, as every layout's sizeof is); the
+ *     fields past a caller's struct_size take their defaults, and an output
+ *     struct is written only up to it. A struct_size larger than the
+ *     library's (a program built against a newer header than the library
+ *     it runs with) or smaller than the first published size is
+ *     FP_ERR_INVALID_ARGUMENT, nothing written. Initialize them with their
+ *     *_default / *_init macro, which passes the caller's sizeof.
  *   - On error, outputs are left untouched unless the function says otherwise.
  *   - The library never prints, never calls exit()/abort().
  *   - destroy functions accept NULL.
@@ -35,7 +55,7 @@ extern "C" {
 /* ======================================================================== */
 
 #define FP_VERSION_MAJOR 0
-#define FP_VERSION_MINOR 2
+#define FP_VERSION_MINOR 3
 #define FP_VERSION_PATCH 0
 #define FP_VERSION_NUMBER \
     (FP_VERSION_MAJOR * 10000 + FP_VERSION_MINOR * 100 + FP_VERSION_PATCH)
@@ -74,11 +94,15 @@ typedef enum fp_status {
  * "unknown status". Never NULL. Thread-safe. */
 FP_API const char *fp_status_string(fp_status status);
 
-/* Detail message of the last error raised on the calling thread (what was
- * wrong, which argument, file:line of a failing CUDA/cuBLAS call), or "" if
- * none. Valid until the next libfastpath call on this thread. Thread-local. */
+/* Detail message of the last failure on the calling thread (what was wrong,
+ * which argument, file:line of a failing CUDA/cuBLAS call), or "" if there
+ * was none since the thread started or called fp_clear_error. Successful
+ * calls leave it unchanged (see "Conventions" above). The pointer is to
+ * thread-local storage that the next failure on this thread overwrites.
+ * Thread-local. */
 FP_API const char *fp_last_error(void);
-/* Clears the calling thread's detail message. Thread-local. */
+/* Clears the calling thread's detail message (fp_last_error() then returns
+ * ""). Thread-local. */
 FP_API void fp_clear_error(void);
 
 /* ======================================================================== */
@@ -137,7 +161,11 @@ typedef struct fp_device_info {
 } fp_device_info;
 
 /* Initializes info (zeroes it, sets struct_size). */
-FP_API void fp_device_info_init(fp_device_info *info);
+FP_API fp_status fp_device_info_init_sized(fp_device_info *info, size_t struct_size);
+/* The exported fp_device_info_init writes the first published layout (what programs
+ * built against 0.2 call); the macro passes the caller's sizeof. */
+FP_API void(fp_device_info_init)(fp_device_info *info);
+#define fp_device_info_init(info) fp_device_info_init_sized((info), sizeof *(info))
 
 /* Number of usable CUDA devices. Never fails for lack of a GPU or driver:
  * *count is 0 and FP_OK is returned. FP_ERR_INVALID_ARGUMENT if count is

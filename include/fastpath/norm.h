@@ -117,7 +117,11 @@ typedef struct fp_norm_params {
 } fp_norm_params;
 
 /* Fills the defaults listed above (zeroes the struct first). */
-FP_API void fp_norm_params_default(fp_norm_params *params);
+FP_API fp_status fp_norm_params_default_sized(fp_norm_params *params, size_t struct_size);
+/* The exported fp_norm_params_default writes the first published layout (what programs
+ * built against 0.2 call); the macro passes the caller's sizeof. */
+FP_API void(fp_norm_params_default)(fp_norm_params *params);
+#define fp_norm_params_default(params) fp_norm_params_default_sized((params), sizeof *(params))
 
 /* Runs the fused forward on ctx, enqueued on `stream` for a CUDA context
  * (NULL: the context's default stream; returns before the GPU finishes),
@@ -168,7 +172,11 @@ typedef struct fp_norm_backward_params {
     void *dgamma, *dbeta, *dbias; /* [cols] optional (NULL: not computed) */
 } fp_norm_backward_params;
 
-FP_API void fp_norm_backward_params_default(fp_norm_backward_params *params);
+FP_API fp_status fp_norm_backward_params_default_sized(fp_norm_backward_params *params, size_t struct_size);
+/* The exported fp_norm_backward_params_default writes the first published layout (what programs
+ * built against 0.2 call); the macro passes the caller's sizeof. */
+FP_API void(fp_norm_backward_params_default)(fp_norm_backward_params *params);
+#define fp_norm_backward_params_default(params) fp_norm_backward_params_default_sized((params), sizeof *(params))
 
 /* Runs the backward (CUDA: stream-ordered, deterministic: no float atomics;
  * dgamma/dbeta are reduced per block of rows then over blocks in a fixed
@@ -207,7 +215,9 @@ FP_API fp_status fp_norm_backward_validate(fp_context *ctx, fp_stream stream,
 
 /* Bytes the fused forward must read and write at least for params (the
  * roofline figure of validate and fastbench): every tensor once, the
- * vectors and stats once. 0 for invalid params. Thread-safe. */
+ * vectors and stats once. 0 for invalid params, with the reason in
+ * fp_last_error() (a value-returning call: clear it first to tell, see
+ * core.h). Thread-safe. */
 FP_API double fp_norm_forward_bytes(const fp_norm_params *params);
 /* The same for the backward (dout, x, dresidual_out read once, dx written
  * once, vectors, stats). The CUDA backward reads dout and x once where its
@@ -215,7 +225,7 @@ FP_API double fp_norm_forward_bytes(const fp_norm_params *params);
  * multiple of 8 elements (f16/bf16) or 4 (f32), cols <= 16384), plus per-CTA
  * f32 partial sums of dgamma/dbeta (2 x grid x cols x 4 bytes, grid <= 2 x
  * SMs); elsewhere it re-reads dout and x for dgamma/dbeta (at most ~3/5 of
- * this figure's peak). */
+ * this figure's peak). 0 for invalid params, the reason in fp_last_error(). */
 FP_API double fp_norm_backward_bytes(const fp_norm_backward_params *params);
 
 #ifdef __cplusplus

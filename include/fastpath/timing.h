@@ -75,7 +75,11 @@ typedef struct fp_timing_config {
 } fp_timing_config;
 
 /* Fills the defaults listed above. */
-FP_API void fp_timing_config_default(fp_timing_config *cfg);
+FP_API fp_status fp_timing_config_default_sized(fp_timing_config *cfg, size_t struct_size);
+/* The exported fp_timing_config_default writes the first published layout (what programs
+ * built against 0.2 call); the macro passes the caller's sizeof. */
+FP_API void(fp_timing_config_default)(fp_timing_config *cfg);
+#define fp_timing_config_default(cfg) fp_timing_config_default_sized((cfg), sizeof *(cfg))
 
 /* Times fn on ctx/stream. cfg NULL means defaults. Each sample is the mean
  * duration of the calls batched into it. Returns fn's status if it fails,
@@ -124,7 +128,8 @@ typedef struct fp_compare_result {
 FP_API void fp_default_tolerance(fp_dtype dtype, double *atol, double *rtol);
 
 /* Compares n host elements `got` against `ref` (both of dtype). atol/rtol
- * < 0 select the dtype default. */
+ * < 0 select the dtype default. FP_ERR_INVALID_ARGUMENT (out untouched) for
+ * NULL pointers, a dtype other than f32/f16/bf16, or a NaN atol / rtol. */
 FP_API fp_status fp_compare_host(const void *ref, const void *got, size_t n, fp_dtype dtype,
                                  double atol, double rtol, fp_compare_result *out);
 
@@ -154,7 +159,11 @@ typedef struct fp_ab_spec {
 } fp_ab_spec;
 
 /* Initializes a spec (zeroes it, sets struct_size, atol = rtol = -1). */
-FP_API void fp_ab_spec_init(fp_ab_spec *spec);
+FP_API fp_status fp_ab_spec_init_sized(fp_ab_spec *spec, size_t struct_size);
+/* The exported fp_ab_spec_init writes the first published layout (what programs
+ * built against 0.2 call); the macro passes the caller's sizeof. */
+FP_API void(fp_ab_spec_init)(fp_ab_spec *spec);
+#define fp_ab_spec_init(spec) fp_ab_spec_init_sized((spec), sizeof *(spec))
 
 typedef struct fp_ab_report {
     fp_stats baseline, optimized;

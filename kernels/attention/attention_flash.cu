@@ -635,11 +635,14 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
                                         cudaStream_t stream) {
     if (version >= 2 && version <= 5) {
         // A preferred version (FP_CTX_ATTENTION_KERNEL), where it supports the call.
+        fp_error_saved saved; // a refusal then v1's success must not leave a message
+        fp_error_save(&saved);
         fp_status st = flash_version_auto(a, version, sm_count, stream);
         if (st != FP_ERR_UNSUPPORTED) return st;
         // this shape / build / device: the default kernel instead, and
         // fp_attention_last_kernel says why
         fp_attn_note_fallback(fp_last_error());
+        fp_error_restore(&saved);
         return flash_v1_auto(a, sm_count, stream);
     }
 #ifdef FASTPATH_HAVE_SM90A
@@ -658,10 +661,13 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
     if (version == 0 && cc == 90 && !a->block_table && (a->head_dim == 64 || a->head_dim == 128) &&
         (int64_t)a->seqlen_q * a->group >= 128) {
         static const int order[2] = {5, 3};
+        fp_error_saved saved;
+        fp_error_save(&saved);
         for (int v : order) {
             fp_status st = flash_version_auto(a, v, sm_count, stream);
             if (st != FP_ERR_UNSUPPORTED) return st;
         }
+        fp_error_restore(&saved);
     }
 #endif
     return flash_v1_auto(a, sm_count, stream);

@@ -5,6 +5,18 @@
 
 #include "fastpath/alloc.h"
 
+/* The first published size of fp_alloc_config (0.2): it stays when fields
+ * are appended (src/core/struct_size.c). */
+#define ALLOC_CONFIG_SIZE_FIRST sizeof(fp_alloc_config)
+/* The tables' 0.2 sizes (sizeof then; they stay when callbacks are appended). */
+#define ALLOC_UPSTREAM_SIZE_FIRST sizeof(fp_alloc_upstream)
+#define ALLOC_EVENT_OPS_SIZE_FIRST sizeof(fp_alloc_event_ops)
+
+/* Copies a caller's table of user_size bytes (checked against [first,
+ * full_size]) into `full`, the rest zero. */
+fp_status fp_alloc_table_read(void *full, size_t full_size, const void *user, size_t user_size,
+                              size_t first, const char *what);
+
 /* Walks every segment, free tree and the pointer map and checks the
  * invariants: blocks tile each segment exactly, no two free neighbours, free
  * trees ordered by (stream, size, address) and heap-ordered, every free block

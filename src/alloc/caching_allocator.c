@@ -243,7 +243,8 @@ static inline void ring_push(fp_allocator *a, uint32_t kind, uint64_t pool, uint
     fp_alloc_event *e = &a->ring[idx];
     e->seq = a->ring_seq++;
     e->kind = kind;
-    e->pool = (uint32_t)pool;
+    e->pool = pool;
+    e->pool_low = (uint32_t)pool;
     e->ptr = ptr;
     e->size = size;
     e->stream = stream;
@@ -412,12 +413,17 @@ static inline fp_block *map_remove(fp_allocator *a, uintptr_t addr) {
 /*  Configuration                                                           */
 /* ======================================================================== */
 
-void fp_alloc_config_default(fp_alloc_config *cfg) {
-    if (!cfg) return;
+fp_status fp_alloc_config_default_sized(fp_alloc_config *out, size_t struct_size) {
+    fp_alloc_config defaults, *cfg = &defaults;
     memset(cfg, 0, sizeof *cfg);
     cfg->struct_size = sizeof *cfg;
     cfg->max_split_size = SIZE_MAX;
     cfg->max_non_split_rounding = FP_ALLOC_LARGE_SEGMENT;
+    return fp_struct_init(out, struct_size, cfg, ALLOC_CONFIG_SIZE_FIRST, sizeof *cfg, "fp_alloc_config");
+}
+
+void(fp_alloc_config_default)(fp_alloc_config *cfg) {
+    if (cfg) (void)fp_alloc_config_default_sized(cfg, ALLOC_CONFIG_SIZE_FIRST);
 }
 
 static int is_pow2_u32(uint32_t v) { return v && !(v & (v - 1)); }
@@ -441,9 +447,6 @@ fp_status fp_alloc_config_set_divisions(fp_alloc_config *cfg, size_t lo_bytes, s
 }
 
 static fp_status check_config(const fp_alloc_config *c) {
-    FP_CHECK_ARG(c->struct_size == sizeof *c,
-                 "cfg->struct_size %zu != %zu: initialize it with fp_alloc_config_default",
-                 c->struct_size, sizeof *c);
     for (int k = 0; k < FP_ALLOC_POW2_INTERVALS; ++k) {
         uint32_t d = c->roundup_power2_divisions[k];
         FP_CHECK_ARG(d == 0 || (is_pow2_u32(d) && d <= (1u << 20)),
@@ -476,10 +479,28 @@ static inline size_t round_size(const fp_alloc_config *cfg, size_t n) {
 /*  Create / destroy                                                        */
 /* ======================================================================== */
 
-fp_status fp_alloc_create(const fp_alloc_upstream *upstream, const fp_alloc_event_ops *events,
-                          const fp_alloc_config *cfg, fp_allocator **out) {
-    FP_CHECK_NOT_NULL(upstream);
+fp_status fp_alloc_table_read(void *full, size_t full_size, const void *user, size_t user_size,
+                              size_t first, const char *what) {
+    FP_TRY(fp_struct_size_check(user_size, first, full_size, what));
+    memset(full, 0, full_size); /* the callbacks an older table lacks are absent */
+    memcpy(full, user, user_size);
+    return FP_OK;
+}
+
+fp_status fp_alloc_create_sized(const fp_alloc_upstream *user_upstream, size_t upstream_size,
+                                const fp_alloc_event_ops *user_events, size_t events_size,
+                                const fp_alloc_config *cfg, fp_allocator **out) {
+    FP_CHECK_ARG(user_upstream != NULL, "argument 'upstream' is NULL");
     FP_CHECK_NOT_NULL(out);
+    fp_alloc_upstream up_full;
+    fp_alloc_event_ops ev_full;
+    FP_TRY(fp_alloc_table_read(&up_full, sizeof up_full, user_upstream, upstream_size, ALLOC_UPSTREAM_SIZE_FIRST,
+                               "fp_alloc_upstream (upstream_size)"));
+    if (user_events)
+        FP_TRY(fp_alloc_table_read(&ev_full, sizeof ev_full, user_events, events_size, ALLOC_EVENT_OPS_SIZE_FIRST,
+                                   "fp_alloc_event_ops (events_size)"));
+    const fp_alloc_upstream *upstream = &up_full;
+    const fp_alloc_event_ops *events = user_events ? &ev_full : NULL;
     FP_CHECK_ARG(upstream->alloc && upstream->free, "upstream->alloc and upstream->free are required");
     if (events)
         FP_CHECK_ARG(events->record && events->query && events->destroy,
@@ -489,6 +510,7 @@ fp_status fp_alloc_create(const fp_alloc_upstream *upstream, const fp_alloc_even
         fp_alloc_config_default(&def);
         cfg = &def;
     }
+    FP_STRUCT_IN(&cfg, def, ALLOC_CONFIG_SIZE_FIRST, fp_alloc_config_default, "fp_alloc_config (cfg)");
     FP_TRY(check_config(cfg));
     size_t cap = SIZE_MAX;
     if (cfg->memory_cap_bytes) cap = cfg->memory_cap_bytes;
@@ -525,6 +547,11 @@ fp_status fp_alloc_create(const fp_alloc_upstream *upstream, const fp_alloc_even
     atomic_init(&a->lock, 0);
     *out = a;
     return FP_OK;
+}
+
+fp_status(fp_alloc_create)(const fp_alloc_upstream *upstream, const fp_alloc_event_ops *events,
+                           const fp_alloc_config *cfg, fp_allocator **out) {
+    return fp_alloc_create_sized(upstream, ALLOC_UPSTREAM_SIZE_FIRST, events, ALLOC_EVENT_OPS_SIZE_FIRST, cfg, out);
 }
 
 static void free_block_struct(fp_block *b) {
@@ -1397,19 +1424,13 @@ fp_status fp_alloc_synchronize_events(fp_allocator *a) {
 fp_status fp_alloc_get_stats(fp_allocator *a, fp_alloc_stats *out) {
     FP_CHECK_NOT_NULL(a);
     FP_CHECK_NOT_NULL(out);
-    size_t n = out->struct_size;
-    FP_CHECK_ARG(n == sizeof *out || n == FP_ALLOC_STATS_SIZE_V1,
-                 "out->struct_size %zu is neither sizeof(fp_alloc_stats) %zu nor "
-                 "FP_ALLOC_STATS_SIZE_V1 %zu",
-                 n, sizeof *out, (size_t)FP_ALLOC_STATS_SIZE_V1);
+    FP_TRY(fp_struct_size_check(out->struct_size, FP_ALLOC_STATS_SIZE_V1, sizeof *out, "fp_alloc_stats (out)"));
     fp_alloc_stats copy;
     lock(a);
     copy = a->st;
     unlock(a);
     stats_fill_derived(&copy);
-    copy.struct_size = n;
-    memcpy(out, &copy, n);
-    return FP_OK;
+    return fp_struct_write(out, &copy, FP_ALLOC_STATS_SIZE_V1, sizeof copy, "fp_alloc_stats (out)");
 }
 
 fp_status fp_alloc_reset_peak(fp_allocator *a) {
@@ -1424,15 +1445,18 @@ fp_status fp_alloc_reset_peak(fp_allocator *a) {
     return FP_OK;
 }
 
-fp_status fp_alloc_read_events(fp_allocator *a, fp_alloc_event *out, size_t max, size_t *n, int clear) {
+fp_status fp_alloc_read_events_sized(fp_allocator *a, fp_alloc_event *out, size_t event_size, size_t max,
+                                     size_t *n, int clear) {
     FP_CHECK_NOT_NULL(a);
     FP_CHECK_NOT_NULL(n);
+    FP_TRY(fp_struct_size_check(event_size, FP_ALLOC_EVENT_SIZE_0_2, sizeof *out, "fp_alloc_event (event_size)"));
     FP_CHECK_ARG(out || max == 0, "argument 'out' is NULL with max %zu", max);
     if (!a->ring_cap) return fp_set_error(FP_ERR_UNSUPPORTED, "event ring is off (cfg.event_ring_size 0)");
     lock(a);
     size_t cnt = a->ring_count < max ? a->ring_count : max;
     size_t first = a->ring_count - cnt; /* most recent `cnt` */
-    for (size_t i = 0; i < cnt; ++i) out[i] = a->ring[(a->ring_head + first + i) % a->ring_cap];
+    for (size_t i = 0; i < cnt; ++i)
+        memcpy((char *)out + i * event_size, &a->ring[(a->ring_head + first + i) % a->ring_cap], event_size);
     if (clear) {
         a->ring_head = 0;
         a->ring_count = 0;
@@ -1440,6 +1464,10 @@ fp_status fp_alloc_read_events(fp_allocator *a, fp_alloc_event *out, size_t max,
     unlock(a);
     *n = cnt;
     return FP_OK;
+}
+
+fp_status(fp_alloc_read_events)(fp_allocator *a, fp_alloc_event *out, size_t max, size_t *n, int clear) {
+    return fp_alloc_read_events_sized(a, out, FP_ALLOC_EVENT_SIZE_0_2, max, n, clear);
 }
 
 /* ======================================================================== */

@@ -127,8 +127,10 @@ fp_status fp_torch_table_configure(fp_torch_table *t, const fp_alloc_config *cfg
                           "torch allocator: configure must be called before the first allocation "
                           "(%d device instance(s) already exist)", t->n_created);
     } else if (cfg) {
-        t->cfg = *cfg;
-        t->has_cfg = 1;
+        /* an older caller's struct is shorter: copy only its fields */
+        fp_alloc_config_default(&t->cfg);
+        st = fp_struct_read(&t->cfg, cfg, ALLOC_CONFIG_SIZE_FIRST, sizeof t->cfg, "fp_alloc_config (cfg)");
+        t->has_cfg = st == FP_OK;
     } else {
         t->has_cfg = 0;
     }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fastpath/alloc.h"
+#include "alloc/alloc_internal.h"
 #include "internal.h"
 
 /* ======================================================================== */
@@ -90,8 +90,12 @@ void fp_alloc_trace_destroy(fp_alloc_trace *t) {
 /*  Transformer-like generator                                              */
 /* ======================================================================== */
 
-void fp_alloc_trace_config_default(fp_alloc_trace_config *cfg) {
-    if (!cfg) return;
+/* The first published size of fp_alloc_trace_config (0.2): it stays when fields are
+ * appended (src/core/struct_size.c). */
+#define ALLOC_TRACE_CONFIG_SIZE_FIRST sizeof(fp_alloc_trace_config)
+
+fp_status fp_alloc_trace_config_default_sized(fp_alloc_trace_config *out, size_t struct_size) {
+    fp_alloc_trace_config defaults, *cfg = &defaults;
     memset(cfg, 0, sizeof *cfg);
     cfg->struct_size = sizeof *cfg;
     cfg->layers = 12;
@@ -103,6 +107,15 @@ void fp_alloc_trace_config_default(fp_alloc_trace_config *cfg) {
     cfg->max_seq = 512;
     cfg->random_free_fraction = 0.3;
     cfg->seed = 1;
+    return fp_struct_init(out, struct_size, cfg, ALLOC_TRACE_CONFIG_SIZE_FIRST, sizeof *cfg, "fp_alloc_trace_config");
+}
+
+/* The first published size of fp_alloc_replay_result (0.2), an output the
+ * caller sizes: it stays when fields are appended. */
+#define REPLAY_RESULT_SIZE_FIRST sizeof(fp_alloc_replay_result)
+
+void(fp_alloc_trace_config_default)(fp_alloc_trace_config *cfg) {
+    if (cfg) (void)fp_alloc_trace_config_default_sized(cfg, ALLOC_TRACE_CONFIG_SIZE_FIRST);
 }
 
 static uint64_t rng_next(uint64_t *s) {
@@ -147,9 +160,9 @@ fp_status fp_alloc_trace_generate(const fp_alloc_trace_config *cfg, fp_alloc_tra
         fp_alloc_trace_config_default(&def);
         cfg = &def;
     }
-    FP_CHECK_ARG(cfg->struct_size == sizeof *cfg,
-                 "cfg->struct_size %zu != %zu: initialize it with fp_alloc_trace_config_default",
-                 cfg->struct_size, sizeof *cfg);
+    fp_alloc_trace_config full;
+    FP_STRUCT_IN(&cfg, full, ALLOC_TRACE_CONFIG_SIZE_FIRST, fp_alloc_trace_config_default,
+                 "fp_alloc_trace_config (cfg)");
     FP_CHECK_ARG(cfg->layers >= 1 && cfg->layers <= 1024, "cfg->layers (%d) must be in [1, 1024]", cfg->layers);
     FP_CHECK_ARG(cfg->steps >= 1 && cfg->steps <= 100000, "cfg->steps (%d) must be in [1, 100000]", cfg->steps);
     FP_CHECK_ARG(cfg->streams >= 1 && cfg->streams <= 8, "cfg->streams (%d) must be in [1, 8]", cfg->streams);
@@ -311,12 +324,14 @@ fp_status fp_alloc_trace_generate(const fp_alloc_trace_config *cfg, fp_alloc_tra
 /*  From the event ring                                                     */
 /* ======================================================================== */
 
-fp_status fp_alloc_trace_from_events(const fp_alloc_event *events, size_t n, fp_alloc_trace **out) {
+fp_status fp_alloc_trace_from_events_sized(const fp_alloc_event *events, size_t event_size, size_t n,
+                                          fp_alloc_trace **out) {
     FP_CHECK_NOT_NULL(out);
+    FP_TRY(fp_struct_size_check(event_size, FP_ALLOC_EVENT_SIZE_0_2, sizeof *events, "fp_alloc_event (event_size)"));
     FP_CHECK_ARG(events || n == 0, "argument 'events' is NULL with n %zu", n);
     /* No array holds more; it also keeps 2 * n and the table size below
      * from wrapping (the doubling loop reached 0 and spun forever). */
-    FP_CHECK_ARG(n <= SIZE_MAX / sizeof *events, "argument 'n' (%zu) is more events than memory can hold", n);
+    FP_CHECK_ARG(n <= SIZE_MAX / event_size, "argument 'n' (%zu) is more events than memory can hold", n);
     size_t cap = 16;
     while (cap < 2 * n) cap *= 2;
     uintptr_t *keys = calloc(cap, sizeof *keys);
@@ -332,7 +347,8 @@ fp_status fp_alloc_trace_from_events(const fp_alloc_event *events, size_t n, fp_
     }
     fp_status st = FP_OK;
     for (size_t i = 0; i < n && st == FP_OK; ++i) {
-        const fp_alloc_event *e = &events[i];
+        /* the fields read here are in every layout (0.2's prefix) */
+        const fp_alloc_event *e = (const fp_alloc_event *)((const char *)events + i * event_size);
         if (e->kind != FP_ALLOC_EV_ALLOC && e->kind != FP_ALLOC_EV_FREE &&
             e->kind != FP_ALLOC_EV_RECORD_STREAM)
             continue;
@@ -374,6 +390,10 @@ fp_status fp_alloc_trace_from_events(const fp_alloc_event *events, size_t n, fp_
         return st;
     }
     return b_finish(&b, out);
+}
+
+fp_status(fp_alloc_trace_from_events)(const fp_alloc_event *events, size_t n, fp_alloc_trace **out) {
+    return fp_alloc_trace_from_events_sized(events, FP_ALLOC_EVENT_SIZE_0_2, n, out);
 }
 
 /* ======================================================================== */
@@ -437,8 +457,7 @@ fp_status fp_alloc_trace_replay(fp_allocator *a, const fp_alloc_trace *t, const 
     FP_CHECK_NOT_NULL(a);
     FP_CHECK_NOT_NULL(t);
     FP_CHECK_NOT_NULL(out);
-    FP_CHECK_ARG(out->struct_size == sizeof *out, "out->struct_size %zu != sizeof(fp_alloc_replay_result) %zu",
-                 out->struct_size, sizeof *out);
+    FP_TRY(fp_struct_size_check(out->struct_size, REPLAY_RESULT_SIZE_FIRST, sizeof *out, "fp_alloc_replay_result (out)"));
     FP_TRY(check_trace(t));
     replay_state r;
     FP_TRY(replay_state_init(&r, t, time_ops));
@@ -486,19 +505,22 @@ fp_status fp_alloc_trace_replay(fp_allocator *a, const fp_alloc_trace *t, const 
         res.peak_reserved = (size_t)s1.reserved_bytes.peak;
         st = replay_finish(&r, &res);
     }
-    if (st == FP_OK) *out = res;
+    if (st == FP_OK) st = fp_struct_write(out, &res, REPLAY_RESULT_SIZE_FIRST, sizeof res, "fp_alloc_replay_result (out)");
     replay_state_free(&r);
     return st;
 }
 
-fp_status fp_alloc_trace_replay_direct(const fp_alloc_upstream *up, const fp_alloc_trace *t, int time_ops,
-                                       fp_alloc_replay_result *out) {
-    FP_CHECK_NOT_NULL(up);
+fp_status fp_alloc_trace_replay_direct_sized(const fp_alloc_upstream *user_up, size_t upstream_size,
+                                             const fp_alloc_trace *t, int time_ops, fp_alloc_replay_result *out) {
+    FP_CHECK_ARG(user_up != NULL, "argument 'up' is NULL");
+    fp_alloc_upstream up_full;
+    FP_TRY(fp_alloc_table_read(&up_full, sizeof up_full, user_up, upstream_size, ALLOC_UPSTREAM_SIZE_FIRST,
+                               "fp_alloc_upstream (upstream_size)"));
+    const fp_alloc_upstream *up = &up_full;
     FP_CHECK_NOT_NULL(t);
     FP_CHECK_NOT_NULL(out);
     FP_CHECK_ARG(up->alloc && up->free, "upstream->alloc and upstream->free are required");
-    FP_CHECK_ARG(out->struct_size == sizeof *out, "out->struct_size %zu != sizeof(fp_alloc_replay_result) %zu",
-                 out->struct_size, sizeof *out);
+    FP_TRY(fp_struct_size_check(out->struct_size, REPLAY_RESULT_SIZE_FIRST, sizeof *out, "fp_alloc_replay_result (out)"));
     FP_TRY(check_trace(t));
     replay_state r;
     FP_TRY(replay_state_init(&r, t, time_ops));
@@ -557,7 +579,12 @@ fp_status fp_alloc_trace_replay_direct(const fp_alloc_upstream *up, const fp_all
         res.peak_allocated = r.peak_live;
         res.peak_reserved = r.peak_live;
     }
-    if (st == FP_OK) *out = res;
+    if (st == FP_OK) st = fp_struct_write(out, &res, REPLAY_RESULT_SIZE_FIRST, sizeof res, "fp_alloc_replay_result (out)");
     replay_state_free(&r);
     return st;
+}
+
+fp_status(fp_alloc_trace_replay_direct)(const fp_alloc_upstream *up, const fp_alloc_trace *t, int time_ops,
+                                        fp_alloc_replay_result *out) {
+    return fp_alloc_trace_replay_direct_sized(up, ALLOC_UPSTREAM_SIZE_FIRST, t, time_ops, out);
 }

@@ -13,9 +13,7 @@
 
 fp_status fp_attention_params_init(fp_attention_params *p, size_t struct_size) {
     FP_CHECK_NOT_NULL(p);
-    FP_CHECK_ARG(struct_size == sizeof *p || struct_size == FP_ATTN_PARAMS_V1_SIZE,
-                 "argument 'struct_size' (%zu) is neither %zu (this version) nor %zu (0.1)", struct_size,
-                 sizeof *p, (size_t)FP_ATTN_PARAMS_V1_SIZE);
+    FP_TRY(fp_struct_size_check(struct_size, FP_ATTN_PARAMS_V1_SIZE, sizeof *p, "fp_attention_params"));
     /* every field set below lies in the 0.1 prefix */
     memset(p, 0, struct_size);
     p->struct_size = struct_size;
@@ -118,10 +116,7 @@ void fp_attn_params_upgrade(const fp_attention_params *user, fp_attention_params
 
 fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args *a) {
     FP_CHECK_ARG(user != NULL, "argument 'params' is NULL");
-    FP_CHECK_ARG(user->struct_size == sizeof *user || user->struct_size == FP_ATTN_PARAMS_V1_SIZE,
-                 "params struct_size %zu is neither %zu (this version) nor %zu (0.1): initialize it "
-                 "with fp_attention_params_default",
-                 user->struct_size, sizeof *user, (size_t)FP_ATTN_PARAMS_V1_SIZE);
+    FP_TRY(fp_struct_size_check(user->struct_size, FP_ATTN_PARAMS_V1_SIZE, sizeof *user, "fp_attention_params (params)"));
     fp_attention_params full;
     fp_attn_params_upgrade(user, &full);
     const fp_attention_params *p = &full;

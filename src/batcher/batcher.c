@@ -591,8 +591,12 @@ static void *timer_main(void *arg) {
 /*  Configuration                                                           */
 /* ------------------------------------------------------------------------ */
 
-void fp_batcher_config_default(fp_batcher_config *config) {
-    if (!config) return;
+/* The first published size of fp_batcher_config (0.2): it stays when fields are
+ * appended (src/core/struct_size.c). */
+#define BATCHER_CONFIG_SIZE_FIRST sizeof(fp_batcher_config)
+
+fp_status fp_batcher_config_default_sized(fp_batcher_config *out, size_t struct_size) {
+    fp_batcher_config defaults, *config = &defaults;
     memset(config, 0, sizeof *config);
     config->struct_size = sizeof *config;
     config->max_batch_size = 32;
@@ -600,6 +604,11 @@ void fp_batcher_config_default(fp_batcher_config *config) {
     config->priority_levels = 1;
     config->executor_threads = 1;
     config->stats_window = 65536;
+    return fp_struct_init(out, struct_size, config, BATCHER_CONFIG_SIZE_FIRST, sizeof *config, "fp_batcher_config");
+}
+
+void(fp_batcher_config_default)(fp_batcher_config *config) {
+    if (config) (void)fp_batcher_config_default_sized(config, BATCHER_CONFIG_SIZE_FIRST);
 }
 
 static fp_status check_sizes(const char *name, const int *v, int n, int max_batch) {
@@ -618,9 +627,8 @@ static fp_status check_sizes(const char *name, const int *v, int n, int max_batc
 
 fp_status fp_batcher_config_validate(const fp_batcher_config *c) {
     FP_CHECK_NOT_NULL(c);
-    FP_CHECK_ARG(c->struct_size == sizeof *c,
-                 "config field 'struct_size' is %zu, expected %zu (use fp_batcher_config_default)",
-                 c->struct_size, sizeof *c);
+    fp_batcher_config full;
+    FP_STRUCT_IN(&c, full, BATCHER_CONFIG_SIZE_FIRST, fp_batcher_config_default, "fp_batcher_config (config)");
     FP_CHECK_ARG(c->max_batch_size >= 1 && c->max_batch_size <= FP_BATCHER_MAX_BATCH,
                  "config field 'max_batch_size' must be in 1..%d (got %d)", FP_BATCHER_MAX_BATCH,
                  c->max_batch_size);
@@ -708,15 +716,25 @@ static void stop_threads(fp_batcher *b) {
     b->deliver_started = 0;
 }
 
-fp_status fp_batcher_create(const fp_batcher_config *config, fp_batch_executor_fn executor,
-                            void *executor_user, fp_batcher **out) {
+/* The first published size of fp_batch_item (0.2), the executor's array
+ * element. */
+#define BATCH_ITEM_SIZE_FIRST sizeof(fp_batch_item)
+
+fp_status fp_batcher_create_sized(const fp_batcher_config *config, fp_batch_executor_fn executor,
+                                  void *executor_user, size_t item_size, fp_batcher **out) {
     FP_CHECK_ARG(executor != NULL, "argument 'executor' is NULL");
     FP_CHECK_NOT_NULL(out);
+    /* Every executor has the one item layout so far; once fp_batch_item
+     * grows, a batch for an executor built against an older header is
+     * handed over in its layout (item_size apart). */
+    FP_TRY(fp_struct_size_check(item_size, BATCH_ITEM_SIZE_FIRST, sizeof(fp_batch_item),
+                                "fp_batch_item (the executor's item_size)"));
     fp_batcher_config def;
     if (!config) {
         fp_batcher_config_default(&def);
         config = &def;
     }
+    FP_STRUCT_IN(&config, def, BATCHER_CONFIG_SIZE_FIRST, fp_batcher_config_default, "fp_batcher_config (config)");
     FP_TRY(fp_batcher_config_validate(config));
 
     fp_batcher *b = calloc(1, sizeof *b);
@@ -783,6 +801,11 @@ fp_status fp_batcher_create(const fp_batcher_config *config, fp_batch_executor_f
     return FP_OK;
 }
 
+fp_status(fp_batcher_create)(const fp_batcher_config *config, fp_batch_executor_fn executor,
+                             void *executor_user, fp_batcher **out) {
+    return fp_batcher_create_sized(config, executor, executor_user, BATCH_ITEM_SIZE_FIRST, out);
+}
+
 fp_status fp_batcher_shutdown(fp_batcher *b, fp_batcher_shutdown_mode mode) {
     FP_CHECK_ARG(b != NULL, "argument 'batcher' is NULL");
     FP_CHECK_ARG(mode == FP_BATCHER_SHUTDOWN_DRAIN || mode == FP_BATCHER_SHUTDOWN_CANCEL,
@@ -834,20 +857,28 @@ void fp_batcher_destroy(fp_batcher *b) {
 /*  Submit                                                                  */
 /* ------------------------------------------------------------------------ */
 
-void fp_batch_submit_info_default(fp_batch_submit_info *info) {
-    if (!info) return;
+/* The first published size of fp_batch_submit_info (0.2): it stays when fields are
+ * appended (src/core/struct_size.c). */
+#define BATCH_SUBMIT_INFO_SIZE_FIRST sizeof(fp_batch_submit_info)
+
+fp_status fp_batch_submit_info_default_sized(fp_batch_submit_info *out, size_t struct_size) {
+    fp_batch_submit_info defaults, *info = &defaults;
     memset(info, 0, sizeof *info);
     info->struct_size = sizeof *info;
     info->priority = -1;
+    return fp_struct_init(out, struct_size, info, BATCH_SUBMIT_INFO_SIZE_FIRST, sizeof *info, "fp_batch_submit_info");
+}
+
+void(fp_batch_submit_info_default)(fp_batch_submit_info *info) {
+    if (info) (void)fp_batch_submit_info_default_sized(info, BATCH_SUBMIT_INFO_SIZE_FIRST);
 }
 
 fp_status fp_batcher_submit(fp_batcher *b, const fp_batch_submit_info *info,
                             fp_batch_request **out) {
     FP_CHECK_ARG(b != NULL, "argument 'batcher' is NULL");
     FP_CHECK_NOT_NULL(info);
-    FP_CHECK_ARG(info->struct_size == sizeof *info,
-                 "info field 'struct_size' is %zu, expected %zu (use fp_batch_submit_info_default)",
-                 info->struct_size, sizeof *info);
+    fp_batch_submit_info full;
+    FP_STRUCT_IN(&info, full, BATCH_SUBMIT_INFO_SIZE_FIRST, fp_batch_submit_info_default, "fp_batch_submit_info (info)");
     FP_CHECK_ARG(info->priority >= -1 && info->priority < b->cfg.priority_levels,
                  "info field 'priority' must be -1 or in 0..%d (got %d)",
                  b->cfg.priority_levels - 1, info->priority);
@@ -986,10 +1017,15 @@ fp_status fp_batch_request_cancel(fp_batch_request *req) {
 /*  Statistics                                                              */
 /* ------------------------------------------------------------------------ */
 
-void fp_batcher_stats_init(fp_batcher_stats *stats) {
-    if (!stats) return;
+/* The first published size of fp_batcher_stats (0.2): it stays when fields are
+ * appended (src/core/struct_size.c). */
+#define BATCHER_STATS_SIZE_FIRST sizeof(fp_batcher_stats)
+
+fp_status fp_batcher_stats_init_sized(fp_batcher_stats *out, size_t struct_size) {
+    fp_batcher_stats defaults, *stats = &defaults;
     memset(stats, 0, sizeof *stats);
     stats->struct_size = sizeof *stats;
+    return fp_struct_init(out, struct_size, stats, BATCHER_STATS_SIZE_FIRST, sizeof *stats, "fp_batcher_stats");
 }
 
 static double *ring_copy(const fp_sample_ring *r) {
@@ -998,12 +1034,14 @@ static double *ring_copy(const fp_sample_ring *r) {
     return v;
 }
 
+void(fp_batcher_stats_init)(fp_batcher_stats *stats) {
+    if (stats) (void)fp_batcher_stats_init_sized(stats, BATCHER_STATS_SIZE_FIRST);
+}
+
 fp_status fp_batcher_get_stats(fp_batcher *b, fp_batcher_stats *stats) {
     FP_CHECK_ARG(b != NULL, "argument 'batcher' is NULL");
     FP_CHECK_NOT_NULL(stats);
-    FP_CHECK_ARG(stats->struct_size == sizeof *stats,
-                 "stats field 'struct_size' is %zu, expected %zu (use fp_batcher_stats_init)",
-                 stats->struct_size, sizeof *stats);
+    FP_TRY(fp_struct_size_check(stats->struct_size, BATCHER_STATS_SIZE_FIRST, sizeof *stats, "fp_batcher_stats (stats)"));
     pthread_mutex_lock(&b->mu);
     fp_batcher_stats s = b->counters;
     s.queued = b->queued;
@@ -1025,7 +1063,7 @@ fp_status fp_batcher_get_stats(fp_batcher *b, fp_batcher_stats *stats) {
     free(x);
     if (st == FP_OK) {
         s.struct_size = sizeof s;
-        *stats = s;
+        st = fp_struct_write(stats, &s, BATCHER_STATS_SIZE_FIRST, sizeof s, "fp_batcher_stats (stats)");
     }
     return st;
 }

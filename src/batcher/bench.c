@@ -83,8 +83,12 @@ static fp_status cpu_model_exec(void *user, fp_batch_item *items, int count, int
 /*  Config                                                                  */
 /* ------------------------------------------------------------------------ */
 
-void fp_batcher_bench_config_default(fp_batcher_bench_config *c) {
-    if (!c) return;
+/* The first published size of fp_batcher_bench_config (0.2): it stays when fields are
+ * appended (src/core/struct_size.c). */
+#define BATCHER_BENCH_CONFIG_SIZE_FIRST sizeof(fp_batcher_bench_config)
+
+fp_status fp_batcher_bench_config_default_sized(fp_batcher_bench_config *out, size_t struct_size) {
+    fp_batcher_bench_config defaults, *c = &defaults;
     memset(c, 0, sizeof *c);
     c->struct_size = sizeof *c;
     c->load = FP_BATCHER_LOAD_CLOSED;
@@ -100,6 +104,11 @@ void fp_batcher_bench_config_default(fp_batcher_bench_config *c) {
     c->model.item_us = 8;
     c->model.dim = 16;
     c->seed = 1;
+    return fp_struct_init(out, struct_size, c, BATCHER_BENCH_CONFIG_SIZE_FIRST, sizeof *c, "fp_batcher_bench_config");
+}
+
+void(fp_batcher_bench_config_default)(fp_batcher_bench_config *c) {
+    if (c) (void)fp_batcher_bench_config_default_sized(c, BATCHER_BENCH_CONFIG_SIZE_FIRST);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -338,9 +347,9 @@ static fp_status run_side(const fp_batcher_bench_config *cfg, const fp_batcher_c
 fp_status fp_batcher_bench(const fp_batcher_bench_config *cfg, fp_batcher_bench_report *report) {
     FP_CHECK_NOT_NULL(cfg);
     FP_CHECK_NOT_NULL(report);
-    FP_CHECK_ARG(cfg->struct_size == sizeof *cfg,
-                 "config field 'struct_size' is %zu, expected %zu (use "
-                 "fp_batcher_bench_config_default)", cfg->struct_size, sizeof *cfg);
+    fp_batcher_bench_config full;
+    FP_STRUCT_IN(&cfg, full, BATCHER_BENCH_CONFIG_SIZE_FIRST, fp_batcher_bench_config_default,
+                 "fp_batcher_bench_config (config)");
     FP_CHECK_ARG(cfg->load == FP_BATCHER_LOAD_CLOSED || cfg->load == FP_BATCHER_LOAD_OPEN,
                  "config field 'load' is %d, not CLOSED (0) or OPEN (1)", (int)cfg->load);
     FP_CHECK_ARG(cfg->load != FP_BATCHER_LOAD_CLOSED || (cfg->clients >= 1 && cfg->clients <= 4096),

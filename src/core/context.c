@@ -31,6 +31,7 @@ static int default_cpu_threads(void) {
 }
 
 static fp_status cuda_context_init(fp_context *ctx, int index) {
+    fp_device_info_init(&ctx->info);
     FP_TRY(fp_device_get_info(index, &ctx->info));
     ctx->device = index;
     FP_CUDA_TRY(cudaSetDevice(index));
@@ -80,6 +81,7 @@ fp_status fp_context_create(fp_device_kind kind, int device_index, fp_context **
     if (kind == FP_DEVICE_CUDA) {
         st = cuda_context_init(ctx, device_index);
     } else {
+        fp_device_info_init(&ctx->info);
         st = fp_cpu_get_info(&ctx->info);
         if (st == FP_OK) st = fp_thread_pool_create(default_cpu_threads(), &ctx->pool);
     }
@@ -201,8 +203,7 @@ fp_stream fp_context_stream(const fp_context *ctx) { return ctx ? (fp_stream)ctx
 fp_status fp_context_device_info(const fp_context *ctx, fp_device_info *info) {
     FP_TRY(fp_ctx_check(ctx, -1));
     FP_CHECK_NOT_NULL(info);
-    *info = ctx->info;
-    return FP_OK;
+    return fp_struct_write(info, &ctx->info, FP_DEVICE_INFO_SIZE_FIRST, sizeof *info, "fp_device_info (info)");
 }
 
 fp_status fp_context_synchronize(fp_context *ctx, fp_stream stream) {

@@ -7,11 +7,16 @@
 
 #include "internal.h"
 
-void fp_device_info_init(fp_device_info *info) {
-    if (!info) return;
+fp_status fp_device_info_init_sized(fp_device_info *out, size_t struct_size) {
+    fp_device_info defaults, *info = &defaults;
     memset(info, 0, sizeof *info);
     info->struct_size = sizeof *info;
     info->index = -1;
+    return fp_struct_init(out, struct_size, info, FP_DEVICE_INFO_SIZE_FIRST, sizeof *info, "fp_device_info");
+}
+
+void(fp_device_info_init)(fp_device_info *info) {
+    if (info) (void)fp_device_info_init_sized(info, FP_DEVICE_INFO_SIZE_FIRST);
 }
 
 void fp_cuda_versions(int *runtime_version, int *driver_version) {
@@ -69,6 +74,7 @@ static void arch_ops_per_clock(int major, int minor, double *fp32, double *tenso
 
 fp_status fp_device_get_info(int index, fp_device_info *info) {
     FP_CHECK_NOT_NULL(info);
+    FP_TRY(fp_struct_size_check(info->struct_size, FP_DEVICE_INFO_SIZE_FIRST, sizeof *info, "fp_device_info (info)"));
     int count = 0;
     fp_device_count(&count);
     if (count == 0)
@@ -101,12 +107,12 @@ fp_status fp_device_get_info(int index, fp_device_info *info) {
     d.peak_tflops_fp32 = sm_hz * fp32_clk / 1e12;
     d.peak_tflops_bf16 = sm_hz * tensor_clk / 1e12;
     fp_cuda_versions(&d.runtime_version, &d.driver_version);
-    *info = d;
-    return FP_OK;
+    return fp_struct_write(info, &d, FP_DEVICE_INFO_SIZE_FIRST, sizeof d, "fp_device_info (info)");
 }
 
 fp_status fp_cpu_get_info(fp_device_info *info) {
     FP_CHECK_NOT_NULL(info);
+    FP_TRY(fp_struct_size_check(info->struct_size, FP_DEVICE_INFO_SIZE_FIRST, sizeof *info, "fp_device_info (info)"));
     fp_device_info d;
     fp_device_info_init(&d);
     d.kind = FP_DEVICE_CPU;
@@ -133,6 +139,5 @@ fp_status fp_cpu_get_info(fp_device_info *info) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages > 0 && page > 0) d.total_mem_bytes = (size_t)pages * (size_t)page;
     fp_cuda_versions(&d.runtime_version, &d.driver_version);
-    *info = d;
-    return FP_OK;
+    return fp_struct_write(info, &d, FP_DEVICE_INFO_SIZE_FIRST, sizeof d, "fp_device_info (info)");
 }

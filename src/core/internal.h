@@ -21,6 +21,55 @@ fp_status fp_set_error_at(fp_status status, const char *file, int line, const ch
     __attribute__((format(printf, 4, 5)));
 #define fp_set_error(status, ...) fp_set_error_at((status), __FILE__, __LINE__, __VA_ARGS__)
 
+/* The rule of fp_last_error (core.h, "Conventions"): a failing call leaves a
+ * message, a successful one never changes it. So a path that fails inside a
+ * call and recovers (a fallback, a retry) saves the message first and
+ * restores it once it has succeeded; and a check of whether a caller's
+ * callback recorded a message compares fp_error_seq() around the call
+ * instead of clearing the message first. */
+#define FP_ERROR_MAX 1024
+typedef struct fp_error_saved {
+    unsigned seq;
+    char msg[FP_ERROR_MAX];
+} fp_error_saved;
+void fp_error_save(fp_error_saved *s);
+/* Puts the saved message back if one was recorded since the save. */
+void fp_error_restore(const fp_error_saved *s);
+/* Messages recorded on this thread so far (wraps). */
+unsigned fp_error_seq(void);
+
+/* Versioned structs (core.h, "Conventions"; struct_size.c says how to grow
+ * one). `first` is the struct's first published size, `cur` this library's
+ * sizeof, `what` names the struct in messages. Each returns
+ * FP_ERR_INVALID_ARGUMENT with a message, nothing written, for a NULL
+ * struct or a struct_size outside [first, cur]. */
+fp_status fp_struct_size_check(size_t size, size_t first, size_t cur, const char *what);
+/* An input struct: `full` (cur bytes) holds the defaults; the caller's
+ * first struct_size bytes are copied over them, full's struct_size = cur. */
+fp_status fp_struct_read(void *full, const void *user, size_t first, size_t cur, const char *what);
+/* An output struct: the first struct_size (the caller's) bytes of `full`
+ * are copied to `user`, whose struct_size stays. */
+fp_status fp_struct_write(void *user, const void *full, size_t first, size_t cur, const char *what);
+/* An initializer: the first `size` bytes of `defaults` to p, struct_size = size. */
+fp_status fp_struct_init(void *p, size_t size, const void *defaults, size_t first, size_t cur,
+                         const char *what);
+
+/* The first published size of fp_device_info (0.2). */
+#define FP_DEVICE_INFO_SIZE_FIRST sizeof(fp_device_info)
+
+/* Reads a caller's versioned input struct *pp (a const T *, NULL checked by
+ * the caller): *pp itself when it has this library's layout, else `full`
+ * (a T) filled by default_fn and then the caller's fields, *pp pointed at
+ * it. Returns the error of fp_struct_read. */
+#define FP_STRUCT_IN(pp, full, first, default_fn, what)                               \
+    do {                                                                              \
+        if ((*(pp))->struct_size != sizeof(full)) {                                   \
+            default_fn(&(full));                                                      \
+            FP_TRY(fp_struct_read(&(full), *(pp), (first), sizeof(full), (what)));    \
+            *(pp) = &(full);                                                          \
+        }                                                                             \
+    } while (0)
+
 /* Argument checks that name the argument. */
 #define FP_CHECK_ARG(cond, ...)                                                  \
     do {                                                                         \

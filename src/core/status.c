@@ -6,7 +6,11 @@
 
 #include "internal.h"
 
-static _Thread_local char tl_error[1024];
+static _Thread_local char tl_error[FP_ERROR_MAX];
+/* Counts the messages recorded on this thread: a caller of a user callback
+ * compares it before and after to tell whether the callback (one of the
+ * library's own, which can record one) left a message. */
+static _Thread_local unsigned tl_error_seq;
 
 const char *fp_status_string(fp_status status) {
     switch (status) {
@@ -34,11 +38,24 @@ const char *fp_last_error(void) { return tl_error; }
 
 void fp_clear_error(void) { tl_error[0] = '\0'; }
 
+unsigned fp_error_seq(void) { return tl_error_seq; }
+
+void fp_error_save(fp_error_saved *s) {
+    s->seq = tl_error_seq;
+    memcpy(s->msg, tl_error, strlen(tl_error) + 1); /* tl_error is always terminated */
+}
+
+void fp_error_restore(const fp_error_saved *s) {
+    if (tl_error_seq == s->seq) return; /* nothing recorded since the save */
+    memcpy(tl_error, s->msg, strlen(s->msg) + 1);
+}
+
 fp_status fp_set_error_at(fp_status status, const char *file, int line, const char *fmt, ...) {
     /* Keep only the path below the source root so messages stay short. */
     const char *short_file = strstr(file, "src/");
     if (!short_file) short_file = strstr(file, "kernels/");
     if (!short_file) short_file = file;
+    ++tl_error_seq;
     int n = snprintf(tl_error, sizeof tl_error, "%s:%d: ", short_file, line);
     if (n < 0 || (size_t)n >= sizeof tl_error) n = 0;
     va_list ap;

@@ -25,23 +25,41 @@ const char *fp_norm_activation_name(fp_norm_activation act) {
     return "unknown";
 }
 
-void fp_norm_params_default(fp_norm_params *p) {
-    if (!p) return;
+/* The first published size of fp_norm_params (0.2): it stays when fields are
+ * appended (src/core/struct_size.c). */
+#define NORM_PARAMS_SIZE_FIRST sizeof(fp_norm_params)
+
+fp_status fp_norm_params_default_sized(fp_norm_params *out, size_t struct_size) {
+    fp_norm_params defaults, *p = &defaults;
     memset(p, 0, sizeof *p);
     p->struct_size = sizeof *p;
     p->kind = FP_NORM_LAYERNORM;
     p->activation = FP_NORM_ACT_NONE;
     p->x_dtype = p->residual_dtype = p->out_dtype = p->param_dtype = FP_F32;
     p->eps = 1e-5f;
+    return fp_struct_init(out, struct_size, p, NORM_PARAMS_SIZE_FIRST, sizeof *p, "fp_norm_params");
 }
 
-void fp_norm_backward_params_default(fp_norm_backward_params *p) {
-    if (!p) return;
+void(fp_norm_params_default)(fp_norm_params *p) {
+    if (p) (void)fp_norm_params_default_sized(p, NORM_PARAMS_SIZE_FIRST);
+}
+
+/* The first published size of fp_norm_backward_params (0.2): it stays when fields are
+ * appended (src/core/struct_size.c). */
+#define NORM_BACKWARD_PARAMS_SIZE_FIRST sizeof(fp_norm_backward_params)
+
+fp_status fp_norm_backward_params_default_sized(fp_norm_backward_params *out, size_t struct_size) {
+    fp_norm_backward_params defaults, *p = &defaults;
     memset(p, 0, sizeof *p);
     p->struct_size = sizeof *p;
     p->kind = FP_NORM_LAYERNORM;
     p->activation = FP_NORM_ACT_NONE;
     p->dtype = p->param_dtype = FP_F32;
+    return fp_struct_init(out, struct_size, p, NORM_BACKWARD_PARAMS_SIZE_FIRST, sizeof *p, "fp_norm_backward_params");
+}
+
+void(fp_norm_backward_params_default)(fp_norm_backward_params *p) {
+    if (p) (void)fp_norm_backward_params_default_sized(p, NORM_BACKWARD_PARAMS_SIZE_FIRST);
 }
 
 /* ---- argument checks ---- */
@@ -100,9 +118,8 @@ static fp_status check_dtype_match(const char *name, fp_dtype d, fp_dtype want) 
 
 fp_status fp_norm_check_fwd(const fp_norm_params *p, fp_norm_fwd_desc *d) {
     FP_CHECK_ARG(p != NULL, "argument 'params' is NULL");
-    FP_CHECK_ARG(p->struct_size == sizeof *p,
-                 "argument 'params->struct_size' (%zu) != %zu: initialize it with fp_norm_params_default",
-                 p->struct_size, sizeof *p);
+    fp_norm_params full;
+    FP_STRUCT_IN(&p, full, NORM_PARAMS_SIZE_FIRST, fp_norm_params_default, "fp_norm_params (params)");
     FP_TRY(check_shape_and_kind(p->rows, p->cols, p->kind, p->activation));
     FP_CHECK_ARG(dtype_ok(p->x_dtype), "argument 'params->x_dtype' (%d) is not f32, f16 or bf16",
                  (int)p->x_dtype);
@@ -148,9 +165,9 @@ fp_status fp_norm_check_fwd(const fp_norm_params *p, fp_norm_fwd_desc *d) {
 
 fp_status fp_norm_check_bwd(const fp_norm_backward_params *p, fp_norm_bwd_desc *d) {
     FP_CHECK_ARG(p != NULL, "argument 'params' is NULL");
-    FP_CHECK_ARG(p->struct_size == sizeof *p,
-                 "argument 'params->struct_size' (%zu) != %zu: initialize it with "
-                 "fp_norm_backward_params_default", p->struct_size, sizeof *p);
+    fp_norm_backward_params full;
+    FP_STRUCT_IN(&p, full, NORM_BACKWARD_PARAMS_SIZE_FIRST, fp_norm_backward_params_default,
+                 "fp_norm_backward_params (params)");
     FP_TRY(check_shape_and_kind(p->rows, p->cols, p->kind, p->activation));
     FP_CHECK_ARG(dtype_ok(p->dtype), "argument 'params->dtype' (%d) is not f32, f16 or bf16", (int)p->dtype);
     FP_TRY(check_dtype_match("param_dtype", p->param_dtype, p->dtype));
@@ -276,7 +293,6 @@ fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_n
 int fp_norm_backward_version_used(const fp_norm_backward_params *params, int version) {
     fp_norm_bwd_desc d;
     if (fp_norm_check_bwd(params, &d) != FP_OK) {
-        fp_clear_error();
         return 0;
     }
     return fp_norm_bwd_version_used(&d, version);
@@ -295,7 +311,6 @@ static double fwd_bytes(const fp_norm_fwd_desc *d) {
 double fp_norm_forward_bytes(const fp_norm_params *params) {
     fp_norm_fwd_desc d;
     if (fp_norm_check_fwd(params, &d) != FP_OK) {
-        fp_clear_error();
         return 0.0;
     }
     return fwd_bytes(&d);
@@ -304,7 +319,6 @@ double fp_norm_forward_bytes(const fp_norm_params *params) {
 double fp_norm_backward_bytes(const fp_norm_backward_params *params) {
     fp_norm_bwd_desc d;
     if (fp_norm_check_bwd(params, &d) != FP_OK) {
-        fp_clear_error();
         return 0.0;
     }
     double es = (double)fp_dtype_size((fp_dtype)d.dtype), n = (double)d.rows * (double)d.cols;

@@ -116,6 +116,10 @@ fp_status fp_compare_host(const void *ref, const void *got, size_t n, fp_dtype d
     FP_CHECK_NOT_NULL(out);
     FP_CHECK_ARG(dtype == FP_F32 || dtype == FP_F16 || dtype == FP_BF16,
                  "dtype %s cannot be compared", fp_dtype_name(dtype));
+    /* A NaN bound would pass nothing (every comparison with it is false)
+     * while looking like a tolerance: refuse it. */
+    FP_CHECK_ARG(!isnan(atol) && !isnan(rtol), "tolerance atol %g / rtol %g is NaN (pass < 0 for the dtype default)",
+                 atol, rtol);
     double da, dr;
     fp_default_tolerance(dtype, &da, &dr);
     fp_compare_result res;

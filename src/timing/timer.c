@@ -13,8 +13,12 @@
 #define FP_MAX_REPS 100000
 #define FP_MAX_GRAPH_REPS 1024
 
-void fp_timing_config_default(fp_timing_config *cfg) {
-    if (!cfg) return;
+/* The first published size of fp_timing_config (0.2): it stays when fields are
+ * appended (src/core/struct_size.c). */
+#define TIMING_CONFIG_SIZE_FIRST sizeof(fp_timing_config)
+
+fp_status fp_timing_config_default_sized(fp_timing_config *out, size_t struct_size) {
+    fp_timing_config defaults, *cfg = &defaults;
     memset(cfg, 0, sizeof *cfg);
     cfg->struct_size = sizeof *cfg;
     cfg->warmup = 3;
@@ -25,12 +29,14 @@ void fp_timing_config_default(fp_timing_config *cfg) {
     cfg->min_effect = 0.01;
     cfg->flush_l2 = 0;
     cfg->min_sample_ms = 0.05;
+    return fp_struct_init(out, struct_size, cfg, TIMING_CONFIG_SIZE_FIRST, sizeof *cfg, "fp_timing_config");
+}
+
+void(fp_timing_config_default)(fp_timing_config *cfg) {
+    if (cfg) (void)fp_timing_config_default_sized(cfg, TIMING_CONFIG_SIZE_FIRST);
 }
 
 static fp_status check_config(const fp_timing_config *c) {
-    FP_CHECK_ARG(c->struct_size == sizeof *c,
-                 "timing config struct_size %zu != %zu: initialize it with fp_timing_config_default",
-                 c->struct_size, sizeof *c);
     FP_CHECK_ARG(c->warmup >= 0, "warmup must be >= 0 (got %d)", c->warmup);
     FP_CHECK_ARG(c->min_samples >= 1, "min_samples must be >= 1 (got %d)", c->min_samples);
     FP_CHECK_ARG(c->max_samples >= c->min_samples, "max_samples (%d) < min_samples (%d)",
@@ -79,12 +85,12 @@ static fp_status flush_l2(timing_env *env, int salt) {
  * failed (one of the library's ops keeps the message it set), and a value
  * outside fp_status as FP_ERR_INVALID_ARGUMENT naming it. */
 static fp_status call_timed(fp_timed_fn fn, void *user, fp_stream stream) {
-    fp_clear_error();
+    const unsigned seq = fp_error_seq();
     const fp_status st = fn(user, stream);
     if (st == FP_OK) return FP_OK;
     if ((int)st < FP_OK || (int)st > FP_ERR_INTERNAL)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "the timed callable returned %d, not an fp_status", (int)st);
-    if (!fp_last_error()[0]) return fp_set_error(st, "the timed callable failed: %s", fp_status_string(st));
+    if (fp_error_seq() == seq) return fp_set_error(st, "the timed callable failed: %s", fp_status_string(st));
     return st;
 }
 
@@ -248,6 +254,7 @@ fp_status fp_time(fp_context *ctx, fp_stream stream, fp_timed_fn fn, void *user,
     FP_CHECK_NOT_NULL(out);
     fp_timing_config def;
     if (!cfg) { fp_timing_config_default(&def); cfg = &def; }
+    FP_STRUCT_IN(&cfg, def, TIMING_CONFIG_SIZE_FIRST, fp_timing_config_default, "fp_timing_config (cfg)");
     FP_TRY(check_config(cfg));
     timing_env env;
     sampler s = {.fn = fn, .user = user};
@@ -259,12 +266,21 @@ fp_status fp_time(fp_context *ctx, fp_stream stream, fp_timed_fn fn, void *user,
     return st;
 }
 
-void fp_ab_spec_init(fp_ab_spec *spec) {
-    if (!spec) return;
+/* The first published size of fp_ab_spec (0.2): it stays when fields are
+ * appended (src/core/struct_size.c). */
+#define AB_SPEC_SIZE_FIRST sizeof(fp_ab_spec)
+
+fp_status fp_ab_spec_init_sized(fp_ab_spec *out, size_t struct_size) {
+    fp_ab_spec defaults, *spec = &defaults;
     memset(spec, 0, sizeof *spec);
     spec->struct_size = sizeof *spec;
     spec->atol = -1;
     spec->rtol = -1;
+    return fp_struct_init(out, struct_size, spec, AB_SPEC_SIZE_FIRST, sizeof *spec, "fp_ab_spec");
+}
+
+void(fp_ab_spec_init)(fp_ab_spec *spec) {
+    if (spec) (void)fp_ab_spec_init_sized(spec, AB_SPEC_SIZE_FIRST);
 }
 
 fp_status fp_ab_run(fp_context *ctx, fp_stream stream, const fp_ab_spec *spec,
@@ -272,14 +288,16 @@ fp_status fp_ab_run(fp_context *ctx, fp_stream stream, const fp_ab_spec *spec,
     FP_TRY(fp_ctx_check(ctx, -1));
     FP_CHECK_NOT_NULL(spec);
     FP_CHECK_NOT_NULL(report);
-    FP_CHECK_ARG(spec->struct_size == sizeof *spec,
-                 "spec struct_size %zu != %zu: initialize it with fp_ab_spec_init",
-                 spec->struct_size, sizeof *spec);
+    fp_ab_spec full_spec;
+    FP_STRUCT_IN(&spec, full_spec, AB_SPEC_SIZE_FIRST, fp_ab_spec_init, "fp_ab_spec (spec)");
+    FP_CHECK_ARG(!isnan(spec->atol) && !isnan(spec->rtol),
+                 "spec atol %g / rtol %g is NaN (pass < 0 for the dtype default)", spec->atol, spec->rtol);
     FP_CHECK_ARG(spec->baseline && spec->optimized, "spec needs both a baseline and an optimized callable");
     FP_CHECK_ARG((spec->baseline_out == NULL) == (spec->optimized_out == NULL),
                  "spec gives only one of baseline_out / optimized_out");
     fp_timing_config def;
     if (!cfg) { fp_timing_config_default(&def); cfg = &def; }
+    FP_STRUCT_IN(&cfg, def, TIMING_CONFIG_SIZE_FIRST, fp_timing_config_default, "fp_timing_config (cfg)");
     FP_TRY(check_config(cfg));
 
     fp_ab_report rep;

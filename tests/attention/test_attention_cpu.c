@@ -206,7 +206,11 @@ static void test_old_struct_size(void) {
     (fp_attention_params_default)((fp_attention_params *)buf);
     CHECK(((fp_attention_params *)buf)->struct_size == v1 && ((fp_attention_params *)buf)->window_left == -1);
     for (size_t i = v1; i < sizeof(fp_attention_params); ++i) CHECK(buf[i] == 0x7B);
-    CHECK_STATUS(fp_attention_params_init((fp_attention_params *)buf, v1 + 8), FP_ERR_INVALID_ARGUMENT);
+    /* any size a layout can have, from 0.1's up to this one's (core.h) */
+    CHECK_STATUS(fp_attention_params_init((fp_attention_params *)buf, v1 + 4), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_attention_params_init((fp_attention_params *)buf, sizeof(fp_attention_params) + 8),
+                 FP_ERR_INVALID_ARGUMENT);
+    CHECK_OK(fp_attention_params_init((fp_attention_params *)buf, v1 + 8));
     CHECK_OK(fp_attention_params_init((fp_attention_params *)buf, sizeof(fp_attention_params)));
     CHECK(((fp_attention_params *)buf)->struct_size == sizeof(fp_attention_params));
     free(buf);

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <string>
 #include <vector>
 
 #include "cuda_emu.h"
@@ -357,6 +358,11 @@ static void run_case(const Case &c, emu_rng &rng) {
         return;
     }
     const double t0 = now_s();
+    // An earlier failure's message, which a successful call must leave as
+    // it is even when a preferred version refused inside it (core.h's rule).
+    fp_dtype unused_dtype;
+    (void)fp_dtype_parse("no-such-dtype", &unused_dtype);
+    const std::string earlier_error = fp_last_error();
     fp_status st;
     fp_attn_note_begin(c.kernel == FLASH_AUTO ? c.version : 0);
     if (c.kernel == FLASH) st = fp_attn_cuda_flash_version(&a, c.version, c.splits, 0);
@@ -384,6 +390,11 @@ static void run_case(const Case &c, emu_rng &rng) {
     if (!ran_ok) {
         printf("FAIL      %-28s %-11s fp_attention_last_kernel: %s, %d splits, fallback '%s'\n", c.name, kernel_name(c),
                k.kernel, k.num_splits, k.fallback);
+        g_fail++;
+    }
+    if (earlier_error != fp_last_error()) {
+        printf("FAIL      %-28s %-11s a successful call changed fp_last_error to '%s' (fallback '%s')\n", c.name,
+               kernel_name(c), fp_last_error(), k.fallback);
         g_fail++;
     }
 }

@@ -117,6 +117,9 @@ static void test_devices(int ngpu) {
     CHECK_STATUS(fp_device_get_info(-1, &info), FP_ERR_NO_DEVICE);
     CHECK_STATUS(fp_device_get_info(0, NULL), FP_ERR_INVALID_ARGUMENT);
     fp_device_info cpu;
+    memset(&cpu, 0, sizeof cpu);
+    CHECK_STATUS(fp_cpu_get_info(&cpu), FP_ERR_INVALID_ARGUMENT); /* struct_size unset */
+    fp_device_info_init(&cpu);
     CHECK_OK(fp_cpu_get_info(&cpu));
     CHECK(cpu.kind == FP_DEVICE_CPU && cpu.sm_count >= 1 && cpu.name[0] != '\0');
     CHECK(cpu.peak_gbps == 0); /* unknown on CPU: roofline says "unknown" */

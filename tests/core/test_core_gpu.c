@@ -109,6 +109,7 @@ int main(void) {
     CHECK_OK(fp_context_create(FP_DEVICE_CPU, 0, &cpu));
     CHECK(fp_context_kind(gpu) == FP_DEVICE_CUDA && fp_context_stream(gpu) != NULL);
     fp_device_info info;
+    fp_device_info_init(&info);
     CHECK_OK(fp_context_device_info(gpu, &info));
     CHECK(info.sm_count > 0 && info.peak_gbps > 100 && info.peak_tflops_bf16 > info.peak_tflops_fp32);
     printf("device %s cc %d.%d, %d SMs, peak %.0f GB/s, %.0f bf16 TFLOP/s\n", info.name, info.cc_major,

@@ -118,6 +118,7 @@ static void contexts(cz *z) {
     FZ_CHECK_CALL(&z->run, "fp_device_get_info(NULL)", fp_device_get_info(0, NULL), FP_ERR_INVALID_ARGUMENT, "info");
     FZ_CHECK_CALL(&z->run, "fp_cpu_get_info(NULL)", fp_cpu_get_info(NULL), FP_ERR_INVALID_ARGUMENT, "info");
     fp_device_info ci;
+    fp_device_info_init(&ci);
     FZ_CHECK_CALL(&z->run, "fp_cpu_get_info", fp_cpu_get_info(&ci), FP_OK, NULL);
     CHECK(ci.kind == FP_DEVICE_CPU && ci.sm_count >= 1);
     fp_cuda_versions(NULL, NULL);
