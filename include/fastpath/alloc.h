@@ -641,7 +641,7 @@ FP_API fp_status fp_alloc_trace_replay_direct(const fp_alloc_upstream *up, const
 /*  PyTorch pluggable allocator                                             */
 /* ======================================================================== */
 /* Entry points for torch.cuda.memory.CUDAPluggableAllocator(path,
- * "fp_torch_malloc", "fp_torch_free") followed by
+ * "fp_torch_malloc_or_throw", "fp_torch_free") followed by
  * torch.cuda.memory.change_current_allocator(...) (before the process makes
  * its first CUDA allocation; fastpath.torch_alloc.use_fastpath_allocator()
  * does both). PyTorch then gets every CUDA tensor's memory from a caching
@@ -694,14 +694,24 @@ struct CUstream_st;
  * above FP_ALLOC_MAX_REQUEST (FP_ERR_INVALID_ARGUMENT), a device that does
  * not exist (FP_ERR_NO_DEVICE), out of memory after the cache was released
  * (FP_ERR_OUT_OF_MEMORY, message with requested/allocated/reserved bytes).
- * PyTorch (2.x, as read for this port) does not check alloc_fn's result: a
- * NULL for size > 0 becomes a tensor with a null data pointer and the
- * failure shows up at its first use (an illegal-address CUDA error), not as
- * torch.cuda.OutOfMemoryError; a C function cannot throw the C++ exception
- * that would. Watch fastpath.torch_alloc.stats(device)["ooms"].
+ * PyTorch (2.x) does not check alloc_fn's result (a NULL for size > 0
+ * would become a tensor with a null data pointer), so PyTorch is given
+ * fp_torch_malloc_or_throw (below), which throws instead.
  * Thread-safe; after the first call on a device the cost is one atomic
  * load plus fp_alloc_alloc. */
 FP_API void *fp_torch_malloc(ssize_t size, int device, struct CUstream_st *stream);
+/* What fastpath.torch_alloc gives PyTorch as alloc_fn: fp_torch_malloc, but
+ * a failure (size > 0 and no memory, a bad size or device) throws a C++
+ * std::runtime_error whose what() is "libfastpath: fp_torch_malloc of N
+ * bytes on device D failed: " + fp_last_error() (for out of memory: "caching
+ * allocator out of memory: requested ..."). PyTorch's
+ * CUDAPluggableAllocator calls alloc_fn from C++ and does not check the
+ * pointer; the exception unwinds through it and its Python bindings raise it
+ * as RuntimeError at the allocating call (not torch.OutOfMemoryError: that
+ * needs c10::OutOfMemoryError, a libtorch type this library does not link).
+ * size 0: NULL, no throw. ONLY for C++ callers that catch (a C caller cannot:
+ * the exception would terminate the process). Thread-safe. */
+FP_API void *fp_torch_malloc_or_throw(ssize_t size, int device, struct CUstream_st *stream);
 /* The release function PyTorch calls. `size` and `stream` are ignored (the
  * block knows its size and stream). A pointer that no instance owns (not
  * allocated here, already freed) and NULL are ignored: nothing changes, the
