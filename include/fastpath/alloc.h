@@ -32,6 +32,11 @@
  *   - Large pool: blocks < FP_ALLOC_MIN_LARGE_ALLOC (10 MiB) are carved from
  *     FP_ALLOC_LARGE_SEGMENT (20 MiB) segments; bigger requests get their own
  *     segment rounded up to FP_ALLOC_ROUND_LARGE (2 MiB).
+ *   - Right-sized fallback: when the upstream or the cap refuses a segment
+ *     of the size above, a segment of exactly the block size is asked for
+ *     before anything else (so a 1 MiB + 1 byte request succeeds from a
+ *     16 MiB region, and a 1.5 MiB one under a 2 MiB cap), at every step of
+ *     the out-of-memory ladder below.
  *   - Best fit: each pool keeps its free blocks in an ordered set keyed by
  *     (stream, size, address); a lookup is O(log n). The best block is split
  *     when the remainder is >= 512 bytes (small pool) or > 1 MiB (large
@@ -44,7 +49,12 @@
  *     completed, or, with a stream-wait op, once the allocating stream was
  *     made to wait on them (below). Pending blocks are not merged with their
  *     neighbours. Events are polled (non-blocking) on cache misses,
- *     empty_cache and trim, and never while a private pool is active.
+ *     empty_cache and trim, and, while any block waits on events, once every
+ *     FP_ALLOC_EVENT_POLL_INTERVAL allocations even when they all hit the
+ *     cache: a block whose events completed is reusable at the latest
+ *     FP_ALLOC_EVENT_POLL_INTERVAL allocations (on any stream) later. With
+ *     nothing pending a cache hit pays one test for this. Never while a
+ *     private pool is active.
  *   - Pending blocks in the large pool: when the best free block for a
  *     large-pool request would have to be split and a pending block of the
  *     stream fits better, that block's events are queried (non-blocking, one
@@ -84,9 +94,13 @@
  *     behind the host, reserved memory grows by the pending blocks.
  *   - Out of memory (the upstream fails, or the cap would be exceeded):
  *     release cached unsplit segments of the same pool class and retry, then
- *     release the whole cache and retry, then fail with FP_ERR_OUT_OF_MEMORY
- *     and a message giving requested, allocated, reserved and inactive-split
- *     bytes. While a private pool is active (between fp_alloc_pool_begin and
+ *     release the whole cache and retry (each try: the pool's segment size,
+ *     then the right-sized one), then fail with FP_ERR_OUT_OF_MEMORY and a
+ *     message giving the requested bytes and block, the segment sizes asked
+ *     for and whether the cap or the upstream refused, allocated, reserved
+ *     and inactive-split bytes, the bytes (and blocks) freed but waiting on
+ *     stream events, the bytes other threads are reserving at that moment,
+ *     and the cap. While a private pool is active (between fp_alloc_pool_begin and
  *     fp_alloc_pool_end) no cached segment goes back to the upstream, neither
  *     by the GC threshold nor by the retries: a request the upstream refuses
  *     fails with FP_ERR_OUT_OF_MEMORY (releasing would be a cudaFree inside a
@@ -95,8 +109,15 @@
  * Thread-safety: every fp_alloc_* call on an allocator is thread-safe (one
  * short lock per allocator: spin, then yield, then sleep); a cache hit on a
  * free block makes no upstream or CUDA call (taking a pending block makes the
- * event calls described above). Upstream and event ops are called with that
- * lock held: they must not call back into the same allocator.
+ * event calls described above). The upstream's alloc is called with that
+ * lock released (a slow cudaMalloc does not stall other threads' hits and
+ * frees; its bytes count against the cap while it runs, and a concurrent
+ * empty_cache/trim cannot release the segment being made); the upstream's
+ * free and the event ops are called with the lock held. An allocator makes
+ * one upstream call at a time (a second thread that misses waits for the
+ * first one's cudaMalloc). None of them may call back into the same
+ * allocator. fp_alloc_snapshot_json copies under the
+ * lock and formats after releasing it.
  */
 #ifndef FASTPATH_ALLOC_H
 #define FASTPATH_ALLOC_H
@@ -115,6 +136,9 @@ extern "C" {
 #define FP_ALLOC_MIN_LARGE_ALLOC ((size_t)10 << 20)
 #define FP_ALLOC_LARGE_SEGMENT ((size_t)20 << 20)
 #define FP_ALLOC_ROUND_LARGE ((size_t)2 << 20)
+/* While blocks wait on events, allocations poll them (non-blocking) at least
+ * once per this many allocations, cache hits included (see Streams above). */
+#define FP_ALLOC_EVENT_POLL_INTERVAL 32
 /* Largest request accepted: anything bigger fails with
  * FP_ERR_INVALID_ARGUMENT (it would overflow when rounded). */
 #define FP_ALLOC_MAX_REQUEST (((size_t)1 << 62))
@@ -125,12 +149,16 @@ extern "C" {
 
 typedef struct fp_alloc_upstream {
     /* Allocates `bytes` (> 0). Returns FP_OK and sets *out, or
-     * FP_ERR_OUT_OF_MEMORY when memory is exhausted (the allocator then frees
-     * cache and retries), or another status for other failures (reported
-     * as is). Called with the allocator's lock held: it must not call back
-     * into the same allocator. */
+     * FP_ERR_OUT_OF_MEMORY when memory is exhausted (the allocator then asks
+     * for a right-sized segment, frees cache and retries), or another status
+     * for other failures (reported as is). Called WITHOUT the allocator's
+     * lock (other threads' cache hits and frees go on meanwhile), but one
+     * upstream call at a time per allocator (alloc and free never overlap:
+     * an upstream used by one allocator need not be thread-safe). It must
+     * not call back into the same allocator. */
     fp_status (*alloc)(void *opaque, size_t bytes, void **out);
-    /* Returns memory from alloc; `bytes` is the size that was asked for. */
+    /* Returns memory from alloc; `bytes` is the size that was asked for.
+     * Called with the allocator's lock held. */
     void (*free)(void *opaque, void *ptr, size_t bytes);
     /* Optional: total memory behind this upstream (device memory for the
      * device upstream), used by fp_alloc_config.memory_fraction. NULL or 0:
@@ -158,9 +186,12 @@ FP_API fp_status fp_alloc_upstream_pinned(int device, fp_alloc_upstream *out);
  * coalesces the region). total_bytes is the usable size, so
  * memory_fraction works. The caller keeps owning the memory; release the
  * upstream's state with fp_alloc_upstream_release once every allocator over
- * it is destroyed. A free of a pointer that is visibly not a live piece
- * (outside the region, overlapping a free range) is ignored. Thread-safe (its
- * own lock: several allocators may share one region).
+ * it is destroyed. Its free takes only the exact start of a live piece with
+ * the size that alloc was asked for; any other pointer or size (outside the
+ * region, inside a live piece, a free range, a double free) changes nothing
+ * and sets fp_last_error() of the calling thread (FP_ERR_INVALID_ARGUMENT,
+ * naming the pointer and size). Thread-safe (its own lock: several
+ * allocators may share one region).
  * FP_ERR_INVALID_ARGUMENT for NULL base/out or fewer than FP_ALLOC_MIN_BLOCK
  * usable bytes. */
 FP_API fp_status fp_alloc_upstream_region(void *base, size_t bytes, fp_alloc_upstream *out);
@@ -346,7 +377,9 @@ FP_API void fp_alloc_destroy(fp_allocator *a);
  * valid stream). size 0: *out = NULL and FP_OK, nothing changes. Errors:
  * FP_ERR_INVALID_ARGUMENT (NULL a/out, size > FP_ALLOC_MAX_REQUEST),
  * FP_ERR_OUT_OF_MEMORY (after the retries described above; the message gives
- * requested, allocated, reserved and inactive-split bytes), the status of
+ * requested and block bytes, the segment sizes asked for and who refused
+ * them, allocated, reserved, inactive-split bytes, bytes waiting on stream
+ * events and the cap), the status of
  * events->check_stream for a stream it rejects (another device's), or the
  * upstream's status. *out is set only on success. Thread-safe. */
 FP_API fp_status fp_alloc_alloc(fp_allocator *a, size_t size, fp_stream stream, void **out);
@@ -481,7 +514,9 @@ FP_API fp_status fp_alloc_reset_peak(fp_allocator *a);
  * refused; both stay 0 without the op. (They are not fields of
  * fp_alloc_stats, whose layout programs and the Python bindings mirror.)
  * *out is a NUL-terminated string to release with fp_alloc_json_free.
- * Thread-safe. */
+ * Thread-safe: the records are copied under the allocator's lock and the
+ * document is built after releasing it (other threads wait only for the
+ * copy, O(blocks) but no formatting). */
 FP_API fp_status fp_alloc_snapshot_json(fp_allocator *a, char **out);
 FP_API void fp_alloc_json_free(char *json);
 
@@ -539,14 +574,18 @@ FP_API fp_status(fp_alloc_read_events)(fp_allocator *a, fp_alloc_event *out, siz
  * is released: a captured graph keeps its addresses valid. While any pool is
  * active, events are neither recorded nor polled (frees needing events are
  * deferred until capture ends). FP_ERR_INVALID_ARGUMENT if pool_id is 0 or
- * released, or if `stream` is already directed to a pool. Thread-safe. */
+ * was ever released (with or without segments left: an allocator remembers
+ * every released id, 8 bytes each), or if `stream` is already directed to a
+ * pool. Thread-safe. */
 FP_API fp_status fp_alloc_pool_begin(fp_allocator *a, uint64_t pool_id, fp_stream stream);
 /* Stops directing allocations on the streams mapped to pool_id.
  * FP_ERR_NOT_FOUND if pool_id is not active. Thread-safe. */
 FP_API fp_status fp_alloc_pool_end(fp_allocator *a, uint64_t pool_id);
 /* The owner (graph) is gone: the pool's free segments go back to the
- * upstream now, the rest as soon as their blocks are freed. FP_ERR_NOT_FOUND
- * for an unknown pool; FP_ERR_INVALID_ARGUMENT if still active. */
+ * upstream now, the rest as soon as their blocks are freed; the id cannot be
+ * used again (fp_alloc_pool_begin refuses it). FP_ERR_NOT_FOUND for an
+ * unknown or already released pool; FP_ERR_INVALID_ARGUMENT if still active;
+ * FP_ERR_OUT_OF_MEMORY (nothing released) if the id cannot be recorded. */
 FP_API fp_status fp_alloc_pool_release(fp_allocator *a, uint64_t pool_id);
 
 /* ======================================================================== */
@@ -649,7 +688,7 @@ FP_API fp_status(fp_alloc_trace_replay_direct)(const fp_alloc_upstream *up, cons
 /*  PyTorch pluggable allocator                                             */
 /* ======================================================================== */
 /* Entry points for torch.cuda.memory.CUDAPluggableAllocator(path,
- * "fp_torch_malloc", "fp_torch_free") followed by
+ * "fp_torch_malloc_or_throw", "fp_torch_free") followed by
  * torch.cuda.memory.change_current_allocator(...) (before the process makes
  * its first CUDA allocation; fastpath.torch_alloc.use_fastpath_allocator()
  * does both). PyTorch then gets every CUDA tensor's memory from a caching
@@ -702,14 +741,24 @@ struct CUstream_st;
  * above FP_ALLOC_MAX_REQUEST (FP_ERR_INVALID_ARGUMENT), a device that does
  * not exist (FP_ERR_NO_DEVICE), out of memory after the cache was released
  * (FP_ERR_OUT_OF_MEMORY, message with requested/allocated/reserved bytes).
- * PyTorch (2.x, as read for this port) does not check alloc_fn's result: a
- * NULL for size > 0 becomes a tensor with a null data pointer and the
- * failure shows up at its first use (an illegal-address CUDA error), not as
- * torch.cuda.OutOfMemoryError; a C function cannot throw the C++ exception
- * that would. Watch fastpath.torch_alloc.stats(device)["ooms"].
+ * PyTorch (2.x) does not check alloc_fn's result (a NULL for size > 0
+ * would become a tensor with a null data pointer), so PyTorch is given
+ * fp_torch_malloc_or_throw (below), which throws instead.
  * Thread-safe; after the first call on a device the cost is one atomic
  * load plus fp_alloc_alloc. */
 FP_API void *fp_torch_malloc(ssize_t size, int device, struct CUstream_st *stream);
+/* What fastpath.torch_alloc gives PyTorch as alloc_fn: fp_torch_malloc, but
+ * a failure (size > 0 and no memory, a bad size or device) throws a C++
+ * std::runtime_error whose what() is "libfastpath: fp_torch_malloc of N
+ * bytes on device D failed: " + fp_last_error() (for out of memory: "caching
+ * allocator out of memory: requested ..."). PyTorch's
+ * CUDAPluggableAllocator calls alloc_fn from C++ and does not check the
+ * pointer; the exception unwinds through it and its Python bindings raise it
+ * as RuntimeError at the allocating call (not torch.OutOfMemoryError: that
+ * needs c10::OutOfMemoryError, a libtorch type this library does not link).
+ * size 0: NULL, no throw. ONLY for C++ callers that catch (a C caller cannot:
+ * the exception would terminate the process). Thread-safe. */
+FP_API void *fp_torch_malloc_or_throw(ssize_t size, int device, struct CUstream_st *stream);
 /* The release function PyTorch calls. `size` and `stream` are ignored (the
  * block knows its size and stream). A pointer that no instance owns (not
  * allocated here, already freed) and NULL are ignored: nothing changes, the

@@ -26,6 +26,10 @@ fp_status fp_alloc_table_read(void *full, size_t full_size, const void *user, si
  * lock). */
 fp_status fp_alloc_check_invariants(fp_allocator *a);
 
+/* Whether some thread holds a's lock at this moment (tests: that the
+ * upstream's alloc and the snapshot's formatting run with it dropped). */
+int fp_alloc_lock_held(fp_allocator *a);
+
 /* The allocation stream of the live block at ptr (FP_ERR_NOT_FOUND as
  * fp_alloc_usable_size otherwise). Thread-safe. */
 fp_status fp_alloc_block_stream(fp_allocator *a, const void *ptr, fp_stream *out);

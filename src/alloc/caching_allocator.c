@@ -21,6 +21,7 @@
  */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -74,6 +75,8 @@ struct fp_pool {
     fp_block *pend_root[2];  /* pending blocks whose events are all recorded, same key */
     int active;              /* streams currently directed here */
     int released;
+    int pins;                /* allocations in alloc_slow (the lock dropped around the
+                                upstream): the struct outlives a release meanwhile */
     size_t n_segments;
     fp_pool *next;
 };
@@ -91,6 +94,8 @@ typedef struct capture_map {
 struct fp_allocator {
     atomic_int lock;         /* see lock() below */
     fp_alloc_upstream up;
+    pthread_mutex_t up_mu;   /* serializes the upstream's calls (alloc runs without `lock`);
+                                taken after `lock`, never the other way round */
     fp_alloc_event_ops ev;
     int have_events;
     fp_alloc_stream_wait_fn ev_wait; /* stream-ordered reuse; NULL: off */
@@ -106,6 +111,11 @@ struct fp_allocator {
     int n_captures, cap_captures;
 
     fp_segment *segments;    /* all segments, unordered */
+    size_t growing_bytes;    /* asked of the upstream right now, lock dropped: counted
+                                against the cap as if reserved */
+
+    uint64_t *released_ids;  /* sorted: private pool ids released (never valid again) */
+    size_t n_released, cap_released;
 
     fp_block **buckets;      /* pointer map */
     size_t n_buckets, n_mapped;
@@ -115,6 +125,7 @@ struct fp_allocator {
 
     pending_event *pending;
     size_t n_pending, cap_pending;
+    unsigned allocs_since_poll; /* allocations since the last poll, counted while events wait */
     fp_block **deferred;
     size_t n_deferred, cap_deferred;
 
@@ -133,8 +144,8 @@ struct fp_allocator {
 /* A test-and-set lock: one atomic exchange to take it and a plain release
  * store to drop it (a glibc mutex costs two atomics and ~110 instructions per
  * lock/unlock pair, a third of a cache hit). Critical sections are short
- * except when the upstream is called (cudaMalloc/cudaFree), so waiters spin
- * briefly, then yield, then sleep. */
+ * (the upstream's alloc is called with the lock dropped; its free, a
+ * cudaFree, is not), so waiters spin briefly, then yield, then sleep. */
 static void lock_slow(atomic_int *l) {
     for (unsigned n = 0;; ++n) {
         if (n < 64) {
@@ -544,6 +555,12 @@ fp_status fp_alloc_create_sized(const fp_alloc_upstream *user_upstream, size_t u
         free(a);
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "allocator state");
     }
+    if (pthread_mutex_init(&a->up_mu, NULL) != 0) {
+        free(a->ring);
+        free(a->buckets);
+        free(a);
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "allocator state");
+    }
     atomic_init(&a->lock, 0);
     *out = a;
     return FP_OK;
@@ -575,6 +592,7 @@ void fp_alloc_destroy(fp_allocator *a) {
         free(s);
         s = nx;
     }
+    pthread_mutex_destroy(&a->up_mu);
     while (a->recycled) {
         fp_block *nx = a->recycled->hnext;
         free_block_struct(a->recycled);
@@ -587,6 +605,7 @@ void fp_alloc_destroy(fp_allocator *a) {
         p = nx;
     }
     free(a->captures);
+    free(a->released_ids);
     free(a->buckets);
     free(a->pending);
     free(a->deferred);
@@ -600,11 +619,26 @@ void fp_alloc_destroy(fp_allocator *a) {
 
 static int pool_releasable(const fp_pool *p) { return p->id == 0 || p->released; }
 
+/* The upstream sees one call at a time, as when every call was made under
+ * the allocator's lock (a caller's upstream need not be thread-safe). */
+static void upstream_free(fp_allocator *a, void *ptr, size_t size) {
+    pthread_mutex_lock(&a->up_mu);
+    a->up.free(a->up.opaque, ptr, size);
+    pthread_mutex_unlock(&a->up_mu);
+}
+
 static void pool_unlink_free(fp_allocator *a, fp_pool *p) {
     fp_pool **link = &a->private_pools;
     while (*link && *link != p) link = &(*link)->next;
     if (*link) *link = p->next;
     free(p);
+}
+
+/* A released private pool goes once its last segment went and no allocation
+ * that dropped the lock still points at it (its id stays in
+ * a->released_ids). */
+static void pool_maybe_free(fp_allocator *a, fp_pool *p) {
+    if (p->id && p->released && p->n_segments == 0 && p->pins == 0) pool_unlink_free(a, p);
 }
 
 /* Returns a segment whose only block is free to the upstream. */
@@ -614,7 +648,7 @@ static void segment_release(fp_allocator *a, fp_segment *s) {
     block_recycle(a, b);
     if (s->prev) s->prev->next = s->next; else a->segments = s->next;
     if (s->next) s->next->prev = s->prev;
-    a->up.free(a->up.opaque, (void *)s->base, s->size);
+    upstream_free(a, (void *)s->base, s->size);
     COUNT(a, s->is_small, upstream_frees);
     STAT_SUB(a, s->is_small, reserved_bytes, s->size);
     STAT_SUB(a, s->is_small, segment_count, 1);
@@ -622,7 +656,7 @@ static void segment_release(fp_allocator *a, fp_segment *s) {
     fp_pool *p = s->pool;
     p->n_segments--;
     free(s);
-    if (p->id && p->released && p->n_segments == 0) pool_unlink_free(a, p);
+    pool_maybe_free(a, p);
 }
 
 static inline int segment_is_free(const fp_segment *s) {
@@ -695,19 +729,39 @@ static fp_status check_stream(fp_allocator *a, uintptr_t stream) {
     return st;
 }
 
-/* Asks the upstream for a segment (respecting the cap); FP_ERR_OUT_OF_MEMORY
- * when refused. */
-static fp_status segment_reserve(fp_allocator *a, size_t size, int is_small, void **out) {
-    if (a->cap != SIZE_MAX && (size > a->cap || (size_t)a->st.reserved_bytes.current > a->cap - size))
+/* Asks the upstream for a segment of `size` bytes for `pool` (respecting the
+ * cap); FP_ERR_OUT_OF_MEMORY when refused (*by_cap set when the cap refused
+ * without asking the upstream). Called with the lock held; drops it around
+ * the upstream's alloc (a cudaMalloc takes milliseconds: other threads' cache
+ * hits, frees and statistics go on meanwhile, as in PyTorch). The bytes are
+ * counted in growing_bytes first, so concurrent requests see them against
+ * the cap; the memory is not in any list until the caller makes it a
+ * segment, so a concurrent release (empty_cache, trim, the OOM ladder of
+ * another thread) cannot touch it; the pool is pinned by the caller
+ * (alloc_slow). On return the lock is held again and anything may have
+ * changed meanwhile. */
+static fp_status segment_reserve(fp_allocator *a, size_t size, int is_small, void **out, int *by_cap) {
+    *by_cap = 0;
+    if (a->cap != SIZE_MAX && (size > a->cap || a->growing_bytes > a->cap - size ||
+                               (size_t)a->st.reserved_bytes.current > a->cap - size - a->growing_bytes)) {
+        *by_cap = 1;
         return FP_ERR_OUT_OF_MEMORY;
+    }
+    a->growing_bytes += size;
+    unlock(a);
     /* A caller's upstream cannot record a detail message (fp_set_error is
      * internal), and may return any int: its failure is reported with a
      * status from the enum and a message naming it, while the message of an
      * upstream that did set one (the built-in device upstream's cudaMalloc
-     * detail) is kept. */
+     * detail) is kept. The error state is per thread: the dropped lock does
+     * not mix messages. */
     fp_clear_error();
     void *mem = NULL;
+    pthread_mutex_lock(&a->up_mu);
     fp_status st = a->up.alloc(a->up.opaque, size, &mem);
+    pthread_mutex_unlock(&a->up_mu);
+    lock(a);
+    a->growing_bytes -= size;
     if (st == FP_OK && !mem) {
         a->st.upstream_failures++;
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "upstream alloc of %zu bytes returned FP_OK and no memory", size);
@@ -726,13 +780,36 @@ static fp_status segment_reserve(fp_allocator *a, size_t size, int is_small, voi
     return FP_OK;
 }
 
+/* What a cache miss asked for, for the out-of-memory message. */
+typedef struct reserve_try {
+    size_t seg_size;  /* the pool's segment size for the request */
+    size_t fit_size;  /* the right-sized fallback (rsize), 0 when the same */
+    size_t got;       /* the size reserved */
+    int by_cap;       /* the last refusal came from the cap, not the upstream */
+} reserve_try;
+
+/* The pool's segment size first (20 MiB for a 1-10 MiB request, so that
+ * later requests split it), then, when that is refused (by the cap or the
+ * upstream: a small region, a registered staging buffer, a nearly full
+ * device), a segment of exactly the block size: the request fails only when
+ * no segment that fits can be had. */
+static fp_status reserve_fitting(fp_allocator *a, reserve_try *t, int is_small, void **out) {
+    t->got = t->seg_size;
+    fp_status st = segment_reserve(a, t->seg_size, is_small, out, &t->by_cap);
+    if (st == FP_ERR_OUT_OF_MEMORY && t->fit_size) {
+        t->got = t->fit_size;
+        st = segment_reserve(a, t->fit_size, is_small, out, &t->by_cap);
+    }
+    return st;
+}
+
 static fp_status segment_create(fp_allocator *a, void *mem, size_t size, uintptr_t stream, fp_pool *pool,
                                 int is_small, fp_block **out) {
     fp_segment *s = calloc(1, sizeof *s);
     fp_block *b = s ? block_new(a) : NULL;
     if (!b) {
         free(s);
-        a->up.free(a->up.opaque, mem, size);
+        upstream_free(a, mem, size);
         COUNT(a, is_small, upstream_frees);
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "allocator bookkeeping for a %zu-byte segment", size);
     }
@@ -874,6 +951,7 @@ static void record_deferred(fp_allocator *a) {
 /* Non-blocking poll (blocking with wait != 0) of every pending event. */
 static void process_events(fp_allocator *a, int wait) {
     if (a->n_captures) return; /* no event calls while a graph may be capturing */
+    a->allocs_since_poll = 0;
     if (a->n_deferred) record_deferred(a);
     size_t k = 0;
     for (size_t i = 0; i < a->n_pending; ++i) {
@@ -951,18 +1029,29 @@ static inline int should_split(const fp_allocator *a, const fp_block *b, size_t 
     return rem > FP_ALLOC_SMALL_SIZE && b->size <= a->max_split;
 }
 
-static fp_status oom(fp_allocator *a, size_t size, size_t rsize, fp_stream stream) {
+/* The message says what was asked of the upstream (or refused by the cap)
+ * and what waits on stream events (bytes freed but still used by other
+ * streams: a reason the cache could not serve the request). */
+static fp_status oom(fp_allocator *a, size_t size, size_t rsize, const reserve_try *t, fp_stream stream) {
     a->st.ooms++;
     ring_push(a, FP_ALLOC_EV_OOM, 0, 0, size, stream);
     char capbuf[64] = "none";
     if (a->cap != SIZE_MAX) snprintf(capbuf, sizeof capbuf, "%zu bytes", a->cap);
+    char segbuf[96];
+    if (t->fit_size)
+        snprintf(segbuf, sizeof segbuf, "segment of %zu bytes, then of %zu bytes", t->seg_size, t->fit_size);
+    else
+        snprintf(segbuf, sizeof segbuf, "segment of %zu bytes", t->seg_size);
+    const long long waiting = (long long)(a->st.active_bytes.current - a->st.allocated_bytes.current);
     return fp_set_error(FP_ERR_OUT_OF_MEMORY,
                         "caching allocator out of memory: requested %zu bytes (block %zu), "
-                        "allocated %lld bytes, reserved %lld bytes, inactive split %lld bytes, "
-                        "cap %s",
-                        size, rsize, (long long)a->st.allocated_bytes.current,
-                        (long long)a->st.reserved_bytes.current,
-                        (long long)a->st.inactive_split_bytes.current, capbuf);
+                        "%s refused by the %s; allocated %lld bytes, reserved %lld bytes, "
+                        "inactive split %lld bytes, waiting on stream events %lld bytes in %llu "
+                        "blocks, being reserved by other threads %zu bytes, cap %s",
+                        size, rsize, segbuf, t->by_cap ? "cap" : "upstream",
+                        (long long)a->st.allocated_bytes.current, (long long)a->st.reserved_bytes.current,
+                        (long long)a->st.inactive_split_bytes.current, waiting,
+                        (unsigned long long)a->st.pending_event_blocks, a->growing_bytes, capbuf);
 }
 
 /* A run of address neighbours that are free, or pending on recorded events,
@@ -1095,8 +1184,42 @@ static int reclaim_pending(fp_allocator *a, fp_block *b, uintptr_t stream, int a
     return reclaim_run(a, &run, stream);
 }
 
+/* The OOM ladder after the first refusal (fresh_block_or_segment); the
+ * lock may be dropped inside segment_reserve, so whether cache may be
+ * released is read again before each step. */
+static fp_status reserve_with_retries(fp_allocator *a, fp_pool *pool, int small, uintptr_t stream,
+                                      size_t rsize, reserve_try *t, void **mem, fp_block **hit) {
+    fp_status st = reserve_fitting(a, t, small, mem);
+    /* While a private pool is active a graph may be capturing: returning
+     * segments then (cudaFree synchronizes the device, which a capture does
+     * not allow: the call fails, the capture is invalidated, and the segment
+     * would leak) is left out. Only new memory is asked for; if that fails,
+     * the request fails (PyTorch's allocator likewise releases no cache
+     * during a capture). */
+    if (st == FP_ERR_OUT_OF_MEMORY && !a->n_captures) {
+        /* 1: release cached unsplit segments of this class, largest first. */
+        if (release_free_segments(a, small, cmp_largest, 0, t->seg_size)) {
+            a->st.retries++;
+            st = reserve_fitting(a, t, small, mem);
+        }
+    }
+    if (st == FP_ERR_OUT_OF_MEMORY && !a->n_captures) {
+        /* 2: wait for pending events and release the whole cache. */
+        if (a->n_pending || a->n_deferred) process_events(a, 1);
+        /* (also whatever other threads freed while the lock was dropped) */
+        *hit = find_fit(a, pool, small, stream, rsize);
+        if (*hit) return FP_OK;
+        if (release_free_segments(a, -1, cmp_largest, 0, 0)) {
+            a->st.retries++;
+            st = reserve_fitting(a, t, small, mem);
+        }
+    }
+    return st;
+}
+
 /* Cache miss: poll events, stream-ordered reuse, GC, reserve a segment, OOM
- * ladder. */
+ * ladder. The pool is pinned while the lock may be dropped (a concurrent
+ * fp_alloc_pool_end + fp_alloc_pool_release must not free it). */
 static fp_status alloc_slow(fp_allocator *a, fp_pool *pool, int small, uintptr_t stream, size_t size,
                             size_t rsize, fp_block **out) {
     if (a->n_pending || a->n_deferred) {
@@ -1114,51 +1237,34 @@ static fp_status alloc_slow(fp_allocator *a, fp_pool *pool, int small, uintptr_t
     }
     FP_TRY(check_stream(a, stream));
     COUNT(a, small, cache_misses);
-    size_t seg_size = small ? FP_ALLOC_SMALL_SEGMENT
-                    : rsize < FP_ALLOC_MIN_LARGE_ALLOC
-                        ? FP_ALLOC_LARGE_SEGMENT
-                        : (rsize + FP_ALLOC_ROUND_LARGE - 1) & ~(FP_ALLOC_ROUND_LARGE - 1);
-    /* While a private pool is active a graph may be capturing: returning
-     * segments then (cudaFree synchronizes the device, which a capture does
-     * not allow: the call fails, the capture is invalidated, and the segment
-     * would leak) is left out. Only new memory is asked for; if that fails,
-     * the request fails (PyTorch's allocator likewise releases no cache
-     * during a capture). */
-    const int may_release = !a->n_captures;
-    if (may_release && a->cfg.garbage_collection_threshold > 0) {
+    reserve_try t = {0, 0, 0, 0};
+    t.seg_size = small ? FP_ALLOC_SMALL_SEGMENT
+               : rsize < FP_ALLOC_MIN_LARGE_ALLOC
+                   ? FP_ALLOC_LARGE_SEGMENT
+                   : (rsize + FP_ALLOC_ROUND_LARGE - 1) & ~(FP_ALLOC_ROUND_LARGE - 1);
+    t.fit_size = t.seg_size > rsize ? rsize : 0;
+    if (!a->n_captures && a->cfg.garbage_collection_threshold > 0) {
         double limit = a->cfg.garbage_collection_threshold * (double)a->cap;
-        if ((double)a->st.reserved_bytes.current + (double)seg_size > limit) {
-            size_t target = limit > (double)seg_size ? (size_t)(limit - (double)seg_size) : 0;
+        if ((double)a->st.reserved_bytes.current + (double)a->growing_bytes + (double)t.seg_size > limit) {
+            size_t target = limit > (double)t.seg_size ? (size_t)(limit - (double)t.seg_size) : 0;
             size_t before = (size_t)a->st.segment_count.current;
             release_free_segments(a, -1, cmp_oldest, target, 0);
             a->st.gc_releases += before - (size_t)a->st.segment_count.current;
         }
     }
     void *mem = NULL;
-    fp_status st = segment_reserve(a, seg_size, small, &mem);
-    if (st == FP_ERR_OUT_OF_MEMORY && may_release) {
-        /* 1: release cached unsplit segments of this class, largest first. */
-        if (release_free_segments(a, small, cmp_largest, 0, seg_size)) {
-            a->st.retries++;
-            st = segment_reserve(a, seg_size, small, &mem);
-        }
+    fp_block *hit = NULL;
+    pool->pins++;
+    fp_status st = reserve_with_retries(a, pool, small, stream, rsize, &t, &mem, &hit);
+    pool->pins--;
+    if (hit) {
+        *out = hit;
+        return FP_OK;
     }
-    if (st == FP_ERR_OUT_OF_MEMORY && may_release) {
-        /* 2: wait for pending events and release the whole cache. */
-        if (a->n_pending || a->n_deferred) process_events(a, 1);
-        fp_block *b = find_fit(a, pool, small, stream, rsize);
-        if (b) {
-            *out = b;
-            return FP_OK;
-        }
-        if (release_free_segments(a, -1, cmp_largest, 0, 0)) {
-            a->st.retries++;
-            st = segment_reserve(a, seg_size, small, &mem);
-        }
-    }
-    if (st == FP_ERR_OUT_OF_MEMORY) return oom(a, size, rsize, (fp_stream)stream);
-    if (st != FP_OK) return st;
-    return segment_create(a, mem, seg_size, stream, pool, small, out);
+    if (st == FP_OK) return segment_create(a, mem, t.got, stream, pool, small, out);
+    if (st == FP_ERR_OUT_OF_MEMORY) st = oom(a, size, rsize, &t, (fp_stream)stream);
+    pool_maybe_free(a, pool);
+    return st;
 }
 
 fp_status fp_alloc_alloc(fp_allocator *a, size_t size, fp_stream stream, void **out) {
@@ -1176,6 +1282,11 @@ fp_status fp_alloc_alloc(fp_allocator *a, size_t size, fp_stream stream, void **
     uintptr_t s = (uintptr_t)stream;
 
     lock(a);
+    /* Blocks waiting on events become free at most FP_ALLOC_EVENT_POLL_INTERVAL
+     * allocations after their events complete, even while every allocation
+     * hits the cache (a miss polls at once). Nothing pending: one test. */
+    if ((a->n_pending || a->n_deferred) && ++a->allocs_since_poll >= FP_ALLOC_EVENT_POLL_INTERVAL)
+        process_events(a, 0);
     fp_pool *pool = a->n_captures ? pool_for_stream(a, s) : &a->default_pool;
     fp_block **link = fit_link(a, &pool->root[small], small, s, rsize);
     if (!small && link && pool->pend_root[0] && !a->n_captures && should_split(a, *link, rsize, 0)) {
@@ -1480,6 +1591,38 @@ static fp_pool *find_pool(fp_allocator *a, uint64_t id) {
     return NULL;
 }
 
+/* Index of the first released id >= id. */
+static size_t released_lower_bound(const fp_allocator *a, uint64_t id) {
+    size_t lo = 0, hi = a->n_released;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (a->released_ids[mid] < id) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+static int pool_id_released(const fp_allocator *a, uint64_t id) {
+    size_t i = released_lower_bound(a, id);
+    return i < a->n_released && a->released_ids[i] == id;
+}
+
+/* Remembers a released id (its pool struct goes with its last segment). 0
+ * when the list cannot grow. */
+static int remember_released(fp_allocator *a, uint64_t id) {
+    if (a->n_released == a->cap_released) {
+        size_t nc = a->cap_released ? a->cap_released * 2 : 16;
+        uint64_t *n = realloc(a->released_ids, nc * sizeof *n);
+        if (!n) return 0;
+        a->released_ids = n;
+        a->cap_released = nc;
+    }
+    size_t i = released_lower_bound(a, id);
+    memmove(&a->released_ids[i + 1], &a->released_ids[i], (a->n_released - i) * sizeof *a->released_ids);
+    a->released_ids[i] = id;
+    a->n_released++;
+    return 1;
+}
+
 fp_status fp_alloc_pool_begin(fp_allocator *a, uint64_t pool_id, fp_stream stream) {
     FP_CHECK_NOT_NULL(a);
     FP_CHECK_ARG(pool_id != 0, "argument 'pool_id' is 0 (reserved for the default pool)");
@@ -1493,7 +1636,7 @@ fp_status fp_alloc_pool_begin(fp_allocator *a, uint64_t pool_id, fp_stream strea
                               stream, (unsigned long long)a->captures[i].pool->id);
             goto done;
         }
-    if (p && p->released) {
+    if ((p && p->released) || pool_id_released(a, pool_id)) {
         st = fp_set_error(FP_ERR_INVALID_ARGUMENT, "fp_alloc_pool_begin: pool %llu was released",
                           (unsigned long long)pool_id);
         goto done;
@@ -1558,10 +1701,12 @@ fp_status fp_alloc_pool_release(fp_allocator *a, uint64_t pool_id) {
     } else if (p->active) {
         st = fp_set_error(FP_ERR_INVALID_ARGUMENT, "fp_alloc_pool_release: pool %llu is still active",
                           (unsigned long long)pool_id);
+    } else if (!remember_released(a, pool_id)) {
+        st = fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_alloc_pool_release: released-pool list");
     } else {
         p->released = 1;
         size_t left = p->n_segments;
-        if (left == 0) pool_unlink_free(a, p);
+        if (left == 0) pool_maybe_free(a, p);
         /* segment_release frees p with its last segment: stop looking at p
          * once all of its segments were visited. */
         fp_segment *s = a->segments;
@@ -1582,9 +1727,84 @@ fp_status fp_alloc_pool_release(fp_allocator *a, uint64_t pool_id) {
 /*  Snapshot                                                                */
 /* ======================================================================== */
 
+/* The snapshot copies these under the lock and builds the JSON after
+ * dropping it (100k blocks take ~100 ms to format: other threads' allocations
+ * must not wait for that). */
+typedef struct snap_segment {
+    uintptr_t base, stream;
+    size_t size, first_block, n_blocks;
+    uint64_t pool;
+    int is_small;
+} snap_segment;
+
+typedef struct snap_block {
+    uintptr_t addr;
+    size_t size, requested;
+    int state;
+} snap_block;
+
+typedef struct snapshot {
+    fp_alloc_config cfg;
+    size_t max_split, cap;
+    fp_alloc_stats st;
+    uint64_t stream_waits, stream_wait_refusals;
+    snap_segment *segs;
+    snap_block *blocks;
+    size_t n_segs, n_blocks;
+} snapshot;
+
 static int cmp_base(const void *x, const void *y) {
-    const fp_segment *a = *(fp_segment *const *)x, *b = *(fp_segment *const *)y;
+    const snap_segment *a = x, *b = y;
     return a->base < b->base ? -1 : a->base > b->base;
+}
+
+/* Copies everything the snapshot shows. The arrays are allocated with the
+ * lock dropped (sized from a count, then checked: blocks may have been split
+ * meanwhile, and the count is taken again). FP_ERR_OUT_OF_MEMORY without
+ * memory for them. */
+static fp_status snapshot_copy(fp_allocator *a, snapshot *sn) {
+    memset(sn, 0, sizeof *sn);
+    size_t cap_segs = 0, cap_blocks = 0;
+    for (;;) {
+        lock(a);
+        size_t ns = 0, nb = 0;
+        for (fp_segment *s = a->segments; s; s = s->next) {
+            ns++;
+            for (fp_block *b = s->head; b; b = b->next) nb++;
+        }
+        if (ns <= cap_segs && nb <= cap_blocks) break; /* still locked */
+        unlock(a);
+        free(sn->segs);
+        free(sn->blocks);
+        cap_segs = ns + ns / 8 + 16;
+        cap_blocks = nb + nb / 8 + 64;
+        sn->segs = malloc(cap_segs * sizeof *sn->segs);
+        sn->blocks = malloc(cap_blocks * sizeof *sn->blocks);
+        if (!sn->segs || !sn->blocks) {
+            free(sn->segs);
+            free(sn->blocks);
+            sn->segs = NULL;
+            sn->blocks = NULL;
+            return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_alloc_snapshot_json: copying %zu segments, %zu blocks",
+                                ns, nb);
+        }
+    }
+    sn->cfg = a->cfg;
+    sn->max_split = a->max_split;
+    sn->cap = a->cap;
+    sn->st = a->st;
+    sn->stream_waits = a->stream_waits;
+    sn->stream_wait_refusals = a->stream_wait_refusals;
+    for (fp_segment *s = a->segments; s; s = s->next) {
+        snap_segment *g = &sn->segs[sn->n_segs++];
+        *g = (snap_segment){s->base, s->stream, s->size, sn->n_blocks, 0, s->pool->id, s->is_small};
+        for (fp_block *b = s->head; b; b = b->next, g->n_blocks++)
+            sn->blocks[sn->n_blocks++] = (snap_block){b->addr, b->size, b->requested, b->state};
+    }
+    unlock(a);
+    if (sn->n_segs > 1) qsort(sn->segs, sn->n_segs, sizeof *sn->segs, cmp_base);
+    stats_fill_derived(&sn->st);
+    return FP_OK;
 }
 
 static void add_hex(cJSON *o, const char *key, uintptr_t v) {
@@ -1616,44 +1836,38 @@ static void add_common_stats(cJSON *o, fp_alloc_stats *s, int cls) {
 fp_status fp_alloc_snapshot_json(fp_allocator *a, char **out) {
     FP_CHECK_NOT_NULL(a);
     FP_CHECK_NOT_NULL(out);
-    lock(a);
+    snapshot sn;
+    FP_TRY(snapshot_copy(a, &sn));
     cJSON *root = cJSON_CreateObject();
-    size_t n = 0;
-    for (fp_segment *s = a->segments; s; s = s->next) n++;
-    fp_segment **list = malloc((n ? n : 1) * sizeof *list);
-    if (!root || !list) goto oom;
-    n = 0;
-    for (fp_segment *s = a->segments; s; s = s->next) list[n++] = s;
-    qsort(list, n, sizeof *list, cmp_base);
+    if (!root) goto oom;
 
     cJSON *cfg = cJSON_AddObjectToObject(root, "config");
-    cJSON_AddNumberToObject(cfg, "max_split_size", (double)a->max_split);
-    cJSON_AddNumberToObject(cfg, "max_non_split_rounding", (double)a->cfg.max_non_split_rounding);
-    cJSON_AddNumberToObject(cfg, "cap", a->cap == SIZE_MAX ? -1.0 : (double)a->cap);
-    cJSON_AddNumberToObject(cfg, "garbage_collection_threshold", a->cfg.garbage_collection_threshold);
-    cJSON_AddNumberToObject(cfg, "event_ring_size", (double)a->cfg.event_ring_size);
+    cJSON_AddNumberToObject(cfg, "max_split_size", (double)sn.max_split);
+    cJSON_AddNumberToObject(cfg, "max_non_split_rounding", (double)sn.cfg.max_non_split_rounding);
+    cJSON_AddNumberToObject(cfg, "cap", sn.cap == SIZE_MAX ? -1.0 : (double)sn.cap);
+    cJSON_AddNumberToObject(cfg, "garbage_collection_threshold", sn.cfg.garbage_collection_threshold);
+    cJSON_AddNumberToObject(cfg, "event_ring_size", (double)sn.cfg.event_ring_size);
 
     cJSON *st = cJSON_AddObjectToObject(root, "stats");
-    fp_alloc_stats g = a->st;
-    stats_fill_derived(&g);
-    add_common_stats(st, &g, -1);
-    cJSON_AddNumberToObject(st, "upstream_allocs", (double)g.upstream_allocs);
-    cJSON_AddNumberToObject(st, "upstream_frees", (double)g.upstream_frees);
-    cJSON_AddNumberToObject(st, "upstream_failures", (double)g.upstream_failures);
-    cJSON_AddNumberToObject(st, "cache_hits", (double)g.cache_hits);
-    cJSON_AddNumberToObject(st, "cache_misses", (double)g.cache_misses);
-    cJSON_AddNumberToObject(st, "retries", (double)g.retries);
-    cJSON_AddNumberToObject(st, "ooms", (double)g.ooms);
-    cJSON_AddNumberToObject(st, "oversize_allocations", (double)g.oversize_allocations);
-    cJSON_AddNumberToObject(st, "gc_releases", (double)g.gc_releases);
-    cJSON_AddNumberToObject(st, "pending_event_blocks", (double)g.pending_event_blocks);
-    cJSON_AddNumberToObject(st, "stream_waits", (double)a->stream_waits);
-    cJSON_AddNumberToObject(st, "stream_wait_refusals", (double)a->stream_wait_refusals);
+    fp_alloc_stats *g = &sn.st;
+    add_common_stats(st, g, -1);
+    cJSON_AddNumberToObject(st, "upstream_allocs", (double)g->upstream_allocs);
+    cJSON_AddNumberToObject(st, "upstream_frees", (double)g->upstream_frees);
+    cJSON_AddNumberToObject(st, "upstream_failures", (double)g->upstream_failures);
+    cJSON_AddNumberToObject(st, "cache_hits", (double)g->cache_hits);
+    cJSON_AddNumberToObject(st, "cache_misses", (double)g->cache_misses);
+    cJSON_AddNumberToObject(st, "retries", (double)g->retries);
+    cJSON_AddNumberToObject(st, "ooms", (double)g->ooms);
+    cJSON_AddNumberToObject(st, "oversize_allocations", (double)g->oversize_allocations);
+    cJSON_AddNumberToObject(st, "gc_releases", (double)g->gc_releases);
+    cJSON_AddNumberToObject(st, "pending_event_blocks", (double)g->pending_event_blocks);
+    cJSON_AddNumberToObject(st, "stream_waits", (double)sn.stream_waits);
+    cJSON_AddNumberToObject(st, "stream_wait_refusals", (double)sn.stream_wait_refusals);
     cJSON *pools = cJSON_AddObjectToObject(st, "pools");
     for (int c = 0; c < 2; ++c) {
-        const fp_alloc_pool_stats *ps = &g.pools[c];
+        const fp_alloc_pool_stats *ps = &g->pools[c];
         cJSON *jp = cJSON_AddObjectToObject(pools, c == FP_ALLOC_POOL_SMALL ? "small" : "large");
-        add_common_stats(jp, &g, c);
+        add_common_stats(jp, g, c);
         cJSON_AddNumberToObject(jp, "upstream_allocs", (double)ps->upstream_allocs);
         cJSON_AddNumberToObject(jp, "upstream_frees", (double)ps->upstream_frees);
         cJSON_AddNumberToObject(jp, "cache_hits", (double)ps->cache_hits);
@@ -1661,18 +1875,19 @@ fp_status fp_alloc_snapshot_json(fp_allocator *a, char **out) {
     }
 
     cJSON *segs = cJSON_AddArrayToObject(root, "segments");
-    for (size_t i = 0; i < n; ++i) {
-        fp_segment *s = list[i];
+    for (size_t i = 0; i < sn.n_segs; ++i) {
+        const snap_segment *s = &sn.segs[i];
         cJSON *js = cJSON_CreateObject();
         if (!js) goto oom;
         cJSON_AddItemToArray(segs, js);
         add_hex(js, "address", s->base);
         cJSON_AddNumberToObject(js, "size", (double)s->size);
         add_hex(js, "stream", s->stream);
-        cJSON_AddNumberToObject(js, "pool", (double)s->pool->id);
+        cJSON_AddNumberToObject(js, "pool", (double)s->pool);
         cJSON_AddStringToObject(js, "kind", s->is_small ? "small" : "large");
         cJSON *blocks = cJSON_AddArrayToObject(js, "blocks");
-        for (fp_block *b = s->head; b; b = b->next) {
+        for (size_t k = 0; k < s->n_blocks; ++k) {
+            const snap_block *b = &sn.blocks[s->first_block + k];
             cJSON *jb = cJSON_CreateObject();
             if (!jb) goto oom;
             cJSON_AddItemToArray(blocks, jb);
@@ -1684,19 +1899,22 @@ fp_status fp_alloc_snapshot_json(fp_allocator *a, char **out) {
                                                                            : "pending");
         }
     }
-    free(list);
-    unlock(a);
+    free(sn.segs);
+    free(sn.blocks);
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!text) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_alloc_snapshot_json: printing");
     *out = text;
     return FP_OK;
 oom:
-    free(list);
-    unlock(a);
+    free(sn.segs);
+    free(sn.blocks);
     cJSON_Delete(root);
     return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_alloc_snapshot_json: building the document");
 }
+
+/* Tests: whether some thread holds a's lock now. */
+int fp_alloc_lock_held(fp_allocator *a) { return atomic_load_explicit(&a->lock, memory_order_relaxed) != 0; }
 
 void fp_alloc_json_free(char *json) { cJSON_free(json); }
 

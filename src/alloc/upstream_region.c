@@ -25,7 +25,8 @@ typedef struct region {
     size_t size;          /* usable bytes, a multiple of FP_ALLOC_ALIGN */
     range *free;          /* address-ordered, never touching (coalesced) */
     size_t n_free, cap_free;
-    size_t n_live, used;
+    range *live;          /* the pieces handed out, address-ordered */
+    size_t n_live, cap_live, used;
     void *user_base;      /* what the caller passed (for the release hook) */
     size_t user_bytes;
     int device;
@@ -34,6 +35,16 @@ typedef struct region {
 
 static inline size_t round_up(size_t n) { return (n + FP_ALLOC_ALIGN - 1) & ~(FP_ALLOC_ALIGN - 1); }
 
+/* Index of the first live piece at or after offset off. */
+static size_t live_lower_bound(const region *r, size_t off) {
+    size_t lo = 0, hi = r->n_live;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->live[mid].off < off) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
 static fp_status region_alloc(void *opaque, size_t bytes, void **out) {
     region *r = opaque;
     if (bytes == 0 || bytes > r->size) return FP_ERR_OUT_OF_MEMORY;
@@ -41,7 +52,8 @@ static fp_status region_alloc(void *opaque, size_t bytes, void **out) {
     fp_status st = FP_ERR_OUT_OF_MEMORY;
     pthread_mutex_lock(&r->mu);
     /* A free never needs memory: n_live + 1 ranges at most exist at once
-     * (one more than live pieces), so reserve room for that now. */
+     * (one more than live pieces), so reserve room for that now, and for
+     * the new live piece. */
     if (r->cap_free < r->n_live + 2) {
         size_t nc = r->cap_free * 2 > r->n_live + 2 ? r->cap_free * 2 : r->n_live + 2;
         range *nf = realloc(r->free, nc * sizeof *nf);
@@ -49,12 +61,22 @@ static fp_status region_alloc(void *opaque, size_t bytes, void **out) {
         r->free = nf;
         r->cap_free = nc;
     }
+    if (r->cap_live < r->n_live + 1) {
+        size_t nc = r->cap_live ? r->cap_live * 2 : 8;
+        range *nl = realloc(r->live, nc * sizeof *nl);
+        if (!nl) goto done;
+        r->live = nl;
+        r->cap_live = nc;
+    }
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < r->n_free; ++i)
         if (r->free[i].len >= need && (best == SIZE_MAX || r->free[i].len < r->free[best].len)) best = i;
     if (best == SIZE_MAX) goto done;
     range *f = &r->free[best];
     *out = (void *)(r->base + f->off);
+    size_t li = live_lower_bound(r, f->off);
+    memmove(&r->live[li + 1], &r->live[li], (r->n_live - li) * sizeof *r->live);
+    r->live[li] = (range){f->off, need};
     f->off += need;
     f->len -= need;
     if (f->len == 0) {
@@ -69,42 +91,48 @@ done:
     return st;
 }
 
-/* A pointer that is not the start of a live piece (outside the region, or
- * overlapping a free range) is ignored: the upstream interface has no way to
- * report it, and taking it would corrupt the range list. */
+/* Only the exact start of a live piece, with the size it was asked for, is
+ * taken. Anything else (outside the region, inside a piece, a free range, a
+ * double free, another size) changes nothing: the upstream interface cannot
+ * return a status, so the refusal is recorded in fp_last_error() of the
+ * calling thread (FP_ERR_INVALID_ARGUMENT). */
 static void region_free(void *opaque, void *ptr, size_t bytes) {
     region *r = opaque;
-    uintptr_t p = (uintptr_t)ptr;
-    size_t len = round_up(bytes);
-    if (!ptr || bytes == 0 || p < r->base || p - r->base > r->size || len > r->size - (p - r->base))
-        return;
-    size_t off = p - r->base;
+    const uintptr_t p = (uintptr_t)ptr;
+    const size_t off = p - r->base; /* wraps for p < base: no piece there */
     pthread_mutex_lock(&r->mu);
+    const size_t li = live_lower_bound(r, off);
+    const size_t len = li < r->n_live ? r->live[li].len : 0;
+    if (!ptr || p < r->base || li == r->n_live || r->live[li].off != off || round_up(bytes) != len) {
+        pthread_mutex_unlock(&r->mu);
+        fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                     "region upstream: free of %p (%zu bytes) is not the start of a live piece of "
+                     "that size: ignored, nothing changed",
+                     ptr, bytes);
+        return;
+    }
+    memmove(&r->live[li], &r->live[li + 1], (r->n_live - li - 1) * sizeof *r->live);
     size_t i = 0; /* first free range after the piece */
     while (i < r->n_free && r->free[i].off < off) ++i;
-    int bad = r->n_live == 0 || (i > 0 && r->free[i - 1].off + r->free[i - 1].len > off) ||
-              (i < r->n_free && off + len > r->free[i].off);
-    if (!bad) {
-        int merge_prev = i > 0 && r->free[i - 1].off + r->free[i - 1].len == off;
-        int merge_next = i < r->n_free && off + len == r->free[i].off;
-        if (merge_prev && merge_next) {
-            r->free[i - 1].len += len + r->free[i].len;
-            memmove(&r->free[i], &r->free[i + 1], (r->n_free - i - 1) * sizeof(range));
-            r->n_free--;
-        } else if (merge_prev) {
-            r->free[i - 1].len += len;
-        } else if (merge_next) {
-            r->free[i].off = off;
-            r->free[i].len += len;
-        } else {
-            memmove(&r->free[i + 1], &r->free[i], (r->n_free - i) * sizeof(range));
-            r->free[i].off = off;
-            r->free[i].len = len;
-            r->n_free++;
-        }
-        r->n_live--;
-        r->used -= len;
+    int merge_prev = i > 0 && r->free[i - 1].off + r->free[i - 1].len == off;
+    int merge_next = i < r->n_free && off + len == r->free[i].off;
+    if (merge_prev && merge_next) {
+        r->free[i - 1].len += len + r->free[i].len;
+        memmove(&r->free[i], &r->free[i + 1], (r->n_free - i - 1) * sizeof(range));
+        r->n_free--;
+    } else if (merge_prev) {
+        r->free[i - 1].len += len;
+    } else if (merge_next) {
+        r->free[i].off = off;
+        r->free[i].len += len;
+    } else {
+        memmove(&r->free[i + 1], &r->free[i], (r->n_free - i) * sizeof(range));
+        r->free[i].off = off;
+        r->free[i].len = len;
+        r->n_free++;
     }
+    r->n_live--;
+    r->used -= len;
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -166,6 +194,7 @@ void fp_alloc_upstream_release(fp_alloc_upstream *up) {
     if (r->release) r->release(r->user_base, r->user_bytes, r->device);
     pthread_mutex_destroy(&r->mu);
     free(r->free);
+    free(r->live);
     free(r);
     memset(up, 0, sizeof *up);
 }

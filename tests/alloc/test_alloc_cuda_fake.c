@@ -495,8 +495,11 @@ static void test_trace_replay_lagging_cuda(void) {
                 CHECK_MSG(steady.upstream_allocs == 0 && ratio <= 1.15, "lag %d: %llu cudaMalloc, ratio %.3f", lags[i],
                           (unsigned long long)steady.upstream_allocs, ratio);
                 CHECK(lags[i] == 1 || waits_of(a) > 0);
-            } else if (lags[i] > 1) {
-                CHECK(steady.upstream_allocs > 0); /* the mechanism: polling alone grows */
+            } else if (lags[i] > 4) {
+                /* the mechanism: events that stay NotReady grow the cache
+                 * without the wait (a lag of 4 queries no longer does: cache
+                 * hits poll every FP_ALLOC_EVENT_POLL_INTERVAL allocations) */
+                CHECK(steady.upstream_allocs > 0);
             }
             CHECK_OK(fp_alloc_synchronize_events(a));
             CHECK_OK(fp_alloc_check_invariants(a));

@@ -52,7 +52,7 @@ def test_symbols_exported_as_torch_looks_them_up():
     so = ctypes.CDLL(fta.library_path())
     addrs = [ctypes.cast(getattr(so, n), ctypes.c_void_p).value for n in (fta.MALLOC_SYMBOL, fta.FREE_SYMBOL)]
     assert all(addrs) and addrs[0] != addrs[1]
-    assert (fta.MALLOC_SYMBOL, fta.FREE_SYMBOL) == ("fp_torch_malloc", "fp_torch_free")
+    assert (fta.MALLOC_SYMBOL, fta.FREE_SYMBOL) == ("fp_torch_malloc_or_throw", "fp_torch_free")
     # The same library instance as the bindings' (so stats() sees torch's instances).
     assert so._handle == fastpath._lib.lib._handle
     for extra in ("fp_torch_record_stream", "fp_torch_empty_cache", "fp_torch_allocator_configure",
@@ -148,7 +148,7 @@ def test_use_fastpath_allocator_wiring(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", fake)
     monkeypatch.setattr(fta, "_installed", None)
     a = fta.use_fastpath_allocator({"max_split_size": 64 * MiB})
-    assert calls["pluggable"] == (fta.library_path(), "fp_torch_malloc", "fp_torch_free")
+    assert calls["pluggable"] == (fta.library_path(), "fp_torch_malloc_or_throw", "fp_torch_free")
     assert calls["changed"] is a and fta.is_installed()
     assert fta.use_fastpath_allocator() is a                          # idempotent
     with pytest.raises(RuntimeError, match="already installed"):

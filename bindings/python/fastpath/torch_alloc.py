@@ -1,5 +1,5 @@
 """fastpath's caching allocator as PyTorch's CUDA allocator
-(torch.cuda.memory.CUDAPluggableAllocator over fp_torch_malloc / fp_torch_free,
+(torch.cuda.memory.CUDAPluggableAllocator over fp_torch_malloc_or_throw / fp_torch_free,
 include/fastpath/alloc.h).
 
     import fastpath.torch_alloc as fta
@@ -38,7 +38,7 @@ __all__ = ["MALLOC_SYMBOL", "FREE_SYMBOL", "available", "library_path", "configu
            "use_fastpath_allocator", "is_installed", "stats", "snapshot", "reset_peak",
            "empty_cache", "record_stream"]
 
-MALLOC_SYMBOL = "fp_torch_malloc"
+MALLOC_SYMBOL = "fp_torch_malloc_or_throw"  # throws (RuntimeError in torch) where fp_torch_malloc returns NULL
 FREE_SYMBOL = "fp_torch_free"
 
 c_int, c_void_p, c_ssize_t = ctypes.c_int, ctypes.c_void_p, ctypes.c_ssize_t
@@ -128,7 +128,7 @@ def configure(config=None, **kwargs):
 def use_fastpath_allocator(config=None):
     """Makes libfastpath PyTorch's CUDA allocator for this process: configure(config),
     then torch.cuda.memory.change_current_allocator(CUDAPluggableAllocator(
-    library_path(), "fp_torch_malloc", "fp_torch_free")). Returns the
+    library_path(), "fp_torch_malloc_or_throw", "fp_torch_free")). Returns the
     CUDAPluggableAllocator. Must run before PyTorch initialises CUDA (before
     the first CUDA tensor, torch.cuda.synchronize(), ...): raises RuntimeError
     otherwise, and when torch has no CUDA. A second call returns the installed
