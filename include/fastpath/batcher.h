@@ -40,11 +40,19 @@
  *   The batcher owns `executor_threads` executor threads (each forms a batch
  *   when idle and runs the executor on it: that many batches in flight), one
  *   timer thread that expires queued requests on time even while every
- *   executor is busy, and one completion thread: when an executor finishes
- *   a batch while the next one is ready, the completion thread delivers the
- *   finished requests so the executor need not wake every client first.
- *   Completion callbacks run on one of these threads, or on the thread
- *   calling fp_batch_request_cancel / fp_batcher_shutdown. The executor and
+ *   executor is busy, and one completion thread: it runs the callbacks of
+ *   timed-out requests (the timer runs none, so a slow callback never delays
+ *   another request's expiry), and when an executor finishes a batch while
+ *   the next one is ready, it delivers the finished requests so the executor
+ *   need not wake every client first.
+ *   Completion callbacks run on one of these threads, or on a thread of
+ *   yours: fp_batch_request_cancel runs the cancelled request's own callback
+ *   on the calling thread (without preserve_ordering; never another
+ *   request's), and fp_batcher_shutdown(CANCEL) / fp_batcher_destroy run the
+ *   callbacks of the requests they take off the queue (with
+ *   preserve_ordering, also of finished requests that were waiting behind
+ *   them) on the calling thread. A slow callback delays only the
+ *   completions delivered after it on the same thread. The executor and
  *   timer threads set a 1 us timer slack (Linux prctl), so queue delays
  *   and timeouts expire on time rather than up to 50 us late.
  *
@@ -68,7 +76,8 @@
  *     level. A request's own timeout can only shorten the level default.
  *   - preserve_ordering: completions are delivered in submission order
  *     (a completion waits for every earlier request to complete, including
- *     timeouts, so a timeout can be delivered late behind a running batch).
+ *     timeouts, so a timeout can be delivered late behind a running batch,
+ *     and fp_batch_request_cancel waits for the earlier requests).
  */
 #ifndef FASTPATH_BATCHER_H
 #define FASTPATH_BATCHER_H
@@ -111,18 +120,27 @@ typedef struct fp_batch_item {
  * item status is still FP_OK with that status. A value outside fp_status
  * (returned or set) completes the request with FP_ERR_INVALID_ARGUMENT.
  * Called on an executor thread; with executor_threads > 1 calls run
- * concurrently. It must not call
- * fp_batcher_shutdown / fp_batcher_destroy on its own batcher. */
+ * concurrently. fp_batcher_shutdown / fp_batcher_destroy on its own batcher
+ * are refused (FP_ERR_INVALID_ARGUMENT, nothing done), and so is
+ * fp_batch_request_cancel with preserve_ordering. */
 typedef fp_status (*fp_batch_executor_fn)(void *user, fp_batch_item *items, int count,
                                           int padded_count);
 
 /* Completion callback: called exactly once per accepted request, with its
- * final status, on a batcher thread or the thread that cancelled / shut down.
- * Callbacks of different requests may run concurrently (one at a time, in
- * submission order, with preserve_ordering). Keep it short: the thread
- * delivers other completions after it. It may submit, cancel or release
- * requests; it must not shut down or destroy the batcher. `req` stays valid
- * during the call; waiters on `req` are woken after it returns. */
+ * final status, on a batcher thread or the thread that cancelled / shut down
+ * (see Threads above). Callbacks of different requests may run concurrently
+ * (one at a time, in submission order, with preserve_ordering). Keep it
+ * short: the thread delivers other completions after it. It may submit
+ * requests, cancel them (not with preserve_ordering: refused, see
+ * fp_batch_request_cancel) and release handles, `req`'s included: the
+ * batcher holds its own reference until the callback has returned, and
+ * releasing a request submitted without a handle does nothing. `req` stays
+ * valid during the call; waiters on `req` are woken after it returns, so
+ * fp_batch_request_wait on `req` from here is refused
+ * (FP_ERR_INVALID_ARGUMENT); do not wait without a timeout for other
+ * requests of this batcher either (this thread may be the one to deliver
+ * them). fp_batcher_shutdown / fp_batcher_destroy on its own batcher are
+ * refused (FP_ERR_INVALID_ARGUMENT, nothing done). */
 typedef void (*fp_batch_done_fn)(fp_batch_request *req, fp_status status, void *user);
 
 typedef enum fp_batcher_timeout_action {
@@ -238,16 +256,23 @@ typedef enum fp_batcher_shutdown_mode {
  * every completion to be delivered, and joins the batcher's threads. Returns
  * FP_OK when all is done; a second call returns FP_OK at once (or waits for
  * the first). A DRAIN after a CANCEL is a no-op and vice versa.
+ * With CANCEL the callbacks of the requests taken off the queue run on the
+ * calling thread (see Threads above).
  * Errors: FP_ERR_INVALID_ARGUMENT for a NULL batcher or unknown mode, or
  * when called from the batcher's own executor / completion callback (it
- * would wait for itself). Thread-safe. */
+ * would wait for itself; nothing is done). Thread-safe. */
 FP_API fp_status fp_batcher_shutdown(fp_batcher *batcher, fp_batcher_shutdown_mode mode);
 
-/* Shuts down with FP_BATCHER_SHUTDOWN_CANCEL if not done yet, then frees the
- * batcher. Request handles stay valid until released. NULL is a no-op. No
- * other thread may use the batcher during or after the call; must not be
- * called from its own executor or callbacks. */
-FP_API void fp_batcher_destroy(fp_batcher *batcher);
+/* Shuts down with FP_BATCHER_SHUTDOWN_CANCEL if not done yet (queued
+ * requests complete with FP_ERR_SHUT_DOWN, their callbacks on this thread),
+ * then frees the batcher. Request handles stay valid until released.
+ * Returns FP_OK (also for NULL, a no-op). FP_ERR_INVALID_ARGUMENT when
+ * called from the batcher's own executor or callback: nothing is done, the
+ * batcher keeps running and accepting requests; destroy it from another
+ * thread. No other thread may use the batcher during or after the call.
+ * (It returned void up to 0.2.0: callers that ignore the status are unchanged,
+ * in source and, on the usual C ABIs, in binary.) */
+FP_API fp_status fp_batcher_destroy(fp_batcher *batcher);
 
 /* ======================================================================== */
 /*  Request handles                                                         */
@@ -268,17 +293,27 @@ FP_API fp_status fp_batch_request_wait(fp_batch_request *req, int64_t timeout_us
 FP_API int fp_batch_request_done(const fp_batch_request *req);
 
 /* Cancels a queued request: it completes with FP_ERR_CANCELLED before this
- * returns (its callback runs on this thread, or on the thread delivering
- * completions in order). FP_ERR_NOT_FOUND if it is executing or has already
- * completed (nothing changes); FP_ERR_INVALID_ARGUMENT for NULL. Thread-safe,
- * also from callbacks; not concurrently with fp_batcher_destroy. */
+ * returns FP_OK (status set, callback returned, waiters woken). Without
+ * preserve_ordering its callback runs on this thread, and no other callback
+ * does. With preserve_ordering it completes in submission order: this
+ * blocks until every earlier request has completed (e.g. a batch running
+ * now) and the completion thread has run its callback; this thread runs
+ * none.
+ * Errors (nothing changes): FP_ERR_NOT_FOUND if it is executing or has
+ * already completed; FP_ERR_INVALID_ARGUMENT for NULL, or with
+ * preserve_ordering when called from the batcher's own executor or
+ * callback (it could not complete before returning: cancel from another
+ * thread). Thread-safe; not concurrently with fp_batcher_destroy. */
 FP_API fp_status fp_batch_request_cancel(fp_batch_request *req);
 
 /* The user pointer given at submit (NULL for NULL). Thread-safe. */
 FP_API void *fp_batch_request_user(const fp_batch_request *req);
 
 /* Gives the handle back. Does not cancel: a pending request still runs and
- * its callback is still called. NULL is a no-op. Call once per handle. */
+ * its callback is still called. NULL is a no-op. Call once per handle; also
+ * allowed from the request's own callback. A request submitted without a
+ * handle has nothing to give back: releasing it from its callback does
+ * nothing (after the callback it may already be freed). */
 FP_API void fp_batch_request_release(fp_batch_request *req);
 
 /* ======================================================================== */

@@ -5,9 +5,11 @@
  *     (dispatch rule in batch_size_now), run the executor unlocked, then
  *     finish the batch's requests;
  *   timer: sleeps until the earliest queue deadline (a min-heap) and expires
- *     requests, so timeouts fire while every executor is busy;
- *   completion: delivers what an executor finished when that executor has
- *     a next batch ready to run (else the executor delivers it itself).
+ *     requests, so timeouts fire while every executor is busy; it runs no
+ *     callback, so a slow one cannot delay the next expiry;
+ *   completion: delivers what the timer expired, and what an executor
+ *     finished when that executor has a next batch ready to run (else the
+ *     executor delivers it itself).
  * A finished request is delivered (callback, then waiters woken) outside the
  * lock. With preserve_ordering, finished requests wait in submission order
  * and one thread at a time (the "pump") delivers the ready prefix.
@@ -60,6 +62,7 @@ struct fp_batch_request {
     fp_batch_request *prev, *next;   /* queue list or a delivery list */
     fp_batch_request *onext;         /* submission-order list (ordering) */
     atomic_int refs;                 /* the batcher's + the handle's */
+    atomic_int handle;               /* 1 while the submitter's handle is out */
     atomic_uint word;                /* futex word: WORD_DONE | WORD_WAITERS */
 };
 
@@ -131,6 +134,14 @@ struct fp_batcher {
 
 /* The batcher whose executor or callback the calling thread is running. */
 static _Thread_local fp_batcher *tl_inside;
+
+/* The requests whose callbacks run on this thread now, innermost first (a
+ * callback may cancel another request, whose callback then runs nested). */
+typedef struct callback_frame {
+    const fp_batch_request *req;
+    const struct callback_frame *outer;
+} callback_frame;
+static _Thread_local const callback_frame *tl_callbacks;
 
 /* ------------------------------------------------------------------------ */
 /*  Small helpers                                                           */
@@ -314,12 +325,17 @@ static void finish(fp_batcher *b, fp_batch_request *r, fp_status st, double now,
 static void deliver_one(fp_batcher *b, fp_batch_request *r, waker *wk) {
     if (r->on_done) {
         fp_batcher *outer = tl_inside;
+        callback_frame frame = {r, tl_callbacks};
         tl_inside = b;
+        tl_callbacks = &frame;
         r->on_done(r, r->result, r->on_done_user);
+        tl_callbacks = frame.outer;
         tl_inside = outer;
     }
-    /* Our reference keeps r alive until after the requeue. A waiter that
-     * had not yet slept sees the changed word and does not sleep. */
+    /* Our reference keeps r alive until after the requeue (a release in
+     * the callback drops only the handle's, see fp_batch_request_release).
+     * A waiter that had not yet slept sees the changed word and does not
+     * sleep. */
     unsigned prev = atomic_exchange_explicit(&r->word, WORD_DONE, memory_order_acq_rel);
     if (prev & WORD_WAITERS) {
         long moved = futex_requeue_all(&r->word, WORD_DONE, &wk->gate);
@@ -386,6 +402,23 @@ static void deliver_pending(fp_batcher *b, req_list *local) {
     }
     b->pumping = 0;
     delivered(b, 0);
+}
+
+/* Leaves what finish() produced to the completion thread (under mu): the
+ * calling thread runs no callback. With ordering `local` is empty and the
+ * completion thread delivers the ready prefix unless a pump is running. */
+static void hand_to_deliverer(fp_batcher *b, req_list *local) {
+    if (local->head) {
+        if (b->outbox.tail) {
+            b->outbox.tail->next = local->head;
+            local->head->prev = b->outbox.tail;
+        } else {
+            b->outbox.head = local->head;
+        }
+        b->outbox.tail = local->tail;
+        local->head = local->tail = NULL;
+    }
+    if (b->deliverer_waiting) pthread_cond_signal(&b->cv_deliver);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -500,16 +533,7 @@ static void *executor_main(void *arg) {
             deliver_pending(b, &local);
             continue;
         }
-        if (local.head) {
-            if (b->outbox.tail) {
-                b->outbox.tail->next = local.head;
-                local.head->prev = b->outbox.tail;
-            } else {
-                b->outbox.head = local.head;
-            }
-            b->outbox.tail = local.tail;
-        }
-        if (b->deliverer_waiting) pthread_cond_signal(&b->cv_deliver);
+        hand_to_deliverer(b, &local);
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
@@ -552,6 +576,7 @@ static void *timer_main(void *arg) {
     while (!b->stopping) {
         double now = fp_now_s();
         req_list local = {NULL, NULL};
+        int expired = 0;
         while (b->heap_n > 0 && b->heap[0]->deadline <= now) {
             fp_batch_request *r = b->heap[0];
             heap_remove(b, r);
@@ -564,15 +589,14 @@ static void *timer_main(void *arg) {
             } else {
                 unqueue(b, r);
                 finish(b, r, FP_ERR_TIMEOUT, now, &local);
+                expired = 1;
             }
         }
         b->timer_target = 0; /* awake: submit need not signal */
-        /* With ordering, a busy pump delivers what this pass finished. */
-        if (local.head || (b->cfg.preserve_ordering && !b->pumping && b->ohead &&
-                           b->ohead->state == REQ_FINISHED)) {
-            deliver_pending(b, &local);
-            continue; /* time passed while delivering: look again */
-        }
+        /* The completion thread runs the callbacks: one that is slow here
+         * would hold up every later expiry (requests past their deadline
+         * would stay queued, even be batched). */
+        if (expired) hand_to_deliverer(b, &local);
         if (b->heap_n > 0) {
             b->timer_target = b->heap[0]->deadline;
             struct timespec ts;
@@ -847,10 +871,16 @@ fp_status fp_batcher_shutdown(fp_batcher *b, fp_batcher_shutdown_mode mode) {
     return FP_OK;
 }
 
-void fp_batcher_destroy(fp_batcher *b) {
-    if (!b || tl_inside == b) return; /* from its own thread: cannot wait for itself */
-    fp_batcher_shutdown(b, FP_BATCHER_SHUTDOWN_CANCEL);
+fp_status fp_batcher_destroy(fp_batcher *b) {
+    if (!b) return FP_OK;
+    /* From its own thread it would wait for itself, then free what that
+     * thread still runs on: refused, the batcher left as it was. */
+    FP_CHECK_ARG(tl_inside != b,
+                 "fp_batcher_destroy called from the batcher's own executor or callback: nothing "
+                 "done, the batcher keeps running (destroy it from another thread)");
+    FP_TRY(fp_batcher_shutdown(b, FP_BATCHER_SHUTDOWN_CANCEL));
     free_batcher(b);
+    return FP_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -899,6 +929,7 @@ fp_status fp_batcher_submit(fp_batcher *b, const fp_batch_submit_info *info,
     r->on_done = info->on_done;
     r->on_done_user = info->on_done_user;
     atomic_init(&r->refs, out ? 2 : 1);
+    atomic_init(&r->handle, out ? 1 : 0);
     atomic_init(&r->word, 0);
     const fp_batcher_queue_policy *pol = &b->cfg.queue_policy[r->level];
     int64_t timeout_us = pol->default_timeout_us;
@@ -952,28 +983,39 @@ fp_status fp_batcher_submit(fp_batcher *b, const fp_batch_submit_info *info,
 /*  Request handles                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* Sleeps until req is DONE (1) or the absolute CLOCK_MONOTONIC time ts
+ * passes (0; NULL: no limit). */
+static int wait_done(fp_batch_request *req, const struct timespec *ts) {
+    unsigned w = atomic_load_explicit(&req->word, memory_order_acquire);
+    while (!(w & WORD_DONE)) {
+        /* Announce the sleep, then sleep only while the word is still
+         * exactly that (delivery swaps in DONE and wakes). */
+        if (!(w & WORD_WAITERS) &&
+            !atomic_compare_exchange_weak_explicit(&req->word, &w, w | WORD_WAITERS,
+                                                   memory_order_acquire, memory_order_acquire))
+            continue;
+        w |= WORD_WAITERS;
+        int rc = futex_wait_abs(&req->word, w, ts);
+        w = atomic_load_explicit(&req->word, memory_order_acquire);
+        if (rc != 0 && errno == ETIMEDOUT && !(w & WORD_DONE)) return 0;
+    }
+    return 1;
+}
+
 fp_status fp_batch_request_wait(fp_batch_request *req, int64_t timeout_us, fp_status *result) {
     FP_CHECK_ARG(req != NULL, "argument 'req' is NULL");
-    unsigned w = atomic_load_explicit(&req->word, memory_order_acquire);
-    if (!(w & WORD_DONE)) {
+    if (!(atomic_load_explicit(&req->word, memory_order_acquire) & WORD_DONE)) {
+        /* It completes when its callback returns: waiting in it never ends. */
+        for (const callback_frame *f = tl_callbacks; f; f = f->outer)
+            FP_CHECK_ARG(f->req != req,
+                         "fp_batch_request_wait called from the request's own completion "
+                         "callback (it completes when that callback returns)");
         if (timeout_us == 0) return fp_set_error(FP_ERR_TIMEOUT, "request still pending");
         struct timespec ts;
         if (timeout_us > 0) abs_timespec(fp_now_s() + (double)timeout_us * 1e-6, &ts);
-        while (!(w & WORD_DONE)) {
-            /* Announce the sleep, then sleep only while the word is still
-             * exactly that (delivery swaps in DONE and wakes). */
-            if (!(w & WORD_WAITERS) &&
-                !atomic_compare_exchange_weak_explicit(&req->word, &w, w | WORD_WAITERS,
-                                                       memory_order_acquire,
-                                                       memory_order_acquire))
-                continue;
-            w |= WORD_WAITERS;
-            int rc = futex_wait_abs(&req->word, w, timeout_us > 0 ? &ts : NULL);
-            w = atomic_load_explicit(&req->word, memory_order_acquire);
-            if (rc != 0 && errno == ETIMEDOUT && !(w & WORD_DONE))
-                return fp_set_error(FP_ERR_TIMEOUT, "request still pending after %lld us",
-                                    (long long)timeout_us);
-        }
+        if (!wait_done(req, timeout_us > 0 ? &ts : NULL))
+            return fp_set_error(FP_ERR_TIMEOUT, "request still pending after %lld us",
+                                (long long)timeout_us);
     }
     if (result) *result = req->result;
     return FP_OK;
@@ -989,7 +1031,10 @@ int fp_batch_request_done(const fp_batch_request *req) {
 void *fp_batch_request_user(const fp_batch_request *req) { return req ? req->item.user : NULL; }
 
 void fp_batch_request_release(fp_batch_request *req) {
-    if (req) req_unref(req);
+    /* Drops the handle's reference, once. A request submitted without a
+     * handle, or released again while the batcher still holds it (e.g. from
+     * its callback), keeps the batcher's reference: delivery goes on. */
+    if (req && atomic_exchange_explicit(&req->handle, 0, memory_order_acq_rel)) req_unref(req);
 }
 
 fp_status fp_batch_request_cancel(fp_batch_request *req) {
@@ -1005,11 +1050,31 @@ fp_status fp_batch_request_cancel(fp_batch_request *req) {
         pthread_mutex_unlock(&b->mu);
         return fp_set_error(FP_ERR_NOT_FOUND, "request is executing or completed: not cancelled");
     }
+    if (b->cfg.preserve_ordering && tl_inside == b) {
+        /* It would complete behind earlier requests, which this thread (the
+         * one delivering in order, or an executor) may be the one to finish. */
+        pthread_mutex_unlock(&b->mu);
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                            "fp_batch_request_cancel with preserve_ordering called from the "
+                            "batcher's own executor or callback: it cannot complete the request "
+                            "before returning; nothing cancelled (cancel from another thread)");
+    }
     req_list local = {NULL, NULL};
     unqueue(b, req);
     finish(b, req, FP_ERR_CANCELLED, fp_now_s(), &local);
-    deliver_pending(b, &local);
+    if (!b->cfg.preserve_ordering) {
+        deliver_pending(b, &local); /* its own callback only */
+        pthread_mutex_unlock(&b->mu);
+        return FP_OK;
+    }
+    /* In order: the completion thread (or the pump running now) delivers it
+     * after every earlier request; wait for that here, running no callback.
+     * Our reference keeps it alive if its callback releases the handle. */
+    atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed);
+    hand_to_deliverer(b, &local);
     pthread_mutex_unlock(&b->mu);
+    wait_done(req, NULL);
+    req_unref(req);
     return FP_OK;
 }
 

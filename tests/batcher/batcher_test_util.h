@@ -149,18 +149,23 @@ static inline void payload_submit_info(fp_batch_submit_info *info, payload *p) {
     info->user = p;
 }
 
-/* Submits payload p (id must be < LOG_MAX) with the log as callback. */
-static inline fp_status submit_p(fp_batcher *b, payload *p, int priority, int64_t timeout_us,
-                                 done_log *l, fp_batch_request **out) {
+/* Submits payload p with callback on_done(on_done_user) (none if NULL). */
+static inline fp_status submit_cb(fp_batcher *b, payload *p, int priority, int64_t timeout_us,
+                                  fp_batch_done_fn on_done, void *on_done_user,
+                                  fp_batch_request **out) {
     fp_batch_submit_info info;
     payload_submit_info(&info, p);
     info.priority = priority;
     info.timeout_us = timeout_us;
-    if (l) {
-        info.on_done = log_done;
-        info.on_done_user = l;
-    }
+    info.on_done = on_done;
+    info.on_done_user = on_done_user;
     return fp_batcher_submit(b, &info, out);
+}
+
+/* Submits payload p (id must be < LOG_MAX) with the log as callback. */
+static inline fp_status submit_p(fp_batcher *b, payload *p, int priority, int64_t timeout_us,
+                                 done_log *l, fp_batch_request **out) {
+    return submit_cb(b, p, priority, timeout_us, l ? log_done : NULL, l, out);
 }
 
 /* Submits p[from] .. p[to - 1] at one priority (no timeout); with `out`, the
@@ -241,7 +246,7 @@ static inline fp_status stats_get(fp_batcher *b, fp_batcher_stats *st) {
 
 /* Destroys b and frees its recorder. */
 static inline void rec_batcher_destroy(fp_batcher *b, recorder *rec) {
-    fp_batcher_destroy(b);
+    CHECK_OK(fp_batcher_destroy(b));
     rec_free(rec);
 }
 
