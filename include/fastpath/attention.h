@@ -18,10 +18,19 @@
  * sequence's own key and query counts.
  *
  * causal = 1 is window_right = 0: masks are aligned bottom-right, so the last
- * query row sees every key, as in FlashAttention >= 2.1 and PyTorch's
- * scaled_dot_product_attention with is_causal on a KV cache. A query row that
- * keeps no key (e.g. causal with seqlen_q > seqlen_k, its first rows) gets
- * O = 0 and lse = -inf.
+ * query row sees every key, as in FlashAttention >= 2.1 (flash_attn_func,
+ * flash_attn_with_kvcache). PyTorch's scaled_dot_product_attention with
+ * is_causal aligns top-left (j <= i) instead: the two agree only when
+ * seqlen_q == seqlen_k (for seqlen_q > seqlen_k, top-left is causal = 0 with
+ * window_right = seqlen_q - seqlen_k). A query row that keeps no key (e.g.
+ * causal with seqlen_q > seqlen_k, its first rows) gets O = 0 and lse = -inf,
+ * and so does a row whose kept scores are all -inf (torch's SDPA gives such
+ * rows 0 too).
+ *
+ * Non-finite data propagates as in PyTorch: a NaN score (a NaN in Q or K,
+ * inf * 0) or a +inf score among a row's kept keys makes that row's O and
+ * lse NaN; a -inf score drops its key. Every implementation (CPU, baseline, each CUDA
+ * kernel) follows this.
  *
  * API tiers
  *   fp_attention_forward          the op: flash attention on a CUDA context,

@@ -446,9 +446,11 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             const int r = m0 + wrow + mt * 16 + lane / 4 + 8 * e;
             if (r >= rows) continue;
             const int qi = r / p.group, h = hk * p.group + r % p.group;
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            // l == 0: no key kept (or all scores -inf); a NaN l (a NaN or
+            // +inf score) stays NaN in O and lse, as in torch
+            const float inv = l == 0.0f ? 0.0f : 1.0f / l;
             const float lse =
-                l > 0.0f ? (m_run[mt][e] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f : -INFINITY;
+                l == 0.0f ? -INFINITY : (m_run[mt][e] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f;
             const int col0 = 2 * (lane & 3);
             if (p.num_splits == 1) {
                 T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;

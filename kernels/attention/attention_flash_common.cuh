@@ -169,13 +169,15 @@ __global__ void __launch_bounds__(kCombineThreads) attention_split_combine_v1(co
     mx = combine_reduce(mx, true, red);
     float sum = 0.0f;
     for (int s = threadIdx.x; s < ns; s += kCombineThreads) { // w[s] was written by this thread
-        const float e = mx == -INFINITY ? 0.0f : __expf(w[s] - mx); // lse_s = -inf: 0
+        // lse_s = -inf (no key in the split): 0; a NaN lse_s (fmaxf skipped
+        // it) makes the row NaN
+        const float e = w[s] == -INFINITY ? 0.0f : __expf(w[s] - mx);
         w[s] = e;
         sum += e;
     }
     sum = combine_reduce(sum, false, red); // its barriers also publish w[]
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const float lse = sum > 0.0f ? mx + __logf(sum) : -INFINITY;
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    const float lse = sum == 0.0f ? -INFINITY : mx + __logf(sum);
     T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
     const float *op = p.o_part + row * D;
     const int64_t split_stride = rows_total * D;

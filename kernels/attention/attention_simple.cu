@@ -132,9 +132,12 @@ __global__ void __launch_bounds__(kRowWarps * 32) attention_rowwise_v0(const __g
         }
         float cmax = s;
         for (int w = 16; w > 0; w >>= 1) cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, w));
-        const float m_new = fmaxf(m, cmax); // finite: key j0 <= hi is in range
-        const float corr = exp2f(m - m_new);
-        const float pj = j <= hi ? exp2f(s - m_new) : 0.0f;
+        const float m_new = fmaxf(m, cmax);
+        // scores all -inf so far: keep exp2's arguments off -inf - -inf (a
+        // NaN score, which fmaxf skips, still makes its pj and the row NaN)
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        const float corr = exp2f(m - m_use);
+        const float pj = j <= hi ? exp2f(s - m_use) : 0.0f;
         float psum = pj;
         for (int w = 16; w > 0; w >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, w);
         l = l * corr + psum;
@@ -153,14 +156,14 @@ __global__ void __launch_bounds__(kRowWarps * 32) attention_rowwise_v0(const __g
         }
         m = m_new;
     }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv = l == 0.0f ? 0.0f : 1.0f / l; // NaN l (NaN / +inf score): NaN row
     T *out = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
 #pragma unroll
     for (int i = 0; i < kMaxDim / 32; ++i) {
         const int d = lane + 32 * i;
         if (d < p.d) out[d] = elt<T>::cvt(o[i] * inv);
     }
-    if (p.lse && lane == 0) p.lse[row] = l > 0.0f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+    if (p.lse && lane == 0) p.lse[row] = l == 0.0f ? -INFINITY : (m + log2f(l)) * 0.69314718055994531f;
 }
 
 constexpr int kSoftmaxThreads = 256;
@@ -194,15 +197,16 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
     float mx = -INFINITY;
     for (int j = lo + threadIdx.x; j <= hi; j += kSoftmaxThreads) mx = fmaxf(mx, elt<S>::load(s + j) * p.scale);
     mx = block_reduce(mx, true, red);
+    if (mx == -INFINITY) mx = 0.0f; // every score -inf: a zero row (NaN / +inf: a NaN row)
     float sum = 0.0f;
     for (int j = lo + threadIdx.x; j <= hi; j += kSoftmaxThreads) sum += __expf(elt<S>::load(s + j) * p.scale - mx);
     sum = block_reduce(sum, false, red);
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
     for (int j = threadIdx.x; j < p.sk; j += kSoftmaxThreads) {
         float v = (j >= lo && j <= hi) ? __expf(elt<S>::load(s + j) * p.scale - mx) * inv : 0.0f;
         s[j] = elt<S>::cvt(v);
     }
-    if (p.lse && threadIdx.x == 0) p.lse[row] = sum > 0.0f ? mx + __logf(sum) : -INFINITY;
+    if (p.lse && threadIdx.x == 0) p.lse[row] = sum == 0.0f ? -INFINITY : mx + __logf(sum);
 }
 
 // grid: ceil(sq * hq * d / 256); block 256: O[o0 + i * o_ss + h * o_hs + x] = 0.

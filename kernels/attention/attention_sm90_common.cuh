@@ -291,8 +291,9 @@ __device__ __forceinline__ void store_rows(const flash_params &p, const fp_flash
         const int r = row_base + fp_sm90::acc_row(warp, lane, 2 * h);
         if (r >= rows) continue;
         const int qi = r / p.group, head = hk * p.group + r % p.group;
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        const float lse = l > 0.0f ? (m_run[h] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f : -INFINITY;
+        // l == 0: no key kept; a NaN l (a NaN or +inf score) stays NaN
+        const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        const float lse = l == 0.0f ? -INFINITY : (m_run[h] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f;
         const int col0 = fp_sm90::acc_col(lane, 2 * h); // 2 t
         if (p.num_splits == 1) {
             T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)head * p.o_hs;

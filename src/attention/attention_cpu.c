@@ -89,6 +89,9 @@ static void ref_rows(void *arg, size_t begin, size_t end) {
             s[j] = dot * (double)a->scale;
             if (s[j] > mx) mx = s[j];
         }
+        /* every kept score -inf (or no key kept): a zero row, as torch's
+         * safe softmax; a NaN or +inf score makes the row NaN through exp */
+        if (mx == -INFINITY) mx = 0.0;
         double sum = 0.0;
         for (int d = 0; d < D; ++d) acc[d] = 0.0;
         for (int j = lo; j <= hi; ++j) {
@@ -99,10 +102,10 @@ static void ref_rows(void *arg, size_t begin, size_t end) {
         }
         if (J->o_ref) {
             double *o = J->o_ref + (((size_t)b * a->seqlen_q + i) * a->heads_q + h) * D;
-            for (int d = 0; d < D; ++d) o[d] = sum > 0.0 ? acc[d] / sum : 0.0;
+            for (int d = 0; d < D; ++d) o[d] = sum == 0.0 ? 0.0 : acc[d] / sum;
         }
         if (J->lse_ref)
-            J->lse_ref[((size_t)b * a->heads_q + h) * a->seqlen_q + i] = sum > 0.0 ? mx + log(sum) : -INFINITY;
+            J->lse_ref[((size_t)b * a->heads_q + h) * a->seqlen_q + i] = sum == 0.0 ? -INFINITY : mx + log(sum);
     }
     free(s);
     free(acc);
@@ -175,9 +178,9 @@ static void naive_heads(const fp_attn_args *a, float *S, size_t begin, size_t en
                 s[j] = mx == -INFINITY ? 0.0f : expf(s[j] - mx);
                 sum += s[j];
             }
-            float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            float inv = sum == 0.0f ? 0.0f : 1.0f / sum; /* NaN (a NaN / +inf score) stays NaN */
             for (int j = 0; j < SK; ++j) s[j] *= inv;
-            if (a->lse) a->lse[((size_t)b * a->heads_q + h) * SQ + i] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+            if (a->lse) a->lse[((size_t)b * a->heads_q + h) * SQ + i] = sum == 0.0f ? -INFINITY : mx + logf(sum);
         }
         for (int i = 0; i < Q.sq; ++i) {
             const float *p = S + (size_t)i * SK;
@@ -294,13 +297,15 @@ static void tiled_tasks(const fp_attn_args *a, float *mem, size_t begin, size_t 
                     mt = dot > mt ? dot : mt;
                 }
                 float m_new = mt > m[r] ? mt : m[r];
-                float corr = exp2f(m[r] - m_new); /* 0 on the first tile (m = -inf) */
+                /* scores all -inf so far: keep exp2's arguments off -inf - -inf */
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+                float corr = exp2f(m[r] - m_use); /* 0 on the first tile (m = -inf) */
                 float *orow = T.o + r * D;
                 if (corr != 1.0f)
                     for (int d = 0; d < D; ++d) orow[d] *= corr;
                 float lsum = 0.0f;
                 for (int j = jb; j < je; ++j) {
-                    float p = exp2f(T.s[j] - m_new);
+                    float p = exp2f(T.s[j] - m_use);
                     lsum += p;
                     const float *vr = T.v + j * D;
                     for (int d = 0; d < D; ++d) orow[d] += p * vr[d];
@@ -311,12 +316,12 @@ static void tiled_tasks(const fp_attn_args *a, float *mem, size_t begin, size_t 
         }
         for (int r = 0; r < rows; ++r) {
             float *orow = T.o + r * D;
-            float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
             for (int d = 0; d < D; ++d) orow[d] *= inv;
             fp_attn_store_row(a->o, S.o0 + qi[r] * a->o_ss + hq[r] * a->o_hs, a->dtype, D, orow);
             if (a->lse)
                 a->lse[((size_t)b * a->heads_q + hq[r]) * SQ + qi[r]] =
-                    l[r] > 0.0f ? (m[r] + log2f(l[r])) * 0.69314718055994531f : -INFINITY;
+                    l[r] == 0.0f ? -INFINITY : (m[r] + log2f(l[r])) * 0.69314718055994531f;
         }
     }
 }

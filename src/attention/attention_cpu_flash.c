@@ -183,9 +183,12 @@ static void flash_tasks(const fp_attn_cpu_job *J, flash_slot *slot, size_t begin
                 for (int j = 0; j < jb; ++j) s[j] = -INFINITY;
                 for (int j = je; j < nk; ++j) s[j] = -INFINITY;
                 const float mt = fp_attn_row_max(s + jb, je - jb, simd);
-                const float m_new = mt > m[r] ? mt : m[r];
-                const float corr = exp2f(m[r] - m_new); /* 0 on the row's first tile */
-                l[r] = l[r] * corr + fp_attn_exp2_sum(s, nk, m_new, simd);
+                /* the SIMD max may return a NaN score: it makes the row NaN */
+                const float m_new = mt > m[r] || mt != mt ? mt : m[r];
+                /* scores all -inf so far: keep exp2's arguments off -inf - -inf */
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+                const float corr = exp2f(m[r] - m_use); /* 0 on the row's first tile */
+                l[r] = l[r] * corr + fp_attn_exp2_sum(s, nk, m_use, simd);
                 m[r] = m_new;
                 if (corr != 1.0f) {
                     float *orow = T.o + (size_t)r * D;
@@ -199,12 +202,12 @@ static void flash_tasks(const fp_attn_cpu_job *J, flash_slot *slot, size_t begin
         }
         for (int r = 0; r < rows; ++r) {
             float *orow = T.o + (size_t)r * D;
-            const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r]; /* NaN: a NaN / +inf score */
             for (int d = 0; d < D; ++d) orow[d] *= inv;
             fp_attn_store_row(a->o, S.o0 + qi[r] * a->o_ss + hq[r] * a->o_hs, a->dtype, D, orow);
             if (a->lse)
                 a->lse[((size_t)b * a->heads_q + hq[r]) * SQ + qi[r]] =
-                    l[r] > 0.0f ? (m[r] + log2f(l[r])) * 0.69314718055994531f : -INFINITY;
+                    l[r] == 0.0f ? -INFINITY : (m[r] + log2f(l[r])) * 0.69314718055994531f;
         }
     }
 }
@@ -276,13 +279,14 @@ static void naive_blas_heads(const fp_attn_args *a, float *mem, size_t begin, si
             fp_attn_row_range(a, Q.sq, Q.L, i, &lo, &hi);
             float mx = -INFINITY, sum = 0.0f;
             for (int j = lo; j <= hi; ++j) mx = s[j] > mx ? s[j] : mx;
+            if (mx == -INFINITY) mx = 0.0f; /* all -inf: a zero row; NaN / +inf make it NaN */
             for (int j = 0; j < Q.L; ++j) {
                 s[j] = j >= lo && j <= hi ? expf(s[j] - mx) : 0.0f;
                 sum += s[j];
             }
-            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
             for (int j = lo; j <= hi; ++j) s[j] *= inv;
-            if (a->lse) a->lse[((size_t)b * a->heads_q + h) * SQ + i] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+            if (a->lse) a->lse[((size_t)b * a->heads_q + h) * SQ + i] = sum == 0.0f ? -INFINITY : mx + logf(sum);
         }
         if (Q.L > 0) /* O [sq x D] = P V */
             bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, Q.sq, D, Q.L, &one, S, Q.L, 1, vf, D, 1, &zero, of, D,

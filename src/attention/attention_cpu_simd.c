@@ -33,9 +33,11 @@
  * -inf, the masked scores, lands here too). */
 #define E2_MIN (-127.0f)
 
-/* 2^x for x <= 0 (x = -inf gives 0): x = n + f with n = round(x), 2^n
- * built in the exponent bits (n + 127 = 0 gives the float 0). */
+/* 2^x for x <= 0 (x = -inf gives 0, NaN gives NaN: a NaN or +inf score
+ * must not read as a masked one): x = n + f with n = round(x), 2^n built in
+ * the exponent bits (n + 127 = 0 gives the float 0). */
 static inline float exp2_neg_scalar(float x) {
+    if (x != x) return x; /* before the float -> int conversion, undefined for NaN */
     x = x > E2_MIN ? x : E2_MIN;
     const float n = rintf(x), f = x - n;
     float p = E2_C7;
@@ -94,7 +96,9 @@ static void store_f16_scalar(uint16_t *d, const float *src, int n) {
 #define FP_AVX2 __attribute__((target("avx2,fma")))
 
 FP_AVX2 static inline __m256 exp2_neg_avx2(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(E2_MIN)); /* max_ps(-inf, c) = c */
+    /* max_ps(c, -inf) = c; max_ps returns its second operand when either is
+     * NaN, so a NaN x stays NaN (cvtps gives the integer indefinite, p NaN) */
+    x = _mm256_max_ps(_mm256_set1_ps(E2_MIN), x);
     const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 f = _mm256_sub_ps(x, n);
     __m256 p = _mm256_set1_ps(E2_C7);

@@ -132,6 +132,13 @@ struct Data {
 };
 
 
+// Element offset of key j of sequence b (head 0, x 0) in X.k / X.v.
+static int64_t kv_row(const Case &c, const Data &X, int b, int j) {
+    if (c.page) return (int64_t)X.bt[(size_t)b * X.bt_stride + j / c.page] * X.sk_.bs + (j % c.page) * X.sk_.ss;
+    if (c.varlen) return (int64_t)(X.cu_k[b] + j) * X.sk_.ss;
+    return (int64_t)b * X.sk_.bs + (int64_t)j * X.sk_.ss;
+}
+
 // Builds the tensors and the checked arguments (fp_attn_check, CUDA rules).
 static bool setup(const Case &c, emu_rng &rng, Data &X, fp_attn_args &a) {
     const int B = c.batch;
@@ -204,10 +211,7 @@ static bool setup(const Case &c, emu_rng &rng, Data &X, fp_attn_args &a) {
                 for (int64_t x = 0; x < d; ++x) store(X.q.p, q0 + i * X.sq_.ss + h * X.sq_.hs + x, c.dt, rng.next());
         const int L = c.varlen ? X.cu_k[b + 1] - X.cu_k[b] : c.ragged ? fp_attn_clamp(X.lens[b], c.sk) : c.sk;
         for (int j = 0; j < L; ++j) {
-            int64_t row;
-            if (c.page) row = (int64_t)X.bt[(size_t)b * X.bt_stride + j / c.page] * X.sk_.bs + (j % c.page) * X.sk_.ss;
-            else if (c.varlen) row = (int64_t)(X.cu_k[b] + j) * X.sk_.ss;
-            else row = (int64_t)b * X.sk_.bs + (int64_t)j * X.sk_.ss;
+            const int64_t row = kv_row(c, X, b, j);
             for (int h = 0; h < c.hkv; ++h)
                 for (int64_t x = 0; x < d; ++x) {
                     store(X.k.p, row + h * X.sk_.hs + x, c.dt, rng.next());
@@ -306,8 +310,8 @@ static bool verify(const Case &c, const Data &X, const fp_attn_args &a, double s
                     written[(size_t)off] = 1;
                     const double ref = o_ref[(((size_t)b * c.sq + i) * c.hq + h) * d + x];
                     const double got = load(X.o.p, off, c.dt);
-                    const double tol = atol + rtol * fabs(ref);
-                    const double err = fabs(got - ref);
+                    const double tol = atol + rtol * (std::isnan(ref) ? 0.0 : fabs(ref));
+                    const double err = std::isnan(ref) ? (std::isnan(got) ? 0.0 : INFINITY) : fabs(got - ref);
                     if (!(err <= tol)) {
                         if (bad < 4)
                             fprintf(stderr, "  %s: O[b %d, i %d, h %d, x %lld] = %.7g, ref %.7g\n", c.name, b, i, h,
@@ -318,7 +322,9 @@ static bool verify(const Case &c, const Data &X, const fp_attn_args &a, double s
                 }
                 if (c.lse) {
                     const double lr = lse_ref[li], lg = X.lse.as<float>()[li];
-                    const bool ok = std::isinf(lr) ? (std::isinf(lg) && lg < 0) : fabs(lg - lr) <= 2e-5 * (1 + fabs(lr));
+                    const bool ok = std::isnan(lr)   ? std::isnan(lg)
+                                    : std::isinf(lr) ? (std::isinf(lg) && lg < 0)
+                                                     : fabs(lg - lr) <= 2e-5 * (1 + fabs(lr));
                     if (!ok) {
                         if (lse_bad < 4)
                             fprintf(stderr, "  %s: lse[b %d, h %d, i %d] = %.9g, ref %.9g\n", c.name, b, h, i, lg, lr);
@@ -349,11 +355,35 @@ static double now_s() {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void run_case(const Case &c, emu_rng &rng) {
+// Non-finite scores from the data (nonfinite = 1): in every sequence, key 0
+// .. min(L, 70) - 1 get K[x 0] = +inf (scores +inf or -inf by the sign of
+// Q[x 0]: a leading key tile of -inf scores, then finite ones) and key 100 (if
+// present, in even sequences) gets K[x 0] = NaN. torch's rule, as the reference's: a NaN or
+// +inf score makes its row NaN (O and lse), -inf scores are dropped, a row
+// whose scores are all -inf is O = 0, lse = -inf. Both kinds of rows must occur.
+static bool poison_keys(const Case &c, Data &X, const fp_attn_args &a) {
+    for (int b = 0; b < c.batch; ++b) {
+        const int L = c.varlen ? X.cu_k[b + 1] - X.cu_k[b] : c.ragged ? fp_attn_clamp(X.lens[b], c.sk) : c.sk;
+        for (int j = 0; j < L && j < 70; ++j) store(X.k.p, kv_row(c, X, b, j), c.dt, INFINITY);
+        if (L > 100 && b % 2 == 0) store(X.k.p, kv_row(c, X, b, 100), c.dt, NAN);
+    }
+    X.k0.assign(X.k.p, X.k.p + X.k.n);
+    std::vector<double> lse_ref((size_t)c.batch * c.hq * c.sq);
+    fp_attn_reference(nullptr, &a, nullptr, lse_ref.data());
+    size_t nan_rows = 0, finite_rows = 0;
+    for (double l : lse_ref) {
+        nan_rows += std::isnan(l);
+        finite_rows += std::isfinite(l);
+    }
+    if (!nan_rows || !finite_rows) printf("FAIL      %-28s poisoned keys: %zu NaN rows, %zu finite\n", c.name, nan_rows, finite_rows);
+    return nan_rows && finite_rows;
+}
+
+static void run_case(const Case &c, emu_rng &rng, int nonfinite = 0) {
     g_cases++;
     Data X;
     fp_attn_args a;
-    if (!setup(c, rng, X, a)) {
+    if (!setup(c, rng, X, a) || (nonfinite && !poison_keys(c, X, a))) {
         g_fail++;
         return;
     }
@@ -654,6 +684,18 @@ int main() {
     // clang-format on
     const double t0 = now_s();
     for (const Case &c : cases) run_case(c, rng);
+    // NaN / +inf scores from the data propagate (poison_keys): prefill with
+    // several key tiles, split-KV decode (a NaN split's lse), paged, row-wise
+    // clang-format off
+    static const Case nonfinite[] = {
+        {"nonfinite_v1_causal",       FLASH,    1, 1,   1, 120, 200, 2, 1,  64, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"nonfinite_v2_f16",          FLASH,    2, 1,   1, 30,  150, 2, 2, 128, F16, 0, NO, NO, 0, 0,  0,  1,  1, 0},
+        {"nonfinite_v1_decode_s4",    FLASH,    1, 4,   3, 1,   300, 8, 1,  64, BF,  0, NO, NO, 1, 0,  0,  0,  1, 0},
+        {"nonfinite_v1_paged_s2",     FLASH,    1, 2,   2, 3,   150, 4, 2,  64, F16, 1, NO, NO, 0, 0, 16,  0,  1, 0},
+        {"nonfinite_rowwise_f32",     ROWWISE,  0, 1,   1, 12,  140, 4, 2,  80, F32, 1, NO, NO, 0, 0,  0,  0,  1, 0},
+    };
+    // clang-format on
+    for (const Case &c : nonfinite) run_case(c, rng, 1);
     // The flash kernels' tiles (XOR-swizzled at head_dim 64 / 128 / 256,
     // padded at 32 / 96) must keep every ldmatrix phase conflict-free.
     g_cases++;

@@ -27,8 +27,9 @@ silently: fallback_count, fallback_reasons (reason -> count) and
 last_fallback_reason record it; fastpath_count counts the calls that ran in
 libfastpath; last_path is "fastpath" or "torch" for the latest call.
 Autograd: layer_norm / rms_norm / add_layer_norm / add_rms_norm are
-differentiable (backward by fp_norm_backward); attention falls back to torch
-when a gradient is needed.
+differentiable (backward by fp_norm_backward; under create_graph by torch ops,
+so double backward works); attention falls back to torch when a gradient is
+needed. Under torch.autocast the SDPA drop-in casts q, k, v as torch does.
 torch.compile: while Dynamo traces, the drop-ins emit the custom operators
 fastpath::norm_fwd / norm_bwd / sdpa / attention_kvcache (no graph break; see the section at the
 end of this file).
@@ -40,7 +41,6 @@ import threading
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 import fastpath
 from fastpath import norm as _norm
@@ -319,24 +319,54 @@ def _norm_backward(kind, activation, cols, g_out, s, weight, bias, mean, rstd, g
     return dx, dw, db
 
 
+def _norm_vjp_torch(ctx, x, residual, weight, bias, g_out, g_res):
+    """The norms' backward by differentiable torch ops, for a backward with
+    create_graph (double backward): recomputes act(norm(x [+ residual]) *
+    weight + bias) from the saved inputs, which keep their autograd history,
+    and differentiates it with create_graph. Gradients, in the order of
+    (x, residual, weight, bias), None where not needed."""
+    need = ctx.needs_input_grad[:4] if residual is not None else (
+        ctx.needs_input_grad[0], False) + tuple(ctx.needs_input_grad[1:3])
+    cols = ctx.cols
+    with torch.enable_grad():
+        s = x + residual if residual is not None else x
+        w = weight.reshape(cols) if weight is not None else None
+        b = bias.reshape(cols) if bias is not None else None
+        y = _torch_norm(ctx.kind, s.reshape(-1, cols), (cols,), w, b, ctx.eps)
+        out = _TORCH_ACT[ctx.activation](y).reshape(s.shape)
+        outs, grads = [], []
+        for o, g in ((out, g_out), (s, g_res)):
+            if g is not None and o.requires_grad:
+                outs.append(o)
+                grads.append(g)
+        wrt = [t for t, n in zip((x, residual, weight, bias), need) if n]
+        if not outs or not wrt:
+            return (None,) * 4
+        got = iter(torch.autograd.grad(outs, wrt, grads, create_graph=True, allow_unused=True))
+    return tuple(next(got) if n else None for n in need)
+
+
 class _NormFn(torch.autograd.Function):
-    """out = act(norm(x) * weight + bias), backward by fp_norm_backward."""
+    """out = act(norm(x) * weight + bias), backward by fp_norm_backward (by
+    torch ops under create_graph, so that it is differentiable again)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, kind, activation, eps, cols):
         out, _, mean, rstd = _norm_forward_cols(kind, activation, x, None, weight, bias, eps, True,
                                                 cols)
-        ctx.save_for_backward(x.contiguous(), weight, bias, mean, rstd)
-        ctx.kind, ctx.activation, ctx.cols = kind, activation, cols
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        ctx.kind, ctx.activation, ctx.cols, ctx.eps = kind, activation, cols, eps
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, g_out):
-        xs, weight, bias, mean, rstd = ctx.saved_tensors
+        x, weight, bias, mean, rstd = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: a differentiable backward
+            dx, _, dw, db = _norm_vjp_torch(ctx, x, None, weight, bias, g_out, None)
+            return dx, dw, db, None, None, None, None
         need = ctx.needs_input_grad
-        dx, dw, db = _norm_backward(ctx.kind, ctx.activation, ctx.cols, g_out, xs, weight, bias,
-                                    mean, rstd, None, need[1], need[2])
+        dx, dw, db = _norm_backward(ctx.kind, ctx.activation, ctx.cols, g_out, x.contiguous(),
+                                    weight, bias, mean, rstd, None, need[1], need[2])
         return (dx if need[0] else None), dw, db, None, None, None, None
 
 
@@ -347,19 +377,21 @@ class _AddNormFn(torch.autograd.Function):
     def forward(ctx, x, residual, weight, bias, kind, activation, eps, cols):
         out, s, mean, rstd = _norm_forward_cols(kind, activation, x, residual, weight, bias, eps,
                                                 True, cols)
-        ctx.save_for_backward(s, weight, bias, mean, rstd)
-        ctx.kind, ctx.activation, ctx.cols = kind, activation, cols
+        # x and residual (inputs, no copies) for a differentiable backward
+        ctx.save_for_backward(s, weight, bias, mean, rstd, x, residual)
+        ctx.kind, ctx.activation, ctx.cols, ctx.eps = kind, activation, cols, eps
         # An unused output's gradient arrives as None, not as a zero tensor
         # the size of x (the residual sum is often not used by the loss).
         ctx.set_materialize_grads(False)
         return out, s
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, g_out, g_res):
-        s, weight, bias, mean, rstd = ctx.saved_tensors
+        s, weight, bias, mean, rstd, x, residual = ctx.saved_tensors
         if g_out is None and g_res is None:
             return None, None, None, None, None, None, None, None
+        if torch.is_grad_enabled():  # create_graph: a differentiable backward
+            return _norm_vjp_torch(ctx, x, residual, weight, bias, g_out, g_res) + (None,) * 4
         if g_out is None:  # only the residual sum reaches the loss
             g_out = torch.zeros_like(s)
         need = ctx.needs_input_grad
@@ -405,9 +437,11 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
-    """torch.nn.functional.rms_norm (eps None: torch.finfo(input.dtype).eps)."""
+    """torch.nn.functional.rms_norm (eps None: as torch, the epsilon of the
+    type the op computes in: float64's for float64 input, float32's for
+    float32, float16 and bfloat16)."""
     if eps is None:
-        eps = torch.finfo(input.dtype).eps if input.is_floating_point() else 1e-6
+        eps = torch.finfo(torch.float64 if input.dtype == torch.float64 else torch.float32).eps
     return _run_norm("rmsnorm", input, _norm_shape(normalized_shape), weight, None, eps)
 
 
@@ -552,6 +586,21 @@ def _sdpa_fast(query, key, value, is_causal, scale, enable_gqa):
     return out.squeeze(1) if squeeze else out
 
 
+def _autocast_cast(query, key, value):
+    """q, k, v as torch's autocast casts them for scaled_dot_product_attention
+    (a lower-precision op on CPU and CUDA): floating tensors other than
+    float64 to the autocast dtype of their device type, when it is enabled."""
+    dev = query.device.type
+    try:
+        if not torch.is_autocast_enabled(dev):
+            return query, key, value
+        dt = torch.get_autocast_dtype(dev)
+    except (TypeError, RuntimeError, AttributeError):  # a torch without per-device autocast queries
+        return query, key, value
+    return tuple(t.to(dt) if t.is_floating_point() and t.dtype != torch.float64 else t
+                 for t in (query, key, value))
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention by libfastpath's flash
@@ -562,6 +611,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     (batch, seq, heads, dim) buffer."""
     if _compiling():
         return _compiled_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    query, key, value = _autocast_cast(query, key, value)
     why = None
     if attn_mask is not None:
         why = "attn_mask given"
