@@ -270,7 +270,7 @@ FP_API fp_status fp_batcher_shutdown(fp_batcher *batcher, fp_batcher_shutdown_mo
  * called from the batcher's own executor or callback: nothing is done, the
  * batcher keeps running and accepting requests; destroy it from another
  * thread. No other thread may use the batcher during or after the call.
- * (It returned void up to 0.2.0: callers that ignore the status are unchanged,
+ * (It returned void up to 0.2: callers that ignore the status are unchanged,
  * in source and, on the usual C ABIs, in binary.) */
 FP_API fp_status fp_batcher_destroy(fp_batcher *batcher);
 

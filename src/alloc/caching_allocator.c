@@ -718,13 +718,13 @@ static size_t release_free_segments(fp_allocator *a, int cls, int (*order)(const
  * message of a callback that set one (the CUDA ops') is kept. */
 static fp_status check_stream(fp_allocator *a, uintptr_t stream) {
     if (!a->ev.check_stream) return FP_OK;
-    fp_clear_error();
+    const unsigned seq = fp_error_seq();
     const fp_status st = a->ev.check_stream(a->ev.opaque, (fp_stream)stream);
     if (st == FP_OK) return FP_OK;
     if ((int)st < FP_OK || (int)st > FP_ERR_INTERNAL)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "event ops' check_stream(stream %p) returned %d, not an fp_status",
                             (void *)stream, (int)st);
-    if (!fp_last_error()[0])
+    if (fp_error_seq() == seq)
         return fp_set_error(st, "event ops' check_stream refused stream %p: %s", (void *)stream, fp_status_string(st));
     return st;
 }
@@ -755,7 +755,7 @@ static fp_status segment_reserve(fp_allocator *a, size_t size, int is_small, voi
      * upstream that did set one (the built-in device upstream's cudaMalloc
      * detail) is kept. The error state is per thread: the dropped lock does
      * not mix messages. */
-    fp_clear_error();
+    const unsigned seq = fp_error_seq();
     void *mem = NULL;
     pthread_mutex_lock(&a->up_mu);
     fp_status st = a->up.alloc(a->up.opaque, size, &mem);
@@ -771,7 +771,7 @@ static fp_status segment_reserve(fp_allocator *a, size_t size, int is_small, voi
         if ((int)st < FP_OK || (int)st > FP_ERR_INTERNAL)
             return fp_set_error(FP_ERR_INVALID_ARGUMENT, "upstream alloc of %zu bytes returned %d, not an fp_status", size,
                                 (int)st);
-        if (st != FP_ERR_OUT_OF_MEMORY && !fp_last_error()[0])
+        if (st != FP_ERR_OUT_OF_MEMORY && fp_error_seq() == seq)
             return fp_set_error(st, "upstream alloc of %zu bytes failed: %s", size, fp_status_string(st));
         return st;
     }
@@ -1254,9 +1254,14 @@ static fp_status alloc_slow(fp_allocator *a, fp_pool *pool, int small, uintptr_t
     }
     void *mem = NULL;
     fp_block *hit = NULL;
+    /* An upstream refusal (the device upstream's cudaMalloc detail) that a
+     * retry then overcomes must not stay as this successful call's message. */
+    fp_error_saved saved;
+    fp_error_save(&saved);
     pool->pins++;
     fp_status st = reserve_with_retries(a, pool, small, stream, rsize, &t, &mem, &hit);
     pool->pins--;
+    if (hit || st == FP_OK) fp_error_restore(&saved);
     if (hit) {
         *out = hit;
         return FP_OK;

@@ -535,7 +535,7 @@ fp_status fp_alloc_trace_replay_direct_sized(const fp_alloc_upstream *user_up, s
                 break;
             }
             double t0 = time_ops ? fp_now_s() : 0;
-            fp_clear_error(); /* a caller's upstream cannot set a message: see below */
+            const unsigned seq = fp_error_seq(); /* a caller's upstream cannot set a message: see below */
             st = up->alloc(up->opaque, (size_t)op->size, &r.ptrs[op->slot]);
             if (time_ops) r.alat[r.na++] = (fp_now_s() - t0) * 1e3;
             if (st == FP_OK && !r.ptrs[op->slot])
@@ -546,7 +546,7 @@ fp_status fp_alloc_trace_replay_direct_sized(const fp_alloc_upstream *user_up, s
                 if ((int)st < FP_OK || (int)st > FP_ERR_INTERNAL)
                     st = fp_set_error(FP_ERR_INVALID_ARGUMENT, "trace op %zu: upstream alloc returned %d, not an "
                                       "fp_status", i, (int)st);
-                else if (!fp_last_error()[0])
+                else if (fp_error_seq() == seq)
                     fp_set_error(st, "trace op %zu: upstream allocation of %llu bytes failed: %s", i,
                                  (unsigned long long)op->size, fp_status_string(st));
                 break;
