@@ -34,25 +34,26 @@ fp_status fp_struct_size_check(size_t size, size_t first, size_t cur, const char
     return FP_OK;
 }
 
+/* The struct_size at the start of a caller's struct, checked. */
+static fp_status caller_size(const void *p, size_t first, size_t cur, const char *what, size_t *size) {
+    if (!p) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "%s is NULL", what);
+    memcpy(size, p, sizeof *size);
+    return fp_struct_size_check(*size, first, cur, what);
+}
+
 fp_status fp_struct_read(void *full, const void *user, size_t first, size_t cur, const char *what) {
-    if (!user) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "%s is NULL", what);
-    size_t size;
-    memcpy(&size, user, sizeof size);
-    fp_status st = fp_struct_size_check(size, first, cur, what);
-    if (st != FP_OK) return st;
+    size_t size = 0;
+    FP_TRY(caller_size(user, first, cur, what, &size));
     memcpy(full, user, size);
-    memcpy(full, &cur, sizeof cur);
+    memcpy(full, &cur, sizeof cur); /* full is now this library's layout */
     return FP_OK;
 }
 
 fp_status fp_struct_write(void *user, const void *full, size_t first, size_t cur, const char *what) {
-    if (!user) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "%s is NULL", what);
-    size_t size;
-    memcpy(&size, user, sizeof size);
-    fp_status st = fp_struct_size_check(size, first, cur, what);
-    if (st != FP_OK) return st;
+    size_t size = 0;
+    FP_TRY(caller_size(user, first, cur, what, &size));
     memcpy(user, full, size);
-    memcpy(user, &size, sizeof size);
+    memcpy(user, &size, sizeof size); /* the caller's struct_size stays */
     return FP_OK;
 }
 
