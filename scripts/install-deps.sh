@@ -4,7 +4,8 @@
 #   cmake >= 3.25, ninja, pkg-config, cJSON (libcjson-dev), BLIS (libblis-dev:
 #   the CPU attention's tile GEMMs; without it a slower portable path builds),
 #   ccache (optional),
-#   pytest (for fastbench's CLI tests and the Python bindings' tests).
+#   pytest (for fastbench's CLI tests and the Python bindings' tests),
+#   python3-venv (tests/packaging installs the wheel into a fresh venv).
 # With FASTPATH_TEST_TORCH=1 (CI sets it), also PyTorch from PyPI (a few GB),
 # so that the fastpath.torch drop-ins are tested against torch.nn.functional
 # on the CPU instead of skipping.
@@ -28,11 +29,15 @@ have_blis_header() {
 }
 if ! have_pkg libblis-dev && ! have_blis_header; then need_apt+=(libblis-dev); fi
 if ! command -v python3 >/dev/null 2>&1; then
-  need_apt+=(python3 python3-pip)
+  need_apt+=(python3 python3-pip python3-venv)
 elif ! python3 -m pip --version >/dev/null 2>&1 &&
      { ! python3 -c "import pytest, numpy" >/dev/null 2>&1 ||
        { [ "${FASTPATH_TEST_TORCH:-0}" = 1 ] && ! python3 -c "import torch" >/dev/null 2>&1; }; }; then
   need_apt+=(python3-pip) # Debian's python3 comes without pip: the pip installs below need it
+fi
+# and without venv's ensurepip: tests/packaging installs the wheel into a venv
+if command -v python3 >/dev/null 2>&1 && ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then
+  need_apt+=(python3-venv)
 fi
 
 if [ ${#need_apt[@]} -gt 0 ]; then

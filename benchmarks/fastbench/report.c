@@ -97,19 +97,23 @@ cJSON *fb_result_json(const fb_result *r) {
         add_num(o, "speedup", a->speedup);
         cJSON_AddStringToObject(o, "verdict", fp_verdict_string(a->verdict));
         cJSON_AddBoolToObject(o, "compared", a->compared);
-        add_num(o, "max_abs_err", a->agreement.max_abs_err);
-        add_num(o, "max_rel_err", a->agreement.max_rel_err);
-        add_num(o, "tolerance", a->agreement.atol);
-        add_num(o, "rtol", a->agreement.rtol);
-        cJSON_AddBoolToObject(o, "passed", a->agreement.passed);
+        /* The agreement is only set when outputs were compared: a row that
+         * compared nothing has no error and no pass/fail either way. */
+        add_num(o, "max_abs_err", a->compared ? a->agreement.max_abs_err : NAN);
+        add_num(o, "max_rel_err", a->compared ? a->agreement.max_rel_err : NAN);
+        add_num(o, "tolerance", a->compared ? a->agreement.atol : NAN);
+        add_num(o, "rtol", a->compared ? a->agreement.rtol : NAN);
         add_num(o, "achieved_gbps", a->achieved_gbps);
         add_num(o, "achieved_tflops", a->achieved_tflops);
         if (a->pct_of_peak >= 0) add_num(o, "pct_of_peak", a->pct_of_peak);
         else cJSON_AddNullToObject(o, "pct_of_peak");
         cJSON_AddStringToObject(o, "bound", a->bound ? a->bound : "unknown");
-    } else {
-        cJSON_AddBoolToObject(o, "passed", r->status == FP_OK);
     }
+    /* "passed": the numerical check's verdict; a failed row never passes, and
+     * a row that compared no outputs says null, not a verdict either way. */
+    if (r->status != FP_OK) cJSON_AddFalseToObject(o, "passed");
+    else if (r->has_ab && r->ab.compared) cJSON_AddBoolToObject(o, "passed", r->ab.agreement.passed);
+    else cJSON_AddNullToObject(o, "passed");
     cJSON_AddItemToObject(o, "metrics", cJSON_Duplicate(r->metrics, 1));
     if (r->note[0]) cJSON_AddStringToObject(o, "note", r->note);
     return o;

@@ -3,7 +3,8 @@
 # commands (nothing is installed): with every tool present and a BLIS header
 # on the system but no libblis-dev package (another flavour such as
 # libblis-openmp-dev provides it), nothing may be asked of apt.
-# Then a python3 without pip: python3-pip must be installed by apt.
+# Then a python3 without pip: python3-pip must be installed by apt; and one
+# without venv: python3-venv.
 # Skips (77) on a machine without a BLIS header.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,5 +38,17 @@ PY
 PATH="$stubs:$PATH" bash "$root/scripts/install-deps.sh"
 if ! grep -q "install .*python3-pip" "$stubs/apt.log" 2>/dev/null; then
   echo "install-deps did not install python3-pip for a python3 without pip"; exit 1
+fi
+# A python3 without ensurepip (Debian's, without python3-venv): the wheel
+# test's venv needs python3-venv from apt.
+rm -f "$stubs/apt.log"
+cat > "$stubs/python3" <<'PY'
+#!/bin/sh
+[ "$*" = "-c import ensurepip, venv" ] && exit 1
+exit 0
+PY
+PATH="$stubs:$PATH" bash "$root/scripts/install-deps.sh"
+if ! grep -q "install .*python3-venv" "$stubs/apt.log" 2>/dev/null; then
+  echo "install-deps did not install python3-venv for a python3 without venv"; exit 1
 fi
 echo "install-deps OK"

@@ -60,6 +60,16 @@ def test_time_and_ab_with_python_callables():
         assert r["pct_of_peak"] is None  # CPU peaks are unknown
 
 
+def test_ab_without_outputs_claims_no_agreement():
+    # fastpath.ab compares no outputs: its agreement said passed=True (the
+    # library's placeholder) with max_abs_err 0, as if outputs had matched.
+    with fastpath.Context("cpu") as ctx:
+        r = fastpath.ab(ctx, lambda s: None, lambda s: None, max_time_s=0.05)
+    assert r["compared"] is False
+    assert r["agreement"] == {k: None for k in ("passed", "max_abs_err", "max_rel_err", "atol",
+                                                "rtol", "count", "mismatches")}
+
+
 def test_callable_exception_becomes_status():
     def boom(stream):
         raise RuntimeError("x")

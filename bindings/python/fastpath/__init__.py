@@ -149,14 +149,19 @@ class Context(_lib.Closeable):
             self._h = ctypes.c_void_p()
 
 
+_AGREEMENT_FIELDS = ("passed", "max_abs_err", "max_rel_err", "atol", "rtol", "count", "mismatches")
+
+
 def _ab_report_dict(rep):
     a = rep.agreement
+    # Without compared outputs the agreement is a placeholder (passed = 1):
+    # no verdict either way, every field None.
+    agreement = {f: getattr(a, f) if rep.compared else None for f in _AGREEMENT_FIELDS}
+    if rep.compared:
+        agreement["passed"] = bool(a.passed)
     return {"baseline": _stats_dict(rep.baseline), "optimized": _stats_dict(rep.optimized),
             "speedup": rep.speedup, "verdict": Verdict(rep.verdict).name,
-            "compared": bool(rep.compared),
-            "agreement": {"passed": bool(a.passed), "max_abs_err": a.max_abs_err,
-                          "max_rel_err": a.max_rel_err, "atol": a.atol, "rtol": a.rtol,
-                          "count": a.count, "mismatches": a.mismatches},
+            "compared": bool(rep.compared), "agreement": agreement,
             "achieved_gbps": rep.achieved_gbps, "achieved_tflops": rep.achieved_tflops,
             "pct_of_peak": rep.pct_of_peak if rep.pct_of_peak >= 0 else None,
             "bound": rep.bound.decode() if rep.bound else "unknown"}

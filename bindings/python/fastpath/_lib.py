@@ -1,7 +1,10 @@
 """Loads libfastpath.so and declares the C signatures used by the bindings.
 
-Search order: $FASTPATH_LIB, the build tree next to this checkout
-(build/libfastpath.so), then the system loader (ldconfig / LD_LIBRARY_PATH).
+Search order: $FASTPATH_LIB (an explicit choice overrides everything), the
+library bundled in this package (fastpath/libfastpath.so, put there by
+`pip install .`), the build tree of the checkout this file sits in
+(build/ or build-gpu/libfastpath.so), then the system loader (ldconfig /
+LD_LIBRARY_PATH).
 """
 import ctypes
 import ctypes.util
@@ -16,11 +19,15 @@ def _candidates():
     env = os.environ.get("FASTPATH_LIB")
     if env:
         yield env
+    bundled = _here / "libfastpath.so"
+    if bundled.exists():
+        yield str(bundled)
     root = _here.parent.parent.parent
-    for build in ("build", "build-gpu"):
-        p = root / build / "libfastpath.so"
-        if p.exists():
-            yield str(p)
+    if (root / "CMakeLists.txt").exists():  # a checkout's bindings/python/fastpath
+        for build in ("build", "build-gpu"):
+            p = root / build / "libfastpath.so"
+            if p.exists():
+                yield str(p)
     found = ctypes.util.find_library("fastpath")
     if found:
         yield found
@@ -33,7 +40,8 @@ def load():
             return ctypes.CDLL(path)
         except OSError as e:  # keep looking, report all at the end
             errors.append(f"{path}: {e}")
-    raise OSError("libfastpath.so not found: set FASTPATH_LIB to its path"
+    raise OSError("libfastpath.so not found: set FASTPATH_LIB to its path, or install the "
+                  "package with `pip install .` from the repository root (which bundles it)"
                   + ("; tried " + "; ".join(errors) if errors else ""))
 
 
