@@ -12,11 +12,6 @@
 #define ALLOC_UPSTREAM_SIZE_FIRST sizeof(fp_alloc_upstream)
 #define ALLOC_EVENT_OPS_SIZE_FIRST sizeof(fp_alloc_event_ops)
 
-/* Copies a caller's table of user_size bytes (checked against [first,
- * full_size]) into `full`, the rest zero. */
-fp_status fp_alloc_table_read(void *full, size_t full_size, const void *user, size_t user_size,
-                              size_t first, const char *what);
-
 /* Walks every segment, free tree and the pointer map and checks the
  * invariants: blocks tile each segment exactly, no two free neighbours, free
  * trees ordered by (stream, size, address) and heap-ordered, every free block

@@ -490,14 +490,6 @@ static inline size_t round_size(const fp_alloc_config *cfg, size_t n) {
 /*  Create / destroy                                                        */
 /* ======================================================================== */
 
-fp_status fp_alloc_table_read(void *full, size_t full_size, const void *user, size_t user_size,
-                              size_t first, const char *what) {
-    FP_TRY(fp_struct_size_check(user_size, first, full_size, what));
-    memset(full, 0, full_size); /* the callbacks an older table lacks are absent */
-    memcpy(full, user, user_size);
-    return FP_OK;
-}
-
 fp_status fp_alloc_create_sized(const fp_alloc_upstream *user_upstream, size_t upstream_size,
                                 const fp_alloc_event_ops *user_events, size_t events_size,
                                 const fp_alloc_config *cfg, fp_allocator **out) {
@@ -505,11 +497,11 @@ fp_status fp_alloc_create_sized(const fp_alloc_upstream *user_upstream, size_t u
     FP_CHECK_NOT_NULL(out);
     fp_alloc_upstream up_full;
     fp_alloc_event_ops ev_full;
-    FP_TRY(fp_alloc_table_read(&up_full, sizeof up_full, user_upstream, upstream_size, ALLOC_UPSTREAM_SIZE_FIRST,
-                               "fp_alloc_upstream (upstream_size)"));
+    FP_TRY(fp_table_read(&up_full, user_upstream, upstream_size, ALLOC_UPSTREAM_SIZE_FIRST, sizeof up_full,
+                         "fp_alloc_upstream (upstream_size)"));
     if (user_events)
-        FP_TRY(fp_alloc_table_read(&ev_full, sizeof ev_full, user_events, events_size, ALLOC_EVENT_OPS_SIZE_FIRST,
-                                   "fp_alloc_event_ops (events_size)"));
+        FP_TRY(fp_table_read(&ev_full, user_events, events_size, ALLOC_EVENT_OPS_SIZE_FIRST, sizeof ev_full,
+                             "fp_alloc_event_ops (events_size)"));
     const fp_alloc_upstream *upstream = &up_full;
     const fp_alloc_event_ops *events = user_events ? &ev_full : NULL;
     FP_CHECK_ARG(upstream->alloc && upstream->free, "upstream->alloc and upstream->free are required");

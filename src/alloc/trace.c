@@ -514,8 +514,8 @@ fp_status fp_alloc_trace_replay_direct_sized(const fp_alloc_upstream *user_up, s
                                              const fp_alloc_trace *t, int time_ops, fp_alloc_replay_result *out) {
     FP_CHECK_ARG(user_up != NULL, "argument 'up' is NULL");
     fp_alloc_upstream up_full;
-    FP_TRY(fp_alloc_table_read(&up_full, sizeof up_full, user_up, upstream_size, ALLOC_UPSTREAM_SIZE_FIRST,
-                               "fp_alloc_upstream (upstream_size)"));
+    FP_TRY(fp_table_read(&up_full, user_up, upstream_size, ALLOC_UPSTREAM_SIZE_FIRST, sizeof up_full,
+                         "fp_alloc_upstream (upstream_size)"));
     const fp_alloc_upstream *up = &up_full;
     FP_CHECK_NOT_NULL(t);
     FP_CHECK_NOT_NULL(out);

@@ -50,6 +50,11 @@ fp_status fp_struct_read(void *full, const void *user, size_t first, size_t cur,
 /* An output struct: the first struct_size (the caller's) bytes of `full`
  * are copied to `user`, whose struct_size stays. */
 fp_status fp_struct_write(void *user, const void *full, size_t first, size_t cur, const char *what);
+/* A table or array element (no struct_size field; the caller passes its
+ * size): the caller's user_size bytes, checked as above, to `full` (cur
+ * bytes), the rest zero (the callbacks an older table lacks are absent). */
+fp_status fp_table_read(void *full, const void *user, size_t user_size, size_t first, size_t cur,
+                        const char *what);
 /* An initializer: the first `size` bytes of `defaults` to p, struct_size = size. */
 fp_status fp_struct_init(void *p, size_t size, const void *defaults, size_t first, size_t cur,
                          const char *what);

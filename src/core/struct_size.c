@@ -57,6 +57,15 @@ fp_status fp_struct_write(void *user, const void *full, size_t first, size_t cur
     return FP_OK;
 }
 
+fp_status fp_table_read(void *full, const void *user, size_t user_size, size_t first, size_t cur,
+                        const char *what) {
+    if (!user) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "%s is NULL", what);
+    FP_TRY(fp_struct_size_check(user_size, first, cur, what));
+    memset(full, 0, cur);
+    memcpy(full, user, user_size);
+    return FP_OK;
+}
+
 fp_status fp_struct_init(void *p, size_t size, const void *defaults, size_t first, size_t cur,
                          const char *what) {
     if (!p) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "%s is NULL", what);
