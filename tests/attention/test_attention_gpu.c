@@ -533,6 +533,73 @@ static void test_ragged_nan_tail_gpu(void) {
     dev_free(&D);
 }
 
+/* Non-finite scores from the data, on every kernel version: in each
+ * sequence keys 0..69 get K[., 0] = +inf (scores +inf or -inf by the sign of
+ * Q[., 0]: some rows NaN, others drop a leading run of -inf keys) and key 100
+ * of even sequences K[., 0] = NaN. torch's rule (the reference's): a NaN or
+ * +inf score makes its row NaN, O and lse; -inf scores are dropped. Outputs
+ * start as a finite pattern, so a row left unwritten cannot pass for NaN.
+ * The emulation runs this for v1 / v2 only; v3..v5 exist on sm_90a alone. */
+static void test_nonfinite_scores_gpu(void) {
+    static const attn_case cases[] = {
+        /* name            b  sq   sk   hq hkv d    dtype    causal wl  wr scale lse rag str */
+        {"nonfinite_bf16", 2, 200, 300, 4, 2, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"nonfinite_f16_c", 2, 150, 260, 2, 2, 64, FP_F16, 1, -1, -1, 0, 1, 0, 0},
+        {"nonfinite_dec",  4, 1,  2000, 8, 2, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+    };
+    const int impls[] = {0, 2, 4, -1, -3, IMPL_V3 + 1, IMPL_V3 + 3, IMPL_V4 + 1, IMPL_V5 + 1, IMPL_V5 + 3};
+    attn_poison_byte = 0x3C; /* bf16 0.0115, f16 1.06, f32 0.0115: finite */
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
+        const attn_case *c = &cases[ci];
+        dev_case D;
+        if (!dev_make(c, &D, 9 + ci)) {
+            CHECK_MSG(0, "%s: allocation", c->name);
+            dev_free(&D);
+            continue;
+        }
+        attn_host *H = &D.H;
+        for (int b = 0; b < c->batch; ++b)
+            for (int h = 0; h < c->hkv; ++h) {
+                for (int j = 0; j < 70 && j < c->sk; ++j)
+                    attn_store(H->k, (((size_t)b * c->sk + j) * c->hkv + h) * c->d, c->dtype, INFINITY);
+                if (c->sk > 100 && b % 2 == 0)
+                    attn_store(H->k, (((size_t)b * c->sk + 100) * c->hkv + h) * c->d, c->dtype, NAN);
+            }
+        CHECK_OK(fp_mem_upload(g_ctx, D.d_qkv, H->qkv, H->qkv_bytes, NULL));
+        CHECK_OK(fp_context_synchronize(g_ctx, NULL));
+        double *o_ref = NULL, *lse_ref = NULL;
+        CHECK(attn_reference(NULL, H, &o_ref, &lse_ref));
+        size_t n_lse = (size_t)c->batch * c->hq * c->sq, nan_rows = 0, finite_rows = 0;
+        for (size_t i = 0; i < n_lse; ++i) {
+            nan_rows += isnan(lse_ref[i]);
+            finite_rows += isfinite(lse_ref[i]) != 0;
+        }
+        CHECK_MSG(nan_rows && finite_rows, "%s: the poisoned keys give %zu NaN rows and %zu finite ones", c->name,
+                  nan_rows, finite_rows);
+        /* finite rows: a few output ulps over |V| <= 1 sums (no baseline to
+         * scale by: the materialized one is not under test here) */
+        const double atol = 8.0 * attn_eps(c->dtype) + 1e-6;
+        for (size_t t = 0; t < sizeof impls / sizeof impls[0]; ++t) {
+            fp_status st = dev_run(&D, impls[t]);
+            if (v3_unsupported(st, impls[t])) continue;
+            CHECK_MSG(st == FP_OK, "%s/impl %d: %s (%s)", c->name, impls[t], fp_status_string(st), fp_last_error());
+            if (st != FP_OK) continue;
+            attn_err E = attn_compare(H, D.h_o, D.h_lse, o_ref, lse_ref, atol, 0);
+            char ran[384];
+            CHECK_MSG(E.bad == 0 && E.lse_bad == 0,
+                      "%s/impl %d (%s): %zu bad (first at %zu: got %.6g ref %.6g), max err %.3g, lse bad %zu",
+                      c->name, impls[t], ran_kernel(c, impls[t], ran, sizeof ran), E.bad, E.first_bad,
+                      E.first_got, E.first_ref, E.max_abs, E.lse_bad);
+            printf("%-20s impl %d: %zu NaN rows of %zu, finite max err %.3g ran %s\n", c->name, impls[t], nan_rows,
+                   n_lse, E.max_abs, ran_kernel(c, impls[t], ran, sizeof ran));
+        }
+        free(o_ref);
+        free(lse_ref);
+        dev_free(&D);
+    }
+    attn_poison_byte = 0xFF;
+}
+
 static void test_validate_gpu(void) {
     attn_case c = {"validate", 4, 1024, 1024, 16, 16, 128, FP_BF16, 1, -1, -1, 0, 0, 0, 0};
     if (g_quick) {
@@ -728,6 +795,7 @@ int main(void) {
     test_varlen_gpu(FP_BF16, 64, 1);
     test_huge_window_gpu();
     test_ragged_nan_tail_gpu();
+    test_nonfinite_scores_gpu();
     if (!g_quick) {
         test_varlen_gpu(FP_F16, 128, 0);
         test_varlen_gpu(FP_F32, 64, 1);

@@ -249,7 +249,7 @@ needs_torch_cuda = pytest.mark.skipif(not HAVE_TORCH or fastpath.device_count() 
 
 
 @needs_torch_cuda
-def test_torch_tensors_on_fastpath():
+def test_torch_tensors_on_fastpath_cuda():
     if not _torch_cuda():
         pytest.skip("torch without CUDA")
     r = _run_py("""
@@ -273,6 +273,18 @@ def test_torch_tensors_on_fastpath():
         assert fta.stats(0)["upstream_allocs"] <= n0 + 1       # cache hits after the first
         z0 = torch.empty(0, device="cuda")
         assert z0.numel() == 0
+        # out of memory: fp_torch_malloc_or_throw's exception is a RuntimeError
+        # at the allocating call (not a tensor with a NULL data pointer), and
+        # the allocator stays usable
+        try:
+            torch.empty(1 << 47, dtype=torch.uint8, device="cuda")  # 128 TiB
+        except RuntimeError as e:
+            assert "fp_torch_malloc" in str(e), str(e)
+            print("oom:", str(e)[:300])
+        else:
+            raise AssertionError("a 128 TiB tensor was allocated")
+        w = torch.ones(1000, device="cuda")
+        assert w.sum().item() == 1000.0
         fta.empty_cache()
         print("ok")
     """)

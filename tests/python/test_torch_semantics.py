@@ -22,6 +22,18 @@ def assert_fast():
     assert fpt.last_path == "fastpath", fpt.last_fallback_reason
 
 
+def _cuda_ok():
+    try:
+        return torch.cuda.is_available() and fastpath.device_count() > 0
+    except Exception:  # noqa: BLE001 - a broken CUDA setup is "no CUDA" here
+        return False
+
+
+# "cuda" cases (gpu-check.sh runs `pytest -k cuda`) put the same data through
+# the CUDA kernels: the Hopper versions have no CPU emulation of this.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not _cuda_ok(), reason="needs a CUDA device"))]
+
+
 # ---------------------------------------------------------------------------
 # attention: NaN / inf scores propagate as in torch
 # ---------------------------------------------------------------------------
@@ -44,16 +56,35 @@ def assert_same_nonfinite(got, ref):
 
 
 @needs_attn
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_sdpa_nan_and_inf_scores_propagate(dtype):
+def test_sdpa_nan_and_inf_scores_propagate(dtype, device):
     q, k, v = poisoned_qkv(dtype)
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
     # both kinds of rows occur: NaN ones (+inf and NaN scores) and finite ones
     assert torch.isnan(ref).any() and not torch.isnan(ref).all()
     fpt.reset_stats()
-    got = fpt.scaled_dot_product_attention(q, k, v)
+    got = fpt.scaled_dot_product_attention(q.to(device), k.to(device), v.to(device))
     assert_fast()
-    assert_same_nonfinite(got, ref)
+    assert_same_nonfinite(got.cpu(), ref)
+
+
+@needs_attn
+@pytest.mark.skipif(not _cuda_ok(), reason="needs a CUDA device")
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_nan_and_inf_scores_propagate_cuda_prefill(causal):
+    """A prefill shape the Hopper default (v5 / v3) takes: 256 query rows per
+    head, bf16, head_dim 128; keys 0..69 +inf in channel 0, key 300 NaN in head 1."""
+    q, k, v = gen(2, 4, 256, 128, seed=7), gen(2, 4, 400, 128, seed=8), gen(2, 4, 400, 128, seed=9)
+    k[:, :, :70, 0] = float("inf")
+    k[0, 1, 300, 5] = float("nan")
+    q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    assert torch.isnan(ref).any() and not torch.isnan(ref).all()
+    fpt.reset_stats()
+    got = fpt.scaled_dot_product_attention(q.cuda(), k.cuda(), v.cuda(), is_causal=causal)
+    assert_fast()
+    assert_same_nonfinite(got.cpu(), ref)
 
 
 @needs_attn
@@ -69,13 +100,15 @@ def test_sdpa_all_scores_minus_inf_is_a_zero_row():
 
 
 @needs_attn
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_kvcache_nan_and_inf_scores_propagate(dtype):
+def test_kvcache_nan_and_inf_scores_propagate(dtype, device):
     q, k, v = poisoned_qkv(dtype)
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
     ref_lse = torch.logsumexp((q.float() @ k.float().transpose(-1, -2)) / 8.0, dim=-1)  # [1, 4, 8]
-    out, lse = fpt.attention_with_kvcache(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                          return_lse=True)
+    out, lse = fpt.attention_with_kvcache(q.transpose(1, 2).to(device), k.transpose(1, 2).to(device),
+                                          v.transpose(1, 2).to(device), return_lse=True)
+    out, lse = out.cpu(), lse.cpu()
     assert_same_nonfinite(out.transpose(1, 2), ref)
     # lse NaN exactly on the NaN rows (a +inf score gives NaN, not -inf)
     assert torch.equal(torch.isnan(lse), torch.isnan(ref[..., 0]))
