@@ -73,9 +73,11 @@ def test_sdpa_nan_and_inf_scores_propagate(dtype, device):
 @pytest.mark.skipif(not _cuda_ok(), reason="needs a CUDA device")
 @pytest.mark.parametrize("causal", [False, True])
 def test_sdpa_nan_and_inf_scores_propagate_cuda_prefill(causal):
-    """A prefill shape the Hopper default (v5 / v3) takes: 256 query rows per
-    head, bf16, head_dim 128; keys 0..69 +inf in channel 0, key 300 NaN in head 1."""
-    q, k, v = gen(2, 4, 256, 128, seed=7), gen(2, 4, 400, 128, seed=8), gen(2, 4, 400, 128, seed=9)
+    """A prefill shape the Hopper default (v5 / v3) takes: 320 query rows per
+    head, bf16, head_dim 128; keys 0..69 +inf in channel 0, key 300 NaN in head
+    1. seqlen_q == seqlen_k: torch's is_causal with fewer queries than keys is
+    the top-left mask, which the drop-in leaves to torch."""
+    q, k, v = gen(2, 4, 320, 128, seed=7), gen(2, 4, 320, 128, seed=8), gen(2, 4, 320, 128, seed=9)
     k[:, :, :70, 0] = float("inf")
     k[0, 1, 300, 5] = float("nan")
     q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
