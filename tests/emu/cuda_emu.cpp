@@ -946,11 +946,13 @@ const char *cudaGetErrorString(cudaError_t e) {
 const char *cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
 
 cudaError_t cudaGetDevice(int *dev) {
+    fp_emu_count_call(FP_EMU_CALL_GET_DEVICE);
     *dev = 0;
     return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev) {
+    fp_emu_count_call(FP_EMU_CALL_QUERY);
     if (dev != 0) return g_sticky = cudaErrorInvalidDevice;
     switch (attr) {
     case cudaDevAttrMultiProcessorCount: *value = g_device.sm_count; break;
@@ -976,6 +978,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev) {
 }
 
 cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value) {
+    fp_emu_count_call(FP_EMU_CALL_QUERY);
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
         if (value < 0 || value > g_device.smem_per_block_optin) return g_sticky = cudaErrorInvalidValue;
         std::lock_guard<std::mutex> lk(fp_emu::g_state_mu);
@@ -985,6 +988,7 @@ cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int v
 }
 
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, const void *func) {
+    fp_emu_count_call(FP_EMU_CALL_QUERY);
     memset(a, 0, sizeof *a);
     std::lock_guard<std::mutex> lk(fp_emu::g_state_mu);
     auto it = fp_emu::g_max_dyn_smem.find(func);
@@ -996,8 +1000,7 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, const void *func) {
 }
 
 // Occupancy: threads, shared memory and an assumed 64 registers a thread.
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const void *, int threads, size_t smem,
-                                                                   unsigned) {
+static cudaError_t occupancy_uncounted(int *n, int threads, size_t smem) {
     if (threads <= 0) return g_sticky = cudaErrorInvalidValue;
     int by_threads = g_device.max_threads_per_sm / threads;
     int by_regs = g_device.regs_per_sm / (threads * 64);
@@ -1008,8 +1011,14 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const
     *n = r;
     return cudaSuccess;
 }
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *f, int threads, size_t smem) {
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, f, threads, smem, 0);
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const void *, int threads, size_t smem,
+                                                                   unsigned) {
+    fp_emu_count_call(FP_EMU_CALL_QUERY);
+    return occupancy_uncounted(n, threads, smem);
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *, int threads, size_t smem) {
+    fp_emu_count_call(FP_EMU_CALL_QUERY);
+    return occupancy_uncounted(n, threads, smem);
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
@@ -1024,6 +1033,7 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cu
 // (register_driver_symbol), else "symbol not found".
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int, unsigned long long,
                                              cudaDriverEntryPointQueryResult *status) {
+    fp_emu_count_call(FP_EMU_CALL_QUERY);
     *fn = fp_emu::driver_symbol(symbol);
     if (status) *status = *fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     return cudaSuccess;

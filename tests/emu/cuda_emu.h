@@ -43,6 +43,8 @@
 #include <utility>
 #include <vector>
 
+#include "emu_runtime_counts.h"
+
 namespace fp_emu {
 
 constexpr int kSlotBytes = 64;  // bytes one lane may hand to a warp collective

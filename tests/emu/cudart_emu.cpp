@@ -239,6 +239,18 @@ using namespace fp_emu;
 
 extern "C" {
 
+// Per-kind call counters (emu_runtime_counts.h): each counted entry point
+// counts itself once, and the ones that share an implementation call the
+// uncounted helper, so a call is never counted twice.
+static std::atomic<long long> g_call_counts[FP_EMU_CALL_KINDS];
+void fp_emu_count_call(fp_emu_call_kind kind) { g_call_counts[kind].fetch_add(1, std::memory_order_relaxed); }
+void fp_emu_runtime_counts_get(fp_emu_runtime_counts *out) {
+    for (int k = 0; k < FP_EMU_CALL_KINDS; ++k) out->n[k] = g_call_counts[k].load(std::memory_order_relaxed);
+}
+void fp_emu_runtime_counts_reset(void) {
+    for (auto &c : g_call_counts) c.store(0, std::memory_order_relaxed);
+}
+
 cudaError_t cudaRuntimeGetVersion(int *v) {
     *v = CUDART_VERSION;
     return cudaSuccess;
@@ -252,12 +264,14 @@ cudaError_t cudaGetDeviceCount(int *n) {
     return *n > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
 cudaError_t cudaSetDevice(int d) {
+    fp_emu_count_call(FP_EMU_CALL_SET_DEVICE);
     if (d < 0 || d >= device_count()) return cudaErrorInvalidDevice;
     g_device_current = d;
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    fp_emu_count_call(FP_EMU_CALL_QUERY);
     if (d < 0 || d >= device_count()) return cudaErrorInvalidDevice;
     memset(p, 0, sizeof *p);
     const DeviceProfile &dp = device();
@@ -287,17 +301,26 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMalloc(void **p, size_t n) {
+static cudaError_t malloc_uncounted(void **p, size_t n) {
     *p = alloc_device(n);
     return *p ? cudaSuccess : record_error(cudaErrorMemoryAllocation);
 }
+cudaError_t cudaMalloc(void **p, size_t n) {
+    fp_emu_count_call(FP_EMU_CALL_ALLOC);
+    return malloc_uncounted(p, n);
+}
 // cudaFree waits for the device (as the real one does, implicitly).
 cudaError_t cudaFree(void *p) {
+    fp_emu_count_call(FP_EMU_CALL_ALLOC);
     if (async_streams()) sync_device();
     return free_device(p);
 }
-cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) {
+    fp_emu_count_call(FP_EMU_CALL_ALLOC);
+    return malloc_uncounted(p, n);
+}
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
+    fp_emu_count_call(FP_EMU_CALL_ALLOC);
     if (!async_streams() && !as_stream(s)->capturing) return free_device(p);
     {
         std::lock_guard<std::mutex> lk(g_mu);
@@ -312,33 +335,40 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
+    fp_emu_count_call(FP_EMU_CALL_SYNC);
     submit(nullptr, [=] { memmove(d, s, n); });
     if (async_streams()) drain(legacy());
     return device_error();
 }
 cudaError_t cudaMemset(void *p, int v, size_t n) {
+    fp_emu_count_call(FP_EMU_CALL_SYNC);
     submit(nullptr, [=] { memset(p, v, n); });
     if (async_streams()) drain(legacy());
     return device_error();
 }
 cudaError_t cudaDeviceSynchronize(void) {
+    fp_emu_count_call(FP_EMU_CALL_SYNC);
     if (async_streams()) sync_device();
     return device_error();
 }
-cudaError_t cudaMallocFromPoolAsync(void **p, size_t n, cudaMemPool_t, cudaStream_t s) {
-    return cudaMallocAsync(p, n, s);
+cudaError_t cudaMallocFromPoolAsync(void **p, size_t n, cudaMemPool_t, cudaStream_t) {
+    fp_emu_count_call(FP_EMU_CALL_ALLOC);
+    return malloc_uncounted(p, n);
 }
 cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const cudaMemPoolProps *) {
+    fp_emu_count_call(FP_EMU_CALL_ALLOC);
     *pool = reinterpret_cast<cudaMemPool_t>(new char[1]);
     return cudaSuccess;
 }
 cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+    fp_emu_count_call(FP_EMU_CALL_ALLOC);
     delete[] reinterpret_cast<char *>(pool);
     return cudaSuccess;
 }
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void *) { return cudaSuccess; }
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t, size_t) { return cudaSuccess; }
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+    fp_emu_count_call(FP_EMU_CALL_QUERY);
     std::lock_guard<std::mutex> lk(g_mu);
     *total = kTotalMem;
     *free_b = kTotalMem - g_allocated;
@@ -353,15 +383,23 @@ static std::map<const char *, size_t>::iterator host_range(const void *p) {
     --it;
     return c < it->first + it->second ? it : g_host.end();
 }
-cudaError_t cudaMallocHost(void **p, size_t n) {
+static cudaError_t malloc_host_uncounted(void **p, size_t n) {
     *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
     if (!*p) return record_error(cudaErrorMemoryAllocation);
     std::lock_guard<std::mutex> lk(g_mu);
     g_host[static_cast<const char *>(*p)] = n ? n : 1;
     return cudaSuccess;
 }
-cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return cudaMallocHost(p, n); }
+cudaError_t cudaMallocHost(void **p, size_t n) {
+    fp_emu_count_call(FP_EMU_CALL_ALLOC);
+    return malloc_host_uncounted(p, n);
+}
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) {
+    fp_emu_count_call(FP_EMU_CALL_ALLOC);
+    return malloc_host_uncounted(p, n);
+}
 cudaError_t cudaFreeHost(void *p) {
+    fp_emu_count_call(FP_EMU_CALL_ALLOC);
     if (!p) return cudaSuccess;
     {
         std::lock_guard<std::mutex> lk(g_mu);
@@ -373,6 +411,7 @@ cudaError_t cudaFreeHost(void *p) {
     return cudaSuccess;
 }
 cudaError_t cudaHostRegister(void *p, size_t n, unsigned) {
+    fp_emu_count_call(FP_EMU_CALL_ALLOC);
     if (!p || n == 0) return record_error(cudaErrorInvalidValue);
     std::lock_guard<std::mutex> lk(g_mu);
     const char *c = static_cast<const char *>(p);
@@ -383,6 +422,7 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned) {
     return cudaSuccess;
 }
 cudaError_t cudaHostUnregister(void *p) {
+    fp_emu_count_call(FP_EMU_CALL_ALLOC);
     std::lock_guard<std::mutex> lk(g_mu);
     auto it = g_host.find(static_cast<const char *>(p));
     if (it == g_host.end()) return record_error(cudaErrorHostMemoryNotRegistered);
@@ -391,6 +431,7 @@ cudaError_t cudaHostUnregister(void *p) {
 }
 
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
+    fp_emu_count_call(FP_EMU_CALL_QUERY);
     memset(a, 0, sizeof *a);
     std::lock_guard<std::mutex> lk(g_mu);
     // The allocation containing p (small maps in tests: a linear scan).
@@ -450,6 +491,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    fp_emu_count_call(FP_EMU_CALL_SYNC);
     Stream *st = as_stream(s);
     if (st->capturing) return record_error(cudaErrorStreamCaptureUnsupported);
     if (async_streams()) drain(st);
@@ -551,6 +593,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    fp_emu_count_call(FP_EMU_CALL_SYNC);
     Event *ev = reinterpret_cast<Event *>(e);
     if (ev->stream) wait_for(ev->stream, ev->seq);
     return device_error();

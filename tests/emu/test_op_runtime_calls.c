@@ -1,0 +1,429 @@
+/* Every library op on a CUDA context is capturable into a CUDA graph and
+ * cheap to call (issue 15), checked on the emulated runtime (tests/emu),
+ * which counts its calls (emu_runtime_counts.h):
+ *   1. calls: after one warm-up call, a second call of the same op and shape
+ *      makes no allocation, no synchronization, no device / function
+ *      attribute query and no cudaSetDevice (cudaGetDevice, a host-only
+ *      read of thread state, is printed but allowed);
+ *   2. capture: the op captured on the context's stream
+ *      (cudaStreamBeginCapture .. cudaGraphInstantiate), its graph replayed
+ *      twice with new data written into the same input buffers in between,
+ *      each replay's outputs bit-equal to an eager call's on the same data
+ *      (same kernels, same order).
+ * Ops: norm forward v0..v3 and backward v0..v3 (incl. the v3 shapes above
+ * 48 KiB of shared memory), attention prefill v1..v5, split-KV decode with
+ * forced splits (v1, v3, v5), paged decode (automatic and forced splits),
+ * varlen, and the materialized baseline (dense, paged).
+ * Run: ctest -R test_op_runtime_calls_emu (label emu). */
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "attention/attention_internal.h"
+#include "emu_runtime_counts.h"
+#include "fp_test.h"
+#include "norm/norm_launch.h"
+
+static fp_context *g_ctx;
+
+/* A device buffer an op reads (refilled between replays unless fixed) or
+ * writes (compared). */
+typedef struct buf {
+    void *d;
+    size_t bytes;
+    fp_dtype dtype; /* fill as values of this dtype; FP_F32 for f32 stats */
+    int fixed;      /* int32 tables / offsets: never refilled */
+} buf;
+
+#define MAX_BUFS 12
+typedef struct op {
+    char name[96];
+    fp_status (*run)(struct op *o, fp_stream s);
+    buf in[MAX_BUFS], out[MAX_BUFS];
+    int nin, nout;
+    /* what run() needs */
+    fp_norm_params nf;
+    fp_norm_backward_params nb;
+    fp_attention_params ap;
+    int version, splits, attn_kernel;
+} op;
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    if (fp_mem_alloc(g_ctx, bytes, &p) != FP_OK) {
+        fprintf(stderr, "fp_mem_alloc(%zu): %s\n", bytes, fp_last_error());
+        exit(1);
+    }
+    return p;
+}
+
+static void *add_in(op *o, size_t n, fp_dtype dt) {
+    buf *b = &o->in[o->nin++];
+    b->bytes = n * fp_dtype_size(dt);
+    b->dtype = dt;
+    b->d = dev_alloc(b->bytes);
+    return b->d;
+}
+static void *add_out(op *o, size_t n, fp_dtype dt) {
+    buf *b = &o->out[o->nout++];
+    b->bytes = n * fp_dtype_size(dt);
+    b->dtype = dt;
+    b->d = dev_alloc(b->bytes);
+    return b->d;
+}
+static int32_t *add_table(op *o, const int32_t *h, size_t n) {
+    buf *b = &o->in[o->nin++];
+    b->bytes = n * sizeof(int32_t);
+    b->fixed = 1;
+    b->d = dev_alloc(b->bytes);
+    CHECK_OK(fp_mem_upload(g_ctx, b->d, h, b->bytes, NULL));
+    return b->d;
+}
+
+/* Values in [lo, hi) as dtype dt (16-bit: f32 rounded by truncation; the
+ * test needs varied, finite data, not exact values). */
+static void fill_bytes(void *h, size_t bytes, fp_dtype dt, uint64_t seed, float lo, float hi) {
+    const size_t n = bytes / fp_dtype_size(dt);
+    float *f = malloc(n * sizeof(float));
+    fp_test_fill(f, n, seed, lo, hi);
+    if (dt == FP_F32) {
+        memcpy(h, f, bytes);
+    } else {
+        uint16_t *u = h;
+        for (size_t i = 0; i < n; ++i) {
+            if (dt == FP_BF16) {
+                uint32_t w;
+                memcpy(&w, &f[i], 4);
+                u[i] = (uint16_t)(w >> 16);
+            } else { /* f16: |x| < 2, no denormals needed: build from the f32 fields */
+                uint32_t w;
+                memcpy(&w, &f[i], 4);
+                const uint32_t sign = (w >> 16) & 0x8000u;
+                const int e = (int)((w >> 23) & 0xff) - 127 + 15;
+                u[i] = (uint16_t)(e <= 0 ? sign : sign | (uint32_t)e << 10 | ((w >> 13) & 0x3ffu));
+            }
+        }
+    }
+    free(f);
+}
+
+static void refill_inputs(op *o, uint64_t seed) {
+    for (int i = 0; i < o->nin; ++i) {
+        buf *b = &o->in[i];
+        if (b->fixed) continue;
+        void *h = malloc(b->bytes);
+        /* rstd must stay positive and moderate: f32 inputs of the norm
+         * backward are mean / rstd, [0.5, 1.5) fits both */
+        const int stats = b->dtype == FP_F32 && o->run != NULL && o->nb.rows > 0;
+        fill_bytes(h, b->bytes, b->dtype, seed * 131 + (uint64_t)i, stats ? 0.5f : -1.0f, stats ? 1.5f : 1.0f);
+        CHECK_OK(fp_mem_upload(g_ctx, b->d, h, b->bytes, NULL));
+        free(h);
+    }
+    CHECK_OK(fp_context_synchronize(g_ctx, NULL));
+}
+
+static void poison_outputs(op *o) {
+    for (int i = 0; i < o->nout; ++i) CHECK_OK(fp_mem_fill(g_ctx, o->out[i].d, 0x7f, o->out[i].bytes, NULL));
+}
+
+/* Host copies of the outputs (one allocation, freed by the caller). */
+static unsigned char *download_outputs(op *o) {
+    size_t total = 0;
+    for (int i = 0; i < o->nout; ++i) total += o->out[i].bytes;
+    unsigned char *h = malloc(total);
+    size_t off = 0;
+    for (int i = 0; i < o->nout; ++i) {
+        CHECK_OK(fp_mem_download(g_ctx, h + off, o->out[i].d, o->out[i].bytes, NULL));
+        off += o->out[i].bytes;
+    }
+    CHECK_OK(fp_context_synchronize(g_ctx, NULL));
+    return h;
+}
+
+/* ---- the ops ---- */
+
+static fp_status run_norm_fwd(op *o, fp_stream s) { return fp_norm_forward_version(g_ctx, s, &o->nf, o->version); }
+static fp_status run_norm_bwd(op *o, fp_stream s) { return fp_norm_backward_version(g_ctx, s, &o->nb, o->version); }
+static fp_status run_attn(op *o, fp_stream s) {
+    FP_TRY(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, o->attn_kernel));
+    return fp_attention_forward(g_ctx, s, &o->ap);
+}
+static fp_status run_attn_baseline(op *o, fp_stream s) { return fp_attention_forward_baseline(g_ctx, s, &o->ap); }
+/* A flash version with a forced split count (the internal entry tests use). */
+static fp_status run_attn_splits(op *o, fp_stream s) {
+    fp_attn_args a;
+    FP_TRY(fp_attn_check(&o->ap, 1, &a));
+    a.scratch_pool = g_ctx->scratch_pool;
+    return fp_attn_cuda_flash_version(&a, o->version, o->splits,
+                                      s ? (cudaStream_t)s : (cudaStream_t)fp_context_stream(g_ctx));
+}
+
+static void norm_fwd_op(op *o, int version, fp_norm_kind kind, fp_dtype dt, int64_t rows, int64_t cols) {
+    snprintf(o->name, sizeof o->name, "norm fwd v%d %s %s %lldx%lld", version, kind == FP_NORM_LAYERNORM ? "ln" : "rms",
+             fp_dtype_name(dt), (long long)rows, (long long)cols);
+    o->run = run_norm_fwd;
+    o->version = version;
+    fp_norm_params_default(&o->nf);
+    fp_norm_params *p = &o->nf;
+    p->kind = kind;
+    p->rows = rows;
+    p->cols = cols;
+    p->x_dtype = p->residual_dtype = p->out_dtype = p->param_dtype = dt;
+    const size_t n = (size_t)(rows * cols);
+    p->x = add_in(o, n, dt);
+    p->residual = add_in(o, n, dt);
+    p->gamma = add_in(o, (size_t)cols, dt);
+    p->beta = kind == FP_NORM_LAYERNORM ? add_in(o, (size_t)cols, dt) : NULL;
+    p->out = add_out(o, n, dt);
+    p->residual_out = add_out(o, n, dt);
+    p->rstd = add_out(o, (size_t)rows, FP_F32);
+    if (kind == FP_NORM_LAYERNORM) p->mean = add_out(o, (size_t)rows, FP_F32);
+}
+
+static void norm_bwd_op(op *o, int version, fp_dtype dt, int64_t rows, int64_t cols) {
+    snprintf(o->name, sizeof o->name, "norm bwd v%d ln %s %lldx%lld", version, fp_dtype_name(dt), (long long)rows,
+             (long long)cols);
+    o->run = run_norm_bwd;
+    o->version = version;
+    fp_norm_backward_params_default(&o->nb);
+    fp_norm_backward_params *p = &o->nb;
+    p->kind = FP_NORM_LAYERNORM;
+    p->rows = rows;
+    p->cols = cols;
+    p->dtype = p->param_dtype = dt;
+    const size_t n = (size_t)(rows * cols);
+    p->dout = add_in(o, n, dt);
+    p->x = add_in(o, n, dt);
+    p->gamma = add_in(o, (size_t)cols, dt);
+    p->mean = add_in(o, (size_t)rows, FP_F32);
+    p->rstd = add_in(o, (size_t)rows, FP_F32);
+    p->dx = add_out(o, n, dt);
+    p->dgamma = add_out(o, (size_t)cols, dt);
+    p->dbeta = add_out(o, (size_t)cols, dt);
+}
+
+/* bf16, head_dim 64, packed Q/K/V/O. */
+static void attn_op(op *o, const char *what, int batch, int sq, int sk, int hq, int hkv, int causal) {
+    snprintf(o->name, sizeof o->name, "%s b%d sq%d sk%d h%d/%d", what, batch, sq, sk, hq, hkv);
+    fp_attention_params_default(&o->ap);
+    fp_attention_params *p = &o->ap;
+    p->batch = batch;
+    p->seqlen_q = sq;
+    p->seqlen_k = sk;
+    p->heads_q = hq;
+    p->heads_kv = hkv;
+    p->head_dim = 64;
+    p->dtype = FP_BF16;
+    p->causal = causal;
+    p->q = add_in(o, (size_t)batch * sq * hq * 64, FP_BF16);
+    p->k = add_in(o, (size_t)batch * sk * hkv * 64, FP_BF16);
+    p->v = add_in(o, (size_t)batch * sk * hkv * 64, FP_BF16);
+    p->o = add_out(o, (size_t)batch * sq * hq * 64, FP_BF16);
+    p->lse = add_out(o, (size_t)batch * hq * sq, FP_F32);
+}
+
+/* K / V as a paged cache: 2 sequences of up to sk keys in pages of 64,
+ * their pages in reverse order. */
+static void make_paged(op *o, int sk) {
+    fp_attention_params *p = &o->ap;
+    const int per = (sk + 63) / 64, pages = 2 * per;
+    int32_t table[64];
+    for (int i = 0; i < pages; ++i) table[i] = pages - 1 - i;
+    p->block_table = add_table(o, table, (size_t)pages);
+    p->block_table_stride = per;
+    p->page_size = 64;
+    p->num_pages = pages;
+    p->k = add_in(o, (size_t)pages * 64 * p->heads_kv * 64, FP_BF16);
+    p->v = add_in(o, (size_t)pages * 64 * p->heads_kv * 64, FP_BF16);
+    o->in[1].fixed = o->in[2].fixed = 1; /* the dense K / V attn_op made: unused */
+}
+
+static void with_seqlens(op *o, int32_t l0, int32_t l1) {
+    const int32_t lens[2] = {l0, l1};
+    o->ap.seqlens_k = add_table(o, lens, 2);
+}
+
+/* ---- the checks ---- */
+
+/* 1: a warmed-up call makes none of the counted calls. */
+static void check_calls(op *o) {
+    refill_inputs(o, 1);
+    fp_status st = o->run(o, NULL); /* warm-up: may size caches, workspaces */
+    CHECK_MSG(st == FP_OK, "%s: warm-up: %s", o->name, fp_last_error());
+    CHECK_OK(fp_context_synchronize(g_ctx, NULL));
+    fp_emu_runtime_counts c;
+    fp_emu_runtime_counts_reset();
+    st = o->run(o, NULL);
+    fp_emu_runtime_counts_get(&c);
+    CHECK_MSG(st == FP_OK, "%s: %s", o->name, fp_last_error());
+    printf("%-44s alloc %lld  sync %lld  query %lld  set_device %lld  (get_device %lld)\n", o->name,
+           c.n[FP_EMU_CALL_ALLOC], c.n[FP_EMU_CALL_SYNC], c.n[FP_EMU_CALL_QUERY], c.n[FP_EMU_CALL_SET_DEVICE],
+           c.n[FP_EMU_CALL_GET_DEVICE]);
+    CHECK_MSG(c.n[FP_EMU_CALL_ALLOC] == 0, "%s: %lld allocation calls per call", o->name, c.n[FP_EMU_CALL_ALLOC]);
+    CHECK_MSG(c.n[FP_EMU_CALL_SYNC] == 0, "%s: %lld synchronizations per call", o->name, c.n[FP_EMU_CALL_SYNC]);
+    CHECK_MSG(c.n[FP_EMU_CALL_QUERY] == 0, "%s: %lld device / attribute queries per call", o->name,
+              c.n[FP_EMU_CALL_QUERY]);
+    CHECK_MSG(c.n[FP_EMU_CALL_SET_DEVICE] == 0, "%s: %lld cudaSetDevice per call", o->name,
+              c.n[FP_EMU_CALL_SET_DEVICE]);
+    CHECK_OK(fp_context_synchronize(g_ctx, NULL));
+}
+
+/* 2: captured, replayed on new data, equal to eager. */
+static void check_capture(op *o) {
+    cudaStream_t s = (cudaStream_t)fp_context_stream(g_ctx);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    fp_status st = o->run(o, NULL);
+    cudaError_t ce = cudaStreamEndCapture(s, &graph);
+    CHECK_MSG(st == FP_OK, "%s: during capture: %s", o->name, fp_last_error());
+    CHECK_MSG(ce == cudaSuccess, "%s: cudaStreamEndCapture: %d", o->name, (int)ce);
+    if (st != FP_OK || ce != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (graph) cudaGraphDestroy(graph);
+        return;
+    }
+    CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    for (int rep = 0; rep < 2; ++rep) {
+        refill_inputs(o, 100 + (uint64_t)rep);
+        poison_outputs(o);
+        CHECK(cudaGraphLaunch(exec, s) == cudaSuccess);
+        unsigned char *got = download_outputs(o);
+        poison_outputs(o);
+        CHECK_OK(o->run(o, NULL));
+        unsigned char *want = download_outputs(o);
+        size_t off = 0;
+        for (int i = 0; i < o->nout; ++i) {
+            const size_t at = off;
+            off += o->out[i].bytes;
+            size_t bad = 0, first = 0;
+            for (size_t j = at; j < off; ++j)
+                if (got[j] != want[j] && bad++ == 0) first = j - at;
+            CHECK_MSG(bad == 0, "%s: replay %d, output %d: %zu bytes differ from eager (first at byte %zu)", o->name,
+                      rep, i, bad, first);
+        }
+        free(got);
+        free(want);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+}
+
+static void free_op(op *o) {
+    for (int i = 0; i < o->nin; ++i) fp_mem_free(g_ctx, o->in[i].d);
+    for (int i = 0; i < o->nout; ++i) fp_mem_free(g_ctx, o->out[i].d);
+}
+
+static void check_op(op *o) {
+    check_calls(o);
+    check_capture(o);
+    free_op(o);
+}
+
+int main(void) {
+    g_ctx = fp_test_cuda_context_or_skip();
+    op o;
+
+    /* norm forward: each version; v3 at 32768 bf16 cols stages 64 KiB (opt-in) */
+    for (int v = 0; v <= 3; ++v) {
+        memset(&o, 0, sizeof o);
+        norm_fwd_op(&o, v, FP_NORM_RMSNORM, FP_BF16, 4, 1024);
+        check_op(&o);
+    }
+    memset(&o, 0, sizeof o);
+    norm_fwd_op(&o, 3, FP_NORM_LAYERNORM, FP_BF16, 2, 32768);
+    check_op(&o);
+
+    /* norm backward with dgamma / dbeta (partial sums in scratch); v3 at
+     * 16384 f32 cols needs the shared-memory opt-in */
+    for (int v = 0; v <= 3; ++v) {
+        memset(&o, 0, sizeof o);
+        norm_bwd_op(&o, v, FP_BF16, 8, 1024);
+        check_op(&o);
+    }
+    memset(&o, 0, sizeof o);
+    norm_bwd_op(&o, 3, FP_F32, 4, 16384);
+    check_op(&o);
+
+    /* attention prefill, each preferred version (v3..v5: >= 128 rows per KV head) */
+    for (int v = 1; v <= 5; ++v) {
+        memset(&o, 0, sizeof o);
+        char what[32];
+        snprintf(what, sizeof what, "attention v%d", v);
+        attn_op(&o, what, 1, 128, 128, 2, 1, 1);
+        o.run = run_attn;
+        o.attn_kernel = v;
+        check_op(&o);
+    }
+    fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, 0);
+
+    /* split-KV with forced splits: v1 decode (ragged lengths), v3 / v5 prefill */
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention v1 decode 4 splits", 2, 1, 256, 4, 2, 0);
+    with_seqlens(&o, 256, 100);
+    o.run = run_attn_splits;
+    o.version = 1;
+    o.splits = 4;
+    check_op(&o);
+    for (int v = 3; v <= 5; v += 2) {
+        memset(&o, 0, sizeof o);
+        char what[48];
+        snprintf(what, sizeof what, "attention v%d prefill 2 splits", v);
+        attn_op(&o, what, 1, 128, 128, 2, 1, 0);
+        o.run = run_attn_splits;
+        o.version = v;
+        o.splits = 2;
+        check_op(&o);
+    }
+
+    /* decode: automatic splits (long keys, few rows) */
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention decode auto", 1, 1, 1024, 2, 1, 0);
+    o.run = run_attn;
+    check_op(&o);
+
+    /* paged decode: automatic and forced splits */
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention paged decode auto", 2, 1, 256, 4, 2, 0);
+    make_paged(&o, 256);
+    with_seqlens(&o, 256, 150);
+    o.run = run_attn;
+    check_op(&o);
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention paged decode 3 splits", 2, 1, 256, 4, 2, 0);
+    make_paged(&o, 256);
+    with_seqlens(&o, 200, 256);
+    o.run = run_attn_splits;
+    o.version = 1;
+    o.splits = 3;
+    check_op(&o);
+
+    /* varlen: two packed sequences of 40 and 60 rows */
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention varlen", 1, 100, 100, 2, 1, 1);
+    {
+        const int32_t cu[3] = {0, 40, 100};
+        o.ap.batch = 2;
+        o.ap.seqlen_q = o.ap.seqlen_k = 64;
+        o.ap.cu_seqlens_q = add_table(&o, cu, 3);
+        o.ap.cu_seqlens_k = add_table(&o, cu, 3);
+        o.ap.lse = NULL;
+        o.nout = 1;
+    }
+    o.run = run_attn;
+    check_op(&o);
+
+    /* the materialized baseline: dense, paged */
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "baseline", 1, 64, 96, 2, 1, 1);
+    o.run = run_attn_baseline;
+    check_op(&o);
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "baseline paged", 2, 4, 128, 2, 1, 0);
+    make_paged(&o, 128);
+    o.run = run_attn_baseline;
+    check_op(&o);
+
+    fp_context_destroy(g_ctx);
+    TEST_END();
+}
