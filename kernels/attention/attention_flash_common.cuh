@@ -228,26 +228,21 @@ cudaError_t launch_smem(dim3 grid, unsigned block, size_t smem, cudaStream_t str
 
 // Runs launch(p) (which enqueues the flash kernel(s) and returns
 // cudaGetLastError) with p.num_splits split partials when p.num_splits > 1:
-// one scratch allocation for both partials (the context's pool), the
-// combine kernel after, the partials freed stream-ordered. `who` names the
-// kernel in messages.
+// both partials in the stream's workspace of the context (a->ctx;
+// fp_ctx_scratch_get: no allocation once warmed up, capturable), the
+// combine kernel after. `who` names the kernel in messages.
 template <typename T, int D, typename Launch>
 fp_status run_with_partials(const fp_attn_args *a, flash_params &p, cudaStream_t stream, const char *who,
                             Launch launch) {
     const int64_t rows_total = (int64_t)a->batch * a->heads_q * a->seqlen_q;
+    fp_scratch scratch = {nullptr, nullptr, nullptr};
     if (p.num_splits > 1) {
         if (rows_total > 2147483647LL)
             return fp_set_error(FP_ERR_UNSUPPORTED, "%s: too many query rows for split-KV", who);
         const size_t n = (size_t)p.num_splits * rows_total;
-        cudaError_t e = fp_scratch_malloc(a->scratch_pool, reinterpret_cast<void **>(&p.o_part),
-                                          n * (D + 1) * sizeof(float), stream);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return fp_set_error(e == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
-                                "%s split-KV partials (%zu bytes): %s", who, n * (D + 1) * sizeof(float),
-                                cudaGetErrorString(e));
-        }
-        p.lse_part = p.o_part + n * D; // one allocation, one pool call per decode step
+        FP_TRY(fp_ctx_scratch_get(a->ctx, stream, n * (D + 1) * sizeof(float), who, &scratch));
+        p.o_part = static_cast<float *>(scratch.ptr);
+        p.lse_part = p.o_part + n * D; // one buffer for both
     }
     cudaError_t err = launch(p);
     // launch may leave p.b_off at its last batch chunk (batch > 65535): the
@@ -257,14 +252,9 @@ fp_status run_with_partials(const fp_attn_args *a, flash_params &p, cudaStream_t
         attention_split_combine_v1<T, D><<<(unsigned)rows_total, kCombineThreads, 0, stream>>>(p);
         err = cudaGetLastError();
     }
-    if (p.num_splits > 1) {
-        // a failed free would stay the thread's last error and be reported
-        // by the next launch check, of another call
-        const cudaError_t ef = cudaFreeAsync(p.o_part, stream);
-        if (err == cudaSuccess) err = ef;
-    }
+    const fp_status put = p.num_splits > 1 ? fp_ctx_scratch_put(&scratch) : FP_OK;
     FP_CUDA_TRY(err);
-    return FP_OK;
+    return put;
 }
 
 } // namespace

@@ -48,6 +48,7 @@
 #include <cuda_fp16.h>
 #include <cudaTypedefs.h>
 #include <stdint.h>
+#include <string.h>
 #include <type_traits>
 
 #include "attention/attention_flash_common.cuh"
@@ -435,6 +436,48 @@ fp_status encode_kv(encode_tiled_fn enc, const fp_attn_args *a, const void *base
     return FP_OK;
 }
 
+// encode_kv through a small per-thread cache keyed by everything the map
+// encodes (base address, dtype, the geometry kv_layout computed: dims,
+// strides, box): the encoding is a pure function of those, and a decode
+// loop or a graph-capture warm-up passes the same K / V buffers every step,
+// so the host work (two driver encodings per call) is paid once. Per thread:
+// no lock on the hot path and nothing shared to race on.
+struct tmap_key {
+    const void *base;
+    int dtype;
+    fp_tma::kv_map m;
+};
+struct tmap_entry {
+    CUtensorMap map;
+    tmap_key key;
+    bool used;
+};
+constexpr int kTmapCache = 8; // K and V of a few layers' caches
+fp_status encode_kv_cached(encode_tiled_fn enc, const fp_attn_args *a, const void *base, const fp_tma::kv_map &m,
+                           const char *which, CUtensorMap *out) {
+    static thread_local tmap_entry cache[kTmapCache];
+    static thread_local int next = 0;
+    tmap_key k;
+    memset(&k, 0, sizeof k); // compared bytewise, padding included
+    k.base = base;
+    k.dtype = (int)a->dtype;
+    memcpy(k.m.dims, m.dims, sizeof m.dims);
+    memcpy(k.m.strides, m.strides, sizeof m.strides);
+    memcpy(k.m.box, m.box, sizeof m.box);
+    for (const tmap_entry &e : cache)
+        if (e.used && memcmp(&e.key, &k, sizeof k) == 0) {
+            *out = e.map;
+            return FP_OK;
+        }
+    FP_TRY(encode_kv(enc, a, base, m, which, out));
+    tmap_entry &e = cache[next];
+    next = (next + 1) % kTmapCache;
+    e.key = k;
+    e.map = *out;
+    e.used = true;
+    return FP_OK;
+}
+
 // The register split's precondition (fp_tma::reg_split_check) against the
 // register count ptxas gave the kernel, before its first launch on each
 // device: the count is asked once per device and instantiation (cached,
@@ -493,8 +536,8 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
                             "attention flash v5: grid too large (m_tiles %d x splits %d, heads_kv %d, batch %d)",
                             p.m_tiles, num_splits, a->heads_kv, a->batch);
     CUtensorMap tm_k, tm_v;
-    FP_TRY(encode_kv(enc, a, a->k, mk, "K", &tm_k));
-    FP_TRY(encode_kv(enc, a, a->v, mv, "V", &tm_v));
+    FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
+    FP_TRY(encode_kv_cached(enc, a, a->v, mv, "V", &tm_v));
     const size_t smem = fp_tma::smem_bytes<D>();
     constexpr auto kernel = attention_flash_fwd_v5<T, D>;
     FP_TRY((check_entry_regs<kernel, T, D>()));

@@ -887,8 +887,7 @@ static cudaError_t launch_dx(const fp_norm_bwd_desc &d, bool force_v1, cudaStrea
         if (smem > kDynSmemDefault) {
             // Always the device's whole opt-in: a per-call value would race with
             // another host thread launching this kernel for other cols.
-            cudaError_t err = cudaFuncSetAttribute(norm_bwd_dx_staged<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)avail);
+            cudaError_t err = opt_in_once(norm_bwd_dx_staged<T>, (int)avail);
             if (err != cudaSuccess) return err;
         }
         norm_bwd_dx_staged<T><<<(unsigned)(d.rows < 0x7fffffffLL ? d.rows : 0x7fffffffLL), kBwdStagedThreads, smem,
@@ -993,11 +992,11 @@ static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, floa
         size_t attr = fp_norm_v3_smem_cap(&p, Vec<T>::N, sizeof(T));
         if (attr > avail) attr = avail;
         if (attr < smem) return cudaErrorInvalidConfiguration;  // cannot happen: v3_plan checked
-        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)attr);
+        err = opt_in_once(kernel, (int)attr);
         if (err != cudaSuccess) return err;
     }
     int per_sm = 0;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+    err = occupancy_once(&per_sm, kernel, threads, smem);
     if (err != cudaSuccess) return err;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
     const int64_t grid = fp_norm_v3_grid(d.rows, p.rows_per_cta, sm_count, per_sm);

@@ -7,6 +7,9 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <atomic>
+#include <mutex>
+
 #include "norm/norm_launch.h"
 
 namespace fpnorm {
@@ -117,16 +120,102 @@ __host__ __device__ __forceinline__ bool aligned16(const void *p) { return ((uin
 // the error, cleared, when the query fails).
 constexpr size_t kRedSmemBytes = 32 * sizeof(float);
 constexpr size_t kDynSmemDefault = 48 * 1024 - kRedSmemBytes;
+// The limit is asked once per device (a driver query on every call
+// otherwise; devices past 64 are asked every time).
 static inline cudaError_t optin_dyn_smem(size_t *avail) {
+    static std::atomic<int> cache[64];  // limit + 1 per device, 0: not asked yet
     int dev = 0, limit = 0;
     cudaError_t err = cudaGetDevice(&dev);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError();  // not sticky: clear it so a later launch check does not see it
-        *avail = 0;
-        return err;
+    const bool cacheable = dev >= 0 && dev < 64;
+    const int known = err == cudaSuccess && cacheable ? cache[dev].load(std::memory_order_relaxed) : 0;
+    if (known) {
+        limit = known - 1;
+    } else {
+        if (err == cudaSuccess) err = cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError();  // not sticky: clear it so a later launch check does not see it
+            *avail = 0;
+            return err;
+        }
+        if (cacheable) cache[dev].store(limit + 1, std::memory_order_relaxed);
     }
     *avail = (size_t)limit > kRedSmemBytes ? (size_t)limit - kRedSmemBytes : 0;
+    return cudaSuccess;
+}
+
+// Answers about a kernel on a device that do not change while the process
+// runs (its dynamic shared-memory opt-in once set, its occupancy at a block
+// size and shared memory), kept so that a call pays a table lookup instead
+// of a driver call: the launchers ran cudaFuncSetAttribute and
+// cudaOccupancyMaxActiveBlocksPerMultiprocessor on every call. A full table
+// replaces its oldest entry (that answer is then asked again). A
+// cudaDeviceReset drops the opt-in while the entry stays: the launch then
+// fails with its error (as before the reset for a new process).
+enum { FUNC_OPT_IN = 0, FUNC_OCCUPANCY = 1 };
+struct func_answer {
+    const void *fn;
+    int what, dev, threads;
+    size_t smem;
+    int value;
+};
+constexpr int kFuncAnswers = 64;
+struct func_answers {
+    std::mutex mu;
+    func_answer e[kFuncAnswers];
+    int n = 0, next = 0;
+};
+static inline func_answers &func_table() {
+    static func_answers t;
+    return t;
+}
+static inline bool func_lookup(const func_answer &k, int *value) {
+    func_answers &t = func_table();
+    std::lock_guard<std::mutex> lk(t.mu);
+    for (int i = 0; i < t.n; ++i) {
+        const func_answer &e = t.e[i];
+        if (e.fn == k.fn && e.what == k.what && e.dev == k.dev && e.threads == k.threads && e.smem == k.smem) {
+            *value = e.value;
+            return true;
+        }
+    }
+    return false;
+}
+static inline void func_store(const func_answer &k) {
+    func_answers &t = func_table();
+    std::lock_guard<std::mutex> lk(t.mu);
+    if (t.n < kFuncAnswers) {
+        t.e[t.n++] = k;
+    } else {
+        t.e[t.next] = k;
+        t.next = (t.next + 1) % kFuncAnswers;
+    }
+}
+
+// cudaFuncSetAttribute(kernel, MaxDynamicSharedMemorySize, bytes) once per
+// (kernel, current device, bytes).
+template <typename K> static inline cudaError_t opt_in_once(K kernel, int bytes) {
+    func_answer k = {reinterpret_cast<const void *>(kernel), FUNC_OPT_IN, 0, 0, (size_t)bytes, 1};
+    cudaError_t err = cudaGetDevice(&k.dev);
+    if (err != cudaSuccess) return err;
+    int done = 0;
+    if (func_lookup(k, &done)) return cudaSuccess;
+    if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) != cudaSuccess)
+        return err;
+    func_store(k);
+    return cudaSuccess;
+}
+
+// cudaOccupancyMaxActiveBlocksPerMultiprocessor, asked once per (kernel,
+// current device, threads, smem).
+template <typename K> static inline cudaError_t occupancy_once(int *per_sm, K kernel, int threads, size_t smem) {
+    func_answer k = {reinterpret_cast<const void *>(kernel), FUNC_OCCUPANCY, 0, threads, smem, 0};
+    cudaError_t err = cudaGetDevice(&k.dev);
+    if (err != cudaSuccess) return err;
+    if (func_lookup(k, per_sm)) return cudaSuccess;
+    if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k.value, kernel, threads, smem)) != cudaSuccess)
+        return err;
+    func_store(k);
+    *per_sm = k.value;
     return cudaSuccess;
 }
 

@@ -448,8 +448,7 @@ static bool launch_v3(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_
         if (optin_dyn_smem(&avail) != cudaSuccess || smem > avail) return false;  // v1 runs instead
         // Always the device's whole opt-in: a per-call value would race with
         // another host thread launching this kernel for other cols.
-        if ((*err = cudaFuncSetAttribute(norm_fwd_v3<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)avail)) != cudaSuccess)
+        if ((*err = opt_in_once(norm_fwd_v3<T>, (int)avail)) != cudaSuccess)
             return true;
     }
     norm_fwd_v3<T><<<v1_grid(d.rows), kV3Threads, smem, stream>>>(d);

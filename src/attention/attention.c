@@ -22,7 +22,7 @@ fp_status fp_attention_forward(fp_context *ctx, fp_stream stream, const fp_atten
     }
     FP_TRY(fp_ctx_activate(ctx));
     cudaStream_t s = fp_ctx_stream(ctx, stream);
-    a.scratch_pool = ctx->scratch_pool;
+    a.ctx = ctx;
     if (fp_attn_cuda_flash_supported(a.dtype, a.head_dim))
         return fp_attn_cuda_flash(&a, ctx->attn_kernel, ctx->info.sm_count,
                                   10 * ctx->info.cc_major + ctx->info.cc_minor, s);
@@ -118,18 +118,28 @@ static fp_status baseline_gemms(cublasHandle_t hdl, const fp_attn_args *a, const
     return FP_OK;
 }
 
-static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, cudaStream_t stream) {
+/* cuBLAS's own workspace, a slice of the call's scratch: without one, cuBLAS
+ * allocates a workspace per stream on first use (cudaMalloc: not during a
+ * capture), and a context-wide one would be shared by GEMMs running on
+ * different streams at once. 4 MiB: NVIDIA's recommendation before Hopper;
+ * 32 MiB on Hopper (cc 9.x), for its split-K kernels. */
+static size_t cublas_ws_bytes(const fp_context *ctx) {
+    return ctx->info.cc_major >= 9 ? (size_t)32 << 20 : (size_t)4 << 20;
+}
+
+static size_t align256(double bytes) { return ((size_t)bytes + 255) & ~(size_t)255; }
+
+/* scores: [batch * heads_q, seqlen_q, seqlen_k] of dtype; cublas_ws: the
+ * GEMMs' workspace (cublas_ws_bytes). */
+static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, void *scores, void *cublas_ws,
+                               cudaStream_t stream) {
     if (a->q_ss > 2147483647LL || a->k_ss > 2147483647LL || a->v_ss > 2147483647LL ||
         a->o_ss > 2147483647LL)
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention baseline: a sequence stride exceeds int");
-    const size_t elt = fp_dtype_size(a->dtype);
-    const double want = (double)a->batch * a->heads_q * (double)a->seqlen_q * a->seqlen_k * (double)elt;
-    if (want > 1.0e15)
-        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention baseline: score matrix needs %.3g bytes", want);
     /* varlen / ragged decode: the GEMM shapes depend on the offsets and key
      * lengths, so the baseline reads them back (a stream synchronization:
-     * acceptable for a baseline). Layout: cu_q [batch+1], cu_k [batch+1],
-     * seqlens_k [batch]. */
+     * acceptable for a baseline; the one op here that is not capturable).
+     * Layout: cu_q [batch+1], cu_k [batch+1], seqlens_k [batch]. */
     int32_t *cu = NULL;
     const size_t nb = sizeof(int32_t) * ((size_t)a->batch + 1);
     if (a->cu_q || a->seqlens_k) {
@@ -148,16 +158,6 @@ static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, cudaStrea
             return fp_cuda_status(e, "reading cu_seqlens / seqlens_k", __FILE__, __LINE__);
         }
     }
-    void *scores = NULL;
-    cudaError_t ce = fp_scratch_malloc(ctx->scratch_pool, &scores, (size_t)want, stream);
-    if (ce != cudaSuccess) {
-        (void)cudaGetLastError();
-        free(cu);
-        return fp_set_error(ce == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
-                            "attention baseline: score matrix of %.0f bytes (batch %d x heads %d x %d x %d "
-                            "x %zu B): %s",
-                            want, a->batch, a->heads_q, a->seqlen_q, a->seqlen_k, elt, cudaGetErrorString(ce));
-    }
     const int32_t *cu_q = a->cu_q ? cu : NULL, *cu_k = a->cu_q ? cu + a->batch + 1 : NULL;
     const int32_t *lens_k = a->seqlens_k ? cu + 2 * (a->batch + 1) : NULL;
     /* The context's handle is shared: hold it (bound to our stream) across
@@ -168,61 +168,33 @@ static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, cudaStrea
     fp_status st = fp_ctx_cublas_lock(ctx, (fp_stream)stream, &handle);
     if (st == FP_OK) {
         cublasHandle_t hdl = (cublasHandle_t)handle;
-        st = baseline_gemms(hdl, a, cu_q, cu_k, lens_k, scores, 0, stream);
+        st = cublas_check(cublasSetWorkspace(hdl, cublas_ws, cublas_ws_bytes(ctx)), "cublasSetWorkspace");
+        if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, lens_k, scores, 0, stream);
         fp_attn_args scaled = *a; /* the first GEMM applied the scale */
         scaled.scale = 1.0f;
         if (st == FP_OK) st = fp_attn_cuda_masked_softmax(&scaled, scores, stream);
         if (st == FP_OK) st = baseline_gemms(hdl, a, cu_q, cu_k, lens_k, scores, 1, stream);
         fp_ctx_cublas_unlock(ctx);
     }
-    /* a failed free stays the thread's last error, which a later call's
-     * launch check would report as its own: report and clear it here */
-    const cudaError_t fe = cudaFreeAsync(scores, stream);
-    if (fe != cudaSuccess) {
-        if (st == FP_OK) st = fp_cuda_status(fe, "cudaFreeAsync(scores)", __FILE__, __LINE__);
-        else (void)cudaGetLastError();
-    }
     free(cu);
     return st;
 }
 
 /* Paged KV: the materialized baseline first gathers the pages into dense K
- * and V (what code without paged attention does), then runs as dense. */
-static fp_status baseline_cuda_paged(fp_context *ctx, const fp_attn_args *a, cudaStream_t stream) {
-    const size_t elt = fp_dtype_size(a->dtype);
-    const double want = (double)a->batch * a->seqlen_k * a->heads_kv * (double)a->head_dim * (double)elt;
-    if (want > 1.0e15)
-        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention baseline: dense K/V need %.3g bytes", 2 * want);
-    void *kd = NULL, *vd = NULL;
-    cudaError_t e = fp_scratch_malloc(ctx->scratch_pool, &kd, (size_t)want, stream);
-    if (e == cudaSuccess) e = fp_scratch_malloc(ctx->scratch_pool, &vd, (size_t)want, stream);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        if (kd) cudaFreeAsync(kd, stream);
-        return fp_set_error(e == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
-                            "attention baseline: dense K/V for the paged cache (2 x %.0f bytes): %s", want,
-                            cudaGetErrorString(e));
-    }
-    fp_status st = fp_attn_cuda_gather_pages(a, kd, vd, stream);
-    if (st == FP_OK) {
-        fp_attn_args d = *a;
-        d.block_table = NULL;
-        d.bt_stride = d.page_size = d.num_pages = 0;
-        d.k = kd;
-        d.v = vd;
-        d.k_hs = d.v_hs = a->head_dim;
-        d.k_ss = d.v_ss = (int64_t)a->heads_kv * a->head_dim;
-        d.k_bs = d.v_bs = (int64_t)a->seqlen_k * a->heads_kv * a->head_dim;
-        st = baseline_cuda(ctx, &d, stream);
-    }
-    const cudaError_t fk = cudaFreeAsync(kd, stream), fv = cudaFreeAsync(vd, stream);
-    if (fk != cudaSuccess || fv != cudaSuccess) {
-        if (st == FP_OK)
-            st = fp_cuda_status(fk != cudaSuccess ? fk : fv, "cudaFreeAsync(dense K/V)", __FILE__, __LINE__);
-        else
-            (void)cudaGetLastError();
-    }
-    return st;
+ * and V (what code without paged attention does, into kd / vd: [batch,
+ * seqlen_k, heads_kv, head_dim]), then runs as dense. */
+static fp_status baseline_cuda_paged(fp_context *ctx, const fp_attn_args *a, void *kd, void *vd, void *scores,
+                                     void *cublas_ws, cudaStream_t stream) {
+    FP_TRY(fp_attn_cuda_gather_pages(a, kd, vd, stream));
+    fp_attn_args d = *a;
+    d.block_table = NULL;
+    d.bt_stride = d.page_size = d.num_pages = 0;
+    d.k = kd;
+    d.v = vd;
+    d.k_hs = d.v_hs = a->head_dim;
+    d.k_ss = d.v_ss = (int64_t)a->heads_kv * a->head_dim;
+    d.k_bs = d.v_bs = (int64_t)a->seqlen_k * a->heads_kv * a->head_dim;
+    return baseline_cuda(ctx, &d, scores, cublas_ws, stream);
 }
 
 fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream, const fp_attention_params *params) {
@@ -232,8 +204,25 @@ fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream, const
     FP_TRY(fp_attn_check(params, cuda, &a));
     if (!cuda) return fp_attn_cpu_naive(ctx->pool, &a);
     FP_TRY(fp_ctx_activate(ctx));
-    if (a.block_table) return baseline_cuda_paged(ctx, &a, fp_ctx_stream(ctx, stream));
-    return baseline_cuda(ctx, &a, fp_ctx_stream(ctx, stream));
+    cudaStream_t s = fp_ctx_stream(ctx, stream);
+    /* One scratch buffer (the stream's workspace): scores, then with a paged
+     * cache the dense K and V, then cuBLAS's workspace. */
+    const size_t elt = fp_dtype_size(a.dtype);
+    const double scores = (double)a.batch * a.heads_q * (double)a.seqlen_q * a.seqlen_k * (double)elt;
+    const double kv = a.block_table ? (double)a.batch * a.seqlen_k * a.heads_kv * (double)a.head_dim * elt : 0.0;
+    if (scores > 1.0e15)
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention baseline: score matrix needs %.3g bytes", scores);
+    if (kv > 1.0e15)
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention baseline: dense K/V need %.3g bytes", 2 * kv);
+    const size_t s_bytes = align256(scores), kv_bytes = align256(kv);
+    fp_scratch w;
+    FP_TRY(fp_ctx_scratch_get(ctx, s, s_bytes + 2 * kv_bytes + cublas_ws_bytes(ctx), "attention baseline", &w));
+    char *base = w.ptr, *cublas_ws = base + s_bytes + 2 * kv_bytes;
+    fp_status st = a.block_table
+                       ? baseline_cuda_paged(ctx, &a, base + s_bytes, base + s_bytes + kv_bytes, base, cublas_ws, s)
+                       : baseline_cuda(ctx, &a, base, cublas_ws, s);
+    const fp_status put = fp_ctx_scratch_put(&w);
+    return st != FP_OK ? st : put;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -269,7 +269,7 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
     a->bt_stride = paged ? p->block_table_stride : 0;
     a->page_size = paged ? p->page_size : 0;
     a->num_pages = paged ? p->num_pages : 0;
-    a->scratch_pool = NULL; /* set by the CUDA dispatch from the context */
+    a->ctx = NULL; /* set by the CUDA dispatch */
     return FP_OK;
 }
 

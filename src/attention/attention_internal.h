@@ -34,7 +34,9 @@ typedef struct fp_attn_args {
     /* Paged KV (block_table != NULL): k_bs / v_bs are the page strides. */
     const int32_t *block_table;       /* [batch, bt_stride] or NULL */
     int bt_stride, page_size, num_pages;
-    void *scratch_pool;               /* the context's (fp_scratch_malloc) or NULL */
+    /* The context, for its per-stream workspace (fp_ctx_scratch_get); NULL
+     * (kernel-level tests): scratch is allocated stream-ordered per call. */
+    fp_context *ctx;
 } fp_attn_args;
 
 /* Keys kept by query row i of a sequence with sq queries and L keys: [lo,
@@ -176,7 +178,7 @@ void fp_attn_note_fallback(const char *why);
 /* 1 if the tensor-core flash kernel handles this dtype / head_dim. */
 int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim);
 /* Flash attention: picks the number of KV splits from the grid size and
- * sm_count, allocates partials stream-ordered when splitting. version 0: the
+ * sm_count, the partials in a->ctx's workspace when splitting. version 0: the
  * default (v5, else v3, on Hopper (cc 90, the device's compute capability
  * x 10) in an sm_90a build for head_dim 64 / 128 with >= 128 query rows per
  * (batch, KV head) and no paged KV; v1 otherwise); 1: v1;

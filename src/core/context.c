@@ -19,9 +19,16 @@ fp_status fp_ctx_check(const fp_context *ctx, int want_kind) {
     return FP_OK;
 }
 
+/* Every CUDA op calls this: cudaSetDevice only when the thread's current
+ * device differs. cudaGetDevice reads the thread's runtime state (no driver
+ * round trip, legal during capture), so a device the caller set between
+ * calls is seen, which a library-side cache of "the device this library
+ * last set" would miss. */
 fp_status fp_ctx_activate(const fp_context *ctx) {
     if (ctx->kind != FP_DEVICE_CUDA) return FP_OK;
-    FP_CUDA_TRY(cudaSetDevice(ctx->device));
+    int cur = -1;
+    FP_CUDA_TRY(cudaGetDevice(&cur));
+    if (cur != ctx->device) FP_CUDA_TRY(cudaSetDevice(ctx->device));
     return FP_OK;
 }
 
@@ -77,6 +84,11 @@ fp_status fp_context_create(fp_device_kind kind, int device_index, fp_context **
         free(ctx);
         return fp_set_error(FP_ERR_INTERNAL, "context: pthread_mutex_init failed");
     }
+    if (pthread_mutex_init(&ctx->ws_mu, NULL) != 0) {
+        pthread_mutex_destroy(&ctx->cublas_mu);
+        free(ctx);
+        return fp_set_error(FP_ERR_INTERNAL, "context: pthread_mutex_init failed");
+    }
     fp_status st;
     if (kind == FP_DEVICE_CUDA) {
         st = cuda_context_init(ctx, device_index);
@@ -103,6 +115,7 @@ void fp_context_destroy(fp_context *ctx) {
         }
         cudaFree(ctx->workspace);
         cudaFree(ctx->l2_flush_buf);
+        fp_ctx_scratch_destroy(ctx);
         if (ctx->scratch_pool) cudaMemPoolDestroy((cudaMemPool_t)ctx->scratch_pool);
         if (ctx->cublaslt) cublasLtDestroy((cublasLtHandle_t)ctx->cublaslt);
         if (ctx->cublas) cublasDestroy((cublasHandle_t)ctx->cublas);
@@ -110,6 +123,7 @@ void fp_context_destroy(fp_context *ctx) {
     }
     fp_thread_pool_destroy(ctx->pool);
     pthread_mutex_destroy(&ctx->cublas_mu);
+    pthread_mutex_destroy(&ctx->ws_mu);
     free(ctx);
 }
 

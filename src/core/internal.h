@@ -110,6 +110,22 @@ int fp_thread_pool_size(const fp_thread_pool *pool);
 void fp_parallel_for(fp_thread_pool *pool, size_t n, size_t grain,
                      void (*fn)(void *arg, size_t begin, size_t end), void *arg);
 
+/* Scratch that ops need between their kernels (split-KV partials, norm
+ * partial sums, the baseline's score matrix): a workspace per stream, owned
+ * by the context (fp_ctx_scratch_get below). Per stream because ops on one
+ * context may run concurrently on different streams; work on one stream is
+ * ordered, so consecutive ops on it share its workspace. */
+#define FP_WS_STREAMS 8
+/* The memory pool's default release threshold (FP_CTX_SCRATCH_KEEP_BYTES). */
+#define FP_SCRATCH_KEEP_BYTES ((uint64_t)256 << 20)
+typedef struct fp_ws_slot {
+    cudaStream_t stream;
+    void *ptr;                  /* cudaMalloc'd, bytes long */
+    size_t bytes;
+    unsigned long long last_use; /* ctx->ws_clock at the last use (eviction) */
+    int used;
+} fp_ws_slot;
+
 struct fp_context {
     fp_device_kind kind;
     int device;                 /* CUDA ordinal or -1 */
@@ -121,8 +137,13 @@ struct fp_context {
     pthread_mutex_t cublas_mu;  /* guards cublas: creation, stream binding, use */
     void *workspace;            /* cuBLASLt workspace */
     size_t workspace_bytes;
-    void *scratch_pool;         /* cudaMemPool_t for per-call scratch, or NULL */
+    void *scratch_pool;         /* cudaMemPool_t (FP_CTX_SCRATCH_KEEP_BYTES), or NULL */
     int attn_kernel;            /* FP_CTX_ATTENTION_KERNEL: preferred flash version, 0 = default */
+    pthread_mutex_t ws_mu;      /* guards ws*, held by a scratch user from get to put */
+    fp_ws_slot ws[FP_WS_STREAMS];
+    unsigned long long ws_clock;
+    void **ws_retired;          /* outgrown workspaces: graphs may still use them */
+    int ws_nretired, ws_retired_cap;
     void *l2_flush_buf;         /* lazily allocated by the timing engine */
     size_t l2_flush_bytes;
     /* CPU */
@@ -134,22 +155,32 @@ static inline cudaStream_t fp_ctx_stream(const fp_context *ctx, fp_stream s) {
     return s ? (cudaStream_t)s : ctx->stream;
 }
 
-/* Stream-ordered scratch (split-KV partials, norm partial sums, baseline
- * score matrices): from the context's memory pool when it has one
- * (pool = ctx->scratch_pool), which keeps up to FP_SCRATCH_KEEP_BYTES mapped
- * across synchronizations, so a decode loop that synchronizes every step
- * does not map and unmap its scratch every step (the default pool's release
- * threshold is 0, and changing it would change the process's cudaMallocAsync
- * for everyone); else cudaMallocAsync. Free with cudaFreeAsync. Usable
- * during stream capture (an allocation node owned by the graph). */
-#define FP_SCRATCH_KEEP_BYTES ((uint64_t)256 << 20)
-static inline cudaError_t fp_scratch_malloc(void *pool, void **ptr, size_t bytes, cudaStream_t stream) {
-    return pool ? cudaMallocFromPoolAsync(ptr, bytes, (cudaMemPool_t)pool, stream)
-                : cudaMallocAsync(ptr, bytes, stream);
-}
-
 /* Makes ctx's device current on the calling thread (CUDA contexts). */
 fp_status fp_ctx_activate(const fp_context *ctx);
+
+/* Scratch of `bytes` (256-byte aligned) for work an op enqueues on
+ * `stream`. With a context: the stream's workspace, grown (grow-only) when
+ * too small, so a warmed-up op makes no allocation; ctx->ws_mu stays held
+ * until fp_ctx_scratch_put, so two threads enqueueing on one stream cannot
+ * interleave their uses of it. A stream being captured cannot grow it
+ * (cudaMalloc is not capturable): FP_ERR_UNSUPPORTED telling the caller to
+ * run the op once on that stream before capturing. An outgrown workspace
+ * is kept until the context is destroyed (a captured graph may use it).
+ * Without a context (kernel-level tests calling launchers): a stream-ordered
+ * allocation that put frees. `who` names the op in messages. On error
+ * nothing is held. bytes 0: *s->ptr = NULL (still put it). */
+typedef struct fp_scratch {
+    void *ptr;
+    fp_context *ctx;            /* NULL: ptr is a cudaMallocAsync allocation */
+    cudaStream_t stream;
+} fp_scratch;
+fp_status fp_ctx_scratch_get(fp_context *ctx, cudaStream_t stream, size_t bytes, const char *who, fp_scratch *s);
+/* Ends the use (enqueued work may still run: the next user of the stream's
+ * workspace is ordered after it). Returns an error only for a failed free of
+ * a context-less allocation. */
+fp_status fp_ctx_scratch_put(fp_scratch *s);
+/* Frees every workspace (fp_context_destroy, after synchronizing). */
+void fp_ctx_scratch_destroy(fp_context *ctx);
 
 /* The context's cuBLAS handle (created on first use, destroyed with the
  * context), bound to `stream` (NULL: the default stream). Creation is

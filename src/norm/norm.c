@@ -253,25 +253,17 @@ static fp_status bwd_run(fp_context *ctx, fp_stream stream, const fp_norm_bwd_de
     FP_TRY(fp_ctx_activate(ctx));
     cudaStream_t s = fp_ctx_stream(ctx, stream);
     const int sm_count = ctx->info.sm_count;
-    size_t nfloat = fp_norm_bwd_partial_floats(d, unfused ? 2 : version, sm_count);
-    float *partial = NULL;
-    if (nfloat > 0) {
-        cudaError_t err = fp_scratch_malloc(ctx->scratch_pool, (void **)&partial, nfloat * sizeof(float), s);
-        if (err != cudaSuccess) {
-            (void)cudaGetLastError();
-            return fp_set_error(err == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
-                                "stream-ordered allocation of %zu bytes for the dgamma/dbeta partial sums failed: %s",
-                                nfloat * sizeof(float), cudaGetErrorString(err));
-        }
-    }
+    const size_t nfloat = fp_norm_bwd_partial_floats(d, unfused ? 2 : version, sm_count);
+    /* the dgamma/dbeta partial sums: in the stream's workspace (no
+     * allocation once warmed up; capturable) */
+    fp_scratch w;
+    FP_TRY(fp_ctx_scratch_get(ctx, s, nfloat * sizeof(float), "norm backward (dgamma/dbeta partial sums)", &w));
+    float *partial = w.ptr;
     fp_status st = unfused ? launch_status(fp_norm_bwd_unfused_launch(d, partial, s), "fp_norm_bwd_unfused_launch")
                            : launch_status(fp_norm_bwd_launch(d, version, sm_count, partial, s),
                                            "fp_norm_bwd_launch");
-    if (partial) {
-        cudaError_t err = cudaFreeAsync(partial, s);
-        if (st == FP_OK && err != cudaSuccess) st = fp_cuda_status(err, "cudaFreeAsync", __FILE__, __LINE__);
-    }
-    return st;
+    const fp_status put = fp_ctx_scratch_put(&w);
+    return st != FP_OK ? st : put;
 }
 
 fp_status fp_norm_backward(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params) {

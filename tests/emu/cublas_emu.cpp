@@ -114,6 +114,11 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
     reinterpret_cast<Handle *>(h)->stream = s;
     return CUBLAS_STATUS_SUCCESS;
 }
+// The emulated GEMMs need no workspace: the pointer is only recorded.
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t h, void *ws, size_t bytes) {
+    if (bytes && !ws) return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
 const char *cublasGetStatusString(cublasStatus_t s) {
     switch (s) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS (emulated)";

@@ -153,7 +153,7 @@ static fp_status run_attn_baseline(op *o, fp_stream s) { return fp_attention_for
 static fp_status run_attn_splits(op *o, fp_stream s) {
     fp_attn_args a;
     FP_TRY(fp_attn_check(&o->ap, 1, &a));
-    a.scratch_pool = g_ctx->scratch_pool;
+    a.ctx = g_ctx;
     return fp_attn_cuda_flash_version(&a, o->version, o->splits,
                                       s ? (cudaStream_t)s : (cudaStream_t)fp_context_stream(g_ctx));
 }

@@ -1,0 +1,126 @@
+/* Per-stream workspaces of a CUDA context (internal.h, fp_ctx_scratch_get):
+ * the scratch ops need between their kernels, allocated once per stream and
+ * shape class instead of on every call, so a warmed-up op makes no
+ * allocation and can be captured into a CUDA graph. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+#define WS_ALIGN ((size_t)256 << 10) /* growth granule: small shape changes reuse it */
+
+static fp_status ws_retire(fp_context *ctx, void *ptr) {
+    if (!ptr) return FP_OK;
+    if (ctx->ws_nretired == ctx->ws_retired_cap) {
+        const int cap = ctx->ws_retired_cap ? 2 * ctx->ws_retired_cap : 8;
+        void **r = realloc(ctx->ws_retired, (size_t)cap * sizeof *r);
+        if (!r) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "workspace: list of outgrown buffers");
+        ctx->ws_retired = r;
+        ctx->ws_retired_cap = cap;
+    }
+    ctx->ws_retired[ctx->ws_nretired++] = ptr;
+    return FP_OK;
+}
+
+/* The slot of `stream`: its own, else a free one, else the least recently
+ * used one (its buffer retired, not freed: a graph may hold it). */
+static fp_ws_slot *ws_slot(fp_context *ctx, cudaStream_t stream, fp_status *st) {
+    fp_ws_slot *free_slot = NULL, *lru = NULL;
+    for (int i = 0; i < FP_WS_STREAMS; ++i) {
+        fp_ws_slot *w = &ctx->ws[i];
+        if (w->used && w->stream == stream) return w;
+        if (!w->used && !free_slot) free_slot = w;
+        if (w->used && (!lru || w->last_use < lru->last_use)) lru = w;
+    }
+    fp_ws_slot *w = free_slot ? free_slot : lru;
+    if (!free_slot) {
+        *st = ws_retire(ctx, w->ptr);
+        if (*st != FP_OK) return NULL;
+    }
+    w->used = 1;
+    w->stream = stream;
+    w->ptr = NULL;
+    w->bytes = 0;
+    return w;
+}
+
+static fp_status ws_grow(fp_context *ctx, fp_ws_slot *w, size_t bytes, const char *who) {
+    /* Growing allocates (cudaMalloc): not during a capture, where it would
+     * fail or be illegal, and a graph could not own the buffer anyway. */
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    FP_CUDA_TRY(cudaStreamIsCapturing(w->stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "%s needs %zu bytes of workspace on this stream, which has %zu, and the stream is being "
+                            "captured (a graph cannot grow it): run the op once on this stream, at this or a larger "
+                            "shape, before capturing",
+                            who, bytes, w->bytes);
+    size_t want = w->bytes + w->bytes / 2; /* geometric: a slowly growing shape reallocates rarely */
+    if (want < bytes) want = bytes;
+    if (want > SIZE_MAX - WS_ALIGN) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "%s: workspace of %zu bytes", who, bytes);
+    want = (want + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, want);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return fp_set_error(e == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
+                            "%s: workspace of %zu bytes (for %zu): %s", who, want, bytes, cudaGetErrorString(e));
+    }
+    fp_status st = ws_retire(ctx, w->ptr);
+    if (st != FP_OK) {
+        cudaFree(p);
+        return st;
+    }
+    w->ptr = p;
+    w->bytes = want;
+    return FP_OK;
+}
+
+fp_status fp_ctx_scratch_get(fp_context *ctx, cudaStream_t stream, size_t bytes, const char *who, fp_scratch *s) {
+    s->ptr = NULL;
+    s->ctx = ctx;
+    s->stream = stream;
+    if (!ctx) {
+        if (bytes == 0) return FP_OK;
+        cudaError_t e = cudaMallocAsync(&s->ptr, bytes, stream);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            s->ptr = NULL;
+            return fp_set_error(e == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
+                                "%s: scratch of %zu bytes: %s", who, bytes, cudaGetErrorString(e));
+        }
+        return FP_OK;
+    }
+    pthread_mutex_lock(&ctx->ws_mu);
+    if (bytes == 0) return FP_OK;
+    fp_status st = FP_OK;
+    fp_ws_slot *w = ws_slot(ctx, stream, &st);
+    if (w && w->bytes < bytes) st = ws_grow(ctx, w, bytes, who);
+    if (st != FP_OK) {
+        pthread_mutex_unlock(&ctx->ws_mu);
+        return st;
+    }
+    w->last_use = ++ctx->ws_clock;
+    s->ptr = w->ptr;
+    return FP_OK;
+}
+
+fp_status fp_ctx_scratch_put(fp_scratch *s) {
+    if (s->ctx) {
+        pthread_mutex_unlock(&s->ctx->ws_mu);
+        return FP_OK;
+    }
+    if (!s->ptr) return FP_OK;
+    /* a failed free would stay the thread's last error and be reported by
+     * the next launch check, of another call */
+    const cudaError_t e = cudaFreeAsync(s->ptr, s->stream);
+    s->ptr = NULL;
+    if (e != cudaSuccess) return fp_cuda_status(e, "cudaFreeAsync(scratch)", __FILE__, __LINE__);
+    return FP_OK;
+}
+
+void fp_ctx_scratch_destroy(fp_context *ctx) {
+    for (int i = 0; i < FP_WS_STREAMS; ++i) cudaFree(ctx->ws[i].ptr);
+    for (int i = 0; i < ctx->ws_nretired; ++i) cudaFree(ctx->ws_retired[i]);
+    free(ctx->ws_retired);
+}
