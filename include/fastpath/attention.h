@@ -236,7 +236,14 @@ FP_API void(fp_attention_params_default)(fp_attention_params *p);
  *     range, with cu_seqlens, or (CPU) with an entry outside [0, num_pages).
  *     The message names the argument.
  *   FP_ERR_OUT_OF_MEMORY: scratch for split-KV partials or CPU tiles.
+ *   FP_ERR_UNSUPPORTED: also when the stream is being captured and its
+ *     workspace is too small for the split partials (run the call once on
+ *     that stream first).
  *   FP_ERR_CUDA: a launch failed.
+ * CUDA graphs: capturable. Scratch (split partials; the baseline's scores)
+ * lives in the context's workspace of the call's stream, grown on first
+ * need and kept: once a call ran on a stream at a shape, the same call there
+ * makes no allocation, synchronization or device query.
  * Thread-safety: see the header introduction. */
 FP_API fp_status fp_attention_forward(fp_context *ctx, fp_stream stream,
                                       const fp_attention_params *params);
@@ -250,7 +257,8 @@ FP_API fp_status fp_attention_forward(fp_context *ctx, fp_stream stream,
  * on first use, destroyed with the context; calls from several threads on
  * one context take turns on it).
  * With cu_seqlens or seqlens_k on CUDA it reads them back to size its GEMMs
- * (a stream synchronization: it is a baseline). With a paged KV cache on
+ * (a stream synchronization: it is a baseline; during a stream capture it
+ * refuses with FP_ERR_UNSUPPORTED). With a paged KV cache on
  * CUDA it first gathers the pages into dense K and V scratch tensors (2 x
  * batch * seqlen_k * heads_kv * head_dim elements more), then runs as dense.
  * Errors: as fp_attention_forward, plus FP_ERR_OUT_OF_MEMORY when the score

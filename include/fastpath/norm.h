@@ -180,10 +180,14 @@ FP_API void(fp_norm_backward_params_default)(fp_norm_backward_params *params);
 
 /* Runs the backward (CUDA: stream-ordered, deterministic: no float atomics;
  * dgamma/dbeta are reduced per block of rows then over blocks in a fixed
- * order). A CUDA call allocates a temporary buffer for the partial sums
- * stream-ordered from the context's scratch memory pool.
+ * order). The partial sums live in the context's workspace of the call's
+ * stream, grown on first need and kept: once a call ran on a stream at a
+ * shape, the same call there makes no allocation, synchronization or device
+ * query (both directions are capturable into CUDA graphs).
  * Errors (outputs untouched): as fp_norm_forward, naming the argument;
- * FP_ERR_OUT_OF_MEMORY if the partial-sum buffer cannot be allocated. */
+ * FP_ERR_OUT_OF_MEMORY if the partial-sum buffer cannot be allocated;
+ * FP_ERR_UNSUPPORTED if it must grow while the stream is being captured
+ * (run the call once on that stream first). */
 FP_API fp_status fp_norm_backward(fp_context *ctx, fp_stream stream,
                                   const fp_norm_backward_params *params);
 

@@ -143,6 +143,11 @@ static fp_status baseline_cuda(fp_context *ctx, const fp_attn_args *a, void *sco
     int32_t *cu = NULL;
     const size_t nb = sizeof(int32_t) * ((size_t)a->batch + 1);
     if (a->cu_q || a->seqlens_k) {
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        FP_CUDA_TRY(cudaStreamIsCapturing(stream, &cs));
+        if (cs != cudaStreamCaptureStatusNone) /* a synchronization would invalidate the capture */
+            return fp_set_error(FP_ERR_UNSUPPORTED, "attention baseline: with cu_seqlens or seqlens_k it reads them "
+                                                    "back (a stream synchronization) and cannot be captured");
         cu = malloc(3 * nb);
         if (!cu) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention baseline: host offsets");
         cudaError_t e = cudaSuccess;

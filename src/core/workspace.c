@@ -23,7 +23,9 @@ static fp_status ws_retire(fp_context *ctx, void *ptr) {
 }
 
 /* The slot of `stream`: its own, else a free one, else the least recently
- * used one (its buffer retired, not freed: a graph may hold it). */
+ * used one (its buffer retired, not freed: a graph may hold it). A stream
+ * created with a destroyed one's handle inherits its slot: safe, as CUDA
+ * releases a destroyed stream (and so its handle) only after its work. */
 static fp_ws_slot *ws_slot(fp_context *ctx, cudaStream_t stream, fp_status *st) {
     fp_ws_slot *free_slot = NULL, *lru = NULL;
     for (int i = 0; i < FP_WS_STREAMS; ++i) {

@@ -13,7 +13,9 @@
  * Ops: norm forward v0..v3 and backward v0..v3 (incl. the v3 shapes above
  * 48 KiB of shared memory), attention prefill v1..v5, split-KV decode with
  * forced splits (v1, v3, v5), paged decode (automatic and forced splits),
- * varlen, and the materialized baseline (dense, paged).
+ * varlen, and the materialized baseline (dense, paged); and the refusals: an
+ * op whose workspace would have to grow inside a capture, the baseline with
+ * ragged lengths (it reads them back) during a capture.
  * Run: ctest -R test_op_runtime_calls_emu (label emu). */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -309,6 +311,28 @@ static void check_capture(op *o) {
     cudaGraphDestroy(graph);
 }
 
+/* An op whose scratch the capturing stream's workspace cannot hold (never
+ * run on that stream) refuses with FP_ERR_UNSUPPORTED and a message saying
+ * what to do, instead of allocating inside the capture; the same op then
+ * runs eagerly on that stream, and captures there afterwards. */
+static void check_capture_cold(op *o, cudaStream_t s) {
+    refill_inputs(o, 7);
+    cudaGraph_t graph = NULL;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    const fp_status st = o->run(o, (fp_stream)s);
+    CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+    if (graph) cudaGraphDestroy(graph);
+    CHECK_MSG(st == FP_ERR_UNSUPPORTED, "%s: capture on a cold stream returned '%s'", o->name, fp_status_string(st));
+    CHECK_MSG(strstr(fp_last_error(), "before capturing") != NULL, "%s: message: %s", o->name, fp_last_error());
+    CHECK_OK(o->run(o, (fp_stream)s));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK_OK(o->run(o, (fp_stream)s));
+    graph = NULL;
+    CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+    if (graph) cudaGraphDestroy(graph);
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+}
+
 static void free_op(op *o) {
     for (int i = 0; i < o->nin; ++i) fp_mem_free(g_ctx, o->in[i].d);
     for (int i = 0; i < o->nout; ++i) fp_mem_free(g_ctx, o->out[i].d);
@@ -376,6 +400,22 @@ int main(void) {
         check_op(&o);
     }
 
+    /* (both streams live to the end: a new stream may reuse a destroyed
+     * one's handle, and with it that stream's workspace) */
+    cudaStream_t cold[2] = {NULL, NULL};
+    for (int i = 0; i < 2; ++i) CHECK(cudaStreamCreateWithFlags(&cold[i], cudaStreamNonBlocking) == cudaSuccess);
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention v1 decode 4 splits, cold stream", 2, 1, 256, 4, 2, 0);
+    o.run = run_attn_splits;
+    o.version = 1;
+    o.splits = 4;
+    check_capture_cold(&o, cold[0]);
+    free_op(&o);
+    memset(&o, 0, sizeof o);
+    norm_bwd_op(&o, 3, FP_BF16, 8, 1024);
+    check_capture_cold(&o, cold[1]);
+    free_op(&o);
+
     /* decode: automatic splits (long keys, few rows) */
     memset(&o, 0, sizeof o);
     attn_op(&o, "attention decode auto", 1, 1, 1024, 2, 1, 0);
@@ -424,6 +464,25 @@ int main(void) {
     o.run = run_attn_baseline;
     check_op(&o);
 
+    /* the one op that is not capturable: the baseline reads ragged lengths
+     * back; it refuses during a capture instead of breaking it */
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "baseline ragged", 2, 1, 128, 2, 1, 0);
+    with_seqlens(&o, 128, 60);
+    refill_inputs(&o, 3);
+    CHECK_OK(fp_attention_forward_baseline(g_ctx, NULL, &o.ap));
+    {
+        cudaStream_t s = (cudaStream_t)fp_context_stream(g_ctx);
+        cudaGraph_t graph = NULL;
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+        CHECK_STATUS(fp_attention_forward_baseline(g_ctx, NULL, &o.ap), FP_ERR_UNSUPPORTED);
+        CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+        if (graph) cudaGraphDestroy(graph);
+    }
+    CHECK_OK(fp_context_synchronize(g_ctx, NULL));
+    free_op(&o);
+
     fp_context_destroy(g_ctx);
+    for (int i = 0; i < 2; ++i) cudaStreamDestroy(cold[i]);
     TEST_END();
 }
