@@ -120,16 +120,29 @@ __host__ __device__ __forceinline__ bool aligned16(const void *p) { return ((uin
 // the error, cleared, when the query fails).
 constexpr size_t kRedSmemBytes = 32 * sizeof(float);
 constexpr size_t kDynSmemDefault = 48 * 1024 - kRedSmemBytes;
+// A device's answers never change, but the CPU emulation's device can
+// (fp_emu::set_device: the tests' "other devices"): its generation is part
+// of every cached answer's key there.
+static inline unsigned device_epoch() {
+#if defined(FP_CUDA_EMU)
+    return fp_emu::device_generation();
+#else
+    return 0;
+#endif
+}
+
 // The limit is asked once per device (a driver query on every call
 // otherwise; devices past 64 are asked every time).
 static inline cudaError_t optin_dyn_smem(size_t *avail) {
-    static std::atomic<int> cache[64];  // limit + 1 per device, 0: not asked yet
+    // per device: epoch << 32 | (limit + 1), 0: not asked yet
+    static std::atomic<unsigned long long> cache[64];
     int dev = 0, limit = 0;
     cudaError_t err = cudaGetDevice(&dev);
     const bool cacheable = dev >= 0 && dev < 64;
-    const int known = err == cudaSuccess && cacheable ? cache[dev].load(std::memory_order_relaxed) : 0;
-    if (known) {
-        limit = known - 1;
+    const unsigned long long c = err == cudaSuccess && cacheable ? cache[dev].load(std::memory_order_relaxed) : 0;
+    const unsigned epoch = device_epoch();
+    if (c && (unsigned)(c >> 32) == epoch) {
+        limit = (int)(c & 0xffffffffu) - 1;
     } else {
         if (err == cudaSuccess) err = cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
         if (err != cudaSuccess) {
@@ -137,7 +150,7 @@ static inline cudaError_t optin_dyn_smem(size_t *avail) {
             *avail = 0;
             return err;
         }
-        if (cacheable) cache[dev].store(limit + 1, std::memory_order_relaxed);
+        if (cacheable) cache[dev].store((unsigned long long)epoch << 32 | (unsigned)(limit + 1), std::memory_order_relaxed);
     }
     *avail = (size_t)limit > kRedSmemBytes ? (size_t)limit - kRedSmemBytes : 0;
     return cudaSuccess;
@@ -155,6 +168,7 @@ enum { FUNC_OPT_IN = 0, FUNC_OCCUPANCY = 1 };
 struct func_answer {
     const void *fn;
     int what, dev, threads;
+    unsigned epoch;
     size_t smem;
     int value;
 };
@@ -173,7 +187,8 @@ static inline bool func_lookup(const func_answer &k, int *value) {
     std::lock_guard<std::mutex> lk(t.mu);
     for (int i = 0; i < t.n; ++i) {
         const func_answer &e = t.e[i];
-        if (e.fn == k.fn && e.what == k.what && e.dev == k.dev && e.threads == k.threads && e.smem == k.smem) {
+        if (e.fn == k.fn && e.what == k.what && e.dev == k.dev && e.threads == k.threads && e.epoch == k.epoch &&
+            e.smem == k.smem) {
             *value = e.value;
             return true;
         }
@@ -194,7 +209,7 @@ static inline void func_store(const func_answer &k) {
 // cudaFuncSetAttribute(kernel, MaxDynamicSharedMemorySize, bytes) once per
 // (kernel, current device, bytes).
 template <typename K> static inline cudaError_t opt_in_once(K kernel, int bytes) {
-    func_answer k = {reinterpret_cast<const void *>(kernel), FUNC_OPT_IN, 0, 0, (size_t)bytes, 1};
+    func_answer k = {reinterpret_cast<const void *>(kernel), FUNC_OPT_IN, 0, 0, device_epoch(), (size_t)bytes, 1};
     cudaError_t err = cudaGetDevice(&k.dev);
     if (err != cudaSuccess) return err;
     int done = 0;
@@ -208,7 +223,7 @@ template <typename K> static inline cudaError_t opt_in_once(K kernel, int bytes)
 // cudaOccupancyMaxActiveBlocksPerMultiprocessor, asked once per (kernel,
 // current device, threads, smem).
 template <typename K> static inline cudaError_t occupancy_once(int *per_sm, K kernel, int threads, size_t smem) {
-    func_answer k = {reinterpret_cast<const void *>(kernel), FUNC_OCCUPANCY, 0, threads, smem, 0};
+    func_answer k = {reinterpret_cast<const void *>(kernel), FUNC_OCCUPANCY, 0, threads, device_epoch(), smem, 0};
     cudaError_t err = cudaGetDevice(&k.dev);
     if (err != cudaSuccess) return err;
     if (func_lookup(k, per_sm)) return cudaSuccess;

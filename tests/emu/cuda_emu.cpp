@@ -781,7 +781,12 @@ cudaError_t record_error(cudaError_t e) {
 }
 
 const DeviceProfile &device() { return g_device; }
-void set_device(const DeviceProfile &p) { g_device = p; }
+std::atomic<unsigned> g_device_generation{0};
+void set_device(const DeviceProfile &p) {
+    g_device = p;
+    g_device_generation.fetch_add(1);
+}
+unsigned device_generation() { return g_device_generation.load(); }
 const char *last_failure() {
     static thread_local std::string copy;
     std::lock_guard<std::mutex> lk(g_state_mu);

@@ -247,6 +247,9 @@ struct DeviceProfile {
 // H100 SXM (sm_90) by default; FP_EMU_SM=80 picks an A100 profile.
 const DeviceProfile &device();
 void set_device(const DeviceProfile &p);
+// Changes with every set_device: what host code that caches a device's
+// answers (a GPU's never change) adds to its key under the emulation.
+unsigned device_generation();
 
 // The message of the last failed launch ("" if none), and launches so far.
 const char *last_failure();
