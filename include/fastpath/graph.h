@@ -283,7 +283,7 @@ FP_API fp_status fp_graph_cache_create(fp_context *ctx, fp_graph_step_fn step, v
 FP_API void fp_graph_cache_destroy(fp_graph_cache *c);
 
 /* The bucket n (>= 1) runs at: the smallest bucket >= n. FP_ERR_NOT_FOUND
- * (with *bucket = n) above the largest bucket. Thread-safe, no lock. */
+ * (with *bucket = n) above the largest bucket. Thread-safe. */
 FP_API fp_status fp_graph_cache_bucket(const fp_graph_cache *c, int64_t n, int64_t *bucket);
 
 typedef enum fp_graph_run {
