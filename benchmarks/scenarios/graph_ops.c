@@ -467,6 +467,7 @@ static void lookup_row(fb_run *run, op_case *c) {
         fb_result_metric(r, "bucket_ns", bucket_ms * 1e6 / BUCKET_CALLS);
         fb_result_metric(r, "run_host_us", base.median_ms * 1e3);
         fb_result_metric(r, "replay_host_us", opt.median_ms * 1e3);
+        fb_result_note(r, "baseline: fp_graph_cache_run, optimized: fp_graph_replay");
     } else if (st != FP_ERR_INTERNAL) {
         fb_result_fail(r, st, fp_last_error());
     }
