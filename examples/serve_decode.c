@@ -229,17 +229,11 @@ static void model_free(model *m, fp_context *ctx)
 /*  The executor: one batched layer step                                    */
 /* ------------------------------------------------------------------------ */
 
-static fp_status layer_step(void *user, fp_batch_item *items, int count, int padded_count)
+/* Row i of the host staging buffers := request i's input, table row and
+ * length. Returns the batch's longest cached sequence. */
+static int assemble_rows(server *sv, const fp_batch_item *items, int count)
 {
-    (void)padded_count; /* no allowed_batch_sizes: padded_count == count */
-    server *sv = user;
     const model *m = sv->m;
-    fp_status st = FP_OK;
-    const size_t act_bytes = (size_t)count * HIDDEN * sizeof(float);
-    void *d_x = NULL, *d_res = NULL, *d_q = NULL, *d_resout = NULL, *d_attn = NULL;
-    void *d_table = NULL, *d_seqlens = NULL;
-
-    // assemble the batch on the host: row i holds request i's input, table row and length
     int max_len = 1;
     for (int i = 0; i < count; ++i) {
         const request_input *in = items[i].input;
@@ -249,6 +243,85 @@ static fp_status layer_step(void *user, fp_batch_item *items, int count, int pad
         sv->h_seqlens[i] = m->seq_len[in->seq];
         if (m->seq_len[in->seq] > max_len) max_len = m->seq_len[in->seq];
     }
+    return max_len;
+}
+
+/* Row i of the downloaded results -> request i's own output buffer. */
+static void scatter_rows(server *sv, fp_batch_item *items, int count)
+{
+    for (int i = 0; i < count; ++i) {
+        request_output *out = items[i].output;
+        request_track *track = items[i].user;
+        memcpy(out->attn, sv->h_attn[i], sizeof out->attn);
+        memcpy(out->residual_out, sv->h_resout[i], sizeof out->residual_out);
+        atomic_fetch_add(&track->executed, 1);
+    }
+}
+
+/* Step 1: residual_out = x + residual; q = RMSNorm(residual_out) * gamma. */
+static fp_status norm_step(server *sv, fp_stream stream, int64_t rows, const void *x, const void *res,
+                           void *q, void *resout)
+{
+    fp_norm_params np;
+    fp_norm_params_default(&np);
+    np.kind = FP_NORM_RMSNORM;
+    np.rows = rows;
+    np.cols = HIDDEN;
+    np.x_dtype = np.residual_dtype = np.out_dtype = np.param_dtype = FP_F32;
+    np.x = x;
+    np.residual = res;
+    np.gamma = sv->m->d_gamma;
+    np.out = q;
+    np.residual_out = resout;
+    np.eps = RMS_EPS;
+    return fp_norm_forward(sv->ctx, stream, &np);
+}
+
+/* Step 2: decode attention, one query token per sequence, keys from the
+ * paged cache; seqlen_k bounds every row's own length (seqlens_k). */
+static fp_status attention_step(server *sv, fp_stream stream, int batch, int seqlen_k, const void *q,
+                                void *attn, const void *table, const void *seqlens)
+{
+    fp_attention_params ap;
+    fp_attention_params_default(&ap);
+    ap.batch = batch;
+    ap.seqlen_q = 1;
+    ap.seqlen_k = seqlen_k;
+    ap.heads_q = HEADS_Q;
+    ap.heads_kv = HEADS_KV;
+    ap.head_dim = HEAD_DIM;
+    ap.dtype = FP_F32;
+    ap.q = q;                              /* [batch, 1, HEADS_Q, HEAD_DIM], packed */
+    ap.k = sv->m->d_k;                     /* [num_pages, PAGE_SIZE, HEADS_KV, HEAD_DIM] */
+    ap.v = sv->m->d_v;
+    ap.o = attn;                           /* [batch, 1, HEADS_Q, HEAD_DIM], packed */
+    ap.seqlens_k = seqlens;                /* each sequence's own cache length */
+    ap.block_table = table;                /* [batch, MAX_PAGES_PER_SEQ] */
+    ap.block_table_stride = MAX_PAGES_PER_SEQ;
+    ap.page_size = PAGE_SIZE;
+    ap.num_pages = sv->m->num_pages;
+    return fp_attention_forward(sv->ctx, stream, &ap);
+}
+
+/* After a failure, lets queued work finish before the buffers are reused. */
+static void drain_after_failure(server *sv, fp_status st)
+{
+    if (st == FP_OK) return;
+    fp_status sst = fp_context_synchronize(sv->ctx, sv->stream);
+    if (sst != FP_OK) report_failure("fp_context_synchronize", sst);
+}
+
+static fp_status layer_step(void *user, fp_batch_item *items, int count, int padded_count)
+{
+    (void)padded_count; /* no allowed_batch_sizes: padded_count == count */
+    server *sv = user;
+    fp_status st = FP_OK;
+    const size_t act_bytes = (size_t)count * HIDDEN * sizeof(float);
+    void *d_x = NULL, *d_res = NULL, *d_q = NULL, *d_resout = NULL, *d_attn = NULL;
+    void *d_table = NULL, *d_seqlens = NULL;
+
+    // assemble the batch on the host: row i holds request i's input, table row and length
+    const int max_len = assemble_rows(sv, items, count);
 
     // take this batch's scratch buffers from the caching allocator
     TRY(fp_alloc_alloc(sv->alloc, act_bytes, sv->stream, &d_x));
@@ -267,41 +340,9 @@ static fp_status layer_step(void *user, fp_batch_item *items, int count, int pad
     TRY(fp_mem_upload(sv->ctx, d_seqlens, sv->h_seqlens, (size_t)count * sizeof(int32_t),
                       sv->stream));
 
-    // step 1: residual_out = x + residual; q = RMSNorm(residual_out) * gamma, rows = batch
-    fp_norm_params np;
-    fp_norm_params_default(&np);
-    np.kind = FP_NORM_RMSNORM;
-    np.rows = count;
-    np.cols = HIDDEN;
-    np.x_dtype = np.residual_dtype = np.out_dtype = np.param_dtype = FP_F32;
-    np.x = d_x;
-    np.residual = d_res;
-    np.gamma = m->d_gamma;
-    np.out = d_q;
-    np.residual_out = d_resout;
-    np.eps = RMS_EPS;
-    TRY(fp_norm_forward(sv->ctx, sv->stream, &np));
-
-    // step 2: decode attention, one query token per sequence, keys from the paged cache
-    fp_attention_params ap;
-    fp_attention_params_default(&ap);
-    ap.batch = count;
-    ap.seqlen_q = 1;
-    ap.seqlen_k = max_len;                 /* longest sequence in this batch */
-    ap.heads_q = HEADS_Q;
-    ap.heads_kv = HEADS_KV;
-    ap.head_dim = HEAD_DIM;
-    ap.dtype = FP_F32;
-    ap.q = d_q;                            /* [count, 1, HEADS_Q, HEAD_DIM], packed */
-    ap.k = m->d_k;                         /* [num_pages, PAGE_SIZE, HEADS_KV, HEAD_DIM] */
-    ap.v = m->d_v;
-    ap.o = d_attn;                         /* [count, 1, HEADS_Q, HEAD_DIM], packed */
-    ap.seqlens_k = d_seqlens;              /* each sequence's own cache length */
-    ap.block_table = d_table;              /* [count, MAX_PAGES_PER_SEQ] */
-    ap.block_table_stride = MAX_PAGES_PER_SEQ;
-    ap.page_size = PAGE_SIZE;
-    ap.num_pages = m->num_pages;
-    TRY(fp_attention_forward(sv->ctx, sv->stream, &ap));
+    // the layer: RMSNorm over the batch's rows, then attention up to its longest sequence
+    TRY(norm_step(sv, sv->stream, count, d_x, d_res, d_q, d_resout));
+    TRY(attention_step(sv, sv->stream, count, max_len, d_q, d_attn, d_table, d_seqlens));
 
     // download the results and wait for them
     TRY(fp_mem_download(sv->ctx, sv->h_attn, d_attn, act_bytes, sv->stream));
@@ -309,20 +350,10 @@ static fp_status layer_step(void *user, fp_batch_item *items, int count, int pad
     TRY(fp_context_synchronize(sv->ctx, sv->stream));
 
     // scatter row i back to request i's own output buffer
-    for (int i = 0; i < count; ++i) {
-        request_output *out = items[i].output;
-        request_track *track = items[i].user;
-        memcpy(out->attn, sv->h_attn[i], sizeof out->attn);
-        memcpy(out->residual_out, sv->h_resout[i], sizeof out->residual_out);
-        atomic_fetch_add(&track->executed, 1);
-    }
+    scatter_rows(sv, items, count);
 
 done:
-    // after a failure, let queued work finish before the buffers are reused
-    if (st != FP_OK) {
-        fp_status sst = fp_context_synchronize(sv->ctx, sv->stream);
-        if (sst != FP_OK) report_failure("fp_context_synchronize", sst);
-    }
+    drain_after_failure(sv, st);
     // give the scratch buffers back to the cache (fp_alloc_free(NULL) is a no-op)
     {
         void *bufs[] = {d_x, d_res, d_q, d_resout, d_attn, d_table, d_seqlens};
@@ -350,39 +381,9 @@ static fp_status graph_step(void *user, fp_stream stream, int64_t size)
 {
     server *sv = user;
     const static_buffers *b = &sv->sb;
-    fp_norm_params np;
-    fp_norm_params_default(&np);
-    np.kind = FP_NORM_RMSNORM;
-    np.rows = size;
-    np.cols = HIDDEN;
-    np.x_dtype = np.residual_dtype = np.out_dtype = np.param_dtype = FP_F32;
-    np.x = b->x;
-    np.residual = b->res;
-    np.gamma = sv->m->d_gamma;
-    np.out = b->q;
-    np.residual_out = b->resout;
-    np.eps = RMS_EPS;
-    fp_status st = fp_norm_forward(sv->ctx, stream, &np);
+    fp_status st = norm_step(sv, stream, size, b->x, b->res, b->q, b->resout);
     if (st != FP_OK) return st;
-    fp_attention_params ap;
-    fp_attention_params_default(&ap);
-    ap.batch = (int)size;
-    ap.seqlen_q = 1;
-    ap.seqlen_k = MAX_SEQ_LEN;
-    ap.heads_q = HEADS_Q;
-    ap.heads_kv = HEADS_KV;
-    ap.head_dim = HEAD_DIM;
-    ap.dtype = FP_F32;
-    ap.q = b->q;
-    ap.k = sv->m->d_k;
-    ap.v = sv->m->d_v;
-    ap.o = b->attn;
-    ap.seqlens_k = b->seqlens;
-    ap.block_table = b->table;
-    ap.block_table_stride = MAX_PAGES_PER_SEQ;
-    ap.page_size = PAGE_SIZE;
-    ap.num_pages = sv->m->num_pages;
-    return fp_attention_forward(sv->ctx, stream, &ap);
+    return attention_step(sv, stream, (int)size, MAX_SEQ_LEN, b->q, b->attn, b->table, b->seqlens);
 }
 
 /* The executor of --graphs: count real requests, padded_count (a bucket, by
@@ -390,21 +391,14 @@ static fp_status graph_step(void *user, fp_stream stream, int64_t size)
 static fp_status layer_step_graphs(void *user, fp_batch_item *items, int count, int padded_count)
 {
     server *sv = user;
-    const model *m = sv->m;
     const static_buffers *b = &sv->sb;
     fp_status st = FP_OK;
     const size_t row_bytes = HIDDEN * sizeof(float);
 
-    // assemble rows [0, count) as the eager executor does
-    for (int i = 0; i < count; ++i) {
-        const request_input *in = items[i].input;
-        memcpy(sv->h_x[i], in->x, sizeof in->x);
-        memcpy(sv->h_res[i], in->residual, sizeof in->residual);
-        memcpy(sv->h_table[i], m->block_table[in->seq], sizeof sv->h_table[i]);
-        sv->h_seqlens[i] = m->seq_len[in->seq];
-    }
-    // padding rows [count, padded_count): one cached token on a valid page,
-    // so the padded rows compute something finite that nobody reads
+    // rows [0, count) as the other executor assembles them; the padding rows
+    // [count, padded_count): one cached token on a valid page, so they
+    // compute something finite that nobody reads
+    (void)assemble_rows(sv, items, count);
     for (int i = count; i < padded_count; ++i) {
         memset(sv->h_table[i], 0, sizeof sv->h_table[i]);
         sv->h_seqlens[i] = 1;
@@ -432,19 +426,9 @@ static fp_status layer_step_graphs(void *user, fp_batch_item *items, int count, 
     TRY(fp_mem_download(sv->ctx, sv->h_attn, b->attn, (size_t)count * row_bytes, sv->stream));
     TRY(fp_mem_download(sv->ctx, sv->h_resout, b->resout, (size_t)count * row_bytes, sv->stream));
     TRY(fp_context_synchronize(sv->ctx, sv->stream));
-    for (int i = 0; i < count; ++i) {
-        request_output *out = items[i].output;
-        request_track *track = items[i].user;
-        memcpy(out->attn, sv->h_attn[i], sizeof out->attn);
-        memcpy(out->residual_out, sv->h_resout[i], sizeof out->residual_out);
-        atomic_fetch_add(&track->executed, 1);
-    }
+    scatter_rows(sv, items, count);
 done:
-    // after a failure, let queued work finish before the buffers are reused
-    if (st != FP_OK) {
-        fp_status sst = fp_context_synchronize(sv->ctx, sv->stream);
-        if (sst != FP_OK) report_failure("fp_context_synchronize", sst);
-    }
+    drain_after_failure(sv, st);
     return st;
 }
 
