@@ -340,7 +340,6 @@ static void host_report(fb_run *run, const fp_stats *base, const fp_stats *opt, 
 typedef struct op_case {
     fp_context *ctx;
     layer *l;
-    void *out;
     void *fill_buf;
     fp_attention_params prefill;
 } op_case;
