@@ -158,6 +158,19 @@ static fp_status layer_init(layer *l, fp_context *ctx, const layer_shape *s) {
     return st;
 }
 
+/* --batch (1..256: the default bucket list ends at 256, a larger batch
+ * would run eagerly) and --kv (>= 1; the pages hold int32 ids) as given.
+ * Returns 0, or 1 after reporting a failed row naming the bad option. */
+static int bad_options(fb_run *run) {
+    const int64_t batch = fb_opt_int(run, "batch", 1), kv = fb_opt_int(run, "kv", 1);
+    const char *why = batch < 1 || batch > 256 ? "--batch must be in [1, 256]"
+                      : kv < 1 || kv > (1 << 24) ? "--kv must be in [1, 16777216]"
+                                                 : NULL;
+    if (!why) return 0;
+    fb_result_fail(fb_result_new(run), FP_ERR_INVALID_ARGUMENT, why);
+    return 1;
+}
+
 /* Default shapes: see the file's header. */
 static layer_shape layer_shape_for(fb_run *run, int max_batch) {
     const int small = fb_quick(run) || fb_kind(run) != FP_DEVICE_CUDA;
@@ -267,21 +280,9 @@ static void run_decode_shape(fb_run *run, int64_t n) {
 }
 
 static fp_status run_decode_step(fb_run *run) {
+    if (bad_options(run)) return FP_OK;
     if (fb_opt_given(run, "batch")) {
-        const int64_t n = fb_opt_int(run, "batch", 0);
-        /* the default bucket list ends at 256: a larger batch would run eagerly */
-        if (n < 1 || n > 256) {
-            fb_result *r = fb_result_new(run);
-            fb_param_int(r, "batch", n);
-            fb_result_fail(r, FP_ERR_INVALID_ARGUMENT, "--batch must be in [1, 256]");
-            return FP_OK;
-        }
-        run_decode_shape(run, n);
-        return FP_OK;
-    }
-    if (fb_opt_given(run, "kv") && fb_opt_int(run, "kv", 0) < 1) {
-        fb_result *r = fb_result_new(run);
-        fb_result_fail(r, FP_ERR_INVALID_ARGUMENT, "--kv must be >= 1");
+        run_decode_shape(run, fb_opt_int(run, "batch", 1));
         return FP_OK;
     }
     static const int64_t batches[] = {1, 8, 64};
@@ -476,12 +477,8 @@ static void lookup_row(fb_run *run, op_case *c) {
 
 static fp_status run_op_host_cost(fb_run *run) {
     fp_context *ctx = fb_ctx(run);
+    if (bad_options(run)) return FP_OK;
     const int64_t batch = fb_opt_int(run, "batch", 8);
-    if (batch < 1 || batch > 256) {
-        fb_result *r = fb_result_new(run);
-        fb_result_fail(r, FP_ERR_INVALID_ARGUMENT, "--batch must be in [1, 256]");
-        return FP_OK;
-    }
     layer_shape shape = layer_shape_for(run, (int)batch);
     layer l;
     op_case c;
