@@ -187,7 +187,8 @@ FP_API fp_status fp_graph_get_info(const fp_graph *g, fp_graph_info *out);
 /* Built-in A/B: fn called eagerly (baseline) against replays of g (which
  * must be fn's graph), interleaved by the timing engine (fp_ab_run): the
  * same outputs are compared when `out` is given (out_count elements of
- * out_dtype in ctx memory, written by fn; NULL: no check). Fills report and,
+ * out_dtype in ctx memory, written by fn from inputs it does not modify, so
+ * that a replay after the eager call must reproduce it; NULL: no check). Fills report and,
  * if non-NULL, *saved_us_per_kernel: (eager - replay) / kernel_nodes, the
  * launch time saved per kernel. cfg NULL: timing defaults. */
 FP_API fp_status fp_graph_validate(fp_graph *g, fp_stream stream, fp_graph_fn fn, void *user,

@@ -101,7 +101,9 @@ struct fp_graph_pool {
     fp_allocator *alloc;
     uint64_t id;             /* the allocator's private pool */
     pthread_mutex_t mu;      /* serializes routing the pool onto a stream */
-    int users;               /* graphs (and caches) on it; under mu */
+    int users;               /* graphs (and caches) on it (atomic) */
+    int routing;             /* a routing is active, begun by `router` */
+    pthread_t router;
 };
 
 static uint64_t next_pool_id(void) {
@@ -129,9 +131,7 @@ fp_status fp_graph_pool_create(fp_context *ctx, fp_graph_pool **out) {
 
 fp_status fp_graph_pool_destroy(fp_graph_pool *p) {
     if (!p) return FP_OK;
-    pthread_mutex_lock(&p->mu);
-    int users = p->users;
-    pthread_mutex_unlock(&p->mu);
+    const int users = __atomic_load_n(&p->users, __ATOMIC_ACQUIRE);
     if (users)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "graph pool still used by %d graph(s) or cache(s): destroy them first", users);
@@ -153,16 +153,31 @@ fp_allocator *fp_graph_pool_allocator(fp_graph_pool *p) { return p ? p->alloc : 
 /* Routes allocations on `stream` into the pool until pool_route_end. The
  * pool's lock is held in between: one routing at a time per pool. */
 static fp_status pool_route_begin(fp_graph_pool *p, cudaStream_t stream) {
+    /* From inside a capture callback on this pool (this thread routes it
+     * now), waiting for the lock would wait forever: refused instead. The
+     * flag is only ever set by the thread that holds the lock, so reading it
+     * unlocked can only say "this thread" when it is true. */
+    if (__atomic_load_n(&p->routing, __ATOMIC_ACQUIRE) && pthread_equal(p->router, pthread_self()))
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                            "the graph pool is capturing on this thread: inside a capture callback, allocate "
+                            "through fp_graph_pool_allocator on the capture stream (static buffers: "
+                            "fp_graph_pool_alloc before the capture)");
     pthread_mutex_lock(&p->mu);
     fp_status st = fp_alloc_pool_begin(p->alloc, p->id, (fp_stream)stream);
-    if (st != FP_OK) pthread_mutex_unlock(&p->mu);
-    return st;
+    if (st != FP_OK) {
+        pthread_mutex_unlock(&p->mu);
+        return st;
+    }
+    p->router = pthread_self();
+    __atomic_store_n(&p->routing, 1, __ATOMIC_RELEASE);
+    return FP_OK;
 }
 static void pool_route_end(fp_graph_pool *p) {
     fp_error_saved saved;
     fp_error_save(&saved);
     (void)fp_alloc_pool_end(p->alloc, p->id);
     fp_error_restore(&saved);
+    __atomic_store_n(&p->routing, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -194,11 +209,7 @@ fp_status fp_graph_pool_reserved(fp_graph_pool *p, size_t *bytes) {
     return FP_OK;
 }
 
-void fp_graph_pool_use(fp_graph_pool *p, int delta) {
-    pthread_mutex_lock(&p->mu);
-    p->users += delta;
-    pthread_mutex_unlock(&p->mu);
-}
+void fp_graph_pool_use(fp_graph_pool *p, int delta) { __atomic_add_fetch(&p->users, delta, __ATOMIC_ACQ_REL); }
 
 /* ------------------------------------------------------------------------ */
 /*  Graphs                                                                  */
