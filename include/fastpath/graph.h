@@ -232,8 +232,8 @@ typedef struct fp_graph_bucket_cost {
 FP_API fp_status fp_graph_bucket_cost_default_sized(fp_graph_bucket_cost *c, size_t struct_size);
 #define fp_graph_bucket_cost_default(c) fp_graph_bucket_cost_default_sized((c), sizeof *(c))
 
-/* Chooses buckets for a histogram (n_sizes distinct sizes >= 1 with their
- * counts; any order; zero counts ignored): an exact dynamic program over the
+/* Chooses buckets for a histogram (n_sizes sizes >= 1 with their counts;
+ * any order; a size listed twice: its counts add up; zero counts ignored): an exact dynamic program over the
  * observed sizes, so every observed size is covered and the largest is a
  * bucket. Writes the increasing list to out (capacity max_out), its length
  * to *n_out and, if non-NULL, the objective to *cost. O(max_buckets * n^2);
