@@ -20,15 +20,28 @@
  * of its own request, so a wrong batch assembly, page mapping or output slot
  * fails the run.
  *
- * Usage: serve_decode [--device cpu|cuda] [--clients N] [--requests N]
+ * --graphs: the layer step is captured into CUDA graphs, one per batch-size
+ * bucket (fp_graph_cache: 1, 2, 4, 8, 16), and replayed. A graph runs on
+ * fixed addresses, so the step's buffers are static (a graph pool's) instead
+ * of per-batch cache allocations, and a fixed seqlen_k bound (MAX_SEQ_LEN;
+ * each sequence's own length comes from seqlens_k). The batcher's allowed
+ * sizes are set to the cache's buckets (fp_graph_cache_to_batcher), so a
+ * batch arrives padded to a captured size; the executor fills the padding
+ * rows with harmless input (zero rows, 1-token sequences) and runs the
+ * bucket's graph. The first batch of each size captures it. On a CPU
+ * context a replay calls the recorded step: the same program runs there.
+ *
+ * Usage: serve_decode [--device cpu|cuda] [--clients N] [--requests N] [--graphs]
  * Exit status: 0 when every request completed exactly once with a correct
- * output, 1 otherwise, 2 for bad arguments. Registered as the CTest
- * example_serve_decode (CPU context).
+ * output (and, with --graphs, every batch ran a captured graph), 1
+ * otherwise, 2 for bad arguments. Registered as the CTests
+ * example_serve_decode and example_serve_decode_graphs (CPU context).
  */
 #include <fastpath/alloc.h>
 #include <fastpath/attention.h>
 #include <fastpath/batcher.h>
 #include <fastpath/core.h>
+#include <fastpath/graph.h>
 #include <fastpath/norm.h>
 
 #include <math.h>
@@ -91,13 +104,23 @@ typedef struct model {
     void *d_k, *d_v, *d_gamma;        /* the same on the context (fp_mem_alloc) */
 } model;
 
+/* --graphs: the step's static buffers (rows for the largest bucket), from a
+ * graph pool so that they keep their address for the graphs' lifetime. */
+typedef struct static_buffers {
+    fp_graph_pool *pool;
+    void *x, *res, *q, *resout, *attn, *table, *seqlens;
+} static_buffers;
+
 /* Everything the executor needs. executor_threads = 1 runs one batch at a
- * time, so one set of host staging buffers serves every batch. */
+ * time, so one set of host staging buffers (and, with --graphs, one set of
+ * static buffers) serves every batch. */
 typedef struct server {
     fp_context *ctx;
     fp_stream stream;
     fp_allocator *alloc;
     const model *m;
+    fp_graph_cache *graphs;       /* --graphs, else NULL */
+    static_buffers sb;
     float h_x[MAX_BATCH][HIDDEN], h_res[MAX_BATCH][HIDDEN];
     float h_attn[MAX_BATCH][HIDDEN], h_resout[MAX_BATCH][HIDDEN];
     int32_t h_table[MAX_BATCH][MAX_PAGES_PER_SEQ];
@@ -206,17 +229,11 @@ static void model_free(model *m, fp_context *ctx)
 /*  The executor: one batched layer step                                    */
 /* ------------------------------------------------------------------------ */
 
-static fp_status layer_step(void *user, fp_batch_item *items, int count, int padded_count)
+/* Row i of the host staging buffers := request i's input, table row and
+ * length. Returns the batch's longest cached sequence. */
+static int assemble_rows(server *sv, const fp_batch_item *items, int count)
 {
-    (void)padded_count; /* no allowed_batch_sizes: padded_count == count */
-    server *sv = user;
     const model *m = sv->m;
-    fp_status st = FP_OK;
-    const size_t act_bytes = (size_t)count * HIDDEN * sizeof(float);
-    void *d_x = NULL, *d_res = NULL, *d_q = NULL, *d_resout = NULL, *d_attn = NULL;
-    void *d_table = NULL, *d_seqlens = NULL;
-
-    // assemble the batch on the host: row i holds request i's input, table row and length
     int max_len = 1;
     for (int i = 0; i < count; ++i) {
         const request_input *in = items[i].input;
@@ -226,6 +243,85 @@ static fp_status layer_step(void *user, fp_batch_item *items, int count, int pad
         sv->h_seqlens[i] = m->seq_len[in->seq];
         if (m->seq_len[in->seq] > max_len) max_len = m->seq_len[in->seq];
     }
+    return max_len;
+}
+
+/* Row i of the downloaded results -> request i's own output buffer. */
+static void scatter_rows(server *sv, fp_batch_item *items, int count)
+{
+    for (int i = 0; i < count; ++i) {
+        request_output *out = items[i].output;
+        request_track *track = items[i].user;
+        memcpy(out->attn, sv->h_attn[i], sizeof out->attn);
+        memcpy(out->residual_out, sv->h_resout[i], sizeof out->residual_out);
+        atomic_fetch_add(&track->executed, 1);
+    }
+}
+
+/* Step 1: residual_out = x + residual; q = RMSNorm(residual_out) * gamma. */
+static fp_status norm_step(server *sv, fp_stream stream, int64_t rows, const void *x, const void *res,
+                           void *q, void *resout)
+{
+    fp_norm_params np;
+    fp_norm_params_default(&np);
+    np.kind = FP_NORM_RMSNORM;
+    np.rows = rows;
+    np.cols = HIDDEN;
+    np.x_dtype = np.residual_dtype = np.out_dtype = np.param_dtype = FP_F32;
+    np.x = x;
+    np.residual = res;
+    np.gamma = sv->m->d_gamma;
+    np.out = q;
+    np.residual_out = resout;
+    np.eps = RMS_EPS;
+    return fp_norm_forward(sv->ctx, stream, &np);
+}
+
+/* Step 2: decode attention, one query token per sequence, keys from the
+ * paged cache; seqlen_k bounds every row's own length (seqlens_k). */
+static fp_status attention_step(server *sv, fp_stream stream, int batch, int seqlen_k, const void *q,
+                                void *attn, const void *table, const void *seqlens)
+{
+    fp_attention_params ap;
+    fp_attention_params_default(&ap);
+    ap.batch = batch;
+    ap.seqlen_q = 1;
+    ap.seqlen_k = seqlen_k;
+    ap.heads_q = HEADS_Q;
+    ap.heads_kv = HEADS_KV;
+    ap.head_dim = HEAD_DIM;
+    ap.dtype = FP_F32;
+    ap.q = q;                              /* [batch, 1, HEADS_Q, HEAD_DIM], packed */
+    ap.k = sv->m->d_k;                     /* [num_pages, PAGE_SIZE, HEADS_KV, HEAD_DIM] */
+    ap.v = sv->m->d_v;
+    ap.o = attn;                           /* [batch, 1, HEADS_Q, HEAD_DIM], packed */
+    ap.seqlens_k = seqlens;                /* each sequence's own cache length */
+    ap.block_table = table;                /* [batch, MAX_PAGES_PER_SEQ] */
+    ap.block_table_stride = MAX_PAGES_PER_SEQ;
+    ap.page_size = PAGE_SIZE;
+    ap.num_pages = sv->m->num_pages;
+    return fp_attention_forward(sv->ctx, stream, &ap);
+}
+
+/* After a failure, lets queued work finish before the buffers are reused. */
+static void drain_after_failure(server *sv, fp_status st)
+{
+    if (st == FP_OK) return;
+    fp_status sst = fp_context_synchronize(sv->ctx, sv->stream);
+    if (sst != FP_OK) report_failure("fp_context_synchronize", sst);
+}
+
+static fp_status layer_step(void *user, fp_batch_item *items, int count, int padded_count)
+{
+    (void)padded_count; /* no allowed_batch_sizes: padded_count == count */
+    server *sv = user;
+    fp_status st = FP_OK;
+    const size_t act_bytes = (size_t)count * HIDDEN * sizeof(float);
+    void *d_x = NULL, *d_res = NULL, *d_q = NULL, *d_resout = NULL, *d_attn = NULL;
+    void *d_table = NULL, *d_seqlens = NULL;
+
+    // assemble the batch on the host: row i holds request i's input, table row and length
+    const int max_len = assemble_rows(sv, items, count);
 
     // take this batch's scratch buffers from the caching allocator
     TRY(fp_alloc_alloc(sv->alloc, act_bytes, sv->stream, &d_x));
@@ -244,41 +340,9 @@ static fp_status layer_step(void *user, fp_batch_item *items, int count, int pad
     TRY(fp_mem_upload(sv->ctx, d_seqlens, sv->h_seqlens, (size_t)count * sizeof(int32_t),
                       sv->stream));
 
-    // step 1: residual_out = x + residual; q = RMSNorm(residual_out) * gamma, rows = batch
-    fp_norm_params np;
-    fp_norm_params_default(&np);
-    np.kind = FP_NORM_RMSNORM;
-    np.rows = count;
-    np.cols = HIDDEN;
-    np.x_dtype = np.residual_dtype = np.out_dtype = np.param_dtype = FP_F32;
-    np.x = d_x;
-    np.residual = d_res;
-    np.gamma = m->d_gamma;
-    np.out = d_q;
-    np.residual_out = d_resout;
-    np.eps = RMS_EPS;
-    TRY(fp_norm_forward(sv->ctx, sv->stream, &np));
-
-    // step 2: decode attention, one query token per sequence, keys from the paged cache
-    fp_attention_params ap;
-    fp_attention_params_default(&ap);
-    ap.batch = count;
-    ap.seqlen_q = 1;
-    ap.seqlen_k = max_len;                 /* longest sequence in this batch */
-    ap.heads_q = HEADS_Q;
-    ap.heads_kv = HEADS_KV;
-    ap.head_dim = HEAD_DIM;
-    ap.dtype = FP_F32;
-    ap.q = d_q;                            /* [count, 1, HEADS_Q, HEAD_DIM], packed */
-    ap.k = m->d_k;                         /* [num_pages, PAGE_SIZE, HEADS_KV, HEAD_DIM] */
-    ap.v = m->d_v;
-    ap.o = d_attn;                         /* [count, 1, HEADS_Q, HEAD_DIM], packed */
-    ap.seqlens_k = d_seqlens;              /* each sequence's own cache length */
-    ap.block_table = d_table;              /* [count, MAX_PAGES_PER_SEQ] */
-    ap.block_table_stride = MAX_PAGES_PER_SEQ;
-    ap.page_size = PAGE_SIZE;
-    ap.num_pages = m->num_pages;
-    TRY(fp_attention_forward(sv->ctx, sv->stream, &ap));
+    // the layer: RMSNorm over the batch's rows, then attention up to its longest sequence
+    TRY(norm_step(sv, sv->stream, count, d_x, d_res, d_q, d_resout));
+    TRY(attention_step(sv, sv->stream, count, max_len, d_q, d_attn, d_table, d_seqlens));
 
     // download the results and wait for them
     TRY(fp_mem_download(sv->ctx, sv->h_attn, d_attn, act_bytes, sv->stream));
@@ -286,20 +350,10 @@ static fp_status layer_step(void *user, fp_batch_item *items, int count, int pad
     TRY(fp_context_synchronize(sv->ctx, sv->stream));
 
     // scatter row i back to request i's own output buffer
-    for (int i = 0; i < count; ++i) {
-        request_output *out = items[i].output;
-        request_track *track = items[i].user;
-        memcpy(out->attn, sv->h_attn[i], sizeof out->attn);
-        memcpy(out->residual_out, sv->h_resout[i], sizeof out->residual_out);
-        atomic_fetch_add(&track->executed, 1);
-    }
+    scatter_rows(sv, items, count);
 
 done:
-    // after a failure, let queued work finish before the buffers are reused
-    if (st != FP_OK) {
-        fp_status sst = fp_context_synchronize(sv->ctx, sv->stream);
-        if (sst != FP_OK) report_failure("fp_context_synchronize", sst);
-    }
+    drain_after_failure(sv, st);
     // give the scratch buffers back to the cache (fp_alloc_free(NULL) is a no-op)
     {
         void *bufs[] = {d_x, d_res, d_q, d_resout, d_attn, d_table, d_seqlens};
@@ -312,6 +366,127 @@ done:
         }
     }
     return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/*  --graphs: the same layer step, captured per batch-size bucket           */
+/* ------------------------------------------------------------------------ */
+
+/* fp_graph_step_fn: the layer step on rows [0, size) of the static buffers.
+ * Only what a graph can replay: launches on `stream` with fixed pointers and
+ * scalars. seqlen_k is the fixed bound MAX_SEQ_LEN (the batch's longest
+ * sequence changes from batch to batch); seqlens_k holds each row's own
+ * length. */
+static fp_status graph_step(void *user, fp_stream stream, int64_t size)
+{
+    server *sv = user;
+    const static_buffers *b = &sv->sb;
+    fp_status st = norm_step(sv, stream, size, b->x, b->res, b->q, b->resout);
+    if (st != FP_OK) return st;
+    return attention_step(sv, stream, (int)size, MAX_SEQ_LEN, b->q, b->attn, b->table, b->seqlens);
+}
+
+/* The executor of --graphs: count real requests, padded_count (a bucket, by
+ * fp_graph_cache_to_batcher) rows to run. */
+static fp_status layer_step_graphs(void *user, fp_batch_item *items, int count, int padded_count)
+{
+    server *sv = user;
+    const static_buffers *b = &sv->sb;
+    fp_status st = FP_OK;
+    const size_t row_bytes = HIDDEN * sizeof(float);
+
+    // rows [0, count) as the other executor assembles them; the padding rows
+    // [count, padded_count): one cached token on a valid page, so they
+    // compute something finite that nobody reads
+    (void)assemble_rows(sv, items, count);
+    for (int i = count; i < padded_count; ++i) {
+        memset(sv->h_table[i], 0, sizeof sv->h_table[i]);
+        sv->h_seqlens[i] = 1;
+    }
+    TRY(fp_mem_upload(sv->ctx, b->x, sv->h_x, (size_t)count * row_bytes, sv->stream));
+    TRY(fp_mem_upload(sv->ctx, b->res, sv->h_res, (size_t)count * row_bytes, sv->stream));
+    TRY(fp_graph_pad_rows(sv->ctx, sv->stream, b->x, row_bytes, count, padded_count, 0));
+    TRY(fp_graph_pad_rows(sv->ctx, sv->stream, b->res, row_bytes, count, padded_count, 0));
+    TRY(fp_mem_upload(sv->ctx, b->table, sv->h_table, (size_t)padded_count * sizeof sv->h_table[0],
+                      sv->stream));
+    TRY(fp_mem_upload(sv->ctx, b->seqlens, sv->h_seqlens, (size_t)padded_count * sizeof(int32_t),
+                      sv->stream));
+
+    // the bucket's graph (captured by the first batch of this size)
+    int64_t ran_at = 0;
+    TRY(fp_graph_cache_run(sv->graphs, sv->stream, count, &ran_at, NULL));
+    if (ran_at != padded_count) {
+        // the batcher's allowed sizes are the cache's buckets: they must agree
+        fprintf(stderr, "serve_decode: a batch of %d padded to %d ran at %lld\n", count, padded_count,
+                (long long)ran_at);
+        st = FP_ERR_INTERNAL;
+        goto done;
+    }
+
+    TRY(fp_mem_download(sv->ctx, sv->h_attn, b->attn, (size_t)count * row_bytes, sv->stream));
+    TRY(fp_mem_download(sv->ctx, sv->h_resout, b->resout, (size_t)count * row_bytes, sv->stream));
+    TRY(fp_context_synchronize(sv->ctx, sv->stream));
+    scatter_rows(sv, items, count);
+done:
+    drain_after_failure(sv, st);
+    return st;
+}
+
+/* The graph cache over graph_step and its static buffers, sized for the
+ * largest bucket; the batcher config's allowed sizes set to the buckets. */
+static void graphs_init(server *sv, fp_batcher_config *cfg)
+{
+    static_buffers *b = &sv->sb;
+    const size_t act_bytes = (size_t)MAX_BATCH * HIDDEN * sizeof(float);
+    MUST(fp_graph_pool_create(sv->ctx, &b->pool));
+    MUST(fp_graph_pool_alloc(b->pool, act_bytes, &b->x));
+    MUST(fp_graph_pool_alloc(b->pool, act_bytes, &b->res));
+    MUST(fp_graph_pool_alloc(b->pool, act_bytes, &b->q));
+    MUST(fp_graph_pool_alloc(b->pool, act_bytes, &b->resout));
+    MUST(fp_graph_pool_alloc(b->pool, act_bytes, &b->attn));
+    MUST(fp_graph_pool_alloc(b->pool, (size_t)MAX_BATCH * sizeof sv->h_table[0], &b->table));
+    MUST(fp_graph_pool_alloc(b->pool, (size_t)MAX_BATCH * sizeof(int32_t), &b->seqlens));
+    fp_graph_cache_config gc;
+    fp_graph_cache_config_default(&gc);
+    gc.max_size = MAX_BATCH;  /* buckets 1, 2, 4, 8, 16 */
+    gc.pool = b->pool;
+    MUST(fp_graph_cache_create(sv->ctx, graph_step, sv, &gc, &sv->graphs));
+    MUST(fp_graph_cache_to_batcher(sv->graphs, cfg));
+}
+
+/* Prints the cache's statistics; returns the number of problems: every batch
+ * must have replayed or captured a graph (none eager, no failed capture). */
+static int graphs_report(server *sv, int64_t batches)
+{
+    fp_graph_cache_stats gs;
+    fp_graph_cache_stats_init(&gs);
+    MUST(fp_graph_cache_get_stats(sv->graphs, &gs));
+    printf("  graphs: %llu runs, %llu replays, %llu captures (%.1f ms), %llu eager runs, "
+           "%llu padded rows of %llu, lookup %.0f ns\n",
+           (unsigned long long)gs.runs, (unsigned long long)gs.replays, (unsigned long long)gs.captures,
+           gs.capture_ms_total, (unsigned long long)(gs.eager_above + gs.eager_uncapturable),
+           (unsigned long long)gs.padded_rows, (unsigned long long)(gs.rows + gs.padded_rows), gs.lookup_ns);
+    int problems = 0;
+    if (gs.runs != (uint64_t)batches || gs.replays + gs.captures != gs.runs) {
+        fprintf(stderr, "serve_decode: %lld batches but %llu graph runs (%llu replays, %llu captures)\n",
+                (long long)batches, (unsigned long long)gs.runs, (unsigned long long)gs.replays,
+                (unsigned long long)gs.captures);
+        problems++;
+    }
+    if (gs.capture_failures != 0) {
+        fprintf(stderr, "serve_decode: %llu captures failed: %s\n", (unsigned long long)gs.capture_failures,
+                fp_graph_cache_capture_error(sv->graphs));
+        problems++;
+    }
+    return problems;
+}
+
+static void graphs_free(server *sv)
+{
+    fp_graph_cache_destroy(sv->graphs); /* before the pool its graphs use */
+    void *bufs[] = {sv->sb.x, sv->sb.res, sv->sb.q, sv->sb.resout, sv->sb.attn, sv->sb.table, sv->sb.seqlens};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) MUST(fp_graph_pool_free(sv->sb.pool, bufs[i]));
+    MUST(fp_graph_pool_destroy(sv->sb.pool));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -451,15 +626,19 @@ static void *client_main(void *arg)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: serve_decode [--device cpu|cuda] [--clients N] [--requests N]\n");
+    fprintf(stderr, "usage: serve_decode [--device cpu|cuda] [--clients N] [--requests N] [--graphs]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
     fp_device_kind kind = FP_DEVICE_CPU;
-    int num_clients = 16, requests = 20;
+    int num_clients = 16, requests = 20, use_graphs = 0;
     for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--graphs")) {
+            use_graphs = 1;
+            continue;
+        }
         if (i + 1 >= argc) return usage();
         if (!strcmp(argv[i], "--device")) {
             ++i;
@@ -493,8 +672,10 @@ int main(int argc, char **argv)
     cfg.max_batch_size = MAX_BATCH;
     cfg.max_queue_delay_us = 200;
     cfg.executor_threads = 1;
+    // --graphs: allowed sizes = the graph cache's buckets (max_batch_size stays 16, the largest)
+    if (use_graphs) graphs_init(&sv, &cfg);
     fp_batcher *batcher = NULL;
-    MUST(fp_batcher_create(&cfg, layer_step, &sv, &batcher));
+    MUST(fp_batcher_create(&cfg, use_graphs ? layer_step_graphs : layer_step, &sv, &batcher));
 
     // clients: each submits its requests one at a time and checks every answer
     client *clients = calloc((size_t)num_clients, sizeof *clients);
@@ -541,19 +722,21 @@ int main(int argc, char **argv)
         failures++;
     }
 
-    printf("serve_decode on %s: %d clients x %d requests = %d requests, %lld batches, "
+    printf("serve_decode on %s%s: %d clients x %d requests = %d requests, %lld batches, "
            "mean batch size %.2f\n",
-           kind == FP_DEVICE_CUDA ? "cuda" : "cpu", num_clients, requests, total,
+           kind == FP_DEVICE_CUDA ? "cuda" : "cpu", use_graphs ? " with graphs" : "", num_clients, requests, total,
            (long long)bs.batches, bs.mean_batch_size);
     printf("  end-to-end latency p50 %.1f us, p99 %.1f us; executor p50 %.1f us per batch\n",
            bs.end_to_end.p50_us, bs.end_to_end.p99_us, bs.executor.p50_us);
     printf("  allocator: %llu allocations, %llu cache hits, %llu upstream allocs\n",
            (unsigned long long)(as.cache_hits + as.cache_misses),
            (unsigned long long)as.cache_hits, (unsigned long long)as.upstream_allocs);
+    if (use_graphs) failures += graphs_report(&sv, bs.batches);
     printf("  %s\n", failures == 0 ? "all outputs correct" : "FAILED");
 
     // tear down in reverse order
     fp_batcher_destroy(batcher);
+    if (use_graphs) graphs_free(&sv);
     model_free(&m, sv.ctx);
     fp_alloc_destroy(sv.alloc);
     fp_context_destroy(sv.ctx);

@@ -20,7 +20,8 @@
 #              per case which kernel ran (fp_attention_last_kernel) and fail
 #              when a version asked for ran another (cap 150)
 #   bench      fastbench rows for every target in
-#              benchmarks/results/targets.json (one shape each) and the
+#              benchmarks/results/targets.json (one shape each; graph/ at
+#              its default shapes, a few seconds in all) and the
 #              flash kernel versions v1..v5 at seqlen 1024, 4096 and 16384,
 #              head_dim 64 / 128, causal and not, short --max-time (cap 120)
 #   python     the Python tests' CUDA cases (pytest -k cuda, 60 s), then the
@@ -175,6 +176,7 @@ if [ $built -eq 1 ] && want bench && phase_time bench 120; then
     "decode|attention/decode --batch 1 --kv 32768"
     "alloc|alloc/cache_hit alloc/trace_replay"
     "batcher|batcher/closed_loop batcher/gpu_model --clients 64"
+    "graph|graph/chain graph/decode_step graph/op_host_cost"
     "versions4k|attention/flash_versions --seqlen 4096 --dtype bf16"
     "versions16k|attention/flash_versions --seqlen 16384 --dtype bf16"
     "versions1k|attention/flash_versions --seqlen 1024 --dtype bf16"
@@ -216,7 +218,7 @@ if docs:
     json.dump(m, open(sys.argv[1], "w"), indent=1)
     print(f"fastbench.json: {len(m['results'])} results from {len(docs)} runs, complete={m['complete']}")
 EOF
-  grep -E "^(scenario|attention/|norm/|timing/copy|alloc/|batcher/)" "$out/fastbench.txt" | cut -c1-200 | tail -n 60
+  grep -E "^(scenario|attention/|norm/|timing/copy|alloc/|batcher/|graph/)" "$out/fastbench.txt" | cut -c1-200 | tail -n 60
 fi
 
 # ---- d. PyTorch ------------------------------------------------------------------

@@ -9,5 +9,6 @@
 #include "fastpath/norm.h"
 #include "fastpath/attention.h"
 #include "fastpath/batcher.h"
+#include "fastpath/graph.h"
 
 #endif /* FASTPATH_FASTPATH_H */

@@ -94,7 +94,7 @@ cublasStatus_t gemm(cudaStream_t stream, cublasOperation_t ta, cublasOperation_t
     // the stream.
     const Gemm g = {ta, tb, m, n, k, *static_cast<const float *>(alpha), *static_cast<const float *>(beta),
                     A, B, C, at, bt, ct, lda, ldb, ldc, sa, sb, sc, batch};
-    fp_emu::submit(stream, [g] { run(g); });
+    fp_emu::submit_node(stream, [g] { run(g); }, cudaGraphNodeTypeKernel, reinterpret_cast<const void *>(&run));
     return CUBLAS_STATUS_SUCCESS;
 }
 

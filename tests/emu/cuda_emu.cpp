@@ -1027,11 +1027,11 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *, 
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
-    fp_emu::submit(s, [=] { memset(p, v, n); });
+    fp_emu::submit_node(s, [=] { memset(p, v, n); }, cudaGraphNodeTypeMemset, nullptr);
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st) {
-    fp_emu::submit(st, [=] { memmove(d, s, n); });
+    fp_emu::submit_node(st, [=] { memmove(d, s, n); }, cudaGraphNodeTypeMemcpy, nullptr);
     return cudaSuccess;
 }
 // Driver entry points: the ones an emulation header registered

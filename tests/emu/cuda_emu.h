@@ -187,6 +187,9 @@ cudaError_t record_error(cudaError_t e);
 // when streams are asynchronous (FP_EMU_ASYNC=1: the library's own tests, so
 // a missing synchronization shows), or at once in the calling thread.
 void submit(cudaStream_t s, std::function<void()> op);
+// The same, naming the CUDA graph node a capture records it as (submit
+// records a host node): kernels, memsets and copies say what they are.
+void submit_node(cudaStream_t s, std::function<void()> op, cudaGraphNodeType type, const void *key);
 bool async_streams();
 
 // Launch: the configuration is checked at once (a refused launch is
@@ -211,7 +214,8 @@ template <typename... P> struct Launcher {
         size_t record = 0;
         if (launch_check(reinterpret_cast<const void *>(fn), grid, block, smem, &record) != cudaSuccess) return;
         const Launcher self = *this;
-        submit(stream, [self, params, record] { self.run(params, record); });
+        submit_node(stream, [self, params, record] { self.run(params, record); }, cudaGraphNodeTypeKernel,
+                    reinterpret_cast<const void *>(fn));
     }
     void run(const std::tuple<P...> &params, size_t record) const {
         struct Ctx {

@@ -29,6 +29,7 @@
 #include <mutex>
 #include <new>
 #include <map>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -40,14 +41,33 @@ namespace fp_emu {
 
 namespace {
 
+// A captured graph: its nodes in stream order (the capture of one stream is
+// a chain), each with its CUDA node type, so cudaGraphGetNodes /
+// cudaGraphNodeGetType / cudaGraphExecUpdate answer as for a chain on a GPU.
+// Memory freed by cudaFreeAsync during the capture belongs to the graph (a
+// graph's allocations keep their addresses across launches): released with
+// the last graph or executable that shares it.
+struct Node {
+    cudaGraphNodeType type;
+    const void *key;  // kernels: the function
+    std::function<void()> op;
+};
+struct Owned {
+    std::vector<void *> ptrs;
+    ~Owned();
+};
 struct Graph {
-    std::vector<std::function<void()>> ops;
+    std::shared_ptr<std::vector<Node>> nodes = std::make_shared<std::vector<Node>>();
+    std::shared_ptr<Owned> owned = std::make_shared<Owned>();
 };
 struct Stream {
     int device = 0;
     unsigned flags = 0;
     int priority = 0;
     bool capturing = false;
+    bool capture_invalid = false;                      // an illegal call ended it
+    cudaStreamCaptureMode capture_mode = cudaStreamCaptureModeGlobal;
+    std::thread::id capture_thread;
     Graph *graph = nullptr;  // capturing: the graph being built
     // Asynchronous mode: the worker runs q in order.
     std::mutex mu;
@@ -210,6 +230,42 @@ cudaError_t free_device(void *p) {
     return cudaSuccess;
 }
 
+Owned::~Owned() {
+    for (void *p : ptrs) (void)free_device(p);
+}
+
+// Streams capturing now (the capture legality rules need all of them).
+std::mutex g_capture_mu;
+std::set<Stream *> g_capturing;
+
+thread_local cudaStreamCaptureMode g_thread_mode = cudaStreamCaptureModeGlobal;
+
+// CUDA's rule for "potentially unsafe" calls (cudaMalloc, cudaFree,
+// synchronization, blocking copies) while captures run: prohibited on this
+// thread unless its mode (cudaThreadExchangeStreamCaptureMode) is relaxed,
+// if it began a capture that is not relaxed, or if its mode is global and
+// another thread's capture is global. A prohibited call fails with
+// cudaErrorStreamCaptureUnsupported and invalidates those captures (their
+// cudaStreamEndCapture then fails with cudaErrorStreamCaptureInvalidated).
+cudaError_t capture_check_unsafe_call(const char *what) {
+    if (g_thread_mode == cudaStreamCaptureModeRelaxed) return cudaSuccess;
+    std::lock_guard<std::mutex> lk(g_capture_mu);
+    bool prohibited = false;
+    const std::thread::id me = std::this_thread::get_id();
+    for (Stream *st : g_capturing) {
+        const bool mine = st->capture_thread == me && st->capture_mode != cudaStreamCaptureModeRelaxed;
+        const bool global = g_thread_mode == cudaStreamCaptureModeGlobal && st->capture_thread != me &&
+                            st->capture_mode == cudaStreamCaptureModeGlobal;
+        if (mine || global) {
+            st->capture_invalid = true;
+            prohibited = true;
+        }
+    }
+    if (!prohibited) return cudaSuccess;
+    note_failure(what);
+    return record_error(cudaErrorStreamCaptureUnsupported);
+}
+
 }  // namespace
 
 bool async_streams() {
@@ -220,10 +276,12 @@ bool async_streams() {
     return on;
 }
 
-void submit(cudaStream_t s, std::function<void()> op) {
+void submit(cudaStream_t s, std::function<void()> op) { submit_node(s, std::move(op), cudaGraphNodeTypeHost, nullptr); }
+
+void submit_node(cudaStream_t s, std::function<void()> op, cudaGraphNodeType type, const void *key) {
     Stream *st = as_stream(s);
     if (st->capturing) {
-        st->graph->ops.push_back(std::move(op));
+        st->graph->nodes->push_back(Node{type, key, std::move(op)});
         return;
     }
     if (!async_streams()) {
@@ -307,21 +365,29 @@ static cudaError_t malloc_uncounted(void **p, size_t n) {
 }
 cudaError_t cudaMalloc(void **p, size_t n) {
     fp_emu_count_call(FP_EMU_CALL_ALLOC);
+    if (cudaError_t e = capture_check_unsafe_call("cudaMalloc while a stream captures")) return e;
     return malloc_uncounted(p, n);
 }
 // cudaFree waits for the device (as the real one does, implicitly).
 cudaError_t cudaFree(void *p) {
     fp_emu_count_call(FP_EMU_CALL_ALLOC);
+    if (cudaError_t e = capture_check_unsafe_call("cudaFree while a stream captures")) return e;
     if (async_streams()) sync_device();
     return free_device(p);
 }
+// Stream-ordered allocation is legal during capture (an allocation node):
+// here the memory is allocated at once and keeps its address for the graph.
 cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) {
     fp_emu_count_call(FP_EMU_CALL_ALLOC);
     return malloc_uncounted(p, n);
 }
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
     fp_emu_count_call(FP_EMU_CALL_ALLOC);
-    if (!async_streams() && !as_stream(s)->capturing) return free_device(p);
+    if (as_stream(s)->capturing) {  // a free node: the graph releases it when destroyed
+        if (p) as_stream(s)->graph->owned->ptrs.push_back(p);
+        return cudaSuccess;
+    }
+    if (!async_streams()) return free_device(p);
     {
         std::lock_guard<std::mutex> lk(g_mu);
         if (p && !g_allocs.count(p)) {
@@ -336,18 +402,21 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
 }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
     fp_emu_count_call(FP_EMU_CALL_SYNC);
+    if (cudaError_t e = capture_check_unsafe_call("a blocking cudaMemcpy while a stream captures")) return e;
     submit(nullptr, [=] { memmove(d, s, n); });
     if (async_streams()) drain(legacy());
     return device_error();
 }
 cudaError_t cudaMemset(void *p, int v, size_t n) {
     fp_emu_count_call(FP_EMU_CALL_SYNC);
+    if (cudaError_t e = capture_check_unsafe_call("a blocking cudaMemset while a stream captures")) return e;
     submit(nullptr, [=] { memset(p, v, n); });
     if (async_streams()) drain(legacy());
     return device_error();
 }
 cudaError_t cudaDeviceSynchronize(void) {
     fp_emu_count_call(FP_EMU_CALL_SYNC);
+    if (cudaError_t e = capture_check_unsafe_call("cudaDeviceSynchronize while a stream captures")) return e;
     if (async_streams()) sync_device();
     return device_error();
 }
@@ -493,7 +562,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     fp_emu_count_call(FP_EMU_CALL_SYNC);
     Stream *st = as_stream(s);
-    if (st->capturing) return record_error(cudaErrorStreamCaptureUnsupported);
+    if (st->capturing) {  // ends the capture's validity, as on a GPU
+        std::lock_guard<std::mutex> lk(g_capture_mu);
+        st->capture_invalid = true;
+        note_failure("cudaStreamSynchronize of a capturing stream");
+        return record_error(cudaErrorStreamCaptureUnsupported);
+    }
     if (async_streams()) drain(st);
     return device_error();
 }
@@ -514,50 +588,104 @@ cudaError_t cudaStreamGetDevice(cudaStream_t s, int *dev) {
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
     Stream *st = as_stream(s);
     if (st == legacy()) return record_error(cudaErrorStreamCaptureUnsupported);  // cannot capture
     if (st->capturing) return record_error(cudaErrorIllegalState);
+    std::lock_guard<std::mutex> lk(g_capture_mu);
     st->capturing = true;
+    st->capture_invalid = false;
+    st->capture_mode = mode;
+    st->capture_thread = std::this_thread::get_id();
     st->graph = new Graph;
+    g_capturing.insert(st);
     return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
     Stream *st = as_stream(s);
     if (!st->capturing) return record_error(cudaErrorIllegalState);
+    std::lock_guard<std::mutex> lk(g_capture_mu);
+    g_capturing.erase(st);
     st->capturing = false;
+    if (st->capture_invalid) {
+        delete st->graph;
+        st->graph = nullptr;
+        *g = nullptr;
+        return record_error(cudaErrorStreamCaptureInvalidated);
+    }
     *g = reinterpret_cast<cudaGraph_t>(st->graph);
     st->graph = nullptr;
     return cudaSuccess;
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status) {
-    *status = as_stream(s)->capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    Stream *st = as_stream(s);
+    *status = !st->capturing ? cudaStreamCaptureStatusNone
+              : st->capture_invalid ? cudaStreamCaptureStatusInvalidated
+                                    : cudaStreamCaptureStatusActive;
     return cudaSuccess;
 }
 cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode *mode) {
-    static thread_local cudaStreamCaptureMode cur = cudaStreamCaptureModeGlobal;
-    cudaStreamCaptureMode old = cur;
-    cur = *mode;
+    cudaStreamCaptureMode old = g_thread_mode;
+    g_thread_mode = *mode;
     *mode = old;
     return cudaSuccess;
 }
+// An executable graph: a copy of the node list (shared: a launch in flight
+// keeps the list it was launched with, so an update or a destroy while it
+// runs is safe, as CUDA promises).
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned long long) {
-    *exec = reinterpret_cast<cudaGraphExec_t>(new Graph(*reinterpret_cast<Graph *>(g)));
+    const Graph *src = reinterpret_cast<Graph *>(g);
+    Graph *e = new Graph;
+    e->nodes = std::make_shared<std::vector<Node>>(*src->nodes);
+    e->owned = src->owned;
+    *exec = reinterpret_cast<cudaGraphExec_t>(e);
     return cudaSuccess;
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
     if (as_stream(s)->capturing) return record_error(cudaErrorStreamCaptureUnsupported);
     const Graph *g = reinterpret_cast<const Graph *>(exec);
-    submit(s, [g] {
-        for (const auto &op : g->ops) op();
+    std::shared_ptr<std::vector<Node>> nodes = g->nodes;
+    std::shared_ptr<Owned> owned = g->owned;
+    submit(s, [nodes, owned] {
+        for (const auto &n : *nodes) n.op();
     });
+    return cudaSuccess;
+}
+// In place when the topology (a chain here: the node count and each node's
+// type) is the same: the nodes' parameters (kernel arguments, copy and set
+// operands) are replaced; else cudaErrorGraphExecUpdateFailure.
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info) {
+    Graph *e = reinterpret_cast<Graph *>(exec);
+    const Graph *src = reinterpret_cast<const Graph *>(g);
+    if (info) *info = cudaGraphExecUpdateResultInfo{};
+    bool same = e->nodes->size() == src->nodes->size();
+    for (size_t i = 0; same && i < src->nodes->size(); ++i) same = (*e->nodes)[i].type == (*src->nodes)[i].type;
+    if (!same) {
+        if (info) info->result = cudaGraphExecUpdateErrorTopologyChanged;
+        return record_error(cudaErrorGraphExecUpdateFailure);
+    }
+    e->nodes = std::make_shared<std::vector<Node>>(*src->nodes);
+    e->owned = src->owned;
+    if (info) info->result = cudaGraphExecUpdateSuccess;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *n) {
+    Graph *gr = reinterpret_cast<Graph *>(g);
+    if (!n) return record_error(cudaErrorInvalidValue);
+    if (nodes)
+        for (size_t i = 0; i < *n && i < gr->nodes->size(); ++i)
+            nodes[i] = reinterpret_cast<cudaGraphNode_t>(&(*gr->nodes)[i]);
+    *n = gr->nodes->size();
+    return cudaSuccess;
+}
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType *type) {
+    *type = reinterpret_cast<const Node *>(node)->type;
     return cudaSuccess;
 }
 cudaError_t cudaGraphDestroy(cudaGraph_t g) {
     delete reinterpret_cast<Graph *>(g);
     return cudaSuccess;
 }
-// (A launched graph must not be destroyed before its launches finish: as on a GPU.)
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
     delete reinterpret_cast<Graph *>(e);
     return cudaSuccess;
@@ -580,7 +708,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     auto stamp = [ev] { ev->t_ms.store(now_ms()); };
     ev->recorded = true;
     if (st->capturing) {
-        st->graph->ops.push_back(stamp);
+        st->graph->nodes->push_back(Node{cudaGraphNodeTypeEventRecord, nullptr, stamp});
         return cudaSuccess;
     }
     if (!async_streams()) {

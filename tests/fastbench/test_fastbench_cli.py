@@ -2,6 +2,8 @@
 its handling of bad input. Runs on the CPU (or the GPU when one is present)."""
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -294,3 +296,39 @@ def test_partial_report_survives_a_kill(fastbench, tmp_path):
     doc = json.loads(path.read_text())
     assert doc["schema"] == "fastbench/1" and len(doc["results"]) >= 1
     assert doc["complete"] is False
+
+
+def test_graph_rows_and_their_targets(fastbench, tmp_path):
+    """graph/ on the CPU: every eager / replay pair agrees, the host-cost rows
+    carry their metrics, and scripts/gpu-results.py reads issue 15's targets
+    off these rows (as a CUDA run: the targets are GPU-only)."""
+    if "graph/chain" not in run(fastbench, "list", check=0).stdout:
+        pytest.skip("fastbench built without the graph module")
+    path = tmp_path / "graph.json"
+    run(fastbench, "run", "graph/", "--quick", "--device", "cpu", "--json", str(path), check=0)
+    doc = json.loads(path.read_text())
+    rows = {(r["name"], json.dumps(r["params"], sort_keys=True)): r for r in doc["results"]}
+    chain = [r for r in doc["results"] if r["name"] == "graph/chain"]
+    assert sorted(r["params"]["kernels"] for r in chain) == [10, 100, 500]
+    decode = [r for r in doc["results"] if r["name"] == "graph/decode_step"]
+    assert sorted(r["params"]["batch"] for r in decode) == [1, 8, 64]
+    for r in chain + decode:
+        assert r["compared"] and r["passed"] and r["max_abs_err"] == 0, r["name"]
+    assert all("saved_us_per_kernel" in r["metrics"] for r in chain)
+    ops = {r["params"]["op"]: r for r in doc["results"] if r["name"] == "graph/op_host_cost"}
+    assert set(ops) == {"mem_fill", "norm_fwd", "attention_decode", "attention_prefill", "cache_lookup"}
+    assert all(r["metrics"]["host_us"] > 0 for op, r in ops.items() if op != "cache_lookup")
+    assert 0 < ops["cache_lookup"]["metrics"]["lookup_ns"] < 1e6
+    assert len(rows) == len(doc["results"])  # no row reported twice
+
+    root = Path(__file__).resolve().parents[2]
+    doc["device"]["kind"] = "cuda"
+    as_gpu = tmp_path / "as_gpu.json"
+    as_gpu.write_text(json.dumps(doc))
+    p = subprocess.run([sys.executable, str(root / "scripts" / "gpu-results.py"), "--check", str(as_gpu)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    issue15 = [line for line in p.stdout.splitlines() if line.startswith("| 15 |")]
+    assert len(issue15) == 4
+    for line in issue15:
+        assert "no matching result" not in line and "| - |" not in line, line

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fastpath import _lib
+from fastpath import _lib, graph
 
 ROOT = Path(__file__).resolve().parents[2]
 STRUCTS = [("fp_norm_params", "fastpath/norm.h", _lib.NormParams),
@@ -18,6 +18,12 @@ STRUCTS = [("fp_norm_params", "fastpath/norm.h", _lib.NormParams),
            ("fp_ab_report", "fastpath/timing.h", _lib.ABReport),
            ("fp_device_info", "fastpath/core.h", _lib.DeviceInfo),
            ("fp_attention_kernel_info", "fastpath/attention.h", _lib.AttentionKernelInfo)]
+if graph.available():
+    STRUCTS += [("fp_graph_config", "fastpath/graph.h", graph.Config),
+                ("fp_graph_info", "fastpath/graph.h", graph.Info),
+                ("fp_graph_bucket_cost", "fastpath/graph.h", graph.BucketCost),
+                ("fp_graph_cache_config", "fastpath/graph.h", graph.CacheConfig),
+                ("fp_graph_cache_stats", "fastpath/graph.h", graph.CacheStats)]
 
 
 @pytest.fixture(scope="module")

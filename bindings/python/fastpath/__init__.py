@@ -12,6 +12,7 @@ Capabilities (present when libfastpath was built with them):
     fastpath.norm        fused LayerNorm / RMSNorm (+ residual, bias, activation)
     fastpath.attention   flash attention
     fastpath.alloc       caching allocator: stats, snapshot, trace generation and replay
+    fastpath.graph       CUDA graph capture / replay and the shape-bucketed graph cache
 Both take raw pointers (ints) with shapes, strides and dtypes, and offer a thin
 numpy layer for CPU contexts. PyTorch drop-ins live in fastpath.torch
 (`import fastpath.torch`; needs torch).
@@ -23,7 +24,7 @@ from . import _lib
 from ._lib import lib
 
 __all__ = ["Status", "FastpathError", "Context", "version", "device_count", "stats", "time", "ab",
-           "Verdict", "DTYPES", "dtype_id", "convert", "norm", "attention", "alloc"]
+           "Verdict", "DTYPES", "dtype_id", "convert", "norm", "attention", "alloc", "graph"]
 
 
 class Status(enum.IntEnum):
@@ -192,24 +193,27 @@ def _config(max_time_s=None, min_samples=None, flush_l2=False, use_graph=False):
 
 
 class _Timed:
-    """A Python callable fn(stream) as an fp_timed_fn. An exception aborts the
-    measurement with Status.INTERNAL (the library records no detail for a
-    callable's failure) and is kept, so that _check can raise it as the
-    FastpathError's cause with its message as the detail. Holds the ctypes
-    function object: keep the _Timed alive for the whole C call."""
+    """A Python callable fn(stream) as an fp_timed_fn (or, with another ctypes
+    prototype proto(status, user, *args), fn(*args) as that callback: the
+    graph step's fn(stream, size)). An exception aborts the measurement with
+    Status.INTERNAL (the library records no detail for a callable's failure)
+    and is kept, so that _check can raise it as the FastpathError's cause
+    with its message as the detail. Holds the ctypes function object: keep
+    the _Timed alive for the whole C call (for as long as the library may
+    call it)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, proto=None):
         self.error = None
 
-        def call(user, stream):
+        def call(user, *args):
             try:
-                fn(stream)
+                fn(*args)
                 return 0
             except BaseException as e:  # noqa: B902 - nothing may unwind through C
                 if self.error is None:
                     self.error = e
                 return int(Status.INTERNAL)
-        self.cfn = _lib.TIMED_FN(call)
+        self.cfn = (proto or _lib.TIMED_FN)(call)
 
     def check(self, status, *others):
         """check(status), but a callable's exception becomes the detail."""
@@ -249,4 +253,4 @@ def ab(ctx, baseline, optimized, bytes=0.0, flops=0.0, max_time_s=None, min_samp
     return _ab_report_dict(rep)
 
 
-from . import norm, attention, alloc  # noqa: E402  (they use the names above)
+from . import norm, attention, alloc, graph  # noqa: E402  (they use the names above)
