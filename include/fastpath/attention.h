@@ -243,7 +243,9 @@ FP_API void(fp_attention_params_default)(fp_attention_params *p);
  * CUDA graphs: capturable. Scratch (split partials; the baseline's scores)
  * lives in the context's workspace of the call's stream, grown on first
  * need and kept: once a call ran on a stream at a shape, the same call there
- * makes no allocation, synchronization or device query.
+ * makes no allocation, synchronization or device query. A graph captured
+ * on a stream uses that stream's workspace: replay it on that stream, or
+ * not while calls on that stream run.
  * Thread-safety: see the header introduction. */
 FP_API fp_status fp_attention_forward(fp_context *ctx, fp_stream stream,
                                       const fp_attention_params *params);

@@ -183,7 +183,8 @@ FP_API void(fp_norm_backward_params_default)(fp_norm_backward_params *params);
  * order). The partial sums live in the context's workspace of the call's
  * stream, grown on first need and kept: once a call ran on a stream at a
  * shape, the same call there makes no allocation, synchronization or device
- * query (both directions are capturable into CUDA graphs).
+ * query (both directions are capturable into CUDA graphs; a graph uses its
+ * capture stream's workspace: replay it there, or not while calls there run).
  * Errors (outputs untouched): as fp_norm_forward, naming the argument;
  * FP_ERR_OUT_OF_MEMORY if the partial-sum buffer cannot be allocated;
  * FP_ERR_UNSUPPORTED if it must grow while the stream is being captured
