@@ -30,7 +30,9 @@
  *      list (default 1, 2, 4, 8, then steps of 8: vLLM's), and
  *      fp_graph_cache_run(n): n rounded up to its bucket, that bucket's graph
  *      replayed, captured first if it is not yet (lazy capture: the step runs
- *      eagerly on your stream while the graph is captured on a side stream),
+ *      eagerly on your stream, then is captured on it: the device runs the
+ *      eager step while the host captures, and the ops find the per-stream
+ *      workspace the eager step sized),
  *      sizes above the largest bucket run eagerly and are counted. The cache
  *      keeps the histogram of the sizes it was asked for, can save and load
  *      it, and fp_graph_buckets_choose picks the bucket list that minimises
@@ -272,8 +274,10 @@ typedef struct fp_graph_cache_config {
 FP_API fp_status fp_graph_cache_config_default_sized(fp_graph_cache_config *cfg, size_t struct_size);
 #define fp_graph_cache_config_default(cfg) fp_graph_cache_config_default_sized((cfg), sizeof *(cfg))
 
-/* Creates a cache over `step` on ctx. The capture stream (lazy captures) is
- * a non-blocking stream of the cache's. cfg NULL: defaults. With lazy 0,
+/* Creates a cache over `step` on ctx. Lazy captures happen on the stream of
+ * the run that needs them (a stream of the cache's for the legacy stream);
+ * fp_graph_cache_capture and lazy 0 capture on a non-blocking stream of the
+ * cache's, after `warmup` eager calls there. cfg NULL: defaults. With lazy 0,
  * every bucket is captured here (a failure destroys what was captured and is
  * returned). FP_ERR_INVALID_ARGUMENT for a bad bucket list (empty, not
  * increasing, a size < 1, more than FP_GRAPH_MAX_BUCKETS). */

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,16 +266,16 @@ static void slot_free(slot *s) {
     free(s);
 }
 
-/* Captures slot s on the side stream (warm-up calls first, `warmup`). On
+/* Captures slot s on `stream` (warm-up calls first, `warmup`). On
  * failure the slot is marked and the reason kept. Call with c->mu held. */
-static fp_status capture_slot(fp_graph_cache *c, slot *s, int warmup) {
+static fp_status capture_slot(fp_graph_cache *c, slot *s, int warmup, fp_stream stream) {
     fp_graph_config gc;
     fp_graph_config_default(&gc);
     gc.capture_mode = c->mode;
     gc.warmup = warmup;
     gc.pool = c->pool;
     const double t0 = fp_now_s();
-    fp_status st = fp_graph_capture(c->ctx, (fp_stream)c->side, slot_step, s, &gc, &s->g);
+    fp_status st = fp_graph_capture(c->ctx, stream, slot_step, s, &gc, &s->g);
     c->st.capture_ms_total += (fp_now_s() - t0) * 1e3;
     if (st == FP_OK) {
         c->st.captures++;
@@ -408,7 +409,8 @@ fp_status fp_graph_cache_create(fp_context *ctx, fp_graph_step_fn step, void *us
     if (st == FP_OK && !c->lazy) {
         /* every bucket, largest first: smaller graphs then reuse the pool's
          * memory the larger ones freed during their capture */
-        for (size_t i = c->nb; i-- > 0 && st == FP_OK;) st = capture_slot(c, c->slots[i], c->warmup);
+        for (size_t i = c->nb; i-- > 0 && st == FP_OK;)
+            st = capture_slot(c, c->slots[i], c->warmup, (fp_stream)c->side);
         if (st == FP_OK && c->side) {
             cudaError_t e = cudaStreamSynchronize(c->side);
             if (e != cudaSuccess) st = fp_cuda_status(e, "cudaStreamSynchronize", __FILE__, __LINE__);
@@ -517,14 +519,22 @@ fp_status fp_graph_cache_run(fp_graph_cache *c, fp_stream stream, int64_t n, int
         if (st == FP_OK) c->st.eager_uncapturable++;
     } else {
         /* first use: this step eagerly at the bucket's size (its warm-up),
-         * then the capture on the side stream, which executes nothing */
+         * then the capture, which executes nothing: the device runs the
+         * eager step while the host captures. The capture is on the same
+         * stream (the legacy stream cannot capture: the side stream then),
+         * whose per-stream workspace the eager step has just sized: the
+         * ops refuse to grow a workspace inside a capture, so a capture on
+         * a fresh side stream failed for every op that needs one (split-KV
+         * decode at batch 1 and 8 on the H200; see context.c). */
         ran = sl->size;
         st = c->step(c->user, s, sl->size);
         kind = FP_GRAPH_RUN_CAPTURED;
         if (st == FP_OK) {
             fp_error_saved saved;
             fp_error_save(&saved);
-            if (capture_slot(c, sl, 0) != FP_OK) kind = FP_GRAPH_RUN_CAPTURE_FAILED;
+            const int legacy = (uintptr_t)s == (uintptr_t)cudaStreamLegacy || (uintptr_t)s == (uintptr_t)cudaStreamPerThread;
+            if (capture_slot(c, sl, 0, cpu || !legacy ? s : (fp_stream)c->side) != FP_OK)
+                kind = FP_GRAPH_RUN_CAPTURE_FAILED;
             fp_error_restore(&saved); /* the step ran: this call succeeds */
         }
     }
@@ -552,7 +562,7 @@ fp_status fp_graph_cache_capture(fp_graph_cache *c, int all_buckets) {
         int wanted = all_buckets;
         const int64_t lo = i ? c->slots[i - 1]->size : 0;
         for (size_t k = 0; k < c->hn && !wanted; ++k) wanted = c->hsize[k] > lo && c->hsize[k] <= s->size;
-        if (wanted) st = capture_slot(c, s, c->warmup);
+        if (wanted) st = capture_slot(c, s, c->warmup, (fp_stream)c->side);
     }
     if (st == FP_OK && c->side) {
         cudaError_t e = cudaStreamSynchronize(c->side);
