@@ -256,7 +256,7 @@ static enum cudaStreamCaptureMode cuda_mode(int m) {
                                            : cudaStreamCaptureModeThreadLocal;
 }
 
-static int is_legacy_stream(fp_stream s) {
+int fp_graph_is_legacy_stream(fp_stream s) {
     /* cudaStreamLegacy and cudaStreamPerThread: neither can be captured into
      * a graph that others can rely on (the legacy stream not at all). */
     return (uintptr_t)s == (uintptr_t)cudaStreamLegacy || (uintptr_t)s == (uintptr_t)cudaStreamPerThread;
@@ -365,7 +365,7 @@ fp_status fp_graph_capture(fp_context *ctx, fp_stream stream, fp_graph_fn fn, vo
     if (cfg->pool) FP_CHECK_ARG(cfg->pool->ctx == ctx, "cfg->pool belongs to another context");
     const int cpu = ctx->kind != FP_DEVICE_CUDA;
     if (!cpu)
-        FP_CHECK_ARG(!is_legacy_stream(stream),
+        FP_CHECK_ARG(!fp_graph_is_legacy_stream(stream),
                      "the legacy default stream (stream 0 / cudaStreamLegacy / cudaStreamPerThread) cannot be "
                      "captured: pass a stream of your own or NULL (the context's non-blocking stream)");
     fp_graph *g = calloc(1, sizeof *g);
@@ -456,7 +456,7 @@ fp_status fp_graph_recapture(fp_graph *g, fp_stream stream, fp_graph_fn fn, void
         if (how) *how = FP_GRAPH_REINSTANTIATED;
         return FP_OK;
     }
-    FP_CHECK_ARG(!is_legacy_stream(stream), "the legacy default stream cannot be captured");
+    FP_CHECK_ARG(!fp_graph_is_legacy_stream(stream), "the legacy default stream cannot be captured");
     cudaStream_t s = fp_ctx_stream(g->ctx, stream);
     FP_TRY(fp_ctx_activate(g->ctx));
     cudaGraph_t cg = NULL;
@@ -517,7 +517,6 @@ fp_status fp_graph_get_info(const fp_graph *g, fp_graph_info *out) {
     return fp_struct_write(out, &g->info, GRAPH_INFO_SIZE_FIRST, sizeof g->info, "fp_graph_info");
 }
 
-fp_context *fp_graph_context(const fp_graph *g) { return g->ctx; }
 
 /* ------------------------------------------------------------------------ */
 /*  Validate (A/B) and padding                                              */

@@ -455,6 +455,20 @@ fp_status fp_graph_cache_bucket(const fp_graph_cache *c, int64_t n, int64_t *buc
     return FP_OK;
 }
 
+/* Room for `need` distinct sizes; on failure the histogram is unchanged.
+ * Call with c->mu held. */
+static int hist_reserve(fp_graph_cache *c, size_t need) {
+    if (need <= c->hcap) return 1;
+    int64_t *s = realloc(c->hsize, need * sizeof *s);
+    if (!s) return 0;
+    c->hsize = s;
+    uint64_t *k = realloc(c->hcount, need * sizeof *k);
+    if (!k) return 0; /* hsize grew, its contents did not change */
+    c->hcount = k;
+    c->hcap = need;
+    return 1;
+}
+
 /* Adds `count` observations of size n. Call with c->mu held. */
 static int hist_add(fp_graph_cache *c, int64_t n, uint64_t count) {
     size_t lo = 0, hi = c->hn;
@@ -467,16 +481,7 @@ static int hist_add(fp_graph_cache *c, int64_t n, uint64_t count) {
         c->hcount[lo] += count;
         return 1;
     }
-    if (c->hn == c->hcap) {
-        size_t cap = c->hcap ? c->hcap * 2 : 64;
-        int64_t *s = realloc(c->hsize, cap * sizeof *s);
-        if (!s) return 0;
-        c->hsize = s;
-        uint64_t *k = realloc(c->hcount, cap * sizeof *k);
-        if (!k) return 0;
-        c->hcount = k;
-        c->hcap = cap;
-    }
+    if (c->hn == c->hcap && !hist_reserve(c, c->hcap ? c->hcap * 2 : 64)) return 0;
     memmove(c->hsize + lo + 1, c->hsize + lo, (c->hn - lo) * sizeof *c->hsize);
     memmove(c->hcount + lo + 1, c->hcount + lo, (c->hn - lo) * sizeof *c->hcount);
     c->hsize[lo] = n;
@@ -532,8 +537,7 @@ fp_status fp_graph_cache_run(fp_graph_cache *c, fp_stream stream, int64_t n, int
         if (st == FP_OK) {
             fp_error_saved saved;
             fp_error_save(&saved);
-            const int legacy = (uintptr_t)s == (uintptr_t)cudaStreamLegacy || (uintptr_t)s == (uintptr_t)cudaStreamPerThread;
-            if (capture_slot(c, sl, 0, cpu || !legacy ? s : (fp_stream)c->side) != FP_OK)
+            if (capture_slot(c, sl, 0, cpu || !fp_graph_is_legacy_stream(s) ? s : (fp_stream)c->side) != FP_OK)
                 kind = FP_GRAPH_RUN_CAPTURE_FAILED;
             fp_error_restore(&saved); /* the step ran: this call succeeds */
         }
@@ -763,41 +767,12 @@ fp_status fp_graph_cache_load_histogram(fp_graph_cache *c, const char *path) {
     if (st == FP_OK && ferror(f)) st = fp_set_error(FP_ERR_IO, "reading '%s' failed", path);
     fclose(f);
     if (st == FP_OK) {
-        /* all or nothing: the merge happens on a copy */
+        /* all or nothing: room for every new size first, then the adds,
+         * which cannot fail */
         pthread_mutex_lock(&c->mu);
-        int64_t *hs = malloc((c->hn + n + 1) * sizeof *hs);
-        uint64_t *hc = malloc((c->hn + n + 1) * sizeof *hc);
-        if (!hs || !hc) {
-            st = fp_set_error(FP_ERR_OUT_OF_MEMORY, "histogram");
-        } else {
-            memcpy(hs, c->hsize, c->hn * sizeof *hs);
-            memcpy(hc, c->hcount, c->hn * sizeof *hc);
-            int64_t *os = c->hsize;
-            uint64_t *oc = c->hcount;
-            size_t on = c->hn, ocap = c->hcap;
-            c->hsize = hs;
-            c->hcount = hc;
-            c->hcap = c->hn + n + 1;
-            for (size_t i = 0; i < n && st == FP_OK; ++i)
-                if (v[i].count && !hist_add(c, v[i].size, v[i].count)) st = fp_set_error(FP_ERR_INTERNAL, "merge");
-            if (st == FP_OK) {
-                free(os);
-                free(oc);
-                hs = NULL;
-                hc = NULL;
-            } else {
-                free(c->hsize);
-                free(c->hcount);
-                c->hsize = os;
-                c->hcount = oc;
-                c->hn = on;
-                c->hcap = ocap;
-                hs = NULL;
-                hc = NULL;
-            }
-        }
-        free(hs);
-        free(hc);
+        if (!hist_reserve(c, c->hn + n)) st = fp_set_error(FP_ERR_OUT_OF_MEMORY, "histogram");
+        for (size_t i = 0; i < n && st == FP_OK; ++i)
+            if (v[i].count) (void)hist_add(c, v[i].size, v[i].count);
         pthread_mutex_unlock(&c->mu);
     }
     free(v);

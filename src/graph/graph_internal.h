@@ -9,6 +9,7 @@
 void fp_graph_pool_use(fp_graph_pool *p, int delta);
 /* fp_graph_replay without the live-handle check (the caller owns g). */
 fp_status fp_graph_replay_unchecked(fp_graph *g, fp_stream stream);
-fp_context *fp_graph_context(const fp_graph *g);
+/* cudaStreamLegacy / cudaStreamPerThread: streams that cannot be captured. */
+int fp_graph_is_legacy_stream(fp_stream s);
 
 #endif /* FASTPATH_GRAPH_INTERNAL_H */
