@@ -30,9 +30,13 @@
 #   sanitizer  compute-sanitizer memcheck on every gpu test (FP_TEST_QUICK=1:
 #              reduced cases) and racecheck on the attention tests, all at
 #              once, in what is left (cap 120)
+#              and examples/serve_decode on the GPU, eager and --graphs
+#              (run name "serve")
 # Environment: FP_GPU_CHECK_BUDGET (default 420 s for the whole call),
-# FP_GPU_CHECK_PHASES (comma list, default all), FASTPATH_GIT_COMMIT (the
-# commit checked: the device copy has no .git).
+# FP_GPU_CHECK_PHASES (comma list, default all), FP_GPU_CHECK_TESTS (a ctest
+# -R regex narrowing the gpu tests, default all), FP_GPU_CHECK_RUNS (comma
+# list of the bench phase's run names below, default all), FASTPATH_GIT_COMMIT
+# (the commit checked: the device copy has no .git).
 # OUTDIR ends with at most 8 files (a device call brings back no more):
 # summary.txt, ctest-gpu.log, fastbench.json, fastbench.txt,
 # python-bench.json, python-bench.txt, logs.tar.gz (env, configure / build
@@ -65,6 +69,10 @@ finish() {
 }
 trap 'stamp "stopped by a signal"; finish; exit 124' TERM INT
 want() { case "$phases" in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+runs_wanted=",${FP_GPU_CHECK_RUNS:-all},"
+want_run() { case "$runs_wanted" in *",all,"* | *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+tests_re=(-L gpu)
+[ -n "${FP_GPU_CHECK_TESTS:-}" ] && tests_re+=(-R "$FP_GPU_CHECK_TESTS")
 # phase_time NAME CAP: sets t to the seconds the phase may take (its cap,
 # at most what is left less 8 s for the archive), or fails with a note when
 # under 20 s are left.
@@ -146,7 +154,7 @@ if [ $built -eq 0 ]; then stamp "no build: the later phases cannot run"; rc=1; f
 if [ $built -eq 1 ] && want tests && phase_time tests 150; then
   # One at a time: the timing checks in them (copy bandwidth vs peak, graph
   # vs plain launches) must not measure each other.
-  timeout "$t" ctest --test-dir build-gpu -V -L gpu -j 1 > "$out/ctest-gpu.log" 2>&1
+  timeout "$t" ctest --test-dir build-gpu -V "${tests_re[@]}" -j 1 > "$out/ctest-gpu.log" 2>&1
   r=$?
   [ $r -ne 0 ] && rc=1
   stamp "ctest gpu rc=$r$([ $r -eq 124 ] && echo ' (phase out of time)'): $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log" | tail -1)"
@@ -186,6 +194,7 @@ if [ $built -eq 1 ] && want bench && phase_time bench 120; then
   for spec in "${runs[@]}"; do
     name=${spec%%|*}
     args=${spec#*|}
+    want_run "$name" || continue
     tl=$(( t - ($(elapsed) - b0) ))
     [ "$tl" -gt 45 ] && tl=45 # one run cannot eat the phase
     if [ "$tl" -lt 5 ]; then
@@ -201,8 +210,24 @@ if [ $built -eq 1 ] && want bench && phase_time bench 120; then
     [ $r -ne 0 ] && rc=1
     stamp "fastbench $name rc=$r$([ $r -eq 124 ] && echo ' (out of time: partial)') ($(( $(elapsed) - b0 ))s into the phase)"
   done
+  # the example server on the GPU: every answer checked, eager then with
+  # its graph cache (--graphs: batches padded to captured sizes)
+  if want_run serve && [ -x build-gpu/examples/serve_decode ]; then
+    for mode in "" --graphs; do
+      tl=$(( t - ($(elapsed) - b0) ))
+      [ "$tl" -gt 40 ] && tl=40
+      if [ "$tl" -lt 5 ]; then stamp "serve_decode $mode NOT RUN: phase out of time"; not_reached+=("serve_decode $mode"); continue; fi
+      # shellcheck disable=SC2086 # mode is empty or one word
+      timeout "$tl" ./build-gpu/examples/serve_decode --device cuda $mode > "$logs/serve${mode#--}.txt" 2>&1
+      r=$?
+      [ $r -ne 0 ] && rc=1
+      stamp "serve_decode --device cuda $mode rc=$r: $(tail -n 3 "$logs/serve${mode#--}.txt" | tr '\n' ' ' | cut -c1-400)"
+    done
+  fi
   # merge: one fastbench/1 document; complete only if every run was
-  python3 - "$out/fastbench.json" "${#runs[@]}" "$logs"/fb-*.json <<'EOF' 2>&1 | tee -a "$out/summary.txt"
+  nruns=0
+  for spec in "${runs[@]}"; do want_run "${spec%%|*}" && nruns=$((nruns + 1)); done
+  python3 - "$out/fastbench.json" "$nruns" "$logs"/fb-*.json <<'EOF' 2>&1 | tee -a "$out/summary.txt"
 import json, sys
 docs = []
 for p in sys.argv[3:]:

@@ -11,7 +11,15 @@
  *                       with a monotonic clock) vs one fp_graph_replay of
  *                       the same call captured; and the graph cache's
  *                       lookup (fp_graph_cache_run vs a plain replay, its
- *                       lookup_ns, fp_graph_cache_bucket alone).
+ *                       lookup_ns, fp_graph_cache_bucket alone). On CUDA
+ *                       first the floor: an empty kernel's launch through
+ *                       the runtime (op=launch_empty; launch_empty_512B
+ *                       with a 512-byte parameter block) and through the
+ *                       driver (launch_empty_driver); each op row then
+ *                       reports its kernels per call and over_floor_us,
+ *                       its host time past that many empty launches (what
+ *                       the library's own work adds). op=axpby is the
+ *                       library's smallest kernel op.
  *
  * GPU shapes: 32 query / 8 KV heads of 128 (hidden 4096), bf16, 1024 cached
  * keys per sequence in pages of 16. CPU contexts and --quick: 8 / 2 heads of
@@ -26,6 +34,7 @@
 #include "fastpath/graph.h"
 #include "fastpath/norm.h"
 #include "scenario.h"
+#include "timing/probes.h"
 
 /* ------------------------------------------------------------------------ */
 /*  The decode layer step                                                   */
@@ -343,7 +352,23 @@ typedef struct op_case {
     layer *l;
     void *fill_buf;
     fp_attention_params prefill;
+    int probe;          /* launch_probe's variant */
+    double floor_us;    /* host_us of the empty runtime launch, 0 if not measured */
 } op_case;
+
+/* The floor: one empty-kernel launch (timing/probes.h), no library work. */
+static fp_status op_launch_probe(void *user, fp_stream stream) {
+    op_case *c = user;
+    return fp_launch_probe(c->ctx, stream, c->probe);
+}
+
+/* The library's smallest kernel op: fp_axpby on 256 floats (graph/chain's
+ * kernel), i.e. the floor plus the wrapper's checks and device check. */
+static fp_status op_axpby(void *user, fp_stream stream) {
+    op_case *c = user;
+    float *buf = c->fill_buf;
+    return fp_axpby(c->ctx, stream, 1, FP_F32, 256, 1.0f, buf, 1.0f, buf + 256, buf + 512);
+}
 
 static fp_status op_norm(void *user, fp_stream stream) {
     op_case *c = user;
@@ -370,8 +395,9 @@ static fp_status op_fill(void *user, fp_stream stream) {
     return fp_mem_fill(c->ctx, c->fill_buf, 0x3c, 4096, stream);
 }
 
-/* One row: the op's host cost (baseline) vs one replay of its capture. */
-static void host_cost_row(fb_run *run, const char *name, fp_timed_fn fn, op_case *c) {
+/* One row: the op's host cost (baseline) vs one replay of its capture.
+ * Returns the host cost in us (0 when the row failed). */
+static double host_cost_row(fb_run *run, const char *name, fp_timed_fn fn, op_case *c) {
     fb_result *r = fb_result_new(run);
     fb_param_str(r, "op", name);
     fp_graph *g = NULL;
@@ -379,18 +405,31 @@ static void host_cost_row(fb_run *run, const char *name, fp_timed_fn fn, op_case
     fp_status st = host_time(run, fn, c, &base);
     if (st == FP_OK) st = fp_graph_capture(c->ctx, NULL, fn, c, NULL, &g);
     if (st == FP_OK) st = host_time(run, replay_fn, g, &opt);
+    fp_graph_info info;
+    fp_graph_info_init(&info);
+    if (st == FP_OK) st = fp_graph_get_info(g, &info);
     if (st == FP_OK) {
         fp_ab_report rep;
         host_report(run, &base, &opt, &rep);
         fb_result_set_ab(r, &rep);
-        fb_result_metric(r, "host_us", base.median_ms * 1e3);
+        const double host_us = base.median_ms * 1e3;
+        fb_result_metric(r, "host_us", host_us);
         fb_result_metric(r, "replay_host_us", opt.median_ms * 1e3);
+        /* kernels one call launches, and the host time past that many empty
+         * launches: what the library's own work costs over the platform's */
+        fb_result_metric(r, "kernels", (double)info.kernel_nodes);
+        if (c->floor_us > 0 && info.kernel_nodes > 0)
+            fb_result_metric(r, "over_floor_us", host_us - (double)info.kernel_nodes * c->floor_us);
         if (fb_kind(run) != FP_DEVICE_CUDA) fb_result_note(r, "cpu: a call runs the op");
     } else {
         fb_result_fail(r, st, fp_last_error());
     }
     fp_status dst = fp_graph_destroy(g);
-    if (dst != FP_OK && st == FP_OK) fb_result_fail(r, dst, fp_last_error());
+    if (dst != FP_OK && st == FP_OK) {
+        fb_result_fail(r, dst, fp_last_error());
+        st = dst;
+    }
+    return st == FP_OK ? base.median_ms * 1e3 : 0.0;
 }
 
 /* The cache's step for the lookup row: one fill of 16 bytes per row (the
@@ -496,6 +535,7 @@ static fp_status run_op_host_cost(fb_run *run) {
     if (st == FP_OK) st = fb_alloc_random(ctx, 2 * nkv, FP_BF16, 32, -1.0f, 1.0f, &pkv);
     if (st == FP_OK) st = fp_mem_alloc(ctx, nq * 2, &po);
     if (st == FP_OK) st = fp_mem_alloc(ctx, 1 << 12, &c.fill_buf);
+    if (st == FP_OK) st = fp_mem_fill(ctx, c.fill_buf, 0, 1 << 12, NULL); /* axpby reads it */
     if (st == FP_OK) {
         fp_attention_params *p = &c.prefill;
         fp_attention_params_default(p);
@@ -515,6 +555,21 @@ static fp_status run_op_host_cost(fb_run *run) {
         fb_result *r = fb_result_new(run);
         fb_result_fail(r, st, fp_last_error());
     } else {
+        if (fb_kind(run) == FP_DEVICE_CUDA) {
+            /* the floors: empty launches through the runtime (8-byte and
+             * 512-byte parameters) and through the driver, where available */
+            static const char *const probe_names[3] = {"launch_empty", "launch_empty_512B",
+                                                       "launch_empty_driver"};
+            for (int v = 0; v < 3; ++v) {
+                c.probe = v;
+                fp_status pst = fp_launch_probe(ctx, NULL, v);
+                if (pst == FP_OK) pst = fp_context_synchronize(ctx, NULL);
+                if (pst == FP_ERR_UNSUPPORTED) continue; /* e.g. the driver launch under the emulation */
+                const double us = host_cost_row(run, probe_names[v], op_launch_probe, &c);
+                if (v == 0) c.floor_us = us;
+            }
+        }
+        host_cost_row(run, "axpby", op_axpby, &c);
         host_cost_row(run, "mem_fill", op_fill, &c);
         host_cost_row(run, "norm_fwd", op_norm, &c);
         host_cost_row(run, "attention_decode", op_decode, &c);

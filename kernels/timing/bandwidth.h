@@ -20,6 +20,18 @@ cudaError_t fp_launch_axpby(int version, int dtype, size_t n, float alpha, const
 /* dst[0..bytes) = src[0..bytes) with 16-byte vector loads where aligned. */
 cudaError_t fp_launch_copy(void *dst, const void *src, size_t bytes, int sm_count, cudaStream_t stream);
 
+/* Launch probes (fastbench graph/op_host_cost: the platform's floor under
+ * an op's host cost): one launch of an empty kernel, <<<1, 32>>>.
+ * variant 0: the runtime's launch (cudaLaunchKernel, as every op's
+ * kernel<<<>>>), an 8-byte parameter; 1: the same with a 512-byte
+ * __grid_constant__ parameter struct (what a large parameter block adds);
+ * 2: variant 0's kernel through the driver's cuLaunchKernel (its CUfunction
+ * from cudaGetFuncBySymbol, the entry point from
+ * cudaGetDriverEntryPointByVersion, both asked once per device): what the
+ * runtime's own per-launch work adds. cudaErrorNotSupported where the
+ * variant is not available (the CPU emulation has no driver). */
+cudaError_t fp_launch_empty(int variant, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

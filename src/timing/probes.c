@@ -59,6 +59,19 @@ fp_status fp_axpby(fp_context *ctx, fp_stream stream, int version, fp_dtype dtyp
     return FP_OK;
 }
 
+fp_status fp_launch_probe(fp_context *ctx, fp_stream stream, int variant) {
+    FP_TRY(fp_ctx_check(ctx, FP_DEVICE_CUDA));
+    FP_CHECK_ARG(variant >= 0 && variant <= 2, "variant must be 0, 1 or 2 (got %d)", variant);
+    const cudaError_t e = fp_launch_empty(variant, fp_ctx_stream(ctx, stream));
+    if (e == cudaErrorNotSupported) {
+        (void)cudaGetLastError();
+        return fp_set_error(FP_ERR_UNSUPPORTED, "launch probe %d: not available here (%s)", variant,
+                            cudaGetErrorString(e));
+    }
+    FP_CUDA_TRY(e);
+    return FP_OK;
+}
+
 typedef struct copy_job {
     unsigned char *dst;
     const unsigned char *src;

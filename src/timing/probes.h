@@ -22,6 +22,12 @@ fp_status fp_axpby(fp_context *ctx, fp_stream stream, int version, fp_dtype dtyp
 fp_status fp_copy(fp_context *ctx, fp_stream stream, int version, void *dst, const void *src,
                   size_t bytes);
 
+/* One launch of an empty kernel (fp_launch_empty's variant 0, 1 or 2): the
+ * floor under an op's host cost, nothing else done (no device check or
+ * switch). CUDA contexts only; FP_ERR_UNSUPPORTED where the variant is not
+ * available (the driver launch under the CPU emulation). */
+fp_status fp_launch_probe(fp_context *ctx, fp_stream stream, int variant);
+
 #ifdef __cplusplus
 }
 #endif

@@ -86,4 +86,5 @@ cudaError_t fp_launch_axpby(int version, int dtype, size_t n, float alpha, const
 cudaError_t fp_launch_copy(void *dst, const void *src, size_t bytes, int sm_count, cudaStream_t stream) {
     return cudaErrorNotSupported;
 }
+cudaError_t fp_launch_empty(int variant, cudaStream_t stream) { return cudaErrorNotSupported; }
 #endif
