@@ -279,7 +279,7 @@ if [ $built -eq 1 ] && want sanitizer && phase_time sanitizer 120; then
     # once (16 cores), reduced cases. --report-api-errors no: the tests
     # provoke CUDA API errors on purpose (out of memory, a sync during
     # capture); memcheck must count memory errors only.
-    tests=$(ctest --test-dir build-gpu -L gpu -N -V 2>/dev/null | sed -n 's/^[0-9]*: Test command: //p' | awk '{print $1}')
+    tests=$(ctest --test-dir build-gpu "${tests_re[@]}" -N -V 2>/dev/null | sed -n 's/^[0-9]*: Test command: //p' | awk '{print $1}')
     jobs=()
     for x in $tests; do jobs+=("memcheck $x"); done
     for x in $tests; do case $x in *attention*) jobs+=("racecheck $x") ;; esac; done

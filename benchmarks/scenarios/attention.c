@@ -66,11 +66,16 @@ static void run_shape(fb_run *run, const shape *s, int decode) {
     fb_param_int(r, "head_dim", s->d);
     fb_param_int(r, "causal", s->causal);
     if (kernel) fb_param_int(r, "kernel", kernel);
+    /* --split_combine 1: split-KV merges in a separate kernel
+     * (FP_CTX_ATTENTION_SPLIT_COMBINE; default 0, fused) */
+    const int split_combine = (int)fb_opt_int(run, "split_combine", 0);
+    if (fb_opt_given(run, "split_combine")) fb_param_int(r, "split_combine", split_combine);
     const size_t elt = fp_dtype_size(s->dt);
     const size_t nq = (size_t)s->batch * s->sq * s->hq * s->d;
     const size_t nk = (size_t)s->batch * s->sk * s->hkv * s->d;
     void *q = NULL, *k = NULL, *v = NULL, *o = NULL;
     fp_status st = fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, kernel);
+    if (st == FP_OK) st = fp_context_set_option(ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, split_combine);
     if (st == FP_OK) st = fp_mem_alloc(ctx, nq * elt, &q);
     if (st == FP_OK) st = fp_mem_alloc(ctx, nk * elt, &k);
     if (st == FP_OK) st = fp_mem_alloc(ctx, nk * elt, &v);
@@ -124,6 +129,7 @@ static void run_shape(fb_run *run, const shape *s, int decode) {
     fp_mem_free(ctx, v);
     fp_mem_free(ctx, o);
     fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
+    fp_context_set_option(ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 0);
 }
 
 static int small_run(fb_run *run) { return fb_quick(run) || fb_kind(run) != FP_DEVICE_CUDA; }

@@ -19,7 +19,11 @@
  *                       reports its kernels per call and over_floor_us,
  *                       its host time past that many empty launches (what
  *                       the library's own work adds). op=axpby is the
- *                       library's smallest kernel op.
+ *                       library's smallest kernel op;
+ *                       attention_decode_separate the decode call with
+ *                       split-KV's separate combine kernel (the launch the
+ *                       fused combine saves). --split_combine 1 runs both
+ *                       scenarios with the separate combine.
  *
  * GPU shapes: 32 query / 8 KV heads of 128 (hidden 4096), bf16, 1024 cached
  * keys per sequence in pages of 16. CPU contexts and --quick: 8 / 2 heads of
@@ -170,12 +174,16 @@ static fp_status layer_init(layer *l, fp_context *ctx, const layer_shape *s) {
 /* --batch (1..256: the default bucket list ends at 256, a larger batch
  * would run eagerly) and --kv (>= 1; the pages hold int32 ids) as given.
  * Returns 0, or 1 after reporting a failed row naming the bad option. */
+/* Checks the options and applies --split_combine (FP_CTX_ATTENTION_SPLIT_COMBINE
+ * for the run: 0 fused, the default; 1 a separate combine kernel). */
 static int bad_options(fb_run *run) {
     const int64_t batch = fb_opt_int(run, "batch", 1), kv = fb_opt_int(run, "kv", 1);
+    const int64_t sc = fb_opt_int(run, "split_combine", 0);
     const char *why = batch < 1 || batch > 256 ? "--batch must be in [1, 256]"
                       : kv < 1 || kv > (1 << 24) ? "--kv must be in [1, 16777216]"
+                      : sc != 0 && sc != 1       ? "--split_combine must be 0 or 1"
                                                  : NULL;
-    if (!why) return 0;
+    if (!why) return fp_context_set_option(fb_ctx(run), FP_CTX_ATTENTION_SPLIT_COMBINE, (int64_t)sc) != FP_OK;
     fb_result_fail(fb_result_new(run), FP_ERR_INVALID_ARGUMENT, why);
     return 1;
 }
@@ -292,10 +300,12 @@ static fp_status run_decode_step(fb_run *run) {
     if (bad_options(run)) return FP_OK;
     if (fb_opt_given(run, "batch")) {
         run_decode_shape(run, fb_opt_int(run, "batch", 1));
+        fp_context_set_option(fb_ctx(run), FP_CTX_ATTENTION_SPLIT_COMBINE, 0);
         return FP_OK;
     }
     static const int64_t batches[] = {1, 8, 64};
     for (size_t i = 0; i < sizeof batches / sizeof batches[0]; ++i) run_decode_shape(run, batches[i]);
+    fp_context_set_option(fb_ctx(run), FP_CTX_ATTENTION_SPLIT_COMBINE, 0);
     return FP_OK;
 }
 
@@ -573,6 +583,13 @@ static fp_status run_op_host_cost(fb_run *run) {
         host_cost_row(run, "mem_fill", op_fill, &c);
         host_cost_row(run, "norm_fwd", op_norm, &c);
         host_cost_row(run, "attention_decode", op_decode, &c);
+        if (fb_kind(run) == FP_DEVICE_CUDA && !fb_opt_given(run, "split_combine")) {
+            /* the same with split-KV's separate combine kernel: the launch
+             * the fused combine saves */
+            fp_context_set_option(ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 1);
+            host_cost_row(run, "attention_decode_separate", op_decode, &c);
+            fp_context_set_option(ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 0);
+        }
         host_cost_row(run, "attention_prefill", op_prefill, &c);
         lookup_row(run, &c);
     }
@@ -581,6 +598,7 @@ static fp_status run_op_host_cost(fb_run *run) {
     fp_mem_free(ctx, pkv);
     fp_mem_free(ctx, po);
     fp_mem_free(ctx, c.fill_buf);
+    fp_context_set_option(ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 0);
     return FP_OK;
 }
 

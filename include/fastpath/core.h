@@ -220,6 +220,14 @@ typedef enum fp_context_option {
                                       elsewhere; fp_attention_last_kernel says which ran
                                       and why. All five passed the GPU tests on an H200
                                       (benchmarks/results). */
+    FP_CTX_ATTENTION_SPLIT_COMBINE = 5, /* CUDA contexts: how split-KV attention (decode,
+                                      few query rows: the keys split over CTAs) merges
+                                      its partial results with v1 / v2: 0 = in the split
+                                      kernel itself (the default: the last CTA of each
+                                      query tile to finish combines the tile's rows, so
+                                      a decode call is one kernel launch), 1 = a separate
+                                      combine kernel after it (two launches). v3 to v5
+                                      always use the separate kernel. */
 } fp_context_option;
 
 /* Creates a context. kind FP_DEVICE_CPU ignores device_index. For

@@ -200,6 +200,73 @@ __device__ __forceinline__ void load_kv_tile(T *tile, const flash_params &p, con
         load_tile<T, D, NT>(tile, base + (int64_t)n0 * row_stride, row_stride, rows, valid, tid);
 }
 
+// The fused split combine (p.counters set, p.num_splits > 1), after a CTA
+// wrote its split's partials for the packed rows [m0, rows_end) of its
+// query tile: the CTA counts its arrival on the tile's counter, and the last
+// of the tile's num_splits CTAs merges the tile's rows as
+// attention_split_combine_v1 does (same weights, the same fmaf order over
+// the splits; the row sums reduce over a warp instead of a block), then
+// resets the counter to 0 for the next launch. One kernel instead of two:
+// a launch less on the host (about 3 us on an H100) and no dependent
+// kernel's start on the GPU. Every CTA of a tile reaches here or none does
+// (the m0 >= rows exit is the same for all splits of a tile). Memory order:
+// each thread fences its partial stores before the CTA's atomic arrival
+// (release), and the last CTA fences after seeing the count (acquire) and
+// reads the partials through L2 (__ldcg), where the other SMs' stores are.
+template <typename T, int D, int NT>
+__device__ __forceinline__ void split_combine_fused(const flash_params &p, const fp_flash::seq_view &S, int b,
+                                                    int hk, int m_tile, int m0, int rows_end) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    const int64_t tile = ((int64_t)b * p.hkv + hk) * p.m_tiles + m_tile;
+    if (threadIdx.x == 0) last = atomicAdd(p.counters + tile, 1) == p.num_splits - 1;
+    __syncthreads();
+    if (!last) return; // CTA-uniform
+    __threadfence();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t rows_total = (int64_t)p.batch * p.hq * p.sq;
+    const int ns = p.num_splits;
+    for (int r = m0 + warp; r < rows_end; r += NT / 32) { // a warp per packed row
+        const int qi = r / p.group, h = hk * p.group + r % p.group;
+        const int64_t row = ((int64_t)b * p.hq + h) * p.sq + qi;
+        const float *lse_s = p.lse_part + row;
+        float mx = -INFINITY;
+        for (int s = lane; s < ns; s += 32) mx = fmaxf(mx, __ldcg(lse_s + s * rows_total));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.0f;
+        for (int s = lane; s < ns; s += 32) {
+            // lse_s = -inf (no key in the split): weight 0; a NaN lse_s
+            // (fmaxf skipped it) makes the row NaN
+            const float ls = __ldcg(lse_s + s * rows_total);
+            sum += ls == -INFINITY ? 0.0f : __expf(ls - mx);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+        // each lane: columns lane + 32 j; the loads of a split do not
+        // depend on its weight (branch-free select), so they overlap
+        float acc[D / 32];
+#pragma unroll
+        for (int j = 0; j < D / 32; ++j) acc[j] = 0.0f;
+        const float *op = p.o_part + row * D + lane;
+        const int64_t split_stride = rows_total * D;
+#pragma unroll 4
+        for (int s = 0; s < ns; ++s) {
+            const float ls = __ldcg(lse_s + s * rows_total);
+            const float w = ls == -INFINITY ? 0.0f : __expf(ls - mx);
+#pragma unroll
+            for (int j = 0; j < D / 32; ++j) acc[j] = fmaf(w, __ldcg(op + s * split_stride + j * 32), acc[j]);
+        }
+        T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
+#pragma unroll
+        for (int j = 0; j < D / 32; ++j) o[lane + j * 32] = pack_op<T>::cvt(acc[j] * inv);
+        if (p.lse && lane == 0) p.lse[row] = sum == 0.0f ? -INFINITY : mx + __logf(sum);
+    }
+    if (threadIdx.x == 0) p.counters[tile] = 0; // stream order publishes it to the next launch
+}
+
 // The body of both versions; Tr = traits<D> (v1) or traits_v2<D> (v2).
 // grid: (m_tiles * num_splits, heads_kv, batch); block: kWarps * 32.
 template <typename T, int D, typename Tr>
@@ -469,6 +536,8 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                 if ((lane & 3) == 0) p.lse_part[prow] = lse;
             }
         }
+    if (p.num_splits > 1 && p.counters)
+        split_combine_fused<T, D, NT>(p, S, b, hk, m_tile, m0, rows < m0 + Br ? rows : m0 + Br);
 }
 
 template <typename T, int D>
@@ -506,7 +575,7 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
     const size_t smem = (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * fp_flash::smem_layout<D>::kPitch * sizeof(T);
     constexpr auto kernel = flash_version<T, D, V>::kernel;
     FP_TRY(smem_opt_in<kernel>(smem));
-    return run_with_partials<T, D>(a, p, stream, "attention flash", [&](flash_params &q) {
+    return run_with_partials<T, D>(a, p, stream, "attention flash", true, [&](flash_params &q) {
         cudaError_t err = cudaSuccess;
         for (int64_t b0 = 0; b0 < a->batch && err == cudaSuccess; b0 += 65535) {
             q.b_off = (int)b0;

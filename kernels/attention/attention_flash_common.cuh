@@ -39,6 +39,8 @@ struct flash_params {
     float *lse_part;    // [num_splits, batch, hq, sq]
     const int32_t *block_table; // paged KV: [batch, bt_stride] page of each page_size keys, or NULL
     int bt_stride, page_size, num_pages;
+    int *counters;      // fused split combine (v1 / v2): [batch, hkv, m_tiles] arrivals, zero between
+                        // launches; NULL: a separate combine kernel merges the partials
 };
 
 // Parameters of a launch with br packed query rows per CTA.
@@ -75,6 +77,7 @@ inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_spl
     p.bt_stride = a->bt_stride;
     p.page_size = a->page_size;
     p.num_pages = a->num_pages;
+    p.counters = nullptr;
     return p;
 }
 
@@ -229,26 +232,33 @@ cudaError_t launch_smem(dim3 grid, unsigned block, size_t smem, cudaStream_t str
 // Runs launch(p) (which enqueues the flash kernel(s) and returns
 // cudaGetLastError) with p.num_splits split partials when p.num_splits > 1:
 // both partials in the stream's workspace of the context (a->ctx;
-// fp_ctx_scratch_get: no allocation once warmed up, capturable), the
-// combine kernel after. `who` names the kernel in messages.
+// fp_ctx_scratch_get: no allocation once warmed up, capturable), then the
+// combine kernel, or none where the split kernel combines itself: `fused`
+// (a kernel with the fused epilogue: v1 / v2), a context that asks for it
+// (FP_CTX_ATTENTION_SPLIT_COMBINE 0, the default) and gives the arrival
+// counters (p.counters, [batch, hkv, m_tiles]). `who` names the kernel in
+// messages.
 template <typename T, int D, typename Launch>
 fp_status run_with_partials(const fp_attn_args *a, flash_params &p, cudaStream_t stream, const char *who,
-                            Launch launch) {
+                            bool fused, Launch launch) {
     const int64_t rows_total = (int64_t)a->batch * a->heads_q * a->seqlen_q;
-    fp_scratch scratch = {nullptr, nullptr, nullptr};
+    fp_scratch scratch = {nullptr, nullptr, nullptr, nullptr};
     if (p.num_splits > 1) {
         if (rows_total > 2147483647LL)
             return fp_set_error(FP_ERR_UNSUPPORTED, "%s: too many query rows for split-KV", who);
         const size_t n = (size_t)p.num_splits * rows_total;
-        FP_TRY(fp_ctx_scratch_get(a->ctx, stream, n * (D + 1) * sizeof(float), who, &scratch));
+        const size_t ncounters =
+            fused && a->ctx && a->ctx->attn_split_combine == 0 ? (size_t)a->batch * a->heads_kv * p.m_tiles : 0;
+        FP_TRY(fp_ctx_scratch_get_counted(a->ctx, stream, n * (D + 1) * sizeof(float), ncounters, who, &scratch));
         p.o_part = static_cast<float *>(scratch.ptr);
         p.lse_part = p.o_part + n * D; // one buffer for both
+        p.counters = scratch.counters;
     }
     cudaError_t err = launch(p);
     // launch may leave p.b_off at its last batch chunk (batch > 65535): the
     // combine indexes the whole batch from blockIdx.x and must not see it
     p.b_off = 0;
-    if (err == cudaSuccess && p.num_splits > 1) {
+    if (err == cudaSuccess && p.num_splits > 1 && !p.counters) {
         attention_split_combine_v1<T, D><<<(unsigned)rows_total, kCombineThreads, 0, stream>>>(p);
         err = cudaGetLastError();
     }

@@ -304,7 +304,7 @@ fp_status launch_v3(const fp_attn_args *a, int num_splits, cudaStream_t stream) 
     const size_t smem = 1024 + (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * D * 2;
     constexpr auto kernel = attention_flash_fwd_v3<T, D, Pipelined>;
     FP_TRY(smem_opt_in<kernel>(smem));
-    return run_with_partials<T, D>(a, p, stream, "attention flash v3", [&](flash_params &q) {
+    return run_with_partials<T, D>(a, p, stream, "attention flash v3", false, [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
         return launch_smem<kernel>(grid, Tr::kWarpgroups * 128, smem, stream, q);
     });

@@ -545,7 +545,7 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
 #if defined(FP_KERNEL_WATCHDOG) && !defined(FP_CUDA_EMU)
     fp_watchdog::arm(stream); // the checked build: where a timed-out wait reports (kernel_watchdog.cuh)
 #endif
-    return run_with_partials<T, D>(a, p, stream, "attention flash v5", [&](flash_params &q) {
+    return run_with_partials<T, D>(a, p, stream, "attention flash v5", false, [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
         return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, q, tm_k, tm_v);
     });

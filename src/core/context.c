@@ -158,6 +158,11 @@ fp_status fp_context_set_option(fp_context *ctx, fp_context_option opt, int64_t 
                      (long long)value);
         ctx->attn_kernel = (int)value; /* read by CUDA dispatch only */
         return FP_OK;
+    case FP_CTX_ATTENTION_SPLIT_COMBINE:
+        FP_CHECK_ARG(value == 0 || value == 1, "FP_CTX_ATTENTION_SPLIT_COMBINE must be 0 or 1 (got %lld)",
+                     (long long)value);
+        ctx->attn_split_combine = (int)value; /* read by CUDA dispatch only */
+        return FP_OK;
     case FP_CTX_SCRATCH_KEEP_BYTES: {
         FP_CHECK_ARG(value >= -1, "FP_CTX_SCRATCH_KEEP_BYTES must be >= -1 (got %lld)", (long long)value);
         if (ctx->kind != FP_DEVICE_CUDA || !ctx->scratch_pool) return FP_OK;

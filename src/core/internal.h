@@ -124,6 +124,8 @@ typedef struct fp_ws_slot {
     size_t bytes;
     unsigned long long last_use; /* ctx->ws_clock at the last use (eviction) */
     int used;
+    int *counters;              /* cudaMalloc'd, ncounters ints, zero between ops */
+    size_t ncounters;
 } fp_ws_slot;
 
 struct fp_context {
@@ -139,6 +141,7 @@ struct fp_context {
     size_t workspace_bytes;
     void *scratch_pool;         /* cudaMemPool_t (FP_CTX_SCRATCH_KEEP_BYTES), or NULL */
     int attn_kernel;            /* FP_CTX_ATTENTION_KERNEL: preferred flash version, 0 = default */
+    int attn_split_combine;     /* FP_CTX_ATTENTION_SPLIT_COMBINE: 0 fused (default), 1 separate kernel */
     pthread_mutex_t ws_mu;      /* guards ws*, held by a scratch user from get to put */
     fp_ws_slot ws[FP_WS_STREAMS];
     unsigned long long ws_clock;
@@ -173,8 +176,17 @@ typedef struct fp_scratch {
     void *ptr;
     fp_context *ctx;            /* NULL: ptr is a cudaMallocAsync allocation */
     cudaStream_t stream;
+    int *counters;              /* fp_ctx_scratch_get_counted's, else NULL */
 } fp_scratch;
 fp_status fp_ctx_scratch_get(fp_context *ctx, cudaStream_t stream, size_t bytes, const char *who, fp_scratch *s);
+/* fp_ctx_scratch_get, and s->counters: `ncounters` ints of the stream's,
+ * zero when the op's first kernel starts, which the op's kernels leave zero
+ * again when they end (a kernel that counts arrivals resets its count): the
+ * "last CTA finishes the work" pattern, with no memset per call. Grown like
+ * the workspace (zeroed on the stream when allocated; not during a
+ * capture). Without a context, or ncounters 0: s->counters is NULL. */
+fp_status fp_ctx_scratch_get_counted(fp_context *ctx, cudaStream_t stream, size_t bytes, size_t ncounters,
+                                     const char *who, fp_scratch *s);
 /* Ends the use (enqueued work may still run: the next user of the stream's
  * workspace is ordered after it). Returns an error only for a failed free of
  * a context-less allocation. */

@@ -37,26 +37,65 @@ static fp_ws_slot *ws_slot(fp_context *ctx, cudaStream_t stream, fp_status *st) 
     fp_ws_slot *w = free_slot ? free_slot : lru;
     if (!free_slot) {
         *st = ws_retire(ctx, w->ptr);
+        if (*st == FP_OK) *st = ws_retire(ctx, w->counters);
         if (*st != FP_OK) return NULL;
     }
     w->used = 1;
     w->stream = stream;
     w->ptr = NULL;
     w->bytes = 0;
+    w->counters = NULL;
+    w->ncounters = 0;
     return w;
+}
+
+/* Refuses growth while the slot's stream is being captured. */
+static fp_status ws_check_not_capturing(const fp_ws_slot *w, size_t want, size_t have, const char *what,
+                                        const char *who) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    FP_CUDA_TRY(cudaStreamIsCapturing(w->stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "%s needs %zu %s on this stream, which has %zu, and the stream is being "
+                            "captured (a graph cannot grow it): run the op once on this stream, at this or a larger "
+                            "shape, before capturing",
+                            who, want, what, have);
+    return FP_OK;
+}
+
+/* Counters (fp_ctx_scratch_get_counted): zeroed on the stream, ordered
+ * before the op's kernels; the outgrown ones retired like workspaces. */
+static fp_status ws_grow_counters(fp_context *ctx, fp_ws_slot *w, size_t n, const char *who) {
+    FP_TRY(ws_check_not_capturing(w, n, w->ncounters, "arrival counters", who));
+    size_t want = w->ncounters + w->ncounters / 2;
+    if (want < n) want = n;
+    if (want < 1024) want = 1024;
+    if (want > SIZE_MAX / sizeof(int)) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "%s: %zu counters", who, n);
+    int *p = NULL;
+    cudaError_t e = cudaMalloc((void **)&p, want * sizeof(int));
+    if (e == cudaSuccess) {
+        e = cudaMemsetAsync(p, 0, want * sizeof(int), w->stream);
+        if (e != cudaSuccess) cudaFree(p);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return fp_set_error(e == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
+                            "%s: %zu arrival counters: %s", who, want, cudaGetErrorString(e));
+    }
+    fp_status st = ws_retire(ctx, w->counters);
+    if (st != FP_OK) {
+        cudaFree(p);
+        return st;
+    }
+    w->counters = p;
+    w->ncounters = want;
+    return FP_OK;
 }
 
 static fp_status ws_grow(fp_context *ctx, fp_ws_slot *w, size_t bytes, const char *who) {
     /* Growing allocates (cudaMalloc): not during a capture, where it would
      * fail or be illegal, and a graph could not own the buffer anyway. */
-    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    FP_CUDA_TRY(cudaStreamIsCapturing(w->stream, &cs));
-    if (cs != cudaStreamCaptureStatusNone)
-        return fp_set_error(FP_ERR_UNSUPPORTED,
-                            "%s needs %zu bytes of workspace on this stream, which has %zu, and the stream is being "
-                            "captured (a graph cannot grow it): run the op once on this stream, at this or a larger "
-                            "shape, before capturing",
-                            who, bytes, w->bytes);
+    FP_TRY(ws_check_not_capturing(w, bytes, w->bytes, "bytes of workspace", who));
     size_t want = w->bytes + w->bytes / 2; /* geometric: a slowly growing shape reallocates rarely */
     if (want < bytes) want = bytes;
     if (want > SIZE_MAX - WS_ALIGN) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "%s: workspace of %zu bytes", who, bytes);
@@ -79,9 +118,15 @@ static fp_status ws_grow(fp_context *ctx, fp_ws_slot *w, size_t bytes, const cha
 }
 
 fp_status fp_ctx_scratch_get(fp_context *ctx, cudaStream_t stream, size_t bytes, const char *who, fp_scratch *s) {
+    return fp_ctx_scratch_get_counted(ctx, stream, bytes, 0, who, s);
+}
+
+fp_status fp_ctx_scratch_get_counted(fp_context *ctx, cudaStream_t stream, size_t bytes, size_t ncounters,
+                                     const char *who, fp_scratch *s) {
     s->ptr = NULL;
     s->ctx = ctx;
     s->stream = stream;
+    s->counters = NULL;
     if (!ctx) {
         if (bytes == 0) return FP_OK;
         cudaError_t e = cudaMallocAsync(&s->ptr, bytes, stream);
@@ -94,16 +139,18 @@ fp_status fp_ctx_scratch_get(fp_context *ctx, cudaStream_t stream, size_t bytes,
         return FP_OK;
     }
     pthread_mutex_lock(&ctx->ws_mu);
-    if (bytes == 0) return FP_OK;
+    if (bytes == 0 && ncounters == 0) return FP_OK;
     fp_status st = FP_OK;
     fp_ws_slot *w = ws_slot(ctx, stream, &st);
     if (w && w->bytes < bytes) st = ws_grow(ctx, w, bytes, who);
+    if (st == FP_OK && w && w->ncounters < ncounters) st = ws_grow_counters(ctx, w, ncounters, who);
     if (st != FP_OK) {
         pthread_mutex_unlock(&ctx->ws_mu);
         return st;
     }
     w->last_use = ++ctx->ws_clock;
-    s->ptr = w->ptr;
+    s->ptr = bytes ? w->ptr : NULL;
+    s->counters = ncounters ? w->counters : NULL;
     return FP_OK;
 }
 
@@ -122,7 +169,10 @@ fp_status fp_ctx_scratch_put(fp_scratch *s) {
 }
 
 void fp_ctx_scratch_destroy(fp_context *ctx) {
-    for (int i = 0; i < FP_WS_STREAMS; ++i) cudaFree(ctx->ws[i].ptr);
+    for (int i = 0; i < FP_WS_STREAMS; ++i) {
+        cudaFree(ctx->ws[i].ptr);
+        cudaFree(ctx->ws[i].counters);
+    }
     for (int i = 0; i < ctx->ws_nretired; ++i) cudaFree(ctx->ws_retired[i]);
     free(ctx->ws_retired);
 }

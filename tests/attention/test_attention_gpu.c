@@ -601,6 +601,89 @@ static void test_nonfinite_scores_gpu(void) {
     attn_poison_byte = 0xFF;
 }
 
+/* Split-KV's two ways to merge the partials (FP_CTX_ATTENTION_SPLIT_COMBINE):
+ * the combine fused into the split kernel (0, the default: the last CTA of a
+ * query tile merges it, counted on a per-tile counter the kernel resets)
+ * against the separate combine kernel (1). Both are checked against the
+ * reference by test_cases; here: the two agree within one output rounding
+ * (the same weights and fmaf order over the splits, the row sums reduced
+ * over a warp instead of a block), and the fused one gives the same bytes
+ * call after call on poisoned outputs: a counter left non-zero would make
+ * the wrong CTA merge (before the other splits' partials) or none. */
+static void test_split_combine_modes_gpu(void) {
+    static const attn_case cases[] = {
+        /* name            b  sq  sk    hq hkv d    dtype    causal wl  wr scale lse rag str */
+        {"fused_dec_rag",  3, 1,  1500, 8, 2, 128, FP_BF16, 0, -1, -1, 0, 1, 1, 0},
+        {"fused_dec4_c",   2, 4,  700,  4, 4, 64,  FP_F16,  1, -1, -1, 0, 1, 1, 0},
+        {"fused_d32",      2, 1,  900,  4, 1, 32,  FP_F16,  0, -1, -1, 0, 1, 0, 0},
+        {"fused_d256",     1, 2,  600,  2, 1, 256, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+    };
+    const int impls[] = {0, 3, 8, -3}; /* auto, v1 with 2 / 7 splits, v2 with 3 */
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
+        const attn_case *c = &cases[ci];
+        dev_case D;
+        if (!dev_make(c, &D, 31 + ci)) {
+            CHECK_MSG(0, "%s: allocation", c->name);
+            dev_free(&D);
+            continue;
+        }
+        const size_t o_bytes = D.H.o_bytes, lse_bytes = attn_n_lse(&D.dp) * sizeof(float);
+        const size_t elt = fp_dtype_size(c->dtype), n = o_bytes / elt;
+        unsigned char *sep = malloc(o_bytes), *fused = malloc(o_bytes);
+        float *sep_lse = malloc(lse_bytes), *fused_lse = malloc(lse_bytes);
+        CHECK(sep && fused && sep_lse && fused_lse);
+        for (size_t t = 0; sep && fused && sep_lse && fused_lse && t < sizeof impls / sizeof impls[0]; ++t) {
+            if (impls[t] < 0 && c->d != 64 && c->d != 128) continue; /* v2: 64 / 128 only */
+            CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 1));
+            fp_status st = dev_run(&D, impls[t]);
+            CHECK_MSG(st == FP_OK, "%s/impl %d separate: %s", c->name, impls[t], fp_last_error());
+            fp_attention_kernel_info k;
+            CHECK_OK(fp_attention_last_kernel(&k));
+            CHECK_MSG(k.num_splits > 1, "%s/impl %d: ran %s without splits", c->name, impls[t], k.kernel);
+            memcpy(sep, D.h_o, o_bytes);
+            memcpy(sep_lse, D.h_lse, lse_bytes);
+            CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 0));
+            for (int rep = 0; rep < 3 && st == FP_OK; ++rep) {
+                st = dev_run(&D, impls[t]);
+                CHECK_MSG(st == FP_OK, "%s/impl %d fused: %s", c->name, impls[t], fp_last_error());
+                if (st != FP_OK) break;
+                if (rep == 0) {
+                    memcpy(fused, D.h_o, o_bytes);
+                    memcpy(fused_lse, D.h_lse, lse_bytes);
+                    continue;
+                }
+                CHECK_MSG(memcmp(fused, D.h_o, o_bytes) == 0 && memcmp(fused_lse, D.h_lse, lse_bytes) == 0,
+                          "%s/impl %d: fused call %d differs from the first", c->name, impls[t], rep + 1);
+            }
+            if (st != FP_OK) continue;
+            size_t bad = 0, first = 0;
+            double max_diff = 0;
+            for (size_t i = 0; i < n; ++i) {
+                const double a = attn_load(sep, i, c->dtype), b = attn_load(fused, i, c->dtype);
+                if (isnan(a) && isnan(b)) continue;
+                const double d = fabs(a - b), tol = 2.0 * attn_eps(c->dtype) * fmax(fabs(a), fabs(b)) + 1e-6;
+                if (d > max_diff) max_diff = d;
+                if (!(d <= tol) && bad++ == 0) first = i;
+            }
+            for (size_t i = 0; i < lse_bytes / sizeof(float); ++i) {
+                const double a = sep_lse[i], b = fused_lse[i];
+                if ((isnan(a) && isnan(b)) || a == b) continue;
+                if (!(fabs(a - b) <= 1e-5 * fmax(1.0, fabs(a))) && bad++ == 0) first = n + i;
+            }
+            CHECK_MSG(bad == 0, "%s/impl %d: fused vs separate combine: %zu differ (first at %zu), max diff %.3g",
+                      c->name, impls[t], bad, first, max_diff);
+            printf("%-20s impl %d: fused vs separate combine max diff %.3g (%d splits)\n", c->name, impls[t],
+                   max_diff, k.num_splits);
+        }
+        free(sep);
+        free(fused);
+        free(sep_lse);
+        free(fused_lse);
+        dev_free(&D);
+    }
+    CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 0));
+}
+
 static void test_validate_gpu(void) {
     attn_case c = {"validate", 4, 1024, 1024, 16, 16, 128, FP_BF16, 1, -1, -1, 0, 0, 0, 0};
     if (g_quick) {
@@ -797,6 +880,7 @@ int main(void) {
     test_huge_window_gpu();
     test_ragged_nan_tail_gpu();
     test_nonfinite_scores_gpu();
+    test_split_combine_modes_gpu();
     if (!g_quick) {
         test_varlen_gpu(FP_F16, 128, 0);
         test_varlen_gpu(FP_F32, 64, 1);

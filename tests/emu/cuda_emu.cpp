@@ -812,6 +812,7 @@ std::string kernel_name(const void *func) {
 
 cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem, size_t *record) {
     g_launches++;
+    fp_emu_count_call(FP_EMU_CALL_LAUNCH);
     size_t rec;
     {
         std::lock_guard<std::mutex> lk(g_state_mu);

@@ -27,7 +27,10 @@ typedef enum fp_emu_call_kind {
     /* cudaGetDevice: host-only (thread state), capture-safe and cheap; counted
      * apart because it is not a device query */
     FP_EMU_CALL_GET_DEVICE = 4,
-    FP_EMU_CALL_KINDS = 5
+    /* kernel launches (<<<>>>, emulated cuBLAS GEMMs not included): each
+     * costs about 3 us of host time on a GPU (graph/op_host_cost) */
+    FP_EMU_CALL_LAUNCH = 5,
+    FP_EMU_CALL_KINDS = 6
 } fp_emu_call_kind;
 
 typedef struct fp_emu_runtime_counts {

@@ -4,7 +4,9 @@
  *   1. calls: after one warm-up call, a second call of the same op and shape
  *      makes no allocation, no synchronization, no device / function
  *      attribute query and no cudaSetDevice (cudaGetDevice, a host-only
- *      read of thread state, is printed but allowed);
+ *      read of thread state, is printed but allowed); split-KV decode
+ *      launches one kernel (the combine fused), two with the separate
+ *      combine asked for;
  *   2. capture: the op captured on the context's stream
  *      (cudaStreamBeginCapture .. cudaGraphInstantiate), its graph replayed
  *      twice with new data written into the same input buffers in between,
@@ -48,6 +50,7 @@ typedef struct op {
     fp_norm_backward_params nb;
     fp_attention_params ap;
     int version, splits, attn_kernel;
+    int launches; /* kernel launches one call must make (0: not checked) */
 } op;
 
 static void *dev_alloc(size_t bytes) {
@@ -258,9 +261,14 @@ static void check_calls(op *o) {
     st = o->run(o, NULL);
     fp_emu_runtime_counts_get(&c);
     CHECK_MSG(st == FP_OK, "%s: %s", o->name, fp_last_error());
-    printf("%-44s alloc %lld  sync %lld  query %lld  set_device %lld  (get_device %lld)\n", o->name,
+    printf("%-44s alloc %lld  sync %lld  query %lld  set_device %lld  launches %lld  (get_device %lld)\n", o->name,
            c.n[FP_EMU_CALL_ALLOC], c.n[FP_EMU_CALL_SYNC], c.n[FP_EMU_CALL_QUERY], c.n[FP_EMU_CALL_SET_DEVICE],
-           c.n[FP_EMU_CALL_GET_DEVICE]);
+           c.n[FP_EMU_CALL_LAUNCH], c.n[FP_EMU_CALL_GET_DEVICE]);
+    /* each launch is ~3 us of host time on a GPU: split-KV decode with v1
+     * combines in its split kernel (one launch, FP_CTX_ATTENTION_SPLIT_COMBINE 0) */
+    if (o->launches)
+        CHECK_MSG(c.n[FP_EMU_CALL_LAUNCH] == o->launches, "%s: %lld kernel launches per call, expected %d", o->name,
+                  c.n[FP_EMU_CALL_LAUNCH], o->launches);
     CHECK_MSG(c.n[FP_EMU_CALL_ALLOC] == 0, "%s: %lld allocation calls per call", o->name, c.n[FP_EMU_CALL_ALLOC]);
     CHECK_MSG(c.n[FP_EMU_CALL_SYNC] == 0, "%s: %lld synchronizations per call", o->name, c.n[FP_EMU_CALL_SYNC]);
     CHECK_MSG(c.n[FP_EMU_CALL_QUERY] == 0, "%s: %lld device / attribute queries per call", o->name,
@@ -388,7 +396,20 @@ int main(void) {
     o.run = run_attn_splits;
     o.version = 1;
     o.splits = 4;
+    o.launches = 1; /* the combine fused into the split kernel */
     check_op(&o);
+    /* the same with the separate combine kernel (FP_CTX_ATTENTION_SPLIT_COMBINE 1) */
+    CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 1));
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention v1 decode 4 splits, separate combine", 2, 1, 256, 4, 2, 0);
+    with_seqlens(&o, 256, 100);
+    o.run = run_attn_splits;
+    o.version = 1;
+    o.splits = 4;
+    o.launches = 2;
+    check_op(&o);
+    CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 0));
+    CHECK_STATUS(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 2), FP_ERR_INVALID_ARGUMENT);
     for (int v = 3; v <= 5; v += 2) {
         memset(&o, 0, sizeof o);
         char what[48];
@@ -420,6 +441,7 @@ int main(void) {
     memset(&o, 0, sizeof o);
     attn_op(&o, "attention decode auto", 1, 1, 1024, 2, 1, 0);
     o.run = run_attn;
+    o.launches = 1;
     check_op(&o);
 
     /* paged decode: automatic and forced splits */
@@ -436,6 +458,7 @@ int main(void) {
     o.run = run_attn_splits;
     o.version = 1;
     o.splits = 3;
+    o.launches = 1;
     check_op(&o);
 
     /* varlen: two packed sequences of 40 and 60 rows */
