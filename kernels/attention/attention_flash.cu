@@ -213,16 +213,21 @@ __device__ __forceinline__ void load_kv_tile(T *tile, const flash_params &p, con
 // each thread fences its partial stores before the CTA's atomic arrival
 // (release), and the last CTA fences after seeing the count (acquire) and
 // reads the partials through L2 (__ldcg), where the other SMs' stores are.
+// `flag`: a word of the CTA's dynamic shared memory, free once every thread
+// passed the first barrier here (the tiles are dead after the KV loop). Not a
+// static __shared__ variable: it would add to the dynamic size (v2 at
+// head_dim 64 uses exactly the 48 KiB a launch gets without the opt-in, and
+// 4 bytes more made every v2 launch fail with cudaErrorInvalidValue on an
+// H100; the CPU emulation does not count static shared memory).
 template <typename T, int D, int NT>
 __device__ __forceinline__ void split_combine_fused(const flash_params &p, const fp_flash::seq_view &S, int b,
-                                                    int hk, int m_tile, int m0, int rows_end) {
-    __shared__ int last;
+                                                    int hk, int m_tile, int m0, int rows_end, int *flag) {
     __threadfence();
     __syncthreads();
     const int64_t tile = ((int64_t)b * p.hkv + hk) * p.m_tiles + m_tile;
-    if (threadIdx.x == 0) last = atomicAdd(p.counters + tile, 1) == p.num_splits - 1;
+    if (threadIdx.x == 0) *flag = atomicAdd(p.counters + tile, 1) == p.num_splits - 1;
     __syncthreads();
-    if (!last) return; // CTA-uniform
+    if (!*flag) return; // CTA-uniform
     __threadfence();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t rows_total = (int64_t)p.batch * p.hq * p.sq;
@@ -537,7 +542,8 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             }
         }
     if (p.num_splits > 1 && p.counters)
-        split_combine_fused<T, D, NT>(p, S, b, hk, m_tile, m0, rows < m0 + Br ? rows : m0 + Br);
+        split_combine_fused<T, D, NT>(p, S, b, hk, m_tile, m0, rows < m0 + Br ? rows : m0 + Br,
+                                      reinterpret_cast<int *>(smem_raw));
 }
 
 template <typename T, int D>
