@@ -217,9 +217,14 @@ FP_API void(fp_attention_params_default)(fp_attention_params *p);
  * describe the K / V layout or with varlen offsets): 2.3-3.6x faster on an
  * H200 at seqlen 4k-16k. fp_attention_last_kernel says which ran. When the grid would not fill the GPU (decode: small seqlen_q,
  * few heads, long seqlen_k) the keys are split over several thread blocks
- * whose partial results are merged through their log-sum-exp by a combine
- * kernel (it allocates the partials stream-ordered from the context's
- * scratch memory pool, which keeps up to 256 MiB mapped between calls).
+ * whose partial results are merged through their log-sum-exp (split-KV).
+ * With the default kernel (v1) the merge happens inside the split kernel:
+ * the last thread block of each query tile to finish merges the tile, so a
+ * decode call is one kernel launch (one launch's host time, about 3 to 4 us
+ * on an H100, less than with a separate combine kernel:
+ * FP_CTX_ATTENTION_SPLIT_COMBINE in core.h chooses; v3 to v5 always use
+ * the separate kernel). The partials and the arrival counters live in the
+ * context's workspace of the call's stream (below).
  *
  * Errors (nothing is written):
  *   FP_ERR_INVALID_ARGUMENT: NULL ctx / params / q / k / v / o; struct_size
@@ -240,7 +245,7 @@ FP_API void(fp_attention_params_default)(fp_attention_params *p);
  *     workspace is too small for the split partials (run the call once on
  *     that stream first).
  *   FP_ERR_CUDA: a launch failed.
- * CUDA graphs: capturable. Scratch (split partials; the baseline's scores)
+ * CUDA graphs: capturable. Scratch (split partials and counters; the baseline's scores)
  * lives in the context's workspace of the call's stream, grown on first
  * need and kept: once a call ran on a stream at a shape, the same call there
  * makes no allocation, synchronization or device query. A graph captured
@@ -286,7 +291,8 @@ typedef struct fp_attention_kernel_info {
      * launch). A static string. */
     const char *kernel;
     int version;       /* 1..5 for flash_v1..v5, 0 otherwise */
-    int num_splits;    /* KV splits: > 1 means split partials + the combine kernel */
+    int num_splits;    /* KV splits: > 1 means split partials, merged in the split kernel (v1 / v2,
+                          FP_CTX_ATTENTION_SPLIT_COMBINE 0) or by the combine kernel */
     int paged;         /* 1: K / V read through a block table */
     int preferred;     /* the context's FP_CTX_ATTENTION_KERNEL at the call (0: none) */
     /* Why `preferred` did not run ("" when it ran or none was preferred). */

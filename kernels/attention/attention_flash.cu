@@ -245,7 +245,7 @@ __device__ __forceinline__ void split_combine_fused(const flash_params &p, const
             // lse_s = -inf (no key in the split): weight 0; a NaN lse_s
             // (fmaxf skipped it) makes the row NaN
             const float ls = __ldcg(lse_s + s * rows_total);
-            sum += ls == -INFINITY ? 0.0f : __expf(ls - mx);
+            sum += combine_weight(ls, mx);
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -260,14 +260,14 @@ __device__ __forceinline__ void split_combine_fused(const flash_params &p, const
 #pragma unroll 4
         for (int s = 0; s < ns; ++s) {
             const float ls = __ldcg(lse_s + s * rows_total);
-            const float w = ls == -INFINITY ? 0.0f : __expf(ls - mx);
+            const float w = combine_weight(ls, mx);
 #pragma unroll
             for (int j = 0; j < D / 32; ++j) acc[j] = fmaf(w, __ldcg(op + s * split_stride + j * 32), acc[j]);
         }
         T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
 #pragma unroll
         for (int j = 0; j < D / 32; ++j) o[lane + j * 32] = pack_op<T>::cvt(acc[j] * inv);
-        if (p.lse && lane == 0) p.lse[row] = sum == 0.0f ? -INFINITY : mx + __logf(sum);
+        if (p.lse && lane == 0) p.lse[row] = combine_lse(mx, sum);
     }
     if (threadIdx.x == 0) p.counters[tile] = 0; // stream order publishes it to the next launch
 }

@@ -137,6 +137,18 @@ __device__ __forceinline__ fp_flash::seq_view seq_of(const flash_params &p, int 
 // split and column, ~10 us at 33 splits: a quarter of a 32k-context decode).
 // Every split writes every row of its CTA (an empty split writes O_s = 0,
 // lse_s = -inf, i.e. weight 0), so the partials are finite.
+// A split's weight exp(lse_s - lse_max) (lse_s = -inf, a split without
+// keys: 0) and the row's lse from the weight sum, as both combines compute
+// them: by ex2.approx.ftz and lg2.approx (fast_exp2 / __log2f), not __expf /
+// __logf, whose denormal fix-up (FSETP against -126) the SASS check forbids
+// in the flash kernels that fuse the combine (tests/sass/check_sass.py).
+__device__ __forceinline__ float combine_weight(float ls, float mx) {
+    return ls == -INFINITY ? 0.0f : fast_exp2((ls - mx) * 1.4426950408889634f);
+}
+__device__ __forceinline__ float combine_lse(float mx, float sum) {
+    return sum == 0.0f ? -INFINITY : mx + __log2f(sum) * 0.69314718055994531f;
+}
+
 constexpr int kCombineThreads = 128;
 constexpr int kMaxSplits = 1024; // fp_attn_cuda_flash_splits' limit
 
@@ -174,13 +186,13 @@ __global__ void __launch_bounds__(kCombineThreads) attention_split_combine_v1(co
     for (int s = threadIdx.x; s < ns; s += kCombineThreads) { // w[s] was written by this thread
         // lse_s = -inf (no key in the split): 0; a NaN lse_s (fmaxf skipped
         // it) makes the row NaN
-        const float e = w[s] == -INFINITY ? 0.0f : __expf(w[s] - mx);
+        const float e = combine_weight(w[s], mx);
         w[s] = e;
         sum += e;
     }
     sum = combine_reduce(sum, false, red); // its barriers also publish w[]
     const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    const float lse = sum == 0.0f ? -INFINITY : mx + __logf(sum);
+    const float lse = combine_lse(mx, sum);
     T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
     const float *op = p.o_part + row * D;
     const int64_t split_stride = rows_total * D;

@@ -43,16 +43,20 @@ SKIP = 77
 # MUFU.EX2 alone: no FSETP against -126, the denormal fix-up exp2f wraps it in,
 # three extra instructions per score), "no_narrow_lds" (the staged row is read
 # back as 16-byte vectors: no LDS.U16 / LDS.U8, as ptxas emits when a vector
-# is unpacked straight from shared memory).
+# is unpacked straight from shared memory), "no_static_smem" (no static
+# __shared__ bytes, res-usage SHARED 0: a kernel sized to the 48 KiB a
+# launch gets without the opt-in, or to the opt-in limit, fails to launch
+# with any static bytes beside its dynamic ones; the CPU emulation does not
+# count static shared memory, so only this check sees it).
 BASE = ("sm_80+",)  # every architecture from sm_80 on (sm_80, sm_90, sm_90a, sm_100, ...)
 VEC_LOAD = {r"^LDG\.E\.128": 1}
 VEC_LOAD_STORE = {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1}
 RULES = [
     # flash attention, sm_80 path (mma.sync m16n8k16, ldmatrix, cp.async 16 B)
     ("flash fwd bf16 (mma.sync)", "attention", r"attention_flash_fwd_v[12]<__nv_bfloat16,", BASE,
-     {r"^HMMA\.16816\.F32\.BF16$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz",)),
+     {r"^HMMA\.16816\.F32\.BF16$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem")),
     ("flash fwd f16 (mma.sync)", "attention", r"attention_flash_fwd_v[12]<__half,", BASE,
-     {r"^HMMA\.16816\.F32$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz",)),
+     {r"^HMMA\.16816\.F32$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem")),
     # Hopper paths: wgmma (HGMMA) with operands in shared memory; v5 loads by TMA
     # under mbarriers (SYNCS); the pipelined v3 and v5 overlap softmax and wgmma.
     ("flash fwd v3 (wgmma)", "attention", r"attention_flash_fwd_v3<[^,]+, \d+, false>", ("sm_90a",),
@@ -82,6 +86,7 @@ RULES = [
     # bandwidth probes and the timing engine's kernels
     ("copy / axpby vector", "core", r"^(copy_v1|void axpby_v2<)", BASE, VEC_LOAD_STORE, ()),
     ("axpby scalar", "core", r"^void axpby_v1<", BASE, {}, ()),
+    ("launch probes (empty kernels)", "core", r"^empty_(small|big)\(", BASE, {}, ()),
 ]
 
 
@@ -209,6 +214,12 @@ def check(lib, archs, modules, rules, tools, report=None):
     # 2. resource usage: no stack, no local memory (spills) in any kernel.
     res = parse_res_usage(run("-res-usage"))
     res_names = demangle([n for n, _ in res])
+    # demangled name: the fewest static shared bytes over the archs (sm_90 reports 1024 for the
+    # mma.sync flash kernels that sm_80 reports 0 for, a reservation launches do not count; a
+    # __shared__ variable shows on every arch)
+    static_smem = {}
+    for (_, r), name in zip(res, res_names):
+        static_smem[name] = min(static_smem.get(name, 1 << 30), r.get("SHARED", 0))
     for (_, r), name in zip(res, res_names):
         if r.get("STACK", 0) or r.get("LOCAL", 0):
             failures.append(f"{name}: STACK {r.get('STACK')} LOCAL {r.get('LOCAL')} bytes "
@@ -248,6 +259,9 @@ def check(lib, archs, modules, rules, tools, report=None):
             if fixups:
                 failures.append(f"[{arch}] {name}: {fixups} FSETP against -126: exp2f's denormal fix-up "
                                 f"around MUFU.EX2 (ex2.approx.ftz.f32 needs none)")
+        if "no_static_smem" in extra and static_smem.get(name, 0):
+            failures.append(f"[{arch}] {name}: {static_smem[name]} bytes of static shared memory "
+                            f"(they add to the dynamic bytes the launcher sized: keep flags in the dynamic arena)")
         if "no_narrow_lds" in extra:
             narrow = sorted({op for op in ops if re.match(r"^LDS\.(U|S)(8|16)", op)})
             if narrow:
@@ -289,6 +303,7 @@ SELFTEST_RULES = [
     ("mma kernel", "core", r"^selftest_mma", ("sm_80",), {r"^HMMA\.16816\.F32\.BF16$": 1}, ()),
     ("a rule without kernel", "core", r"^selftest_missing", ("sm_80",), {}, ()),
     ("exp2 without fix-up", "core", r"^selftest_exp2f", ("sm_80",), {r"^MUFU\.EX2$": 1}, ("ex2_ftz",)),
+    ("static shared flag", "core", r"^selftest_static_smem", ("sm_80",), {}, ("no_static_smem",)),
 ]
 SELFTEST_EXPECTED = [  # substrings, each in some failure
     "selftest_scalar_copy", "LDG\\.E\\.128", "STG\\.E\\.128",  # 4-byte accesses where 16-byte ones are required
@@ -298,6 +313,7 @@ SELFTEST_EXPECTED = [  # substrings, each in some failure
     "matches 0 rules",  # selftest_unruled
     "no PTX for sm_80",  # built as code=sm_80 only
     "selftest_exp2f: ",  # exp2f's denormal fix-up where ex2.approx.ftz is required
+    "selftest_static_smem: 4 bytes of static shared memory",  # a static __shared__ flag
 ]
 
 

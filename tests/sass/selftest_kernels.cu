@@ -41,5 +41,13 @@ extern "C" __global__ void selftest_mma(const uint32_t *__restrict__ ab, float *
 // rule asks for the bare instruction.
 extern "C" __global__ void selftest_exp2f(float *out) { out[threadIdx.x] = exp2f(out[threadIdx.x]); }
 
+// Defect for its rule: a static __shared__ word beside the dynamic arena.
+extern "C" __global__ void selftest_static_smem(int *out) {
+    __shared__ int flag;
+    if (threadIdx.x == 0) flag = out[0];
+    __syncthreads();
+    out[threadIdx.x] = flag;
+}
+
 // Defect: no rule names it.
 extern "C" __global__ void selftest_unruled(float *out) { out[threadIdx.x] = 1.0f; }
