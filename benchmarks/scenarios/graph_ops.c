@@ -174,8 +174,6 @@ static fp_status layer_init(layer *l, fp_context *ctx, const layer_shape *s) {
 /* --batch (1..256: the default bucket list ends at 256, a larger batch
  * would run eagerly) and --kv (>= 1; the pages hold int32 ids) as given.
  * Returns 0, or 1 after reporting a failed row naming the bad option. */
-/* Checks the options and applies --split_combine (FP_CTX_ATTENTION_SPLIT_COMBINE
- * for the run: 0 fused, the default; 1 a separate combine kernel). */
 static int bad_options(fb_run *run) {
     const int64_t batch = fb_opt_int(run, "batch", 1), kv = fb_opt_int(run, "kv", 1);
     const int64_t sc = fb_opt_int(run, "split_combine", 0);
@@ -183,9 +181,15 @@ static int bad_options(fb_run *run) {
                       : kv < 1 || kv > (1 << 24) ? "--kv must be in [1, 16777216]"
                       : sc != 0 && sc != 1       ? "--split_combine must be 0 or 1"
                                                  : NULL;
-    if (!why) return fp_context_set_option(fb_ctx(run), FP_CTX_ATTENTION_SPLIT_COMBINE, (int64_t)sc) != FP_OK;
+    if (!why) return 0;
     fb_result_fail(fb_result_new(run), FP_ERR_INVALID_ARGUMENT, why);
     return 1;
+}
+
+/* --split_combine for the run (FP_CTX_ATTENTION_SPLIT_COMBINE: 0 fused, the
+ * default; 1 a separate combine kernel); the default again after it. */
+static void set_split_combine(fb_run *run, int on) {
+    fp_context_set_option(fb_ctx(run), FP_CTX_ATTENTION_SPLIT_COMBINE, on ? fb_opt_int(run, "split_combine", 0) : 0);
 }
 
 /* Default shapes: see the file's header. */
@@ -298,14 +302,12 @@ static void run_decode_shape(fb_run *run, int64_t n) {
 
 static fp_status run_decode_step(fb_run *run) {
     if (bad_options(run)) return FP_OK;
-    if (fb_opt_given(run, "batch")) {
-        run_decode_shape(run, fb_opt_int(run, "batch", 1));
-        fp_context_set_option(fb_ctx(run), FP_CTX_ATTENTION_SPLIT_COMBINE, 0);
-        return FP_OK;
-    }
+    set_split_combine(run, 1);
     static const int64_t batches[] = {1, 8, 64};
-    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; ++i) run_decode_shape(run, batches[i]);
-    fp_context_set_option(fb_ctx(run), FP_CTX_ATTENTION_SPLIT_COMBINE, 0);
+    if (fb_opt_given(run, "batch")) run_decode_shape(run, fb_opt_int(run, "batch", 1));
+    else
+        for (size_t i = 0; i < sizeof batches / sizeof batches[0]; ++i) run_decode_shape(run, batches[i]);
+    set_split_combine(run, 0);
     return FP_OK;
 }
 
@@ -527,6 +529,7 @@ static void lookup_row(fb_run *run, op_case *c) {
 static fp_status run_op_host_cost(fb_run *run) {
     fp_context *ctx = fb_ctx(run);
     if (bad_options(run)) return FP_OK;
+    set_split_combine(run, 1);
     const int64_t batch = fb_opt_int(run, "batch", 8);
     layer_shape shape = layer_shape_for(run, (int)batch);
     layer l;
@@ -588,7 +591,7 @@ static fp_status run_op_host_cost(fb_run *run) {
              * the fused combine saves */
             fp_context_set_option(ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 1);
             host_cost_row(run, "attention_decode_separate", op_decode, &c);
-            fp_context_set_option(ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 0);
+            set_split_combine(run, 1);
         }
         host_cost_row(run, "attention_prefill", op_prefill, &c);
         lookup_row(run, &c);
@@ -598,7 +601,7 @@ static fp_status run_op_host_cost(fb_run *run) {
     fp_mem_free(ctx, pkv);
     fp_mem_free(ctx, po);
     fp_mem_free(ctx, c.fill_buf);
-    fp_context_set_option(ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 0);
+    set_split_combine(run, 0);
     return FP_OK;
 }
 

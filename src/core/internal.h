@@ -124,8 +124,8 @@ typedef struct fp_ws_slot {
     size_t bytes;
     unsigned long long last_use; /* ctx->ws_clock at the last use (eviction) */
     int used;
-    int *counters;              /* cudaMalloc'd, ncounters ints, zero between ops */
-    size_t ncounters;
+    void *counters;             /* cudaMalloc'd ints, counter_bytes long, zero between ops */
+    size_t counter_bytes;
 } fp_ws_slot;
 
 struct fp_context {

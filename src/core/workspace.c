@@ -45,75 +45,49 @@ static fp_ws_slot *ws_slot(fp_context *ctx, cudaStream_t stream, fp_status *st) 
     w->ptr = NULL;
     w->bytes = 0;
     w->counters = NULL;
-    w->ncounters = 0;
+    w->counter_bytes = 0;
     return w;
 }
 
-/* Refuses growth while the slot's stream is being captured. */
-static fp_status ws_check_not_capturing(const fp_ws_slot *w, size_t want, size_t have, const char *what,
-                                        const char *who) {
+/* Grows one of the slot's buffers (*buf, *have bytes) to at least `need`
+ * bytes: geometric, in WS_ALIGN granules, so a slowly growing shape
+ * reallocates rarely. Growing allocates (cudaMalloc): not during a capture,
+ * where it would fail or be illegal, and a graph could not own the buffer
+ * anyway. `zero`: the new buffer is zeroed on the slot's stream (ordered
+ * before the op's kernels: the arrival counters). The outgrown buffer is
+ * retired, not freed (a graph may still use it). `what` names the buffer. */
+static fp_status ws_grow(fp_context *ctx, fp_ws_slot *w, void **buf, size_t *have, size_t need, int zero,
+                         const char *what, const char *who) {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     FP_CUDA_TRY(cudaStreamIsCapturing(w->stream, &cs));
     if (cs != cudaStreamCaptureStatusNone)
         return fp_set_error(FP_ERR_UNSUPPORTED,
-                            "%s needs %zu %s on this stream, which has %zu, and the stream is being "
+                            "%s needs %zu bytes of %s on this stream, which has %zu, and the stream is being "
                             "captured (a graph cannot grow it): run the op once on this stream, at this or a larger "
                             "shape, before capturing",
-                            who, want, what, have);
-    return FP_OK;
-}
-
-/* Counters (fp_ctx_scratch_get_counted): zeroed on the stream, ordered
- * before the op's kernels; the outgrown ones retired like workspaces. */
-static fp_status ws_grow_counters(fp_context *ctx, fp_ws_slot *w, size_t n, const char *who) {
-    FP_TRY(ws_check_not_capturing(w, n, w->ncounters, "arrival counters", who));
-    size_t want = w->ncounters + w->ncounters / 2;
-    if (want < n) want = n;
-    if (want < 1024) want = 1024;
-    if (want > SIZE_MAX / sizeof(int)) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "%s: %zu counters", who, n);
-    int *p = NULL;
-    cudaError_t e = cudaMalloc((void **)&p, want * sizeof(int));
-    if (e == cudaSuccess) {
-        e = cudaMemsetAsync(p, 0, want * sizeof(int), w->stream);
+                            who, need, what, *have);
+    size_t want = *have + *have / 2;
+    if (want < need) want = need;
+    if (want > SIZE_MAX - WS_ALIGN) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "%s: %s of %zu bytes", who, what, need);
+    want = (want + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, want);
+    if (e == cudaSuccess && zero) {
+        e = cudaMemsetAsync(p, 0, want, w->stream);
         if (e != cudaSuccess) cudaFree(p);
     }
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return fp_set_error(e == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
-                            "%s: %zu arrival counters: %s", who, want, cudaGetErrorString(e));
+                            "%s: %s of %zu bytes (for %zu): %s", who, what, want, need, cudaGetErrorString(e));
     }
-    fp_status st = ws_retire(ctx, w->counters);
+    fp_status st = ws_retire(ctx, *buf);
     if (st != FP_OK) {
         cudaFree(p);
         return st;
     }
-    w->counters = p;
-    w->ncounters = want;
-    return FP_OK;
-}
-
-static fp_status ws_grow(fp_context *ctx, fp_ws_slot *w, size_t bytes, const char *who) {
-    /* Growing allocates (cudaMalloc): not during a capture, where it would
-     * fail or be illegal, and a graph could not own the buffer anyway. */
-    FP_TRY(ws_check_not_capturing(w, bytes, w->bytes, "bytes of workspace", who));
-    size_t want = w->bytes + w->bytes / 2; /* geometric: a slowly growing shape reallocates rarely */
-    if (want < bytes) want = bytes;
-    if (want > SIZE_MAX - WS_ALIGN) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "%s: workspace of %zu bytes", who, bytes);
-    want = (want + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
-    void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, want);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return fp_set_error(e == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
-                            "%s: workspace of %zu bytes (for %zu): %s", who, want, bytes, cudaGetErrorString(e));
-    }
-    fp_status st = ws_retire(ctx, w->ptr);
-    if (st != FP_OK) {
-        cudaFree(p);
-        return st;
-    }
-    w->ptr = p;
-    w->bytes = want;
+    *buf = p;
+    *have = want;
     return FP_OK;
 }
 
@@ -142,8 +116,12 @@ fp_status fp_ctx_scratch_get_counted(fp_context *ctx, cudaStream_t stream, size_
     if (bytes == 0 && ncounters == 0) return FP_OK;
     fp_status st = FP_OK;
     fp_ws_slot *w = ws_slot(ctx, stream, &st);
-    if (w && w->bytes < bytes) st = ws_grow(ctx, w, bytes, who);
-    if (st == FP_OK && w && w->ncounters < ncounters) st = ws_grow_counters(ctx, w, ncounters, who);
+    const size_t counter_bytes = ncounters * sizeof(int);
+    if (ncounters > SIZE_MAX / sizeof(int))
+        st = fp_set_error(FP_ERR_OUT_OF_MEMORY, "%s: %zu arrival counters", who, ncounters);
+    if (st == FP_OK && w && w->bytes < bytes) st = ws_grow(ctx, w, &w->ptr, &w->bytes, bytes, 0, "workspace", who);
+    if (st == FP_OK && w && w->counter_bytes < counter_bytes)
+        st = ws_grow(ctx, w, &w->counters, &w->counter_bytes, counter_bytes, 1, "arrival counters", who);
     if (st != FP_OK) {
         pthread_mutex_unlock(&ctx->ws_mu);
         return st;
