@@ -10,5 +10,6 @@
 #include "fastpath/attention.h"
 #include "fastpath/batcher.h"
 #include "fastpath/graph.h"
+#include "fastpath/pipeline.h"
 
 #endif /* FASTPATH_FASTPATH_H */
