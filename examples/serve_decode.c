@@ -31,7 +31,16 @@
  * bucket's graph. The first batch of each size captures it. On a CPU
  * context a replay calls the recorded step: the same program runs there.
  *
- * Usage: serve_decode [--device cpu|cuda] [--clients N] [--requests N] [--graphs]
+ * --pipeline: each batch's inputs and outputs go through a pipeline
+ * (fp_pipeline): the executor packs the batch into a host chunk, the
+ * pipeline stages it into pinned memory, copies it to the device on its H2D
+ * stream, runs the layer step on its compute stream and copies the results
+ * back on its D2H stream; three executor threads keep up to three batches
+ * in flight, so one batch's copies overlap another's compute. Each
+ * executor waits for its own batch's completion callback, then scatters
+ * the rows.
+ *
+ * Usage: serve_decode [--device cpu|cuda] [--clients N] [--requests N] [--graphs | --pipeline]
  * Exit status: 0 when every request completed exactly once with a correct
  * output (and, with --graphs, every batch ran a captured graph), 1
  * otherwise, 2 for bad arguments. Registered as the CTests
@@ -43,9 +52,11 @@
 #include <fastpath/core.h>
 #include <fastpath/graph.h>
 #include <fastpath/norm.h>
+#include <fastpath/pipeline.h>
 
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -113,13 +124,15 @@ typedef struct static_buffers {
 
 /* Everything the executor needs. executor_threads = 1 runs one batch at a
  * time, so one set of host staging buffers (and, with --graphs, one set of
- * static buffers) serves every batch. */
+ * static buffers) serves every batch. --pipeline runs PIPE_EXECUTORS
+ * executors, each with its batch's own chunk buffers (pipe_batch). */
 typedef struct server {
     fp_context *ctx;
     fp_stream stream;
     fp_allocator *alloc;
     const model *m;
     fp_graph_cache *graphs;       /* --graphs, else NULL */
+    fp_pipeline *pipe;            /* --pipeline, else NULL */
     static_buffers sb;
     float h_x[MAX_BATCH][HIDDEN], h_res[MAX_BATCH][HIDDEN];
     float h_attn[MAX_BATCH][HIDDEN], h_resout[MAX_BATCH][HIDDEN];
@@ -229,31 +242,43 @@ static void model_free(model *m, fp_context *ctx)
 /*  The executor: one batched layer step                                    */
 /* ------------------------------------------------------------------------ */
 
-/* Row i of the host staging buffers := request i's input, table row and
- * length. Returns the batch's longest cached sequence. */
-static int assemble_rows(server *sv, const fp_batch_item *items, int count)
+/* A batch's host rows: where the executor assembles inputs and reads
+ * results (the server's own arrays, or a --pipeline chunk's). */
+typedef struct host_rows {
+    float (*x)[HIDDEN], (*res)[HIDDEN], (*attn)[HIDDEN], (*resout)[HIDDEN];
+    int32_t (*table)[MAX_PAGES_PER_SEQ];
+    int32_t *seqlens;
+} host_rows;
+
+static host_rows server_rows(server *sv)
 {
-    const model *m = sv->m;
+    return (host_rows){sv->h_x, sv->h_res, sv->h_attn, sv->h_resout, sv->h_table, sv->h_seqlens};
+}
+
+/* Row i of the host rows := request i's input, table row and length.
+ * Returns the batch's longest cached sequence. */
+static int assemble_rows(const model *m, const fp_batch_item *items, int count, host_rows h)
+{
     int max_len = 1;
     for (int i = 0; i < count; ++i) {
         const request_input *in = items[i].input;
-        memcpy(sv->h_x[i], in->x, sizeof in->x);
-        memcpy(sv->h_res[i], in->residual, sizeof in->residual);
-        memcpy(sv->h_table[i], m->block_table[in->seq], sizeof sv->h_table[i]);
-        sv->h_seqlens[i] = m->seq_len[in->seq];
+        memcpy(h.x[i], in->x, sizeof in->x);
+        memcpy(h.res[i], in->residual, sizeof in->residual);
+        memcpy(h.table[i], m->block_table[in->seq], sizeof h.table[i]);
+        h.seqlens[i] = m->seq_len[in->seq];
         if (m->seq_len[in->seq] > max_len) max_len = m->seq_len[in->seq];
     }
     return max_len;
 }
 
 /* Row i of the downloaded results -> request i's own output buffer. */
-static void scatter_rows(server *sv, fp_batch_item *items, int count)
+static void scatter_rows(fp_batch_item *items, int count, host_rows h)
 {
     for (int i = 0; i < count; ++i) {
         request_output *out = items[i].output;
         request_track *track = items[i].user;
-        memcpy(out->attn, sv->h_attn[i], sizeof out->attn);
-        memcpy(out->residual_out, sv->h_resout[i], sizeof out->residual_out);
+        memcpy(out->attn, h.attn[i], sizeof out->attn);
+        memcpy(out->residual_out, h.resout[i], sizeof out->residual_out);
         atomic_fetch_add(&track->executed, 1);
     }
 }
@@ -321,7 +346,7 @@ static fp_status layer_step(void *user, fp_batch_item *items, int count, int pad
     void *d_table = NULL, *d_seqlens = NULL;
 
     // assemble the batch on the host: row i holds request i's input, table row and length
-    const int max_len = assemble_rows(sv, items, count);
+    const int max_len = assemble_rows(sv->m, items, count, server_rows(sv));
 
     // take this batch's scratch buffers from the caching allocator
     TRY(fp_alloc_alloc(sv->alloc, act_bytes, sv->stream, &d_x));
@@ -350,7 +375,7 @@ static fp_status layer_step(void *user, fp_batch_item *items, int count, int pad
     TRY(fp_context_synchronize(sv->ctx, sv->stream));
 
     // scatter row i back to request i's own output buffer
-    scatter_rows(sv, items, count);
+    scatter_rows(items, count, server_rows(sv));
 
 done:
     drain_after_failure(sv, st);
@@ -398,7 +423,7 @@ static fp_status layer_step_graphs(void *user, fp_batch_item *items, int count, 
     // rows [0, count) as the other executor assembles them; the padding rows
     // [count, padded_count): one cached token on a valid page, so they
     // compute something finite that nobody reads
-    (void)assemble_rows(sv, items, count);
+    (void)assemble_rows(sv->m, items, count, server_rows(sv));
     for (int i = count; i < padded_count; ++i) {
         memset(sv->h_table[i], 0, sizeof sv->h_table[i]);
         sv->h_seqlens[i] = 1;
@@ -426,7 +451,7 @@ static fp_status layer_step_graphs(void *user, fp_batch_item *items, int count, 
     TRY(fp_mem_download(sv->ctx, sv->h_attn, b->attn, (size_t)count * row_bytes, sv->stream));
     TRY(fp_mem_download(sv->ctx, sv->h_resout, b->resout, (size_t)count * row_bytes, sv->stream));
     TRY(fp_context_synchronize(sv->ctx, sv->stream));
-    scatter_rows(sv, items, count);
+    scatter_rows(items, count, server_rows(sv));
 done:
     drain_after_failure(sv, st);
     return st;
@@ -487,6 +512,135 @@ static void graphs_free(server *sv)
     void *bufs[] = {sv->sb.x, sv->sb.res, sv->sb.q, sv->sb.resout, sv->sb.attn, sv->sb.table, sv->sb.seqlens};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) MUST(fp_graph_pool_free(sv->sb.pool, bufs[i]));
     MUST(fp_graph_pool_destroy(sv->sb.pool));
+}
+
+/* ------------------------------------------------------------------------ */
+/*  --pipeline: batches staged through an fp_pipeline                       */
+/* ------------------------------------------------------------------------ */
+
+enum { PIPE_EXECUTORS = 3 }; /* batches in flight: the pipeline's depth too */
+
+/* One batch as a pipeline chunk: every row array at a fixed offset (sized
+ * for MAX_BATCH rows: 49 KiB in, 32 KiB out), so the compute finds them in
+ * the chunk's device copy. */
+typedef struct pipe_in {
+    float x[MAX_BATCH][HIDDEN], res[MAX_BATCH][HIDDEN];
+    int32_t table[MAX_BATCH][MAX_PAGES_PER_SEQ];
+    int32_t seqlens[MAX_BATCH];
+} pipe_in;
+typedef struct pipe_out {
+    float attn[MAX_BATCH][HIDDEN], resout[MAX_BATCH][HIDDEN];
+} pipe_out;
+
+/* An executor's batch in flight: the chunk's tag. */
+typedef struct pipe_batch {
+    int count, max_len;
+    pipe_in in;    /* pageable: the pipeline stages it into pinned memory */
+    pipe_out out;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    fp_status st;
+} pipe_batch;
+
+/* fp_pipeline_compute_fn: the layer step on the chunk's device copy, on the
+ * pipeline's compute stream. q is scratch from the caching allocator on that
+ * stream, freed at once: the next user on the stream is ordered after it. */
+static fp_status pipe_compute(void *user, fp_stream stream, const fp_pipeline_chunk *c)
+{
+    server *sv = user;
+    const pipe_batch *b = c->tag;
+    const char *din = c->d_in;
+    char *dout = c->d_out;
+    void *d_q = NULL;
+    fp_status st = fp_alloc_alloc(sv->alloc, (size_t)b->count * HIDDEN * sizeof(float), stream, &d_q);
+    if (st != FP_OK) return st;
+    st = norm_step(sv, stream, b->count, din + offsetof(pipe_in, x), din + offsetof(pipe_in, res), d_q,
+                   dout + offsetof(pipe_out, resout));
+    if (st == FP_OK)
+        st = attention_step(sv, stream, b->count, b->max_len, d_q, dout + offsetof(pipe_out, attn),
+                            din + offsetof(pipe_in, table), din + offsetof(pipe_in, seqlens));
+    fp_status fst = fp_alloc_free(sv->alloc, d_q);
+    return st != FP_OK ? st : fst;
+}
+
+/* fp_pipeline_complete_fn: wakes the executor that submitted the batch. */
+static void pipe_complete(void *user, const fp_pipeline_chunk *c, fp_status status, const char *message)
+{
+    (void)user;
+    pipe_batch *b = c->tag;
+    if (status != FP_OK) fprintf(stderr, "serve_decode: batch chunk %llu failed: %s (%s)\n",
+                                 (unsigned long long)c->seq, fp_status_string(status), message);
+    pthread_mutex_lock(&b->mu);
+    b->st = status;
+    b->done = 1;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* The executor of --pipeline (PIPE_EXECUTORS run at once): pack, submit,
+ * wait for this batch's completion, scatter. */
+static fp_status layer_step_pipeline(void *user, fp_batch_item *items, int count, int padded_count)
+{
+    (void)padded_count;
+    server *sv = user;
+    pipe_batch *b = malloc(sizeof *b);
+    if (!b) return FP_ERR_OUT_OF_MEMORY;
+    b->count = count;
+    b->done = 0;
+    b->st = FP_OK;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    host_rows rows = {b->in.x, b->in.res, b->out.attn, b->out.resout, b->in.table, b->in.seqlens};
+    b->max_len = assemble_rows(sv->m, items, count, rows);
+    fp_status st = fp_pipeline_submit(sv->pipe, &b->in, sizeof b->in, &b->out, sizeof b->out, b, -1, NULL);
+    if (st != FP_OK) {
+        report_failure("fp_pipeline_submit", st);
+    } else {
+        pthread_mutex_lock(&b->mu);
+        while (!b->done) pthread_cond_wait(&b->cv, &b->mu);
+        pthread_mutex_unlock(&b->mu);
+        st = b->st;
+        if (st == FP_OK) scatter_rows(items, count, rows);
+    }
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    free(b);
+    return st;
+}
+
+static void pipeline_init(server *sv, fp_batcher_config *cfg)
+{
+    fp_pipeline_config pc;
+    fp_pipeline_config_default(&pc);
+    pc.depth = PIPE_EXECUTORS;
+    pc.max_in_bytes = sizeof(pipe_in);
+    pc.max_out_bytes = sizeof(pipe_out);
+    pc.compute = pipe_compute;
+    pc.complete = pipe_complete;
+    pc.user = sv;
+    MUST(fp_pipeline_create(sv->ctx, &pc, &sv->pipe));
+    cfg->executor_threads = PIPE_EXECUTORS;
+}
+
+/* Prints the pipeline's statistics; returns the number of problems: every
+ * batch must have gone through it, none failed. */
+static int pipeline_report(server *sv, int64_t batches)
+{
+    fp_pipeline_stats ps;
+    fp_pipeline_stats_init(&ps);
+    MUST(fp_pipeline_get_stats(sv->pipe, &ps));
+    printf("  pipeline: %llu chunks (%llu staged), %llu failed; h2d %.2f GB/s, d2h %.2f GB/s, "
+           "overlap efficiency %.2f, most in flight %llu\n",
+           (unsigned long long)ps.completed, (unsigned long long)ps.staged, (unsigned long long)ps.failed,
+           ps.h2d_gbps, ps.d2h_gbps, ps.overlap_efficiency, (unsigned long long)ps.max_in_flight);
+    int problems = 0;
+    if ((int64_t)ps.completed != batches || ps.failed != 0) {
+        fprintf(stderr, "serve_decode: %lld batches but %llu pipeline chunks (%llu failed)\n", (long long)batches,
+                (unsigned long long)ps.completed, (unsigned long long)ps.failed);
+        problems++;
+    }
+    return problems;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -626,17 +780,21 @@ static void *client_main(void *arg)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: serve_decode [--device cpu|cuda] [--clients N] [--requests N] [--graphs]\n");
+    fprintf(stderr, "usage: serve_decode [--device cpu|cuda] [--clients N] [--requests N] [--graphs | --pipeline]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
     fp_device_kind kind = FP_DEVICE_CPU;
-    int num_clients = 16, requests = 20, use_graphs = 0;
+    int num_clients = 16, requests = 20, use_graphs = 0, use_pipeline = 0;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--graphs")) {
             use_graphs = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--pipeline")) {
+            use_pipeline = 1;
             continue;
         }
         if (i + 1 >= argc) return usage();
@@ -654,6 +812,7 @@ int main(int argc, char **argv)
         }
     }
     if (num_clients < 1 || num_clients > 1024 || requests < 1 || requests > 100000) return usage();
+    if (use_graphs && use_pipeline) return usage();
 
     // a context (CPU worker pool, or CUDA device 0 with its stream) and a caching allocator on it
     static server sv; /* large staging arrays: not on the stack */
@@ -674,8 +833,11 @@ int main(int argc, char **argv)
     cfg.executor_threads = 1;
     // --graphs: allowed sizes = the graph cache's buckets (max_batch_size stays 16, the largest)
     if (use_graphs) graphs_init(&sv, &cfg);
+    // --pipeline: three executors, each batch through the pipeline
+    if (use_pipeline) pipeline_init(&sv, &cfg);
     fp_batcher *batcher = NULL;
-    MUST(fp_batcher_create(&cfg, use_graphs ? layer_step_graphs : layer_step, &sv, &batcher));
+    MUST(fp_batcher_create(&cfg, use_graphs ? layer_step_graphs : use_pipeline ? layer_step_pipeline : layer_step,
+                           &sv, &batcher));
 
     // clients: each submits its requests one at a time and checks every answer
     client *clients = calloc((size_t)num_clients, sizeof *clients);
@@ -724,7 +886,8 @@ int main(int argc, char **argv)
 
     printf("serve_decode on %s%s: %d clients x %d requests = %d requests, %lld batches, "
            "mean batch size %.2f\n",
-           kind == FP_DEVICE_CUDA ? "cuda" : "cpu", use_graphs ? " with graphs" : "", num_clients, requests, total,
+           kind == FP_DEVICE_CUDA ? "cuda" : "cpu",
+           use_graphs ? " with graphs" : use_pipeline ? " through a pipeline" : "", num_clients, requests, total,
            (long long)bs.batches, bs.mean_batch_size);
     printf("  end-to-end latency p50 %.1f us, p99 %.1f us; executor p50 %.1f us per batch\n",
            bs.end_to_end.p50_us, bs.end_to_end.p99_us, bs.executor.p50_us);
@@ -732,11 +895,13 @@ int main(int argc, char **argv)
            (unsigned long long)(as.cache_hits + as.cache_misses),
            (unsigned long long)as.cache_hits, (unsigned long long)as.upstream_allocs);
     if (use_graphs) failures += graphs_report(&sv, bs.batches);
+    if (use_pipeline) failures += pipeline_report(&sv, bs.batches);
     printf("  %s\n", failures == 0 ? "all outputs correct" : "FAILED");
 
     // tear down in reverse order
     fp_batcher_destroy(batcher);
     if (use_graphs) graphs_free(&sv);
+    fp_pipeline_destroy(sv.pipe);
     model_free(&m, sv.ctx);
     fp_alloc_destroy(sv.alloc);
     fp_context_destroy(sv.ctx);
