@@ -30,8 +30,9 @@
 #   sanitizer  compute-sanitizer memcheck on every gpu test (FP_TEST_QUICK=1:
 #              reduced cases) and racecheck on the attention tests, all at
 #              once, in what is left (cap 120)
-#              and examples/serve_decode on the GPU, eager and --graphs
-#              (run name "serve")
+#              and examples/serve_decode on the GPU, eager, --graphs and
+#              --pipeline (run name "serve"); the pipeline rows are the runs
+#              "pipeline" (bandwidth, pin_wait) and "overlap"
 # Environment: FP_GPU_CHECK_BUDGET (default 420 s for the whole call),
 # FP_GPU_CHECK_PHASES (comma list, default all), FP_GPU_CHECK_TESTS (a ctest
 # -R regex narrowing the gpu tests, default all), FP_GPU_CHECK_RUNS (comma
@@ -185,6 +186,8 @@ if [ $built -eq 1 ] && want bench && phase_time bench 120; then
     "alloc|alloc/cache_hit alloc/trace_replay"
     "batcher|batcher/closed_loop batcher/gpu_model --clients 64"
     "graph|graph/chain graph/decode_step graph/op_host_cost"
+    "pipeline|pipeline/bandwidth pipeline/pin_wait"
+    "overlap|pipeline/overlap"
     "versions4k|attention/flash_versions --seqlen 4096 --dtype bf16"
     "versions16k|attention/flash_versions --seqlen 16384 --dtype bf16"
     "versions1k|attention/flash_versions --seqlen 1024 --dtype bf16"
@@ -213,7 +216,7 @@ if [ $built -eq 1 ] && want bench && phase_time bench 120; then
   # the example server on the GPU: every answer checked, eager then with
   # its graph cache (--graphs: batches padded to captured sizes)
   if want_run serve && [ -x build-gpu/examples/serve_decode ]; then
-    for mode in "" --graphs; do
+    for mode in "" --graphs --pipeline; do
       tl=$(( t - ($(elapsed) - b0) ))
       [ "$tl" -gt 40 ] && tl=40
       if [ "$tl" -lt 5 ]; then stamp "serve_decode $mode NOT RUN: phase out of time"; not_reached+=("serve_decode $mode"); continue; fi
@@ -243,7 +246,7 @@ if docs:
     json.dump(m, open(sys.argv[1], "w"), indent=1)
     print(f"fastbench.json: {len(m['results'])} results from {len(docs)} runs, complete={m['complete']}")
 EOF
-  grep -E "^(scenario|attention/|norm/|timing/copy|alloc/|batcher/|graph/)" "$out/fastbench.txt" | cut -c1-200 | tail -n 60
+  grep -E "^(scenario|attention/|norm/|timing/copy|alloc/|batcher/|graph/|pipeline/)" "$out/fastbench.txt" | cut -c1-200 | tail -n 60
 fi
 
 # ---- d. PyTorch ------------------------------------------------------------------
