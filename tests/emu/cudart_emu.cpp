@@ -463,8 +463,12 @@ cudaError_t cudaMallocHost(void **p, size_t n) {
     fp_emu_count_call(FP_EMU_CALL_ALLOC);
     return malloc_host_uncounted(p, n);
 }
-cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) {
+// Flags as the runtime checks them: an unknown bit is cudaErrorInvalidValue.
+// Write-combined and mapped memory is host memory like any other here.
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
     fp_emu_count_call(FP_EMU_CALL_ALLOC);
+    if (flags & ~(unsigned)(cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined))
+        return record_error(cudaErrorInvalidValue);
     return malloc_host_uncounted(p, n);
 }
 cudaError_t cudaFreeHost(void *p) {
@@ -479,9 +483,11 @@ cudaError_t cudaFreeHost(void *p) {
     free(p);
     return cudaSuccess;
 }
-cudaError_t cudaHostRegister(void *p, size_t n, unsigned) {
+cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
     fp_emu_count_call(FP_EMU_CALL_ALLOC);
-    if (!p || n == 0) return record_error(cudaErrorInvalidValue);
+    const unsigned known = cudaHostRegisterPortable | cudaHostRegisterMapped | cudaHostRegisterIoMemory |
+                           cudaHostRegisterReadOnly;
+    if (!p || n == 0 || (flags & ~known)) return record_error(cudaErrorInvalidValue);
     std::lock_guard<std::mutex> lk(g_mu);
     const char *c = static_cast<const char *>(p);
     auto next = g_host.lower_bound(c);

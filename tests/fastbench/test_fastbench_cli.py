@@ -334,3 +334,33 @@ def test_graph_rows_and_their_targets(fastbench, tmp_path):
     assert len(issue15) == 4
     for line in issue15:
         assert "no matching result" not in line and "| - |" not in line, line
+
+
+def test_pipeline_bandwidth_rows(fastbench, tmp_path):
+    """pipeline/bandwidth on the CPU: one row per (kind, direction), each with
+    its GB/s and its share of the pinned figure of the same direction."""
+    if "pipeline/bandwidth" not in run(fastbench, "list", check=0).stdout:
+        pytest.skip("fastbench built without the pipeline module")
+    path = tmp_path / "bw.json"
+    run(fastbench, "run", "pipeline/bandwidth", "--quick", "--device", "cpu", "--max-time", "0.05",
+        "--json", str(path), check=0)
+    rows = json.loads(path.read_text())["results"]
+    kinds = ["pageable", "pinned", "registered", "write_combined"]
+    assert [(r["params"]["kind"], r["params"]["direction"]) for r in rows] == \
+        [(k, d) for d in ("h2d", "d2h") for k in kinds]
+    pinned = {r["params"]["direction"]: r["metrics"]["gbps"] for r in rows if r["params"]["kind"] == "pinned"}
+    for r in rows:
+        assert r["status"] == "ok" and r["params"]["mib"] == 4, r
+        m = r["metrics"]
+        assert m["gbps"] > 0 and m["median_ms"] > 0
+        assert m["pct_of_pinned"] == pytest.approx(100 * m["gbps"] / pinned[r["params"]["direction"]])
+        assert r["passed"] is None  # nothing compared: no verdict either way
+
+
+@pytest.mark.parametrize("mib", [str(2**44 + 1), "0", "-3"])
+def test_pipeline_bandwidth_size_out_of_range_fails_the_row(fastbench, mib):
+    if "pipeline/bandwidth" not in run(fastbench, "list", check=0).stdout:
+        pytest.skip("fastbench built without the pipeline module")
+    p = run(fastbench, "run", "pipeline/bandwidth", "--quick", "--device", "cpu", "--mib", mib)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "FAILED" in p.stdout and "--mib" in p.stdout
