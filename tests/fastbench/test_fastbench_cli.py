@@ -364,3 +364,31 @@ def test_pipeline_bandwidth_size_out_of_range_fails_the_row(fastbench, mib):
     p = run(fastbench, "run", "pipeline/bandwidth", "--quick", "--device", "cpu", "--mib", mib)
     assert p.returncode == 1, (p.stdout, p.stderr)
     assert "FAILED" in p.stdout and "--mib" in p.stdout
+
+
+def test_pipeline_overlap_rows(fastbench, tmp_path):
+    """pipeline/overlap on the CPU: a row per compute mode at the --quick
+    chunk, the pipeline's output equal to the baseline's (else the row
+    fails), and the figures the issue-16 targets read."""
+    if "pipeline/overlap" not in run(fastbench, "list", check=0).stdout:
+        pytest.skip("fastbench built without the pipeline module")
+    path = tmp_path / "overlap.json"
+    run(fastbench, "run", "pipeline/overlap", "--quick", "--device", "cpu", "--max-time", "0.05",
+        "--json", str(path), check=0)
+    rows = json.loads(path.read_text())["results"]
+    assert [(r["params"]["chunk_mib"], r["params"]["compute"]) for r in rows] == [(1, "equal"), (1, "short")]
+    for r in rows:
+        assert r["status"] == "ok" and r["params"]["mib"] == 4, r
+        m = r["metrics"]
+        assert m["wall_over_bound"] > 0 and m["h2d_pct_of_pinned"] > 0 and m["bound_ms"] > 0
+        assert m["bound_ms"] == pytest.approx(max(m["copy_ms"], m["compute_ms"]))
+        assert m["compute_passes"] >= 1 and m["overlap_efficiency"] > 0
+        assert r["speedup"] > 0
+
+
+def test_pipeline_overlap_chunk_out_of_range_fails_the_row(fastbench):
+    if "pipeline/overlap" not in run(fastbench, "list", check=0).stdout:
+        pytest.skip("fastbench built without the pipeline module")
+    p = run(fastbench, "run", "pipeline/overlap", "--quick", "--device", "cpu", "--chunk_mib", "8")
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "FAILED" in p.stdout and "--chunk_mib" in p.stdout
