@@ -55,7 +55,8 @@
  *   A pipeline runs a dispatcher thread (staging, enqueueing the copies and
  *   calling compute, in submission order), a completion thread (waits on
  *   each chunk's last event, calls complete, in submission order) and
- *   staging_threads - 1 helpers for large staging copies. fp_pipeline_submit,
+ *   2 x (staging_threads - 1) helpers for large staging copies (inputs in,
+ *   outputs out). fp_pipeline_submit,
  *   flush, cancel, close and stats are thread-safe. The compute callback runs
  *   on the dispatcher thread, the completion callback on the completion
  *   thread; neither may call fp_pipeline_flush / close / destroy of its own
@@ -153,8 +154,11 @@ typedef struct fp_pipeline_config {
      * larger than the byte limit is refused, not queued forever. */
     int max_chunks_in_flight;
     size_t max_bytes_in_flight;
-    /* Host threads that copy a pageable chunk into pinned memory (0: 2;
-     * 1: the dispatcher alone). */
+    /* Host threads per direction that copy a pageable chunk into pinned
+     * memory, and a staged output out of it (0: a quarter of the cores, 1
+     * to 8; 1: the dispatcher / completion thread alone). One thread's
+     * memcpy moves about 10 GB/s, less than a PCIe 5 link in one
+     * direction: with pageable data this sets the pipeline's pace. */
     int staging_threads;
     fp_pipeline_compute_fn compute;   /* required */
     fp_pipeline_complete_fn complete; /* optional (NULL: see flush's status) */

@@ -133,11 +133,13 @@ static size_t pc_bad(const float *in, const float *out, size_t n) {
 static void pc_test_order(int pinned) {
     pc_state s;
     pc_state_init(&s);
-    const size_t chunk = fp_test_quick() ? (64 << 10) : (1 << 20);
+    /* Every 8th chunk full-size (above 2 MiB: split over the staging
+     * threads), the rest small, some of odd lengths. */
+    const size_t chunk = (size_t)5 << 19, small = fp_test_quick() ? (64 << 10) : (1 << 20);
     const int nch = fp_test_quick() ? 24 : 64;
     size_t total = 0, sizes[64];
     for (int i = 0; i < nch; ++i) {
-        sizes[i] = i % 7 == 6 ? chunk / 4 + 4 * (size_t)i : chunk; /* some short ones */
+        sizes[i] = i % 8 == 0 ? chunk : i % 7 == 6 ? small / 4 + 4 * (size_t)i : small;
         total += sizes[i];
     }
     float *in = pc_host_alloc(total, pinned), *out = pc_host_alloc(total, pinned);
@@ -145,6 +147,7 @@ static void pc_test_order(int pinned) {
     pc_fill(in, total / 4, 11);
     memset(out, 0xff, total);
     fp_pipeline_config cfg = pc_config(&s, chunk, 3);
+    cfg.staging_threads = 3;
     fp_pipeline *p = NULL;
     CHECK_OK(fp_pipeline_create(pc_ctx, &cfg, &p));
     size_t off = 0;
