@@ -96,9 +96,12 @@ FP_API const char *fp_host_memory_kind_name(fp_host_memory_kind kind);
  * stats is not NULL, the timing statistics. Allocates and frees the host
  * buffer and one device buffer. On a CPU context every kind is plain memory
  * and the copy is memcpy (a figure for the host's memory, not a link).
+ * One copy into a poisoned destination is checked against the source
+ * before any is timed.
  * Errors: FP_ERR_INVALID_ARGUMENT (NULL ctx / gbps, unknown kind or
- * direction), FP_ERR_OUT_OF_MEMORY, FP_ERR_CUDA. Not thread-safe with other
- * timing on the same context. */
+ * direction, a bad cfg), FP_ERR_OUT_OF_MEMORY, FP_ERR_CUDA, FP_ERR_MISMATCH
+ * (the checked copy did not move the source's bytes). Not thread-safe with
+ * other timing on the same context. */
 FP_API fp_status fp_copy_bandwidth(fp_context *ctx, fp_host_memory_kind kind, fp_copy_direction dir,
                                    size_t bytes, const fp_timing_config *cfg, double *gbps,
                                    fp_stats *stats);

@@ -1,10 +1,10 @@
 /* fp_copy_bandwidth on a CUDA context (label gpu; exits 77 without a
  * device; also run on the emulated runtime: test_pipeline_bandwidth_gpu_emu):
  * every kind and direction gives a figure that agrees with its statistics
- * (each call checks one copy byte for byte first: FP_OK means it moved the
- * right bytes), the registered kind unregisters its buffer (a second call
- * at the same size registers the same range again), no device memory is
- * left behind, and, where timings mean something, pinned memory is not
+ * (each call checks one copy against the source first: FP_OK means it
+ * moved the right bytes), the registered kind unregisters its buffer (a
+ * second call at the same size, which malloc most likely places at the same
+ * address, registers it again), no device memory is left behind, and, where timings mean something, pinned memory is not
  * slower than pageable and the link gives a plausible figure. Prints the
  * figures. */
 #include <cuda_runtime_api.h>

@@ -13,6 +13,8 @@ Capabilities (present when libfastpath was built with them):
     fastpath.attention   flash attention
     fastpath.alloc       caching allocator: stats, snapshot, trace generation and replay
     fastpath.graph       CUDA graph capture / replay and the shape-bucketed graph cache
+    fastpath.pipeline    host<->device copy bandwidth per host memory kind; Prefetcher
+                         (the next batches copied to the GPU while this one is used)
 Both take raw pointers (ints) with shapes, strides and dtypes, and offer a thin
 numpy layer for CPU contexts. PyTorch drop-ins live in fastpath.torch
 (`import fastpath.torch`; needs torch).
@@ -24,7 +26,7 @@ from . import _lib
 from ._lib import lib
 
 __all__ = ["Status", "FastpathError", "Context", "version", "device_count", "stats", "time", "ab",
-           "Verdict", "DTYPES", "dtype_id", "convert", "norm", "attention", "alloc", "graph"]
+           "Verdict", "DTYPES", "dtype_id", "convert", "norm", "attention", "alloc", "graph", "pipeline"]
 
 
 class Status(enum.IntEnum):
@@ -253,4 +255,4 @@ def ab(ctx, baseline, optimized, bytes=0.0, flops=0.0, max_time_s=None, min_samp
     return _ab_report_dict(rep)
 
 
-from . import norm, attention, alloc, graph  # noqa: E402  (they use the names above)
+from . import norm, attention, alloc, graph, pipeline  # noqa: E402  (they use the names above)
