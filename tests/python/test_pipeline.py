@@ -7,6 +7,7 @@ copies from pinned memory, the consumer's stream waiting on each item's
 event, record_stream), so CI checks that path too; and for real when torch
 sees a GPU."""
 import collections
+import ctypes
 import types
 
 import numpy as np
@@ -401,3 +402,110 @@ def test_cuda_exception_at_its_item():
     with pytest.raises(KeyError):
         next(p)
     assert [x[0].item() for x in p] == [3, 4]
+
+
+# ---- Pipeline --------------------------------------------------------------------------
+
+def _doubler(n):
+    """compute(stream, chunk) for a CPU context: out = 2 * in, in place in
+    the chunk's "device" buffers (host memory there)."""
+    def compute(stream, chunk):
+        assert stream is None
+        count = chunk.in_bytes // 4
+        src = np.ctypeslib.as_array((ctypes.c_float * count).from_address(chunk.d_in))
+        dst = np.ctypeslib.as_array((ctypes.c_float * count).from_address(chunk.d_out))
+        dst[:] = 2 * src
+    return compute
+
+
+@needs_lib
+def test_pipeline_outputs_order_and_stats(ctx):
+    done = []
+    chunks = [np.arange(i, i + 1000 + 7 * i, dtype=np.float32) for i in range(12)]
+    outs = [np.full_like(c, np.nan) for c in chunks]
+    with fpp.Pipeline(ctx, _doubler(0), max_in_bytes=8192, max_out_bytes=8192, depth=2,
+                      on_complete=lambda seq, st, msg, tag: done.append((seq, st, tag))) as p:
+        assert p.compute_stream is None
+        seqs = [p.submit(c, o, tag=f"t{i}") for i, (c, o) in enumerate(zip(chunks, outs))]
+        p.flush()
+        s = p.stats(reset=True)
+        assert p.stats()["submitted"] == 0
+    assert seqs == list(range(12))
+    assert done == [(i, fastpath.Status.OK, f"t{i}") for i in range(12)]
+    for c, o in zip(chunks, outs):
+        np.testing.assert_array_equal(o, 2 * c)
+    assert s["completed"] == 12 and s["failed"] == 0
+    assert s["bytes_h2d"] == sum(c.nbytes for c in chunks) == s["bytes_d2h"]
+    assert s["wall_ms"] > 0 and s["overlap_efficiency"] > 0
+
+
+@needs_lib
+def test_pipeline_compute_exception_fails_its_chunk_only(ctx):
+    done = []
+
+    def compute(stream, chunk):
+        if chunk.seq == 2:
+            raise KeyError("chunk two")
+        _doubler(0)(stream, chunk)
+    x = np.ones(256, dtype=np.float32)
+    outs = [np.zeros_like(x) for _ in range(5)]
+    with fpp.Pipeline(ctx, compute, max_in_bytes=1024, max_out_bytes=1024,
+                      on_complete=lambda seq, st, msg, tag: done.append((seq, st, msg))) as p:
+        for o in outs:
+            p.submit(x, o)
+        with pytest.raises(fastpath.FastpathError) as e:
+            p.flush()
+        assert isinstance(e.value.__cause__, KeyError)
+        p.flush()  # reported once
+    assert [d[1] for d in done] == [fastpath.Status.OK] * 2 + [fastpath.Status.INTERNAL] + [fastpath.Status.OK] * 2
+    assert "KeyError" in done[2][2]
+    for i, o in enumerate(outs):
+        assert (o == (0 if i == 2 else 2)).all()
+
+
+@needs_lib
+def test_pipeline_bad_input_and_close(ctx):
+    with pytest.raises(fastpath.FastpathError) as e:
+        fpp.Pipeline(ctx, _doubler(0), max_in_bytes=0)
+    assert e.value.status == fastpath.Status.INVALID_ARGUMENT
+    with pytest.raises(ValueError):
+        fpp.Pipeline(ctx, _doubler(0), max_in_bytes=-1)
+    x = np.ones(64, dtype=np.float32)
+    p = fpp.Pipeline(ctx, _doubler(0), max_in_bytes=256, max_out_bytes=256)
+    with pytest.raises(fastpath.FastpathError) as e:
+        p.submit(np.ones(65, dtype=np.float32))
+    assert e.value.status == fastpath.Status.INVALID_ARGUMENT
+    with pytest.raises(TypeError):
+        p.submit(b"bytes")
+    with pytest.raises(ValueError):
+        p.submit(x, np.ones((8, 8), dtype=np.float32)[:, ::2])  # not contiguous
+    p.close_input()
+    with pytest.raises(fastpath.FastpathError) as e:
+        p.submit(x)
+    assert e.value.status == fastpath.Status.SHUT_DOWN
+    p.close()
+    p.close()
+    with pytest.raises(ValueError):
+        p.flush()
+
+
+@needs_lib
+@pytest.mark.skipif(fastpath.device_count() == 0, reason="needs a CUDA device")
+def test_pipeline_cuda_chunks_land_in_order():
+    """On a GPU: each chunk's compute fills its d_out with a byte made from
+    its seq (fp_mem_fill on the compute stream); every output must carry its
+    own chunk's byte, pageable and pinned alike."""
+    lib = fastpath._lib.lib
+    lib.fp_mem_fill.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p]
+    lib.fp_mem_fill.restype = ctypes.c_int
+    with fastpath.Context("cuda:0") as c:
+        def compute(stream, chunk):
+            fastpath.check(lib.fp_mem_fill(c.handle, chunk.d_out, chunk.seq % 251 + 1, chunk.out_bytes, stream))
+        outs = [np.zeros(1 << 16, dtype=np.uint8) for _ in range(40)]
+        with fpp.Pipeline(c, compute, max_in_bytes=1 << 16, max_out_bytes=1 << 16) as p:
+            assert p.compute_stream
+            for o in outs:
+                p.submit(np.ones(1 << 16, dtype=np.uint8), o)
+            p.flush()
+        for i, o in enumerate(outs):
+            assert (o == i % 251 + 1).all(), i

@@ -31,7 +31,7 @@ import fastpath as _pkg  # the package: it imports this module after defining wh
 from . import _lib
 from ._lib import lib
 
-__all__ = ["available", "copy_bandwidth", "Prefetcher", "HOST_MEMORY_KINDS", "DIRECTIONS"]
+__all__ = ["available", "copy_bandwidth", "Pipeline", "Prefetcher", "HOST_MEMORY_KINDS", "DIRECTIONS"]
 
 c_int, c_size_t, c_double, c_void_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_double, ctypes.c_void_p
 P = ctypes.POINTER
@@ -40,15 +40,53 @@ HOST_MEMORY_KINDS = {"pageable": 0, "pinned": 1, "registered": 2, "write_combine
 DIRECTIONS = {"h2d": 0, "d2h": 1}                                                      # fp_copy_direction
 
 
+class Chunk(ctypes.Structure):
+    """fp_pipeline_chunk."""
+    _fields_ = [("seq", ctypes.c_uint64), ("host_in", c_void_p), ("in_bytes", c_size_t), ("host_out", c_void_p),
+                ("out_bytes", c_size_t), ("d_in", c_void_p), ("d_out", c_void_p), ("tag", c_void_p)]
+
+
+# fp_pipeline_compute_fn / fp_pipeline_complete_fn
+COMPUTE_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, P(Chunk))
+COMPLETE_FN = ctypes.CFUNCTYPE(None, c_void_p, P(Chunk), c_int, ctypes.c_char_p)
+
+
+class Config(ctypes.Structure):
+    """fp_pipeline_config, field for field."""
+    _fields_ = [("struct_size", c_size_t), ("depth", c_int), ("max_in_bytes", c_size_t),
+                ("max_out_bytes", c_size_t), ("max_chunks_in_flight", c_int), ("max_bytes_in_flight", c_size_t),
+                ("staging_threads", c_int), ("compute", COMPUTE_FN), ("complete", COMPLETE_FN), ("user", c_void_p),
+                ("pinned", c_void_p)]
+
+
+class PipelineStats(ctypes.Structure):
+    """fp_pipeline_stats."""
+    _fields_ = ([("struct_size", c_size_t)]
+                + [(n, ctypes.c_uint64) for n in ("submitted", "completed", "failed", "cancelled", "staged",
+                                                  "bytes_h2d", "bytes_d2h")]
+                + [(n, c_double) for n in ("stage_ms", "h2d_ms", "compute_ms", "d2h_ms", "complete_ms", "wall_ms",
+                                           "h2d_gbps", "d2h_gbps", "overlap_efficiency", "compute_idle_ms",
+                                           "submit_wait_ms")]
+                + [("max_in_flight", ctypes.c_uint64)])
+
+
 def _declare():
     sig = _lib._sig_opt
     sig("fp_host_memory_kind_name", ctypes.c_char_p, c_int)
     sig("fp_copy_bandwidth", c_int, c_void_p, c_int, c_int, c_size_t, P(_lib.TimingConfig), P(c_double),
         P(_lib.Stats))
-    # The pipeline itself (fp_pipeline_create / submit / flush / cancel /
-    # close / destroy, its config and stats structs, fp_pipeline_validate):
-    # declared here, with a Pipeline class below, once its C implementation
-    # is in the library.
+    sig("fp_pipeline_config_default_sized", c_int, P(Config), c_size_t)
+    sig("fp_pipeline_stats_init_sized", c_int, P(PipelineStats), c_size_t)
+    sig("fp_pipeline_create", c_int, c_void_p, P(Config), P(c_void_p))
+    sig("fp_pipeline_submit", c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_size_t, c_void_p,
+        ctypes.c_int64, P(ctypes.c_uint64))
+    sig("fp_pipeline_flush", c_int, c_void_p, ctypes.c_int64)
+    sig("fp_pipeline_cancel", c_int, c_void_p, P(ctypes.c_uint64))
+    sig("fp_pipeline_close", c_int, c_void_p)
+    sig("fp_pipeline_destroy", None, c_void_p)
+    sig("fp_pipeline_compute_stream", c_void_p, c_void_p)
+    sig("fp_pipeline_get_stats", c_int, c_void_p, P(PipelineStats))
+    sig("fp_pipeline_reset_stats", c_int, c_void_p)
 
 
 _declare()
@@ -95,7 +133,170 @@ def copy_bandwidth(ctx, kind="pinned", direction="h2d", mib=256, max_time_s=None
 
 
 # ---- the pipeline ----------------------------------------------------------------------
-# (fp_pipeline_*: the Pipeline class goes here with its C implementation.)
+
+def _host_buffer(x, what, writable):
+    """(address, bytes) of a C-contiguous numpy array or CPU torch tensor."""
+    if hasattr(x, "data_ptr") and hasattr(x, "is_contiguous"):  # a torch tensor
+        if x.device.type != "cpu" or not x.is_contiguous():
+            raise ValueError(f"{what} must be a contiguous CPU tensor")
+        return x.data_ptr(), x.numel() * x.element_size()
+    np = _np()
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{what} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
+    if not x.flags.c_contiguous or (writable and not x.flags.writeable):
+        raise ValueError(f"{what} must be C-contiguous{' and writable' if writable else ''}")
+    return x.ctypes.data, x.nbytes
+
+
+class PipelineChunk:
+    """What compute(stream, chunk) gets: seq, in_bytes, out_bytes, d_in and
+    d_out (device addresses as ints; d_out None without output) and tag."""
+    __slots__ = ("seq", "in_bytes", "out_bytes", "d_in", "d_out", "tag")
+
+    def __init__(self, c, tag):
+        self.seq, self.in_bytes, self.out_bytes = c.seq, c.in_bytes, c.out_bytes
+        self.d_in, self.d_out, self.tag = c.d_in, c.d_out, tag
+
+
+class Pipeline(_lib.Closeable):
+    """fp_pipeline: chunks of host data staged into pinned memory, copied to
+    the device, computed on and copied back, `depth` chunks in flight.
+
+        def compute(stream, chunk):        # enqueue work on `stream`
+            fastpath.norm...(..., chunk.d_in, ..., chunk.d_out, stream=stream)
+        with fpp.Pipeline(ctx, compute, max_in_bytes=8 << 20, max_out_bytes=8 << 20) as p:
+            for x, y in zip(inputs, outputs):
+                p.submit(x, y)             # numpy arrays / CPU tensors
+            p.flush()                      # raises for the first failed chunk
+
+    compute(stream, chunk) runs on the pipeline's dispatcher thread; raising
+    fails that chunk only (status INTERNAL; flush raises it). on_complete(seq,
+    status, message, tag), if given, runs in submission order on the
+    completion thread (status a fastpath.Status: OK, CANCELLED, ...). The
+    arrays passed to submit are kept alive until their chunk completed."""
+
+    def __init__(self, ctx, compute, max_in_bytes, max_out_bytes=0, depth=3, max_chunks_in_flight=0,
+                 max_bytes_in_flight=0, staging_threads=0, on_complete=None, pinned=None):
+        _need()
+        import threading
+        self.ctx, self.pinned = ctx, pinned  # both must outlive the pipeline
+        self._compute, self._on_complete = compute, on_complete
+        self._refs, self._lock, self._next_id = {}, threading.Lock(), 1
+        self._errors = {}
+        cfg = Config()
+        _pkg.check(lib.fp_pipeline_config_default_sized(ctypes.byref(cfg), ctypes.sizeof(cfg)))
+        _lib.set_ints(cfg, depth=depth, max_chunks_in_flight=max_chunks_in_flight, staging_threads=staging_threads)
+        for name, v in (("max_in_bytes", max_in_bytes), ("max_out_bytes", max_out_bytes),
+                        ("max_bytes_in_flight", max_bytes_in_flight)):
+            setattr(cfg, name, _lib.c_int_value(c_size_t, v, name))
+        self._cfn = COMPUTE_FN(self._call_compute)  # held for the pipeline's life
+        self._kfn = COMPLETE_FN(self._call_complete)
+        cfg.compute, cfg.complete = self._cfn, self._kfn
+        cfg.pinned = pinned.handle.value if pinned is not None else None
+        self._h = c_void_p()
+        lib.fp_clear_error()
+        _pkg.check(lib.fp_pipeline_create(ctx.handle, ctypes.byref(cfg), ctypes.byref(self._h)))
+
+    def _tag(self, c):
+        with self._lock:
+            refs = self._refs.get(c.contents.tag or 0)
+        return refs[2] if refs else None
+
+    def _call_compute(self, user, stream, c):
+        try:
+            self._compute(stream, PipelineChunk(c.contents, self._tag(c)))
+            return 0
+        except BaseException as e:  # noqa: B902 - nothing may unwind through C
+            with self._lock:
+                self._errors[c.contents.seq] = e
+            return int(_pkg.Status.INTERNAL)
+
+    def _call_complete(self, user, c, status, message):
+        key, seq = c.contents.tag or 0, c.contents.seq
+        with self._lock:
+            refs = self._refs.pop(key, None)
+            err = self._errors.get(seq) if status else self._errors.pop(seq, None)
+        if self._on_complete is not None:
+            msg = message.decode(errors="replace") if message else ""
+            if err is not None:
+                msg = f"compute raised {type(err).__name__}: {err}"
+            try:
+                self._on_complete(seq, _pkg.Status(status), msg, refs[2] if refs else None)
+            except BaseException:  # noqa: B902 - a callback's failure must not unwind through C
+                pass
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise ValueError("pipeline is closed")
+        return self._h
+
+    @property
+    def compute_stream(self):
+        """The stream compute gets (a cudaStream_t as an int; None on a CPU context)."""
+        return lib.fp_pipeline_compute_stream(self.handle)
+
+    def submit(self, data_in, out=None, tag=None, timeout_ms=-1):
+        """Queues data_in (and out, to receive as many bytes as out holds);
+        returns the chunk's seq. Blocks while the pipeline is full
+        (timeout_ms < 0), fails at once (0: QUEUE_FULL) or after timeout_ms
+        (TIMEOUT)."""
+        pin, nin = _host_buffer(data_in, "data_in", False)
+        pout, nout = _host_buffer(out, "out", True) if out is not None else (None, 0)
+        with self._lock:
+            key = self._next_id
+            self._next_id += 1
+            self._refs[key] = (data_in, out, tag)
+        seq = ctypes.c_uint64(0)
+        lib.fp_clear_error()
+        st = lib.fp_pipeline_submit(self.handle, pin, nin, pout, nout, c_void_p(key), int(timeout_ms),
+                                    ctypes.byref(seq))
+        if st != 0:
+            with self._lock:
+                self._refs.pop(key, None)
+        _pkg.check(st)
+        return seq.value
+
+    def flush(self, timeout_ms=-1):
+        """Waits for every chunk submitted so far; raises FastpathError for
+        the first that failed since the last flush (a compute's exception as
+        its cause)."""
+        lib.fp_clear_error()
+        st = lib.fp_pipeline_flush(self.handle, int(timeout_ms))
+        if st != 0:
+            with self._lock:
+                errs, self._errors = self._errors, {}
+            first = errs[min(errs)] if errs else None
+            if first is not None and not isinstance(first, Exception):
+                raise first
+            if first is not None:
+                raise _pkg.FastpathError(st, f"compute raised {type(first).__name__}: {first}") from first
+        _pkg.check(st)
+
+    def cancel(self):
+        """Cancels the chunks that have not started; returns how many."""
+        n = ctypes.c_uint64(0)
+        _pkg.check(lib.fp_pipeline_cancel(self.handle, ctypes.byref(n)))
+        return n.value
+
+    def close_input(self):
+        """No more submits (SHUT_DOWN); chunks in flight go on."""
+        _pkg.check(lib.fp_pipeline_close(self.handle))
+
+    def stats(self, reset=False):
+        """The statistics as a dict (fp_pipeline_stats); reset=True zeroes them after reading."""
+        s = PipelineStats()
+        _pkg.check(lib.fp_pipeline_stats_init_sized(ctypes.byref(s), ctypes.sizeof(s)))
+        _pkg.check(lib.fp_pipeline_get_stats(self.handle, ctypes.byref(s)))
+        if reset:
+            _pkg.check(lib.fp_pipeline_reset_stats(self.handle))
+        return {f: getattr(s, f) for f, _ in PipelineStats._fields_ if f != "struct_size"}
+
+    def close(self):
+        """Cancels what has not started, waits for the rest, releases everything."""
+        if self._h:
+            h, self._h = self._h, c_void_p()
+            lib.fp_pipeline_destroy(h)
 
 
 # ---- Prefetcher ------------------------------------------------------------------------
