@@ -4,8 +4,9 @@
  *   A pool reserves --reserve_mib (default 1024 on CUDA, 256 on a CPU
  *   context; --quick: 256 / 128) on its background thread while a
  *   foreground thread allocates fresh blocks of --fg_mib (default 12: each
- *   its own segment, so every one misses the cache and pins) until the
- *   reserve is done. Two rows, told apart by their params:
+ *   its own segment) until the reserve is done, freeing each and emptying
+ *   the cache after it, so that every allocation misses and pins (the
+ *   reserve's blocks are allocated until it ends: they stay). Two rows, told apart by their params:
  *     mode=chunked  the pool pins in chunks of --chunk_mib (default 64 on
  *                   CUDA, 16 on a CPU context): the foreground waits for at
  *                   most one chunk's pin
@@ -32,12 +33,10 @@
 #include "scenario.h"
 
 #define MiB ((size_t)1 << 20)
-#define FG_MAX 64
 
 typedef struct fg_state {
     fp_pinned_pool *pool;
     size_t bytes;
-    void *blocks[FG_MAX];
     int n;
     double max_alloc_ms;
     fp_status st;
@@ -56,15 +55,19 @@ static int reserve_running(fp_pinned_pool *pool) {
     return fp_pinned_pool_get_stats(pool, &s) == FP_OK && s.reserve_running;
 }
 
-/* Fresh blocks, held (so none comes back from the cache), while the
- * reserve runs. */
+/* Fresh blocks while the reserve runs: each freed and its segment released
+ * (unpinned) at once, so the next one pins again and memory stays bounded
+ * however long the reserve takes. */
 static void *fg_main(void *arg) {
     fg_state *f = arg;
     fp_allocator *a = fp_pinned_pool_allocator(f->pool);
-    while (f->n < FG_MAX && reserve_running(f->pool)) {
+    while (reserve_running(f->pool)) {
+        void *b = NULL;
         const double t0 = now_ms();
-        f->st = fp_alloc_alloc(a, f->bytes, NULL, &f->blocks[f->n]);
+        f->st = fp_alloc_alloc(a, f->bytes, NULL, &b);
         const double ms = now_ms() - t0;
+        if (f->st == FP_OK) f->st = fp_alloc_free(a, b);
+        if (f->st == FP_OK) f->st = fp_alloc_empty_cache(a);
         if (f->st != FP_OK) {
             snprintf(f->msg, sizeof f->msg, "%s", fp_last_error());
             break;
@@ -138,8 +141,6 @@ static void run_mode(fb_run *run, const char *mode, size_t reserve_mib, size_t c
         fb_result_note(r, "%d fg allocs of %zu MiB; wait %.1f ms vs pin %.1f ms", f.n, fg_mib, s.max_pin_lock_wait_ms,
                        s.longest_pin_call_ms);
     }
-    fp_allocator *a = fp_pinned_pool_allocator(pool);
-    for (int i = 0; i < f.n; ++i) (void)fp_alloc_free(a, f.blocks[i]);
     fp_pinned_pool_destroy(pool);
 }
 

@@ -70,8 +70,8 @@
  * Threads
  *   Every function is thread-safe, except fp_pinned_pool_destroy (no other
  *   thread may use the pool during or after it). A reserve runs on a thread
- *   of the pool's own; destroy cancels it (it stops after the piece it is
- *   pinning). Upstream calls of the pool's allocator happen one at a time
+ *   of the pool's own; destroy cancels it (it stops after the segment it
+ *   is pinning: one piece when chunk_bytes is at least 10 MiB). Upstream calls of the pool's allocator happen one at a time
  *   (alloc.h), but the reserve pins outside them and only hands finished
  *   segments to the allocator, so a thread whose allocation misses the cache
  *   waits at most for one piece of the reserve's pinning.
@@ -125,7 +125,7 @@ FP_API fp_status fp_pinned_config_default_sized(fp_pinned_config *cfg, size_t st
  * FP_ERR_NO_DEVICE. Thread-safe. */
 FP_API fp_status fp_pinned_pool_create(fp_context *ctx, const fp_pinned_config *cfg, fp_pinned_pool **out);
 
-/* Cancels a running reserve (waits for the piece it is pinning), unregisters
+/* Cancels a running reserve (waits for the segment it is pinning), unregisters
  * the user memory still registered with the pool, destroys the allocator
  * (every segment unpinned and freed, including blocks still in use: their
  * pointers become invalid). NULL is a no-op. No other thread may use the
