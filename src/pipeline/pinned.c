@@ -119,7 +119,8 @@ static void segment_count(fp_pinned_pool *p, size_t bytes, int sign) {
 
 static fp_status up_alloc(void *opaque, size_t bytes, void **out) {
     fp_pinned_pool *p = opaque;
-    if (bytes > SIZE_MAX - p->page) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "segment of %zu bytes", bytes);
+    if (bytes > SIZE_MAX - p->page)
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "a pinned segment of %zu bytes cannot be rounded to pages", bytes);
     const size_t len = page_round(p, bytes);
     const int reserving = tl_reserving == p;
     if (reserving && p->stash && p->stash_bytes == len) {
