@@ -10,6 +10,7 @@
 #include "fastpath/attention.h"
 #include "fastpath/batcher.h"
 #include "fastpath/graph.h"
+#include "fastpath/pinned.h"
 #include "fastpath/pipeline.h"
 
 #endif /* FASTPATH_FASTPATH_H */

@@ -68,6 +68,7 @@
 
 #include "fastpath/alloc.h"
 #include "fastpath/core.h"
+#include "fastpath/pinned.h"
 #include "fastpath/timing.h"
 
 #ifdef __cplusplus

@@ -39,6 +39,15 @@ fp_status fp_alloc_stream_wait_counts(fp_allocator *a, uint64_t *waits, uint64_t
  * fp_alloc_create_for_context and the PyTorch instances). */
 fp_status fp_alloc_create_device(int device, const fp_alloc_config *cfg, fp_allocator **out);
 
+/* cudaHostRegister(base, bytes, cudaHostRegisterPortable) and
+ * cudaHostUnregister(base) with `device` current (the caller's device
+ * restored; upstream_cuda.c): the registered upstream and pinned pools
+ * (src/pipeline/pinned.c). A failure's CUDA error is consumed (not left for
+ * the caller's cudaGetLastError) and reported as FP_ERR_CUDA
+ * (FP_ERR_OUT_OF_MEMORY for cudaErrorMemoryAllocation) with a message. */
+fp_status fp_alloc_host_register(int device, void *base, size_t bytes);
+fp_status fp_alloc_host_unregister(int device, void *base);
+
 /* Region upstream (upstream_region.c). set_release installs the hook that
  * fp_alloc_upstream_release calls with the caller's base and bytes
  * (cudaHostUnregister for the registered flavour). region_info returns 0 for

@@ -1023,8 +1023,11 @@ static inline int should_split(const fp_allocator *a, const fp_block *b, size_t 
 
 /* The message says what was asked of the upstream (or refused by the cap)
  * and what waits on stream events (bytes freed but still used by other
- * streams: a reason the cache could not serve the request). */
-static fp_status oom(fp_allocator *a, size_t size, size_t rsize, const reserve_try *t, fp_stream stream) {
+ * streams: a reason the cache could not serve the request), and ends with
+ * the upstream's own detail when it recorded one (a pinned pool's budget,
+ * cudaMalloc's error): without it the caller cannot tell why. */
+static fp_status oom(fp_allocator *a, size_t size, size_t rsize, const reserve_try *t, fp_stream stream,
+                     const char *upstream_detail) {
     a->st.ooms++;
     ring_push(a, FP_ALLOC_EV_OOM, 0, 0, size, stream);
     char capbuf[64] = "none";
@@ -1039,11 +1042,12 @@ static fp_status oom(fp_allocator *a, size_t size, size_t rsize, const reserve_t
                         "caching allocator out of memory: requested %zu bytes (block %zu), "
                         "%s refused by the %s; allocated %lld bytes, reserved %lld bytes, "
                         "inactive split %lld bytes, waiting on stream events %lld bytes in %llu "
-                        "blocks, being reserved by other threads %zu bytes, cap %s",
+                        "blocks, being reserved by other threads %zu bytes, cap %s%s%s",
                         size, rsize, segbuf, t->by_cap ? "cap" : "upstream",
                         (long long)a->st.allocated_bytes.current, (long long)a->st.reserved_bytes.current,
                         (long long)a->st.inactive_split_bytes.current, waiting,
-                        (unsigned long long)a->st.pending_event_blocks, a->growing_bytes, capbuf);
+                        (unsigned long long)a->st.pending_event_blocks, a->growing_bytes, capbuf,
+                        upstream_detail[0] ? "; the upstream said: " : "", upstream_detail);
 }
 
 /* A run of address neighbours that are free, or pending on recorded events,
@@ -1259,7 +1263,12 @@ static fp_status alloc_slow(fp_allocator *a, fp_pool *pool, int small, uintptr_t
         return FP_OK;
     }
     if (st == FP_OK) return segment_create(a, mem, t.got, stream, pool, small, out);
-    if (st == FP_ERR_OUT_OF_MEMORY) st = oom(a, size, rsize, &t, (fp_stream)stream);
+    if (st == FP_ERR_OUT_OF_MEMORY) {
+        /* A message recorded since the save came from the upstream's refusals. */
+        char detail[FP_ERROR_MAX / 2] = "";
+        if (!t.by_cap && fp_error_seq() != saved.seq) snprintf(detail, sizeof detail, "%s", fp_last_error());
+        st = oom(a, size, rsize, &t, (fp_stream)stream, detail);
+    }
     pool_maybe_free(a, pool);
     return st;
 }

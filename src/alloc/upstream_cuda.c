@@ -135,13 +135,25 @@ fp_status fp_alloc_upstream_pinned(int device, fp_alloc_upstream *out) {
     return FP_OK;
 }
 
-static void unregister_host(void *base, size_t bytes, int device) {
-    (void)bytes;
+fp_status fp_alloc_host_register(int device, void *base, size_t bytes) {
+    int prev;
+    cudaError_t err = use_device(device, &prev);
+    if (err == cudaSuccess) err = cudaHostRegister(base, bytes, cudaHostRegisterPortable);
+    restore_device(device, prev);
+    return err == cudaSuccess ? FP_OK : map_error(err, "cudaHostRegister", bytes);
+}
+
+fp_status fp_alloc_host_unregister(int device, void *base) {
     int prev;
     cudaError_t err = use_device(device, &prev);
     if (err == cudaSuccess) err = cudaHostUnregister(base);
-    consume(err);
     restore_device(device, prev);
+    return err == cudaSuccess ? FP_OK : map_error(err, "cudaHostUnregister", 0);
+}
+
+static void unregister_host(void *base, size_t bytes, int device) {
+    (void)bytes;
+    (void)fp_alloc_host_unregister(device, base);
 }
 
 fp_status fp_alloc_upstream_registered(int device, void *base, size_t bytes, fp_alloc_upstream *out) {
@@ -149,12 +161,7 @@ fp_status fp_alloc_upstream_registered(int device, void *base, size_t bytes, fp_
     fp_alloc_upstream u;
     FP_TRY(fp_alloc_upstream_region(base, bytes, &u)); /* validates base and bytes */
     fp_status st = check_device(device);
-    cudaError_t err = cudaSuccess;
-    int prev = -1;
-    if (st == FP_OK) err = use_device(device, &prev);
-    if (st == FP_OK && err == cudaSuccess) err = cudaHostRegister(base, bytes, cudaHostRegisterPortable);
-    if (st == FP_OK) restore_device(device, prev);
-    if (st == FP_OK && err != cudaSuccess) st = map_error(err, "cudaHostRegister", bytes);
+    if (st == FP_OK) st = fp_alloc_host_register(device, base, bytes);
     if (st != FP_OK) {
         fp_alloc_upstream_release(&u);
         return st;

@@ -163,15 +163,6 @@ static void abs_timespec(double t_s, struct timespec *ts) {
  * the batcher's own threads only. */
 static void precise_timers(void) { prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); }
 
-static int init_cond_monotonic(pthread_cond_t *cv) {
-    pthread_condattr_t a;
-    if (pthread_condattr_init(&a) != 0) return -1;
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(cv, &a);
-    pthread_condattr_destroy(&a);
-    return rc;
-}
-
 static void list_push(req_list *l, fp_batch_request *r) {
     r->next = NULL;
     r->prev = l->tail;
@@ -777,9 +768,9 @@ fp_status fp_batcher_create_sized(const fp_batcher_config *config, fp_batch_exec
     b->delay_s = (double)config->max_queue_delay_us * 1e-6;
     b->accepting = 1;
     b->counters.struct_size = sizeof b->counters;
-    if (pthread_mutex_init(&b->mu, NULL) != 0 || init_cond_monotonic(&b->cv_work) != 0 ||
-        init_cond_monotonic(&b->cv_timer) != 0 || init_cond_monotonic(&b->cv_idle) != 0 ||
-        init_cond_monotonic(&b->cv_deliver) != 0) {
+    if (pthread_mutex_init(&b->mu, NULL) != 0 || fp_cond_init_monotonic(&b->cv_work) != 0 ||
+        fp_cond_init_monotonic(&b->cv_timer) != 0 || fp_cond_init_monotonic(&b->cv_idle) != 0 ||
+        fp_cond_init_monotonic(&b->cv_deliver) != 0) {
         free(b);
         return fp_set_error(FP_ERR_INTERNAL, "cannot initialize the batcher's mutex/condvars");
     }

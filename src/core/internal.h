@@ -218,6 +218,9 @@ void fp_stats_from_sorted(const double *sorted, int n, fp_stats *out);
 
 /* Monotonic clock in seconds. */
 double fp_now_s(void);
+/* pthread_cond_init on CLOCK_MONOTONIC (timed waits immune to wall-clock
+ * changes, deadlines from fp_now_s' clock); pthread_cond_init's result. */
+int fp_cond_init_monotonic(pthread_cond_t *cv);
 
 /* x86-64 SIMD features (0 elsewhere), each with AVX2 and OS support for the
  * YMM state: FP_CPU_AVX2_FMA, FP_CPU_AVX2_F16C bits. Cached after the first call. */

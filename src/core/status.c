@@ -1,4 +1,5 @@
-/* Status strings, the thread-local error detail and the CUDA error mapping. */
+/* Status strings, the thread-local error detail, the CUDA error mapping and
+ * the monotonic clock (fp_now_s, condition variables on it). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,4 +82,13 @@ double fp_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int fp_cond_init_monotonic(pthread_cond_t *cv) {
+    pthread_condattr_t a;
+    if (pthread_condattr_init(&a) != 0) return -1;
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+    return rc;
 }
