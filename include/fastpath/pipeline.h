@@ -38,10 +38,12 @@
  *
  * Memory
  *   Staging buffers come from a caching allocator over pinned memory (one
- *   you pass, such as a pinned pool's (pinned.h), or the pipeline's own over
- *   fp_alloc_upstream_pinned), each at the size asked for (no power-of-two
- *   rounding), and go back to it on destroy, recorded on the copy streams so
- *   that a later user gets them only once those copies completed. Device
+ *   you pass, such as a pinned pool's (pinned.h), or that of a pinned pool
+ *   the pipeline makes for itself), each at the size asked for (no
+ *   power-of-two rounding), taken on stream NULL (where a pool's reserve
+ *   puts its segments), and go back to it on destroy, recorded on the copy
+ *   streams so that a later user gets them only once those copies
+ *   completed. Device
  *   buffers (depth x (max_in_bytes + max_out_bytes)) are allocated at create
  *   and never during a run.
  *
@@ -168,8 +170,10 @@ typedef struct fp_pipeline_config {
     fp_pipeline_complete_fn complete; /* optional (NULL: see flush's status) */
     void *user;                       /* passed to both callbacks */
     /* Staging memory: a caching allocator over pinned (or, on a CPU context,
-     * host) memory, such as fp_pinned_pool_allocator's; NULL: the pipeline
-     * creates its own. Borrowed: it must outlive the pipeline. */
+     * host) memory, such as fp_pinned_pool_allocator's (pinned.h); NULL:
+     * the pipeline creates a pinned pool of its own, whose chunk_bytes
+     * covers the largest staging buffer. Borrowed: it must outlive the
+     * pipeline. */
     fp_allocator *pinned;
 } fp_pipeline_config;
 

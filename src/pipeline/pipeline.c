@@ -57,8 +57,8 @@ struct fp_pipeline {
     int cuda;
     fp_pipeline_config cfg;
     cudaStream_t s_h2d, s_compute, s_d2h;
-    fp_allocator *pinned;   /* cfg.pinned or own_pinned */
-    fp_allocator *own_pinned;
+    fp_allocator *pinned;   /* cfg.pinned or own_pool's */
+    fp_pinned_pool *own_pool;
     /* Host copies between pageable and pinned memory: one pool per
      * direction (the dispatcher stages inputs while the completion thread
      * copies outputs out; one pool would serialize them). */
@@ -459,7 +459,7 @@ static void release(fp_pipeline *p) {
         }
         free(p->slots);
     }
-    fp_alloc_destroy(p->own_pinned);
+    fp_pinned_pool_destroy(p->own_pool);
     if (p->cuda) {
         if (p->s_h2d) cudaStreamDestroy(p->s_h2d);
         if (p->s_compute) cudaStreamDestroy(p->s_compute);
@@ -481,26 +481,25 @@ static fp_status create_buffers(fp_pipeline *p) {
     if (cfg->pinned) {
         p->pinned = cfg->pinned;
     } else {
-        fp_alloc_upstream up;
-        fp_alloc_event_ops ev;
-        if (p->cuda) {
-            FP_TRY(fp_alloc_upstream_pinned(p->ctx->device, &up));
-            FP_TRY(fp_alloc_event_ops_cuda(p->ctx->device, &ev));
-        } else {
-            up = fp_alloc_upstream_host();
-        }
-        FP_TRY(fp_alloc_create(&up, p->cuda ? &ev : NULL, NULL, &p->own_pinned));
-        p->pinned = p->own_pinned;
+        /* A pool of its own, pinning in bounded pieces; each staging buffer
+         * one registration (a copy over several is not documented to run
+         * as a pinned copy: pinned.h). */
+        fp_pinned_config pc;
+        fp_pinned_config_default(&pc);
+        size_t largest = cfg->max_in_bytes > cfg->max_out_bytes ? cfg->max_in_bytes : cfg->max_out_bytes;
+        if (largest > pc.chunk_bytes) pc.chunk_bytes = largest;
+        FP_TRY(fp_pinned_pool_create(p->ctx, &pc, &p->own_pool));
+        p->pinned = fp_pinned_pool_allocator(p->own_pool);
     }
     p->slots = calloc((size_t)cfg->depth, sizeof *p->slots);
     if (!p->slots) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "pipeline: %d slots", cfg->depth);
     for (int i = 0; i < cfg->depth; ++i) {
         slot *sl = &p->slots[i];
-        /* Staging buffers belong to the stream of their copy: a shared
-         * allocator then reuses them in that stream's order. */
-        FP_TRY(fp_alloc_alloc(p->pinned, cfg->max_in_bytes, p->cuda ? (fp_stream)p->s_h2d : NULL, &sl->h_in));
-        if (cfg->max_out_bytes)
-            FP_TRY(fp_alloc_alloc(p->pinned, cfg->max_out_bytes, p->cuda ? (fp_stream)p->s_d2h : NULL, &sl->h_out));
+        /* On stream NULL, where a pinned pool's reserve (pinned.h) puts
+         * its segments; on release each is recorded on its copy stream, so
+         * the allocator hands it out again only once those copies are done. */
+        FP_TRY(fp_alloc_alloc(p->pinned, cfg->max_in_bytes, NULL, &sl->h_in));
+        if (cfg->max_out_bytes) FP_TRY(fp_alloc_alloc(p->pinned, cfg->max_out_bytes, NULL, &sl->h_out));
         FP_TRY(fp_mem_alloc(p->ctx, cfg->max_in_bytes, &sl->d_in));
         if (cfg->max_out_bytes) FP_TRY(fp_mem_alloc(p->ctx, cfg->max_out_bytes, &sl->d_out));
         if (p->cuda)

@@ -392,3 +392,23 @@ def test_pipeline_overlap_chunk_out_of_range_fails_the_row(fastbench):
     p = run(fastbench, "run", "pipeline/overlap", "--quick", "--device", "cpu", "--chunk_mib", "8")
     assert p.returncode == 1, (p.stdout, p.stderr)
     assert "FAILED" in p.stdout and "--chunk_mib" in p.stdout
+
+
+def test_pipeline_pin_wait_rows(fastbench, tmp_path):
+    """pipeline/pin_wait on the CPU (host mode): a chunked and a whole-pin
+    row; with chunks, a foreground pinner waits for about one piece, far
+    less than for the whole reserve pinned at once."""
+    if "pipeline/pin_wait" not in run(fastbench, "list", check=0).stdout:
+        pytest.skip("fastbench built without the pipeline module")
+    path = tmp_path / "pin.json"
+    run(fastbench, "run", "pipeline/pin_wait", "--quick", "--device", "cpu", "--json", str(path), check=0)
+    rows = {r["params"]["mode"]: r for r in json.loads(path.read_text())["results"]}
+    assert set(rows) == {"chunked", "whole"}
+    for r in rows.values():
+        assert r["status"] == "ok" and r["params"]["upstream"] == "host", r
+        m = r["metrics"]
+        assert m["chunk_pin_ms"] > 0 and m["pin_gbps"] > 0 and m["fg_allocs"] >= 1
+        assert m["wait_over_chunk"] == pytest.approx(m["max_wait_ms"] / m["chunk_pin_ms"], rel=1e-6)
+    # slack for a loaded 2-core CI machine: the issue's bound is 1.0 (targets.json: 1.1)
+    assert rows["chunked"]["metrics"]["wait_over_chunk"] <= 2.0
+    assert rows["chunked"]["metrics"]["max_wait_ms"] < rows["whole"]["metrics"]["max_wait_ms"]

@@ -490,6 +490,58 @@ static void pc_test_validate(void) {
     pc_state_destroy(&s);
 }
 
+/* Staging from a pinned pool: a budget below one staging buffer is a
+ * clear refusal at create; with room, the pipeline's buffers come from the
+ * pool's reserve (no pin during create) and outputs are right. */
+static void pc_test_pinned_pool(void) {
+    pc_state s;
+    pc_state_init(&s);
+    fp_pinned_config pcfg;
+    fp_pinned_config_default(&pcfg);
+    pcfg.chunk_bytes = (size_t)16 << 20;
+    pcfg.budget_bytes = (size_t)1 << 20;
+    fp_pinned_pool *pool = NULL;
+    CHECK_OK(fp_pinned_pool_create(pc_ctx, &pcfg, &pool));
+    fp_pipeline_config cfg = pc_config(&s, (size_t)2 << 20, 2);
+    cfg.pinned = fp_pinned_pool_allocator(pool);
+    fp_pipeline *p = NULL;
+    CHECK_STATUS(fp_pipeline_create(pc_ctx, &cfg, &p), FP_ERR_OUT_OF_MEMORY);
+    CHECK_MSG(strstr(fp_last_error(), "budget") != NULL, "message: %s", fp_last_error());
+    CHECK(p == NULL);
+    fp_pinned_pool_destroy(pool);
+
+    pcfg.budget_bytes = (size_t)64 << 20;
+    CHECK_OK(fp_pinned_pool_create(pc_ctx, &pcfg, &pool));
+    CHECK_OK(fp_pinned_pool_reserve(pool, (size_t)16 << 20));
+    CHECK_OK(fp_pinned_pool_reserve_wait(pool, -1));
+    fp_pinned_stats before, after;
+    fp_pinned_stats_init(&before);
+    fp_pinned_stats_init(&after);
+    CHECK_OK(fp_pinned_pool_get_stats(pool, &before));
+    cfg.pinned = fp_pinned_pool_allocator(pool);
+    CHECK_OK(fp_pipeline_create(pc_ctx, &cfg, &p));
+    CHECK_OK(fp_pinned_pool_get_stats(pool, &after));
+    CHECK_MSG(after.pin_calls == before.pin_calls, "pipeline create pinned %llu more pieces",
+              (unsigned long long)(after.pin_calls - before.pin_calls));
+    size_t n = (size_t)2 << 20;
+    float *in = malloc(n), *out = malloc(n);
+    pc_fill(in, n / 4, 31);
+    memset(out, 0xff, n);
+    CHECK_OK(fp_pipeline_submit(p, in, n, out, n, NULL, -1, NULL));
+    CHECK_OK(fp_pipeline_flush(p, -1));
+    CHECK(pc_bad(in, out, n / 4) == 0);
+    fp_pipeline_destroy(p);
+    /* Back in the pool's cache: a new pipeline pins nothing either. */
+    CHECK_OK(fp_pipeline_create(pc_ctx, &cfg, &p));
+    CHECK_OK(fp_pinned_pool_get_stats(pool, &after));
+    CHECK(after.pin_calls == before.pin_calls);
+    fp_pipeline_destroy(p);
+    fp_pinned_pool_destroy(pool);
+    free(in);
+    free(out);
+    pc_state_destroy(&s);
+}
+
 static void pc_run_all(fp_context *ctx) {
     pc_ctx = ctx;
     pc_test_bad_input();
@@ -502,6 +554,7 @@ static void pc_run_all(fp_context *ctx) {
     pc_test_destroy_in_flight();
     pc_test_threads();
     pc_test_validate();
+    pc_test_pinned_pool();
 }
 
 #endif /* PIPELINE_CASES_H */
