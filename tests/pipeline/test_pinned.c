@@ -22,40 +22,8 @@
 #define MiB ((size_t)1 << 20)
 
 #ifdef FP_TSAN_BUILD
-/* The TSan build links no context code and no CUDA: a CPU context is all a
- * pool reads (its kind), and host mode never reaches the CUDA entry points. */
-#include "internal.h"
+/* The TSan build links no context code and no CUDA: tsan_stand_ins.c. */
 #define WAIT_RESERVE (128 * MiB)
-fp_status fp_ctx_check(const fp_context *ctx, int want_kind) {
-    (void)want_kind;
-    return ctx ? FP_OK : fp_set_error(FP_ERR_INVALID_ARGUMENT, "argument 'ctx' is NULL");
-}
-fp_status fp_context_create(fp_device_kind kind, int device_index, fp_context **out) {
-    static struct fp_context cpu;
-    (void)device_index;
-    cpu.kind = kind;
-    cpu.device = -1;
-    *out = &cpu;
-    return FP_OK;
-}
-void fp_context_destroy(fp_context *ctx) { (void)ctx; }
-static fp_status no_cuda(void) { return fp_set_error(FP_ERR_INTERNAL, "CUDA called in host mode"); }
-fp_status fp_alloc_host_register(int device, void *base, size_t bytes) {
-    (void)device;
-    (void)base;
-    (void)bytes;
-    return no_cuda();
-}
-fp_status fp_alloc_host_unregister(int device, void *base) {
-    (void)device;
-    (void)base;
-    return no_cuda();
-}
-fp_status fp_alloc_event_ops_cuda(int device, fp_alloc_event_ops *out) {
-    (void)device;
-    (void)out;
-    return no_cuda();
-}
 #define FP_TEST_TSAN 1
 #else
 #define WAIT_RESERVE (512 * MiB)
