@@ -171,7 +171,13 @@ static fp_status run_overlap(fb_run *run) {
             fb_result_metric(r, "pinned_d2h_gbps", d2h_pinned);
             fb_result_metric(r, "overlap_efficiency", rep.pipeline.overlap_efficiency);
             fb_result_metric(r, "compute_idle_ms", rep.pipeline.compute_idle_ms);
+            /* Staging and copying out of pageable memory are host memcpys
+             * that can set the pace (benchmarks/NOTES.md, session 10): the
+             * staging rate, and the completion stage's time (its copy-out). */
             fb_result_metric(r, "stage_ms", rep.pipeline.stage_ms);
+            fb_result_metric(r, "stage_gbps", rep.pipeline.stage_ms > 0
+                                                  ? (double)rep.pipeline.bytes_h2d / (rep.pipeline.stage_ms * 1e6) : 0);
+            fb_result_metric(r, "complete_ms", rep.pipeline.complete_ms);
             if (!rep.outputs_equal) fb_result_fail(r, FP_ERR_MISMATCH, "pipeline output differs from the baseline's");
         }
     }
