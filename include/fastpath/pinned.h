@@ -153,8 +153,10 @@ FP_API size_t fp_pinned_pool_reserve_segment(const fp_pinned_pool *pool);
  * one segment at a time outside the allocator (the pieces under the pin
  * lock), hands it to the allocator as a block on stream NULL and holds the
  * blocks until the target is reached, then frees them all: they stay cached
- * for allocations on stream NULL of up to one segment (a block is split
- * from a cached segment; a larger request reserves a segment of its own).
+ * for allocations on stream NULL of more than FP_ALLOC_SMALL_SIZE (1 MiB)
+ * and up to one segment (a block is split from a cached segment; a larger
+ * request reserves a segment of its own; 1 MiB and less comes from the
+ * allocator's small pool, whose 2 MiB segments a reserve does not make).
  * A cached free segment that the allocator hands out meanwhile counts
  * towards the target. While a reserve runs, its blocks count as allocated.
  * A call while a reserve runs adds `bytes` to its target. The reserve stops

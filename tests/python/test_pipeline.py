@@ -509,3 +509,36 @@ def test_pipeline_cuda_chunks_land_in_order():
             p.flush()
         for i, o in enumerate(outs):
             assert (o == i % 251 + 1).all(), i
+
+
+@needs_lib
+def test_pinned_pool_reserve_register_budget_and_pipeline(ctx):
+    with fpp.PinnedPool(ctx, chunk_bytes=16 << 20, budget_bytes=64 << 20) as pool:
+        pool.reserve(16 << 20)
+        pool.reserve_wait()
+        s = pool.stats()
+        assert s["host_mode"] and s["bytes_pinned"] >= 16 << 20 and s["pin_calls"] >= 1
+        assert s["longest_pin_call_ms"] > 0 and s["pin_gbps"] > 0
+        a = np.arange(1 << 18, dtype=np.float32)
+        pool.register(a)
+        assert pool.stats()["registered_bytes"] == a.nbytes
+        with pytest.raises(fastpath.FastpathError) as e:
+            pool.register(a)  # twice
+        assert e.value.status == fastpath.Status.INVALID_ARGUMENT
+        pool.unregister(a)
+        with pytest.raises(fastpath.FastpathError) as e:
+            pool.register(np.zeros(100 << 18, dtype=np.float32))  # 100 MiB: over the budget
+        assert e.value.status == fastpath.Status.OUT_OF_MEMORY and "budget" in e.value.detail
+        # the pipeline stages through the pool's reserve: no new pin (its
+        # buffers of 2 MiB are large-pool blocks, split from the reserve's
+        # segment; 1 MiB and less would come from the small pool's own)
+        pins = pool.stats()["pin_calls"]
+        x = np.linspace(-3, 3, 1 << 19, dtype=np.float32)
+        out = np.zeros_like(x)
+        with fpp.Pipeline(ctx, _doubler(0), max_in_bytes=x.nbytes, max_out_bytes=x.nbytes, pinned=pool) as p:
+            p.submit(x, out)
+            p.flush()
+        np.testing.assert_array_equal(out, 2 * x)
+        assert pool.stats()["pin_calls"] == pins
+    with pytest.raises(ValueError):
+        pool.stats()

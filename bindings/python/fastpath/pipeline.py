@@ -31,7 +31,8 @@ import fastpath as _pkg  # the package: it imports this module after defining wh
 from . import _lib
 from ._lib import lib
 
-__all__ = ["available", "copy_bandwidth", "Pipeline", "Prefetcher", "HOST_MEMORY_KINDS", "DIRECTIONS"]
+__all__ = ["available", "copy_bandwidth", "Pipeline", "PinnedPool", "Prefetcher", "HOST_MEMORY_KINDS",
+           "DIRECTIONS"]
 
 c_int, c_size_t, c_double, c_void_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_double, ctypes.c_void_p
 P = ctypes.POINTER
@@ -70,6 +71,25 @@ class PipelineStats(ctypes.Structure):
                 + [("max_in_flight", ctypes.c_uint64)])
 
 
+class PinnedConfig(ctypes.Structure):
+    """fp_pinned_config."""
+    _fields_ = [("struct_size", c_size_t), ("chunk_bytes", c_size_t), ("budget_bytes", c_size_t),
+                ("alloc_config", c_void_p)]
+
+
+class PinnedStats(ctypes.Structure):
+    """fp_pinned_stats, field for field."""
+    _fields_ = [("struct_size", c_size_t), ("host_mode", c_int), ("reserve_running", c_int),
+                ("chunk_bytes", c_size_t), ("budget_bytes", c_size_t), ("bytes_pinned", c_size_t),
+                ("peak_bytes_pinned", c_size_t), ("segment_bytes", c_size_t), ("registered_bytes", c_size_t),
+                ("segments", ctypes.c_uint64), ("pin_calls", ctypes.c_uint64), ("pinned_bytes_total", ctypes.c_uint64),
+                ("pin_ms", c_double), ("pin_gbps", c_double), ("longest_pin_call_ms", c_double),
+                ("touch_ms", c_double), ("unpin_calls", ctypes.c_uint64), ("unpin_ms", c_double),
+                ("register_calls", ctypes.c_uint64), ("register_ms", c_double), ("reserve_target_bytes", c_size_t),
+                ("reserve_done_bytes", c_size_t), ("max_pin_lock_wait_ms", c_double), ("pin_lock_wait_ms", c_double),
+                ("pin_lock_contended", ctypes.c_uint64), ("budget_refusals", ctypes.c_uint64)]
+
+
 def _declare():
     sig = _lib._sig_opt
     sig("fp_host_memory_kind_name", ctypes.c_char_p, c_int)
@@ -87,6 +107,16 @@ def _declare():
     sig("fp_pipeline_compute_stream", c_void_p, c_void_p)
     sig("fp_pipeline_get_stats", c_int, c_void_p, P(PipelineStats))
     sig("fp_pipeline_reset_stats", c_int, c_void_p)
+    sig("fp_pinned_config_default_sized", c_int, P(PinnedConfig), c_size_t)
+    sig("fp_pinned_stats_init_sized", c_int, P(PinnedStats), c_size_t)
+    sig("fp_pinned_pool_create", c_int, c_void_p, P(PinnedConfig), P(c_void_p))
+    sig("fp_pinned_pool_destroy", None, c_void_p)
+    sig("fp_pinned_pool_allocator", c_void_p, c_void_p)
+    sig("fp_pinned_pool_reserve", c_int, c_void_p, c_size_t)
+    sig("fp_pinned_pool_reserve_wait", c_int, c_void_p, ctypes.c_int64)
+    sig("fp_pinned_register", c_int, c_void_p, c_void_p, c_size_t)
+    sig("fp_pinned_unregister", c_int, c_void_p, c_void_p)
+    sig("fp_pinned_pool_get_stats", c_int, c_void_p, P(PinnedStats))
 
 
 _declare()
@@ -130,6 +160,84 @@ def copy_bandwidth(ctx, kind="pinned", direction="h2d", mib=256, max_time_s=None
     _pkg.check(lib.fp_copy_bandwidth(ctx.handle, k, d, nbytes, ctypes.byref(cfg), ctypes.byref(gbps),
                                      ctypes.byref(out)))
     return (gbps.value, _pkg._stats_dict(out)) if stats else gbps.value
+
+
+# ---- pinned pools ----------------------------------------------------------------------
+
+class PinnedPool(_lib.Closeable):
+    """fp_pinned_pool (pinned.h): pinned host memory pinned in pieces of at
+    most chunk_bytes under a process-wide lock, so a big pin never stalls
+    other pinners for long; a background reserve; registration of existing
+    arrays; a budget. Give it to Pipeline(pinned=pool) for staging buffers.
+
+        with fpp.PinnedPool(ctx, chunk_bytes=64 << 20, budget_bytes=8 << 30) as pool:
+            pool.reserve(1 << 30)       # pins in the background, returns at once
+            pool.reserve_wait()
+            pool.stats()["pin_gbps"], pool.stats()["longest_pin_call_ms"]
+
+    On a CPU context "pinning" is touching the pages (host mode): the same
+    bookkeeping, no CUDA."""
+
+    def __init__(self, ctx, chunk_bytes=0, budget_bytes=0):
+        _need()
+        self.ctx = ctx  # must outlive the pool
+        cfg = PinnedConfig()
+        _pkg.check(lib.fp_pinned_config_default_sized(ctypes.byref(cfg), ctypes.sizeof(cfg)))
+        if chunk_bytes:
+            cfg.chunk_bytes = _lib.c_int_value(c_size_t, chunk_bytes, "chunk_bytes")
+        cfg.budget_bytes = _lib.c_int_value(c_size_t, budget_bytes, "budget_bytes")
+        self._h = c_void_p()
+        self._registered = {}
+        lib.fp_clear_error()
+        _pkg.check(lib.fp_pinned_pool_create(ctx.handle, ctypes.byref(cfg), ctypes.byref(self._h)))
+
+    def _pool(self):
+        if not self._h:
+            raise ValueError("pinned pool is closed")
+        return self._h
+
+    @property
+    def handle(self):
+        """The pool's caching allocator (what Pipeline(pinned=...) takes)."""
+        return c_void_p(lib.fp_pinned_pool_allocator(self._pool()))
+
+    def reserve(self, nbytes):
+        """Starts pinning nbytes into the pool's cache on a background thread."""
+        _pkg.check(lib.fp_pinned_pool_reserve(self._pool(), _lib.c_int_value(c_size_t, nbytes, "nbytes")))
+
+    def reserve_wait(self, timeout_ms=-1):
+        """Waits for the reserve; raises its failure (e.g. the budget) or TIMEOUT."""
+        lib.fp_clear_error()
+        _pkg.check(lib.fp_pinned_pool_reserve_wait(self._pool(), int(timeout_ms)))
+
+    def register(self, array):
+        """Pins a numpy array / CPU tensor in place until unregister (or close)."""
+        ptr, n = _host_buffer(array, "array", True)
+        lib.fp_clear_error()
+        _pkg.check(lib.fp_pinned_register(self._pool(), ptr, n))
+        self._registered[ptr] = array  # keep it alive while pinned
+
+    def unregister(self, array):
+        ptr, _ = _host_buffer(array, "array", True)
+        lib.fp_clear_error()
+        _pkg.check(lib.fp_pinned_unregister(self._pool(), ptr))
+        self._registered.pop(ptr, None)
+
+    def stats(self):
+        """fp_pinned_stats as a dict: bytes pinned, pin_gbps, longest_pin_call_ms, ..."""
+        s = PinnedStats()
+        _pkg.check(lib.fp_pinned_stats_init_sized(ctypes.byref(s), ctypes.sizeof(s)))
+        _pkg.check(lib.fp_pinned_pool_get_stats(self._pool(), ctypes.byref(s)))
+        d = {f: getattr(s, f) for f, _ in PinnedStats._fields_ if f != "struct_size"}
+        d["host_mode"], d["reserve_running"] = bool(d["host_mode"]), bool(d["reserve_running"])
+        return d
+
+    def close(self):
+        """Cancels a reserve, unregisters what is registered, unpins everything."""
+        if self._h:
+            h, self._h = self._h, c_void_p()
+            lib.fp_pinned_pool_destroy(h)
+            self._registered.clear()
 
 
 # ---- the pipeline ----------------------------------------------------------------------
