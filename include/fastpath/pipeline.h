@@ -238,6 +238,8 @@ FP_API fp_stream fp_pipeline_compute_stream(const fp_pipeline *p);
 
 typedef struct fp_pipeline_stats {
     size_t struct_size;          /* set by fp_pipeline_stats_init */
+    /* completed: chunks whose completion ran, the failed and cancelled ones
+     * included (failed: any status but FP_OK and FP_ERR_CANCELLED). */
     uint64_t submitted, completed, failed, cancelled;
     uint64_t staged;             /* chunks that went through a staging copy (pageable input) */
     uint64_t bytes_h2d, bytes_d2h;
