@@ -105,6 +105,10 @@ double now_ms() {
 
 std::mutex g_streams_mu;
 std::set<Stream *> g_streams;  // created streams (the legacy one is not in it)
+// Live events, so that destroying a stream can detach the events last
+// recorded on it: on a GPU an event outlives the stream it was recorded on
+// (a caching allocator queries events recorded on streams destroyed since).
+std::set<Event *> g_events;    // guarded by g_streams_mu
 
 Stream *legacy() {
     static Stream *s = new Stream;  // never destroyed: its worker may outlive main
@@ -561,6 +565,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
         st->cv_work.notify_one();
     }
     if (st->worker.joinable()) st->worker.join();
+    {
+        // Its work has all run: events recorded on it are complete.
+        std::lock_guard<std::mutex> lk(g_streams_mu);
+        for (Event *ev : g_events)
+            if (ev->stream == st) ev->stream = nullptr;
+    }
     delete st->graph;
     delete st;
     return cudaSuccess;
@@ -700,12 +710,21 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     Event *ev = new Event;
     ev->flags = flags;
+    {
+        std::lock_guard<std::mutex> lk(g_streams_mu);
+        g_events.insert(ev);
+    }
     *e = reinterpret_cast<cudaEvent_t>(ev);
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    delete reinterpret_cast<Event *>(e);
+    Event *ev = reinterpret_cast<Event *>(e);
+    {
+        std::lock_guard<std::mutex> lk(g_streams_mu);
+        g_events.erase(ev);
+    }
+    delete ev;
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
