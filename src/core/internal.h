@@ -221,6 +221,9 @@ double fp_now_s(void);
 /* pthread_cond_init on CLOCK_MONOTONIC (timed waits immune to wall-clock
  * changes, deadlines from fp_now_s' clock); pthread_cond_init's result. */
 int fp_cond_init_monotonic(pthread_cond_t *cv);
+/* The CLOCK_MONOTONIC time `ms` (>= 0) milliseconds from now, for timed
+ * waits on such a condition variable. */
+void fp_deadline_after_ms(struct timespec *ts, int64_t ms);
 
 /* x86-64 SIMD features (0 elsewhere), each with AVX2 and OS support for the
  * YMM state: FP_CPU_AVX2_FMA, FP_CPU_AVX2_F16C bits. Cached after the first call. */

@@ -84,6 +84,16 @@ double fp_now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void fp_deadline_after_ms(struct timespec *ts, int64_t ms) {
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += (time_t)(ms / 1000);
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec += 1;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
 int fp_cond_init_monotonic(pthread_cond_t *cv) {
     pthread_condattr_t a;
     if (pthread_condattr_init(&a) != 0) return -1;

@@ -97,13 +97,7 @@ const char *fp_host_memory_kind_name(fp_host_memory_kind kind) {
     return "unknown";
 }
 
-typedef struct host_buf {
-    unsigned char *ptr;
-    int cuda_alloc;   /* cudaHostAlloc'd: cudaFreeHost */
-    int registered;   /* cudaHostRegister'd: unregister, then free */
-} host_buf;
-
-static void host_free(host_buf *h) {
+void fp_host_buf_free(fp_host_buf *h) {
     if (!h->ptr) return;
     if (h->cuda_alloc) {
         (void)cudaFreeHost(h->ptr);
@@ -114,7 +108,7 @@ static void host_free(host_buf *h) {
     h->ptr = NULL;
 }
 
-static fp_status host_alloc(fp_context *ctx, fp_host_memory_kind kind, size_t bytes, host_buf *h) {
+fp_status fp_host_buf_alloc(fp_context *ctx, fp_host_memory_kind kind, size_t bytes, fp_host_buf *h) {
     memset(h, 0, sizeof *h);
     const int cuda = ctx->kind == FP_DEVICE_CUDA;
     if (cuda && (kind == FP_HOST_PINNED || kind == FP_HOST_WRITE_COMBINED)) {
@@ -129,17 +123,17 @@ static fp_status host_alloc(fp_context *ctx, fp_host_memory_kind kind, size_t by
     }
     /* Page-aligned so that registration pins whole pages of this buffer only. */
     if (bytes > SIZE_MAX - PAGE)
-        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "copy bandwidth: %zu bytes of host memory (too large)", bytes);
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "host buffer: %zu bytes of host memory (too large)", bytes);
     h->ptr = aligned_alloc(PAGE, (bytes + PAGE - 1) / PAGE * PAGE);
     if (!h->ptr)
-        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "copy bandwidth: cannot allocate %zu bytes of %s host memory",
+        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "host buffer: cannot allocate %zu bytes of %s host memory",
                             bytes, fp_host_memory_kind_name(kind));
     /* The first touch maps the pages: done here, so that no sample pays it. */
     memset(h->ptr, POISON, bytes);
     if (cuda && kind == FP_HOST_REGISTERED) {
         const cudaError_t err = cudaHostRegister(h->ptr, bytes, cudaHostRegisterPortable);
         if (err != cudaSuccess) {
-            host_free(h);
+            fp_host_buf_free(h);
             return fp_cuda_status(err, "cudaHostRegister", __FILE__, __LINE__);
         }
         h->registered = 1;
@@ -215,9 +209,9 @@ fp_status fp_copy_bandwidth(fp_context *ctx, fp_host_memory_kind kind, fp_copy_d
     if (bytes == 0) bytes = (size_t)256 << 20;
     FP_TRY(fp_ctx_activate(ctx));
 
-    host_buf h;
+    fp_host_buf h;
     unsigned char *d = NULL;
-    fp_status st = host_alloc(ctx, kind, bytes, &h);
+    fp_status st = fp_host_buf_alloc(ctx, kind, bytes, &h);
     if (st == FP_OK) st = fp_mem_alloc(ctx, bytes, (void **)&d);
     /* Source holds the pattern, destination the poison. */
     if (st == FP_OK && dir == FP_COPY_H2D) {
@@ -260,6 +254,6 @@ fp_status fp_copy_bandwidth(fp_context *ctx, fp_host_memory_kind kind, fp_copy_d
         else fp_error_restore(&saved);
     }
     fp_mem_free(ctx, d);
-    host_free(&h);
+    fp_host_buf_free(&h);
     return st;
 }

@@ -1,10 +1,28 @@
-/* The copy-bandwidth check pattern (bandwidth.c), shared with its tests: a
- * position-dependent byte pattern, so that a copy that did nothing, moved
- * the wrong range or was cut short is caught. Not installed. */
+/* Pieces of bandwidth.c shared with the pipeline's A/B and the tests: host
+ * buffers of each fp_host_memory_kind, and the copy-bandwidth check pattern
+ * (a position-dependent byte pattern, so that a copy that did nothing, moved
+ * the wrong range or was cut short is caught). Not installed. */
 #ifndef FP_PIPELINE_BANDWIDTH_H
 #define FP_PIPELINE_BANDWIDTH_H
 
 #include <stddef.h>
+
+#include "fastpath/pipeline.h"
+
+/* A host buffer of one kind: pinned and write-combined by cudaHostAlloc
+ * (portable) on a CUDA context; otherwise page-aligned host memory, touched
+ * (so no timed copy pays its first-touch faults), cudaHostRegister'd for
+ * FP_HOST_REGISTERED on a CUDA context. On a CPU context every kind is plain
+ * memory. */
+typedef struct fp_host_buf {
+    unsigned char *ptr;
+    int cuda_alloc;   /* cudaHostAlloc'd: cudaFreeHost */
+    int registered;   /* cudaHostRegister'd: unregister, then free */
+} fp_host_buf;
+/* FP_ERR_OUT_OF_MEMORY / FP_ERR_CUDA with a message; h->ptr NULL on error. */
+fp_status fp_host_buf_alloc(fp_context *ctx, fp_host_memory_kind kind, size_t bytes, fp_host_buf *h);
+/* Frees it (NULL ptr: no-op) and sets ptr to NULL. */
+void fp_host_buf_free(fp_host_buf *h);
 
 /* Writes the pattern's bytes [offset, offset + n) to dst (dst holds byte
  * `offset` of the pattern at dst[0]). offset must be a multiple of 8. */

@@ -344,15 +344,7 @@ fp_status fp_pinned_pool_reserve(fp_pinned_pool *p, size_t bytes) {
 fp_status fp_pinned_pool_reserve_wait(fp_pinned_pool *p, int64_t timeout_ms) {
     FP_CHECK_NOT_NULL(p);
     struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    if (timeout_ms > 0) {
-        deadline.tv_sec += (time_t)(timeout_ms / 1000);
-        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (deadline.tv_nsec >= 1000000000L) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000L;
-        }
-    }
+    fp_deadline_after_ms(&deadline, timeout_ms > 0 ? timeout_ms : 0);
     pthread_mutex_lock(&p->mu);
     while (p->busy) {
         int rc = 0;

@@ -115,16 +115,6 @@ fp_status fp_pipeline_stats_init_sized(fp_pipeline_stats *out, size_t struct_siz
 /*  Small helpers                                                           */
 /* ------------------------------------------------------------------------ */
 
-static void deadline_after(struct timespec *ts, int64_t ms) {
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += (time_t)(ms / 1000);
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec += 1;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /* Waits on cv; timeout_ms < 0: no limit. Returns 0 on a timeout. */
 static int cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t timeout_ms, const struct timespec *dl) {
     if (timeout_ms < 0) {
@@ -132,15 +122,6 @@ static int cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t timeout_ms
         return 1;
     }
     return pthread_cond_timedwait(cv, mu, dl) == 0;
-}
-
-static int cond_init_monotonic(pthread_cond_t *cv) {
-    pthread_condattr_t a;
-    if (pthread_condattr_init(&a)) return 0;
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    int ok = pthread_cond_init(cv, &a) == 0;
-    pthread_condattr_destroy(&a);
-    return ok;
 }
 
 static void copy_msg(char *dst, const char *src) {
@@ -546,7 +527,7 @@ fp_status fp_pipeline_create(fp_context *ctx, const fp_pipeline_config *cfg, fp_
     p->slots_free = p->cfg.depth;
     p->first_fail = FP_OK;
     pthread_mutex_init(&p->mu, NULL);
-    int cv_ok = cond_init_monotonic(&p->cv_space) & cond_init_monotonic(&p->cv_done);
+    int cv_ok = fp_cond_init_monotonic(&p->cv_space) == 0 && fp_cond_init_monotonic(&p->cv_done) == 0;
     pthread_cond_init(&p->cv_disp, NULL);
     pthread_cond_init(&p->cv_comp, NULL);
     fp_status st = cv_ok ? FP_OK : fp_set_error(FP_ERR_INTERNAL, "pipeline: pthread_cond_init failed");
@@ -634,7 +615,7 @@ fp_status fp_pipeline_submit(fp_pipeline *p, const void *host_in, size_t in_byte
                  "timeout_ms = 0 there");
     size_t byte_cap = p->cfg.max_bytes_in_flight;
     struct timespec dl;
-    if (timeout_ms > 0) deadline_after(&dl, timeout_ms);
+    if (timeout_ms > 0) fp_deadline_after_ms(&dl, timeout_ms);
     double t0 = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -687,7 +668,7 @@ fp_status fp_pipeline_flush(fp_pipeline *p, int64_t timeout_ms) {
     FP_CHECK_ARG(tl_in_callback != p,
                  "fp_pipeline_flush called from the pipeline's own callback: it would wait for itself");
     struct timespec dl;
-    if (timeout_ms > 0) deadline_after(&dl, timeout_ms);
+    if (timeout_ms > 0) fp_deadline_after_ms(&dl, timeout_ms);
     pthread_mutex_lock(&p->mu);
     uint64_t target = p->tail;
     while (p->head < target) {

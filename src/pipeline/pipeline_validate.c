@@ -9,6 +9,7 @@
 
 #include "fastpath/pipeline.h"
 #include "internal.h"
+#include "pipeline/bandwidth.h"
 
 #define AB_REPORT_SIZE_FIRST sizeof(fp_pipeline_ab_report)
 
@@ -29,7 +30,7 @@ typedef struct ab_case {
     char *out;                     /* where the callable writes (NULL: no output) */
     size_t bytes, chunk;
     void *d_in, *d_out;            /* the baseline's and the apart measurements' buffers */
-    void *h_pin_in, *h_pin_out;    /* pinned (host on CPU) buffers of one chunk */
+    fp_host_buf pin_in, pin_out;   /* pinned (host on CPU) buffers of one chunk */
 } ab_case;
 
 
@@ -101,8 +102,8 @@ static fp_status copies_fn(void *user, fp_stream stream) {
     for (size_t i = 0; i < nchunks(c); ++i) {
         fp_pipeline_chunk ch;
         chunk_of(c, i, c->in, c->out, &ch);
-        FP_TRY(ab_copy(c, c->d_in, c->h_pin_in, ch.in_bytes, 1, s));
-        if (ch.out_bytes) FP_TRY(ab_copy(c, c->h_pin_out, c->d_out, ch.out_bytes, 0, s));
+        FP_TRY(ab_copy(c, c->d_in, c->pin_in.ptr, ch.in_bytes, 1, s));
+        if (ch.out_bytes) FP_TRY(ab_copy(c, c->pin_out.ptr, c->d_out, ch.out_bytes, 0, s));
     }
     return FP_OK;
 }
@@ -116,22 +117,6 @@ static fp_status compute_fn(void *user, fp_stream stream) {
         FP_TRY(c->cfg->compute(c->cfg->user, c->cuda ? (fp_stream)s : NULL, &ch));
     }
     return FP_OK;
-}
-
-static fp_status host_buf(ab_case *c, size_t n, void **out) {
-    if (c->cuda) {
-        FP_CUDA_TRY(cudaHostAlloc(out, n, cudaHostAllocPortable));
-        return FP_OK;
-    }
-    *out = malloc(n);
-    if (!*out) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "pipeline validate: %zu host bytes", n);
-    return FP_OK;
-}
-
-static void host_buf_free(ab_case *c, void *p) {
-    if (!p) return;
-    if (c->cuda) cudaFreeHost(p);
-    else free(p);
 }
 
 fp_status fp_pipeline_validate(fp_context *ctx, const fp_pipeline_config *cfg, const void *host_in, size_t bytes,
@@ -166,13 +151,13 @@ fp_status fp_pipeline_validate(fp_context *ctx, const fp_pipeline_config *cfg, c
     fp_status st = fp_pipeline_create(ctx, &pc, &c.pipe);
     if (st == FP_OK) st = fp_mem_alloc(ctx, c.chunk, &c.d_in);
     if (st == FP_OK && host_out) st = fp_mem_alloc(ctx, c.chunk, &c.d_out);
-    if (st == FP_OK) st = host_buf(&c, c.chunk, &c.h_pin_in);
-    if (st == FP_OK && host_out) st = host_buf(&c, c.chunk, &c.h_pin_out);
+    if (st == FP_OK) st = fp_host_buf_alloc(ctx, FP_HOST_PINNED, c.chunk, &c.pin_in);
+    if (st == FP_OK && host_out) st = fp_host_buf_alloc(ctx, FP_HOST_PINNED, c.chunk, &c.pin_out);
     if (st == FP_OK && host_out) {
         base_out = malloc(bytes);
         if (!base_out) st = fp_set_error(FP_ERR_OUT_OF_MEMORY, "pipeline validate: %zu bytes of output", bytes);
     }
-    if (st == FP_OK) memcpy(c.h_pin_in, host_in, c.chunk < bytes ? c.chunk : bytes);
+    if (st == FP_OK) memcpy(c.pin_in.ptr, host_in, c.chunk < bytes ? c.chunk : bytes);
 
     /* One run of each on poisoned outputs, compared byte for byte. */
     if (st == FP_OK) {
@@ -229,8 +214,8 @@ fp_status fp_pipeline_validate(fp_context *ctx, const fp_pipeline_config *cfg, c
     fp_pipeline_destroy(c.pipe);
     fp_mem_free(ctx, c.d_in);
     fp_mem_free(ctx, c.d_out);
-    host_buf_free(&c, c.h_pin_in);
-    host_buf_free(&c, c.h_pin_out);
+    fp_host_buf_free(&c.pin_in);
+    fp_host_buf_free(&c.pin_out);
     free(base_out);
     fp_error_restore(&saved);
     if (st != FP_OK) return st;
