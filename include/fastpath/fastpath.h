@@ -12,5 +12,6 @@
 #include "fastpath/graph.h"
 #include "fastpath/pinned.h"
 #include "fastpath/pipeline.h"
+#include "fastpath/comm.h"
 
 #endif /* FASTPATH_FASTPATH_H */

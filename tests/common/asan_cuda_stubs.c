@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "attention/attention_internal.h"
+#include "comm/comm_copy.h"
 #include "norm/norm_launch.h"
 #include "timing/bandwidth.h"
 
@@ -87,4 +88,11 @@ cudaError_t fp_launch_copy(void *dst, const void *src, size_t bytes, int sm_coun
     return cudaErrorNotSupported;
 }
 cudaError_t fp_launch_empty(int variant, cudaStream_t stream) { return cudaErrorNotSupported; }
+#endif
+
+#if !defined(FP_EMU_HAS_COMM)
+/* ---- the buckets' gather / scatter (kernels/comm) ---- */
+cudaError_t fp_launch_copies(const fp_copy_desc *d_descs, int n, size_t max_bytes, cudaStream_t stream) {
+    return cudaErrorNotSupported;
+}
 #endif
