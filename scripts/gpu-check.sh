@@ -32,7 +32,9 @@
 #              once, in what is left (cap 120)
 #              and examples/serve_decode on the GPU, eager, --graphs and
 #              --pipeline (run name "serve"); the pipeline rows are the runs
-#              "pipeline" (bandwidth, pin_wait) and "overlap"
+#              "pipeline" (bandwidth, pin_wait) and "overlap"; communication
+#              (one rank on the GPU) the runs "comm" (allreduce_buckets,
+#              bucket_tuner) and "collectives"
 # Environment: FP_GPU_CHECK_BUDGET (default 420 s for the whole call),
 # FP_GPU_CHECK_PHASES (comma list, default all), FP_GPU_CHECK_TESTS (a ctest
 # -R regex narrowing the gpu tests, default all), FP_GPU_CHECK_RUNS (comma
@@ -127,14 +129,45 @@ if want build && phase_time build 150; then
   [ "$arch" = "90" ] && cuda_arch="90a" # Hopper: the wgmma / TMA kernels v3..v5
   gen=(-G Ninja)
   command -v ninja >/dev/null 2>&1 || gen=()
-  # No source uses NCCL yet (issue 17): off unless the machine has it.
+  # The communication module (issue 17) needs NCCL: nccl.h and libnccl from
+  # the CUDA toolkit, the system (libnccl-dev) or pip's nvidia-nccl-cu*
+  # wheel (which ships libnccl.so.2 only: the library is named to CMake).
+  # Not found: built without it (comm/ scenarios skip), and said so.
   nccl=OFF
-  ls /usr/include/nccl.h /usr/local/cuda/include/nccl.h >/dev/null 2>&1 && nccl=ON
+  nccl_args=()
+  nccl_inc=''
+  nccl_lib=''
+  for d in ${CUDA_HOME:+"$CUDA_HOME"} /usr/local/cuda /usr; do
+    if [ -f "$d/include/nccl.h" ]; then nccl_inc=$d/include; break; fi
+  done
+  nccl_root=''
+  if [ -n "$nccl_inc" ]; then
+    nccl_root=$(dirname "$nccl_inc")
+  else
+    nccl_root=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+    [ -n "$nccl_root" ] && [ -f "$nccl_root/include/nccl.h" ] && nccl_inc=$nccl_root/include
+  fi
+  if [ -n "$nccl_inc" ]; then
+    for f in "$nccl_root"/lib64/libnccl.so "$nccl_root"/lib/libnccl.so "$nccl_root"/lib/*-linux-gnu/libnccl.so \
+             /usr/lib/*-linux-gnu/libnccl.so "$nccl_root"/lib64/libnccl.so.2 "$nccl_root"/lib/libnccl.so.2 \
+             /usr/lib/*-linux-gnu/libnccl.so.2; do
+      if [ -f "$f" ]; then nccl_lib=$f; break; fi
+    done
+  fi
+  if [ -n "$nccl_inc" ] && [ -n "$nccl_lib" ]; then
+    nccl=ON
+    nccl_args=(-DNCCL_INCLUDE_DIR="$nccl_inc" -DNCCL_LIBRARY="$nccl_lib")
+    nccl_dir=$(dirname "$nccl_lib")
+    export LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    stamp "NCCL: $nccl_inc/nccl.h, $nccl_lib"
+  else
+    stamp "NCCL NOT FOUND (nccl.h in \$CUDA_HOME/include, /usr/local/cuda/include, /usr/include, pip's nvidia.nccl; or no libnccl next to it): building without it, the comm/ scenarios skip"
+  fi
   b0=$(elapsed)
   if ! timeout "$t" cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
        -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DFASTPATH_TSAN_TESTS=OFF -DFASTPATH_ASAN_TESTS=OFF \
        -DFASTPATH_EMU_TESTS=OFF -DFASTPATH_WITH_NCCL=$nccl -DFASTPATH_KERNEL_WATCHDOG=ON \
-       -DFASTPATH_GPU_TEST_TIMEOUT=90 "${cmake_deps[@]}" > "$logs/configure.log" 2>&1; then
+       -DFASTPATH_GPU_TEST_TIMEOUT=90 "${cmake_deps[@]}" "${nccl_args[@]}" > "$logs/configure.log" 2>&1; then
     stamp "configure FAILED (logs/configure.log)"
     tail_into_summary "$logs/configure.log" 30
     rc=1
@@ -188,6 +221,8 @@ if [ $built -eq 1 ] && want bench && phase_time bench 120; then
     "graph|graph/chain graph/decode_step graph/op_host_cost"
     "pipeline|pipeline/bandwidth pipeline/pin_wait"
     "overlap|pipeline/overlap"
+    "comm|comm/allreduce_buckets comm/bucket_tuner"
+    "collectives|comm/collectives"
     "versions4k|attention/flash_versions --seqlen 4096 --dtype bf16"
     "versions16k|attention/flash_versions --seqlen 16384 --dtype bf16"
     "versions1k|attention/flash_versions --seqlen 1024 --dtype bf16"
@@ -246,7 +281,7 @@ if docs:
     json.dump(m, open(sys.argv[1], "w"), indent=1)
     print(f"fastbench.json: {len(m['results'])} results from {len(docs)} runs, complete={m['complete']}")
 EOF
-  grep -E "^(scenario|attention/|norm/|timing/copy|alloc/|batcher/|graph/|pipeline/)" "$out/fastbench.txt" | cut -c1-200 | tail -n 60
+  grep -E "^(scenario|attention/|norm/|timing/copy|alloc/|batcher/|graph/|pipeline/|comm/)" "$out/fastbench.txt" | cut -c1-200 | tail -n 60
 fi
 
 # ---- d. PyTorch ------------------------------------------------------------------

@@ -47,6 +47,13 @@ def evaluate(doc, targets):
             rows.append((t, None, f"not measured ({kind} run)"))
             continue
         hits = [r for r in doc.get("results", []) if matches(r, t["name"], t.get("params", {}))]
+        if t.get("needs"):
+            # a target this run cannot decide (another machine, or a bound
+            # measured by another tool): the figures it has, not judged
+            figs = [field(r, t["field"]) for r in hits if r.get("status", "ok") == "ok"]
+            figure = ", ".join(f"{v:.4g}" for v in figs if v is not None) or None
+            rows.append((t, figure, f"not checked: needs {t['needs']}"))
+            continue
         vals = []
         for r in hits:
             v = field(r, t["field"])

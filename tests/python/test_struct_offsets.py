@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fastpath import _lib, graph
+from fastpath import _lib, comm, graph
 
 ROOT = Path(__file__).resolve().parents[2]
 STRUCTS = [("fp_norm_params", "fastpath/norm.h", _lib.NormParams),
@@ -18,6 +18,15 @@ STRUCTS = [("fp_norm_params", "fastpath/norm.h", _lib.NormParams),
            ("fp_ab_report", "fastpath/timing.h", _lib.ABReport),
            ("fp_device_info", "fastpath/core.h", _lib.DeviceInfo),
            ("fp_attention_kernel_info", "fastpath/attention.h", _lib.AttentionKernelInfo)]
+STRUCTS += [("fp_comm_id", "fastpath/comm.h", comm.CommId),
+            ("fp_comm_failure_info", "fastpath/comm.h", comm.FailureInfo),
+            ("fp_comm_config", "fastpath/comm.h", comm.CommConfig),
+            ("fp_coll_record", "fastpath/comm.h", comm.CollRecord),
+            ("fp_coll_stats", "fastpath/comm.h", comm.CollStats),
+            ("fp_comm_stats", "fastpath/comm.h", comm.CommStats),
+            ("fp_coll_bench", "fastpath/comm.h", comm.CollBench),
+            ("fp_comm_tensor", "fastpath/comm.h", comm.CommTensor),
+            ("fp_buckets_config", "fastpath/comm.h", comm.BucketsConfig)]
 if graph.available():
     STRUCTS += [("fp_graph_config", "fastpath/graph.h", graph.Config),
                 ("fp_graph_info", "fastpath/graph.h", graph.Info),

@@ -15,6 +15,8 @@ Capabilities (present when libfastpath was built with them):
     fastpath.graph       CUDA graph capture / replay and the shape-bucketed graph cache
     fastpath.pipeline    host<->device copy bandwidth per host memory kind; Prefetcher
                          (the next batches copied to the GPU while this one is used)
+    fastpath.comm        NCCL communicators (collectives with a ledger, statistics, a
+                         watchdog), bucketed all-reduce overlapped with compute
 Both take raw pointers (ints) with shapes, strides and dtypes, and offer a thin
 numpy layer for CPU contexts. PyTorch drop-ins live in fastpath.torch
 (`import fastpath.torch`; needs torch).
@@ -26,7 +28,8 @@ from . import _lib
 from ._lib import lib
 
 __all__ = ["Status", "FastpathError", "Context", "version", "device_count", "stats", "time", "ab",
-           "Verdict", "DTYPES", "dtype_id", "convert", "norm", "attention", "alloc", "graph", "pipeline"]
+           "Verdict", "DTYPES", "dtype_id", "convert", "norm", "attention", "alloc", "graph", "pipeline",
+           "comm"]
 
 
 class Status(enum.IntEnum):
@@ -255,4 +258,4 @@ def ab(ctx, baseline, optimized, bytes=0.0, flops=0.0, max_time_s=None, min_samp
     return _ab_report_dict(rep)
 
 
-from . import norm, attention, alloc, graph, pipeline  # noqa: E402  (they use the names above)
+from . import norm, attention, alloc, graph, pipeline, comm  # noqa: E402  (they use the names above)

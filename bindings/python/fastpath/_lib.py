@@ -349,6 +349,13 @@ def struct_packer(cls):
     return packer
 
 
+def choice(value, table, what):
+    """table[value], or ValueError naming what and the choices."""
+    if value not in table:
+        raise ValueError(f"{what} must be one of {sorted(table)}, got {value!r}")
+    return table[value]
+
+
 class Closeable:
     """Context-manager and finalizer plumbing for a class owning a library
     handle: `with` and garbage collection both call its close()."""

@@ -134,10 +134,7 @@ def _need():
                            "(FASTPATH_MODULES must include 'pipeline')")
 
 
-def _choice(value, table, what):
-    if value not in table:
-        raise ValueError(f"{what} must be one of {sorted(table)}, got {value!r}")
-    return table[value]
+_choice = _lib.choice
 
 
 # ---- copy bandwidth --------------------------------------------------------------------
