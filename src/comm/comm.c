@@ -23,9 +23,7 @@
 
 fp_status fp_nccl_get(const fp_nccl_table **t) {
     *t = fp_nccl();
-    if (!*t)
-        return fp_set_error(FP_ERR_UNSUPPORTED,
-                            "libfastpath was built without NCCL (FASTPATH_WITH_NCCL=OFF): no communication");
+    if (!*t) return fp_set_error(FP_ERR_UNSUPPORTED, "%s", fp_nccl_load_error());
     return FP_OK;
 }
 
@@ -596,6 +594,20 @@ fp_status fp_comm_failure_status(fp_comm *c) {
     return st;
 }
 
+int fp_comm_async_error_locked(fp_comm *c, char *msg, size_t n) {
+    const fp_nccl_table *t = fp_nccl();
+    if (!c->nccl || !t) return 0;
+    int async = FP_NCCL_SUCCESS;
+    int r = t->get_async_error(c->nccl, &async);
+    int bad = r != FP_NCCL_SUCCESS ? r : async;
+    if (bad == FP_NCCL_SUCCESS || bad == FP_NCCL_IN_PROGRESS) return 0;
+    const char *last = t->last_error ? t->last_error(c->nccl) : NULL;
+    snprintf(msg, n, "Rank %d of %d: NCCL reported an asynchronous error at collective %llu: %s%s%s%s.", c->rank,
+             c->nranks, (unsigned long long)c->first_open, t->error_string(bad), last && *last ? " (" : "",
+             last && *last ? last : "", last && *last ? ")" : "");
+    return 1;
+}
+
 static void describe(const fp_coll_record *r, char *buf, size_t n) {
     if (r->kind == FP_COLL_BROADCAST)
         snprintf(buf, n, "%s %s x %zu, root %d", fp_coll_kind_name(r->kind), fp_dtype_name(r->dtype), r->count,
@@ -856,9 +868,16 @@ fp_status fp_comm_enqueue(fp_comm *c, fp_coll_kind kind, const void *send, void 
         snprintf(what, sizeof what, "rank %d: nccl %s (collective %llu)", c->rank, fp_coll_kind_name(kind),
                  (unsigned long long)seq);
         st = fp_nccl_error(r, c->nccl, what);
+        char why[512];
+        int broken = fp_comm_async_error_locked(c, why, sizeof why);
         pthread_mutex_unlock(&c->mu);
         /* The ledger did not take it; the signature stays (a retry of the
-         * same call matches it). */
+         * same call matches it). A call that failed because the
+         * communicator did (NCCL's asynchronous error) fails it for good. */
+        if (broken) {
+            fp_comm_fail_clique(c, FP_ERR_NCCL, seq, why);
+            return fp_comm_failure_status(c);
+        }
         return st;
     }
     if (!grouped) ce = cudaEventRecord(e->ev_end, stream);
@@ -985,8 +1004,13 @@ fp_status fp_comm_synchronize(fp_comm *comm, int64_t timeout_ms) {
         fp_comm_refresh_locked(comm);
         int done = comm->first_open >= comm->next_seq;
         fp_status failed = comm->failed;
+        char msg[512];
+        /* Ended collectives may have ended because NCCL failed: ask it. */
+        int async = failed == FP_OK && done && fp_comm_async_error_locked(comm, msg, sizeof msg);
+        const uint64_t seq = comm->first_open;
         pthread_mutex_unlock(&comm->mu);
-        if (failed != FP_OK) return fp_comm_failure_status(comm);
+        if (async) fp_comm_fail_clique(comm, FP_ERR_NCCL, seq, msg);
+        if (failed != FP_OK || async) return fp_comm_failure_status(comm);
         if (done) return FP_OK;
         if (timeout_ms >= 0 && fp_now_s() >= t_end)
             return fp_set_error(FP_ERR_TIMEOUT, "rank %d: collectives still running after %lld ms", comm->rank,

@@ -97,6 +97,9 @@ void fp_comm_run_callback(fp_comm *comm);
 void fp_comm_fail_clique(fp_comm *comm, fp_status status, uint64_t seq, const char *what);
 /* Updates the ledger's states from the events. comm->mu held. */
 void fp_comm_refresh_locked(fp_comm *comm);
+/* 1 with a report in msg when NCCL says the communicator failed
+ * (ncclCommGetAsyncError). comm->mu held. */
+int fp_comm_async_error_locked(fp_comm *comm, char *msg, size_t n);
 /* The stored failure as this thread's error (FP_OK if none). */
 fp_status fp_comm_failure_status(fp_comm *comm);
 

@@ -44,8 +44,11 @@ typedef struct fp_nccl_table {
     const char *(*last_error)(void *comm);
 } fp_nccl_table;
 
-/* The table in use: NCCL's, or a test's; NULL when built without NCCL. */
+/* The table in use: a test's, or NCCL's (loaded at the first call; see
+ * nccl_table.c); NULL when built without NCCL or when it cannot be loaded
+ * (fp_nccl_load_error says why). Thread-safe. */
 const fp_nccl_table *fp_nccl(void);
+const char *fp_nccl_load_error(void);
 /* Replaces the table (NULL: back to NCCL's). For tests; not thread-safe
  * with communication in flight. */
 void fp_nccl_set_table(const fp_nccl_table *table);

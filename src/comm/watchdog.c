@@ -29,7 +29,6 @@ static int64_t period_ms(void) {
 }
 
 static void check(fp_comm *c) {
-    const fp_nccl_table *t = fp_nccl();
     pthread_mutex_lock(&c->mu);
     if (c->failed != FP_OK) {
         pthread_mutex_unlock(&c->mu);
@@ -57,20 +56,8 @@ static void check(fp_comm *c) {
             }
         }
     }
-    int nccl_err = 0;
-    if (!hung && c->nccl) {
-        int async = FP_NCCL_SUCCESS;
-        int r = t->get_async_error(c->nccl, &async);
-        int bad = r != FP_NCCL_SUCCESS ? r : async;
-        if (bad != FP_NCCL_SUCCESS && bad != FP_NCCL_IN_PROGRESS) {
-            nccl_err = 1;
-            seq = c->first_open;
-            const char *last = t->last_error ? t->last_error(c->nccl) : NULL;
-            snprintf(msg, sizeof msg, "Rank %d of %d: NCCL reported an asynchronous error at collective %llu: %s%s%s%s.",
-                     c->rank, c->nranks, (unsigned long long)seq, t->error_string(bad), last && *last ? " (" : "",
-                     last && *last ? last : "", last && *last ? ")" : "");
-        }
-    }
+    const int nccl_err = !hung && fp_comm_async_error_locked(c, msg, sizeof msg);
+    if (nccl_err) seq = c->first_open;
     pthread_mutex_unlock(&c->mu);
     if (hung) fp_comm_fail_clique(c, FP_ERR_TIMEOUT, seq, msg);
     else if (nccl_err) fp_comm_fail_clique(c, FP_ERR_NCCL, seq, msg);

@@ -953,13 +953,13 @@ const char *cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
 
 cudaError_t cudaGetDevice(int *dev) {
     fp_emu_count_call(FP_EMU_CALL_GET_DEVICE);
-    *dev = 0;
+    *dev = fp_emu::current_device();
     return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int dev) {
     fp_emu_count_call(FP_EMU_CALL_QUERY);
-    if (dev != 0) return g_sticky = cudaErrorInvalidDevice;
+    if (dev < 0 || dev >= fp_emu::emulated_devices()) return cudaErrorInvalidDevice; /* not sticky, as CUDA's */
     switch (attr) {
     case cudaDevAttrMultiProcessorCount: *value = g_device.sm_count; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = g_device.smem_per_block_optin; break;

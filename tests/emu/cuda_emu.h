@@ -182,6 +182,10 @@ void device_fault(cudaError_t e);
 // An API call failed: the error becomes cudaGetLastError's; returns e.
 cudaError_t record_error(cudaError_t e);
 
+// The calling thread's device (cudaSetDevice), and how many there are
+// (FP_EMU_DEVICES, default 1). All share the one device profile.
+int current_device();
+int emulated_devices();
 // Work for a stream (cudart_emu.cpp): recorded into the graph when the
 // stream captures; else run on the stream's worker thread in stream order
 // when streams are asynchronous (FP_EMU_ASYNC=1: the library's own tests, so

@@ -181,12 +181,18 @@ uint64_t enqueue_ordered(Stream *st, std::function<void()> op) {
 
 cudaError_t device_error() { return cudaPeekAtLastError(); }
 
+// The calling thread's device: its streams (and the legacy stream, shared
+// by the emulated devices), as cudaDeviceSynchronize and cudaFree wait for
+// on a GPU. Another device's streams are not waited for (with several
+// ranks as threads, one blocked in a collective must not block the others'
+// cudaFree).
 void sync_device() {
     drain(legacy());
     std::vector<Stream *> all;
     {
         std::lock_guard<std::mutex> lk(g_streams_mu);
-        all.assign(g_streams.begin(), g_streams.end());
+        for (Stream *o : g_streams)
+            if (o->device == g_device_current) all.push_back(o);
     }
     for (Stream *o : all) drain(o);
 }
@@ -271,6 +277,9 @@ cudaError_t capture_check_unsafe_call(const char *what) {
 }
 
 }  // namespace
+
+int current_device() { return g_device_current; }
+int emulated_devices() { return device_count(); }
 
 bool async_streams() {
     static const bool on = [] {
