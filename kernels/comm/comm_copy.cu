@@ -18,14 +18,17 @@ __global__ void copies_kernel(const fp_copy_desc *__restrict__ descs) {
         const size_t nvec = d.bytes / 16;
         const uint4 *s = reinterpret_cast<const uint4 *>(d.src);
         uint4 *o = reinterpret_cast<uint4 *>(d.dst);
-        for (size_t v = first; v < nvec; v += stride) o[v] = s[v];
+        // The pointers come from memory, so the compiler cannot tell they are
+        // global: __ldg / __stwb make the loads and stores global (LDG / STG
+        // 128-bit) instead of generic LD / ST.
+        for (size_t v = first; v < nvec; v += stride) __stwb(o + v, __ldg(s + v));
         // Tail: fewer than 16 bytes.
         const size_t t = nvec * 16 + first;
-        if (t < d.bytes) static_cast<uint8_t *>(d.dst)[t] = static_cast<const uint8_t *>(d.src)[t];
+        if (t < d.bytes) __stwb(static_cast<uint8_t *>(d.dst) + t, __ldg(static_cast<const uint8_t *>(d.src) + t));
     } else {
         const uint8_t *s = static_cast<const uint8_t *>(d.src);
         uint8_t *o = static_cast<uint8_t *>(d.dst);
-        for (size_t i = first; i < d.bytes; i += stride) o[i] = s[i];
+        for (size_t i = first; i < d.bytes; i += stride) __stwb(o + i, __ldg(s + i));
     }
 }
 

@@ -522,6 +522,24 @@ fp_status fp_comm_group_end(void) {
     t_group_depth--;
     if (st == FP_OK && r != FP_NCCL_SUCCESS && r != FP_NCCL_IN_PROGRESS) st = fp_nccl_error(r, NULL, "ncclGroupEnd");
     if (!outer) return st;
+    if (r == FP_NCCL_IN_PROGRESS) {
+        /* Non-blocking communicators: the group's launch finishes in the
+         * background; each must be out of "in progress" before its next call. */
+        for (int i = 0; i < t_ngroup; ++i) {
+            fp_comm *c = t_group[i].comm;
+            if (t_group[i].split_out) continue;
+            long us = 20;
+            pthread_mutex_lock(&c->mu);
+            int async = FP_NCCL_IN_PROGRESS;
+            while (c->nccl && t->get_async_error(c->nccl, &async) == FP_NCCL_SUCCESS && async == FP_NCCL_IN_PROGRESS) {
+                pthread_mutex_unlock(&c->mu);
+                sleep_us(us);
+                us = backoff(us);
+                pthread_mutex_lock(&c->mu);
+            }
+            pthread_mutex_unlock(&c->mu);
+        }
+    }
     for (int i = 0; i < t_ngroup; ++i) {
         group_item *it = &t_group[i];
         if (!it->split_out) {

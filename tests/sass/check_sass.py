@@ -87,6 +87,8 @@ RULES = [
     ("copy / axpby vector", "core", r"^(copy_v1|void axpby_v2<)", BASE, VEC_LOAD_STORE, ()),
     ("axpby scalar", "core", r"^void axpby_v1<", BASE, {}, ()),
     ("launch probes (empty kernels)", "core", r"^empty_(small|big)\(", BASE, {}, ()),
+    # communication: the buckets' gather / scatter moves 16-byte vectors
+    ("bucket gather / scatter", "comm", r"^copies_kernel\(", BASE, VEC_LOAD_STORE, ()),
 ]
 
 
@@ -357,7 +359,7 @@ def main():
     ap.add_argument("--lib", help="the library to check (libfastpath.so)")
     ap.add_argument("--archs", default="80;90", help='CMAKE_CUDA_ARCHITECTURES, e.g. "80;90"')
     ap.add_argument("--sm90a", default="0", help="1 when the sm_90a (wgmma/TMA) kernels are built")
-    ap.add_argument("--modules", default="core;norm;attention", help="the capabilities built")
+    ap.add_argument("--modules", default="core;norm;attention;comm", help="the capabilities built")
     ap.add_argument("--cuda-bin", default="", help="the toolkit's bin directory (nvcc's)")
     ap.add_argument("--cuobjdump", default="")
     ap.add_argument("--report", default="", help="write the per-kernel figures as JSON here")

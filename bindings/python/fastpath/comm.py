@@ -28,10 +28,35 @@ without the comm module): then every other call raises FastpathError
 FastpathError; bad arguments of the Python layer ValueError / TypeError.
 """
 import ctypes
+import importlib.util
+import os
 
 import fastpath as _pkg  # the package: it imports this module after defining what is used here
 from . import _lib
 from ._lib import lib
+
+def _prefer_pips_nccl():
+    """libfastpath loads NCCL at its first communication call, preferring a
+    libnccl.so.2 the process already has. PyTorch's wheels bring their own
+    (pip's nvidia-nccl, often newer than the CUDA toolkit's): when that one
+    is installed and the user has not chosen (FASTPATH_NCCL_LIB), point the
+    library at it, so that importing torch after communicating does not
+    find an older NCCL already loaded."""
+    if os.environ.get("FASTPATH_NCCL_LIB"):
+        return
+    try:
+        spec = importlib.util.find_spec("nvidia.nccl")
+    except (ImportError, ValueError):
+        return
+    for d in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(d, "lib", "libnccl.so.2")
+        if os.path.exists(path):
+            os.environ["FASTPATH_NCCL_LIB"] = path
+            return
+
+
+_prefer_pips_nccl()
+
 
 __all__ = ["comm_available", "unique_id", "Comm", "Buckets", "COLL_KINDS", "REDUCE_OPS", "COLL_STATES",
            "ID_BYTES"]
