@@ -83,7 +83,15 @@ struct Event {
     std::atomic<double> t_ms{0};
     bool recorded = false;
     unsigned flags = 0;
+    // The handle's reference and one per record not yet run (or held by a
+    // captured graph): cudaEventDestroy of an event still pending in a
+    // stream returns at once, as on a GPU, and the event goes with its last
+    // record (the caching allocator destroys events it made a stream wait on).
+    std::atomic<int> refs{1};
 };
+void event_release(Event *ev) {
+    if (ev->refs.fetch_sub(1) == 1) delete ev;
+}
 
 std::mutex g_mu;
 thread_local int g_device_current = 0;
@@ -733,13 +741,15 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
         std::lock_guard<std::mutex> lk(g_streams_mu);
         g_events.erase(ev);
     }
-    delete ev;
+    event_release(ev);
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     Stream *st = as_stream(s);
     Event *ev = reinterpret_cast<Event *>(e);
-    auto stamp = [ev] { ev->t_ms.store(now_ms()); };
+    ev->refs.fetch_add(1);
+    std::shared_ptr<Event> hold(ev, event_release);  // released with the record's work
+    auto stamp = [hold] { hold->t_ms.store(now_ms()); };
     ev->recorded = true;
     if (st->capturing) {
         st->graph->nodes->push_back(Node{cudaGraphNodeTypeEventRecord, nullptr, stamp});
