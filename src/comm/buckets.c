@@ -396,8 +396,14 @@ fp_status fp_buckets_wait(fp_buckets *b, fp_stream stream) {
         cudaEventSynchronize(b->ev_x[x][1]);
         pthread_mutex_lock(&comm->mu);
         harvest_one(b, x);
+        b->x_pending[x] = 0; /* its events are recorded again below */
         pthread_mutex_unlock(&comm->mu);
-        b->x_pending[x] = 0;
+    }
+    /* A bucket whose launch failed in fp_buckets_mark_ready (the error went
+     * to that call): launch it now, or fail here, never wait without it. */
+    while (b->next_launch < b->nb) {
+        FP_TRY(launch(b, b->next_launch));
+        b->next_launch++;
     }
     FP_CUDA_TRY(cudaEventRecord(b->ev_x[x][0], s));
     if (s != comm->stream)

@@ -294,6 +294,18 @@ static void case_init_all(int n) {
         CHECK_OK(fp_comm_ledger(comms[i], rec, 4, &nr));
         CHECK(nr == 1 && rec[0].state == FP_COLL_ENDED);
     }
+    /* Split from one thread: the children are ready after the group ends. */
+    fp_comm *kids[4] = {0};
+    CHECK_OK(fp_comm_group_start());
+    for (int i = 0; i < n; ++i) CHECK_OK(fp_comm_split(comms[i], i % 2, i, NULL, &kids[i]));
+    CHECK_OK(fp_comm_group_end());
+    for (int i = 0; i < n; ++i) {
+        const int members = (n - (i % 2) + 1) / 2; /* ranks of the same parity */
+        CHECK_MSG(kids[i] && fp_comm_nranks(kids[i]) == members && fp_comm_rank(kids[i]) == i / 2,
+                  "grouped split: rank %d got %d of %d, want %d of %d", i, kids[i] ? fp_comm_rank(kids[i]) : -1,
+                  kids[i] ? fp_comm_nranks(kids[i]) : 0, i / 2, members);
+    }
+    for (int i = 0; i < n; ++i) fp_comm_destroy(kids[i]);
     /* Duplicated devices are refused. */
     if (n >= 1) {
         fp_context *dup[2] = {ctxs[0], ctxs[0]};
