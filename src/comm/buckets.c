@@ -61,6 +61,17 @@ static void config_defaults(fp_buckets_config *c) {
     c->op = FP_REDUCE_SUM;
 }
 
+fp_status fp_buckets_config_read(const fp_buckets_config *user, fp_buckets_config *out) {
+    if (!user) {
+        config_defaults(out);
+        return FP_OK;
+    }
+    fp_buckets_config full;
+    FP_STRUCT_IN(&user, full, BUCKETS_CONFIG_SIZE_FIRST, fp_buckets_config_default, "fp_buckets_config");
+    *out = *user;
+    return FP_OK;
+}
+
 fp_status fp_buckets_config_default_sized(fp_buckets_config *cfg, size_t struct_size) {
     fp_buckets_config d;
     config_defaults(&d);
@@ -87,8 +98,7 @@ static void harvest_one(fp_buckets *b, int x) {
     b->x_pending[x] = 0;
 }
 
-void fp_buckets_harvest_locked(fp_buckets *list, int wait) {
-    (void)wait;
+void fp_buckets_harvest_locked(fp_buckets *list) {
     for (fp_buckets *b = list; b; b = b->next) {
         harvest_one(b, 0);
         harvest_one(b, 1);
@@ -164,14 +174,7 @@ fp_status fp_buckets_create(fp_comm *comm, const fp_comm_tensor *tensors, int n,
     FP_CHECK_NOT_NULL(tensors);
     FP_CHECK_ARG(n >= 1, "n must be >= 1 (got %d)", n);
     fp_buckets_config c;
-    if (cfg) {
-        fp_buckets_config full;
-        const fp_buckets_config *p = cfg;
-        FP_STRUCT_IN(&p, full, BUCKETS_CONFIG_SIZE_FIRST, fp_buckets_config_default, "fp_buckets_config");
-        c = *p;
-    } else {
-        config_defaults(&c);
-    }
+    FP_TRY(fp_buckets_config_read(cfg, &c));
     FP_CHECK_ARG(c.bucket_cap_bytes > 0 && c.first_bucket_cap_bytes > 0,
                  "bucket caps must be > 0 (bucket_cap_bytes %zu, first_bucket_cap_bytes %zu)", c.bucket_cap_bytes,
                  c.first_bucket_cap_bytes);

@@ -485,6 +485,22 @@ static fp_status group_push(const group_item *it) {
     return FP_OK;
 }
 
+/* A non-blocking communicator's call may return "in progress": it finishes
+ * in the background, and the communicator takes no other call until then.
+ * Polls NCCL's asynchronous state until it leaves "in progress"; returns
+ * that state (or the poll's own error). comm->mu held. */
+static int settle_locked(fp_comm *c) {
+    const fp_nccl_table *t = fp_nccl();
+    long us = 20;
+    int async = FP_NCCL_IN_PROGRESS, r = FP_NCCL_SUCCESS;
+    while (c->nccl && (r = t->get_async_error(c->nccl, &async)) == FP_NCCL_SUCCESS && async == FP_NCCL_IN_PROGRESS) {
+        sleep_us(us);
+        us = backoff(us);
+    }
+    if (!c->nccl) return FP_NCCL_SUCCESS;
+    return r == FP_NCCL_SUCCESS ? async : r;
+}
+
 fp_status fp_comm_group_start(void) {
     const fp_nccl_table *t;
     FP_TRY(fp_nccl_get(&t));
@@ -522,24 +538,13 @@ fp_status fp_comm_group_end(void) {
     t_group_depth--;
     if (st == FP_OK && r != FP_NCCL_SUCCESS && r != FP_NCCL_IN_PROGRESS) st = fp_nccl_error(r, NULL, "ncclGroupEnd");
     if (!outer) return st;
-    if (r == FP_NCCL_IN_PROGRESS) {
-        /* Non-blocking communicators: the group's launch finishes in the
-         * background; each must be out of "in progress" before its next call. */
+    if (r == FP_NCCL_IN_PROGRESS) /* the group's launch finishes in the background */
         for (int i = 0; i < t_ngroup; ++i) {
-            fp_comm *c = t_group[i].comm;
             if (t_group[i].split_out) continue;
-            long us = 20;
-            pthread_mutex_lock(&c->mu);
-            int async = FP_NCCL_IN_PROGRESS;
-            while (c->nccl && t->get_async_error(c->nccl, &async) == FP_NCCL_SUCCESS && async == FP_NCCL_IN_PROGRESS) {
-                pthread_mutex_unlock(&c->mu);
-                sleep_us(us);
-                us = backoff(us);
-                pthread_mutex_lock(&c->mu);
-            }
-            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_lock(&t_group[i].comm->mu);
+            (void)settle_locked(t_group[i].comm); /* an error shows at the next call or the watchdog */
+            pthread_mutex_unlock(&t_group[i].comm->mu);
         }
-    }
     for (int i = 0; i < t_ngroup; ++i) {
         group_item *it = &t_group[i];
         if (!it->split_out) {
@@ -748,7 +753,6 @@ static void account(fp_comm *c, coll_entry *e) {
     a->lat[a->nlat % FP_COMM_LAT_KEEP] = e->rec.duration_ms;
     a->nlat++;
     c->n_ended++;
-    e->counted = 1;
 }
 
 void fp_comm_refresh_locked(fp_comm *c) {
@@ -871,16 +875,7 @@ fp_status fp_comm_enqueue(fp_comm *c, fp_coll_kind kind, const void *send, void 
     }
     const fp_nccl_table *t = fp_nccl();
     int r = t->collective(kind, send, recv, count, dtype, op, root, c->nccl, stream);
-    if (r == FP_NCCL_IN_PROGRESS) {
-        /* Non-blocking communicator: the call finishes in the background. */
-        long us = 20;
-        int async = FP_NCCL_IN_PROGRESS;
-        while ((r = t->get_async_error(c->nccl, &async)) == FP_NCCL_SUCCESS && async == FP_NCCL_IN_PROGRESS) {
-            sleep_us(us);
-            us = backoff(us);
-        }
-        if (r == FP_NCCL_SUCCESS) r = async;
-    }
+    if (r == FP_NCCL_IN_PROGRESS) r = settle_locked(c);
     if (r != FP_NCCL_SUCCESS) {
         char what[96];
         snprintf(what, sizeof what, "rank %d: nccl %s (collective %llu)", c->rank, fp_coll_kind_name(kind),
@@ -910,7 +905,6 @@ fp_status fp_comm_enqueue(fp_comm *c, fp_coll_kind kind, const void *send, void 
     e->rec.enqueue_ms = (fp_now_s() - c->t0) * 1e3;
     e->rec.start_ms = grouped ? -1 : 0; /* -1: events not recorded yet (fp_comm_group_end does) */
     e->stream = stream;
-    e->counted = 0;
     c->next_seq++;
     c->n_enqueued++;
     pthread_mutex_unlock(&c->mu);
@@ -1115,7 +1109,7 @@ fp_status fp_comm_get_stats(fp_comm *comm, fp_comm_stats *user) {
     if (!tmp) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "latency samples");
     pthread_mutex_lock(&comm->mu);
     if (comm->failed == FP_OK) fp_comm_refresh_locked(comm);
-    if (comm->buckets) fp_buckets_harvest_locked(comm->buckets, 0);
+    if (comm->buckets) fp_buckets_harvest_locked(comm->buckets);
     for (int k = 0; k < FP_COLL_KINDS; ++k) {
         const coll_acc *a = &comm->acc[k];
         fp_coll_stats *o = &s.kind[k];

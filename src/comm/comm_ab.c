@@ -170,15 +170,13 @@ static fp_status download(fp_comm *comm, const fp_comm_tensor *t, const fp_bucke
     return FP_OK;
 }
 
-static fp_status check_list(const fp_comm *comm, const fp_comm_tensor *tensors, int n, fp_comm_produce_fn produce,
-                            const fp_buckets_config *cfg) {
+static fp_status check_list(const fp_comm *comm, const fp_comm_tensor *tensors, int n, fp_comm_produce_fn produce) {
     FP_CHECK_NOT_NULL(comm);
     FP_CHECK_NOT_NULL(tensors);
     FP_CHECK_NOT_NULL(produce);
     FP_CHECK_ARG(n >= 1, "n must be >= 1 (got %d)", n);
     for (int i = 0; i < n; ++i)
         FP_CHECK_ARG(tensors[i].data != NULL, "tensors[%d].data is NULL (the baseline's memory)", i);
-    (void)cfg;
     return FP_OK;
 }
 
@@ -188,18 +186,11 @@ fp_status fp_buckets_validate(fp_comm *comm, const fp_comm_tensor *tensors, int 
     FP_CHECK_NOT_NULL(report);
     FP_TRY(fp_struct_size_check(report->struct_size, AB_REPORT_SIZE_FIRST, sizeof(fp_buckets_ab_report),
                                 "fp_buckets_ab_report"));
-    FP_TRY(check_list(comm, tensors, n, produce, cfg));
+    FP_TRY(check_list(comm, tensors, n, produce));
     fp_timing_config tc;
     FP_TRY(timing_config(comm, cfg_timing, &tc));
     fp_buckets_config bc;
-    if (cfg) {
-        fp_buckets_config full;
-        const fp_buckets_config *p = cfg;
-        FP_STRUCT_IN(&p, full, sizeof(fp_buckets_config), fp_buckets_config_default, "fp_buckets_config");
-        bc = *p;
-    } else {
-        fp_buckets_config_default(&bc);
-    }
+    FP_TRY(fp_buckets_config_read(cfg, &bc));
     fp_buckets *b = NULL;
     FP_TRY(fp_buckets_create(comm, tensors, n, &bc, &b));
     fp_buckets_ab_report r;
@@ -280,19 +271,12 @@ fp_status fp_buckets_tune(fp_comm *comm, const fp_comm_tensor *tensors, int n, c
     FP_CHECK_NOT_NULL(result);
     FP_TRY(fp_struct_size_check(result->struct_size, TUNE_RESULT_SIZE_FIRST, sizeof(fp_buckets_tune_result),
                                 "fp_buckets_tune_result"));
-    FP_TRY(check_list(comm, tensors, n, produce, cfg));
+    FP_TRY(check_list(comm, tensors, n, produce));
     FP_CHECK_ARG(caps == NULL || (ncaps >= 1 && ncaps <= 16), "ncaps must be in [1, 16] (got %d)", ncaps);
     fp_timing_config tc;
     FP_TRY(timing_config(comm, cfg_timing, &tc));
     fp_buckets_config bc;
-    if (cfg) {
-        fp_buckets_config full;
-        const fp_buckets_config *p = cfg;
-        FP_STRUCT_IN(&p, full, sizeof(fp_buckets_config), fp_buckets_config_default, "fp_buckets_config");
-        bc = *p;
-    } else {
-        fp_buckets_config_default(&bc);
-    }
+    FP_TRY(fp_buckets_config_read(cfg, &bc));
     size_t total = 0;
     for (int i = 0; i < n; ++i) total += tensors[i].count * fp_dtype_size(tensors[i].dtype);
     size_t list[16];

@@ -21,7 +21,6 @@ typedef struct coll_entry {
     fp_coll_record rec;
     cudaEvent_t ev_start, ev_end;
     cudaStream_t stream;
-    int counted;                  /* in the statistics */
 } coll_entry;
 
 /* Latency samples of one kind: the last FP_COMM_LAT_KEEP durations. */
@@ -110,7 +109,9 @@ fp_status fp_comm_enqueue(fp_comm *comm, fp_coll_kind kind, const void *send, vo
 
 /* Buckets' exposure harvest (buckets.c): adds what finished to comm's
  * statistics. comm->mu held. */
-void fp_buckets_harvest_locked(fp_buckets *b, int wait);
+void fp_buckets_harvest_locked(fp_buckets *b);
+/* A caller's buckets config (NULL: defaults) as this library's layout. */
+fp_status fp_buckets_config_read(const fp_buckets_config *user, fp_buckets_config *out);
 
 /* The watchdog (watchdog.c). */
 void fp_watchdog_add(fp_comm *comm);
