@@ -36,7 +36,9 @@
 #              (one rank on the GPU) the runs "comm" (allreduce_buckets,
 #              bucket_tuner) and "collectives"
 # Environment: FP_GPU_CHECK_BUDGET (default 420 s for the whole call),
-# FP_GPU_CHECK_PHASES (comma list, default all), FP_GPU_CHECK_TESTS (a ctest
+# FP_GPU_CHECK_PHASES (comma list, default all), FP_GPU_CHECK_BENCH_CAP (the
+# bench phase's cap, default 120 s), FP_GPU_CHECK_PYTEST (pytest's selection,
+# default "-k cuda tests/python"), FP_GPU_CHECK_PYBENCH=0 (no PyTorch bench), FP_GPU_CHECK_TESTS (a ctest
 # -R regex narrowing the gpu tests, default all), FP_GPU_CHECK_RUNS (comma
 # list of the bench phase's run names below, default all), FASTPATH_GIT_COMMIT
 # (the commit checked: the device copy has no .git).
@@ -208,7 +210,7 @@ fi
 # One run per target family (its shape options differ), then the kernel
 # versions; each under the time left, each to its own JSON, merged into
 # fastbench.json. Order: what the targets need first.
-if [ $built -eq 1 ] && want bench && phase_time bench 120; then
+if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:-120}"; then
   b0=$(elapsed)
   timeout 30 ./build-gpu/fastbench info --json "$logs/info.json" > "$logs/info.txt" 2>&1
   common=(--max-time 0.25 --max-samples 60)
@@ -292,18 +294,26 @@ if [ $built -eq 1 ] && want python && phase_time python 130; then
     # and compiled; CI runs only their CPU cases), at most 60 s (128 cases took
     # 43 s on the H200 and the interpreter's exit went past 45).
     p0=$(elapsed)
-    timeout 60 python3 -m pytest -q -p no:cacheprovider -k cuda tests/python > "$logs/pytest-cuda.txt" 2>&1
+    # shellcheck disable=SC2086 # FP_GPU_CHECK_PYTEST is a word list
+    timeout 60 python3 -m pytest -q -p no:cacheprovider ${FP_GPU_CHECK_PYTEST:--k cuda tests/python} > "$logs/pytest-cuda.txt" 2>&1
     r=$?
     [ $r -ne 0 ] && [ $r -ne 5 ] && rc=1 # 5: no test selected
-    stamp "pytest -k cuda rc=$r$([ $r -eq 124 ] && echo ' (out of time)'): $(grep -E '(passed|failed|error)' "$logs/pytest-cuda.txt" | tail -1)"
+    stamp "pytest ${FP_GPU_CHECK_PYTEST:--k cuda} rc=$r$([ $r -eq 124 ] && echo ' (out of time)'): $(grep -E '(passed|failed|error)' "$logs/pytest-cuda.txt" | tail -1)"
     grep -E "^(FAILED|ERROR) " "$logs/pytest-cuda.txt" | head -15 | tee -a "$out/summary.txt"
     t=$(( t - ($(elapsed) - p0) ))
-    PYTHONUNBUFFERED=1 timeout "$t" python3 benchmarks/python/bench_torch.py --quick --compiled --only sdpa,norm,rms \
-      --max-seconds $(( t - 20 )) --json "$out/python-bench.json" > "$out/python-bench.txt" 2>&1
-    r=$?
-    [ $r -ne 0 ] && rc=1
-    stamp "python bench rc=$r$([ $r -eq 124 ] && echo ' (out of time)')"
-    tail_into_summary "$out/python-bench.txt" 30
+    if [ "${FP_GPU_CHECK_PYBENCH:-1}" = 0 ]; then
+      stamp "python bench not asked for (FP_GPU_CHECK_PYBENCH=0)"
+    elif [ "$t" -lt 20 ]; then
+      stamp "python bench NOT RUN: phase out of time"
+      not_reached+=("python bench")
+    else
+      PYTHONUNBUFFERED=1 timeout "$t" python3 benchmarks/python/bench_torch.py --quick --compiled --only sdpa,norm,rms \
+        --max-seconds $(( t - 20 )) --json "$out/python-bench.json" > "$out/python-bench.txt" 2>&1
+      r=$?
+      [ $r -ne 0 ] && rc=1
+      stamp "python bench rc=$r$([ $r -eq 124 ] && echo ' (out of time)')"
+      tail_into_summary "$out/python-bench.txt" 30
+    fi
   else
     stamp "python bench NOT RUN: no torch with CUDA"
     not_reached+=(python)
