@@ -114,8 +114,7 @@ static void run_mode(fb_run *run, const char *mode, size_t reserve_mib, size_t c
     if (st == FP_OK) st = fp_pinned_pool_get_stats(pool, &s);
 
     const size_t seg = fp_pinned_pool_reserve_segment(pool);
-    const uint64_t pieces_per_seg = (seg + cfg.chunk_bytes - 1) / cfg.chunk_bytes;
-    const uint64_t reserve_pins = (s.reserve_target_bytes / (seg ? seg : 1)) * pieces_per_seg;
+    const uint64_t reserve_pins = s.reserve_target_bytes / (seg ? seg : 1); /* one pin call per segment */
     char why[256] = "";
     if (st != FP_OK) snprintf(why, sizeof why, "%s", fp_last_error());
     else if (!started) snprintf(why, sizeof why, "the foreground thread did not start");

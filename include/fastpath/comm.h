@@ -90,6 +90,13 @@ typedef struct fp_comm_id {
  * then every fp_comm_* and fp_buckets_* call returns FP_ERR_UNSUPPORTED. */
 FP_API int fp_comm_available(void);
 
+/* The version of the NCCL in use (ncclGetVersion: 22809 for 2.28.9; loaded
+ * at the first call, see above), and in *from (if not NULL) where it was
+ * loaded from (a path or a description, static storage). 0 and *from NULL
+ * when NCCL is absent or cannot be loaded (fp_comm_* calls then say why).
+ * Thread-safe. */
+FP_API int fp_comm_nccl_version(const char **from);
+
 /* A fresh unique id (ncclGetUniqueId): rank 0 makes it, every rank of the
  * communicator passes the same to fp_comm_init. Errors: FP_ERR_INVALID_ARGUMENT,
  * FP_ERR_NCCL, FP_ERR_UNSUPPORTED. */

@@ -1,7 +1,7 @@
 /*
- * libfastpath pinned memory: a pool of page-locked host memory that pins in
- * bounded pieces, at the size asked for, under a budget, with the cost of
- * every pin measured.
+ * libfastpath pinned memory: a pool of page-locked host memory that pins at
+ * the size asked for, ahead of need in bounded segments on a thread of its
+ * own, under a budget, with the cost of every pin measured.
  *
  * Why
  *   Async copies need pinned (page-locked) host memory, and pinning is slow
@@ -14,15 +14,16 @@
  *
  * API tiers
  *   1. The pool (fp_pinned_pool_*): a caching allocator (alloc.h) whose
- *      upstream pins host memory in pieces of at most chunk_bytes. Take
+ *      upstream pins host memory at the size asked for, one segment per
+ *      pin call. Take
  *      blocks with fp_alloc_alloc / fp_alloc_free on
  *      fp_pinned_pool_allocator(pool), or give that allocator to a pipeline
  *      (fp_pipeline_config.pinned) as its staging memory.
  *   2. Background pinning (fp_pinned_pool_reserve): a thread pins memory
- *      ahead of need into the pool's cache, one chunk at a time, while
- *      other threads go on allocating.
+ *      ahead of need into the pool's cache, one chunk-sized segment per pin
+ *      call, while other threads go on allocating.
  *   3. Registering user memory (fp_pinned_register): existing host memory
- *      pinned in place (cudaHostRegister), chunked and measured the same way.
+ *      pinned in place (cudaHostRegister, one call), measured the same way.
  *   4. Statistics (fp_pinned_pool_get_stats): bytes pinned, the pin rate,
  *      the longest single pin call, the longest time a foreground thread
  *      waited to pin, refusals by the budget.
@@ -31,14 +32,21 @@
  *   - Host memory comes from mmap (page-aligned, at its size rounded up to a
  *     page: never to a power of two). Its pages are touched first, one write
  *     per page, before the pin calls, so the page faults do not happen while
- *     the driver holds its lock; then cudaHostRegister(cudaHostRegisterPortable)
- *     pins it in pieces of at most chunk_bytes (inner piece boundaries on
- *     page boundaries), each unpinned by cudaHostUnregister on release.
+ *     the driver holds its lock; then one cudaHostRegister
+ *     (cudaHostRegisterPortable) pins the whole segment, and
+ *     cudaHostUnregister unpins it on release.
+ *   - One registration per segment, never pieces: a copy whose host range
+ *     spans two registrations fails (cudaErrorInvalidValue, measured on an
+ *     H100 with driver 580), as one over registered and pageable memory
+ *     does, and every block lies inside one segment.
  *   - A process-wide pin lock (one for every pool of the process, as the
- *     driver's lock is) is held for one piece at a time and handed over in
- *     FIFO order between pieces: a thread that needs to pin waits at most
- *     for the piece being pinned, and for those of threads that asked
- *     before it, never for a whole large allocation or reserve.
+ *     driver's lock is) is held for one pin call at a time and handed over
+ *     in FIFO order: a thread that needs to pin waits at most for the call
+ *     in progress and those of threads that asked before it. A reserve pins
+ *     one segment of chunk_bytes per call, so a thread never waits for a
+ *     whole reserve; a block larger than a chunk is pinned in one call of
+ *     its own size (it must be one registration), which is then the longest
+ *     wait it can impose.
  *   - Block sizes: the caching allocator rounds a request to 512 bytes (small
  *     blocks) or 2 MiB (blocks of 10 MiB and more get their own segment of
  *     that size); the pool adds nothing (a 129.5 MiB block reserves 130 MiB).
@@ -46,24 +54,19 @@
  *     the streams of its async copies is reused only once those copies'
  *     events completed (CUDA event ops; never a stream wait: the CPU writes a
  *     reused host block at once).
- *   - A block larger than chunk_bytes spans several registrations. The CUDA
- *     documentation does not say that a copy over such a block runs as a
- *     pinned copy: keep chunk_bytes at least as large as the largest block
- *     an async copy uses (the pipeline's max_in_bytes / max_out_bytes), or
- *     check with fp_copy_bandwidth.
  *   - Budget: bytes pinned by the pool (its segments, memory being pinned by
  *     a reserve, registered user memory) never exceed budget_bytes. A pin
  *     beyond it fails with FP_ERR_OUT_OF_MEMORY, giving the bytes pinned,
  *     the request and the budget; through the allocator, that is an upstream
  *     refusal: it releases cached segments and retries, and its
  *     out-of-memory message ends with the budget's.
- *   - Failures leave nothing behind: the pieces already pinned are unpinned
- *     and the memory freed before the error returns.
+ *   - Failures leave nothing behind: the memory is freed (and nothing stays
+ *     pinned) before the error returns.
  *
  * CPU contexts ("host mode")
  *   On a CPU context the pool runs the same code with no CUDA call: a "pin
- *   call" is the first touch of the piece's pages (the page faults that a
- *   real pin also pays), under the same process-wide lock, so the chunking,
+ *   call" is the first touch of the range's pages (the page faults that a
+ *   real pin also pays), under the same process-wide lock, so the segments,
  *   the budget, reuse, registration rules, the background reserve and the
  *   wait bounds are all testable, and measured, without a GPU.
  *
@@ -71,10 +74,10 @@
  *   Every function is thread-safe, except fp_pinned_pool_destroy (no other
  *   thread may use the pool during or after it). A reserve runs on a thread
  *   of the pool's own; destroy cancels it (it stops after the segment it
- *   is pinning: one piece when chunk_bytes is at least 10 MiB). Upstream calls of the pool's allocator happen one at a time
- *   (alloc.h), but the reserve pins outside them and only hands finished
- *   segments to the allocator, so a thread whose allocation misses the cache
- *   waits at most for one piece of the reserve's pinning.
+ *   is pinning). Upstream calls of the pool's allocator happen one at a
+ *   time (alloc.h), but the reserve pins outside them and only hands
+ *   finished segments to the allocator, so a thread whose allocation misses
+ *   the cache waits at most for one segment of the reserve's pinning.
  */
 #ifndef FASTPATH_PINNED_H
 #define FASTPATH_PINNED_H
@@ -97,10 +100,11 @@ typedef struct fp_pinned_pool fp_pinned_pool;
 
 typedef struct fp_pinned_config {
     size_t struct_size;          /* set by fp_pinned_config_default */
-    /* The most one pin call covers: a waiting thread waits at most this
-     * much pinning. Rounded up to the page size. 0: FP_PINNED_DEFAULT_CHUNK. */
+    /* The size of a reserve's segments (fp_pinned_pool_reserve_segment),
+     * so the most a thread waits for the reserve's pinning: one pin call of
+     * this much. Rounded up to the page size. 0: FP_PINNED_DEFAULT_CHUNK. */
     size_t chunk_bytes;
-    /* Cap on bytes pinned by this pool (segments, a reserve's pieces in
+    /* Cap on bytes pinned by this pool (segments, a reserve's segment in
      * progress, registered user memory). 0: none. */
     size_t budget_bytes;
     /* The caching allocator's configuration (NULL: alloc.h's defaults).
@@ -150,7 +154,7 @@ FP_API size_t fp_pinned_pool_reserve_segment(const fp_pinned_pool *pool);
 
 /* Starts pinning `bytes` (rounded up to whole reserve segments) into the
  * pool's cache on a background thread and returns at once. The thread pins
- * one segment at a time outside the allocator (the pieces under the pin
+ * one segment at a time outside the allocator (each under the pin
  * lock), hands it to the allocator as a block on stream NULL and holds the
  * blocks until the target is reached, then frees them all: they stay cached
  * for allocations on stream NULL of more than FP_ALLOC_SMALL_SIZE (1 MiB)
@@ -181,8 +185,9 @@ FP_API fp_status fp_pinned_pool_reserve_wait(fp_pinned_pool *pool, int64_t timeo
 /* Pins existing host memory [base, base + bytes) in place: its pages
  * touched first (an atomic OR of 0 per page: a write that keeps the data,
  * even against concurrent writers; the memory must be writable), then
- * cudaHostRegister(cudaHostRegisterPortable) in pieces of at most
- * chunk_bytes (host mode: the touch is the pin). The time of the whole call
+ * one cudaHostRegister(cudaHostRegisterPortable) over the whole range (a
+ * copy over two registrations fails on a GPU, so the range is never cut;
+ * host mode: the touch is the pin). The time of the whole call
  * is counted (register_calls, register_ms), its pins in the pin statistics,
  * its bytes against the budget. The memory stays the caller's: it must
  * stay allocated until fp_pinned_unregister (or the pool's destroy).
@@ -213,13 +218,13 @@ typedef struct fp_pinned_stats {
     int reserve_running;          /* 1: a reserve's thread is at work */
     size_t chunk_bytes;           /* the pool's (rounded) */
     size_t budget_bytes;          /* 0: none */
-    /* Now: bytes pinned by the pool (segments + a reserve's pieces in
+    /* Now: bytes pinned by the pool (segments + a reserve's segment in
      * progress + registered user memory), their peak (since create or
      * reset), and the parts: the allocator's segments, user memory. */
     size_t bytes_pinned, peak_bytes_pinned, segment_bytes, registered_bytes;
     uint64_t segments;            /* the allocator's segments now */
-    /* Pin calls (one piece each: cudaHostRegister, or a first touch in host
-     * mode), the bytes they pinned and the time inside them; pin_gbps =
+    /* Pin calls (one segment or registration each: cudaHostRegister, or a
+     * first touch in host mode), the bytes they pinned and the time inside them; pin_gbps =
      * pinned_bytes_total / pin time (1e9 bytes per GB); the longest single
      * call. Counted since create or fp_pinned_pool_reset_stats. */
     uint64_t pin_calls;
@@ -228,7 +233,7 @@ typedef struct fp_pinned_stats {
     double pin_gbps;
     double longest_pin_call_ms;
     double touch_ms;              /* CUDA: pages touched before pinning (no lock held) */
-    uint64_t unpin_calls;         /* cudaHostUnregister per piece (host mode: none) */
+    uint64_t unpin_calls;         /* cudaHostUnregister calls (host mode: none) */
     double unpin_ms;
     /* fp_pinned_register calls that succeeded and their whole time (touch,
      * waits, pins), ms. */

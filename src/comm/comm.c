@@ -285,6 +285,11 @@ static void comm_free(fp_comm *c) {
         free(c->ring);
     }
     for (int k = 0; k < FP_COLL_KINDS; ++k) free(c->acc[k].lat);
+    while (c->cells) {
+        fp_split_cell *next = c->cells->next;
+        free(c->cells);
+        c->cells = next;
+    }
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c->report);
     pthread_mutex_destroy(&c->mu);
@@ -464,10 +469,14 @@ typedef struct group_item {
     fp_comm *comm;       /* a collective's communicator, or a split's parent */
     uint64_t seq;        /* the collective */
     fp_comm **split_out; /* a split: where its communicator goes */
-    void *split_nccl;
+    fp_split_cell *split_cell;
     fp_comm_config split_cfg;
     fp_comm_id split_id;
 } group_item;
+
+static fp_status split_finish(fp_comm *parent, fp_split_cell *cell, const fp_comm_id *id, const fp_comm_config *c,
+                              fp_comm **out);
+static fp_status split_drop(fp_comm *parent, fp_split_cell *cell);
 
 static __thread int t_group_depth;
 static __thread group_item *t_group;
@@ -557,14 +566,14 @@ fp_status fp_comm_group_end(void) {
             if (ce != cudaSuccess && st == FP_OK) st = fp_cuda_status(ce, "cudaEventRecord", __FILE__, __LINE__);
         }
     }
-    /* Splits: wait for the new communicators together, then wrap them. */
+    /* Splits: NCCL has now run (or runs) their jobs; wait for each child,
+     * then wrap it. */
     for (int i = 0; i < t_ngroup; ++i) {
         group_item *it = &t_group[i];
-        if (!it->split_out || !it->split_nccl) continue;
-        fp_status s2 = st;
-        if (s2 == FP_OK) s2 = wait_ready(&it->split_nccl, 1, it->split_cfg.init_timeout_ms, "fp_comm_split");
-        if (s2 == FP_OK) s2 = comm_wrap(it->comm->ctx, it->split_nccl, &it->split_id, &it->split_cfg, it->split_out);
-        else if (it->split_nccl) t->abort(it->split_nccl);
+        if (!it->split_out) continue;
+        fp_status s2 = st == FP_OK ? split_finish(it->comm, it->split_cell, &it->split_id, &it->split_cfg,
+                                                  it->split_out)
+                                   : split_drop(it->comm, it->split_cell);
         if (s2 != FP_OK && st == FP_OK) st = s2;
     }
     t_ngroup = 0;
@@ -961,6 +970,55 @@ fp_status fp_comm_broadcast(fp_comm *c, const void *send, void *recv, size_t cou
 /*  Split, abort, destroy, queries                                          */
 /* ------------------------------------------------------------------------ */
 
+/* Unlinks a split's cell from its parent's list and leaves it allocated:
+ * NCCL may still write to it (a failed or abandoned split). */
+static void cell_abandon(fp_comm *parent, fp_split_cell *cell) {
+    pthread_mutex_lock(&parent->mu);
+    for (fp_split_cell **pp = &parent->cells; *pp; pp = &(*pp)->next)
+        if (*pp == cell) {
+            *pp = cell->next;
+            break;
+        }
+    pthread_mutex_unlock(&parent->mu);
+}
+
+/* A split that will not be finished (its group failed): the child, once
+ * NCCL has written it, is aborted. */
+static fp_status split_drop(fp_comm *parent, fp_split_cell *cell) {
+    void *nc = __atomic_load_n(&cell->nccl, __ATOMIC_ACQUIRE);
+    if (nc) fp_nccl()->abort(nc);
+    cell_abandon(parent, cell);
+    return FP_OK;
+}
+
+/* Waits until NCCL has written the child into the cell and the child is
+ * ready, within the child's init timeout, then wraps it. */
+static fp_status split_finish(fp_comm *parent, fp_split_cell *cell, const fp_comm_id *id, const fp_comm_config *c,
+                              fp_comm **out) {
+    const double t_end = fp_now_s() + (double)c->init_timeout_ms / 1e3;
+    long us = 20;
+    void *nc;
+    while (!(nc = __atomic_load_n(&cell->nccl, __ATOMIC_ACQUIRE))) {
+        if (c->init_timeout_ms >= 0 && fp_now_s() >= t_end) {
+            cell_abandon(parent, cell);
+            return fp_set_error(FP_ERR_TIMEOUT,
+                                "fp_comm_split: NCCL gave no child communicator within %lld ms (init_timeout_ms): "
+                                "the other ranks did not split",
+                                (long long)c->init_timeout_ms);
+        }
+        sleep_us(us);
+        us = backoff(us);
+    }
+    const double left_ms = (t_end - fp_now_s()) * 1e3;
+    fp_status st = wait_ready(&nc, 1, c->init_timeout_ms < 0 ? -1 : left_ms > 0 ? (int64_t)left_ms : 0,
+                              "fp_comm_split");
+    if (st != FP_OK) {
+        cell_abandon(parent, cell);
+        return st;
+    }
+    return comm_wrap(parent->ctx, nc, id, c, out);
+}
+
 fp_status fp_comm_split(fp_comm *comm, int color, int key, const fp_comm_config *cfg, fp_comm **out) {
     FP_CHECK_NOT_NULL(comm);
     FP_CHECK_NOT_NULL(out);
@@ -976,24 +1034,27 @@ fp_status fp_comm_split(fp_comm *comm, int color, int key, const fp_comm_config 
     fp_comm_id id;
     child_id(&comm->clique->id, (uint64_t)comm->n_splits, color, &id);
     FP_TRY(fp_ctx_activate(comm->ctx));
+    fp_split_cell *cell = calloc(1, sizeof *cell);
+    if (!cell) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_comm_split");
     pthread_mutex_lock(&comm->mu);
-    void *nc = NULL;
-    int r = comm->nccl ? t->split(comm->nccl, color, key, &nc, 0) : FP_NCCL_SUCCESS;
+    cell->next = comm->cells;
+    comm->cells = cell;
+    int r = comm->nccl ? t->split(comm->nccl, color, key, &cell->nccl, 0) : FP_NCCL_SUCCESS;
     comm->n_splits++;
     pthread_mutex_unlock(&comm->mu);
     if (r != FP_NCCL_SUCCESS && r != FP_NCCL_IN_PROGRESS) {
-        if (nc) t->abort(nc);
-        return fp_nccl_error(r, NULL, "ncclCommSplit");
-    }
-    if (color < 0 || !nc) return FP_OK;
-    if (t_group_depth > 0) {
-        group_item it = {.comm = comm, .split_out = out, .split_nccl = nc, .split_cfg = c, .split_id = id};
-        fp_status st = group_push(&it);
-        if (st != FP_OK) t->abort(nc);
+        fp_status st = fp_nccl_error(r, NULL, "ncclCommSplit");
+        split_drop(comm, cell);
         return st;
     }
-    FP_TRY(wait_ready(&nc, 1, c.init_timeout_ms, "fp_comm_split"));
-    return comm_wrap(comm->ctx, nc, &id, &c, out);
+    if (color < 0 || !comm->nccl) return FP_OK; /* no child; the cell stays with the parent */
+    if (t_group_depth > 0) {
+        group_item it = {.comm = comm, .split_out = out, .split_cell = cell, .split_cfg = c, .split_id = id};
+        fp_status st = group_push(&it);
+        if (st != FP_OK) split_drop(comm, cell);
+        return st;
+    }
+    return split_finish(comm, cell, &id, &c, out);
 }
 
 fp_status fp_comm_abort(fp_comm *comm) {

@@ -57,6 +57,17 @@ typedef struct fp_clique {
 
 typedef struct fp_buckets fp_buckets;
 
+/* Where ncclCommSplit writes the child's handle. NCCL writes it when the
+ * split's job runs: at ncclGroupEnd inside a group, possibly later from its
+ * own thread for a non-blocking parent (seen on an H100: NULL right after
+ * a split in a group). So it must outlive the call: cells live on their
+ * parent's list until the parent is freed; a split that failed or timed out
+ * leaves its cell unfreed (NCCL may still write to it). */
+typedef struct fp_split_cell {
+    void *nccl; /* first member: the address NCCL is given */
+    struct fp_split_cell *next;
+} fp_split_cell;
+
 struct fp_comm {
     fp_context *ctx;
     int rank, nranks;
@@ -82,6 +93,7 @@ struct fp_comm {
     fp_comm_failure_info info;
     int callback_done;
     uint64_t n_splits;            /* splits made from it (the children's ids) */
+    struct fp_split_cell *cells;  /* where NCCL writes its splits' children */
     int watched;                  /* on the watchdog's list */
     struct fp_comm *wd_next;
 };

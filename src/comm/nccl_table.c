@@ -42,6 +42,8 @@ static struct {
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_loaded;
+static int g_version;       /* ncclGetVersion of the library loaded */
+static const char *g_from;  /* where it was loaded from */
 static char g_load_error[768];
 
 #ifdef FP_CUDA_EMU
@@ -50,6 +52,8 @@ static void load_nccl(void) {
     FP_NCCL_FUNCS(FP_NCCL_DIRECT)
 #undef FP_NCCL_DIRECT
     g_loaded = 1;
+    (void)N.ncclGetVersion(&g_version);
+    g_from = "the emulated NCCL (tests/emu)";
 }
 #else
 #ifndef FP_NCCL_FALLBACK
@@ -93,6 +97,8 @@ static void load_nccl(void) {
         return;
     }
     g_loaded = 1;
+    g_version = v;
+    g_from = from;
 }
 #endif
 
@@ -122,13 +128,14 @@ static int w_get_async_error(void *comm, int *async) {
 static int w_abort(void *comm) { return (int)N.ncclCommAbort((ncclComm_t)comm); }
 static int w_finalize(void *comm) { return (int)N.ncclCommFinalize((ncclComm_t)comm); }
 static int w_destroy(void *comm) { return (int)N.ncclCommDestroy((ncclComm_t)comm); }
+/* NCCL writes the child when the split's job runs (at the group's end in a
+ * group, maybe later for a non-blocking parent): newcomm is handed to it as
+ * is and must outlive the call (comm.c's split cells). */
 static int w_split(void *comm, int color, int key, void **newcomm, int blocking) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = blocking;
-    ncclComm_t c = NULL;
-    ncclResult_t r = N.ncclCommSplit((ncclComm_t)comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &c, &cfg);
-    *newcomm = c;
-    return (int)r;
+    return (int)N.ncclCommSplit((ncclComm_t)comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
+                                (ncclComm_t *)newcomm, &cfg);
 }
 static int w_count(void *comm, int *n) { return (int)N.ncclCommCount((ncclComm_t)comm, n); }
 static int w_user_rank(void *comm, int *r) { return (int)N.ncclCommUserRank((ncclComm_t)comm, r); }
@@ -205,6 +212,18 @@ const char *fp_nccl_load_error(void) {
     return g_loaded ? "" : g_load_error;
 #else
     return "libfastpath was built without NCCL (FASTPATH_WITH_NCCL=OFF): no communication";
+#endif
+}
+
+int fp_comm_nccl_version(const char **from) {
+    if (from) *from = NULL;
+#ifdef FP_HAVE_NCCL
+    pthread_once(&g_once, load_nccl);
+    if (!g_loaded) return 0;
+    if (from) *from = g_from;
+    return g_version;
+#else
+    return 0;
 #endif
 }
 

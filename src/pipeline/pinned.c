@@ -71,7 +71,7 @@ static void budget_give(fp_pinned_pool *p, size_t bytes) {
 
 /* A new pinned range of `bytes` (a multiple of the page): counted against
  * the budget, mmap'd, its pages touched before the pin lock is taken (CUDA;
- * in host mode the first touch is the pin), pinned in pieces. Nothing is
+ * in host mode the first touch is the pin), pinned in one call. Nothing is
  * left behind on error. */
 static fp_status pin_new(fp_pinned_pool *p, size_t bytes, int background, void **out) {
     FP_TRY(budget_take(p, bytes, "a segment"));
@@ -94,7 +94,7 @@ static fp_status pin_new(fp_pinned_pool *p, size_t bytes, int background, void *
 }
 
 static void unpin_free(fp_pinned_pool *p, void *m, size_t bytes) {
-    (void)fp_pinned_unpin_range(p, m, bytes);
+    (void)fp_pinned_unpin(p, m);
     munmap(m, bytes);
     budget_give(p, bytes);
 }
@@ -241,7 +241,7 @@ size_t fp_pinned_pool_reserve_segment(const fp_pinned_pool *p) { return p ? p->s
 /* ---- the background reserve ---- */
 
 /* One segment: pinned into the stash (outside the allocator: a thread
- * whose allocation misses meanwhile waits for one piece at the pin lock,
+ * whose allocation misses meanwhile waits for one segment at the pin lock,
  * not for this whole segment at the allocator's upstream), then taken from
  * the allocator, whose upstream call hands the stash over. When the
  * allocator serves the request from its cache instead, the stash waits for
@@ -480,7 +480,7 @@ fp_status fp_pinned_register(fp_pinned_pool *p, void *base, size_t bytes) {
 
 /* Unpins a LIVE entry already marked REMOVING and forgets it. */
 static fp_status unregister_entry(fp_pinned_pool *p, char *base, size_t bytes) {
-    fp_status st = fp_pinned_unpin_range(p, base, bytes);
+    fp_status st = fp_pinned_unpin(p, base);
     budget_give(p, bytes);
     pthread_mutex_lock(&p->mu);
     p->st.registered_bytes -= bytes;

@@ -37,16 +37,15 @@ struct fp_pinned_pool {
     char reserve_msg[FP_ERROR_MAX];
 };
 
-/* Pins [base, base + bytes) in pieces of at most pool->chunk, each under the
- * process-wide pin lock (cudaHostRegister, or a first touch of its pages in
- * host mode), measured into the counters (the lock waits as foreground ones
- * unless `background`). On failure unpins the pieces done and returns the
- * pin's status (its message kept). */
+/* Pins [base, base + bytes) in one call under the process-wide pin lock
+ * (cudaHostRegister, or a first touch of its pages in host mode), measured
+ * into the counters (the lock wait as a foreground one unless
+ * `background`). One registration per range: a copy over two registrations
+ * fails on a GPU. Returns the pin's status (nothing pinned on failure). */
 fp_status fp_pinned_pin_range(fp_pinned_pool *p, char *base, size_t bytes, int background);
-/* Undoes fp_pinned_pin_range over the same range (the same pieces):
- * cudaHostUnregister per piece under the pin lock; nothing in host mode.
- * Returns the first failure (every piece is tried). */
-fp_status fp_pinned_unpin_range(fp_pinned_pool *p, char *base, size_t bytes);
+/* Undoes fp_pinned_pin_range of the range at base: cudaHostUnregister under
+ * the pin lock; nothing in host mode. */
+fp_status fp_pinned_unpin(fp_pinned_pool *p, char *base);
 /* One atomic OR of 0 per page of [base, base + bytes): faults every page in
  * writable, keeping its data. Counted as touch time. No lock held. */
 void fp_pinned_touch(fp_pinned_pool *p, char *base, size_t bytes);

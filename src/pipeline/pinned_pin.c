@@ -1,16 +1,15 @@
 /* The pin primitives of pinned pools (pinned.h): the process-wide pin lock,
- * touching pages, and pinning / unpinning a range in pieces of at most one
- * chunk, each measured. The pool (pinned.c) builds on these. */
+ * touching pages, and pinning / unpinning a range in one call, measured. The pool (pinned.c) builds on these. */
 #include "alloc/alloc_internal.h"
 #include "pinned_internal.h"
 
 /* ---- the pin lock ----
  * One for the whole process, as the driver's is: every pool's pins take
- * turns here, one piece each, so a pin waits for at most the pieces of the
- * threads that asked before it. A ticket lock, not a bare mutex: a thread
- * that pins piece after piece would otherwise take the mutex back before
- * the waiter it just woke gets to run, and the waiter could wait for every
- * piece instead of one. */
+ * turns here, one range each, so a pin waits for at most the ranges of the
+ * threads that asked before it. A ticket lock, not a bare mutex: a reserve
+ * that pins segment after segment would otherwise take the mutex back
+ * before the waiter it just woke gets to run, and the waiter could wait for
+ * every segment instead of one. */
 static pthread_mutex_t g_pin_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_pin_cv = PTHREAD_COND_INITIALIZER;
 static uint64_t g_pin_next, g_pin_serving;
@@ -49,15 +48,6 @@ void fp_pinned_touch(fp_pinned_pool *p, char *base, size_t bytes) {
     pthread_mutex_unlock(&p->mu);
 }
 
-/* The end of the piece that starts at s: at most one chunk on, and on a page
- * boundary unless it is the range's end, so that two pieces never share a
- * page (chunk is a multiple of the page, so the piece is never empty). Pin
- * and unpin cut a range the same way. */
-static char *piece_end(const fp_pinned_pool *p, char *s, char *end) {
-    if ((size_t)(end - s) <= p->chunk) return end;
-    return (char *)(((uintptr_t)s + p->chunk) & ~(uintptr_t)(p->page - 1));
-}
-
 static void record_pin(fp_pinned_pool *p, int background, int contended, double wait_s, double pin_s,
                        size_t bytes) {
     const double wait_ms = wait_s * 1e3, pin_ms = pin_s * 1e3;
@@ -74,49 +64,34 @@ static void record_pin(fp_pinned_pool *p, int background, int contended, double 
     pthread_mutex_unlock(&p->mu);
 }
 
+/* One range, one registration: the driver fails a copy whose host range
+ * spans two registrations (cudaErrorInvalidValue, as for one that spans
+ * registered and pageable memory), so a block or a registration is never
+ * pinned in pieces. What bounds a pin call is the size of what is pinned:
+ * a reserve pins segments of one chunk each. */
 fp_status fp_pinned_pin_range(fp_pinned_pool *p, char *base, size_t bytes, int background) {
-    char *const end = base + bytes;
-    for (char *s = base; s < end;) {
-        char *e = piece_end(p, s, end);
-        const double t0 = fp_now_s();
-        const int contended = pin_lock();
-        const double t1 = fp_now_s();
-        fp_status st = FP_OK;
-        if (p->host_mode) touch_pages(s, e, p->page);
-        else st = fp_alloc_host_register(p->device, s, (size_t)(e - s));
-        const double t2 = fp_now_s();
-        pin_unlock();
-        record_pin(p, background, contended, t1 - t0, t2 - t1, st == FP_OK ? (size_t)(e - s) : 0);
-        if (st != FP_OK) {
-            /* Nothing stays pinned; the pin's message is the one to report. */
-            fp_error_saved saved;
-            fp_error_save(&saved);
-            (void)fp_pinned_unpin_range(p, base, (size_t)(s - base));
-            fp_error_restore(&saved);
-            return st;
-        }
-        s = e;
-    }
-    return FP_OK;
+    const double t0 = fp_now_s();
+    const int contended = pin_lock();
+    const double t1 = fp_now_s();
+    fp_status st = FP_OK;
+    if (p->host_mode) touch_pages(base, base + bytes, p->page);
+    else st = fp_alloc_host_register(p->device, base, bytes);
+    const double t2 = fp_now_s();
+    pin_unlock();
+    record_pin(p, background, contended, t1 - t0, t2 - t1, st == FP_OK ? bytes : 0);
+    return st;
 }
 
-fp_status fp_pinned_unpin_range(fp_pinned_pool *p, char *base, size_t bytes) {
+fp_status fp_pinned_unpin(fp_pinned_pool *p, char *base) {
     if (p->host_mode) return FP_OK; /* a touch leaves nothing to undo */
-    fp_status first = FP_OK;
-    char *const end = base + bytes;
-    for (char *s = base; s < end;) {
-        char *e = piece_end(p, s, end);
-        (void)pin_lock(); /* cudaHostUnregister holds the driver's lock too */
-        const double t0 = fp_now_s();
-        fp_status st = fp_alloc_host_unregister(p->device, s);
-        const double ms = (fp_now_s() - t0) * 1e3;
-        pin_unlock();
-        pthread_mutex_lock(&p->mu);
-        p->st.unpin_calls++;
-        p->st.unpin_ms += ms;
-        pthread_mutex_unlock(&p->mu);
-        if (st != FP_OK && first == FP_OK) first = st;
-        s = e;
-    }
-    return first;
+    (void)pin_lock(); /* cudaHostUnregister holds the driver's lock too */
+    const double t0 = fp_now_s();
+    fp_status st = fp_alloc_host_unregister(p->device, base);
+    const double ms = (fp_now_s() - t0) * 1e3;
+    pin_unlock();
+    pthread_mutex_lock(&p->mu);
+    p->st.unpin_calls++;
+    p->st.unpin_ms += ms;
+    pthread_mutex_unlock(&p->mu);
+    return st;
 }

@@ -462,9 +462,8 @@ static fp_status create_buffers(fp_pipeline *p) {
     if (cfg->pinned) {
         p->pinned = cfg->pinned;
     } else {
-        /* A pool of its own, pinning in bounded pieces; each staging buffer
-         * one registration (a copy over several is not documented to run
-         * as a pinned copy: pinned.h). */
+        /* A pool of its own; a reserve's segments as large as the largest
+         * staging buffer, so that each buffer is cut from one. */
         fp_pinned_config pc;
         fp_pinned_config_default(&pc);
         size_t largest = cfg->max_in_bytes > cfg->max_out_bytes ? cfg->max_in_bytes : cfg->max_out_bytes;

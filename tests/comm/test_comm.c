@@ -123,6 +123,14 @@ static void test_arguments(void) {
     fp_comm_destroy(NULL);
     fp_buckets_destroy(NULL);
     CHECK_STATUS(fp_comm_group_end(), fp_comm_available() ? FP_ERR_INVALID_ARGUMENT : FP_ERR_UNSUPPORTED);
+    /* The NCCL in use: its version and origin, or nothing. */
+    const char *from = "unset";
+    const int v = fp_comm_nccl_version(&from);
+    if (fp_comm_available())
+        CHECK_MSG(v >= 21800 && from && *from, "version %d from %s", v, from ? from : "NULL");
+    else
+        CHECK(v == 0 && from == NULL);
+    CHECK(fp_comm_nccl_version(NULL) == v);
     fp_context_destroy(cpu);
 }
 

@@ -1032,6 +1032,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st) {
+    if (!fp_emu::host_span_ok(d, n) || !fp_emu::host_span_ok(s, n)) return fp_emu::record_error(cudaErrorInvalidValue);
     fp_emu::submit_node(st, [=] { memmove(d, s, n); }, cudaGraphNodeTypeMemcpy, nullptr);
     return cudaSuccess;
 }

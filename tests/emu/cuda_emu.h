@@ -181,6 +181,9 @@ void note_failure(const char *why);
 void device_fault(cudaError_t e);
 // An API call failed: the error becomes cudaGetLastError's; returns e.
 cudaError_t record_error(cudaError_t e);
+// 0 when a copy over [p, p + n) would fail on a GPU: part of it page-locked
+// (registered or cudaMallocHost) but not all of it inside one such range.
+bool host_span_ok(const void *p, size_t n);
 
 // The calling thread's device (cudaSetDevice), and how many there are
 // (FP_EMU_DEVICES, default 1). All share the one device profile.

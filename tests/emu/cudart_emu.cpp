@@ -784,3 +784,19 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
 }
 
 }  // extern "C"
+
+// As the driver: a copy's host range must lie inside one page-locked range
+// or touch none. One that spans two registrations, or a registration and
+// pageable memory, fails with cudaErrorInvalidValue (seen on an H100,
+// driver 580: a 10 MiB copy over a block registered in three pieces).
+namespace fp_emu {
+bool host_span_ok(const void *p, size_t n) {
+    if (n == 0) return true;
+    const char *c = static_cast<const char *>(p);
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto in = host_range(p);
+    if (in != g_host.end()) return c + n <= in->first + in->second;
+    auto next = g_host.upper_bound(c);
+    return next == g_host.end() || next->first >= c + n;
+}
+}  // namespace fp_emu

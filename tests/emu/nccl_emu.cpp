@@ -162,6 +162,10 @@ thread_local std::string g_last_error;
 thread_local int g_group_depth = 0;
 // Blocking inits / splits called inside a group: ncclGroupEnd waits for them.
 thread_local std::vector<std::shared_ptr<CommState>> g_group_waits;
+// Splits called inside a group: as NCCL, the child's handle is written to
+// the caller's pointer when the split's job runs, at the group's end (a
+// caller that reads it before then finds what it left there).
+thread_local std::vector<std::pair<ncclComm_t *, ncclComm_t>> g_group_writes;
 
 __attribute__((format(printf, 2, 3))) ncclResult_t fail(ncclResult_t r, const char *fmt, ...) {
     char buf[512];
@@ -677,16 +681,19 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
         pc.splits.erase(parent->split_seq);
     }
     parent->split_seq++;
+    if (g_group_depth > 0) {
+        g_group_writes.emplace_back(newcomm, child ? new_handle(child) : nullptr);
+        if (!child) return ncclSuccess;
+        if (!blocking) return ncclInProgress;
+        g_group_waits.push_back(child);
+        return ncclSuccess;
+    }
     if (!child) {
         *newcomm = nullptr;
         return ncclSuccess;
     }
     *newcomm = new_handle(child);
     if (!blocking) return ncclInProgress;
-    if (g_group_depth > 0) {
-        g_group_waits.push_back(child);
-        return ncclSuccess;
-    }
     if ((e = wait_ready(lk, *child)) != ncclSuccess) {
         free_handle(*newcomm);
         *newcomm = nullptr;
@@ -747,6 +754,9 @@ ncclResult_t ncclGroupStart() {
 ncclResult_t ncclGroupEnd() {
     if (g_group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
     if (--g_group_depth > 0) return ncclSuccess;
+    std::vector<std::pair<ncclComm_t *, ncclComm_t>> writes;
+    writes.swap(g_group_writes);
+    for (const auto &w : writes) *w.first = w.second;
     std::vector<std::shared_ptr<CommState>> waits;
     waits.swap(g_group_waits);
     std::unique_lock<std::mutex> lk(g_mu);

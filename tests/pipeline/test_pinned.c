@@ -1,6 +1,6 @@
 /* Pinned pools (pinned.h) on a CPU context (host mode: a pin is the first
- * touch of a piece's pages, under the same process-wide pin lock): blocks at
- * their real size, reuse, pieces of at most one chunk, the budget (refusal,
+ * touch of a range's pages, under the same process-wide pin lock): blocks at
+ * their real size, reuse, one pin call per segment, the budget (refusal,
  * its message through the allocator, cache released and retried, nothing
  * left behind), registration and its errors, the background reserve
  * (target, budget stop, timeout, destroy while it runs), statistics, a
@@ -97,7 +97,7 @@ static void test_config(fp_context *ctx) {
     CHECK(s.chunk_bytes > 16 * MiB && s.chunk_bytes <= 16 * MiB + 65536 && s.chunk_bytes % 4096 == 0);
     CHECK(fp_pinned_pool_reserve_segment(p) == 16 * MiB);
     fp_pinned_pool_destroy(p);
-    /* A small chunk: reserve segments of FP_ALLOC_MIN_LARGE_ALLOC in pieces. */
+    /* A small chunk: reserve segments of FP_ALLOC_MIN_LARGE_ALLOC. */
     p = make_pool(ctx, 3 * MiB, 0);
     CHECK(fp_pinned_pool_reserve_segment(p) == FP_ALLOC_MIN_LARGE_ALLOC);
     fp_pinned_pool_destroy(p);
@@ -110,7 +110,8 @@ static void test_config(fp_context *ctx) {
 }
 
 /* A 129.5 MiB block reserves 130 MiB (2 MiB rounding, never a power of
- * two: 256 MiB), pinned in pieces of at most one chunk; freed, it comes back
+ * two: 256 MiB), pinned in one call (a block is one registration) although
+ * it is larger than the chunk; freed, it comes back
  * from the cache without a pin. */
 static void test_real_size_and_reuse(fp_context *ctx) {
     fp_pinned_pool *p = make_pool(ctx, 16 * MiB, 0);
@@ -126,7 +127,7 @@ static void test_real_size_and_reuse(fp_context *ctx) {
               (long long)as.reserved_bytes.current, req);
     fp_pinned_stats s = pstats(p);
     CHECK(s.segment_bytes == 130 * MiB && s.bytes_pinned == 130 * MiB && s.segments == 1);
-    CHECK_MSG(s.pin_calls == 9, "pin calls %llu (130 MiB in 16 MiB pieces: 9)", (unsigned long long)s.pin_calls);
+    CHECK_MSG(s.pin_calls == 1, "pin calls %llu (130 MiB in one call)", (unsigned long long)s.pin_calls);
     CHECK(s.pinned_bytes_total == 130 * MiB && s.pin_ms > 0 && s.pin_gbps > 0 && s.longest_pin_call_ms > 0 &&
           s.longest_pin_call_ms <= s.pin_ms);
     CHECK(s.peak_bytes_pinned == 130 * MiB && s.unpin_calls == 0 && s.touch_ms == 0); /* host mode: no pre-touch */
@@ -137,14 +138,14 @@ static void test_real_size_and_reuse(fp_context *ctx) {
     void *again = NULL;
     CHECK_OK(fp_alloc_alloc(a, req, NULL, &again));
     CHECK(again == b);
-    CHECK(pstats(p).pin_calls == 9);
+    CHECK(pstats(p).pin_calls == 1);
     /* A smaller block is split from the cached segment: no pin either. */
     CHECK_OK(fp_alloc_free(a, again));
     void *small = NULL, *tiny = NULL;
     CHECK_OK(fp_alloc_alloc(a, 40 * MiB, NULL, &small));
-    CHECK_OK(fp_alloc_alloc(a, 1000, NULL, &tiny)); /* the small pool: a 2 MiB segment, one piece */
+    CHECK_OK(fp_alloc_alloc(a, 1000, NULL, &tiny)); /* the small pool: a 2 MiB segment */
     s = pstats(p);
-    CHECK(s.pin_calls == 10 && s.segment_bytes == 132 * MiB && s.segments == 2);
+    CHECK(s.pin_calls == 2 && s.segment_bytes == 132 * MiB && s.segments == 2);
     CHECK_OK(fp_alloc_check_invariants(a));
     CHECK_OK(fp_alloc_free(a, small));
     CHECK_OK(fp_alloc_free(a, tiny));
@@ -218,7 +219,7 @@ static void test_register(fp_context *ctx) {
     CHECK_OK(fp_pinned_register(p, base, n));
     fp_pinned_stats s = pstats(p);
     CHECK(s.registered_bytes == n && s.bytes_pinned == n && s.register_calls == 1 && s.register_ms > 0);
-    CHECK_MSG(s.pin_calls == 3, "pin calls %llu (10 MiB in 4 MiB pieces)", (unsigned long long)s.pin_calls);
+    CHECK_MSG(s.pin_calls == 1, "pin calls %llu (10 MiB in one call, chunk 4 MiB)", (unsigned long long)s.pin_calls);
     CHECK(s.pinned_bytes_total == n);
     /* The touch kept the data. */
     size_t bad = 0;
@@ -299,7 +300,7 @@ static void test_reserve(fp_context *ctx) {
     fp_pinned_pool_destroy(p);
 
     /* Timeout while running; a second call adds to the target; destroy
-     * with a reserve running returns promptly (cancelled after a piece). */
+     * with a reserve running returns promptly (cancelled after a segment). */
     p = make_pool(ctx, 16 * MiB, 0);
     CHECK_OK(fp_pinned_pool_reserve(p, 256 * MiB));
     CHECK_OK(fp_pinned_pool_reserve(p, 16 * MiB));

@@ -162,10 +162,11 @@ def copy_bandwidth(ctx, kind="pinned", direction="h2d", mib=256, max_time_s=None
 # ---- pinned pools ----------------------------------------------------------------------
 
 class PinnedPool(_lib.Closeable):
-    """fp_pinned_pool (pinned.h): pinned host memory pinned in pieces of at
-    most chunk_bytes under a process-wide lock, so a big pin never stalls
-    other pinners for long; a background reserve; registration of existing
-    arrays; a budget. Give it to Pipeline(pinned=pool) for staging buffers.
+    """fp_pinned_pool (pinned.h): pinned host memory at its real size, one
+    registration per segment, under a process-wide lock; a background
+    reserve that pins segments of chunk_bytes one call at a time, so it never
+    stalls other pinners for long; registration of existing arrays; a
+    budget. Give it to Pipeline(pinned=pool) for staging buffers.
 
         with fpp.PinnedPool(ctx, chunk_bytes=64 << 20, budget_bytes=8 << 30) as pool:
             pool.reserve(1 << 30)       # pins in the background, returns at once
