@@ -223,6 +223,7 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "graph|graph/chain graph/decode_step graph/op_host_cost"
     "pipeline|pipeline/bandwidth pipeline/pin_wait"
     "overlap|pipeline/overlap"
+    "overlapreg|pipeline/overlap --registered 1"
     "comm|comm/allreduce_buckets comm/bucket_tuner"
     "collectives|comm/collectives"
     "versions4k|attention/flash_versions --seqlen 4096 --dtype bf16"
@@ -331,7 +332,7 @@ if [ $built -eq 1 ] && want sanitizer && phase_time sanitizer 120; then
     jobs=()
     for x in $tests; do jobs+=("memcheck $x"); done
     for x in $tests; do case $x in *attention*) jobs+=("racecheck $x") ;; esac; done
-    printf '%s\n' "${jobs[@]}" | FP_TEST_QUICK=1 xargs -P 10 -L 1 sh -c \
+    printf '%s\n' "${jobs[@]}" | FP_TEST_QUICK=1 FP_TEST_SANITIZER=1 xargs -P 10 -L 1 sh -c \
       'n=$(basename "$1"); timeout '"$(( t - 3 ))"' compute-sanitizer --tool "$0" --report-api-errors no --error-exitcode 99 "$1" > "'"$logs"'/san-$0-$n.log" 2>&1; echo "$0 $n rc=$?"' \
       > "$logs/sanitizer.txt" 2>&1
     # racecheck also instruments cuBLAS (the attention baseline's GEMMs):

@@ -7,7 +7,9 @@
 Copies OUTDIR's summary, logs and JSON into
 benchmarks/results/<date>-<device>-<commit>/ and rewrites the table in
 benchmarks/results/README.md (between the TARGETS markers) from
-benchmarks/results/targets.json. Prints the table.
+benchmarks/results/targets.json: each target's figure from the newest filed
+run that measured it (so a narrowed run keeps the others' rows). Prints the
+table.
 """
 import datetime
 import json
@@ -72,11 +74,47 @@ def evaluate(doc, targets):
     return rows
 
 
-def table(rows, source):
-    out = [f"Source: {source}", "", "| issue | target | figure | status |", "|---|---|---|---|"]
-    for t, fig, status in rows:
-        out.append(f"| {t['issue']} | {t['what']} | {fig or '-'} | {status} |")
+def table(rows, source, runs=None):
+    if runs is None:
+        out = [f"Source: {source}", "", "| issue | target | figure | status |", "|---|---|---|---|"]
+        for t, fig, status in rows:
+            out.append(f"| {t['issue']} | {t['what']} | {fig or '-'} | {status} |")
+        return "\n".join(out) + "\n"
+    out = [f"Latest: {source}. Each row is from the newest filed run that measured it (a run that narrowed its "
+           "scenarios leaves the other rows to older runs).", "",
+           "| issue | target | figure | status | run |", "|---|---|---|---|---|"]
+    for (t, fig, status), run in zip(rows, runs):
+        out.append(f"| {t['issue']} | {t['what']} | {fig or '-'} | {status} | {f'`{run}`' if run else '-'} |")
     return "\n".join(out) + "\n"
+
+
+def unmeasured(status):
+    return status == "no matching result" or status.startswith("not measured")
+
+
+def newest_rows(targets):
+    """Per target, the row of the newest filed GPU run (fastbench.json's
+    date) that has a result for it, and that run's folder name."""
+    docs = []
+    for d in RESULTS.iterdir():
+        f = d / "fastbench.json"
+        if d.is_dir() and f.exists():
+            try:
+                docs.append((json.loads(f.read_text()), d.name))
+            except ValueError:
+                continue
+    docs.sort(key=lambda x: str(x[0].get("date") or ""), reverse=True)
+    rows, runs = [], []
+    for t in targets:
+        row, run = (t, None, "no matching result"), None
+        for doc, name in docs:
+            r = evaluate(doc, [t])[0]
+            if not unmeasured(r[2]):
+                row, run = r, name
+                break
+        rows.append(row)
+        runs.append(run)
+    return rows, runs
 
 
 def main(argv):
@@ -122,8 +160,9 @@ def main(argv):
         if (src / name).exists():
             shutil.copy2(src / name, dest / name)
     partial = "" if doc.get("complete", True) else ", incomplete run: stopped before every scenario finished"
-    text = table(evaluate(doc, targets), f"`{dest.relative_to(RESULTS)}/` ({(doc.get('device') or {}).get('name')}, "
-                                         f"{doc.get('date')}, commit {str(doc.get('git_commit'))[:12]}{partial})")
+    rows, runs = newest_rows(targets)
+    text = table(rows, f"`{dest.relative_to(RESULTS)}/` ({(doc.get('device') or {}).get('name')}, "
+                       f"{doc.get('date')}, commit {str(doc.get('git_commit'))[:12]}{partial})", runs)
     readme = RESULTS / "README.md"
     body = readme.read_text()
     start, end = "<!-- TARGETS -->", "<!-- /TARGETS -->"

@@ -16,6 +16,9 @@
  *                      h2d_pct_of_pinned (the pipeline's h2d GB/s over the
  *                      device's pinned h2d GB/s measured in the same run),
  *                      overlap efficiency, compute-stream idle time.
+ *                      --registered 1: input and output registered
+ *                      (fp_pinned_register) instead of pageable, so that
+ *                      nothing is staged (param host).
  *
  * pipeline/bandwidth (pipeline_bandwidth.c) and pipeline/pin_wait
  * (pipeline_pin.c) are in files of their own.
@@ -24,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fastpath/pinned.h"
 #include "scenario.h"
 #include "timing/probes.h"
 
@@ -102,6 +106,18 @@ static fp_status run_overlap(fb_run *run) {
         return FP_OK;
     }
     fill_host(in, bytes / 4, 42);
+    /* --registered 1: the input and output registered (page-locked in
+     * place), so the pipeline stages nothing: its copies alone, without the
+     * host memcpys that pageable memory costs (host=registered). */
+    const int registered = fb_opt_int(run, "registered", 0) != 0;
+    fp_pinned_pool *reg = NULL;
+    fp_status reg_st = FP_OK;
+    if (registered) {
+        reg_st = gpu ? fp_pinned_pool_create(ctx, NULL, &reg) : FP_ERR_UNSUPPORTED;
+        if (reg_st == FP_OK) reg_st = fp_pinned_register(reg, in, bytes);
+        if (reg_st == FP_OK) reg_st = fp_pinned_register(reg, out, bytes);
+    }
+    const char *reg_msg = !gpu ? "--registered 1 needs a CUDA device" : fp_last_error();
 
     /* The device's pinned copy bandwidth, both directions, at the run's
      * size (capped at 256 MiB): the roofline of the pipeline's copies. */
@@ -118,6 +134,11 @@ static fp_status run_overlap(fb_run *run) {
             fb_param_int(r, "mib", mib);
             fb_param_int(r, "chunk_mib", chunk_mib);
             fb_param_str(r, "compute", mode == 0 ? "equal" : "short");
+            fb_param_str(r, "host", registered ? "registered" : "pageable");
+            if (reg_st != FP_OK) {
+                fb_result_fail(r, reg_st, reg_msg);
+                continue;
+            }
             if (bw_st != FP_OK) {
                 fb_result_fail(r, bw_st, fp_last_error());
                 continue;
@@ -181,6 +202,7 @@ static fp_status run_overlap(fb_run *run) {
             if (!rep.outputs_equal) fb_result_fail(r, FP_ERR_MISMATCH, "pipeline output differs from the baseline's");
         }
     }
+    fp_pinned_pool_destroy(reg); /* unregisters in and out */
     free(in);
     free(out);
     return FP_OK;

@@ -690,7 +690,7 @@ static void case_init_timeout(void) {
     CHECK_STATUS(fp_comm_init(ctx, &id, 2, 0, &cfg, &c), FP_ERR_TIMEOUT);
     const double dt = fp_now_s() - t0;
     CHECK(c == NULL);
-    CHECK_MSG(dt >= 0.29 && dt < 5.0, "init gave up after %.2f s (timeout 0.3 s)", dt);
+    CHECK_MSG(dt >= 0.29 && (dt < 5.0 || fp_test_sanitized()), "init gave up after %.2f s (timeout 0.3 s)", dt);
     CHECK(strstr(fp_last_error(), "did not join") != NULL);
     CHECK_STATUS(fp_comm_init(ctx, &id, 2, 2, &cfg, &c), FP_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(fp_comm_init(ctx, &id, 0, 0, &cfg, &c), FP_ERR_INVALID_ARGUMENT);

@@ -86,6 +86,15 @@ static inline int fp_test_quick(void) {
  * 1.6% of peak under memcheck). Performance checks are skipped otherwise. */
 static inline int fp_test_timing_meaningful(void) { return !FP_TEST_EMULATED && !fp_test_quick(); }
 
+/* 1 under compute-sanitizer (scripts/gpu-check.sh sets FP_TEST_SANITIZER=1
+ * there): it takes device memory of its own (free memory fell by 860 MB in
+ * a run on an H100) and slows host teardown of NCCL (an aborted init took
+ * 15 s), so checks of free memory and of wall-clock bounds are skipped. */
+static inline int fp_test_sanitized(void) {
+    const char *e = getenv("FP_TEST_SANITIZER");
+    return e && *e && *e != '0';
+}
+
 /* Returns a CUDA context on device 0, or exits 77 when there is no GPU. */
 static inline fp_context *fp_test_cuda_context_or_skip(void) {
     int n = 0;
