@@ -32,7 +32,8 @@
 #              once, in what is left (cap 120)
 #              and examples/serve_decode on the GPU, eager, --graphs and
 #              --pipeline (run name "serve"); the pipeline rows are the runs
-#              "pipeline" (bandwidth, pin_wait) and "overlap"; communication
+#              "pipeline" (bandwidth, pin_wait), "overlap" and "overlapreg"
+#              (registered host memory: nothing staged); communication
 #              (one rank on the GPU) the runs "comm" (allreduce_buckets,
 #              bucket_tuner) and "collectives"
 # Environment: FP_GPU_CHECK_BUDGET (default 420 s for the whole call),
