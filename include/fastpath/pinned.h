@@ -15,8 +15,7 @@
  * API tiers
  *   1. The pool (fp_pinned_pool_*): a caching allocator (alloc.h) whose
  *      upstream pins host memory at the size asked for, one segment per
- *      pin call. Take
- *      blocks with fp_alloc_alloc / fp_alloc_free on
+ *      pin call. Take blocks with fp_alloc_alloc / fp_alloc_free on
  *      fp_pinned_pool_allocator(pool), or give that allocator to a pipeline
  *      (fp_pipeline_config.pinned) as its staging memory.
  *   2. Background pinning (fp_pinned_pool_reserve): a thread pins memory
@@ -224,9 +223,10 @@ typedef struct fp_pinned_stats {
     size_t bytes_pinned, peak_bytes_pinned, segment_bytes, registered_bytes;
     uint64_t segments;            /* the allocator's segments now */
     /* Pin calls (one segment or registration each: cudaHostRegister, or a
-     * first touch in host mode), the bytes they pinned and the time inside them; pin_gbps =
-     * pinned_bytes_total / pin time (1e9 bytes per GB); the longest single
-     * call. Counted since create or fp_pinned_pool_reset_stats. */
+     * first touch in host mode), the bytes they pinned and the time inside
+     * them; pin_gbps = pinned_bytes_total / pin time (1e9 bytes per GB);
+     * the longest single call. Counted since create or
+     * fp_pinned_pool_reset_stats. */
     uint64_t pin_calls;
     uint64_t pinned_bytes_total;
     double pin_ms;

@@ -12,6 +12,11 @@ from fastpath import comm
 
 def test_comm_available_is_a_bool():
     assert isinstance(comm.comm_available(), bool)
+    v, origin = comm.nccl_version()
+    if comm.comm_available():
+        assert v >= 21800 and origin
+    else:
+        assert (v, origin) == (0, None)
     assert "comm" in fastpath.__all__ and fastpath.comm is comm
 
 

@@ -58,7 +58,7 @@ def _prefer_pips_nccl():
 _prefer_pips_nccl()
 
 
-__all__ = ["comm_available", "unique_id", "Comm", "Buckets", "COLL_KINDS", "REDUCE_OPS", "COLL_STATES",
+__all__ = ["comm_available", "nccl_version", "unique_id", "Comm", "Buckets", "COLL_KINDS", "REDUCE_OPS", "COLL_STATES",
            "ID_BYTES"]
 
 c_int, c_size_t, c_double, c_void_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_double, ctypes.c_void_p
@@ -129,6 +129,7 @@ class BucketsConfig(ctypes.Structure):
 def _declare():
     sig = _lib._sig_opt
     sig("fp_comm_available", c_int)
+    sig("fp_comm_nccl_version", c_int, P(ctypes.c_char_p))
     sig("fp_comm_get_unique_id", c_int, P(CommId))
     sig("fp_comm_config_default_sized", c_int, P(CommConfig), c_size_t)
     sig("fp_comm_init", c_int, c_void_p, P(CommId), c_int, c_int, P(CommConfig), P(c_void_p))
@@ -165,6 +166,16 @@ _HAS_MODULE = _lib.has("fp_comm_available")  # the loaded library never changes
 def comm_available():
     """True when libfastpath was built with the communication module and NCCL."""
     return bool(_HAS_MODULE and lib.fp_comm_available())
+
+
+def nccl_version():
+    """(version, where it was loaded from) of the NCCL in use, e.g.
+    (22803, 'libnccl.so.2 on the library path'); (0, None) without one."""
+    if not _HAS_MODULE:
+        return 0, None
+    origin = ctypes.c_char_p()
+    v = lib.fp_comm_nccl_version(ctypes.byref(origin))
+    return int(v), (origin.value.decode() if origin.value else None)
 
 
 def _need():
