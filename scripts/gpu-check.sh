@@ -32,8 +32,9 @@
 #              once, in what is left (cap 120)
 #              and examples/serve_decode on the GPU, eager, --graphs and
 #              --pipeline (run name "serve"); the pipeline rows are the runs
-#              "pipeline" (bandwidth, pin_wait), "overlap" and "overlapreg"
-#              (registered host memory: nothing staged); communication
+#              "pipeline" (bandwidth, pin_wait, host_memcpy), "overlap",
+#              "overlapreg" (registered host memory: nothing staged) and
+#              "overlap8" / "overlap8x64" (8 staging threads); communication
 #              (one rank on the GPU) the runs "comm" (allreduce_buckets,
 #              bucket_tuner) and "collectives"
 # Environment: FP_GPU_CHECK_BUDGET (default 420 s for the whole call),
@@ -222,11 +223,13 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "alloc|alloc/cache_hit alloc/trace_replay"
     "batcher|batcher/closed_loop batcher/gpu_model --clients 64"
     "graph|graph/chain graph/decode_step graph/op_host_cost"
-    "pipeline|pipeline/bandwidth pipeline/pin_wait"
+    "pipeline|pipeline/bandwidth pipeline/pin_wait pipeline/host_memcpy"
     "overlap|pipeline/overlap"
     "overlapreg|pipeline/overlap --registered 1"
     "comm|comm/allreduce_buckets comm/bucket_tuner"
     "collectives|comm/collectives"
+    "overlap8|pipeline/overlap --staging_threads 8 --chunk_mib 8"
+    "overlap8x64|pipeline/overlap --staging_threads 8 --chunk_mib 64"
     "versions4k|attention/flash_versions --seqlen 4096 --dtype bf16"
     "versions16k|attention/flash_versions --seqlen 16384 --dtype bf16"
     "versions1k|attention/flash_versions --seqlen 1024 --dtype bf16"

@@ -19,6 +19,8 @@
  *                      --registered 1: input and output registered
  *                      (fp_pinned_register) instead of pageable, so that
  *                      nothing is staged (param host).
+ *                      --staging_threads N: the pipeline's staging threads
+ *                      per direction (0, the default: its own choice).
  *
  * pipeline/bandwidth (pipeline_bandwidth.c) and pipeline/pin_wait
  * (pipeline_pin.c) are in files of their own.
@@ -110,6 +112,9 @@ static fp_status run_overlap(fb_run *run) {
      * place), so the pipeline stages nothing: its copies alone, without the
      * host memcpys that pageable memory costs (host=registered). */
     const int registered = fb_opt_int(run, "registered", 0) != 0;
+    /* --staging_threads N: the pipeline's host threads per direction (0:
+     * its default, a quarter of the cores, 1 to 8). */
+    const int64_t staging_threads = fb_opt_int(run, "staging_threads", 0);
     fp_pinned_pool *reg = NULL;
     fp_status reg_st = FP_OK;
     if (registered) {
@@ -135,6 +140,11 @@ static fp_status run_overlap(fb_run *run) {
             fb_param_int(r, "chunk_mib", chunk_mib);
             fb_param_str(r, "compute", mode == 0 ? "equal" : "short");
             fb_param_str(r, "host", registered ? "registered" : "pageable");
+            fb_param_int(r, "staging_threads", staging_threads);
+            if (staging_threads < 0 || staging_threads > 256) {
+                fb_result_fail(r, FP_ERR_INVALID_ARGUMENT, "--staging_threads must be in [0, 256]");
+                continue;
+            }
             if (reg_st != FP_OK) {
                 fb_result_fail(r, reg_st, reg_msg);
                 continue;
@@ -161,6 +171,7 @@ static fp_status run_overlap(fb_run *run) {
             fp_pipeline_config_default(&cfg);
             cfg.depth = 3;
             cfg.max_in_bytes = chunk;
+            cfg.staging_threads = (int)staging_threads;
             cfg.compute = overlap_compute_fn;
             cfg.user = &oc;
             fp_pipeline_ab_report rep;

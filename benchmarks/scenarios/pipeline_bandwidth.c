@@ -9,9 +9,23 @@
  *                       --quick there). On a CPU context every kind is plain
  *                       memory and the copy memcpy: a figure for the host's
  *                       memory, not for a link.
+ *   pipeline/host_memcpy
+ *                       the host's memcpy GB/s from pageable into pinned
+ *                       memory (what a pipeline's staging does to pageable
+ *                       input) with 1, 2, 4, 8 and 16 threads (up to the
+ *                       cores), 1 MiB pieces as the pipeline's staging
+ *                       cuts them, --mib N (default 256, 16 with --quick).
+ *                       A pageable pipeline's roofline: each byte staged in
+ *                       and copied out costs the host 2 + 2 bytes of
+ *                       memory traffic on top of the DMA's 2.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "core/internal.h"
+#include "fastpath/pinned.h"
 #include "scenario.h"
 #include "fastpath/pipeline.h"
 
@@ -75,3 +89,95 @@ FB_SCENARIO(fb_pipeline_bandwidth, "pipeline/bandwidth",
             "host<->device copy GB/s per host memory kind (pageable, pinned, registered, write-combined) "
             "and direction, as % of pinned",
             run_bandwidth)
+
+/* ---- pipeline/host_memcpy ---- */
+
+#define HOST_PIECE ((size_t)1 << 20) /* the pipeline's staging piece */
+
+typedef struct host_copy {
+    fp_thread_pool *pool;
+    char *dst;
+    const char *src;
+    size_t bytes;
+} host_copy;
+
+static void host_copy_range(void *arg, size_t begin, size_t end) {
+    host_copy *h = arg;
+    for (size_t i = begin; i < end; ++i) {
+        size_t off = i * HOST_PIECE;
+        size_t n = off + HOST_PIECE > h->bytes ? h->bytes - off : HOST_PIECE;
+        memcpy(h->dst + off, h->src + off, n);
+    }
+}
+
+static fp_status host_copy_fn(void *user, fp_stream stream) {
+    (void)stream;
+    host_copy *h = user;
+    size_t pieces = (h->bytes + HOST_PIECE - 1) / HOST_PIECE;
+    if (h->pool) fp_parallel_for(h->pool, pieces, 1, host_copy_range, h);
+    else host_copy_range(h, 0, pieces);
+    return FP_OK;
+}
+
+static fp_status run_host_memcpy(fb_run *run) {
+    fp_context *ctx = fb_ctx(run);
+    const int64_t mib_opt = fb_opt_int(run, "mib", fb_quick(run) ? 16 : 256);
+    const size_t mib = mib_opt > 0 && mib_opt <= ((int64_t)1 << 30) ? (size_t)mib_opt : 0;
+    if (mib == 0) {
+        fb_result *r = fb_result_new(run);
+        fb_param_int(r, "mib", mib_opt);
+        fb_result_fail(r, FP_ERR_INVALID_ARGUMENT, "--mib must be in [1, 2^30]");
+        return FP_OK;
+    }
+    const size_t bytes = mib << 20;
+    /* The destination from a pinned pool on the run's context (plain memory
+     * on a CPU context), the source pageable and written once (resident). */
+    fp_pinned_pool *pool = NULL;
+    void *dst = NULL;
+    char *src = malloc(bytes);
+    fp_status st = src ? fp_pinned_pool_create(ctx, NULL, &pool) : FP_ERR_OUT_OF_MEMORY;
+    if (st == FP_OK) st = fp_alloc_alloc(fp_pinned_pool_allocator(pool), bytes, NULL, &dst);
+    const char *why = st == FP_OK ? "" : src ? fp_last_error() : "pageable source buffer";
+    if (src) memset(src, 0x5a, bytes);
+    fp_context *cpu = NULL;
+    if (st == FP_OK) st = fp_context_create(FP_DEVICE_CPU, 0, &cpu);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const int threads[] = {1, 2, 4, 8, 16};
+    for (int i = 0; i < (int)(sizeof threads / sizeof threads[0]); ++i) {
+        if (i > 0 && threads[i] > ncpu) break;
+        fb_result *r = fb_result_new(run);
+        fb_param_int(r, "threads", threads[i]);
+        fb_param_int(r, "mib", mib_opt);
+        if (st != FP_OK) {
+            fb_result_fail(r, st, why[0] ? why : fp_last_error());
+            continue;
+        }
+        host_copy h = {NULL, dst, src, bytes};
+        fp_status s2 = threads[i] > 1 ? fp_thread_pool_create(threads[i], &h.pool) : FP_OK; /* the caller is one */
+        fp_stats stats;
+        memset(&stats, 0, sizeof stats);
+        /* timed on a CPU context: wall clock around the host calls */
+        if (s2 == FP_OK) s2 = fp_time(cpu, NULL, host_copy_fn, &h, fb_timing(run), &stats);
+        fp_thread_pool_destroy(h.pool);
+        if (s2 != FP_OK) {
+            fb_result_fail(r, s2, fp_last_error());
+            continue;
+        }
+        const double gbps = stats.median_ms > 0 ? (double)bytes / (stats.median_ms * 1e6) : 0;
+        fb_result_metric(r, "gbps", gbps);
+        fb_result_metric(r, "median_ms", stats.median_ms);
+        fb_result_metric(r, "noise", stats.noise);
+        /* bytes read + written by the CPU per second */
+        fb_result_metric(r, "traffic_gbps", 2 * gbps);
+    }
+    if (dst) fp_alloc_free(fp_pinned_pool_allocator(pool), dst);
+    fp_pinned_pool_destroy(pool);
+    fp_context_destroy(cpu);
+    free(src);
+    return FP_OK;
+}
+
+FB_SCENARIO(fb_pipeline_host_memcpy, "pipeline/host_memcpy",
+            "host memcpy GB/s, pageable into pinned memory, by thread count: the staging rate a pageable "
+            "pipeline can reach",
+            run_host_memcpy)
