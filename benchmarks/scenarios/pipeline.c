@@ -113,7 +113,7 @@ static fp_status run_overlap(fb_run *run) {
      * host memcpys that pageable memory costs (host=registered). */
     const int registered = fb_opt_int(run, "registered", 0) != 0;
     /* --staging_threads N: the pipeline's host threads per direction (0:
-     * its default, a quarter of the cores, 1 to 8). */
+     * its default, half the cores, 1 to 8). */
     const int64_t staging_threads = fb_opt_int(run, "staging_threads", 0);
     fp_pinned_pool *reg = NULL;
     fp_status reg_st = FP_OK;

@@ -161,10 +161,13 @@ typedef struct fp_pipeline_config {
     int max_chunks_in_flight;
     size_t max_bytes_in_flight;
     /* Host threads per direction that copy a pageable chunk into pinned
-     * memory, and a staged output out of it (0: a quarter of the cores, 1
-     * to 8; 1: the dispatcher / completion thread alone). One thread's
-     * memcpy moves about 10 GB/s, less than a PCIe 5 link in one
-     * direction: with pageable data this sets the pipeline's pace. */
+     * memory, and a staged output out of it (0: half the cores, 1 to 8;
+     * 1: the dispatcher / completion thread alone). With pageable data
+     * these memcpys set the pipeline's pace: on a 16-core H100 VM one
+     * thread moved 8.6 GB/s, 4 threads 24, 8 threads 41 (fastbench
+     * pipeline/host_memcpy), against a 55 GB/s link each way; 8 threads a
+     * direction brought a 1 GiB overlap at 64 MiB chunks from 2.1-2.3x to
+     * 1.5x its copy bound (benchmarks/NOTES.md, session 12). */
     int staging_threads;
     fp_pipeline_compute_fn compute;   /* required */
     fp_pipeline_complete_fn complete; /* optional (NULL: see flush's status) */
