@@ -34,7 +34,8 @@
 #              --pipeline (run name "serve"); the pipeline rows are the runs
 #              "pipeline" (bandwidth, pin_wait, host_memcpy), "overlap",
 #              "overlapreg" (registered host memory: nothing staged) and
-#              "overlap8" / "overlap8x64" (8 staging threads); communication
+#              "overlap8" / "overlap8x64" (8 staging threads), "overlapdeep" /
+#              "overlapdeep8" (more chunks in flight); communication
 #              (one rank on the GPU) the runs "comm" (allreduce_buckets,
 #              bucket_tuner) and "collectives"
 # Environment: FP_GPU_CHECK_BUDGET (default 420 s for the whole call),
@@ -230,6 +231,8 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "collectives|comm/collectives"
     "overlap8|pipeline/overlap --staging_threads 8 --chunk_mib 8"
     "overlap8x64|pipeline/overlap --staging_threads 8 --chunk_mib 64"
+    "overlapdeep|pipeline/overlap --depth 6 --chunk_mib 64"
+    "overlapdeep8|pipeline/overlap --depth 8 --chunk_mib 8"
     "versions4k|attention/flash_versions --seqlen 4096 --dtype bf16"
     "versions16k|attention/flash_versions --seqlen 16384 --dtype bf16"
     "versions1k|attention/flash_versions --seqlen 1024 --dtype bf16"

@@ -21,6 +21,7 @@
  *                      nothing is staged (param host).
  *                      --staging_threads N: the pipeline's staging threads
  *                      per direction (0, the default: its own choice).
+ *                      --depth N: chunks in flight (default 3).
  *
  * pipeline/bandwidth (pipeline_bandwidth.c) and pipeline/pin_wait
  * (pipeline_pin.c) are in files of their own.
@@ -115,6 +116,9 @@ static fp_status run_overlap(fb_run *run) {
     /* --staging_threads N: the pipeline's host threads per direction (0:
      * its default, half the cores, 1 to 8). */
     const int64_t staging_threads = fb_opt_int(run, "staging_threads", 0);
+    /* --depth N: chunks in flight (default 3). With staged data a slot is
+     * busy from its staging to its copy-out, two host memcpys included. */
+    const int64_t depth = fb_opt_int(run, "depth", 3);
     fp_pinned_pool *reg = NULL;
     fp_status reg_st = FP_OK;
     if (registered) {
@@ -141,8 +145,10 @@ static fp_status run_overlap(fb_run *run) {
             fb_param_str(r, "compute", mode == 0 ? "equal" : "short");
             fb_param_str(r, "host", registered ? "registered" : "pageable");
             fb_param_int(r, "staging_threads", staging_threads);
-            if (staging_threads < 0 || staging_threads > 256) {
-                fb_result_fail(r, FP_ERR_INVALID_ARGUMENT, "--staging_threads must be in [0, 256]");
+            fb_param_int(r, "depth", depth);
+            if (staging_threads < 0 || staging_threads > 256 || depth < 1 || depth > 64) {
+                fb_result_fail(r, FP_ERR_INVALID_ARGUMENT,
+                               "--staging_threads must be in [0, 256] and --depth in [1, 64]");
                 continue;
             }
             if (reg_st != FP_OK) {
@@ -169,7 +175,7 @@ static fp_status run_overlap(fb_run *run) {
             }
             fp_pipeline_config cfg;
             fp_pipeline_config_default(&cfg);
-            cfg.depth = 3;
+            cfg.depth = (int)depth;
             cfg.max_in_bytes = chunk;
             cfg.staging_threads = (int)staging_threads;
             cfg.compute = overlap_compute_fn;
@@ -220,4 +226,4 @@ static fp_status run_overlap(fb_run *run) {
 }
 
 FB_SCENARIO(fb_pipeline_overlap, "pipeline/overlap",
-            "host data through the device: pageable sync copy/compute/copy back vs a depth-3 pipeline", run_overlap)
+            "host data through the device: pageable sync copy/compute/copy back vs a pipeline (depth 3)", run_overlap)
