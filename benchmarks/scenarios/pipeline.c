@@ -27,6 +27,7 @@
  * (pipeline_pin.c) are in files of their own.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,7 +127,9 @@ static fp_status run_overlap(fb_run *run) {
         if (reg_st == FP_OK) reg_st = fp_pinned_register(reg, in, bytes);
         if (reg_st == FP_OK) reg_st = fp_pinned_register(reg, out, bytes);
     }
-    const char *reg_msg = !gpu ? "--registered 1 needs a CUDA device" : fp_last_error();
+    char reg_msg[512] = ""; /* kept: later calls overwrite fp_last_error */
+    if (reg_st != FP_OK)
+        snprintf(reg_msg, sizeof reg_msg, "%s", !gpu ? "--registered 1 needs a CUDA device" : fp_last_error());
 
     /* The device's pinned copy bandwidth, both directions, at the run's
      * size (capped at 256 MiB): the roofline of the pipeline's copies. */
