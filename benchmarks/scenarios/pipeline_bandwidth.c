@@ -137,10 +137,11 @@ static fp_status run_host_memcpy(fb_run *run) {
     char *src = malloc(bytes);
     fp_status st = src ? fp_pinned_pool_create(ctx, NULL, &pool) : FP_ERR_OUT_OF_MEMORY;
     if (st == FP_OK) st = fp_alloc_alloc(fp_pinned_pool_allocator(pool), bytes, NULL, &dst);
-    const char *why = st == FP_OK ? "" : src ? fp_last_error() : "pageable source buffer";
-    if (src) memset(src, 0x5a, bytes);
     fp_context *cpu = NULL;
     if (st == FP_OK) st = fp_context_create(FP_DEVICE_CPU, 0, &cpu);
+    char why[512] = ""; /* kept: later calls overwrite fp_last_error */
+    if (st != FP_OK) snprintf(why, sizeof why, "%s", src ? fp_last_error() : "pageable source buffer");
+    if (src) memset(src, 0x5a, bytes);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     const int threads[] = {1, 2, 4, 8, 16};
     for (int i = 0; i < (int)(sizeof threads / sizeof threads[0]); ++i) {
@@ -149,7 +150,7 @@ static fp_status run_host_memcpy(fb_run *run) {
         fb_param_int(r, "threads", threads[i]);
         fb_param_int(r, "mib", mib_opt);
         if (st != FP_OK) {
-            fb_result_fail(r, st, why[0] ? why : fp_last_error());
+            fb_result_fail(r, st, why);
             continue;
         }
         host_copy h = {NULL, dst, src, bytes};
