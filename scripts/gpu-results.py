@@ -93,23 +93,23 @@ def unmeasured(status):
 
 
 def newest_rows(targets):
-    """Per target, the row of the newest filed GPU run (fastbench.json's
-    date) that has a result for it, and that run's folder name."""
+    """Per target, the row of the newest filed run (fastbench.json's date;
+    GPU runs and CPU runs under cpu/, each counting only for the targets of
+    its device) that has a result for it, and that run's folder."""
     docs = []
-    for d in RESULTS.iterdir():
-        f = d / "fastbench.json"
-        if d.is_dir() and f.exists():
-            try:
-                docs.append((json.loads(f.read_text()), d.name))
-            except ValueError:
-                continue
+    for f in list(RESULTS.glob("*/fastbench.json")) + list(RESULTS.glob("cpu/*/fastbench.json")):
+        try:
+            docs.append((json.loads(f.read_text()), str(f.parent.relative_to(RESULTS))))
+        except ValueError:
+            continue
     docs.sort(key=lambda x: str(x[0].get("date") or ""), reverse=True)
     rows, runs = [], []
     for t in targets:
-        row, run = (t, None, "no matching result"), None
+        row = (t, None, f"not checked: needs {t['needs']}" if t.get("needs") else "no matching result")
+        run = None
         for doc, name in docs:
             r = evaluate(doc, [t])[0]
-            if not unmeasured(r[2]):
+            if not unmeasured(r[2]) and (r[1] is not None or not t.get("needs")):
                 row, run = r, name
                 break
         rows.append(row)
