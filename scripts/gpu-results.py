@@ -18,8 +18,12 @@ import shutil
 import sys
 from pathlib import Path
 
+import os
+
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+# FASTPATH_RESULTS_DIR: another results folder (with its targets.json and
+# README.md), for tests.
+RESULTS = Path(os.environ.get("FASTPATH_RESULTS_DIR") or ROOT / "benchmarks" / "results")
 KEEP = ("summary.txt", "ctest-gpu.log", "fastbench.json", "fastbench.txt", "python-bench.json", "python-bench.txt",
         "python-alloc.json", "logs.tar.gz")
 

@@ -1,6 +1,7 @@
 """fastbench's CLI: list, run (table + fastbench/1 JSON), compare, info, and
 its handling of bad input. Runs on the CPU (or the GPU when one is present)."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -412,3 +413,52 @@ def test_pipeline_pin_wait_rows(fastbench, tmp_path):
     # slack for a loaded 2-core CI machine: the issue's bound is 1.0 (targets.json: 1.1)
     assert rows["chunked"]["metrics"]["wait_over_chunk"] <= 2.0
     assert rows["chunked"]["metrics"]["max_wait_ms"] < rows["whole"]["metrics"]["max_wait_ms"]
+
+
+def test_gpu_results_takes_each_row_from_the_newest_run_that_measured_it(tmp_path):
+    """scripts/gpu-results.py files a run and rebuilds the targets table row
+    by row: a narrowed newer run replaces only the rows it measured; CPU runs
+    under cpu/ count for host targets only; a target no run can decide keeps
+    its 'not checked'."""
+    root = Path(__file__).resolve().parents[2]
+    res = tmp_path / "results"
+    res.mkdir()
+    targets = [
+        {"issue": 1, "what": "a", "name": "x/a", "params": {}, "field": "speedup", "op": ">=", "value": 2,
+         "device": "cuda"},
+        {"issue": 1, "what": "b", "name": "x/b", "params": {}, "field": "speedup", "op": ">=", "value": 2,
+         "device": "cuda"},
+        {"issue": 2, "what": "host", "name": "x/h", "params": {}, "field": "metrics.v", "op": "<=", "value": 1},
+        {"issue": 3, "what": "later", "name": "x/n", "params": {}, "field": "speedup", "op": ">=", "value": 1,
+         "device": "cuda", "needs": "another machine"},
+    ]
+    (res / "targets.json").write_text(json.dumps({"targets": targets}))
+    (res / "README.md").write_text("# r\n<!-- TARGETS -->\nold\n<!-- /TARGETS -->\n")
+    gpu = {"name": "GPU Z", "kind": "cuda"}
+
+    def doc(date, commit, device, results):
+        return {"schema": "fastbench/1", "date": date, "git_commit": commit, "device": device, "complete": True,
+                "results": [{"name": n, "params": {}, "status": "ok", "speedup": v, "metrics": {"v": v}}
+                            for n, v in results]}
+
+    cpu_run = res / "cpu" / "old-cpu"
+    cpu_run.mkdir(parents=True)
+    (cpu_run / "fastbench.json").write_text(json.dumps(doc("2026-01-01T00:00:00Z", "c0", {"name": "CPU",
+                                                                                      "kind": "cpu"},
+                                                           [("x/h", 0.5), ("x/a", 9.0)])))
+    for i, (date, commit, results) in enumerate([("2026-01-02T00:00:00Z", "aaaaaaa", [("x/a", 3.0), ("x/b", 1.0)]),
+                                                ("2026-01-03T00:00:00Z", "bbbbbbb", [("x/b", 2.5)])]):
+        out = tmp_path / f"out{i}"
+        out.mkdir()
+        (out / "fastbench.json").write_text(json.dumps(doc(date, commit, gpu, results)))
+        p = subprocess.run([sys.executable, str(root / "scripts" / "gpu-results.py"), str(out)],
+                           capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "FASTPATH_RESULTS_DIR": str(res)})
+        assert p.returncode == 0, p.stderr
+    table = (res / "README.md").read_text()
+    rows = {line.split("|")[2].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    assert "3 | met" in rows["a"] and "2026-01-02-gpu-z-aaaaaaa" in rows["a"]  # not the CPU run's 9.0
+    assert "2.5 | met" in rows["b"] and "2026-01-03-gpu-z-bbbbbbb" in rows["b"]
+    assert "0.5 | met" in rows["host"] and "cpu/old-cpu" in rows["host"]
+    assert "not checked: needs another machine" in rows["later"]
+    assert "Latest: `2026-01-03-gpu-z-bbbbbbb/`" in table
