@@ -17,7 +17,7 @@
  *                      device's pinned h2d GB/s measured in the same run),
  *                      overlap efficiency, compute-stream idle time.
  *                      --registered 1: input and output registered
- *                      (fp_pinned_register) instead of pageable, so that
+ *                      (cudaHostRegister) instead of pageable, so that
  *                      nothing is staged (param host).
  *                      --staging_threads N: the pipeline's staging threads
  *                      per direction (0, the default: its own choice).
@@ -27,11 +27,9 @@
  * (pipeline_pin.c) are in files of their own.
  */
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "fastpath/pinned.h"
+#include "pipeline/bandwidth.h"
 #include "scenario.h"
 #include "timing/probes.h"
 
@@ -100,19 +98,10 @@ static fp_status run_overlap(fb_run *run) {
         return FP_OK;
     }
     size_t bytes = (size_t)mib << 20;
-    float *in = malloc(bytes), *out = malloc(bytes);
-    if (!in || !out) {
-        free(in);
-        free(out);
-        fb_result *r = fb_result_new(run);
-        fb_param_int(r, "mib", mib);
-        fb_result_fail(r, FP_ERR_OUT_OF_MEMORY, "host buffers for --mib");
-        return FP_OK;
-    }
-    fill_host(in, bytes / 4, 42);
     /* --registered 1: the input and output registered (page-locked in
      * place), so the pipeline stages nothing: its copies alone, without the
-     * host memcpys that pageable memory costs (host=registered). */
+     * host memcpys that pageable memory costs (host=registered; on a CPU
+     * context both kinds are plain memory). */
     const int registered = fb_opt_int(run, "registered", 0) != 0;
     /* --staging_threads N: the pipeline's host threads per direction (0:
      * its default, half the cores, 1 to 8). */
@@ -120,16 +109,19 @@ static fp_status run_overlap(fb_run *run) {
     /* --depth N: chunks in flight (default 3). With staged data a slot is
      * busy from its staging to its copy-out, two host memcpys included. */
     const int64_t depth = fb_opt_int(run, "depth", 3);
-    fp_pinned_pool *reg = NULL;
-    fp_status reg_st = FP_OK;
-    if (registered) {
-        reg_st = gpu ? fp_pinned_pool_create(ctx, NULL, &reg) : FP_ERR_UNSUPPORTED;
-        if (reg_st == FP_OK) reg_st = fp_pinned_register(reg, in, bytes);
-        if (reg_st == FP_OK) reg_st = fp_pinned_register(reg, out, bytes);
+    const fp_host_memory_kind kind = registered ? FP_HOST_REGISTERED : FP_HOST_PAGEABLE;
+    fp_host_buf hin = {0}, hout = {0};
+    fp_status st0 = fp_host_buf_alloc(ctx, kind, bytes, &hin);
+    if (st0 == FP_OK) st0 = fp_host_buf_alloc(ctx, kind, bytes, &hout);
+    if (st0 != FP_OK) {
+        fb_result *r = fb_result_new(run);
+        fb_param_int(r, "mib", mib);
+        fb_result_fail(r, st0, fp_last_error());
+        fp_host_buf_free(&hin);
+        return FP_OK;
     }
-    char reg_msg[512] = ""; /* kept: later calls overwrite fp_last_error */
-    if (reg_st != FP_OK)
-        snprintf(reg_msg, sizeof reg_msg, "%s", !gpu ? "--registered 1 needs a CUDA device" : fp_last_error());
+    float *in = (float *)hin.ptr, *out = (float *)hout.ptr;
+    fill_host(in, bytes / 4, 42);
 
     /* The device's pinned copy bandwidth, both directions, at the run's
      * size (capped at 256 MiB): the roofline of the pipeline's copies. */
@@ -152,10 +144,6 @@ static fp_status run_overlap(fb_run *run) {
             if (staging_threads < 0 || staging_threads > 256 || depth < 1 || depth > 64) {
                 fb_result_fail(r, FP_ERR_INVALID_ARGUMENT,
                                "--staging_threads must be in [0, 256] and --depth in [1, 64]");
-                continue;
-            }
-            if (reg_st != FP_OK) {
-                fb_result_fail(r, reg_st, reg_msg);
                 continue;
             }
             if (bw_st != FP_OK) {
@@ -222,9 +210,8 @@ static fp_status run_overlap(fb_run *run) {
             if (!rep.outputs_equal) fb_result_fail(r, FP_ERR_MISMATCH, "pipeline output differs from the baseline's");
         }
     }
-    fp_pinned_pool_destroy(reg); /* unregisters in and out */
-    free(in);
-    free(out);
+    fp_host_buf_free(&hin);
+    fp_host_buf_free(&hout);
     return FP_OK;
 }
 

@@ -11,23 +11,22 @@
  *                       memory, not for a link.
  *   pipeline/host_memcpy
  *                       the host's memcpy GB/s from pageable into pinned
- *                       memory (what a pipeline's staging does to pageable
- *                       input) with 1, 2, 4, 8 and 16 threads (up to the
- *                       cores), 1 MiB pieces as the pipeline's staging
- *                       cuts them, --mib N (default 256, 16 with --quick).
+ *                       memory by the pipeline's own staging copy
+ *                       (fp_stage_copy, 1 MiB pieces) with 1, 2, 4, 8 and
+ *                       16 threads (up to the cores), --mib N (default
+ *                       256, 16 with --quick).
  *                       A pageable pipeline's roofline: each byte staged in
  *                       and copied out costs the host 2 + 2 bytes of
  *                       memory traffic on top of the DMA's 2.
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/internal.h"
-#include "fastpath/pinned.h"
-#include "scenario.h"
 #include "fastpath/pipeline.h"
+#include "pipeline/bandwidth.h"
+#include "scenario.h"
 
 static const fp_host_memory_kind kinds[] = {FP_HOST_PAGEABLE, FP_HOST_PINNED, FP_HOST_REGISTERED,
                                             FP_HOST_WRITE_COMBINED};
@@ -92,30 +91,18 @@ FB_SCENARIO(fb_pipeline_bandwidth, "pipeline/bandwidth",
 
 /* ---- pipeline/host_memcpy ---- */
 
-#define HOST_PIECE ((size_t)1 << 20) /* the pipeline's staging piece */
-
 typedef struct host_copy {
     fp_thread_pool *pool;
-    char *dst;
-    const char *src;
+    void *dst;
+    const void *src;
     size_t bytes;
 } host_copy;
 
-static void host_copy_range(void *arg, size_t begin, size_t end) {
-    host_copy *h = arg;
-    for (size_t i = begin; i < end; ++i) {
-        size_t off = i * HOST_PIECE;
-        size_t n = off + HOST_PIECE > h->bytes ? h->bytes - off : HOST_PIECE;
-        memcpy(h->dst + off, h->src + off, n);
-    }
-}
-
+/* The pipeline's own staging copy, timed. */
 static fp_status host_copy_fn(void *user, fp_stream stream) {
     (void)stream;
     host_copy *h = user;
-    size_t pieces = (h->bytes + HOST_PIECE - 1) / HOST_PIECE;
-    if (h->pool) fp_parallel_for(h->pool, pieces, 1, host_copy_range, h);
-    else host_copy_range(h, 0, pieces);
+    fp_stage_copy(h->pool, h->dst, h->src, h->bytes);
     return FP_OK;
 }
 
@@ -130,18 +117,15 @@ static fp_status run_host_memcpy(fb_run *run) {
         return FP_OK;
     }
     const size_t bytes = mib << 20;
-    /* The destination from a pinned pool on the run's context (plain memory
-     * on a CPU context), the source pageable and written once (resident). */
-    fp_pinned_pool *pool = NULL;
-    void *dst = NULL;
-    char *src = malloc(bytes);
-    fp_status st = src ? fp_pinned_pool_create(ctx, NULL, &pool) : FP_ERR_OUT_OF_MEMORY;
-    if (st == FP_OK) st = fp_alloc_alloc(fp_pinned_pool_allocator(pool), bytes, NULL, &dst);
+    /* The destination pinned (plain memory on a CPU context), the source
+     * pageable; both touched (resident) before anything is timed. */
+    fp_host_buf dst = {0}, src = {0};
     fp_context *cpu = NULL;
+    fp_status st = fp_host_buf_alloc(ctx, FP_HOST_PINNED, bytes, &dst);
+    if (st == FP_OK) st = fp_host_buf_alloc(ctx, FP_HOST_PAGEABLE, bytes, &src);
     if (st == FP_OK) st = fp_context_create(FP_DEVICE_CPU, 0, &cpu);
     char why[512] = ""; /* kept: later calls overwrite fp_last_error */
-    if (st != FP_OK) snprintf(why, sizeof why, "%s", src ? fp_last_error() : "pageable source buffer");
-    if (src) memset(src, 0x5a, bytes);
+    if (st != FP_OK) snprintf(why, sizeof why, "%s", fp_last_error());
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     const int threads[] = {1, 2, 4, 8, 16};
     for (int i = 0; i < (int)(sizeof threads / sizeof threads[0]); ++i) {
@@ -153,8 +137,9 @@ static fp_status run_host_memcpy(fb_run *run) {
             fb_result_fail(r, st, why);
             continue;
         }
-        host_copy h = {NULL, dst, src, bytes};
-        fp_status s2 = threads[i] > 1 ? fp_thread_pool_create(threads[i], &h.pool) : FP_OK; /* the caller is one */
+        host_copy h = {NULL, dst.ptr, src.ptr, bytes};
+        /* the pool counts the caller as one of its threads */
+        fp_status s2 = threads[i] > 1 ? fp_thread_pool_create(threads[i], &h.pool) : FP_OK;
         fp_stats stats;
         memset(&stats, 0, sizeof stats);
         /* timed on a CPU context: wall clock around the host calls */
@@ -171,10 +156,9 @@ static fp_status run_host_memcpy(fb_run *run) {
         /* bytes read + written by the CPU per second */
         fb_result_metric(r, "traffic_gbps", 2 * gbps);
     }
-    if (dst) fp_alloc_free(fp_pinned_pool_allocator(pool), dst);
-    fp_pinned_pool_destroy(pool);
+    fp_host_buf_free(&dst);
+    fp_host_buf_free(&src);
     fp_context_destroy(cpu);
-    free(src);
     return FP_OK;
 }
 

@@ -1,7 +1,9 @@
 /* Pieces of bandwidth.c shared with the pipeline's A/B and the tests: host
  * buffers of each fp_host_memory_kind, and the copy-bandwidth check pattern
  * (a position-dependent byte pattern, so that a copy that did nothing, moved
- * the wrong range or was cut short is caught). Not installed. */
+ * the wrong range or was cut short is caught); and the pipeline's staging
+ * memcpy (pipeline.c), which fastbench's pipeline/host_memcpy times. Not
+ * installed. */
 #ifndef FP_PIPELINE_BANDWIDTH_H
 #define FP_PIPELINE_BANDWIDTH_H
 
@@ -37,5 +39,11 @@ int fp_copy_pattern_check(const void *p, size_t offset, size_t n, size_t stride,
 
 /* Byte `pos` of the pattern. */
 unsigned char fp_copy_pattern_byte(size_t pos);
+
+/* The pipeline's staging copy (pipeline.c): dst <- src in 1 MiB pieces on
+ * the pool's threads and the caller; one memcpy when pool is NULL or bytes
+ * is under 2 MiB. */
+struct fp_thread_pool;
+void fp_stage_copy(struct fp_thread_pool *pool, void *dst, const void *src, size_t bytes);
 
 #endif /* FP_PIPELINE_BANDWIDTH_H */

@@ -27,6 +27,7 @@
 
 #include "fastpath/pipeline.h"
 #include "internal.h"
+#include "pipeline/bandwidth.h"
 
 #define PIPELINE_CONFIG_SIZE_FIRST sizeof(fp_pipeline_config)
 #define PIPELINE_STATS_SIZE_FIRST sizeof(fp_pipeline_stats)
@@ -162,7 +163,7 @@ static void stage_piece(void *arg, size_t begin, size_t end) {
 
 #define STAGE_PIECE ((size_t)1 << 20)
 
-static void stage_copy(fp_thread_pool *pool, void *dst, const void *src, size_t bytes) {
+void fp_stage_copy(fp_thread_pool *pool, void *dst, const void *src, size_t bytes) {
     if (!pool || bytes < 2 * STAGE_PIECE) {
         memcpy(dst, src, bytes);
         return;
@@ -198,7 +199,7 @@ static void dispatch_one(fp_pipeline *p, rec *r) {
 
     if (!host_is_pinned(p, c->host_in)) {
         double t0 = fp_now_s();
-        stage_copy(p->stage_pool, sl->h_in, c->host_in, c->in_bytes);
+        fp_stage_copy(p->stage_pool, sl->h_in, c->host_in, c->in_bytes);
         r->stage_ms = (fp_now_s() - t0) * 1e3;
         r->staged = 1;
         src = sl->h_in;
@@ -368,7 +369,7 @@ static void *completion_main(void *arg) {
             if (r->last_ev >= EV_H2D1) h2d = ev_ms(p, sl, EV_H2D0, EV_H2D1);
             if (r->last_ev >= EV_C1) comp = ev_ms(p, sl, EV_C0, EV_C1);
             if (r->last_ev >= EV_D2H1) d2h = ev_ms(p, sl, EV_D2H0, EV_D2H1);
-            if (r->st == FP_OK && r->out_staged) stage_copy(p->unstage_pool, r->c.host_out, sl->h_out, r->c.out_bytes);
+            if (r->st == FP_OK && r->out_staged) fp_stage_copy(p->unstage_pool, r->c.host_out, sl->h_out, r->c.out_bytes);
         }
         if (t0 == 0) t0 = fp_now_s();
         if (p->cfg.complete) {
