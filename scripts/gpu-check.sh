@@ -37,7 +37,10 @@
 #              "overlap8" / "overlap8x64" (8 staging threads), "overlapdeep" /
 #              "overlapdeep8" (more chunks in flight); communication
 #              (one rank on the GPU) the runs "comm" (allreduce_buckets,
-#              bucket_tuner) and "collectives"
+#              bucket_tuner) and "collectives"; "decode1k" / "norm1row" the
+#              decode step's kernels alone (1024 keys; one 4096-wide row);
+#              "ab-*" the same scenarios with an environment that selects
+#              the kernel a change replaces (extra.txt, not fastbench.json)
 # Environment: FP_GPU_CHECK_BUDGET (default 420 s for the whole call),
 # FP_GPU_CHECK_PHASES (comma list, default all), FP_GPU_CHECK_BENCH_CAP (the
 # bench phase's cap, default 120 s), FP_GPU_CHECK_PYTEST (pytest's selection,
@@ -47,7 +50,7 @@
 # (the commit checked: the device copy has no .git).
 # OUTDIR ends with at most 8 files (a device call brings back no more):
 # summary.txt, ctest-gpu.log, fastbench.json, fastbench.txt,
-# python-bench.json, python-bench.txt, logs.tar.gz (env, configure / build
+# python-bench.json, python-bench.txt, logs.tar.gz, extra.txt (the ab- runs) (env, configure / build
 # logs, fastbench's per-run JSON, the sanitizer logs). The logs are archived
 # also when the call is stopped (SIGTERM). Then, here:
 # python3 scripts/gpu-results.py OUTDIR files the run under
@@ -237,12 +240,28 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "versions16k|attention/flash_versions --seqlen 16384 --dtype bf16"
     "versions1k|attention/flash_versions --seqlen 1024 --dtype bf16"
     "prefill16k|attention/prefill --head_dim 128 --seqlen 16384 --causal 0 --dtype bf16"
+    "decode1k|attention/decode --batch 1 --kv 1024"
+    "norm1row|norm/rmsnorm_fwd norm/layernorm_fwd --rows 1 --cols 4096 --dtype bf16"
+    # A/B against a previous kernel (VAR=value words first, run with them in
+    # the environment): "ab-" runs go to extra.txt, never into fastbench.json,
+    # whose rows the targets table reads
+    "ab-norm|FP_NORM_FWD_V2_LEGACY=1 norm/layernorm_fwd norm/rmsnorm_fwd --rows 16384 --cols 4096 --dtype bf16"
+    "ab-norm1row|FP_NORM_FWD_V2_LEGACY=1 norm/rmsnorm_fwd norm/layernorm_fwd --rows 1 --cols 4096 --dtype bf16"
+    "ab-decode1k|FP_ATTN_SPLIT_MIN_TILES=2 attention/decode --batch 1 --kv 1024"
+    "ab-graph|FP_NORM_FWD_V2_LEGACY=1 FP_ATTN_SPLIT_MIN_TILES=2 graph/decode_step"
   )
   : > "$out/fastbench.txt"
   for spec in "${runs[@]}"; do
     name=${spec%%|*}
     args=${spec#*|}
     want_run "$name" || continue
+    envs=()
+    while [[ $args =~ ^([A-Z_][A-Z0-9_]*=[^ ]*)\ (.*)$ ]]; do
+      envs+=("${BASH_REMATCH[1]}")
+      args=${BASH_REMATCH[2]}
+    done
+    txt=$out/fastbench.txt json=$logs/fb-$name.json
+    if [[ $name == ab-* ]]; then txt=$out/extra.txt json=$logs/$name.json; fi
     tl=$(( t - ($(elapsed) - b0) ))
     [ "$tl" -gt 45 ] && tl=45 # one run cannot eat the phase
     if [ "$tl" -lt 5 ]; then
@@ -250,10 +269,9 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
       not_reached+=("fastbench $name")
       continue
     fi
-    echo "==== fastbench run $args" >> "$out/fastbench.txt"
+    echo "==== fastbench run ${envs[*]} $args" >> "$txt"
     # shellcheck disable=SC2086 # args is a word list
-    timeout "$tl" ./build-gpu/fastbench run $args "${common[@]}" --json "$logs/fb-$name.json" \
-      >> "$out/fastbench.txt" 2>&1
+    timeout "$tl" env "${envs[@]}" ./build-gpu/fastbench run $args "${common[@]}" --json "$json" >> "$txt" 2>&1
     r=$?
     [ $r -ne 0 ] && rc=1
     stamp "fastbench $name rc=$r$([ $r -eq 124 ] && echo ' (out of time: partial)') ($(( $(elapsed) - b0 ))s into the phase)"
@@ -274,7 +292,10 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
   fi
   # merge: one fastbench/1 document; complete only if every run was
   nruns=0
-  for spec in "${runs[@]}"; do want_run "${spec%%|*}" && nruns=$((nruns + 1)); done
+  for spec in "${runs[@]}"; do
+    [[ ${spec%%|*} == ab-* ]] && continue
+    want_run "${spec%%|*}" && nruns=$((nruns + 1))
+  done
   python3 - "$out/fastbench.json" "$nruns" "$logs"/fb-*.json <<'EOF' 2>&1 | tee -a "$out/summary.txt"
 import json, sys
 docs = []

@@ -48,6 +48,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "attention/attention_flash_common.cuh"
 #include "attention/attention_flash_layout.h"
@@ -219,6 +220,8 @@ __device__ __forceinline__ void load_kv_tile(T *tile, const flash_params &p, con
 // head_dim 64 uses exactly the 48 KiB a launch gets without the opt-in, and
 // 4 bytes more made every v2 launch fail with cudaErrorInvalidValue on an
 // H100; the CPU emulation does not count static shared memory).
+constexpr int kTailLseRegs = 4; // splits up to 128 (split_count's cap) merge from registers
+
 template <typename T, int D, int NT>
 __device__ __forceinline__ void split_combine_fused(const flash_params &p, const fp_flash::seq_view &S, int b,
                                                     int hk, int m_tile, int m0, int rows_end, int *flag) {
@@ -236,34 +239,66 @@ __device__ __forceinline__ void split_combine_fused(const flash_params &p, const
         const int qi = r / p.group, h = hk * p.group + r % p.group;
         const int64_t row = ((int64_t)b * p.hq + h) * p.sq + qi;
         const float *lse_s = p.lse_part + row;
-        float mx = -INFINITY;
-        for (int s = lane; s < ns; s += 32) mx = fmaxf(mx, __ldcg(lse_s + s * rows_total));
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        float sum = 0.0f;
-        for (int s = lane; s < ns; s += 32) {
-            // lse_s = -inf (no key in the split): weight 0; a NaN lse_s
-            // (fmaxf skipped it) makes the row NaN
-            const float ls = __ldcg(lse_s + s * rows_total);
-            sum += combine_weight(ls, mx);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-        // each lane: columns lane + 32 j; the loads of a split do not
-        // depend on its weight (branch-free select), so they overlap
+        const float *op = p.o_part + row * D + lane;
+        const int64_t split_stride = rows_total * D;
         float acc[D / 32];
 #pragma unroll
         for (int j = 0; j < D / 32; ++j) acc[j] = 0.0f;
-        const float *op = p.o_part + row * D + lane;
-        const int64_t split_stride = rows_total * D;
-#pragma unroll 4
-        for (int s = 0; s < ns; ++s) {
-            const float ls = __ldcg(lse_s + s * rows_total);
-            const float w = combine_weight(ls, mx);
+        float mx = -INFINITY, sum = 0.0f;
+        if (ns <= 32 * kTailLseRegs) {
+            // The row's lse values read once, kTailLseRegs per lane (split
+            // lane + 32 i), all loads issued together: one L2 round trip
+            // where re-reading them for the max, the sum and each split's
+            // weight cost three (about 1 us of the tail on an H100).
+            float ls[kTailLseRegs];
 #pragma unroll
-            for (int j = 0; j < D / 32; ++j) acc[j] = fmaf(w, __ldcg(op + s * split_stride + j * 32), acc[j]);
+            for (int i = 0; i < kTailLseRegs; ++i)
+                ls[i] = lane + 32 * i < ns ? __ldcg(lse_s + (int64_t)(lane + 32 * i) * rows_total) : -INFINITY;
+#pragma unroll
+            for (int i = 0; i < kTailLseRegs; ++i) mx = fmaxf(mx, ls[i]);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float w[kTailLseRegs];
+#pragma unroll
+            for (int i = 0; i < kTailLseRegs; ++i) {
+                // lse_s = -inf (no key in the split): weight 0; a NaN lse_s
+                // (fmaxf skipped it) makes the row NaN. The same sum order
+                // as the loop below (lane-strided, then the shuffles).
+                w[i] = combine_weight(ls[i], mx);
+                if (lane + 32 * i < ns) sum += w[i];
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            // each lane: columns lane + 32 j; split s's weight from lane s % 32;
+            // the partial loads do not depend on the weights (unrolled by 16:
+            // 16 splits x D / 32 loads in flight per lane)
+#pragma unroll
+            for (int i = 0; i < kTailLseRegs; ++i) {
+                if (32 * i >= ns) break;
+                const int n_i = ns - 32 * i < 32 ? ns - 32 * i : 32;
+#pragma unroll 16
+                for (int l = 0; l < n_i; ++l) {
+                    const float wl = __shfl_sync(0xffffffffu, w[i], l);
+                    const int64_t s = 32 * i + l;
+#pragma unroll
+                    for (int j = 0; j < D / 32; ++j) acc[j] = fmaf(wl, __ldcg(op + s * split_stride + j * 32), acc[j]);
+                }
+            }
+        } else {
+            for (int s = lane; s < ns; s += 32) mx = fmaxf(mx, __ldcg(lse_s + s * rows_total));
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            for (int s = lane; s < ns; s += 32) sum += combine_weight(__ldcg(lse_s + s * rows_total), mx);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+#pragma unroll 4
+            for (int s = 0; s < ns; ++s) {
+                const float w = combine_weight(__ldcg(lse_s + s * rows_total), mx);
+#pragma unroll
+                for (int j = 0; j < D / 32; ++j) acc[j] = fmaf(w, __ldcg(op + s * split_stride + j * 32), acc[j]);
+            }
         }
+        const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
         T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
 #pragma unroll
         for (int j = 0; j < D / 32; ++j) o[lane + j * 32] = pack_op<T>::cvt(acc[j] * inv);
@@ -661,20 +696,38 @@ extern "C" fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_sp
 
 // Split the keys when the grid would leave SMs idle (decode, few heads):
 // as many splits as keep the whole grid resident in one wave (two CTAs per SM:
-// registers / shared memory of traits<D> at D >= 64), at least 2 KV tiles per
-// split, at most 128 splits. Rounding the split count up instead overshoots
-// the resident slots (e.g. 32 KV heads: ceil(264 / 32) = 9 splits = 288 CTAs
-// for 264 slots), and the 24-CTA second wave, too few to saturate HBM, costs
-// about as long as the first. The count is then trimmed so that no split is
-// empty (plan_block hands out ceil(tiles / splits) tiles per split).
+// registers / shared memory of traits<D> at D >= 64), at least
+// split_min_tiles() KV tiles per split, at most 128 splits. Rounding the split
+// count up instead overshoots the resident slots (e.g. 32 KV heads:
+// ceil(264 / 32) = 9 splits = 288 CTAs for 264 slots), and the 24-CTA second
+// wave, too few to saturate HBM, costs about as long as the first. The count
+// is then trimmed so that no split is empty (plan_block hands out
+// ceil(tiles / splits) tiles per split).
+//
+// Tiles per split: a split of one tile issues Q, K and V together and waits
+// on one DRAM round trip; each further tile adds a K and a V load behind the
+// previous tile's math. A short decode (batch 1, 8 KV heads, 1024 keys:
+// 16 tiles) ran 8 splits of 2 tiles on 64 of 132 SMs; one tile per split
+// runs 16 splits on 128. FP_ATTN_SPLIT_MIN_TILES (read once, 1 to 64) sets
+// the minimum for the GPU check's A/B; 2 was the rule before.
+static int split_min_tiles() {
+    static const int v = [] {
+        const char *e = getenv("FP_ATTN_SPLIT_MIN_TILES");
+        const int n = e ? atoi(e) : 0;
+        return n >= 1 && n <= 64 ? n : 1;
+    }();
+    return v;
+}
+
 static int64_t split_count(const fp_attn_args *a, int br, int bc, int64_t slots) {
     const int64_t rows = (int64_t)a->seqlen_q * a->group;
     const int64_t ctas = (rows + br - 1) / br * a->heads_kv * a->batch;
     const int64_t kv_tiles = (a->seqlen_k + bc - 1) / bc;
+    const int64_t min_tiles = split_min_tiles();
     int64_t splits = 1;
-    if (ctas < slots && kv_tiles >= 4) {
+    if (ctas < slots && kv_tiles >= 2 * min_tiles) {
         splits = slots / ctas; // >= 1: ctas < slots
-        if (splits > kv_tiles / 2) splits = kv_tiles / 2;
+        if (splits > kv_tiles / min_tiles) splits = kv_tiles / min_tiles;
         if (splits > 128) splits = 128;
         if (splits < 1) splits = 1;
         const int64_t per_split = (kv_tiles + splits - 1) / splits;

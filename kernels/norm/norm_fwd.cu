@@ -26,6 +26,8 @@
 //                elementwise activation. Each step re-reads the tensor.
 // Run: tests/norm/test_norm_gpu (correctness, every version), fastbench
 // --scenario norm/... (timing, fused vs unfused).
+#include <cstdlib>
+
 #include "norm/norm_common.cuh"
 
 namespace fpnorm {
@@ -97,9 +99,22 @@ __global__ void __launch_bounds__(kV1Threads) norm_fwd_v1(const fp_norm_fwd_desc
 // ---------------------------------------------------------------------------
 // v2: row in registers, 16-byte vectors
 // ---------------------------------------------------------------------------
-template <typename T, int NV>
+// Loads first (kLoadsFirst, the default): every x / residual vector of the
+// thread and, up to NV = 4, its gamma / beta / bias vectors are issued before
+// the first store and before the reduction, so a row costs one DRAM round trip
+// instead of NV + 1 (out may alias x and residual_out residual only exactly,
+// element for element: each thread reads its own elements before writing
+// them, whatever the order). kLoadsFirst = false is the previous ordering
+// (x / residual vector k loaded after vector k - 1's residual_out store,
+// which the compiler cannot reorder; the parameters after the reduction),
+// kept until a GPU run has measured the two (FP_NORM_FWD_V2_LEGACY=1).
+template <typename T, int NV, bool kLoadsFirst>
 __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_desc d) {
     constexpr int V = Vec<T>::N;
+    // Parameters in registers from the start: 4 more registers per vector
+    // and parameter; past NV = 4 (f32 rows of > 4 vectors per thread) they
+    // would spill, and load after the reduction as before.
+    constexpr bool kParamsEarly = kLoadsFirst && NV <= 4;
     __shared__ float red_smem[32];
     const int64_t row = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
     // Warp-per-row: a whole warp leaves together (no block barrier in that
@@ -110,20 +125,46 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_d
     const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
     const T *res = d.res ? static_cast<const T *>(d.res) + row * d.res_stride : nullptr;
     T *res_out = d.res_out ? static_cast<T *>(d.res_out) + row * d.res_out_stride : nullptr;
+    const T *gamma = static_cast<const T *>(d.gamma);
+    const T *beta = static_cast<const T *>(d.beta);
+    const T *bias = static_cast<const T *>(d.bias);
 
     // s_reg holds s - shift (see norm_fwd_v1). x[0] is read before any
     // thread writes out (which may alias x): the writes come after row_sum.
     const float shift = d.kind == KIND_LAYERNORM ? to_f(x[0]) : 0.0f;
+    uint4 xr[kLoadsFirst ? NV : 1], rr[kLoadsFirst ? NV : 1];
+    uint4 gr[kParamsEarly ? NV : 1], br[kParamsEarly ? NV : 1], cr[kParamsEarly ? NV : 1];
+    if constexpr (kLoadsFirst) {
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int j = threadIdx.x + k * tpr;
+            if (j < nvec) {
+                xr[k] = ldg16(x + (int64_t)j * V);
+                if (res) rr[k] = ldg16(res + (int64_t)j * V);
+            }
+        }
+        if constexpr (kParamsEarly) {
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                const int j = threadIdx.x + k * tpr;
+                if (j < nvec) {
+                    if (gamma) gr[k] = ldg16(gamma + (int64_t)j * V);
+                    if (beta) br[k] = ldg16(beta + (int64_t)j * V);
+                    if (bias) cr[k] = ldg16(bias + (int64_t)j * V);
+                }
+            }
+        }
+    }
     float s_reg[NV][V];
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
         const int j = threadIdx.x + k * tpr;  // vector index in the row
         if (j < nvec) {
-            unpack<T>(ldg16(x + (int64_t)j * V), s_reg[k]);
+            unpack<T>(kLoadsFirst ? xr[k] : ldg16(x + (int64_t)j * V), s_reg[k]);
             if (res) {
                 float r[V];
-                unpack<T>(ldg16(res + (int64_t)j * V), r);
+                unpack<T>(kLoadsFirst ? rr[k] : ldg16(res + (int64_t)j * V), r);
 #pragma unroll
                 for (int e = 0; e < V; ++e) s_reg[k][e] = round_to<T>(s_reg[k][e] + r[e]);
             }
@@ -159,9 +200,6 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_d
         if (d.rstd) d.rstd[row] = rstd;
     }
     T *out = static_cast<T *>(d.out) + row * d.out_stride;
-    const T *gamma = static_cast<const T *>(d.gamma);
-    const T *beta = static_cast<const T *>(d.beta);
-    const T *bias = static_cast<const T *>(d.bias);
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
         const int j = threadIdx.x + k * tpr;
@@ -170,7 +208,7 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_d
 #pragma unroll
             for (int e = 0; e < V; ++e) y[e] = (s_reg[k][e] - mean) * rstd;
             if (gamma) {
-                unpack<T>(ldg16(gamma + (int64_t)j * V), p);
+                unpack<T>(kParamsEarly ? gr[k] : ldg16(gamma + (int64_t)j * V), p);
 #pragma unroll
                 for (int e = 0; e < V; ++e) y[e] *= p[e];
             }
@@ -179,12 +217,12 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_d
 #pragma unroll
                 for (int e = 0; e < V; ++e) sh[e] = 0.0f;
                 if (beta) {
-                    unpack<T>(ldg16(beta + (int64_t)j * V), p);
+                    unpack<T>(kParamsEarly ? br[k] : ldg16(beta + (int64_t)j * V), p);
 #pragma unroll
                     for (int e = 0; e < V; ++e) sh[e] = p[e];
                 }
                 if (bias) {
-                    unpack<T>(ldg16(bias + (int64_t)j * V), p);
+                    unpack<T>(kParamsEarly ? cr[k] : ldg16(bias + (int64_t)j * V), p);
 #pragma unroll
                     for (int e = 0; e < V; ++e) sh[e] += p[e];
                 }
@@ -397,9 +435,20 @@ static cudaError_t launch_v1(const fp_norm_fwd_desc &d, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
+// FP_NORM_FWD_V2_LEGACY=1 (read once): v2 with the previous load order, for
+// the A/B of the GPU check; to go once a GPU run has compared them.
+static bool v2_legacy() {
+    static const bool legacy = [] {
+        const char *e = getenv("FP_NORM_FWD_V2_LEGACY");
+        return e && e[0] == '1';
+    }();
+    return legacy;
+}
+
 template <typename T, int NV>
 static void launch_v2_nv(const fp_norm_fwd_desc &d, dim3 grid, dim3 block, cudaStream_t stream) {
-    norm_fwd_v2<T, NV><<<grid, block, 0, stream>>>(d);
+    if (v2_legacy()) norm_fwd_v2<T, NV, false><<<grid, block, 0, stream>>>(d);
+    else norm_fwd_v2<T, NV, true><<<grid, block, 0, stream>>>(d);
 }
 
 // Picks NV (vectors per thread) and threads per row; false if the row does

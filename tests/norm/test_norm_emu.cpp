@@ -403,7 +403,7 @@ std::string fwd_kernel(int dt, int nv) {
     char b[96];
     if (nv == 0) snprintf(b, sizeof b, "norm_fwd_v1<%s>", dt_type(dt));
     else if (nv < 0) snprintf(b, sizeof b, "norm_fwd_v3<%s>", dt_type(dt));
-    else snprintf(b, sizeof b, "norm_fwd_v2<%s, %d>", dt_type(dt), nv);
+    else snprintf(b, sizeof b, "norm_fwd_v2<%s, %d, true>", dt_type(dt), nv);
     return b;
 }
 
