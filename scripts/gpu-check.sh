@@ -50,8 +50,9 @@
 # (the commit checked: the device copy has no .git).
 # OUTDIR ends with at most 8 files (a device call brings back no more):
 # summary.txt, ctest-gpu.log, fastbench.json, fastbench.txt,
-# python-bench.json, python-bench.txt, logs.tar.gz, extra.txt (the ab- runs) (env, configure / build
-# logs, fastbench's per-run JSON, the sanitizer logs). The logs are archived
+# python-bench.json, python-bench.txt, logs.tar.gz (env, configure / build
+# logs, fastbench's per-run JSON, the sanitizer logs), extra.txt (the ab-
+# runs; with the python phase that makes 9: leave them out of such calls). The logs are archived
 # also when the call is stopped (SIGTERM). Then, here:
 # python3 scripts/gpu-results.py OUTDIR files the run under
 # benchmarks/results/ and updates the targets table.
@@ -245,10 +246,10 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # A/B against a previous kernel (VAR=value words first, run with them in
     # the environment): "ab-" runs go to extra.txt, never into fastbench.json,
     # whose rows the targets table reads
-    "ab-norm|FP_NORM_FWD_V2_LEGACY=1 norm/layernorm_fwd norm/rmsnorm_fwd --rows 16384 --cols 4096 --dtype bf16"
-    "ab-norm1row|FP_NORM_FWD_V2_LEGACY=1 norm/rmsnorm_fwd norm/layernorm_fwd --rows 1 --cols 4096 --dtype bf16"
+    "ab-norm|FP_NORM_FWD_V2_ORDER=1 norm/layernorm_fwd norm/rmsnorm_fwd --rows 16384 --cols 4096 --dtype bf16"
+    "ab-norm1row|FP_NORM_FWD_V2_ORDER=0 norm/rmsnorm_fwd norm/layernorm_fwd --rows 1 --cols 4096 --dtype bf16"
     "ab-decode1k|FP_ATTN_SPLIT_MIN_TILES=2 attention/decode --batch 1 --kv 1024"
-    "ab-graph|FP_NORM_FWD_V2_LEGACY=1 FP_ATTN_SPLIT_MIN_TILES=2 graph/decode_step"
+    "ab-graph|FP_NORM_FWD_V2_ORDER=0 FP_ATTN_SPLIT_MIN_TILES=2 graph/decode_step"
   )
   : > "$out/fastbench.txt"
   for spec in "${runs[@]}"; do

@@ -139,6 +139,21 @@ static int dtypes_or(fb_run *run, fp_dtype *dts, int ndef) {
     return n > 0 ? n : ndef;
 }
 
+/* The values of option `opt` to run: the one given (any value, not only one
+ * of the defaults: a filter that matched none of them used to print no row
+ * at all), else the n defaults. Returns the count, 0 when the given value is
+ * outside [min, max] (the caller skips with bad_value's message). */
+static int values_of(fb_run *run, const char *opt, const int *defs, int n, int min, int max, int *out) {
+    if (fb_opt_given(run, opt)) {
+        const int64_t v = fb_opt_int(run, opt, defs[0]);
+        if (v < min || v > max) return 0;
+        out[0] = (int)v;
+        return 1;
+    }
+    for (int i = 0; i < n; ++i) out[i] = defs[i];
+    return n;
+}
+
 /* FlashAttention's grid (head dims `dims`, default dtypes `dts`), or tiny
  * shapes on the CPU / with --quick. */
 static fp_status run_grid(fb_run *run, int group, const int *dims, int ndims, int ndef_dtypes) {
@@ -153,20 +168,27 @@ static fp_status run_grid(fb_run *run, int group, const int *dims, int ndims, in
             }
         return FP_OK;
     }
-    static const int seqlens[] = {512, 1024, 2048, 4096, 8192, 16384};
+    static const int seqlen_defs[] = {512, 1024, 2048, 4096, 8192, 16384};
+    static const int causal_defs[] = {0, 1};
+    int seqlens[6], ds[8], causals[2];
+    const int nsl = values_of(run, "seqlen", seqlen_defs, 6, 1, 1 << 24, seqlens);
+    const int nd = values_of(run, "head_dim", dims, ndims, 1, 1024, ds);
+    const int nc = values_of(run, "causal", causal_defs, 2, 0, 1, causals);
+    if (!nsl || !nd || !nc)
+        return fb_skip(run, "%s", !nsl  ? "--seqlen must be in [1, 16777216]"
+                                 : !nd ? "--head_dim must be in [1, 1024]"
+                                       : "--causal must be 0 or 1");
     fp_dtype dts[4] = {FP_BF16, FP_F16};
     int ndt = dtypes_or(run, dts, ndef_dtypes);
-    for (int di = 0; di < ndims; ++di) {
-        int d = dims[di];
-        if (fb_opt_given(run, "head_dim") && fb_opt_int(run, "head_dim", d) != d) continue;
-        for (int causal = 0; causal < 2; ++causal) {
-            if (fb_opt_given(run, "causal") && fb_opt_int(run, "causal", causal) != causal) continue;
-            for (int si = 0; si < 6; ++si) {
+    for (int di = 0; di < nd; ++di) {
+        int d = ds[di];
+        for (int ci = 0; ci < nc; ++ci) {
+            const int causal = causals[ci];
+            for (int si = 0; si < nsl; ++si) {
                 int sl = seqlens[si];
-                if (fb_opt_given(run, "seqlen") && fb_opt_int(run, "seqlen", sl) != sl) continue;
                 for (int t = 0; t < ndt; ++t) {
-                    int hq = 2048 / d;
-                    shape s = {16384 / sl, sl, sl, hq, hq / group, d, causal, dts[t]};
+                    const int hq = 2048 / d >= group ? 2048 / d : group;
+                    shape s = {sl < 16384 ? 16384 / sl : 1, sl, sl, hq, hq / group, d, causal, dts[t]};
                     run_shape(run, &s, 0);
                 }
             }
@@ -197,12 +219,14 @@ static fp_status run_decode(fb_run *run) {
         }
         return FP_OK;
     }
-    static const int kvs[] = {4096, 16384, 32768, 131072};
-    static const int batches[] = {1, 8, 64};
-    for (int ki = 0; ki < 4; ++ki) {
-        if (fb_opt_given(run, "kv") && fb_opt_int(run, "kv", kvs[ki]) != kvs[ki]) continue;
-        for (int bi = 0; bi < 3; ++bi) {
-            if (fb_opt_given(run, "batch") && fb_opt_int(run, "batch", batches[bi]) != batches[bi]) continue;
+    static const int kv_defs[] = {4096, 16384, 32768, 131072};
+    static const int batch_defs[] = {1, 8, 64};
+    int kvs[4], batches[3];
+    const int nkv = values_of(run, "kv", kv_defs, 4, 1, 1 << 24, kvs);
+    const int nb = values_of(run, "batch", batch_defs, 3, 1, 1 << 16, batches);
+    if (!nkv || !nb) return fb_skip(run, "%s", !nkv ? "--kv must be in [1, 16777216]" : "--batch must be in [1, 65536]");
+    for (int ki = 0; ki < nkv; ++ki) {
+        for (int bi = 0; bi < nb; ++bi) {
             shape s = {batches[bi], 1, kvs[ki], 32, 8, 128, 0, FP_BF16};
             /* keep the cache (K + V) under 24 GB so it fits next to the baseline */
             if (2.0 * s.batch * (double)s.sk * s.hkv * s.d * 2.0 > 24e9) continue;

@@ -24,6 +24,8 @@ typedef struct fp_norm_fwd_desc {
     void *res_out, *out;
     float *mean, *rstd;
     float eps;
+    int sm_count;      /* the device's SMs (0: unknown): picks v2's load order
+                          (norm_fwd.cu, launch_v2) */
 } fp_norm_fwd_desc;
 
 typedef struct fp_norm_bwd_desc {

@@ -226,8 +226,10 @@ static fp_status fwd_run(fp_context *ctx, fp_stream stream, const fp_norm_fwd_de
         return unfused ? fp_norm_fwd_cpu_unfused(ctx->pool, d) : fp_norm_fwd_cpu(ctx->pool, d);
     FP_TRY(fp_ctx_activate(ctx));
     cudaStream_t s = fp_ctx_stream(ctx, stream);
-    if (unfused) return launch_status(fp_norm_fwd_unfused_launch(d, s), "fp_norm_fwd_unfused_launch");
-    return launch_status(fp_norm_fwd_launch(d, version, s), "fp_norm_fwd_launch");
+    fp_norm_fwd_desc dd = *d;
+    dd.sm_count = ctx->info.sm_count;
+    if (unfused) return launch_status(fp_norm_fwd_unfused_launch(&dd, s), "fp_norm_fwd_unfused_launch");
+    return launch_status(fp_norm_fwd_launch(&dd, version, s), "fp_norm_fwd_launch");
 }
 
 fp_status fp_norm_forward(fp_context *ctx, fp_stream stream, const fp_norm_params *params) {

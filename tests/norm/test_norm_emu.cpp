@@ -270,6 +270,7 @@ struct FwdCase {
     bool res = false, res_out = false, gamma = false, beta = false, bias = false, stats = false;
     bool in_place = false;  // out = x, residual_out = residual
     int version = 0;        // fp_norm_fwd_launch version; -1: the unfused baseline
+    int sm_count = 0;       // the desc's SM count (0: unknown)
     float x_lo = -2.0f, x_hi = 3.0f;
     std::string expect;     // a kernel that must run ("" : not checked)
     std::string expect_ew;  // the unfused baseline: its elementwise kernel ("": not checked)
@@ -339,6 +340,7 @@ void run_fwd(const FwdCase &f, uint64_t seed) {
     d.mean = f.stats && f.kind == LN ? reinterpret_cast<float *>(mean.ptr()) : nullptr;  // as fp_norm_check_fwd
     d.rstd = f.stats ? reinterpret_cast<float *>(rstd.ptr()) : nullptr;
     d.eps = 1e-5f;
+    d.sm_count = f.sm_count;
 
     fp_emu::clear_launch_log();
     const cudaError_t err = f.version < 0 ? fp_norm_fwd_unfused_launch(&d, 0) : fp_norm_fwd_launch(&d, f.version, 0);
@@ -398,21 +400,22 @@ void run_fwd(const FwdCase &f, uint64_t seed) {
     finish(c);
 }
 
-// Expected forward kernel per dtype class: 0 = v1, NV > 0 = v2<T, NV>, -1 = v3.
-std::string fwd_kernel(int dt, int nv) {
+// Expected forward kernel per dtype class: 0 = v1, NV > 0 = v2<T, NV, its
+// load order>, -1 = v3.
+std::string fwd_kernel(int dt, int nv, bool loads_first = true) {
     char b[96];
     if (nv == 0) snprintf(b, sizeof b, "norm_fwd_v1<%s>", dt_type(dt));
     else if (nv < 0) snprintf(b, sizeof b, "norm_fwd_v3<%s>", dt_type(dt));
-    else snprintf(b, sizeof b, "norm_fwd_v2<%s, %d, true>", dt_type(dt), nv);
+    else snprintf(b, sizeof b, "norm_fwd_v2<%s, %d, %s>", dt_type(dt), nv, loads_first ? "true" : "false");
     return b;
 }
 
 // The expected kernels of f at shape nv (see fwd_kernel): for the unfused
 // baseline also its elementwise steps' kernel (vectorized where the fused
 // one is: the same alignment check), when it has any step besides the norm.
-void fwd_expect(FwdCase &f, int nv32, int nv16) {
+void fwd_expect(FwdCase &f, int nv32, int nv16, bool loads_first = true) {
     const int nv = f.dt == F32 ? nv32 : nv16;
-    f.expect = fwd_kernel(f.dt, nv);
+    f.expect = fwd_kernel(f.dt, nv, loads_first);
     f.expect_ew.clear();
     if (f.version < 0 && (f.res || f.res_out || f.gamma || f.beta || f.bias || f.act)) {
         const int V = f.dt == F32 ? 4 : 8;
@@ -444,7 +447,7 @@ FwdCase fwd_case(const FwdShape &s, int kind, int dt) {
 
 // Every option combination (2 kinds x residual x 3 affine x bias x 5
 // activations x 3 dtypes x stats = 720 cases) at one shape.
-void fwd_all_combos(const FwdShape &s, uint64_t &seed) {
+void fwd_all_combos(const FwdShape &s, uint64_t &seed, int sm_count = 0, bool loads_first = true) {
     for (int kind = 0; kind < 2; ++kind)
         for (int res = 0; res < 2; ++res)
             for (int aff = 0; aff < 3; ++aff)
@@ -453,6 +456,7 @@ void fwd_all_combos(const FwdShape &s, uint64_t &seed) {
                         for (int di = 0; di < 3; ++di)
                             for (int stats = 0; stats < 2; ++stats) {
                                 FwdCase f = fwd_case(s, kind, kDtypes[di]);
+                                f.sm_count = sm_count;
                                 f.act = act;
                                 f.res = res;
                                 f.res_out = res || (stats && act == 1);  // residual_out without a residual too
@@ -460,18 +464,19 @@ void fwd_all_combos(const FwdShape &s, uint64_t &seed) {
                                 f.beta = aff >= 2;
                                 f.bias = bias;
                                 f.stats = stats;
-                                fwd_expect(f, s.nv32, s.nv16);
+                                fwd_expect(f, s.nv32, s.nv16, loads_first);
                                 run_fwd(f, seed++);
                             }
 }
 
 // Per kind and dtype: every option on (one activation per kind, rotating),
 // every option off, and a mixed set.
-void fwd_some_combos(const FwdShape &s, uint64_t &seed) {
+void fwd_some_combos(const FwdShape &s, uint64_t &seed, int sm_count = 0, bool loads_first = true) {
     for (int kind = 0; kind < 2; ++kind)
         for (int di = 0; di < 3; ++di)
             for (int set = 0; set < 3; ++set) {
                 FwdCase f = fwd_case(s, kind, kDtypes[di]);
+                f.sm_count = sm_count;
                 if (set == 0) {
                     f.act = 1 + (int)((seed + kind) % 4);
                     f.res = f.res_out = f.gamma = f.beta = f.bias = f.stats = true;
@@ -479,7 +484,7 @@ void fwd_some_combos(const FwdShape &s, uint64_t &seed) {
                     f.act = FP_NORM_ACT_RELU;
                     f.res_out = f.gamma = f.stats = true;
                 }
-                fwd_expect(f, s.nv32, s.nv16);
+                fwd_expect(f, s.nv32, s.nv16, loads_first);
                 run_fwd(f, seed++);
             }
 }
@@ -523,12 +528,27 @@ void test_forward() {
         {5, 24, 8, 0, 1, 0, 0, "v1 forced on a warp-per-row shape"},
         {2, 8192, 0, 0, 2, 4, 2, "v2 explicitly, block per row"},
     };
+    // v2's load order by grid size against the SM count (a wave: 2048
+    // threads per SM): one wave or less loads first, more the other order
+    static const struct {
+        FwdShape s;
+        int sm_count;
+        bool loads_first;
+    } order[] = {
+        {{4, 4096, 0, 0, 0, 2, 2, "1 SM, 4 rows of 512 / 256 threads: one wave"}, 1, true},
+        {{9, 4096, 0, 0, 0, 2, 2, "1 SM, 9 rows of 512 / 256 threads: past a wave"}, 1, false},
+        {{64, 256, 0, 0, 0, 2, 1, "1 SM, warp per row: 16 blocks of 128 threads, one wave"}, 1, true},
+        {{68, 256, 0, 0, 2, 2, 1, "1 SM, warp per row, v2 asked for: 17 blocks"}, 1, false},
+        {{68, 256, 0, 0, 0, 2, 1, "2 SMs, 17 blocks of 128 threads: one wave"}, 2, true},
+        {{9, 4096, 0, 0, -1, 2, 2, "the unfused baseline's norm: the same rule"}, 1, false},
+    };
     uint64_t seed = 1000;
     for (const FwdShape &s : full) fwd_all_combos(s, seed);
     for (const FwdShape &s : some) {
         if (g_long) fwd_all_combos(s, seed);
         else fwd_some_combos(s, seed);
     }
+    for (const auto &o : order) fwd_some_combos(o.s, seed, o.sm_count, o.loads_first);
     // Unfused baseline: vectorized steps, scalar steps (odd cols, misaligned).
     static const FwdShape unfused[] = {
         {3, 768, 0, 0, -1, 2, 4, ""}, {5, 24, 8, 0, -1, 1, 1, ""}, {2, 1537, 0, 0, -1, 0, 0, ""},
