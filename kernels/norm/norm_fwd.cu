@@ -99,29 +99,28 @@ __global__ void __launch_bounds__(kV1Threads) norm_fwd_v1(const fp_norm_fwd_desc
 // ---------------------------------------------------------------------------
 // v2: row in registers, 16-byte vectors
 // ---------------------------------------------------------------------------
-// Two load orders (kLoadsFirst), chosen per launch by launch_v2:
-//   true  every x / residual vector of the thread and, up to NV = 4, its
-//         gamma / beta / bias vectors are issued before the first store and
-//         before the reduction: a row waits on one DRAM round trip instead of
-//         NV + 1. Costs registers (bf16 at NV = 2: 62 against 38), so fewer
-//         CTAs per SM.
-//   false x / residual vector k loaded after vector k - 1's residual_out
-//         store (the compiler cannot move a load above a store that may alias
-//         it), the parameters after the reduction.
-// Either is exact: out may alias x and residual_out residual only element
-// for element, and each thread reads its own elements before writing them.
-// Measured on an H100 (2026-11-26, commit 645372f, bf16, 4096 cols): one row
-// (the decode step's norm) 4.5 against 5.1-6.2 us of kernel time (ncu), the
-// RMSNorm call 3.63 against 4.31 us; 16384 rows, where occupancy hides the
-// latency, loads-first lost: RMSNorm 122.7 against 102.3 us, LayerNorm 131.7
-// against 114.4 us (fused with residual, bias and GELU: the same within 2%).
-template <typename T, int NV, bool kLoadsFirst>
+// Three load orders (kOrder), chosen per launch by launch_v2:
+//   1  every x / residual vector of the thread and, up to NV = 4, its
+//      gamma / beta / bias vectors are issued before the first store and
+//      before the reduction: a row waits on one DRAM round trip instead of
+//      NV + 1. Costs registers (bf16 at NV = 2: 62 against 38), so fewer
+//      CTAs per SM.
+//   2  x / residual first, the parameters after the reduction: fewer
+//      registers than 1, one round trip more.
+//   0  x / residual vector k loaded after vector k - 1's residual_out store
+//      (the compiler cannot move a load above a store that may alias it),
+//      the parameters after the reduction. Without a residual_out nothing
+//      stands between the loads, and 0 is close to 2.
+// Each is exact: out may alias x and residual_out residual only element for
+// element, and each thread reads its own elements before writing them.
+template <typename T, int NV, int kOrder>
 __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_desc d) {
     constexpr int V = Vec<T>::N;
-    // Parameters in registers from the start: 4 more registers per vector
-    // and parameter; past NV = 4 (f32 rows of > 4 vectors per thread) they
-    // would spill, and load after the reduction as before.
-    constexpr bool kParamsEarly = kLoadsFirst && NV <= 4;
+    constexpr bool kLoadsFirst = kOrder >= 1;
+    // Parameters in registers from the start (kOrder 1): 4 more registers
+    // per vector and parameter; past NV = 4 (f32 rows of > 4 vectors per
+    // thread) they would spill, and load after the reduction as in kOrder 2.
+    constexpr bool kParamsEarly = kOrder == 1 && NV <= 4;
     __shared__ float red_smem[32];
     const int64_t row = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
     // Warp-per-row: a whole warp leaves together (no block barrier in that
@@ -442,34 +441,43 @@ static cudaError_t launch_v1(const fp_norm_fwd_desc &d, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-// FP_NORM_FWD_V2_ORDER (read once): 1 loads first, 0 the other order,
-// whatever the grid; unset (or anything else): launch_v2 chooses. For the A/B
-// runs of the GPU check.
+// FP_NORM_FWD_V2_ORDER (read once): 0, 1 or 2 forces that order whatever
+// the grid; unset (or anything else): launch_v2 chooses. For the A/B runs of
+// the GPU check.
 static int v2_order_forced() {
     static const int forced = [] {
         const char *e = getenv("FP_NORM_FWD_V2_ORDER");
-        return e && (e[0] == '0' || e[0] == '1') && e[1] == 0 ? e[0] - '0' : -1;
+        return e && e[0] >= '0' && e[0] <= '2' && e[1] == 0 ? e[0] - '0' : -1;
     }();
     return forced;
 }
 
-// Loads first where the grid is at most one wave of the other order's CTAs
-// (2048 threads per SM at its <= 40 registers: latency-bound, an SM holds
-// few rows; the decode step's 1 to 64 rows), the other order beyond (enough
-// rows in flight per SM hide the latency, and occupancy matters more); an
-// unknown SM count (0: direct launches in tests) counts as one wave.
-static bool v2_loads_first(const fp_norm_fwd_desc &d, int64_t ctas, int threads) {
+// The order by the grid's waves (a wave: 2048 threads per SM, what order 0
+// keeps resident at its <= 40 registers; an unknown SM count, 0 in direct
+// launches of tests, counts as one wave). Measured on an H100 (bf16, 4096
+// cols, fastbench norm/*, 2026-11-26, benchmarks/NOTES.md session 13):
+//   one wave or less (1 to 1024 rows of 256 threads): 1 wins, latency-bound
+//     (1 row, LayerNorm with residual, bias and GELU: 6.4 against 7.7 us;
+//     1024 rows: 60-70% against 57-70% of copy bandwidth, all four variants);
+//   two waves (2048 rows): 1 wins with a residual (37.2 against 40.1 us),
+//     0 without (16.4 against 17.3);
+//   16384 rows: 0 (RMSNorm 103 against 122 us; with a residual within 2%).
+static int v2_order(const fp_norm_fwd_desc &d, int64_t ctas, int threads) {
     const int forced = v2_order_forced();
-    if (forced >= 0) return forced == 1;
-    return d.sm_count <= 0 || ctas <= (int64_t)d.sm_count * (2048 / threads);
+    if (forced >= 0) return forced;
+    const int64_t wave = (int64_t)d.sm_count * (2048 / threads);
+    if (d.sm_count <= 0 || ctas <= wave) return 1;
+    if (d.res_out && ctas <= 2 * wave) return 1;
+    return 0;
 }
 
 template <typename T, int NV>
 static void launch_v2_nv(const fp_norm_fwd_desc &d, dim3 grid, dim3 block, cudaStream_t stream) {
-    if (v2_loads_first(d, (int64_t)grid.x, (int)(block.x * block.y)))
-        norm_fwd_v2<T, NV, true><<<grid, block, 0, stream>>>(d);
-    else
-        norm_fwd_v2<T, NV, false><<<grid, block, 0, stream>>>(d);
+    switch (v2_order(d, (int64_t)grid.x, (int)(block.x * block.y))) {
+    case 1: norm_fwd_v2<T, NV, 1><<<grid, block, 0, stream>>>(d); break;
+    case 2: norm_fwd_v2<T, NV, 2><<<grid, block, 0, stream>>>(d); break;
+    default: norm_fwd_v2<T, NV, 0><<<grid, block, 0, stream>>>(d); break;
+    }
 }
 
 // Picks NV (vectors per thread) and threads per row; false if the row does

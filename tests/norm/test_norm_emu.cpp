@@ -401,21 +401,21 @@ void run_fwd(const FwdCase &f, uint64_t seed) {
 }
 
 // Expected forward kernel per dtype class: 0 = v1, NV > 0 = v2<T, NV, its
-// load order>, -1 = v3.
-std::string fwd_kernel(int dt, int nv, bool loads_first = true) {
+// load order (norm_fwd.cu)>, -1 = v3.
+std::string fwd_kernel(int dt, int nv, int order = 1) {
     char b[96];
     if (nv == 0) snprintf(b, sizeof b, "norm_fwd_v1<%s>", dt_type(dt));
     else if (nv < 0) snprintf(b, sizeof b, "norm_fwd_v3<%s>", dt_type(dt));
-    else snprintf(b, sizeof b, "norm_fwd_v2<%s, %d, %s>", dt_type(dt), nv, loads_first ? "true" : "false");
+    else snprintf(b, sizeof b, "norm_fwd_v2<%s, %d, %d>", dt_type(dt), nv, order);
     return b;
 }
 
 // The expected kernels of f at shape nv (see fwd_kernel): for the unfused
 // baseline also its elementwise steps' kernel (vectorized where the fused
 // one is: the same alignment check), when it has any step besides the norm.
-void fwd_expect(FwdCase &f, int nv32, int nv16, bool loads_first = true) {
+void fwd_expect(FwdCase &f, int nv32, int nv16, int order = 1) {
     const int nv = f.dt == F32 ? nv32 : nv16;
-    f.expect = fwd_kernel(f.dt, nv, loads_first);
+    f.expect = fwd_kernel(f.dt, nv, order);
     f.expect_ew.clear();
     if (f.version < 0 && (f.res || f.res_out || f.gamma || f.beta || f.bias || f.act)) {
         const int V = f.dt == F32 ? 4 : 8;
@@ -447,7 +447,7 @@ FwdCase fwd_case(const FwdShape &s, int kind, int dt) {
 
 // Every option combination (2 kinds x residual x 3 affine x bias x 5
 // activations x 3 dtypes x stats = 720 cases) at one shape.
-void fwd_all_combos(const FwdShape &s, uint64_t &seed, int sm_count = 0, bool loads_first = true) {
+void fwd_all_combos(const FwdShape &s, uint64_t &seed, int sm_count = 0, int order = 1) {
     for (int kind = 0; kind < 2; ++kind)
         for (int res = 0; res < 2; ++res)
             for (int aff = 0; aff < 3; ++aff)
@@ -464,14 +464,14 @@ void fwd_all_combos(const FwdShape &s, uint64_t &seed, int sm_count = 0, bool lo
                                 f.beta = aff >= 2;
                                 f.bias = bias;
                                 f.stats = stats;
-                                fwd_expect(f, s.nv32, s.nv16, loads_first);
+                                fwd_expect(f, s.nv32, s.nv16, order);
                                 run_fwd(f, seed++);
                             }
 }
 
 // Per kind and dtype: every option on (one activation per kind, rotating),
 // every option off, and a mixed set.
-void fwd_some_combos(const FwdShape &s, uint64_t &seed, int sm_count = 0, bool loads_first = true) {
+void fwd_some_combos(const FwdShape &s, uint64_t &seed, int sm_count = 0, int order = 1) {
     for (int kind = 0; kind < 2; ++kind)
         for (int di = 0; di < 3; ++di)
             for (int set = 0; set < 3; ++set) {
@@ -484,7 +484,7 @@ void fwd_some_combos(const FwdShape &s, uint64_t &seed, int sm_count = 0, bool l
                     f.act = FP_NORM_ACT_RELU;
                     f.res_out = f.gamma = f.stats = true;
                 }
-                fwd_expect(f, s.nv32, s.nv16, loads_first);
+                fwd_expect(f, s.nv32, s.nv16, order);
                 run_fwd(f, seed++);
             }
 }
@@ -528,19 +528,18 @@ void test_forward() {
         {5, 24, 8, 0, 1, 0, 0, "v1 forced on a warp-per-row shape"},
         {2, 8192, 0, 0, 2, 4, 2, "v2 explicitly, block per row"},
     };
-    // v2's load order by grid size against the SM count (a wave: 2048
-    // threads per SM): one wave or less loads first, more the other order
+    // v2's load order by the grid's waves (a wave: 2048 threads per SM):
+    // one wave or less order 1; up to two with a residual_out 1; else 0
     static const struct {
         FwdShape s;
-        int sm_count;
-        bool loads_first;
+        int sm_count, order;
     } order[] = {
-        {{4, 4096, 0, 0, 0, 2, 2, "1 SM, 4 rows of 512 / 256 threads: one wave"}, 1, true},
-        {{9, 4096, 0, 0, 0, 2, 2, "1 SM, 9 rows of 512 / 256 threads: past a wave"}, 1, false},
-        {{64, 256, 0, 0, 0, 2, 1, "1 SM, warp per row: 16 blocks of 128 threads, one wave"}, 1, true},
-        {{68, 256, 0, 0, 2, 2, 1, "1 SM, warp per row, v2 asked for: 17 blocks"}, 1, false},
-        {{68, 256, 0, 0, 0, 2, 1, "2 SMs, 17 blocks of 128 threads: one wave"}, 2, true},
-        {{9, 4096, 0, 0, -1, 2, 2, "the unfused baseline's norm: the same rule"}, 1, false},
+        {{4, 4096, 0, 0, 0, 2, 2, "1 SM, 4 rows of 512 / 256 threads: one wave"}, 1, 1},
+        {{20, 4096, 0, 0, 0, 2, 2, "1 SM, 20 rows of 512 / 256 threads: past two waves"}, 1, 0},
+        {{64, 256, 0, 0, 0, 2, 1, "1 SM, warp per row: 16 blocks of 128 threads, one wave"}, 1, 1},
+        {{132, 256, 0, 0, 2, 2, 1, "1 SM, warp per row, v2 asked for: 33 blocks"}, 1, 0},
+        {{68, 256, 0, 0, 0, 2, 1, "2 SMs, 17 blocks of 128 threads: one wave"}, 2, 1},
+        {{20, 4096, 0, 0, -1, 2, 2, "the unfused baseline's norm: the same rule"}, 1, 0},
     };
     uint64_t seed = 1000;
     for (const FwdShape &s : full) fwd_all_combos(s, seed);
@@ -548,7 +547,18 @@ void test_forward() {
         if (g_long) fwd_all_combos(s, seed);
         else fwd_some_combos(s, seed);
     }
-    for (const auto &o : order) fwd_some_combos(o.s, seed, o.sm_count, o.loads_first);
+    for (const auto &o : order) fwd_some_combos(o.s, seed, o.sm_count, o.order);
+    // between one and two waves: order 1 only with a residual_out to write
+    for (int ro = 0; ro < 2; ++ro)
+        for (int di = 0; di < 3; ++di) {
+            FwdCase f = fwd_case({68, 256, 0, 0, 0, 2, 1, ""}, RMS, kDtypes[di]);
+            f.sm_count = 1;  // 17 blocks of 128 threads: 1.06 waves
+            f.res = true;
+            f.res_out = ro;
+            f.gamma = true;
+            fwd_expect(f, 2, 1, ro ? 1 : 0);
+            run_fwd(f, seed++);
+        }
     // Unfused baseline: vectorized steps, scalar steps (odd cols, misaligned).
     static const FwdShape unfused[] = {
         {3, 768, 0, 0, -1, 2, 4, ""}, {5, 24, 8, 0, -1, 1, 1, ""}, {2, 1537, 0, 0, -1, 0, 0, ""},
