@@ -109,8 +109,7 @@ __global__ void __launch_bounds__(kV1Threads) norm_fwd_v1(const fp_norm_fwd_desc
 //      registers than 1, one round trip more.
 //   0  x / residual vector k loaded after vector k - 1's residual_out store
 //      (the compiler cannot move a load above a store that may alias it),
-//      the parameters after the reduction. Without a residual_out nothing
-//      stands between the loads, and 0 is close to 2.
+//      the parameters after the reduction: the order before these three.
 // Each is exact: out may alias x and residual_out residual only element for
 // element, and each thread reads its own elements before writing them.
 template <typename T, int NV, int kOrder>
@@ -452,28 +451,28 @@ static int v2_order_forced() {
     return forced;
 }
 
-// The order by the grid's waves (a wave: 2048 threads per SM, what order 0
-// keeps resident at its <= 40 registers; an unknown SM count, 0 in direct
-// launches of tests, counts as one wave). Measured on an H100 (bf16, 4096
-// cols, fastbench norm/*, 2026-11-26, benchmarks/NOTES.md session 13):
-//   one wave or less (1 to 1024 rows of 256 threads): 1 wins, latency-bound
-//     (1 row, LayerNorm with residual, bias and GELU: 6.4 against 7.7 us;
-//     1024 rows: 60-70% against 57-70% of copy bandwidth, all four variants);
-//   two waves (2048 rows): 1 wins with a residual (37.2 against 40.1 us),
-//     0 without (16.4 against 17.3);
-//   16384 rows: 0 (RMSNorm 103 against 122 us; with a residual within 2%).
-static int v2_order(const fp_norm_fwd_desc &d, int64_t ctas, int threads) {
+// The order by the grid (an unknown SM count, 0 in direct launches of
+// tests, counts as a small grid): 1 where the grid has at most one CTA per
+// SM (latency-bound: each SM holds a row or a few; the decode step's rows),
+// else 2. Measured on an H100 (bf16, 4096 cols, fastbench norm/* at 1, 1024,
+// 2048 and 16384 rows, every order in one run, 2026-11-26, commit b0cb478;
+// benchmarks/NOTES.md session 13):
+//   1 row: 1 fastest (ncu, the decode step: 4.5 against 5.1-6.2 us for 0);
+//   1024 rows: 2 fastest or tied with 1 (RMSNorm 7.8 against 8.4 and 8.7 us);
+//   16384 rows with residual, residual_out, bias and GELU: 2 at 88.9% of
+//     copy bandwidth (LayerNorm, 205 us) against 81.5% for 0 and 80.2% for 1;
+//     RMSNorm 92.0%; without a residual 2 and 0 within 1% (1 loses 12%:
+//     its registers).
+// Order 0 stays for A/B runs (FP_NORM_FWD_V2_ORDER=0) only.
+static int v2_order(const fp_norm_fwd_desc &d, int64_t ctas) {
     const int forced = v2_order_forced();
     if (forced >= 0) return forced;
-    const int64_t wave = (int64_t)d.sm_count * (2048 / threads);
-    if (d.sm_count <= 0 || ctas <= wave) return 1;
-    if (d.res_out && ctas <= 2 * wave) return 1;
-    return 0;
+    return d.sm_count <= 0 || ctas <= d.sm_count ? 1 : 2;
 }
 
 template <typename T, int NV>
 static void launch_v2_nv(const fp_norm_fwd_desc &d, dim3 grid, dim3 block, cudaStream_t stream) {
-    switch (v2_order(d, (int64_t)grid.x, (int)(block.x * block.y))) {
+    switch (v2_order(d, (int64_t)grid.x)) {
     case 1: norm_fwd_v2<T, NV, 1><<<grid, block, 0, stream>>>(d); break;
     case 2: norm_fwd_v2<T, NV, 2><<<grid, block, 0, stream>>>(d); break;
     default: norm_fwd_v2<T, NV, 0><<<grid, block, 0, stream>>>(d); break;
