@@ -222,7 +222,7 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
   timeout 30 ./build-gpu/fastbench info --json "$logs/info.json" > "$logs/info.txt" 2>&1
   common=(--max-time 0.25 --max-samples 60)
   runs=(
-    "norm|timing/copy norm/layernorm_fwd norm/rmsnorm_fwd --rows 16384 --cols 4096 --dtype bf16"
+    "norm|timing/copy norm/layernorm_fwd norm/rmsnorm_fwd norm/layernorm_bwd --rows 16384 --cols 4096 --dtype bf16"
     "prefill|attention/prefill --head_dim 128 --seqlen 4096 --causal 0 --dtype bf16"
     "decode|attention/decode --batch 1 --kv 32768"
     "alloc|alloc/cache_hit alloc/trace_replay"
@@ -242,11 +242,14 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "versions1k|attention/flash_versions --seqlen 1024 --dtype bf16"
     "prefill16k|attention/prefill --head_dim 128 --seqlen 16384 --causal 0 --dtype bf16"
     "decode1k|attention/decode --batch 1 --kv 1024"
+    "prefillc|attention/prefill --head_dim 128 --seqlen 4096 --causal 1 --dtype bf16"
+    "prefill64|attention/prefill --head_dim 64 --seqlen 4096 --causal 0 --dtype bf16"
+    "prefillmma|attention/prefill --head_dim 128 --seqlen 4096 --causal 0 --dtype bf16 --kernel 1"
     "norm1row|norm/rmsnorm_fwd norm/layernorm_fwd --rows 1 --cols 4096 --dtype bf16"
-    # A/B against a previous kernel (VAR=value words first, run with them in
+    # A/B against the previous kernels (VAR=value words first, run with them in
     # the environment): "ab-" runs go to extra.txt, never into fastbench.json,
     # whose rows the targets table reads
-    "ab-norm|FP_NORM_FWD_V2_ORDER=1 norm/layernorm_fwd norm/rmsnorm_fwd --rows 16384 --cols 4096 --dtype bf16"
+    "ab-norm|FP_NORM_FWD_V2_ORDER=0 norm/layernorm_fwd norm/rmsnorm_fwd --rows 16384 --cols 4096 --dtype bf16"
     "ab-norm1row|FP_NORM_FWD_V2_ORDER=0 norm/rmsnorm_fwd norm/layernorm_fwd --rows 1 --cols 4096 --dtype bf16"
     "ab-decode1k|FP_ATTN_SPLIT_MIN_TILES=2 attention/decode --batch 1 --kv 1024"
     "ab-graph|FP_NORM_FWD_V2_ORDER=0 FP_ATTN_SPLIT_MIN_TILES=2 graph/decode_step"
