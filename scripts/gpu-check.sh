@@ -253,6 +253,10 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "ab-norm1row|FP_NORM_FWD_V2_ORDER=0 norm/rmsnorm_fwd norm/layernorm_fwd --rows 1 --cols 4096 --dtype bf16"
     "ab-decode1k|FP_ATTN_SPLIT_MIN_TILES=2 attention/decode --batch 1 --kv 1024"
     "ab-graph|FP_NORM_FWD_V2_ORDER=0 FP_ATTN_SPLIT_MIN_TILES=2 graph/decode_step"
+    # and a candidate against today's kernel: the paged loads' table reads
+    # batched (attention_flash.cu load_tile_paged_batched; the rows compare
+    # the paged output with the dense one, exactly)
+    "ab-paged|FP_ATTN_PAGED_BATCHED=1 attention/decode_paged"
   )
   : > "$out/fastbench.txt"
   for spec in "${runs[@]}"; do

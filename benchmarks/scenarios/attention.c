@@ -224,7 +224,8 @@ static fp_status run_decode(fb_run *run) {
     int kvs[4], batches[3];
     const int nkv = values_of(run, "kv", kv_defs, 4, 1, 1 << 24, kvs);
     const int nb = values_of(run, "batch", batch_defs, 3, 1, 1 << 16, batches);
-    if (!nkv || !nb) return fb_skip(run, "%s", !nkv ? "--kv must be in [1, 16777216]" : "--batch must be in [1, 65536]");
+    if (!nkv || !nb)
+        return fb_skip(run, "%s", !nkv ? "--kv must be in [1, 16777216]" : "--batch must be in [1, 65536]");
     for (int ki = 0; ki < nkv; ++ki) {
         for (int bi = 0; bi < nb; ++bi) {
             shape s = {batches[bi], 1, kvs[ki], 32, 8, 128, 0, FP_BF16};

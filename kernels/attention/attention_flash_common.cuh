@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "attention/attention_flash_layout.h"
 #include "attention/attention_internal.h"
@@ -39,13 +40,27 @@ struct flash_params {
     float *lse_part;    // [num_splits, batch, hq, sq]
     const int32_t *block_table; // paged KV: [batch, bt_stride] page of each page_size keys, or NULL
     int bt_stride, page_size, num_pages;
+    int paged_batched;  // paged loads (v1 / v2): the tile's table reads issued before its copies
+                        // (FP_ATTN_PAGED_BATCHED=1; 0: one read before each copy, the default
+                        // until a GPU run has compared them)
     int *counters;      // fused split combine (v1 / v2): [batch, hkv, m_tiles] arrivals, zero between
                         // launches; NULL: a separate combine kernel merges the partials
 };
 
+// FP_ATTN_PAGED_BATCHED (read once): 1 batches the paged loads' table reads
+// (load_tile_paged_batched in attention_flash.cu), for the GPU check's A/B.
+inline int paged_batched_env() {
+    static const int v = [] {
+        const char *e = getenv("FP_ATTN_PAGED_BATCHED");
+        return e && e[0] == '1' && e[1] == 0 ? 1 : 0;
+    }();
+    return v;
+}
+
 // Parameters of a launch with br packed query rows per CTA.
 inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_splits) {
     flash_params p;
+    p.paged_batched = paged_batched_env();
     p.q = a->q;
     p.k = a->k;
     p.v = a->v;

@@ -344,6 +344,7 @@ void run_fwd(const FwdCase &f, uint64_t seed) {
 
     fp_emu::clear_launch_log();
     const cudaError_t err = f.version < 0 ? fp_norm_fwd_unfused_launch(&d, 0) : fp_norm_fwd_launch(&d, f.version, 0);
+    (void)cudaDeviceSynchronize();  // FP_EMU_ASYNC=1 runs kernels on a worker: wait before reading
     (void)cudaGetLastError();
     if (err != cudaSuccess) c.fail("launcher returned %d (%s)", (int)err, fp_emu::last_failure());
     check_launches(c, {f.expect, f.expect_ew});
@@ -771,6 +772,7 @@ void run_bwd(const BwdCase &b, uint64_t seed) {
         float *pp = reinterpret_cast<float *>(partial.ptr());
         const cudaError_t err = b.version < 0 ? fp_norm_bwd_unfused_launch(&d, pp, 0)
                                               : fp_norm_bwd_launch(&d, b.version, b.sm_count, pp, 0);
+        (void)cudaDeviceSynchronize();
         (void)cudaGetLastError();
         if (err != cudaSuccess) c.fail("launcher returned %d (%s)", (int)err, fp_emu::last_failure());
         check_launches(c, {b.expect_dx, b.expect_dparams});
@@ -1200,6 +1202,7 @@ void test_backward_errors() {
         c.desc = std::string("bwd error: ") + e.what;
         fp_emu::clear_launch_log();
         const cudaError_t err = fp_norm_bwd_launch(&d, e.version, 132, e.partial, 0);
+        (void)cudaDeviceSynchronize();
         (void)cudaGetLastError();
         if (err != cudaErrorInvalidValue) c.fail("returned %d, expected cudaErrorInvalidValue", (int)err);
         if (!fp_emu::launch_log().empty()) c.fail("%zu kernels launched", fp_emu::launch_log().size());
