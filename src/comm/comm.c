@@ -112,10 +112,7 @@ fp_status fp_comm_config_default_sized(fp_comm_config *cfg, size_t struct_size) 
 }
 
 fp_status fp_comm_stats_init_sized(fp_comm_stats *s, size_t struct_size) {
-    fp_comm_stats d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    return fp_struct_init(s, struct_size, &d, COMM_STATS_SIZE_FIRST, sizeof d, "fp_comm_stats");
+    return fp_struct_init(s, struct_size, NULL, COMM_STATS_SIZE_FIRST, sizeof(fp_comm_stats), "fp_comm_stats");
 }
 
 static fp_status read_config(const fp_comm_config *user, fp_comm_config *out) {

@@ -101,17 +101,13 @@ fp_status fp_comm_bench(fp_comm *comm, fp_coll_kind kind, size_t bytes, fp_dtype
 #define TUNE_RESULT_SIZE_FIRST sizeof(fp_buckets_tune_result)
 
 fp_status fp_buckets_ab_report_init_sized(fp_buckets_ab_report *r, size_t struct_size) {
-    fp_buckets_ab_report d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    return fp_struct_init(r, struct_size, &d, AB_REPORT_SIZE_FIRST, sizeof d, "fp_buckets_ab_report");
+    return fp_struct_init(r, struct_size, NULL, AB_REPORT_SIZE_FIRST, sizeof(fp_buckets_ab_report),
+                          "fp_buckets_ab_report");
 }
 
 fp_status fp_buckets_tune_result_init_sized(fp_buckets_tune_result *r, size_t struct_size) {
-    fp_buckets_tune_result d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    return fp_struct_init(r, struct_size, &d, TUNE_RESULT_SIZE_FIRST, sizeof d, "fp_buckets_tune_result");
+    return fp_struct_init(r, struct_size, NULL, TUNE_RESULT_SIZE_FIRST, sizeof(fp_buckets_tune_result),
+                          "fp_buckets_tune_result");
 }
 
 typedef struct iter_arg {

@@ -55,7 +55,8 @@ fp_status fp_struct_write(void *user, const void *full, size_t first, size_t cur
  * bytes), the rest zero (the callbacks an older table lacks are absent). */
 fp_status fp_table_read(void *full, const void *user, size_t user_size, size_t first, size_t cur,
                         const char *what);
-/* An initializer: the first `size` bytes of `defaults` to p, struct_size = size. */
+/* An initializer: the first `size` bytes of `defaults` (NULL: zeros) to p,
+ * struct_size = size. */
 fp_status fp_struct_init(void *p, size_t size, const void *defaults, size_t first, size_t cur,
                          const char *what);
 

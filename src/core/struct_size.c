@@ -71,7 +71,8 @@ fp_status fp_struct_init(void *p, size_t size, const void *defaults, size_t firs
     if (!p) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "%s is NULL", what);
     fp_status st = fp_struct_size_check(size, first, cur, what);
     if (st != FP_OK) return st;
-    memcpy(p, defaults, size);
+    if (defaults) memcpy(p, defaults, size);
+    else memset(p, 0, size);
     memcpy(p, &size, sizeof size);
     return FP_OK;
 }

@@ -241,10 +241,7 @@ fp_status fp_graph_config_default_sized(fp_graph_config *out, size_t struct_size
 }
 
 fp_status fp_graph_info_init_sized(fp_graph_info *out, size_t struct_size) {
-    fp_graph_info d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    return fp_struct_init(out, struct_size, &d, GRAPH_INFO_SIZE_FIRST, sizeof d, "fp_graph_info");
+    return fp_struct_init(out, struct_size, NULL, GRAPH_INFO_SIZE_FIRST, sizeof(fp_graph_info), "fp_graph_info");
 }
 
 static const char *mode_name(int m) {

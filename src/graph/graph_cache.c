@@ -244,10 +244,8 @@ fp_status fp_graph_cache_config_default_sized(fp_graph_cache_config *out, size_t
 }
 
 fp_status fp_graph_cache_stats_init_sized(fp_graph_cache_stats *out, size_t struct_size) {
-    fp_graph_cache_stats d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    return fp_struct_init(out, struct_size, &d, CACHE_STATS_SIZE_FIRST, sizeof d, "fp_graph_cache_stats");
+    return fp_struct_init(out, struct_size, NULL, CACHE_STATS_SIZE_FIRST, sizeof(fp_graph_cache_stats),
+                          "fp_graph_cache_stats");
 }
 
 static fp_status slot_step(void *user, fp_stream stream) {

@@ -27,10 +27,7 @@ fp_status fp_pinned_config_default_sized(fp_pinned_config *cfg, size_t struct_si
 }
 
 fp_status fp_pinned_stats_init_sized(fp_pinned_stats *s, size_t struct_size) {
-    fp_pinned_stats d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    return fp_struct_init(s, struct_size, &d, PINNED_STATS_SIZE_FIRST, sizeof d, "fp_pinned_stats");
+    return fp_struct_init(s, struct_size, NULL, PINNED_STATS_SIZE_FIRST, sizeof(fp_pinned_stats), "fp_pinned_stats");
 }
 
 /* The statistics of a new pool: zero, with the pool's fixed figures. */

@@ -106,10 +106,8 @@ fp_status fp_pipeline_config_default_sized(fp_pipeline_config *out, size_t struc
 }
 
 fp_status fp_pipeline_stats_init_sized(fp_pipeline_stats *out, size_t struct_size) {
-    fp_pipeline_stats d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    return fp_struct_init(out, struct_size, &d, PIPELINE_STATS_SIZE_FIRST, sizeof d, "fp_pipeline_stats");
+    return fp_struct_init(out, struct_size, NULL, PIPELINE_STATS_SIZE_FIRST, sizeof(fp_pipeline_stats),
+                          "fp_pipeline_stats");
 }
 
 /* ------------------------------------------------------------------------ */
