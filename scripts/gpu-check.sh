@@ -257,6 +257,11 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # batched (attention_flash.cu load_tile_paged_batched; the rows compare
     # the paged output with the dense one, exactly)
     "ab-paged|FP_ATTN_PAGED_BATCHED=1 attention/decode_paged"
+    # the fused split combine's arrival by one acq_rel atomic (split_combine_fused)
+    # against every thread's two fence.sc.gpu: decode at 1k and 32k keys, the step
+    "ab-fence|FP_ATTN_MERGE_FENCE=rel attention/decode --batch 1 --kv 1024"
+    "ab-fence32k|FP_ATTN_MERGE_FENCE=rel attention/decode --batch 1 --kv 32768"
+    "ab-fencegraph|FP_ATTN_MERGE_FENCE=rel graph/decode_step"
   )
   : > "$out/fastbench.txt"
   for spec in "${runs[@]}"; do

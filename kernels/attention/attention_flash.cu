@@ -262,18 +262,44 @@ __device__ __forceinline__ void load_kv_tile(T *tile, const flash_params &p, con
 // head_dim 64 uses exactly the 48 KiB a launch gets without the opt-in, and
 // 4 bytes more made every v2 launch fail with cudaErrorInvalidValue on an
 // H100; the CPU emulation does not count static shared memory).
+// atom.acq_rel.gpu: a fetch-add that is both a release and an acquire at GPU
+// scope (no fence.sc, which __threadfence is).
+__device__ __forceinline__ int atomic_add_acq_rel_gpu(int *addr, int v) {
+#if defined(FP_CUDA_EMU)
+    return atomicAdd(addr, v); // the emulation's fibers switch only at barriers
+#else
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(addr), "r"(v) : "memory");
+    return old;
+#endif
+}
+
 constexpr int kTailLseRegs = 4; // splits up to 128 (split_count's cap) merge from registers
 
 template <typename T, int D, int NT>
 __device__ __forceinline__ void split_combine_fused(const flash_params &p, const fp_flash::seq_view &S, int b,
                                                     int hk, int m_tile, int m0, int rows_end, int *flag) {
-    __threadfence();
-    __syncthreads();
     const int64_t tile = ((int64_t)b * p.hkv + hk) * p.m_tiles + m_tile;
-    if (threadIdx.x == 0) *flag = atomicAdd(p.counters + tile, 1) == p.num_splits - 1;
-    __syncthreads();
-    if (!*flag) return; // CTA-uniform
-    __threadfence();
+    if (p.merge_release) {
+        // The barrier orders every thread's partial stores before thread 0's
+        // arrival at CTA scope; its acq_rel atomic releases them at GPU scope
+        // (cumulative) and acquires the other CTAs' (the counter's RMW chain
+        // carries their releases); the second barrier hands that on to the
+        // threads of the last CTA, whose __ldcg reads go to L2. One fence by
+        // one thread where the default path below has every thread run two
+        // fence.sc.gpu.
+        __syncthreads();
+        if (threadIdx.x == 0) *flag = atomic_add_acq_rel_gpu(p.counters + tile, 1) == p.num_splits - 1;
+        __syncthreads();
+        if (!*flag) return; // CTA-uniform
+    } else {
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) *flag = atomicAdd(p.counters + tile, 1) == p.num_splits - 1;
+        __syncthreads();
+        if (!*flag) return; // CTA-uniform
+        __threadfence();
+    }
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t rows_total = (int64_t)p.batch * p.hq * p.sq;
     const int ns = p.num_splits;

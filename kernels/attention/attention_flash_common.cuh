@@ -45,6 +45,10 @@ struct flash_params {
                         // until a GPU run has compared them)
     int *counters;      // fused split combine (v1 / v2): [batch, hkv, m_tiles] arrivals, zero between
                         // launches; NULL: a separate combine kernel merges the partials
+    int merge_release;  // fused combine's arrival: 1 = one acq_rel atomic by thread 0 after the CTA's
+                        // barrier (FP_ATTN_MERGE_FENCE=rel); 0 = every thread's __threadfence
+                        // (fence.sc.gpu, with an L1 invalidate) before and after it, the default
+                        // until a GPU run has compared them
 };
 
 // FP_ATTN_PAGED_BATCHED (read once): 1 batches the paged loads' table reads
@@ -57,10 +61,21 @@ inline int paged_batched_env() {
     return v;
 }
 
+// FP_ATTN_MERGE_FENCE (read once): "rel" selects the fused combine's
+// release / acquire arrival (split_combine_fused), for the GPU check's A/B.
+inline int merge_release_env() {
+    static const int v = [] {
+        const char *e = getenv("FP_ATTN_MERGE_FENCE");
+        return e && e[0] == 'r' && e[1] == 'e' && e[2] == 'l' && e[3] == 0 ? 1 : 0;
+    }();
+    return v;
+}
+
 // Parameters of a launch with br packed query rows per CTA.
 inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_splits) {
     flash_params p;
     p.paged_batched = paged_batched_env();
+    p.merge_release = merge_release_env();
     p.q = a->q;
     p.k = a->k;
     p.v = a->v;
