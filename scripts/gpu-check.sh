@@ -253,15 +253,15 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "ab-norm1row|FP_NORM_FWD_V2_ORDER=0 norm/rmsnorm_fwd norm/layernorm_fwd --rows 1 --cols 4096 --dtype bf16"
     "ab-decode1k|FP_ATTN_SPLIT_MIN_TILES=2 attention/decode --batch 1 --kv 1024"
     "ab-graph|FP_NORM_FWD_V2_ORDER=0 FP_ATTN_SPLIT_MIN_TILES=2 graph/decode_step"
-    # and a candidate against today's kernel: the paged loads' table reads
-    # batched (attention_flash.cu load_tile_paged_batched; the rows compare
-    # the paged output with the dense one, exactly)
-    "ab-paged|FP_ATTN_PAGED_BATCHED=1 attention/decode_paged"
-    # the fused split combine's arrival by one acq_rel atomic (split_combine_fused)
-    # against every thread's two fence.sc.gpu: decode at 1k and 32k keys, the step
-    "ab-fence|FP_ATTN_MERGE_FENCE=rel attention/decode --batch 1 --kv 1024"
-    "ab-fence32k|FP_ATTN_MERGE_FENCE=rel attention/decode --batch 1 --kv 32768"
-    "ab-fencegraph|FP_ATTN_MERGE_FENCE=rel graph/decode_step"
+    # the paged loads' page found by division for every page size (the path
+    # before session 14; power-of-two pages now shift and mask); the rows
+    # compare the paged output with the dense one, exactly
+    "ab-paged|FP_ATTN_PAGED_DIV=1 attention/decode_paged"
+    # the fused split combine's former arrival (every thread's two
+    # fence.sc.gpu) against today's one acq_rel atomic: 1k / 32k keys, the step
+    "ab-fence|FP_ATTN_MERGE_FENCE=sc attention/decode --batch 1 --kv 1024"
+    "ab-fence32k|FP_ATTN_MERGE_FENCE=sc attention/decode --batch 1 --kv 32768"
+    "ab-fencegraph|FP_ATTN_MERGE_FENCE=sc graph/decode_step"
   )
   : > "$out/fastbench.txt"
   for spec in "${runs[@]}"; do

@@ -164,13 +164,18 @@ __device__ __forceinline__ void load_tile(T *tile, const T *base, int64_t row_st
 // page bt[(n0 + r) / page_size]; base is the pool plus the head offset and
 // page_stride the pool's page stride. An entry outside [0, num_pages) (the
 // table is device memory and is not checked on the host) zero-fills the
-// row instead of reading outside the pool. One integer division per 16-byte
-// chunk; the table entry is read through the read-only path (shared by
-// every chunk of a row and usually by the whole tile).
+// row instead of reading outside the pool. The table entry is read through
+// the read-only path (shared by every chunk of a row and usually by the
+// whole tile). A power-of-two page size (page_shift >= 0) finds the page and
+// the row in it by a shift and a mask: the division and the remainder by a
+// runtime page_size were two ~25-instruction sequences per 16-byte chunk,
+// and with them the paged decode ran at 0.61-0.64x of the dense one on an
+// H100 at 32k keys (sessions 9-14; issuing a tile's table reads before its
+// copies, with the same divisions, was slower still: 0.53x).
 template <typename T, int D, int NT>
 __device__ __forceinline__ void load_tile_paged(T *tile, const T *base, int64_t page_stride, int64_t row_stride,
-                                                const int32_t *bt, int page_size, int num_pages, int n0, int rows,
-                                                int valid, int tid) {
+                                                const int32_t *bt, int page_size, int page_shift, int num_pages,
+                                                int n0, int rows, int valid, int tid) {
     constexpr int CH = D / 8;
 #pragma unroll 1
     for (int idx = tid; idx < rows * CH; idx += NT) {
@@ -179,66 +184,32 @@ __device__ __forceinline__ void load_tile_paged(T *tile, const T *base, int64_t 
         const T *src = base;
         if (ok) {
             const int key = n0 + r;
-            const int pg = __ldg(bt + key / page_size);
+            int page, in_page;
+            if (page_shift >= 0) {
+                page = key >> page_shift;
+                in_page = key & (page_size - 1);
+            } else {
+                page = key / page_size;
+                in_page = key - page * page_size;
+            }
+            const int pg = __ldg(bt + page);
             ok = (unsigned)pg < (unsigned)num_pages;
-            if (ok) src = base + (int64_t)pg * page_stride + (int64_t)(key % page_size) * row_stride + c * 8;
+            if (ok) src = base + (int64_t)pg * page_stride + (int64_t)in_page * row_stride + c * 8;
         }
         cp_async16(smem_u32(tile + swz<D>(r, c)), src, ok);
-    }
-}
-
-// load_tile_paged for a tile of exactly BC rows, the table reads first: each
-// thread reads the pages of 4 of its BC * D / 8 / NT chunks (8 at v1's 64-key
-// tiles, head_dim 128) into registers, in flight together, then issues those
-// copies, then the next 4. load_tile_paged waits on one read before each copy
-// (`#pragma unroll 1`, a dependent load): at 32k keys the paged decode ran
-// at 0.61-0.64x of the dense one on an H100 (sessions 9-13), where 0.8-1.0x
-// was predicted. Same copies, same zero-fill rule.
-template <typename T, int D, int NT, int BC, int kMaxGroup>
-__device__ __forceinline__ void load_tile_paged_batched(T *tile, const T *base, int64_t page_stride,
-                                                        int64_t row_stride, const int32_t *bt, int page_size,
-                                                        int num_pages, int n0, int valid, int tid) {
-    constexpr int CH = D / 8;
-    constexpr int kIters = (BC * CH + NT - 1) / NT;
-    // in groups of kMaxGroup table reads (4 in v1, 2 in v2): 8 (a whole tile
-    // at head_dim 128) spilled registers in v1 at head_dim 256 and v2 at 128
-    constexpr int kGroup = kIters < kMaxGroup ? kIters : kMaxGroup;
-#pragma unroll 1
-    for (int k0 = 0; k0 < kIters; k0 += kGroup) {
-        int pg[kGroup];
-#pragma unroll
-        for (int g = 0; g < kGroup; ++g) {
-            const int idx = tid + (k0 + g) * NT, r = idx / CH;
-            pg[g] = k0 + g < kIters && idx < BC * CH && r < valid ? __ldg(bt + (n0 + r) / page_size) : -1;
-        }
-#pragma unroll
-        for (int g = 0; g < kGroup; ++g) {
-            const int idx = tid + (k0 + g) * NT;
-            if (k0 + g < kIters && idx < BC * CH) {
-                const int r = idx / CH, c = idx % CH;
-                const bool ok = (unsigned)pg[g] < (unsigned)num_pages;
-                const T *src = ok ? base + (int64_t)pg[g] * page_stride + (int64_t)((n0 + r) % page_size) * row_stride +
-                                        c * 8
-                                  : base;
-                cp_async16(smem_u32(tile + swz<D>(r, c)), src, ok);
-            }
-        }
     }
 }
 
 // K or V tile of keys [n0, n0 + BC): dense (base = the sequence's row 0 of
 // this head) or paged (base = the pool at this head, bt = the sequence's
 // block-table row).
-template <typename T, int D, int NT, int BC, int kMaxGroup>
+template <typename T, int D, int NT, int BC>
 __device__ __forceinline__ void load_kv_tile(T *tile, const flash_params &p, const T *base, int64_t page_stride,
                                              int64_t row_stride, const int32_t *bt, int n0, int valid, int tid) {
     constexpr int rows = BC;
-    if (bt && p.paged_batched)
-        load_tile_paged_batched<T, D, NT, BC, kMaxGroup>(tile, base, page_stride, row_stride, bt, p.page_size,
-                                                         p.num_pages, n0, valid, tid);
-    else if (bt)
-        load_tile_paged<T, D, NT>(tile, base, page_stride, row_stride, bt, p.page_size, p.num_pages, n0, rows,
-                                  valid, tid);
+    if (bt)
+        load_tile_paged<T, D, NT>(tile, base, page_stride, row_stride, bt, p.page_size, p.page_shift, p.num_pages,
+                                  n0, rows, valid, tid);
     else
         load_tile<T, D, NT>(tile, base + (int64_t)n0 * row_stride, row_stride, rows, valid, tid);
 }
@@ -382,7 +353,6 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
     using Mma = mma_op<T>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, NT = Tr::kWarps * 32, MT = Tr::kMT;
     constexpr int RW = 16 * MT; // rows per warp
-    constexpr int kPagedGroup = MT == 1 ? 4 : 2; // load_tile_paged_batched: table reads in flight
     static_assert(Br == RW * Tr::kWarps, "kMT 16-row MMA blocks per warp");
     constexpr int P = fp_flash::smem_layout<D>::kPitch; // tile row pitch (elements)
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -450,10 +420,10 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                 cp_async16(smem_u32(q_smem + swz<D>(r, c)), src, ok);
             }
         }
-        load_kv_tile<T, D, NT, Bc, kPagedGroup>(k_smem, p, k_base, p.k_bs, p.k_ss, bt, s_begin * Bc,
+        load_kv_tile<T, D, NT, Bc>(k_smem, p, k_base, p.k_bs, p.k_ss, bt, s_begin * Bc,
                                                 L - s_begin * Bc, tid);
         cp_async_commit();
-        load_kv_tile<T, D, NT, Bc, kPagedGroup>(v_smem, p, v_base, p.v_bs, p.v_ss, bt, s_begin * Bc,
+        load_kv_tile<T, D, NT, Bc>(v_smem, p, v_base, p.v_bs, p.v_ss, bt, s_begin * Bc,
                                                 L - s_begin * Bc, tid);
         cp_async_commit();
 
@@ -516,7 +486,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             // t-1, finished before the barrier above). Always commit so the
             // group count stays fixed.
             if (has_next)
-                load_kv_tile<T, D, NT, Bc, kPagedGroup>(k_smem + (buf ^ 1) * Bc * P, p, k_base, p.k_bs, p.k_ss,
+                load_kv_tile<T, D, NT, Bc>(k_smem + (buf ^ 1) * Bc * P, p, k_base, p.k_bs, p.k_ss,
                                                         bt, n0 + Bc, L - (n0 + Bc), tid);
             cp_async_commit();
 
@@ -607,7 +577,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
 
             // Prefetch V[t+1] (its stage was last read by P V of t-1).
             if (has_next)
-                load_kv_tile<T, D, NT, Bc, kPagedGroup>(v_smem + (buf ^ 1) * Bc * P, p, v_base, p.v_bs, p.v_ss,
+                load_kv_tile<T, D, NT, Bc>(v_smem + (buf ^ 1) * Bc * P, p, v_base, p.v_bs, p.v_ss,
                                                         bt, n0 + Bc, L - (n0 + Bc), tid);
             cp_async_commit();
         }

@@ -40,33 +40,32 @@ struct flash_params {
     float *lse_part;    // [num_splits, batch, hq, sq]
     const int32_t *block_table; // paged KV: [batch, bt_stride] page of each page_size keys, or NULL
     int bt_stride, page_size, num_pages;
-    int paged_batched;  // paged loads (v1 / v2): the tile's table reads issued before its copies
-                        // (FP_ATTN_PAGED_BATCHED=1; 0: one read before each copy, the default
-                        // until a GPU run has compared them)
+    int page_shift;     // log2(page_size) when a power of two, else -1 (FP_ATTN_PAGED_DIV=1: -1
+                        // always, the division path, for the GPU check's A/B)
     int *counters;      // fused split combine (v1 / v2): [batch, hkv, m_tiles] arrivals, zero between
                         // launches; NULL: a separate combine kernel merges the partials
     int merge_release;  // fused combine's arrival: 1 = one acq_rel atomic by thread 0 after the CTA's
-                        // barrier (FP_ATTN_MERGE_FENCE=rel); 0 = every thread's __threadfence
-                        // (fence.sc.gpu, with an L1 invalidate) before and after it, the default
-                        // until a GPU run has compared them
+                        // barrier (the default: 0.2-0.5 us faster at 1024 keys on an H100, session
+                        // 14); 0 = every thread's __threadfence (fence.sc.gpu, with an L1
+                        // invalidate) before and after it (FP_ATTN_MERGE_FENCE=sc, for A/B runs)
 };
 
-// FP_ATTN_PAGED_BATCHED (read once): 1 batches the paged loads' table reads
-// (load_tile_paged_batched in attention_flash.cu), for the GPU check's A/B.
-inline int paged_batched_env() {
+// FP_ATTN_PAGED_DIV (read once): 1 finds pages by division for every page
+// size (load_tile_paged's path before session 14), for the GPU check's A/B.
+inline int paged_div_env() {
     static const int v = [] {
-        const char *e = getenv("FP_ATTN_PAGED_BATCHED");
+        const char *e = getenv("FP_ATTN_PAGED_DIV");
         return e && e[0] == '1' && e[1] == 0 ? 1 : 0;
     }();
     return v;
 }
 
-// FP_ATTN_MERGE_FENCE (read once): "rel" selects the fused combine's
-// release / acquire arrival (split_combine_fused), for the GPU check's A/B.
+// FP_ATTN_MERGE_FENCE (read once): "sc" selects the fused combine's former
+// arrival, every thread's fence.sc.gpu (split_combine_fused), for A/B runs.
 inline int merge_release_env() {
     static const int v = [] {
         const char *e = getenv("FP_ATTN_MERGE_FENCE");
-        return e && e[0] == 'r' && e[1] == 'e' && e[2] == 'l' && e[3] == 0 ? 1 : 0;
+        return e && e[0] == 's' && e[1] == 'c' && e[2] == 0 ? 0 : 1;
     }();
     return v;
 }
@@ -74,7 +73,6 @@ inline int merge_release_env() {
 // Parameters of a launch with br packed query rows per CTA.
 inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_splits) {
     flash_params p;
-    p.paged_batched = paged_batched_env();
     p.merge_release = merge_release_env();
     p.q = a->q;
     p.k = a->k;
@@ -107,6 +105,9 @@ inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_spl
     p.bt_stride = a->bt_stride;
     p.page_size = a->page_size;
     p.num_pages = a->num_pages;
+    p.page_shift = -1;
+    if (a->page_size > 0 && (a->page_size & (a->page_size - 1)) == 0 && !paged_div_env())
+        for (p.page_shift = 0; (1 << p.page_shift) < a->page_size;) ++p.page_shift;
     p.counters = nullptr;
     return p;
 }
