@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # README.md), for tests.
 RESULTS = Path(os.environ.get("FASTPATH_RESULTS_DIR") or ROOT / "benchmarks" / "results")
 KEEP = ("summary.txt", "ctest-gpu.log", "fastbench.json", "fastbench.txt", "python-bench.json", "python-bench.txt",
-        "python-alloc.json", "logs.tar.gz", "extra.txt")
+        "python-alloc.json", "logs.tar.gz", "extra.txt", "ncu.txt", "ncu.tar.gz", "command.txt")
 
 
 def field(result, name):
