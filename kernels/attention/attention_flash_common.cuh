@@ -42,6 +42,9 @@ struct flash_params {
     int bt_stride, page_size, num_pages;
     int page_shift;     // log2(page_size) when a power of two, else -1 (FP_ATTN_PAGED_DIV=1: -1
                         // always, the division path, for the GPU check's A/B)
+    int flat_loads;     // K / V copy loops (v1 / v2) over the flat chunk index, recomputing each
+                        // copy's row and offset (FP_ATTN_FLAT_LOADS=1, for A/B runs); 0: the
+                        // column loop where the head dim allows it (attention_flash.cu)
     int *counters;      // fused split combine (v1 / v2): [batch, hkv, m_tiles] arrivals, zero between
                         // launches; NULL: a separate combine kernel merges the partials
     int merge_release;  // fused combine's arrival: 1 = one acq_rel atomic by thread 0 after the CTA's
@@ -55,6 +58,16 @@ struct flash_params {
 inline int paged_div_env() {
     static const int v = [] {
         const char *e = getenv("FP_ATTN_PAGED_DIV");
+        return e && e[0] == '1' && e[1] == 0 ? 1 : 0;
+    }();
+    return v;
+}
+
+// FP_ATTN_FLAT_LOADS (read once): 1 selects the K / V copy loops over the
+// flat chunk index (load_tile's path before session 14), for A/B runs.
+inline int flat_loads_env() {
+    static const int v = [] {
+        const char *e = getenv("FP_ATTN_FLAT_LOADS");
         return e && e[0] == '1' && e[1] == 0 ? 1 : 0;
     }();
     return v;
@@ -74,6 +87,7 @@ inline int merge_release_env() {
 inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_splits) {
     flash_params p;
     p.merge_release = merge_release_env();
+    p.flat_loads = flat_loads_env();
     p.q = a->q;
     p.k = a->k;
     p.v = a->v;
