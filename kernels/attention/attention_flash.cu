@@ -180,6 +180,18 @@ __device__ __forceinline__ void load_tile(T *tile, const T *base, int64_t row_st
     }
 }
 
+// The page of a key and its row in that page: shift and mask for a
+// power-of-two page size (page_shift >= 0), else a division.
+__device__ __forceinline__ void page_of(int key, int page_size, int page_shift, int *page, int *in_page) {
+    if (page_shift >= 0) {
+        *page = key >> page_shift;
+        *in_page = key & (page_size - 1);
+    } else {
+        *page = key / page_size;
+        *in_page = key - *page * page_size;
+    }
+}
+
 // Paged KV cache: row r of the tile is key n0 + r of the sequence, found in
 // page bt[(n0 + r) / page_size]; base is the pool plus the head offset and
 // page_stride the pool's page stride. An entry outside [0, num_pages) (the
@@ -209,15 +221,8 @@ __device__ __forceinline__ void load_tile_paged(T *tile, const T *base, int64_t 
             const T *src = base;
             bool ok = false;
             if (r < valid) {
-                const int key = n0 + r;
                 int page, in_page;
-                if (page_shift >= 0) {
-                    page = key >> page_shift;
-                    in_page = key & (page_size - 1);
-                } else {
-                    page = key / page_size;
-                    in_page = key - page * page_size;
-                }
+                page_of(n0 + r, page_size, page_shift, &page, &in_page);
                 if (page != cur) {
                     cur = page;
                     const int pg = __ldg(bt + page);
@@ -236,15 +241,8 @@ __device__ __forceinline__ void load_tile_paged(T *tile, const T *base, int64_t 
             bool ok = r < valid;
             const T *src = base;
             if (ok) {
-                const int key = n0 + r;
                 int page, in_page;
-                if (page_shift >= 0) {
-                    page = key >> page_shift;
-                    in_page = key & (page_size - 1);
-                } else {
-                    page = key / page_size;
-                    in_page = key - page * page_size;
-                }
+                page_of(n0 + r, page_size, page_shift, &page, &in_page);
                 const int pg = __ldg(bt + page);
                 ok = (unsigned)pg < (unsigned)num_pages;
                 if (ok) src = base + (int64_t)pg * page_stride + (int64_t)in_page * row_stride + c * 8;
