@@ -262,8 +262,8 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "ab-fence|FP_ATTN_MERGE_FENCE=sc attention/decode --batch 1 --kv 1024"
     "ab-fence32k|FP_ATTN_MERGE_FENCE=sc attention/decode --batch 1 --kv 32768"
     "ab-fencegraph|FP_ATTN_MERGE_FENCE=sc graph/decode_step"
-    # the K / V copy loops over the flat chunk index (each copy's row and
-    # 64-bit offset recomputed) against today's column loops (v1 / v2)
+    # the dense K / V copy loop over the flat chunk index (each copy's row
+    # and 64-bit offset recomputed) against today's column loop (v1 / v2)
     "ab-flat|FP_ATTN_FLAT_LOADS=1 attention/decode --batch 1 --kv 32768"
     "ab-flat1k|FP_ATTN_FLAT_LOADS=1 attention/decode --batch 1 --kv 1024"
     "ab-flatmma|FP_ATTN_FLAT_LOADS=1 attention/prefill --head_dim 128 --seqlen 4096 --causal 0 --dtype bf16 --kernel 1"

@@ -142,15 +142,19 @@ template <> struct mma_op<__half> {
 
 using fp_flash::swz;
 
-// The loads' copy loops, when a thread's chunk column is the same on every
-// pass (NT a multiple of the D / 8 chunks of a row: every head dim but 96):
-// thread tid copies chunk tid % CH of rows tid / CH, + NT / CH, ... The
-// row's address advances by a pointer add per copy, where the loop over the
-// flat index (still the path at head_dim 96) recomputed row, chunk and a
-// 64-bit row offset for each 16-byte copy: 33 SASS instructions per copy,
-// and with 16 copies per KV tile over half of a decode warp's instructions
-// (ncu, session 14). Not unrolled: unrolled, the compiler holds every
-// copy's offsets through the KV loop in registers the accumulators need.
+// The dense K / V copy loop by column, when a thread's chunk column is the
+// same on every pass (NT a multiple of the D / 8 chunks of a row: every head
+// dim but 96): thread tid copies chunk tid % CH of rows tid / CH, + NT / CH,
+// ... and the row's address advances by a pointer add per copy (15 SASS
+// instructions), where the loop over the flat index (head_dim 96, and
+// FP_ATTN_FLAT_LOADS=1 for A/B runs) recomputes row, chunk and a 64-bit row
+// offset for each 16-byte copy (33; with 16 copies per KV tile over half of
+// a decode warp's instructions, ncu, session 14). Measured on an H100
+// (session 14): the mma.sync prefill at 4k, head_dim 128, 222-224 TFLOP/s
+// against 170-172 (v1; causal 206 / 161, head_dim 64 211 / 171; v2 +12-13%),
+// decode at 1k keys 9.4-9.6 us against 10.0-10.7, decode at 32k unchanged.
+// Not unrolled: unrolled, the compiler holds every copy's offsets through
+// the KV loop in registers the accumulators need.
 template <int D, int NT> constexpr bool kColumnLoop = NT % (D / 8) == 0;
 
 // Copies `rows` x D elements (row r at base + r * row_stride) into a
@@ -197,58 +201,33 @@ __device__ __forceinline__ void page_of(int key, int page_size, int page_shift, 
 // page_stride the pool's page stride. An entry outside [0, num_pages) (the
 // table is device memory and is not checked on the host) zero-fills the
 // row instead of reading outside the pool. The table entry is read through
-// the read-only path. A power-of-two page size (page_shift >= 0) finds the
-// page and the row in it by a shift and a mask: the division and the
-// remainder by a runtime page_size were two ~25-instruction sequences per
-// 16-byte copy, and with them the paged decode ran at 0.61-0.64x of the
-// dense one on an H100 at 32k keys (sessions 9-14; 0.81x with the shift;
-// issuing a tile's table reads before its copies, with the divisions, was
-// slower still: 0.53x). On the column loop a thread reads the table once
-// per page its rows enter, not once per copy.
+// the read-only path. A power-of-two page size finds the page and the row in
+// it by a shift and a mask (page_of): the division and the remainder by a
+// runtime page_size were two ~25-instruction sequences per 16-byte copy, and
+// with them the paged decode ran at 0.61-0.64x of the dense one on an H100
+// at 32k keys (sessions 9-14), 0.81-0.84x with the shift. Measured and
+// dropped (session 14, H100, 32k keys): a tile's table reads issued before
+// its copies (with the divisions: 111 us against 93), and the column loop
+// of load_tile reading the table once per page a thread's rows enter (page
+// 16: 76.5 us against 71.3-72.0 for this loop; page 256: the same).
 template <typename T, int D, int NT>
 __device__ __forceinline__ void load_tile_paged(T *tile, const T *base, int64_t page_stride, int64_t row_stride,
                                                 const int32_t *bt, int page_size, int page_shift, int num_pages,
-                                                int n0, int rows, int valid, int tid, bool flat) {
+                                                int n0, int rows, int valid, int tid) {
     constexpr int CH = D / 8;
-    if (kColumnLoop<D, NT> && !flat) {
-        constexpr int RS = NT / CH;
-        const int c = tid % CH;
-        int cur = -1;          // the page index (into bt) of cur_base
-        const T *cur_base = base; // that page's row 0 at this thread's chunk; base if out of range
-        bool cur_ok = false;
 #pragma unroll 1
-        for (int r = tid / CH; r < rows; r += RS) {
-            const T *src = base;
-            bool ok = false;
-            if (r < valid) {
-                int page, in_page;
-                page_of(n0 + r, page_size, page_shift, &page, &in_page);
-                if (page != cur) {
-                    cur = page;
-                    const int pg = __ldg(bt + page);
-                    cur_ok = (unsigned)pg < (unsigned)num_pages;
-                    cur_base = cur_ok ? base + (int64_t)pg * page_stride + c * 8 : base;
-                }
-                ok = cur_ok;
-                if (ok) src = cur_base + (int64_t)in_page * row_stride;
-            }
-            cp_async16(smem_u32(tile + swz<D>(r, c)), src, ok);
+    for (int idx = tid; idx < rows * CH; idx += NT) {
+        int r = idx / CH, c = idx % CH;
+        bool ok = r < valid;
+        const T *src = base;
+        if (ok) {
+            int page, in_page;
+            page_of(n0 + r, page_size, page_shift, &page, &in_page);
+            const int pg = __ldg(bt + page);
+            ok = (unsigned)pg < (unsigned)num_pages;
+            if (ok) src = base + (int64_t)pg * page_stride + (int64_t)in_page * row_stride + c * 8;
         }
-    } else {
-#pragma unroll 1
-        for (int idx = tid; idx < rows * CH; idx += NT) {
-            int r = idx / CH, c = idx % CH;
-            bool ok = r < valid;
-            const T *src = base;
-            if (ok) {
-                int page, in_page;
-                page_of(n0 + r, page_size, page_shift, &page, &in_page);
-                const int pg = __ldg(bt + page);
-                ok = (unsigned)pg < (unsigned)num_pages;
-                if (ok) src = base + (int64_t)pg * page_stride + (int64_t)in_page * row_stride + c * 8;
-            }
-            cp_async16(smem_u32(tile + swz<D>(r, c)), src, ok);
-        }
+        cp_async16(smem_u32(tile + swz<D>(r, c)), src, ok);
     }
 }
 
@@ -261,7 +240,7 @@ __device__ __forceinline__ void load_kv_tile(T *tile, const flash_params &p, con
     constexpr int rows = BC;
     if (bt)
         load_tile_paged<T, D, NT>(tile, base, page_stride, row_stride, bt, p.page_size, p.page_shift, p.num_pages,
-                                  n0, rows, valid, tid, p.flat_loads);
+                                  n0, rows, valid, tid);
     else
         load_tile<T, D, NT>(tile, base + (int64_t)n0 * row_stride, row_stride, rows, valid, tid, p.flat_loads);
 }

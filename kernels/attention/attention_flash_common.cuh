@@ -42,9 +42,9 @@ struct flash_params {
     int bt_stride, page_size, num_pages;
     int page_shift;     // log2(page_size) when a power of two, else -1 (FP_ATTN_PAGED_DIV=1: -1
                         // always, the division path, for the GPU check's A/B)
-    int flat_loads;     // K / V copy loops (v1 / v2) over the flat chunk index, recomputing each
-                        // copy's row and offset (FP_ATTN_FLAT_LOADS=1, for A/B runs); 0: the
-                        // column loop where the head dim allows it (attention_flash.cu)
+    int flat_loads;     // dense K / V copy loop (v1 / v2) over the flat chunk index, recomputing
+                        // each copy's row and offset (FP_ATTN_FLAT_LOADS=1, for A/B runs); 0: the
+                        // column loop where the head dim allows it (attention_flash.cu load_tile)
     int *counters;      // fused split combine (v1 / v2): [batch, hkv, m_tiles] arrivals, zero between
                         // launches; NULL: a separate combine kernel merges the partials
     int merge_release;  // fused combine's arrival: 1 = one acq_rel atomic by thread 0 after the CTA's
@@ -63,8 +63,8 @@ inline int paged_div_env() {
     return v;
 }
 
-// FP_ATTN_FLAT_LOADS (read once): 1 selects the K / V copy loops over the
-// flat chunk index (load_tile's path before session 14), for A/B runs.
+// FP_ATTN_FLAT_LOADS (read once): 1 selects the dense K / V copy loop over
+// the flat chunk index (load_tile's path before session 14), for A/B runs.
 inline int flat_loads_env() {
     static const int v = [] {
         const char *e = getenv("FP_ATTN_FLAT_LOADS");
