@@ -245,25 +245,6 @@ __device__ __forceinline__ void load_kv_tile(T *tile, const flash_params &p, con
         load_tile<T, D, NT>(tile, base + (int64_t)n0 * row_stride, row_stride, rows, valid, tid, p.flat_loads);
 }
 
-// The fused split combine (p.counters set, p.num_splits > 1), after a CTA
-// wrote its split's partials for the packed rows [m0, rows_end) of its
-// query tile: the CTA counts its arrival on the tile's counter, and the last
-// of the tile's num_splits CTAs merges the tile's rows as
-// attention_split_combine_v1 does (same weights, the same fmaf order over
-// the splits; the row sums reduce over a warp instead of a block), then
-// resets the counter to 0 for the next launch. One kernel instead of two:
-// a launch less on the host (about 3 us on an H100) and no dependent
-// kernel's start on the GPU. Every CTA of a tile reaches here or none does
-// (the m0 >= rows exit is the same for all splits of a tile). Memory order:
-// each thread fences its partial stores before the CTA's atomic arrival
-// (release), and the last CTA fences after seeing the count (acquire) and
-// reads the partials through L2 (__ldcg), where the other SMs' stores are.
-// `flag`: a word of the CTA's dynamic shared memory, free once every thread
-// passed the first barrier here (the tiles are dead after the KV loop). Not a
-// static __shared__ variable: it would add to the dynamic size (v2 at
-// head_dim 64 uses exactly the 48 KiB a launch gets without the opt-in, and
-// 4 bytes more made every v2 launch fail with cudaErrorInvalidValue on an
-// H100; the CPU emulation does not count static shared memory).
 // atom.acq_rel.gpu: a fetch-add that is both a release and an acquire at GPU
 // scope (no fence.sc, which __threadfence is).
 __device__ __forceinline__ int atomic_add_acq_rel_gpu(int *addr, int v) {
@@ -276,6 +257,27 @@ __device__ __forceinline__ int atomic_add_acq_rel_gpu(int *addr, int v) {
 #endif
 }
 
+// The fused split combine (p.counters set, p.num_splits > 1), after a CTA
+// wrote its split's partials for the packed rows [m0, rows_end) of its
+// query tile: the CTA counts its arrival on the tile's counter, and the last
+// of the tile's num_splits CTAs merges the tile's rows as
+// attention_split_combine_v1 does (same weights, the same fmaf order over
+// the splits; the row sums reduce over a warp instead of a block), then
+// resets the counter to 0 for the next launch. One kernel instead of two:
+// a launch less on the host (about 3 us on an H100) and no dependent
+// kernel's start on the GPU. Every CTA of a tile reaches here or none does
+// (the m0 >= rows exit is the same for all splits of a tile). Memory order:
+// the CTA's partial stores are released by its arrival (a barrier, then
+// thread 0's acq_rel atomic), the last CTA acquires the others' by the same
+// atomic and reads the partials through L2 (__ldcg), where the other SMs'
+// stores are (FP_ATTN_MERGE_FENCE=sc: every thread's fence.sc.gpu before and
+// after the arrival, as before session 14).
+// `flag`: a word of the CTA's dynamic shared memory, free once every thread
+// passed the first barrier here (the tiles are dead after the KV loop). Not a
+// static __shared__ variable: it would add to the dynamic size (v2 at
+// head_dim 64 uses exactly the 48 KiB a launch gets without the opt-in, and
+// 4 bytes more made every v2 launch fail with cudaErrorInvalidValue on an
+// H100; the CPU emulation does not count static shared memory).
 constexpr int kTailLseRegs = 4; // splits up to 128 (split_count's cap) merge from registers
 
 template <typename T, int D, int NT>
@@ -451,11 +453,9 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                 cp_async16(smem_u32(q_smem + swz<D>(r, c)), src, ok);
             }
         }
-        load_kv_tile<T, D, NT, Bc>(k_smem, p, k_base, p.k_bs, p.k_ss, bt, s_begin * Bc,
-                                                L - s_begin * Bc, tid);
+        load_kv_tile<T, D, NT, Bc>(k_smem, p, k_base, p.k_bs, p.k_ss, bt, s_begin * Bc, L - s_begin * Bc, tid);
         cp_async_commit();
-        load_kv_tile<T, D, NT, Bc>(v_smem, p, v_base, p.v_bs, p.v_ss, bt, s_begin * Bc,
-                                                L - s_begin * Bc, tid);
+        load_kv_tile<T, D, NT, Bc>(v_smem, p, v_base, p.v_bs, p.v_ss, bt, s_begin * Bc, L - s_begin * Bc, tid);
         cp_async_commit();
 
         cp_async_wait<1>(); // all but the newest group (V[first]): Q and K landed
@@ -517,8 +517,8 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             // t-1, finished before the barrier above). Always commit so the
             // group count stays fixed.
             if (has_next)
-                load_kv_tile<T, D, NT, Bc>(k_smem + (buf ^ 1) * Bc * P, p, k_base, p.k_bs, p.k_ss,
-                                                        bt, n0 + Bc, L - (n0 + Bc), tid);
+                load_kv_tile<T, D, NT, Bc>(k_smem + (buf ^ 1) * Bc * P, p, k_base, p.k_bs, p.k_ss, bt, n0 + Bc,
+                                           L - (n0 + Bc), tid);
             cp_async_commit();
 
             if (warp_active) {
@@ -608,8 +608,8 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
 
             // Prefetch V[t+1] (its stage was last read by P V of t-1).
             if (has_next)
-                load_kv_tile<T, D, NT, Bc>(v_smem + (buf ^ 1) * Bc * P, p, v_base, p.v_bs, p.v_ss,
-                                                        bt, n0 + Bc, L - (n0 + Bc), tid);
+                load_kv_tile<T, D, NT, Bc>(v_smem + (buf ^ 1) * Bc * P, p, v_base, p.v_bs, p.v_ss, bt, n0 + Bc,
+                                           L - (n0 + Bc), tid);
             cp_async_commit();
         }
         cp_async_wait<0>();
