@@ -2,56 +2,63 @@
 """The SASS lines with the most warp-stall samples, from
 `ncu --import R --page source --csv --print-source sass > F.csv`:
   ncu-top-stalls.py F.csv [N]
-Prints the columns found, the total samples, then the N top lines (address,
-samples, share, the instruction), and the samples per 1/8 of the code so a
-hot region shows even where no single line dominates."""
+A report of several kernels prints one source table per kernel, each after
+a "Kernel Name" line: each is ranked on its own. Per kernel: the columns
+found, the warp instructions executed and the stall samples in all, the N
+top lines (index, address, samples, share, the instruction), and the samples
+per 1/8 of the code so a hot region shows even where no single line
+dominates."""
 import csv
 import sys
 
 
-def main():
-    path = sys.argv[1]
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else 40
-    with open(path, newline="", errors="replace") as f:
-        lines = f.read().splitlines()
-    # ncu may print text before the CSV header: start at the first line
-    # that names a sampling column
-    start = next((i for i, l in enumerate(lines) if "Sampling" in l or "Address" in l), None)
-    if start is None:
-        print("no CSV header found; first lines:")
-        print("\n".join(lines[:10]))
-        return 1
-    rows = list(csv.reader(lines[start:]))
-    head = rows[0]
+def sections(lines):
+    """(kernel name, header, rows) per source table; text before the first
+    header (ncu's own lines) is skipped."""
+    out, name = [], ""
+    for line in lines:
+        if line.startswith('"Kernel Name"'):
+            name = next(csv.reader([line]))[1] if line.count(",") else line
+            continue
+        row = next(csv.reader([line]), [])
+        if row and ("Address" in row[0] or any("Sampling" in c for c in row)):
+            out.append((name, row, []))
+        elif out and row:
+            out[-1][2].append(row)
+    return out
+
+
+def column(head, *keys):
+    for i, h in enumerate(head):
+        if all(k.lower() in h.lower() for k in keys):
+            return i
+    return None
+
+
+def num(r, c):
+    if c is None or c >= len(r):
+        return 0.0
+    try:
+        return float(r[c].replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def report(name, head, rows, n):
+    print(f"== {name or 'kernel'}")
     print("columns:", " | ".join(head)[:1500])
-
-    def col(*keys):
-        for i, h in enumerate(head):
-            if all(k.lower() in h.lower() for k in keys):
-                return i
-        return None
-
-    c_all = col("stall sampling", "all")
+    c_all = column(head, "stall sampling", "all")
     if c_all is None:
-        c_all = col("sampling")
-    c_ni = col("stall sampling", "not")
-    c_src = col("source")
-    c_addr = col("address")
+        c_all = column(head, "sampling")
+    c_ni, c_src, c_addr = column(head, "stall sampling", "not"), column(head, "source"), column(head, "address")
+    c_exec = column(head, "instructions executed")
     if c_all is None or c_src is None:
         print("no sampling / source column")
         return 1
-
-    def num(r, c):
-        if c is None or c >= len(r):
-            return 0.0
-        try:
-            return float(r[c].replace(",", ""))
-        except ValueError:
-            return 0.0
-
-    body = [r for r in rows[1:] if len(r) > c_src]
+    body = [r for r in rows if len(r) > c_src]
     total = sum(num(r, c_all) for r in body)
-    print(f"{len(body)} SASS lines, {total:.0f} stall samples (all)")
+    executed = sum(num(r, c_exec) for r in body)
+    print(f"{len(body)} SASS lines, {executed:.0f} warp instructions executed, {total:.0f} stall samples (all)")
     if not total:
         return 0
     top = sorted(range(len(body)), key=lambda i: -num(body[i], c_all))[:n]
@@ -64,6 +71,18 @@ def main():
     print("samples per eighth of the code:",
           " ".join(f"{100 * sum(num(r, c_all) for r in body[j:j + k]) / total:.1f}%" for j in range(0, len(body), k)))
     return 0
+
+
+def main():
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    with open(sys.argv[1], newline="", errors="replace") as f:
+        lines = f.read().splitlines()
+    found = sections(lines)
+    if not found:
+        print("no CSV header found; first lines:")
+        print("\n".join(lines[:10]))
+        return 1
+    return max(report(name, head, rows, n) for name, head, rows in found)
 
 
 if __name__ == "__main__":

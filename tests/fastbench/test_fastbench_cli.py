@@ -462,3 +462,29 @@ def test_gpu_results_takes_each_row_from_the_newest_run_that_measured_it(tmp_pat
     assert "0.5 | met" in rows["host"] and "cpu/old-cpu" in rows["host"]
     assert "not checked: needs another machine" in rows["later"]
     assert "Latest: `2026-01-03-gpu-z-bbbbbbb/`" in table
+
+
+def test_ncu_top_stalls_ranks_each_kernel_of_a_report_on_its_own(tmp_path):
+    """scripts/ncu-top-stalls.py reads ncu's source page (CSV): text before
+    the first table is skipped, and a report of two kernels gives two
+    rankings, each with its own totals and shares."""
+    root = Path(__file__).resolve().parents[2]
+    head = '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",' \
+           '"Instructions Executed"'
+    csv_text = "\n".join([
+        "==PROF== Disconnected",
+        '"Kernel Name","void first(int)",', head,
+        '"0x10","LDG.E R1","30","20","100"', '"0x20","BAR.SYNC","10","10","100"',
+        '"Kernel Name","void second(int)",', head,
+        '"0x10","MEMBAR.SC.GPU","90","90","4"', '"0x20","EXIT","10","0","4"'])
+    f = tmp_path / "src.csv"
+    f.write_text(csv_text + "\n")
+    out = subprocess.run([sys.executable, str(root / "scripts" / "ncu-top-stalls.py"), str(f), "1"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    blocks = out.stdout.split("== ")[1:]
+    assert [b.splitlines()[0] for b in blocks] == ["void first(int)", "void second(int)"]
+    assert "200 warp instructions executed, 40 stall samples" in blocks[0]
+    assert "75.0%" in blocks[0] and "LDG.E R1" in blocks[0] and "BAR.SYNC" not in blocks[0]
+    assert "8 warp instructions executed, 100 stall samples" in blocks[1]
+    assert "90.0%" in blocks[1] and "MEMBAR.SC.GPU" in blocks[1]
