@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attention/attention_flash_layout.h"
 #include "attention/attention_internal.h"
@@ -53,33 +54,31 @@ struct flash_params {
                         // invalidate) before and after it (FP_ATTN_MERGE_FENCE=sc, for A/B runs)
 };
 
+// Whether environment variable `name` is set to exactly `want` (the A/B
+// switches below read it once, into a function-local static).
+inline bool env_is(const char *name, const char *want) {
+    const char *e = getenv(name);
+    return e && strcmp(e, want) == 0;
+}
+
 // FP_ATTN_PAGED_DIV (read once): 1 finds pages by division for every page
 // size (load_tile_paged's path before session 14), for the GPU check's A/B.
 inline int paged_div_env() {
-    static const int v = [] {
-        const char *e = getenv("FP_ATTN_PAGED_DIV");
-        return e && e[0] == '1' && e[1] == 0 ? 1 : 0;
-    }();
+    static const int v = env_is("FP_ATTN_PAGED_DIV", "1");
     return v;
 }
 
 // FP_ATTN_FLAT_LOADS (read once): 1 selects the dense K / V copy loop over
 // the flat chunk index (load_tile's path before session 14), for A/B runs.
 inline int flat_loads_env() {
-    static const int v = [] {
-        const char *e = getenv("FP_ATTN_FLAT_LOADS");
-        return e && e[0] == '1' && e[1] == 0 ? 1 : 0;
-    }();
+    static const int v = env_is("FP_ATTN_FLAT_LOADS", "1");
     return v;
 }
 
 // FP_ATTN_MERGE_FENCE (read once): "sc" selects the fused combine's former
 // arrival, every thread's fence.sc.gpu (split_combine_fused), for A/B runs.
 inline int merge_release_env() {
-    static const int v = [] {
-        const char *e = getenv("FP_ATTN_MERGE_FENCE");
-        return e && e[0] == 's' && e[1] == 'c' && e[2] == 0 ? 0 : 1;
-    }();
+    static const int v = !env_is("FP_ATTN_MERGE_FENCE", "sc");
     return v;
 }
 
