@@ -246,6 +246,9 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "prefill64|attention/prefill --head_dim 64 --seqlen 4096 --causal 0 --dtype bf16"
     "prefillmma|attention/prefill --head_dim 128 --seqlen 4096 --causal 0 --dtype bf16 --kernel 1"
     "norm1row|norm/rmsnorm_fwd norm/layernorm_fwd --rows 1 --cols 4096 --dtype bf16"
+    # norm backward v3 against v4 (v3 with the cp.async ring of the next
+    # rows), interleaved by the timing engine, at every shape of the sweep
+    "bwdring|norm/bwd_versions --dtype bf16 --baseline 3 --optimized 4"
     # A/B against the previous kernels (VAR=value words first, run with them in
     # the environment): "ab-" runs go to extra.txt, never into fastbench.json,
     # whose rows the targets table reads
@@ -268,6 +271,9 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "ab-flat1k|FP_ATTN_FLAT_LOADS=1 attention/decode --batch 1 --kv 1024"
     "ab-flatmma|FP_ATTN_FLAT_LOADS=1 attention/prefill --head_dim 128 --seqlen 4096 --causal 0 --dtype bf16 --kernel 1"
     "ab-flatgraph|FP_ATTN_FLAT_LOADS=1 graph/decode_step"
+    # the automatic backward choice taking v4 (the prefetch ring) wherever it
+    # applies, against the norm run's rows (v3)
+    "ab-bwdring|FP_NORM_BWD_RING=1 norm/layernorm_bwd --rows 16384 --cols 4096 --dtype bf16"
   )
   : > "$out/fastbench.txt"
   for spec in "${runs[@]}"; do

@@ -26,6 +26,9 @@
  *                        Rows where v3 does not apply (odd cols, cols > 16384)
  *                        run v2 on both sides (param v3=0). Adds 2048x16384
  *                        (v3 with the row staged in shared memory).
+ *                        --baseline B --optimized O pick other versions
+ *                        (1-4; e.g. 3 and 4: v3 against v3 with the prefetch
+ *                        ring); params base_ran / opt_ran say which ran.
  *
  * Shapes (GPU): 4096x768, 16384x4096, 8192x8192, 2048x12288, 1000x5120,
  * 333x1537, 2048x18432; --rows R --cols C for one shape. With --quick and on CPU
@@ -40,6 +43,7 @@
 #include "fastpath/norm.h"
 /* fp_norm_backward_version (static link). fastbench's include path has no
  * kernels/, hence the relative path. */
+#include "internal.h"
 #include "norm/norm_launch.h"
 #include "scenario.h"
 
@@ -380,6 +384,11 @@ static fp_status bwd_version_job_run(void *user, fp_stream stream) {
 
 static fp_status run_bwd_versions(fb_run *run) {
     if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "CUDA only: compares CUDA kernel versions");
+    const int64_t base_v = fb_opt_int(run, "baseline", 2), opt_v = fb_opt_int(run, "optimized", 3);
+    if (base_v < 1 || base_v > 4 || opt_v < 1 || opt_v > 4)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                            "--baseline and --optimized take a backward version 1-4 (got %lld and %lld)",
+                            (long long)base_v, (long long)opt_v);
     fp_context *ctx = fb_ctx(run);
     shape_list sl;
     fp_dtype dts[3];
@@ -422,9 +431,11 @@ static fp_status run_bwd_versions(fb_run *run) {
                             p->dbeta = (char *)out[k] + tb + vb;
                         }
                         job[k].ctx = ctx;
-                        job[k].version = k == 0 ? 2 : 3;
+                        job[k].version = (int)(k == 0 ? base_v : opt_v);
                     }
                     fb_param_int(r, "v3", fp_norm_backward_version_used(&job[1].p, 3) == 3);
+                    fb_param_int(r, "base_ran", fp_norm_backward_version_used(&job[0].p, (int)base_v));
+                    fb_param_int(r, "opt_ran", fp_norm_backward_version_used(&job[1].p, (int)opt_v));
                     fp_ab_spec spec;
                     fp_ab_spec_init(&spec);
                     spec.baseline = bwd_version_job_run;
@@ -455,7 +466,9 @@ static fp_status run_bwd_versions(fb_run *run) {
                             fp_clear_error();
                     }
                     fb_result_metric(r, "dparam_mismatches", (double)bad);
-                    if (bad) fb_result_note(r, "dgamma/dbeta: %zu mismatches v2 vs v3", bad);
+                    if (bad)
+                        fb_result_note(r, "dgamma/dbeta: %zu mismatches v%lld vs v%lld", bad, (long long)base_v,
+                                       (long long)opt_v);
                 }
                 bwd_bufs_free(ctx, &bb);
                 fp_mem_free(ctx, out[0]);

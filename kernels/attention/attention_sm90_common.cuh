@@ -23,6 +23,7 @@
 #include "attention/attention_flash_layout.h"
 #include "attention/attention_internal.h"
 #include "attention/attention_sm90_layout.h"
+#include "common/cp_async.cuh"
 #if defined(FP_CUDA_EMU) // the CPU emulation (tests/emu) of the PTX wrappers below
 #include "emu_cp_async.h"
 #include "emu_sm90.h"
@@ -32,33 +33,12 @@ namespace {
 
 // ---- PTX wrappers (sm_90a) -------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16-byte async copy global -> shared; pred false zero-fills (src-size 0),
-// which keeps rows past the sequence end finite.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool pred) {
-#if defined(FP_CUDA_EMU)
-    fp_emu::cp_async(dst, src, 16, pred ? 16 : 0);
-#else
-    int n = pred ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(FP_CUDA_EMU)
-    fp_emu::cp_async_commit();
-#else
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-#if defined(FP_CUDA_EMU)
-    fp_emu::cp_async_wait_group(N);
-#else
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
+// smem_u32, cp.async of 16 bytes (pred false zero-fills: rows past the
+// sequence end stay finite), its commit and wait: kernels/common/cp_async.cuh.
+using fp_cp::cp_async16;
+using fp_cp::cp_async_commit;
+using fp_cp::cp_async_wait;
+using fp_cp::smem_u32;
 // cp.async writes shared memory through the generic proxy, wgmma reads it
 // through the async proxy: each writer fences after its copies landed and
 // before the barrier that publishes them to the warpgroups.

@@ -37,20 +37,38 @@
 //                        32 elements): the row (x, g) staged in the thread's
 //                        own shared-memory cells between its two passes, the
 //                        sums in registers; still one read of dout and x.
+//   norm_bwd_v3<.., kRing> (v4)  v3 (register-sum modes) with a prefetch ring:
+//                        each thread copies its own part of the next rows
+//                        (x, dout, dres, mean, rstd) into shared memory with
+//                        cp.async, FP_NORM_V4_RING_STAGES deep, so two rows'
+//                        loads stay in flight through a row's reductions and
+//                        stores (v3 issues a row's loads only when it starts
+//                        it: an SM idles on DRAM during each row's barriers).
 //   norm_bwd_reduce_v1   sums the partials over chunks in a fixed order.
 //   unfused              baseline: activation backward (g to dx); the same
 //                        norm backward on g, in place; dx += dres.
 // Versions (fp_norm_bwd_launch(desc, version, ...)): 1 = dx v1 + dparams v1;
 // 2 = dx v2 (dx staged for rows v2 cannot hold) + dparams v2 where aligned,
 // else 1; 3 = v3 (any of its modes)
-// where its plan applies (aligned, cols <= 16384), else 2; 0 = 3 when
-// dgamma/dbeta/dbias are requested, else 2.
+// where its plan applies (aligned, cols <= 16384), else 2; 4 = v4 where it
+// applies (v3's register-sum modes, with or without dgamma/dbeta/dbias),
+// else as 3; 0 = 3 when dgamma/dbeta/dbias are requested, else 2
+// (FP_NORM_BWD_RING=1: 4 wherever it applies, for A/B runs).
 // Run: tests/norm/test_norm_gpu, tests/norm/test_norm_bwd_v3_plan,
-// fastbench --scenario norm/layernorm_bwd, norm/bwd_versions (v2 vs v3).
+// fastbench --scenario norm/layernorm_bwd, norm/bwd_versions (v2 vs v3;
+// --baseline 3 --optimized 4 for v3 vs v4).
+#include "common/cp_async.cuh"
 #include "norm/norm_bwd_v3_plan.h"
 #include "norm/norm_common.cuh"
 
 namespace fpnorm {
+
+// v4's prefetch ring stages through shared memory with cp.async.
+using fp_cp::cp_async;
+using fp_cp::cp_async_commit;
+using fp_cp::cp_async_wait;
+using fp_cp::lds16;
+using fp_cp::smem_u32;
 
 constexpr int kBwdV1Threads = 256;
 constexpr int kBwdV2MaxThreads = 512;
@@ -438,17 +456,72 @@ constexpr int bwd_v3_bound(int nvv, bool smem_acc) {
 //   kSmemAcc (block per row): the sums, [2][cols] f32;
 //   else 2 x (blockDim.y - 1) x cols floats (warp per row: the other warps'
 //   sums for the combine; 0 for a block per row).
-template <typename T, int NV, bool kSmemAcc>
+// v4's prefetch ring (norm_bwd_v3 with kRing stages): per thread and stage,
+// its NV vectors of x, dout and (nt = 3) dresidual as 16-byte cells, then
+// the row's mean and rstd; fp_norm_v4_ring_bytes sizes it. Cell (stage s,
+// vector k, tensor t) of thread tid: consecutive threads at consecutive
+// 16-byte cells (a warp's copies and reads touch 512 contiguous bytes: no
+// bank conflicts). Only the thread that copies a cell reads it, so the ring
+// needs no barrier: cp.async.wait_group lands a thread's own copies for it.
+struct BwdRing {
+    uint4 *cells;
+    float *stats;  // [kRing][2][nthr]: mean, rstd
+    int nv, nt, nthr, tid;
+    __device__ uint4 &cell(int s, int k, int t) const { return cells[((s * nv + k) * nt + t) * nthr + tid]; }
+    __device__ float &stat(int s, int q) const { return stats[(s * 2 + q) * nthr + tid]; }
+};
+
+// Copies this thread's part of `row` (x, dout, dres; mean, rstd) into ring
+// stage s and commits them as one group; past the last row the group is
+// empty (committed all the same, so a wait's group count stays per step).
+template <typename T, int NV>
+__device__ __forceinline__ void ring_issue(const fp_norm_bwd_desc &d, const BwdRing &ring, int s, int64_t row,
+                                           int tpr, int nvec) {
+    constexpr int V = Vec<T>::N;
+    if (row < d.rows) {
+        const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
+        const T *dy = static_cast<const T *>(d.dout) + row * d.dout_stride;
+        const T *dres = ring.nt == 3 ? static_cast<const T *>(d.dres) + row * d.dres_stride : nullptr;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+            if (j < nvec) {
+                cp_async(smem_u32(&ring.cell(s, k, 0)), x + j * V);
+                cp_async(smem_u32(&ring.cell(s, k, 1)), dy + j * V);
+                if (dres) cp_async(smem_u32(&ring.cell(s, k, 2)), dres + j * V);
+            }
+        }
+        if (d.mean) cp_async<4>(smem_u32(&ring.stat(s, 0)), d.mean + row);
+        cp_async<4>(smem_u32(&ring.stat(s, 1)), d.rstd + row);
+    }
+    cp_async_commit();
+}
+
+template <typename T, int NV, bool kSmemAcc, int kRing = 0>
 __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
     norm_bwd_v3(const fp_norm_bwd_desc d, float *partial) {
     constexpr int V = Vec<T>::N;
     static_assert(V % 4 == 0, "float4 access to the sums");
+    static_assert(kRing == 0 || (kRing >= 2 && !kSmemAcc), "the ring (v4): register sums, >= 2 stages");
     __shared__ float red_smem[32];
     extern __shared__ float4 comb_smem4[];
     float *comb_smem = reinterpret_cast<float *>(comb_smem4);
     const int nvec = (int)(d.cols / V);
     const int tpr = blockDim.x;
     const int64_t grid = gridDim.x;
+    // v4: the ring after the warps' combine area (2 x (rows_per_cta - 1) x
+    // cols floats; none in a block per row), its first kRing - 1 rows in
+    // flight before the loop.
+    [[maybe_unused]] BwdRing ring = {nullptr, nullptr, NV, d.dres ? 3 : 2, tpr * (int)blockDim.y,
+                    (int)(threadIdx.y * blockDim.x + threadIdx.x)};
+    [[maybe_unused]] int ring_read = 0, ring_write = kRing - 1;  // the stages this step reads and refills
+    if constexpr (kRing > 0) {
+        const int ry = (int)blockDim.y;
+        ring.cells = reinterpret_cast<uint4 *>(comb_smem4 + (ry > 1 ? 2 * (int64_t)(ry - 1) * d.cols / 4 : 0));
+        ring.stats = reinterpret_cast<float *>(ring.cells + (int64_t)kRing * NV * ring.nt * ring.nthr);
+        for (int s = 0; s < kRing - 1; ++s)
+            ring_issue<T, NV>(d, ring, s, fp_norm_v3_row(blockIdx.x, s, (int)threadIdx.y, grid, ry), tpr, nvec);
+    }
     const T *gamma = static_cast<const T *>(d.gamma);
     const T *beta = static_cast<const T *>(d.beta);
     const T *bias = static_cast<const T *>(d.bias);
@@ -481,9 +554,24 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
     for (int64_t step = 0;; ++step) {
         const int64_t row = fp_norm_v3_row(blockIdx.x, step, (int)threadIdx.y, grid, (int)blockDim.y);
         if (row >= d.rows) break;
-        const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
-        const T *dy = static_cast<const T *>(d.dout) + row * d.dout_stride;
-        const float mean = d.mean ? d.mean[row] : 0.0f, rstd = d.rstd[row];
+        [[maybe_unused]] const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
+        [[maybe_unused]] const T *dy = static_cast<const T *>(d.dout) + row * d.dout_stride;
+        float mean, rstd;
+        if constexpr (kRing > 0) {
+            // Refill the stage the previous step finished with (its last reads,
+            // dres at the dx stores, are behind us in program order and were
+            // consumed), then land this step's row: kRing - 1 rows stay in
+            // flight through this row's arithmetic, reductions and stores.
+            ring_issue<T, NV>(d, ring, ring_write,
+                              fp_norm_v3_row(blockIdx.x, step + kRing - 1, (int)threadIdx.y, grid, (int)blockDim.y),
+                              tpr, nvec);
+            cp_async_wait<kRing - 1>();
+            mean = d.mean ? ring.stat(ring_read, 0) : 0.0f;
+            rstd = ring.stat(ring_read, 1);
+        } else {
+            mean = d.mean ? d.mean[row] : 0.0f;
+            rstd = d.rstd[row];
+        }
         float xn_reg[NV][V], dn_reg[NV][V];
         float sa = 0.0f, sb = 0.0f;
         // One vector of the row from its raw 16-byte x and dout: n, dn (or g),
@@ -516,7 +604,13 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
         // interleaved as before: spilled with 2 or 4 at its 512-thread
         // register bound); ptxas sm_80 / sm_90.
         constexpr int kPF = V != 4 || NV < 4 ? NV : kSmemAcc ? 2 : 1;
-        if constexpr (kPF == 1) {
+        if constexpr (kRing > 0) {  // v4: the row from this thread's ring cells
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+                if (j < nvec) first_pass(k, j, lds16(ring.cell(ring_read, k, 0)), lds16(ring.cell(ring_read, k, 1)));
+            }
+        } else if constexpr (kPF == 1) {
 #pragma unroll
             for (int k = 0; k < NV; ++k) {
                 const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
@@ -538,7 +632,7 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
         float a, b;
         row_means(d, sa, sb, inv_n, red_smem, a, b);
         T *dx = static_cast<T *>(d.dx) + row * d.dx_stride;
-        const T *dres = d.dres ? static_cast<const T *>(d.dres) + row * d.dres_stride : nullptr;
+        [[maybe_unused]] const T *dres = d.dres ? static_cast<const T *>(d.dres) + row * d.dres_stride : nullptr;
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
             const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
@@ -563,8 +657,22 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
                 }
 #pragma unroll
                 for (int e = 0; e < V; ++e) v[e] = rstd * (dn_reg[k][e] - a - xn_reg[k][e] * b);
-                store_dx<T, V>(dx, dres, j, v);
+                if constexpr (kRing > 0) {
+                    if (ring.nt == 3) {
+                        float r[V];
+                        unpack<T>(lds16(ring.cell(ring_read, k, 2)), r);
+#pragma unroll
+                        for (int e = 0; e < V; ++e) v[e] += r[e];
+                    }
+                    stg16(dx + j * V, pack<T>(v));
+                } else {
+                    store_dx<T, V>(dx, dres, j, v);
+                }
             }
+        }
+        if constexpr (kRing > 0) {
+            ring_read = ring_read + 1 == kRing ? 0 : ring_read + 1;
+            ring_write = ring_write + 1 == kRing ? 0 : ring_write + 1;
         }
     }
     if (!partial) return;  // uniform: no dgamma/dbeta/dbias requested
@@ -925,16 +1033,18 @@ static cudaError_t bwd_dispatch(const fp_norm_bwd_desc &d, bool force_v1, float 
 using BwdV3Kernel = void (*)(fp_norm_bwd_desc, float *);
 
 // dx v2's NV set with register sums (1, 2, 4) and its largest NV (32 / V: 4
-// for 16-bit, 8 for f32) with shared-memory sums: 4 kernels per dtype.
+// for 16-bit, 8 for f32) with shared-memory sums: 4 kernels per dtype; v4
+// (ring): the register-sum ones again with the prefetch ring, 3 more.
 template <typename T>
-static BwdV3Kernel v3_kernel(int nv, bool smem_acc, bool stage_row) {
+static BwdV3Kernel v3_kernel(int nv, bool smem_acc, bool stage_row, bool ring = false) {
     constexpr int kMaxNV = 32 / Vec<T>::N;
-    if (stage_row) return nv == kMaxNV ? norm_bwd_v3_staged<T, kMaxNV> : nullptr;
-    if (smem_acc) return nv == kMaxNV ? norm_bwd_v3<T, kMaxNV, true> : nullptr;
+    constexpr int R = FP_NORM_V4_RING_STAGES;
+    if (stage_row) return nv == kMaxNV && !ring ? norm_bwd_v3_staged<T, kMaxNV> : nullptr;
+    if (smem_acc) return nv == kMaxNV && !ring ? norm_bwd_v3<T, kMaxNV, true> : nullptr;
     switch (nv) {
-    case 1: return norm_bwd_v3<T, 1, false>;
-    case 2: return norm_bwd_v3<T, 2, false>;
-    case 4: return norm_bwd_v3<T, 4, false>;
+    case 1: return ring ? norm_bwd_v3<T, 1, false, R> : norm_bwd_v3<T, 1, false>;
+    case 2: return ring ? norm_bwd_v3<T, 2, false, R> : norm_bwd_v3<T, 2, false>;
+    case 4: return ring ? norm_bwd_v3<T, 4, false, R> : norm_bwd_v3<T, 4, false>;
     default: return nullptr;
     }
 }
@@ -955,12 +1065,43 @@ static fp_norm_v3_plan v3_plan(const fp_norm_bwd_desc &d) {
     return p;
 }
 
-// Which dx kernel a version request runs: 1, 2 or 3 (see the header comment).
+// v4's dynamic shared memory for d and plan p (v3's + the ring).
+template <typename T>
+static size_t v4_smem(const fp_norm_bwd_desc &d, const fp_norm_v3_plan &p) {
+    return fp_norm_v4_smem_bytes(&p, d.cols, sizeof(T), d.dres ? 3 : 2);
+}
+
+// v4 applies to d: v3's plan keeps the sums in registers and the ring fits
+// the device's opt-in shared memory (a block of 512 f32 threads with NV 4
+// does not: 288 KB).
+template <typename T>
+static bool v4_applies(const fp_norm_bwd_desc &d) {
+    const fp_norm_v3_plan p = v3_plan<T>(d);
+    if (!p.ok || p.smem_acc || p.stage_row || !v3_kernel<T>(p.nv, false, false, true)) return false;
+    const size_t smem = v4_smem<T>(d, p);
+    size_t avail;
+    return smem <= kDynSmemDefault || (optin_dyn_smem(&avail) == cudaSuccess && smem <= avail);
+}
+
+// FP_NORM_BWD_RING (read once): "1" makes the automatic choice (version 0)
+// take v4 wherever it applies, with or without dgamma/dbeta/dbias; unset (or
+// anything else): today's choice (v3 with them, else v2). For the GPU check's
+// A/B of v4 against v3 before v4 may become the default.
+static bool ring_auto() {
+    static const bool on = [] {
+        const char *e = getenv("FP_NORM_BWD_RING");
+        return e && e[0] == '1' && e[1] == 0;
+    }();
+    return on;
+}
+
+// Which dx kernel a version request runs: 1, 2, 3 or 4 (see the header comment).
 template <typename T>
 static int bwd_resolve(const fp_norm_bwd_desc &d, int version) {
     const bool params = d.dgamma || d.dbeta || d.dbias;
     if (version == 1) return 1;
-    if ((version == 3 || (version == 0 && params)) && v3_plan<T>(d).ok) return 3;
+    if ((version == 4 || (version == 0 && ring_auto())) && v4_applies<T>(d)) return 4;
+    if ((version == 3 || version == 4 || (version == 0 && params)) && v3_plan<T>(d).ok) return 3;
     dim3 grid, block;
     size_t avail;
     return dx_v2_shape<T>(d, &grid, &block) || dx_staged_fits<T>(d, &avail) ? 2 : 1;  // as launch_dx
@@ -972,17 +1113,26 @@ static int64_t v3_max_grid(const fp_norm_bwd_desc &d, const fp_norm_v3_plan &p, 
     return fp_norm_v3_grid(d.rows, p.rows_per_cta, sm_count, FP_NORM_V3_MAX_CTAS_PER_SM);
 }
 
+// v3, or v4 (ring: v3 with the prefetch ring; the caller checked v4_applies).
 template <typename T>
-static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, float *partial, cudaStream_t stream) {
+static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, float *partial, bool ring,
+                                   cudaStream_t stream) {
     const fp_norm_v3_plan p = v3_plan<T>(d);
-    const BwdV3Kernel kernel = p.ok ? v3_kernel<T>(p.nv, p.smem_acc != 0, p.stage_row != 0) : nullptr;
+    const BwdV3Kernel kernel = p.ok ? v3_kernel<T>(p.nv, p.smem_acc != 0, p.stage_row != 0, ring) : nullptr;
     if (!kernel) return cudaErrorInvalidConfiguration;
     const bool params = d.dgamma || d.dbeta || d.dbias;
     if (params && (!partial || !aligned16(partial))) return cudaErrorInvalidValue;
-    const size_t smem = fp_norm_v3_smem_bytes(&p, d.cols, sizeof(T));
+    const size_t smem = ring ? v4_smem<T>(d, p) : fp_norm_v3_smem_bytes(&p, d.cols, sizeof(T));
     const int threads = p.threads_x * p.rows_per_cta;
     cudaError_t err;
-    if (smem > 48 * 1024) {
+    if (ring && smem > kDynSmemDefault) {
+        // The device's whole opt-in (a fixed value: see below); v4_applies
+        // checked this call's need against it.
+        size_t avail;
+        if ((err = optin_dyn_smem(&avail)) != cudaSuccess) return err;
+        if (smem > avail) return cudaErrorInvalidConfiguration;  // cannot happen: v4_applies checked
+        if ((err = opt_in_once(kernel, (int)avail)) != cudaSuccess) return err;
+    } else if (smem > 48 * 1024) {
         // Opt in above the default limit (v3_plan checked this call's need
         // against the device's), always to the mode's fixed cap (within the
         // device's limit): a per-call value would race with another host
@@ -1014,7 +1164,7 @@ static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, floa
 template <typename T>
 static size_t bwd_partial_floats(const fp_norm_bwd_desc &d, int version, int sm_count) {
     if (!(d.dgamma || d.dbeta || d.dbias)) return 0;
-    if (bwd_resolve<T>(d, version) == 3) return (size_t)(2 * v3_max_grid(d, v3_plan<T>(d), sm_count) * d.cols);
+    if (bwd_resolve<T>(d, version) >= 3) return (size_t)(2 * v3_max_grid(d, v3_plan<T>(d), sm_count) * d.cols);
     const int64_t nchunks = ceil_div(d.rows, bwd_rows_per_chunk(d.rows));
     return (size_t)(2 * nchunks * d.cols);
 }
@@ -1025,7 +1175,8 @@ static cudaError_t bwd_versioned(const fp_norm_bwd_desc &d, int version, int sm_
     if (version == 1) return bwd_dispatch<T>(d, true, partial, stream);  // v1 throughout, as asked
     // Otherwise v3 where it applies; else dparams v2 where aligned (also for
     // rows dx v2 cannot hold, > 16384 cols: launch_dx then takes v1 for dx alone).
-    if (bwd_resolve<T>(d, version) == 3) return bwd_v3_dispatch<T>(d, sm_count, partial, stream);
+    const int v = bwd_resolve<T>(d, version);
+    if (v >= 3) return bwd_v3_dispatch<T>(d, sm_count, partial, v == 4, stream);
     return bwd_dispatch<T>(d, false, partial, stream);
 }
 

@@ -59,7 +59,8 @@ enum {
     FP_NORM_V3_MAX_THREADS = 512,    /* block per row (NV x V <= 16) */
     FP_NORM_V3_MAX_NVV_BLOCK = 16,   /* NV x V of register sums in a block per row */
     FP_NORM_V3_MAX_THREADS_SMEM = 384, /* block per row with shared-memory sums */
-    FP_NORM_V3_MAX_CTAS_PER_SM = 2   /* more CTAs only add partial rows */
+    FP_NORM_V3_MAX_CTAS_PER_SM = 2,  /* more CTAs only add partial rows */
+    FP_NORM_V4_RING_STAGES = 3       /* v4: rows in the ring (2 in flight while one is worked on) */
 };
 
 typedef struct fp_norm_v3_plan {
@@ -119,6 +120,21 @@ static inline size_t fp_norm_v3_smem_bytes(const fp_norm_v3_plan *p, int64_t col
     if (p->stage_row) return (size_t)cols * (sizeof(float) * (elem_size == 2 ? 2 : 1) + elem_size);
     if (p->rows_per_cta > 1) return (size_t)2 * (size_t)(p->rows_per_cta - 1) * (size_t)cols * sizeof(float);
     return 0;
+}
+
+/* v4 (v3 with a prefetch ring): applies where v3 keeps its sums in registers
+ * (neither smem_acc nor stage_row). Each thread copies its own part of the
+ * rows ahead (x, dout and, with a dresidual, dres: ntensors = 2 or 3; the
+ * row's mean and rstd) into FP_NORM_V4_RING_STAGES stages of shared memory
+ * with cp.async, so loads stay in flight through a row's reductions and
+ * stores. Dynamic shared memory: v3's (the warps' combine area) + the ring,
+ * stages x threads x (nv x ntensors x 16 + 8) bytes; 0 where v4 does not
+ * apply. */
+static inline size_t fp_norm_v4_smem_bytes(const fp_norm_v3_plan *p, int64_t cols, size_t elem_size, int ntensors) {
+    if (!p->ok || p->smem_acc || p->stage_row) return 0;
+    const size_t threads = (size_t)p->threads_x * (size_t)p->rows_per_cta;
+    return fp_norm_v3_smem_bytes(p, cols, elem_size) +
+           (size_t)FP_NORM_V4_RING_STAGES * threads * ((size_t)p->nv * (size_t)ntensors * 16u + 8u);
 }
 
 /* The most dynamic shared memory plan p's mode can ask for (the row length

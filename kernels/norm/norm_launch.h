@@ -55,15 +55,18 @@ cudaError_t fp_norm_fwd_unfused_launch(const fp_norm_fwd_desc *d, cudaStream_t s
  * dgamma/dbeta kernels; 2 = dx v2 (row in registers) + a separate dgamma/dbeta
  * pass where aligned, else 1; 3 = one pass computing dx and the dgamma/dbeta
  * partial sums (persistent grid of sm_count x <= 2 CTAs) where its plan
- * applies (aligned, cols <= 16384), else 2; 0 = automatic (3 when dgamma/dbeta/dbias are requested
- * and it applies, else 2). sm_count: the device's SMs (sizes v3's grid).
+ * applies (aligned, cols <= 16384), else 2; 4 = 3 with a cp.async prefetch
+ * ring of the next rows where v3 keeps its sums in registers (also without
+ * dgamma/dbeta/dbias), else as 3; 0 = automatic (3 when dgamma/dbeta/dbias
+ * are requested and it applies, else 2; environment FP_NORM_BWD_RING=1: 4
+ * wherever it applies). sm_count: the device's SMs (sizes v3's grid).
  * `partial` is f32 scratch of fp_norm_bwd_partial_floats(d, version,
  * sm_count) elements, 16-byte aligned (may be NULL when no
  * dgamma/dbeta/dbias is requested). */
 size_t fp_norm_bwd_partial_floats(const fp_norm_bwd_desc *d, int version, int sm_count);
 cudaError_t fp_norm_bwd_launch(const fp_norm_bwd_desc *d, int version, int sm_count, float *partial,
                                cudaStream_t stream);
-/* The dx kernel version (1, 2 or 3) a request for `version` runs on d. */
+/* The dx kernel version (1, 2, 3 or 4) a request for `version` runs on d. */
 int fp_norm_bwd_version_used(const fp_norm_bwd_desc *d, int version);
 /* Unfused baseline of the backward: activation backward written to dx; norm
  * backward on it in place (version 2); dx += dres. partial as for version 2. */
@@ -88,7 +91,7 @@ fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_n
 /* As fp_norm_forward with `version` passed to fp_norm_fwd_launch (0
  * automatic, 1 v1, 2 v2, 3 v3; v1 where the asked one does not apply). */
 fp_status fp_norm_forward_version(fp_context *ctx, fp_stream stream, const fp_norm_params *params, int version);
-/* The dx kernel version (1, 2, 3) a request for `version` runs on a CUDA
+/* The dx kernel version (1, 2, 3, 4) a request for `version` runs on a CUDA
  * context for params; 0 if params are invalid (error cleared). */
 int fp_norm_backward_version_used(const fp_norm_backward_params *params, int version);
 #ifdef __cplusplus

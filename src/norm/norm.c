@@ -278,7 +278,7 @@ fp_status fp_norm_backward(fp_context *ctx, fp_stream stream, const fp_norm_back
 fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params,
                                    int version) {
     FP_TRY(fp_ctx_check(ctx, -1));
-    FP_CHECK_ARG(version >= 0 && version <= 3, "argument 'version' (%d) is not 0, 1, 2 or 3", version);
+    FP_CHECK_ARG(version >= 0 && version <= 4, "argument 'version' (%d) is not 0, 1, 2, 3 or 4", version);
     fp_norm_bwd_desc d;
     FP_TRY(fp_norm_check_bwd(params, &d));
     return bwd_run(ctx, stream, &d, 0, version);

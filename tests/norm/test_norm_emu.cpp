@@ -893,9 +893,17 @@ void bwd_expect(BwdCase &b, const BwdShape &s) {
     const char m = f32 ? s.v3_32 : s.v3_16;
     const bool params = b.dgamma || b.dbeta || b.dbias;
     const bool vec = s.off == 0 && s.cols % V == 0 && (s.cols + s.pad) % V == 0;  // bwd_vectorizable
+    // v4 (the prefetch ring): v3's register-sum mode where the ring fits the
+    // device's opt-in shared memory (less the kernel's static 128 bytes)
+    int optin = 0;
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+    const fp_norm_v3_plan plan = fp_norm_v3_plan_for(s.cols, V);
+    const bool ring_fits = fp_norm_v4_smem_bytes(&plan, s.cols, (size_t)(16 / V), b.dres ? 3 : 2) + 128 <=
+                           (size_t)optin;
     int used;
     if (b.version == 1) used = 1;
-    else if ((b.version == 3 || (b.version == 0 && params)) && m) used = 3;
+    else if (b.version == 4 && m == 'r' && ring_fits) used = 4;
+    else if ((b.version == 3 || b.version == 4 || (b.version == 0 && params)) && m) used = 3;
     else used = nv ? 2 : 1;
     b.expect_used = b.version >= 0 ? used : 0;
     // Automatic: v3 for parameter gradients, else v2. (For the unfused
@@ -903,9 +911,11 @@ void bwd_expect(BwdCase &b, const BwdShape &s) {
     b.expect_used0 = b.version < 0 ? 0 : params && m ? 3 : nv ? 2 : 1;
     const char *T = dt_type(b.dt);
     char k[128];
-    if (used == 3) {
+    if (used == 4) {
+        snprintf(k, sizeof k, "norm_bwd_v3<%s, %d, false, %d>", T, nv, (int)FP_NORM_V4_RING_STAGES);
+    } else if (used == 3) {
         if (m == 't') snprintf(k, sizeof k, "norm_bwd_v3_staged<%s, %d>", T, nv);
-        else snprintf(k, sizeof k, "norm_bwd_v3<%s, %d, %s>", T, nv, m == 's' ? "true" : "false");
+        else snprintf(k, sizeof k, "norm_bwd_v3<%s, %d, %s, 0>", T, nv, m == 's' ? "true" : "false");
     } else if (used == 2 && nv < 0) {
         snprintf(k, sizeof k, "norm_bwd_dx_staged<%s>", T);
     } else if (used == 2) {
@@ -916,7 +926,7 @@ void bwd_expect(BwdCase &b, const BwdShape &s) {
     b.expect_dx = k;
     b.expect_dparams.clear();
     if (params) {
-        if (used == 3) snprintf(k, sizeof k, "norm_bwd_reduce_v1<%s>", T);
+        if (used >= 3) snprintf(k, sizeof k, "norm_bwd_reduce_v1<%s>", T);
         else  // dparams v1 when asked for (version 1) or not aligned; v2 beside dx v1 on rows > 16384 cols
             snprintf(k, sizeof k, "norm_bwd_dparams<%s, %d>", T, (b.version == 1 || !vec) ? 1 : V);
         b.expect_dparams = k;
@@ -949,7 +959,7 @@ BwdCase bwd_case(const BwdShape &s, int kind, int act, int dt, int opt, int vers
     return b;
 }
 
-// Every kind x activation x dtype x option set x version (1-3, unfused;
+// Every kind x activation x dtype x option set x version (1-4, unfused;
 // version 0 runs the kernels of 2 or 3, which each case checks it picks by
 // fp_norm_bwd_version_used; --long runs it too).
 void bwd_all_combos(const BwdShape &s, uint64_t &seed) {
@@ -957,7 +967,7 @@ void bwd_all_combos(const BwdShape &s, uint64_t &seed) {
         for (int act = 0; act < kActs; ++act)
             for (int di = 0; di < 3; ++di)
                 for (int opt = 0; opt < 4; ++opt)
-                    for (int version = -1; version <= 3; ++version)
+                    for (int version = -1; version <= 4; ++version)
                         if (version != 0 || g_long) {
                             BwdCase b = bwd_case(s, kind, act, kDtypes[di], opt, version);
                             b.twice = g_long;  // the other sets check determinism at every shape
@@ -971,7 +981,7 @@ void bwd_all_combos(const BwdShape &s, uint64_t &seed) {
 // partial sums), alternating.
 void bwd_some_combos(const BwdShape &s, uint64_t &seed, int sm_count = 132, int first_version = -1) {
     for (int di = 0; di < 3; ++di)
-        for (int version = first_version; version <= 3; ++version)
+        for (int version = first_version; version <= 4; ++version)
             for (int set = 0; set < 3; ++set) {
                 if (set == 2 && version < 2 && !g_long) continue;  // v1's dparams: v2's code at width 1
                 BwdCase b = set == 0   ? bwd_case(s, LN, 1 + (int)(seed % 4), kDtypes[di], 3, version)
@@ -1136,7 +1146,7 @@ void test_backward_in_place() {
     uint64_t seed = 9000;
     for (const BwdShape &s : shapes)
         for (int di = 0; di < 3; ++di)
-            for (int version = -1; version <= 3; ++version) {
+            for (int version = -1; version <= 4; ++version) {
                 BwdCase b = bwd_case(s, version & 1 ? LN : RMS, version & 1 ? FP_NORM_ACT_GELU_ERF : FP_NORM_ACT_NONE,
                                      kDtypes[di], 1, version);
                 b.in_place = true;
@@ -1152,7 +1162,7 @@ void test_backward_misaligned_one() {
     uint64_t seed = 9500;
     for (int t = kBx; t <= kBdbias; ++t)
         for (int di = 0; di < 3; ++di)
-            for (int version : {2, 3, -1}) {
+            for (int version : {2, 3, 4, -1}) {
                 // The unfused norm step drops beta, bias, dresidual_out and
                 // (after the activation step) reads dx for dout.
                 const bool vec_ptr = version >= 0 ? t <= kBdx : (t == kBx || t == kBgamma || t == kBdx);

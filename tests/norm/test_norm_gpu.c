@@ -174,7 +174,21 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
         CHECK_MSG(fp_norm_bwd_version_used(&dd, 0) == (expect_v3 ? 3 : fp_norm_bwd_version_used(&dd, 2)),
                   "[%s] automatic version", desc);
 
-    bwd_outs v3 = {0}, v3b = {0}, v2 = {0}, v1 = {0};
+    /* v4 (v3 with the prefetch ring) wherever v3 keeps its sums in registers */
+    const fp_norm_v3_plan plan = fp_norm_v3_plan_for(c->cols, dt == FP_F32 ? 4 : 8);
+    /* ... and where its ring fits: certainly within the default 48 KB, never
+     * past any device's opt-in (227 KB on sm_90; 163 KB on sm_80: between
+     * the two, either answer is right) */
+    const size_t ring_smem = fp_norm_v4_smem_bytes(&plan, c->cols, es, c->dres ? 3 : 2);
+    const int used4 = fp_norm_bwd_version_used(&dd, 4);
+    if (expect_v3 && !plan.smem_acc && !plan.stage_row && ring_smem <= 48 * 1024 - 128) {
+        CHECK_MSG(used4 == 4, "[%s] version 4 runs v%d", desc, used4);
+    } else if (!expect_v3 || plan.smem_acc || plan.stage_row || ring_smem > 227 * 1024 - 128) {
+        CHECK_MSG(used4 == fp_norm_bwd_version_used(&dd, 3), "[%s] version 4 runs v%d", desc, used4);
+    }
+
+    bwd_outs v3 = {0}, v3b = {0}, v2 = {0}, v1 = {0}, v4 = {0};
+    fail |= !run_version(ctx, desc, &p, 4, c, tn, vn, 0, &v4);
     fail |= !run_version(ctx, desc, &p, 3, c, tn, vn, 0, &v3);
     fail |= !run_version(ctx, desc, &p, 3, c, tn, vn, 0, &v3b);
     fail |= !run_version(ctx, desc, &p, 2, c, tn, vn, 0, &v2);
@@ -196,10 +210,12 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
         const int64_t cols = c->cols, rows = c->rows;
         fail |= nt_compare_tensor("dx vs ref", desc, r_dx, v3.dx, dt, rows, cols, stride, 0, dx_atol, rtol);
         fail |= nt_compare_tensor("dx vs v2", desc, v2.dx, v3.dx, dt, rows, cols, stride, 0, dx_atol, rtol);
+        fail |= nt_compare_tensor("dx v4 vs ref", desc, r_dx, v4.dx, dt, rows, cols, stride, 0, dx_atol, rtol);
         fail |= nt_compare_tensor("dx v1 vs ref", desc, r_dx, v1.dx, dt, rows, cols, stride, 0, dx_atol, rtol);
         const void *refs[3] = {r_dg, r_db, r_dbi};
         const void *g3[3] = {v3.dgamma, v3.dbeta, v3.dbias}, *g3b[3] = {v3b.dgamma, v3b.dbeta, v3b.dbias};
         const void *g2[3] = {v2.dgamma, v2.dbeta, v2.dbias}, *g1[3] = {v1.dgamma, v1.dbeta, v1.dbias};
+        const void *g4[3] = {v4.dgamma, v4.dbeta, v4.dbias};
         const char *names[3] = {"dgamma", "dbeta", "dbias"};
         for (int k = 0; k < 3; ++k) {
             if (!g3[k]) continue;
@@ -210,6 +226,8 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
             fail |= nt_compare_tensor(what, desc, g2[k], g3[k], dt, 1, cols, cols, 0, p_atol, rtol);
             snprintf(what, sizeof what, "%s v1 vs ref", names[k]);
             fail |= nt_compare_tensor(what, desc, refs[k], g1[k], dt, 1, cols, cols, 0, p_atol, rtol);
+            snprintf(what, sizeof what, "%s v4 vs ref", names[k]);
+            fail |= nt_compare_tensor(what, desc, refs[k], g4[k], dt, 1, cols, cols, 0, p_atol, rtol);
             if (memcmp(g3[k], g3b[k], vn * es) != 0) {
                 fprintf(stderr, "[%s] %s differs between two v3 runs (not deterministic)\n", desc, names[k]);
                 fail = 1;
@@ -225,6 +243,7 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
     bwd_outs_free(&v3b);
     bwd_outs_free(&v2);
     bwd_outs_free(&v1);
+    bwd_outs_free(&v4);
     void *hs[] = {r_dx, r_dg, r_db, r_dbi};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; ++i) free(hs[i]);
     nt_bwd_case_data_free(ctx, &in);
@@ -334,7 +353,7 @@ static void test_backward_in_place(fp_context *ctx) {
     static const int64_t shapes[][2] = {{9, 100}, {37, 768}, {9, 4096}, {5, 12288}, {300, 16384}, {5, 1537}};
     for (int di = 0; di < 3; ++di)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; ++si)
-            for (int version = 0; version <= 3; ++version) {
+            for (int version = 0; version <= 4; ++version) {
                 if (g_quick && version == 0) continue;
                 /* --quick: 140 rows of 16384 still give some CTAs (<= 132 SMs) two rows */
                 const int64_t rows = g_quick && shapes[si][0] == 300 ? 140 : shapes[si][0];

@@ -76,7 +76,11 @@ RULES = [
     ("norm bwd dx vector", "norm", r"fpnorm::norm_bwd_dx_v2<", BASE, VEC_LOAD_STORE, ()),
     ("norm bwd dx staged row", "norm", r"fpnorm::norm_bwd_dx_staged<", BASE,
      dict(VEC_LOAD_STORE, **{r"^STS\.128": 2, r"^LDS\.128": 2}), ("no_narrow_lds",)),
-    ("norm bwd fused vector", "norm", r"fpnorm::norm_bwd_v3(_staged)?<", BASE, VEC_LOAD_STORE, ()),
+    ("norm bwd fused vector", "norm", r"fpnorm::norm_bwd_v3<[^>]*, 0>|fpnorm::norm_bwd_v3_staged<", BASE,
+     VEC_LOAD_STORE, ()),
+    # v4: v3 fed by a cp.async ring (16-byte copies in, 16-byte shared reads out)
+    ("norm bwd fused ring", "norm", r"fpnorm::norm_bwd_v3<[^>]*, [1-9]>", BASE,
+     {r"^LDGSTS\.E\.BYPASS\.128": 2, r"^LDS\.128": 2, r"^STG\.E\.128": 1}, ()),
     ("norm bwd dparams vector", "norm", r"fpnorm::norm_bwd_dparams<[^,]+, [248]>", BASE, VEC_LOAD, ()),
     ("norm unfused vector", "norm", r"fpnorm::norm_(bwd_)?unfused_elementwise<[^,]+, true>", BASE, VEC_LOAD_STORE, ()),
     # scalar paths (misaligned pointers, odd cols) and reductions
