@@ -112,6 +112,39 @@ __device__ __forceinline__ float row_sum(float v, float *red_smem /* [32] */) {
     return warp_sum(t);
 }
 
+// row_sum of a and of b at once, each total bit-identical to its own row_sum
+// (the same additions in the same order): the two warp reductions
+// interleave, and a block per row pays one barrier pair instead of two, the
+// warps' partials side by side in red_smem (a at [0, 16), b at [16, 32):
+// blockDim.x <= 512; past that, two row_sums).
+__device__ __forceinline__ void row_sum2(float &a, float &b, float *red_smem /* [32] */) {
+    if (blockDim.x > 512) {
+        a = row_sum(a, red_smem);
+        b = row_sum(b, red_smem);
+        return;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
+    }
+    if (blockDim.x == 32) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    __syncthreads();  // red_smem may still be read by a previous row_sum
+    if (lane == 0) {
+        red_smem[warp] = a;
+        red_smem[16 + warp] = b;
+    }
+    __syncthreads();
+    a = lane < nwarps ? red_smem[lane] : 0.0f;
+    b = lane < nwarps ? red_smem[16 + lane] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
+    }
+}
+
 __host__ __device__ __forceinline__ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 // Dynamic shared memory for the kernels with the static red_smem (32 floats):

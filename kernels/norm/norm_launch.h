@@ -36,6 +36,8 @@ typedef struct fp_norm_bwd_desc {
     const float *mean, *rstd;
     const void *dres;
     void *dx, *dgamma, *dbeta, *dbias;
+    int sep_sums; /* set by the launchers: 1 = LayerNorm's two row sums as two
+                     reductions (before session 15; FP_NORM_BWD_SEP_SUMS=1) */
 } fp_norm_bwd_desc;
 
 /* Kernel versions (see the header comments of the .cu files):
