@@ -272,8 +272,10 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "ab-flatmma|FP_ATTN_FLAT_LOADS=1 attention/prefill --head_dim 128 --seqlen 4096 --causal 0 --dtype bf16 --kernel 1"
     "ab-flatgraph|FP_ATTN_FLAT_LOADS=1 graph/decode_step"
     # the automatic backward choice taking v4 (the prefetch ring) wherever it
-    # applies, against the norm run's rows (v3)
+    # applies / never (v3: the choice before session 15), against the norm
+    # run's rows (v4 with a dresidual, else v3)
     "ab-bwdring|FP_NORM_BWD_RING=1 norm/layernorm_bwd --rows 16384 --cols 4096 --dtype bf16"
+    "ab-bwdv3|FP_NORM_BWD_RING=0 norm/layernorm_bwd --rows 16384 --cols 4096 --dtype bf16"
   )
   : > "$out/fastbench.txt"
   for spec in "${runs[@]}"; do

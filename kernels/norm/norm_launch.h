@@ -59,9 +59,10 @@ cudaError_t fp_norm_fwd_unfused_launch(const fp_norm_fwd_desc *d, cudaStream_t s
  * partial sums (persistent grid of sm_count x <= 2 CTAs) where its plan
  * applies (aligned, cols <= 16384), else 2; 4 = 3 with a cp.async prefetch
  * ring of the next rows where v3 keeps its sums in registers (also without
- * dgamma/dbeta/dbias), else as 3; 0 = automatic (3 when dgamma/dbeta/dbias
+ * dgamma/dbeta/dbias), else as 3; 0 = automatic (4 when dgamma/dbeta/dbias
+ * and a dresidual are given and it applies, else 3 when dgamma/dbeta/dbias
  * are requested and it applies, else 2; environment FP_NORM_BWD_RING=1: 4
- * wherever it applies). sm_count: the device's SMs (sizes v3's grid).
+ * wherever it applies, =0: never). sm_count: the device's SMs (sizes v3's grid).
  * `partial` is f32 scratch of fp_norm_bwd_partial_floats(d, version,
  * sm_count) elements, 16-byte aligned (may be NULL when no
  * dgamma/dbeta/dbias is requested). */

@@ -902,13 +902,19 @@ void bwd_expect(BwdCase &b, const BwdShape &s) {
                            (size_t)optin;
     int used;
     if (b.version == 1) used = 1;
-    else if (b.version == 4 && m == 'r' && ring_fits) used = 4;
+    else if ((b.version == 4 || (b.version == 0 && params && b.dres)) && m == 'r' && ring_fits) used = 4;
     else if ((b.version == 3 || b.version == 4 || (b.version == 0 && params)) && m) used = 3;
     else used = nv ? 2 : 1;
     b.expect_used = b.version >= 0 ? used : 0;
     // Automatic: v3 for parameter gradients, else v2. (For the unfused
     // baseline the shape describes its norm step, not d: not checked.)
-    b.expect_used0 = b.version < 0 ? 0 : params && m ? 3 : nv ? 2 : 1;
+    // Automatic: v4 where parameter gradients and a dresidual are given and
+    // the ring fits, else v3 for parameter gradients, else v2.
+    b.expect_used0 = b.version < 0                              ? 0
+                     : params && b.dres && m == 'r' && ring_fits ? 4
+                     : params && m                               ? 3
+                     : nv                                        ? 2
+                                                                 : 1;
     const char *T = dt_type(b.dt);
     char k[128];
     if (used == 4) {
