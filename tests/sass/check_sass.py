@@ -85,7 +85,7 @@ RULES = [
     ("norm unfused vector", "norm", r"fpnorm::norm_(bwd_)?unfused_elementwise<[^,]+, true>", BASE, VEC_LOAD_STORE, ()),
     # scalar paths (misaligned pointers, odd cols) and reductions
     ("norm scalar / reduce", "norm",
-     r"fpnorm::norm_(fwd_v1|bwd_dx_v1|bwd_reduce_v1)<|fpnorm::norm_bwd_dparams<[^,]+, 1>|"
+     r"fpnorm::norm_(fwd_v1|bwd_dx_v1|bwd_reduce_v[12])<|fpnorm::norm_bwd_dparams<[^,]+, 1>|"
      r"fpnorm::norm_(bwd_)?unfused_elementwise<[^,]+, false>", BASE, {}, ()),
     # bandwidth probes and the timing engine's kernels
     ("copy / axpby vector", "core", r"^(copy_v1|void axpby_v2<)", BASE, VEC_LOAD_STORE, ()),
