@@ -435,7 +435,9 @@ __global__ void __launch_bounds__(kParamTileCols * kParamRowThreads)
 // walked all the chunks (264 dependent L2 round trips per thread in 16 CTAs
 // at 4096 cols: latency-bound); v2 runs cols / 32 CTAs of 8 shorter walks.
 constexpr int kReduceCols = 32, kReduceLanes = 8;
-template <typename T>
+// kMaxSmem: the instance launched after v4, whose carveout it shares (see
+// launch_reduce); the same code.
+template <typename T, bool kMaxSmem>
 __global__ void __launch_bounds__(kReduceCols * kReduceLanes) norm_bwd_reduce_v2(const fp_norm_bwd_desc d,
                                                                                  const float *partial,
                                                                                  int64_t nchunks) {
@@ -463,6 +465,19 @@ __global__ void __launch_bounds__(kReduceCols * kReduceLanes) norm_bwd_reduce_v2
     if (d.dgamma) static_cast<T *>(d.dgamma)[col] = from_f<T>(tg);
     if (d.dbeta) static_cast<T *>(d.dbeta)[col] = from_f<T>(tb);
     if (d.dbias) static_cast<T *>(d.dbias)[col] = from_f<T>(tb);
+}
+
+// FP_NORM_BWD_CARVEOUT (read once): "0" leaves v4 and its reduce at the
+// driver's carveout choice (before session 15's call 5), for A/B; otherwise
+// both prefer the largest shared-memory carveout. v4 needs 111-162 KB of
+// shared memory per SM (two CTAs), the reduce 2 KB: with the driver's
+// choices an SM is reconfigured between the two kernels of every call.
+static bool carveout_max() {
+    static const bool on = [] {
+        const char *e = getenv("FP_NORM_BWD_CARVEOUT");
+        return !(e && e[0] == '0' && e[1] == 0);
+    }();
+    return on;
 }
 
 // FP_NORM_BWD_REDUCE (read once): "1" sums the partials with v1 (one thread
@@ -969,16 +984,24 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The fixed-order sum of the partials ([2][nchunks][cols]) into dgamma /
-// dbeta / dbias: v2, or v1 under FP_NORM_BWD_REDUCE=1.
+// dbeta / dbias: v2, or v1 under FP_NORM_BWD_REDUCE=1. after_ring: it
+// follows v4, whose largest-carveout preference its instance shares.
 template <typename T>
-static cudaError_t launch_reduce(const fp_norm_bwd_desc &d, const float *partial, int64_t nchunks,
+static cudaError_t launch_reduce(const fp_norm_bwd_desc &d, const float *partial, int64_t nchunks, bool after_ring,
                                  cudaStream_t stream) {
     if (reduce_v1_forced()) {
         norm_bwd_reduce_v1<T><<<(unsigned)ceil_div(d.cols, 256), 256, 0, stream>>>(d, partial, nchunks);
+        return cudaGetLastError();
+    }
+    const int64_t tiles = ceil_div(d.cols, kReduceCols);
+    if (tiles > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    const dim3 block(kReduceCols, kReduceLanes);
+    if (after_ring && carveout_max()) {
+        cudaError_t err = carveout_once(norm_bwd_reduce_v2<T, true>, (int)cudaSharedmemCarveoutMaxShared);
+        if (err != cudaSuccess) return err;
+        norm_bwd_reduce_v2<T, true><<<(unsigned)tiles, block, 0, stream>>>(d, partial, nchunks);
     } else {
-        const int64_t tiles = ceil_div(d.cols, kReduceCols);
-        if (tiles > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-        norm_bwd_reduce_v2<T><<<(unsigned)tiles, dim3(kReduceCols, kReduceLanes), 0, stream>>>(d, partial, nchunks);
+        norm_bwd_reduce_v2<T, false><<<(unsigned)tiles, block, 0, stream>>>(d, partial, nchunks);
     }
     return cudaGetLastError();
 }
@@ -1095,7 +1118,7 @@ static cudaError_t bwd_dispatch(const fp_norm_bwd_desc &d, bool force_v1, float 
         if (vec) norm_bwd_dparams<T, V><<<grid, block, 0, stream>>>(d, partial, rpc);
         else norm_bwd_dparams<T, 1><<<grid, block, 0, stream>>>(d, partial, rpc);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
-        if ((err = launch_reduce<T>(d, partial, nchunks, stream)) != cudaSuccess) return err;
+        if ((err = launch_reduce<T>(d, partial, nchunks, false, stream)) != cudaSuccess) return err;
     }
     return launch_dx<T>(d, force_v1, stream);
 }
@@ -1216,7 +1239,10 @@ static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, floa
         if ((err = optin_dyn_smem(&avail)) != cudaSuccess) return err;
         if (smem > avail) return cudaErrorInvalidConfiguration;  // cannot happen: v4_applies checked
         if ((err = opt_in_once(kernel, (int)avail)) != cudaSuccess) return err;
-    } else if (smem > 48 * 1024) {
+    }
+    if (ring && carveout_max()) {
+        if ((err = carveout_once(kernel, (int)cudaSharedmemCarveoutMaxShared)) != cudaSuccess) return err;
+    } else if (!ring && smem > 48 * 1024) {
         // Opt in above the default limit (v3_plan checked this call's need
         // against the device's), always to the mode's fixed cap (within the
         // device's limit): a per-call value would race with another host
@@ -1239,7 +1265,7 @@ static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, floa
         d, params ? partial : nullptr);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     if (params) {
-        if ((err = launch_reduce<T>(d, partial, grid, stream)) != cudaSuccess) return err;
+        if ((err = launch_reduce<T>(d, partial, grid, ring, stream)) != cudaSuccess) return err;
     }
     return cudaSuccess;
 }
