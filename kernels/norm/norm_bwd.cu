@@ -435,9 +435,7 @@ __global__ void __launch_bounds__(kParamTileCols * kParamRowThreads)
 // walked all the chunks (264 dependent L2 round trips per thread in 16 CTAs
 // at 4096 cols: latency-bound); v2 runs cols / 32 CTAs of 8 shorter walks.
 constexpr int kReduceCols = 32, kReduceLanes = 8;
-// kMaxSmem: the instance launched after v4, whose carveout it shares (see
-// launch_reduce); the same code.
-template <typename T, bool kMaxSmem>
+template <typename T>
 __global__ void __launch_bounds__(kReduceCols * kReduceLanes) norm_bwd_reduce_v2(const fp_norm_bwd_desc d,
                                                                                  const float *partial,
                                                                                  int64_t nchunks) {
@@ -465,19 +463,6 @@ __global__ void __launch_bounds__(kReduceCols * kReduceLanes) norm_bwd_reduce_v2
     if (d.dgamma) static_cast<T *>(d.dgamma)[col] = from_f<T>(tg);
     if (d.dbeta) static_cast<T *>(d.dbeta)[col] = from_f<T>(tb);
     if (d.dbias) static_cast<T *>(d.dbias)[col] = from_f<T>(tb);
-}
-
-// FP_NORM_BWD_CARVEOUT (read once): "0" leaves v4 and its reduce at the
-// driver's carveout choice (before session 15's call 5), for A/B; otherwise
-// both prefer the largest shared-memory carveout. v4 needs 111-162 KB of
-// shared memory per SM (two CTAs), the reduce 2 KB: with the driver's
-// choices an SM is reconfigured between the two kernels of every call.
-static bool carveout_max() {
-    static const bool on = [] {
-        const char *e = getenv("FP_NORM_BWD_CARVEOUT");
-        return !(e && e[0] == '0' && e[1] == 0);
-    }();
-    return on;
 }
 
 // FP_NORM_BWD_REDUCE (read once): "1" sums the partials with v1 (one thread
@@ -984,24 +969,16 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The fixed-order sum of the partials ([2][nchunks][cols]) into dgamma /
-// dbeta / dbias: v2, or v1 under FP_NORM_BWD_REDUCE=1. after_ring: it
-// follows v4, whose largest-carveout preference its instance shares.
+// dbeta / dbias: v2, or v1 under FP_NORM_BWD_REDUCE=1.
 template <typename T>
-static cudaError_t launch_reduce(const fp_norm_bwd_desc &d, const float *partial, int64_t nchunks, bool after_ring,
+static cudaError_t launch_reduce(const fp_norm_bwd_desc &d, const float *partial, int64_t nchunks,
                                  cudaStream_t stream) {
     if (reduce_v1_forced()) {
         norm_bwd_reduce_v1<T><<<(unsigned)ceil_div(d.cols, 256), 256, 0, stream>>>(d, partial, nchunks);
-        return cudaGetLastError();
-    }
-    const int64_t tiles = ceil_div(d.cols, kReduceCols);
-    if (tiles > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    const dim3 block(kReduceCols, kReduceLanes);
-    if (after_ring && carveout_max()) {
-        cudaError_t err = carveout_once(norm_bwd_reduce_v2<T, true>, (int)cudaSharedmemCarveoutMaxShared);
-        if (err != cudaSuccess) return err;
-        norm_bwd_reduce_v2<T, true><<<(unsigned)tiles, block, 0, stream>>>(d, partial, nchunks);
     } else {
-        norm_bwd_reduce_v2<T, false><<<(unsigned)tiles, block, 0, stream>>>(d, partial, nchunks);
+        const int64_t tiles = ceil_div(d.cols, kReduceCols);
+        if (tiles > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+        norm_bwd_reduce_v2<T><<<(unsigned)tiles, dim3(kReduceCols, kReduceLanes), 0, stream>>>(d, partial, nchunks);
     }
     return cudaGetLastError();
 }
@@ -1118,7 +1095,7 @@ static cudaError_t bwd_dispatch(const fp_norm_bwd_desc &d, bool force_v1, float 
         if (vec) norm_bwd_dparams<T, V><<<grid, block, 0, stream>>>(d, partial, rpc);
         else norm_bwd_dparams<T, 1><<<grid, block, 0, stream>>>(d, partial, rpc);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
-        if ((err = launch_reduce<T>(d, partial, nchunks, false, stream)) != cudaSuccess) return err;
+        if ((err = launch_reduce<T>(d, partial, nchunks, stream)) != cudaSuccess) return err;
     }
     return launch_dx<T>(d, force_v1, stream);
 }
@@ -1179,14 +1156,17 @@ static bool v4_applies(const fp_norm_bwd_desc &d) {
 
 // The automatic choice takes v4 where a dresidual is given (and v4 applies).
 // Measured on an H100 (bf16, fastbench norm/bwd_versions --baseline 3
-// --optimized 4 and norm/*_bwd, two calls, 2026-11-26, commits bf2398d and
-// a5a43a8; benchmarks/NOTES.md session 15): with a dresidual (three
-// tensors in the ring) v4 ran 1.13-1.23x faster than v3 at every shape it
-// takes (16384 x 4096: RMSNorm + SiLU 372 -> 315 us, LayerNorm + GELU 390
-// -> 345 us); without one the timed op was 0.95-1.12x of v3 and varied
-// between calls at the same shape (16384 x 4096 LayerNorm: 1.08x, then
-// 0.95x; RMSNorm 0.88-0.90x) although ncu timed the v4 kernel alone 11%
-// faster (160 against 180 us): not understood yet, so v3 stays there.
+// --optimized 4 and norm/*_bwd, five calls, 2026-11-26, commits bf2398d to
+// 5c9edbf; benchmarks/NOTES.md session 15): with a dresidual (three tensors
+// in the ring) v4 ran 1.13-1.23x faster than v3 at every shape it takes
+// (16384 x 4096 with reduce v2: LayerNorm + GELU 366 -> 313 us, RMSNorm +
+// SiLU 353 -> 293 us); without one the op was 0.93-1.12x of v3 (16384 x
+// 4096: LayerNorm 180 against 181-185 us, RMSNorm 174.5 against 186) while
+// ncu timed the two kernels alone within 2% (free clocks, warm caches:
+// 166 / 169 us): the loss is between the kernels, not understood (an SM
+// carveout reconfiguration is suspected: with v4 and the reduce both
+// preferring the largest carveout RMSNorm's op went 183 -> 173 us, but the
+// fused ones lost 30 us with the smaller L1, so that was not kept).
 // FP_NORM_BWD_RING (read once) for A/B runs: "1" takes v4 wherever it
 // applies (with or without a dresidual and parameter gradients), "0" never.
 static int ring_forced() {
@@ -1239,10 +1219,7 @@ static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, floa
         if ((err = optin_dyn_smem(&avail)) != cudaSuccess) return err;
         if (smem > avail) return cudaErrorInvalidConfiguration;  // cannot happen: v4_applies checked
         if ((err = opt_in_once(kernel, (int)avail)) != cudaSuccess) return err;
-    }
-    if (ring && carveout_max()) {
-        if ((err = carveout_once(kernel, (int)cudaSharedmemCarveoutMaxShared)) != cudaSuccess) return err;
-    } else if (!ring && smem > 48 * 1024) {
+    } else if (smem > 48 * 1024) {
         // Opt in above the default limit (v3_plan checked this call's need
         // against the device's), always to the mode's fixed cap (within the
         // device's limit): a per-call value would race with another host
@@ -1265,7 +1242,7 @@ static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, floa
         d, params ? partial : nullptr);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     if (params) {
-        if ((err = launch_reduce<T>(d, partial, grid, ring, stream)) != cudaSuccess) return err;
+        if ((err = launch_reduce<T>(d, partial, grid, stream)) != cudaSuccess) return err;
     }
     return cudaSuccess;
 }

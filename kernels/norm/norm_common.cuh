@@ -197,7 +197,7 @@ static inline cudaError_t optin_dyn_smem(size_t *avail) {
 // replaces its oldest entry (that answer is then asked again). A
 // cudaDeviceReset drops the opt-in while the entry stays: the launch then
 // fails with its error (as before the reset for a new process).
-enum { FUNC_OPT_IN = 0, FUNC_OCCUPANCY = 1, FUNC_CARVEOUT = 2 };
+enum { FUNC_OPT_IN = 0, FUNC_OCCUPANCY = 1 };
 struct func_answer {
     const void *fn;
     int what, dev, threads;
@@ -248,20 +248,6 @@ template <typename K> static inline cudaError_t opt_in_once(K kernel, int bytes)
     int done = 0;
     if (func_lookup(k, &done)) return cudaSuccess;
     if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) != cudaSuccess)
-        return err;
-    func_store(k);
-    return cudaSuccess;
-}
-
-// The kernel's preferred shared-memory carveout (percent of the unified
-// L1 / shared memory), set once per (kernel, device).
-template <typename K> static inline cudaError_t carveout_once(K kernel, int percent) {
-    func_answer k = {reinterpret_cast<const void *>(kernel), FUNC_CARVEOUT, 0, 0, device_epoch(), (size_t)percent, 1};
-    cudaError_t err = cudaGetDevice(&k.dev);
-    if (err != cudaSuccess) return err;
-    int done = 0;
-    if (func_lookup(k, &done)) return cudaSuccess;
-    if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent)) != cudaSuccess)
         return err;
     func_store(k);
     return cudaSuccess;

@@ -932,7 +932,7 @@ void bwd_expect(BwdCase &b, const BwdShape &s) {
     b.expect_dx = k;
     b.expect_dparams.clear();
     if (params) {
-        if (used >= 3) snprintf(k, sizeof k, "norm_bwd_reduce_v2<%s, ", T);
+        if (used >= 3) snprintf(k, sizeof k, "norm_bwd_reduce_v2<%s>", T);
         else  // dparams v1 when asked for (version 1) or not aligned; v2 beside dx v1 on rows > 16384 cols
             snprintf(k, sizeof k, "norm_bwd_dparams<%s, %d>", T, (b.version == 1 || !vec) ? 1 : V);
         b.expect_dparams = k;
