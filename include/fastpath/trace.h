@@ -144,8 +144,10 @@ FP_API int fp_trace_is_enabled(const fp_context *ctx);
 FP_API fp_status fp_trace_clear(fp_context *ctx);
 
 /* Attaches the caching allocator (alloc.h) whose allocated bytes every span
- * records at its begin; NULL detaches. The allocator must outlive its use:
- * detach it before destroying it. FP_ERR_INVALID_ARGUMENT for a NULL ctx. */
+ * records at its begin (read with fp_alloc_get_stats: adds its lock and
+ * about 50 ns to each begin); NULL detaches. The allocator must outlive its
+ * use: detach it before destroying it. FP_ERR_INVALID_ARGUMENT for a NULL
+ * ctx or when fp_trace_enable was never called on it. */
 struct fp_allocator;
 FP_API fp_status fp_trace_set_allocator(fp_context *ctx, struct fp_allocator *allocator);
 
@@ -182,18 +184,21 @@ FP_API fp_status fp_trace_end(fp_context *ctx, uint64_t span);
  * the enclosing range's. Ranges are recorded only while tracing is on, but
  * the stack is kept either way, so a pop always matches its push.
  * Errors: FP_ERR_INVALID_ARGUMENT (NULL ctx, both names empty, deeper than
- * FP_TRACE_MAX_DEPTH), FP_ERR_CUDA; on error nothing was pushed. */
+ * FP_TRACE_MAX_DEPTH, fp_trace_enable never called on ctx), FP_ERR_CUDA; on
+ * error nothing was pushed. */
 FP_API fp_status fp_trace_push(fp_context *ctx, const char *module, const char *stage);
 /* Closes the innermost user range. FP_ERR_INVALID_ARGUMENT ("unbalanced
- * pop") when none is open: nothing changes and recording goes on.
+ * pop") when none is open (or tracing was never enabled): nothing changes and
+ * recording goes on.
  * FP_ERR_CUDA if the end event failed (the range is popped and dropped). */
 FP_API fp_status fp_trace_pop(fp_context *ctx);
 
 /* Advances the step counter by one (a training or decode step); *step
- * (optional) receives the new value. FP_ERR_INVALID_ARGUMENT for NULL ctx. */
+ * (optional) receives the new value. FP_ERR_INVALID_ARGUMENT for NULL ctx or
+ * when fp_trace_enable was never called on it (as for fp_trace_set_step). */
 FP_API fp_status fp_trace_step(fp_context *ctx, int64_t *step);
-/* Sets the step counter (>= 0). FP_ERR_INVALID_ARGUMENT for NULL ctx or a
- * negative step. */
+/* Sets the step counter (>= 0; 0 after fp_trace_enable first creates the
+ * ring). FP_ERR_INVALID_ARGUMENT for NULL ctx, a negative step, or no ring. */
 FP_API fp_status fp_trace_set_step(fp_context *ctx, int64_t step);
 
 /* Records a complete span given in full: times, tags, device and stream as
@@ -251,7 +256,9 @@ FP_API fp_status fp_trace_export_chrome(fp_context *ctx, const char *path);
  *       bytes / duration in GB/s (1e9 bytes); busbw = algbw times the NCCL
  *       convention's factor for the operation and nranks n: allreduce
  *       2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast / reduce /
- *       others 1; equal to algbw when nranks is unknown.
+ *       others 1 (fp_coll_busbw_factor's, comm.h, matched on the name,
+ *       case and '_' ignored); equal to algbw when nranks is unknown; both
+ *       NULL for a zero-length span.
  *   runs (see fp_trace_sqlite_add_run): created if missing, never emptied.
  * torch_trace and nccl_trace are replaced at every export. Attached as
  * `python` (ATTACH 'path' AS python) the tables answer queries written

@@ -153,7 +153,8 @@ struct fp_context {
     /* CPU */
     fp_thread_pool *pool;
     /* Tracing (trace.h): the trace layer's state and hooks, set by its first
-     * fp_trace_enable; trace_on is read with relaxed atomics (fp_ctx_traced). */
+     * fp_trace_enable (published with release stores; trace_on, which turns
+     * recording on, is stored after them and read by fp_ctx_traced). */
     struct fp_trace_state *trace;
     const struct fp_trace_hooks *trace_hooks;
     int trace_on;
@@ -174,7 +175,7 @@ typedef struct fp_trace_hooks {
 
 /* 1 while ctx records spans. */
 static inline int fp_ctx_traced(const fp_context *ctx) {
-    return __atomic_load_n(&ctx->trace_on, __ATOMIC_RELAXED);
+    return __atomic_load_n(&ctx->trace_on, __ATOMIC_ACQUIRE); /* a plain load on x86-64 */
 }
 /* Instrumenting an op is one pair around its launch:
  *     uint64_t span = fp_ctx_trace_begin(ctx, stream, "norm_fwd", "op", bytes, flops);

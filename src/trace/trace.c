@@ -50,6 +50,11 @@ struct fp_trace_state {
     double base_s;         /* ... which completed at this clock reading */
 };
 
+/* ctx->trace, published once by create_state. */
+static struct fp_trace_state *state_of(const fp_context *ctx) {
+    return __atomic_load_n(&ctx->trace, __ATOMIC_ACQUIRE);
+}
+
 /* Errors of the quiet (op hook) path record no message: `quiet` selects. */
 #define TRACE_FAIL(quiet, st, ...) ((quiet) ? (st) : fp_set_error((st), __VA_ARGS__))
 
@@ -75,7 +80,7 @@ static void free_slots(trace_slot *slots, size_t cap) {
 }
 
 static void state_destroy(fp_context *ctx) {
-    struct fp_trace_state *t = ctx->trace;
+    struct fp_trace_state *t = state_of(ctx);
     if (!t) return;
     if (ctx->kind == FP_DEVICE_CUDA) fp_ctx_activate(ctx);
     free_slots(t->slots, t->cap);
@@ -111,7 +116,7 @@ static void reset_locked(struct fp_trace_state *t) {
 /* The calls that need the state fp_trace_enable creates. */
 static fp_status need_state(const fp_context *ctx, const char *fn) {
     FP_TRY(fp_ctx_check(ctx, -1));
-    if (!ctx->trace)
+    if (!state_of(ctx))
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "%s: tracing was never enabled on this context (call fp_trace_enable first)", fn);
     return FP_OK;
@@ -123,37 +128,45 @@ static void hook_end(fp_context *ctx, uint64_t span);
 
 static const fp_trace_hooks trace_hooks = {hook_begin, hook_end, state_destroy};
 
+/* The state is created once per context (under a process-wide lock, so two
+ * first enables cannot race) and published with release semantics: readers
+ * load ctx->trace with acquire (state_of). It lives until the context. */
+static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static fp_status create_state(fp_context *ctx, struct fp_trace_state **out) {
+    pthread_mutex_lock(&create_mu);
+    struct fp_trace_state *t = state_of(ctx);
+    if (!t) {
+        t = calloc(1, sizeof *t);
+        if (t && pthread_mutex_init(&t->mu, NULL) != 0) {
+            free(t);
+            pthread_mutex_unlock(&create_mu);
+            return fp_set_error(FP_ERR_INTERNAL, "fp_trace_enable: pthread_mutex_init failed");
+        }
+        if (t) {
+            ctx->trace_hooks = &trace_hooks;
+            __atomic_store_n(&ctx->trace, t, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&create_mu);
+    if (!t) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_trace_enable: trace state");
+    *out = t;
+    return FP_OK;
+}
+
 fp_status fp_trace_enable(fp_context *ctx, size_t capacity) {
     FP_TRY(fp_ctx_check(ctx, -1));
     FP_CHECK_ARG(capacity > 0, "fp_trace_enable: capacity 0: the ring must hold at least one span");
     FP_CHECK_ARG(capacity <= MAX_CAPACITY, "fp_trace_enable: capacity %zu is above the limit %zu", capacity,
                  MAX_CAPACITY);
-    struct fp_trace_state *t = ctx->trace;
-    int created = 0;
-    if (!t) {
-        t = calloc(1, sizeof *t);
-        if (!t) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_trace_enable: trace state");
-        if (pthread_mutex_init(&t->mu, NULL) != 0) {
-            free(t);
-            return fp_set_error(FP_ERR_INTERNAL, "fp_trace_enable: pthread_mutex_init failed");
-        }
-        created = 1;
-    }
+    struct fp_trace_state *t = NULL;
+    FP_TRY(create_state(ctx, &t));
     trace_slot *slots = NULL;
     if (t->cap != capacity) {
         slots = calloc(capacity, sizeof *slots);
-        if (!slots) {
-            if (created) {
-                pthread_mutex_destroy(&t->mu);
-                free(t);
-            }
+        if (!slots)
             return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_trace_enable: a ring of %zu spans (%zu bytes)",
                                 capacity, capacity * sizeof *slots);
-        }
-    }
-    if (created) {
-        ctx->trace = t;
-        ctx->trace_hooks = &trace_hooks;
     }
     pthread_mutex_lock(&t->mu);
     fp_status st = FP_OK;
@@ -165,7 +178,7 @@ fp_status fp_trace_enable(fp_context *ctx, size_t capacity) {
         slots = NULL;
         reset_locked(t);
     }
-    if (st == FP_OK) __atomic_store_n(&ctx->trace_on, 1, __ATOMIC_RELAXED);
+    if (st == FP_OK) __atomic_store_n(&ctx->trace_on, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&t->mu);
     free(slots); /* only on error: never used, no events */
     return st;
@@ -181,7 +194,7 @@ int fp_trace_is_enabled(const fp_context *ctx) { return ctx ? fp_ctx_traced(ctx)
 
 fp_status fp_trace_clear(fp_context *ctx) {
     FP_TRY(fp_ctx_check(ctx, -1));
-    struct fp_trace_state *t = ctx->trace;
+    struct fp_trace_state *t = state_of(ctx);
     if (!t) return FP_OK;
     pthread_mutex_lock(&t->mu);
     reset_locked(t);
@@ -192,9 +205,7 @@ fp_status fp_trace_clear(fp_context *ctx) {
 
 fp_status fp_trace_set_allocator(fp_context *ctx, struct fp_allocator *allocator) {
     FP_TRY(need_state(ctx, "fp_trace_set_allocator"));
-    pthread_mutex_lock(&ctx->trace->mu);
-    ctx->trace->alloc = allocator;
-    pthread_mutex_unlock(&ctx->trace->mu);
+    __atomic_store_n(&state_of(ctx)->alloc, allocator, __ATOMIC_RELEASE);
     return FP_OK;
 }
 
@@ -240,7 +251,7 @@ static double allocated_now(fp_allocator *a) {
 static fp_status begin_span(fp_context *ctx, fp_stream stream, const char *name, const char *category,
                             double bytes, double flops, int nranks, const char *tag_module,
                             const char *tag_stage, int quiet, uint64_t *out) {
-    struct fp_trace_state *t = ctx->trace;
+    struct fp_trace_state *t = state_of(ctx);
     *out = 0;
     cudaStream_t cs = NULL;
     if (ctx->kind == FP_DEVICE_CUDA) {
@@ -262,7 +273,8 @@ static fp_status begin_span(fp_context *ctx, fp_stream stream, const char *name,
             return FP_OK;
         }
     }
-    double allocated = allocated_now(t->alloc); /* before t->mu: the allocator has its own lock */
+    /* before t->mu: the allocator has its own lock */
+    double allocated = allocated_now(__atomic_load_n(&t->alloc, __ATOMIC_ACQUIRE));
     pthread_mutex_lock(&t->mu);
     uint64_t seq;
     trace_slot *s = take_slot(t, &seq);
@@ -314,7 +326,7 @@ static fp_status begin_span(fp_context *ctx, fp_stream stream, const char *name,
 /* Ends span `seq`. A handle never issued, or already ended, is
  * FP_ERR_INVALID_ARGUMENT; a span overwritten meanwhile is FP_OK. */
 static fp_status end_span(fp_context *ctx, uint64_t seq, int quiet) {
-    struct fp_trace_state *t = ctx->trace;
+    struct fp_trace_state *t = state_of(ctx);
     if (!t)
         return TRACE_FAIL(quiet, FP_ERR_INVALID_ARGUMENT, "fp_trace_end: span %llu was never begun on this context",
                           (unsigned long long)seq);
@@ -407,7 +419,7 @@ fp_status fp_trace_push(fp_context *ctx, const char *module, const char *stage) 
     if (!stage) stage = "";
     FP_CHECK_ARG(module[0] || stage[0], "fp_trace_push: both 'module' and 'stage' are NULL or empty");
     FP_TRY(need_state(ctx, "fp_trace_push"));
-    struct fp_trace_state *t = ctx->trace;
+    struct fp_trace_state *t = state_of(ctx);
     pthread_mutex_lock(&t->mu);
     int depth = t->depth;
     const char *in_module, *in_stage;
@@ -444,7 +456,7 @@ fp_status fp_trace_push(fp_context *ctx, const char *module, const char *stage) 
 
 fp_status fp_trace_pop(fp_context *ctx) {
     FP_TRY(fp_ctx_check(ctx, -1));
-    struct fp_trace_state *t = ctx->trace;
+    struct fp_trace_state *t = state_of(ctx);
     uint64_t span = 0;
     int ok = 0;
     if (t) {
@@ -463,9 +475,10 @@ fp_status fp_trace_pop(fp_context *ctx) {
 
 fp_status fp_trace_step(fp_context *ctx, int64_t *step) {
     FP_TRY(need_state(ctx, "fp_trace_step"));
-    pthread_mutex_lock(&ctx->trace->mu);
-    int64_t v = ++ctx->trace->step;
-    pthread_mutex_unlock(&ctx->trace->mu);
+    struct fp_trace_state *t = state_of(ctx);
+    pthread_mutex_lock(&t->mu);
+    int64_t v = ++t->step;
+    pthread_mutex_unlock(&t->mu);
     if (step) *step = v;
     return FP_OK;
 }
@@ -474,9 +487,10 @@ fp_status fp_trace_set_step(fp_context *ctx, int64_t step) {
     FP_TRY(fp_ctx_check(ctx, -1));
     FP_CHECK_ARG(step >= 0, "fp_trace_set_step: step must be >= 0 (got %lld)", (long long)step);
     FP_TRY(need_state(ctx, "fp_trace_set_step"));
-    pthread_mutex_lock(&ctx->trace->mu);
-    ctx->trace->step = step;
-    pthread_mutex_unlock(&ctx->trace->mu);
+    struct fp_trace_state *t = state_of(ctx);
+    pthread_mutex_lock(&t->mu);
+    t->step = step;
+    pthread_mutex_unlock(&t->mu);
     return FP_OK;
 }
 
@@ -522,7 +536,7 @@ fp_status fp_trace_record(fp_context *ctx, const fp_trace_span *span) {
     FP_CHECK_ARG(isfinite(s->allocated_bytes), "fp_trace_record: span '%s': allocated_bytes is not finite",
                  s->name);
     FP_TRY(need_state(ctx, "fp_trace_record"));
-    struct fp_trace_state *t = ctx->trace;
+    struct fp_trace_state *t = state_of(ctx);
     pthread_mutex_lock(&t->mu);
     uint64_t seq;
     trace_slot *slot = take_slot(t, &seq);
@@ -608,7 +622,7 @@ fp_status fp_trace_get_stats(fp_context *ctx, fp_trace_stats *out) {
     memset(&st, 0, sizeof st);
     st.struct_size = sizeof st;
     st.enabled = fp_ctx_traced(ctx);
-    struct fp_trace_state *t = ctx->trace;
+    struct fp_trace_state *t = state_of(ctx);
     if (t) {
         pthread_mutex_lock(&t->mu);
         resolve_locked(ctx, t);
@@ -636,7 +650,7 @@ fp_status fp_trace_read_sized(fp_context *ctx, fp_trace_span *out, size_t span_s
     FP_CHECK_NOT_NULL(n);
     FP_CHECK_ARG(out || max == 0, "fp_trace_read: argument 'out' is NULL with max %zu", max);
     FP_TRY(fp_struct_size_check(span_size, SPAN_SIZE_FIRST, sizeof *out, "fp_trace_span (span_size)"));
-    struct fp_trace_state *t = ctx->trace;
+    struct fp_trace_state *t = state_of(ctx);
     if (!t) {
         *n = 0;
         return FP_OK;
@@ -657,7 +671,7 @@ fp_status fp_trace_read_sized(fp_context *ctx, fp_trace_span *out, size_t span_s
 static fp_status snapshot(fp_context *ctx, fp_trace_span **out, size_t *n) {
     *out = NULL;
     *n = 0;
-    struct fp_trace_state *t = ctx->trace;
+    struct fp_trace_state *t = state_of(ctx);
     if (!t) return FP_OK;
     pthread_mutex_lock(&t->mu);
     resolve_locked(ctx, t);
