@@ -213,9 +213,10 @@ FP_API fp_status fp_trace_record(fp_context *ctx, const fp_trace_span *span);
 /*  Reading                                                                 */
 /* ======================================================================== */
 
-/* Counters and sizes (CUDA: after resolving finished spans). Errors:
- * FP_ERR_INVALID_ARGUMENT (NULL, a struct_size other than
- * sizeof(fp_trace_stats)). */
+/* Counters and sizes (CUDA: after resolving finished spans); all zero when
+ * tracing was never enabled. out->struct_size must be set (versioned
+ * struct, core.h "Conventions"). Errors: FP_ERR_INVALID_ARGUMENT (NULL, a
+ * bad struct_size: *out untouched). */
 FP_API fp_status fp_trace_get_stats(fp_context *ctx, fp_trace_stats *out);
 /* Copies the finished spans, oldest first, at most `max` (the newest `max`
  * when there are more), into out[] (elements of span_size bytes: pass

@@ -498,8 +498,9 @@ fp_status fp_trace_set_step(fp_context *ctx, int64_t step) {
 /*  Explicit records                                                        */
 /* ------------------------------------------------------------------------ */
 
-/* The first published size of fp_trace_span (0.3). */
+/* The first published sizes of fp_trace_span and fp_trace_stats (0.3). */
 #define SPAN_SIZE_FIRST sizeof(fp_trace_span)
+#define STATS_SIZE_FIRST sizeof(fp_trace_stats)
 
 static void span_defaults(fp_trace_span *s) {
     memset(s, 0, sizeof *s);
@@ -616,8 +617,7 @@ static size_t copy_done_locked(const struct fp_trace_state *t, size_t want, void
 fp_status fp_trace_get_stats(fp_context *ctx, fp_trace_stats *out) {
     FP_TRY(fp_ctx_check(ctx, -1));
     FP_CHECK_NOT_NULL(out);
-    FP_CHECK_ARG(out->struct_size == sizeof *out, "fp_trace_get_stats: out->struct_size is %zu, expected %zu",
-                 out->struct_size, sizeof *out);
+    FP_TRY(fp_struct_size_check(out->struct_size, STATS_SIZE_FIRST, sizeof *out, "fp_trace_stats (out)"));
     fp_trace_stats st;
     memset(&st, 0, sizeof st);
     st.struct_size = sizeof st;
@@ -640,8 +640,7 @@ fp_status fp_trace_get_stats(fp_context *ctx, fp_trace_stats *out) {
         st.depth = t->depth;
         pthread_mutex_unlock(&t->mu);
     }
-    *out = st;
-    return FP_OK;
+    return fp_struct_write(out, &st, STATS_SIZE_FIRST, sizeof st, "fp_trace_stats (out)");
 }
 
 fp_status fp_trace_read_sized(fp_context *ctx, fp_trace_span *out, size_t span_size, size_t max, size_t *n,
