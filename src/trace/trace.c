@@ -113,10 +113,18 @@ static void reset_locked(struct fp_trace_state *t) {
     t->recorded = t->dropped = t->skipped_capturing = t->unresolved = 0;
 }
 
-/* The calls that need the state fp_trace_enable creates. */
+/* The calls that need the ring a successful fp_trace_enable creates (a
+ * failed first enable may leave a state without one). */
 static fp_status need_state(const fp_context *ctx, const char *fn) {
     FP_TRY(fp_ctx_check(ctx, -1));
-    if (!state_of(ctx))
+    struct fp_trace_state *t = state_of(ctx);
+    size_t cap = 0;
+    if (t) {
+        pthread_mutex_lock(&t->mu);
+        cap = t->cap;
+        pthread_mutex_unlock(&t->mu);
+    }
+    if (!cap)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "%s: tracing was never enabled on this context (call fp_trace_enable first)", fn);
     return FP_OK;
@@ -333,8 +341,8 @@ static fp_status end_span(fp_context *ctx, uint64_t seq, int quiet) {
     double now = ctx->kind == FP_DEVICE_CPU ? fp_now_s() : 0;
     fp_status st = FP_OK;
     pthread_mutex_lock(&t->mu);
-    trace_slot *s = &t->slots[(seq - 1) % t->cap];
-    if (seq > t->next_seq) {
+    trace_slot *s = seq <= t->next_seq ? &t->slots[(seq - 1) % t->cap] : NULL; /* issued: cap > 0 */
+    if (!s) {
         st = TRACE_FAIL(quiet, FP_ERR_INVALID_ARGUMENT, "fp_trace_end: span %llu was never begun on this context",
                         (unsigned long long)seq);
     } else if (s->seq != seq || seq < t->lo_seq) {
