@@ -7,7 +7,9 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fp_test.h"
@@ -427,6 +429,45 @@ static void test_threads(void) {
     fp_context_destroy(ctx);
 }
 
+/* A first enable whose ring cannot be allocated (the address space capped
+ * in a child process) leaves a state without a ring: the calls that need
+ * one must say so, not divide by its zero capacity. Not under ASan (its
+ * shadow memory needs the address space). */
+static void test_failed_first_enable(void) {
+#ifndef __SANITIZE_ADDRESS__
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        fp_context *ctx;
+        if (fp_context_create(FP_DEVICE_CPU, 0, &ctx) != FP_OK) _exit(2);
+        struct rlimit lim = {(rlim_t)4 << 30, (rlim_t)4 << 30}; /* the ring asks for ~20 GB */
+        if (setrlimit(RLIMIT_AS, &lim) != 0) _exit(77);
+        int bad = 0;
+        bad |= fp_trace_enable(ctx, (size_t)1 << 26) != FP_ERR_OUT_OF_MEMORY;
+        bad |= fp_trace_is_enabled(ctx) != 0;
+        fp_trace_span sp;
+        fp_trace_span_init(&sp);
+        strcpy(sp.name, "x");
+        strcpy(sp.category, "op");
+        bad |= fp_trace_record(ctx, &sp) != FP_ERR_INVALID_ARGUMENT;
+        bad |= fp_trace_end(ctx, 1) != FP_ERR_INVALID_ARGUMENT;
+        bad |= fp_trace_push(ctx, "m", "s") != FP_ERR_INVALID_ARGUMENT;
+        bad |= fp_trace_step(ctx, NULL) != FP_ERR_INVALID_ARGUMENT;
+        size_t n = 1;
+        bad |= fp_trace_read(ctx, &sp, 1, &n, 0) != FP_OK || n != 0;
+        bad |= fp_trace_enable(ctx, 16) != FP_OK; /* a smaller ring then works */
+        bad |= fp_trace_record(ctx, &sp) != FP_OK;
+        fp_context_destroy(ctx);
+        _exit(bad);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 77),
+              "the child exited with status %d", status);
+#endif
+}
+
 int main(void) {
     test_off_by_default();
     test_nesting_and_tags();
@@ -435,5 +476,6 @@ int main(void) {
     test_allocator_bytes();
     test_bad_input();
     test_threads();
+    test_failed_first_enable();
     TEST_END();
 }
