@@ -14,11 +14,13 @@
  *     CUDA events recorded on the span's stream, resolved lazily (when spans
  *     are read, counted or exported, never on the recording path): the
  *     duration is cudaEventElapsedTime between the span's own events; the
- *     start is the elapsed time from a base event recorded when tracing was
- *     enabled or cleared, added to the clock reading taken when that event
- *     completed. cudaEventElapsedTime is a float of milliseconds, so start
- *     times lose resolution the longer the trace runs (about 0.5 us after
- *     8 s, 0.25 ms after an hour; fp_trace_clear re-bases); durations do not.
+ *     start is the elapsed time from the previous span's begin event (any
+ *     stream of the context) added to that span's start, so consecutive
+ *     spans stay placed to well under a microsecond however long the trace
+ *     runs (cudaEventElapsedTime is a float of milliseconds). The first span
+ *     after fp_trace_enable, fp_trace_clear or a gap in the ring counts from
+ *     a base event recorded then, at the clock reading taken when it
+ *     completed: an offset all later spans share.
  *   - User ranges (fp_trace_push / fp_trace_pop) label a model's structure:
  *     each is itself a span (category "range"), and every span begun while
  *     it is open carries its module and stage. They form one stack per

@@ -23,7 +23,8 @@ enum { SLOT_EMPTY = 0, SLOT_OPEN = 1, SLOT_DONE = 2 };
 typedef struct trace_slot {
     uint64_t seq;          /* the span's handle; 0: never used since the ring was made */
     int state;             /* SLOT_* */
-    int resolved;          /* start_s / end_s final */
+    int resolved;          /* end_s final (and start_s) */
+    int start_known;       /* start_s final (CUDA: resolved, the span maybe still open) */
     cudaEvent_t ev[2];     /* CUDA: begin and end, created at the slot's first use */
     fp_trace_span span;
 } trace_slot;
@@ -48,6 +49,7 @@ struct fp_trace_state {
     fp_allocator *alloc;
     cudaEvent_t base;      /* CUDA: start times count from it */
     double base_s;         /* ... which completed at this clock reading */
+    uint64_t anchor_seq;   /* CUDA: the newest span whose start is resolved (0: none) */
 };
 
 /* ctx->trace, published once by create_state. */
@@ -99,6 +101,7 @@ static fp_status rebase(fp_context *ctx, struct fp_trace_state *t) {
     FP_CUDA_TRY(cudaEventRecord(t->base, ctx->stream));
     FP_CUDA_TRY(cudaEventSynchronize(t->base));
     t->base_s = fp_now_s();
+    t->anchor_seq = 0;
     return FP_OK;
 }
 
@@ -303,6 +306,7 @@ static fp_status begin_span(fp_context *ctx, fp_stream stream, const char *name,
     sp->nranks = nranks;
     sp->end_s = 0;
     s->resolved = 0;
+    s->start_known = ctx->kind != FP_DEVICE_CUDA;
     fp_status st = FP_OK;
     if (ctx->kind == FP_DEVICE_CUDA) {
         sp->stream = (uint64_t)(uintptr_t)cs;
@@ -552,6 +556,7 @@ fp_status fp_trace_record(fp_context *ctx, const fp_trace_span *span) {
     slot->span = *s;
     slot->span.struct_size = sizeof slot->span;
     slot->resolved = 1;
+    slot->start_known = 1;
     slot->state = SLOT_DONE;
     ++t->recorded;
     pthread_mutex_unlock(&t->mu);
@@ -562,31 +567,59 @@ fp_status fp_trace_record(fp_context *ctx, const fp_trace_span *span) {
 /*  Reading                                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* Reads the events of finished CUDA spans (t->mu held); a span whose events
- * cannot be read is dropped and counted in unresolved. */
+/* Reads the events of CUDA spans (t->mu held), in begin order. A start is
+ * the elapsed time from the previous span's begin event added to that
+ * span's start: consecutive begins are close, so the float milliseconds of
+ * cudaEventElapsedTime keep sub-microsecond resolution however long the
+ * trace runs; only the first span of the chain (after an enable, a clear or
+ * an overwritten anchor) counts from the base event, an offset every later
+ * span shares. Durations are between the span's own two events. A span
+ * whose events cannot be read is dropped and counted in unresolved. */
+static uint64_t first_seq(const struct fp_trace_state *t);
+
 static void resolve_locked(fp_context *ctx, struct fp_trace_state *t) {
     if (ctx->kind != FP_DEVICE_CUDA) return;
     int activated = 0;
-    for (size_t i = 0; i < t->cap; ++i) {
-        trace_slot *s = &t->slots[i];
-        if (s->state != SLOT_DONE || s->resolved) continue;
+    for (uint64_t q = first_seq(t); q <= t->next_seq; ++q) {
+        trace_slot *s = &t->slots[(q - 1) % t->cap];
+        if (s->seq != q || s->state == SLOT_EMPTY) continue;
+        if (s->start_known && (s->resolved || s->state == SLOT_OPEN)) {
+            t->anchor_seq = q;
+            continue;
+        }
         if (!activated) {
             (void)fp_ctx_activate(ctx);
             activated = 1;
         }
-        float from_base = 0, dur = 0;
-        cudaError_t e = cudaEventSynchronize(s->ev[1]);
-        if (e == cudaSuccess) e = cudaEventElapsedTime(&from_base, t->base, s->ev[0]);
-        if (e == cudaSuccess) e = cudaEventElapsedTime(&dur, s->ev[0], s->ev[1]);
+        cudaError_t e = cudaSuccess;
+        if (!s->start_known) {
+            const trace_slot *a = t->anchor_seq ? &t->slots[(t->anchor_seq - 1) % t->cap] : NULL;
+            if (a && (a->seq != t->anchor_seq || a->state == SLOT_EMPTY || !a->start_known)) a = NULL;
+            float ms = 0;
+            e = cudaEventSynchronize(s->ev[0]);
+            if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, a ? a->ev[0] : t->base, s->ev[0]);
+            if (e == cudaSuccess) {
+                s->span.start_s = (a ? a->span.start_s : t->base_s) + (double)ms * 1e-3;
+                s->start_known = 1;
+            }
+        }
+        if (e == cudaSuccess && s->state == SLOT_DONE) {
+            float dur = 0;
+            e = cudaEventSynchronize(s->ev[1]);
+            if (e == cudaSuccess) e = cudaEventElapsedTime(&dur, s->ev[0], s->ev[1]);
+            if (e == cudaSuccess) {
+                s->span.end_s = s->span.start_s + (double)dur * 1e-3;
+                s->resolved = 1;
+            }
+        }
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
+            if (s->state == SLOT_OPEN) --t->open;
             s->state = SLOT_EMPTY;
             ++t->unresolved;
             continue;
         }
-        s->span.start_s = t->base_s + (double)from_base * 1e-3;
-        s->span.end_s = s->span.start_s + (double)dur * 1e-3;
-        s->resolved = 1;
+        t->anchor_seq = q;
     }
 }
 
