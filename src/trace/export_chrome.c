@@ -10,58 +10,83 @@
 
 static int chrome_pid(int device) { return device >= 0 ? device : FP_TRACE_CPU_PID; }
 
-/* {"name": meta, "ph": "M", "pid": pid, "tid": tid, "args": {"name": value}} */
-/* A new event object appended to events, with an empty "args" object. */
-static cJSON *new_event(cJSON *events, cJSON **args) {
+/* The document is written event by event (each printed by cJSON, then
+ * freed) into a memory stream, so a large ring costs its text, not a cJSON
+ * tree of every span. */
+typedef struct writer {
+    FILE *f;
+    int first;
+    int ok;
+} writer;
+
+/* An event object with an empty "args" object (NULL: out of memory). */
+static cJSON *new_event(cJSON **args) {
     cJSON *e = cJSON_CreateObject();
-    if (!e) return NULL;
-    cJSON_AddItemToArray(events, e);
-    *args = cJSON_AddObjectToObject(e, "args");
-    return *args ? e : NULL;
+    *args = e ? cJSON_AddObjectToObject(e, "args") : NULL;
+    if (!*args) {
+        cJSON_Delete(e);
+        return NULL;
+    }
+    return e;
 }
 
-static int add_meta(cJSON *events, const char *meta, int pid, int tid, const char *value) {
-    cJSON *args, *e = new_event(events, &args);
-    return e && cJSON_AddStringToObject(e, "name", meta) && cJSON_AddStringToObject(e, "ph", "M") &&
-           cJSON_AddNumberToObject(e, "pid", pid) && cJSON_AddNumberToObject(e, "tid", tid) &&
-           cJSON_AddStringToObject(args, "name", value);
+/* Appends e (built when `built`) to the document and frees it. */
+static void emit(writer *w, cJSON *e, int built) {
+    char *text = built && w->ok ? cJSON_PrintUnformatted(e) : NULL;
+    if (!text || fprintf(w->f, "%s%s", w->first ? "" : ",", text) < 0) w->ok = 0;
+    w->first = 0;
+    cJSON_free(text);
+    cJSON_Delete(e);
 }
 
-/* The metadata of every process and thread spans[] use (first appearance). */
-static int add_names(cJSON *events, const fp_context *ctx, const fp_trace_span *spans, const int *tids,
-                     size_t n) {
+/* {"name": meta, "ph": "M", "pid": pid, "tid": tid, "args": {"name": value}} */
+static void add_meta(writer *w, const char *meta, int pid, int tid, const char *value) {
+    cJSON *args, *e = new_event(&args);
+    int ok = e && cJSON_AddStringToObject(e, "name", meta) && cJSON_AddStringToObject(e, "ph", "M") &&
+             cJSON_AddNumberToObject(e, "pid", pid) && cJSON_AddNumberToObject(e, "tid", tid) &&
+             cJSON_AddStringToObject(args, "name", value);
+    emit(w, e, ok);
+}
+
+/* The metadata naming every process (device) and thread (stream) of the
+ * spans. Stream numbers are given per device in order of first appearance
+ * (fp_trace_export), so a thread is new when its number exceeds the
+ * device's largest so far. */
+static void add_names(writer *w, const fp_context *ctx, const fp_trace_export *x) {
+    /* per device seen: its ordinal and its largest stream number so far */
+    int *devices = x->n ? malloc(2 * x->n * sizeof *devices) : NULL, *top = devices ? devices + x->n : NULL;
+    int nd = 0;
+    if (x->n && !devices) w->ok = 0;
     char buf[320];
-    for (size_t i = 0; i < n; ++i) {
-        int first_pid = 1, first_tid = 1;
-        for (size_t j = 0; j < i && (first_pid || first_tid); ++j) {
-            if (spans[j].device != spans[i].device) continue;
-            first_pid = 0;
-            if (tids[j] == tids[i]) first_tid = 0;
-        }
-        int pid = chrome_pid(spans[i].device);
-        if (first_pid) {
-            if (spans[i].device >= 0)
-                snprintf(buf, sizeof buf, "cuda:%d%s%s", spans[i].device,
-                         spans[i].device == ctx->device ? " " : "",
-                         spans[i].device == ctx->device ? ctx->info.name : "");
+    for (size_t i = 0; i < x->n && w->ok; ++i) {
+        const fp_trace_span *s = &x->spans[i];
+        int d = 0;
+        while (d < nd && devices[d] != s->device) ++d;
+        if (d == nd) { /* a new process */
+            devices[nd] = s->device;
+            top[nd++] = 0;
+            if (s->device >= 0)
+                snprintf(buf, sizeof buf, "cuda:%d%s%s", s->device, s->device == ctx->device ? " " : "",
+                         s->device == ctx->device ? ctx->info.name : "");
             else
                 snprintf(buf, sizeof buf, "CPU");
-            if (!add_meta(events, "process_name", pid, 0, buf)) return 0;
+            add_meta(w, "process_name", chrome_pid(s->device), 0, buf);
         }
-        if (first_tid) {
-            if (spans[i].device >= 0)
-                snprintf(buf, sizeof buf, "stream 0x%llx%s", (unsigned long long)spans[i].stream,
-                         spans[i].stream == (uint64_t)(uintptr_t)ctx->stream ? " (context default)" : "");
+        if (x->streams[i] > top[d]) { /* a new thread */
+            top[d] = x->streams[i];
+            if (s->device >= 0)
+                snprintf(buf, sizeof buf, "stream 0x%llx%s", (unsigned long long)s->stream,
+                         s->stream == (uint64_t)(uintptr_t)ctx->stream ? " (context default)" : "");
             else
-                snprintf(buf, sizeof buf, "thread %llu", (unsigned long long)spans[i].stream);
-            if (!add_meta(events, "thread_name", pid, tids[i], buf)) return 0;
+                snprintf(buf, sizeof buf, "thread %llu", (unsigned long long)s->stream);
+            add_meta(w, "thread_name", chrome_pid(s->device), x->streams[i], buf);
         }
     }
-    return 1;
+    free(devices);
 }
 
-static int add_span(cJSON *events, const fp_trace_span *s, int tid, double origin) {
-    cJSON *args, *e = new_event(events, &args);
+static void add_span(writer *w, const fp_trace_span *s, int tid, double origin) {
+    cJSON *args, *e = new_event(&args);
     int ok = e && cJSON_AddStringToObject(e, "name", s->name) && cJSON_AddStringToObject(e, "cat", s->category) &&
              cJSON_AddStringToObject(e, "ph", "X") &&
              cJSON_AddNumberToObject(e, "ts", (s->start_s - origin) * 1e6) &&
@@ -76,29 +101,26 @@ static int add_span(cJSON *events, const fp_trace_span *s, int tid, double origi
     if (ok && s->allocated_bytes >= 0)
         ok = cJSON_AddNumberToObject(args, "allocated_mb", s->allocated_bytes / (1024.0 * 1024.0)) != NULL;
     if (ok && s->nranks > 0) ok = cJSON_AddNumberToObject(args, "nranks", s->nranks) != NULL;
-    return ok;
+    emit(w, e, ok);
 }
 
 fp_status fp_trace_export_chrome(fp_context *ctx, const char *path) {
     fp_trace_export x;
     FP_TRY(fp_trace_export_begin(ctx, path, "fp_trace_export_chrome", &x));
-    cJSON *root = cJSON_CreateObject();
-    cJSON *events = cJSON_CreateArray();
-    int ok = root && events;
-    if (ok) {
-        cJSON_AddItemToObject(root, "traceEvents", events);
-        ok = cJSON_AddStringToObject(root, "displayTimeUnit", "ms") != NULL &&
-             add_names(events, ctx, x.spans, x.streams, x.n);
-    } else {
-        cJSON_Delete(events);
+    char *text = NULL;
+    size_t len = 0;
+    writer w = {open_memstream(&text, &len), 1, 1};
+    if (w.f) {
+        w.ok = fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", w.f) >= 0;
+        add_names(&w, ctx, &x);
+        for (size_t i = 0; i < x.n && w.ok; ++i) add_span(&w, &x.spans[i], x.streams[i], x.origin);
+        w.ok = fputs("]}\n", w.f) >= 0 && w.ok;
+        w.ok = fclose(w.f) == 0 && w.ok;
     }
-    for (size_t i = 0; ok && i < x.n; ++i) ok = add_span(events, &x.spans[i], x.streams[i], x.origin);
-    char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
-    cJSON_Delete(root);
     size_t n = x.n;
     fp_trace_export_end(&x);
-    if (!text) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_trace_export_chrome: the JSON of %zu spans", n);
-    fp_status st = fp_write_file_atomic(path, text, strlen(text), "fp_trace_export_chrome");
-    cJSON_free(text);
+    fp_status st = w.f && w.ok ? fp_write_file_atomic(path, text, len, "fp_trace_export_chrome")
+                               : fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_trace_export_chrome: the JSON of %zu spans", n);
+    free(text);
     return st;
 }

@@ -4,6 +4,7 @@
  * generous bound (20 us per pair) is asserted, so CI noise cannot fail it;
  * the figure is what to read. */
 #include <string.h>
+#include <unistd.h>
 
 #include "fp_test.h"
 #include "internal.h"
@@ -60,6 +61,21 @@ int main(void) {
     CHECK_OK(fp_trace_get_stats(ctx, &st));
     CHECK(st.count == (size_t)1 << 16 && st.open == 0);
     CHECK(st.recorded == (uint64_t)15 * pairs); /* 3 x 5 runs; the range was overwritten while open */
+    /* the exports of a full ring (65536 spans) */
+    char dir[] = "/tmp/fp_trace_overhead_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char pj[96], pd[96];
+    snprintf(pj, sizeof pj, "%s/t.json", dir);
+    snprintf(pd, sizeof pd, "%s/t.db", dir);
+    double t0 = now_s();
+    CHECK_OK(fp_trace_export_chrome(ctx, pj));
+    double t1 = now_s();
+    CHECK_OK(fp_trace_export_sqlite(ctx, pd));
+    double t2 = now_s();
+    printf("exports of %zu spans: Chrome JSON %.0f ms, SQLite %.0f ms\n", st.count, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+    unlink(pj);
+    unlink(pd);
+    rmdir(dir);
     CHECK_OK(fp_trace_disable(ctx));
     double off = ns_per_pair(ctx, pairs, 0);
     double off_hook = ns_per_pair(ctx, pairs, 1);
