@@ -126,7 +126,8 @@ typedef struct fp_trace_stats {
 /* ======================================================================== */
 
 /* Starts recording on ctx into a ring of `capacity` spans (each about 300
- * bytes of host memory). If a ring exists with another capacity it is
+ * bytes of host memory; on a CUDA context also two CUDA events per slot,
+ * created at the slot's first use and kept until the context goes). If a ring exists with another capacity it is
  * replaced (its spans are discarded, counters reset); with the same capacity
  * it is kept. CUDA contexts record a base event on the default stream and
  * wait for it. Errors: FP_ERR_INVALID_ARGUMENT (NULL ctx, capacity 0 or
@@ -223,7 +224,7 @@ FP_API fp_status fp_trace_get_stats(fp_context *ctx, fp_trace_stats *out);
 /* Copies the finished spans, oldest first, at most `max` (the newest `max`
  * when there are more), into out[] (elements of span_size bytes: pass
  * sizeof(fp_trace_span)); *n receives how many. CUDA: waits for their end
- * events. With clear != 0 the ring is emptied afterwards as fp_trace_clear
+ * events, and for the begin events of spans still open. With clear != 0 the ring is emptied afterwards as fp_trace_clear
  * does. Errors: FP_ERR_INVALID_ARGUMENT (NULL ctx / n, out NULL with max >
  * 0, a bad span_size), FP_ERR_CUDA (clear's re-base). max 0 gives *n = the
  * number of finished spans. */
