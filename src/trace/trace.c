@@ -84,7 +84,7 @@ static void free_slots(trace_slot *slots, size_t cap) {
 static void state_destroy(fp_context *ctx) {
     struct fp_trace_state *t = state_of(ctx);
     if (!t) return;
-    if (ctx->kind == FP_DEVICE_CUDA) fp_ctx_activate(ctx);
+    if (ctx->kind == FP_DEVICE_CUDA) (void)fp_ctx_activate(ctx); /* best effort: the context is going */
     free_slots(t->slots, t->cap);
     if (t->base) cudaEventDestroy(t->base);
     (void)cudaGetLastError();
