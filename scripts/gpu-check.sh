@@ -115,7 +115,8 @@ built=0
 [ -x build-gpu/fastbench ] && built=1
 
 # Debian packages carried from the developer's machine (scripts/gpu-deps.sh,
-# carry .deps): the GPU machine fetches nothing, and the build needs cJSON.
+# carry .deps): the GPU machine fetches nothing, and the build needs cJSON
+# and SQLite's header.
 cmake_deps=()
 if [ ! -f /usr/include/cjson/cJSON.h ] && ls .deps/debs/*.deb >/dev/null 2>&1; then
   mkdir -p .deps/root
@@ -126,6 +127,17 @@ if [ ! -f /usr/include/cjson/cJSON.h ] && ls .deps/debs/*.deb >/dev/null 2>&1; t
     cmake_deps=(-DCJSON_INCLUDE_DIR="$(dirname "$(dirname "$hdr")")" -DCJSON_LIBRARY="$lib")
     export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     stamp "cJSON from the carried .deps: $lib"
+  fi
+fi
+if [ ! -f /usr/include/sqlite3.h ] && ls .deps/debs/libsqlite3*.deb >/dev/null 2>&1; then
+  mkdir -p .deps/root
+  for f in .deps/debs/libsqlite3*.deb; do dpkg -x "$f" .deps/root; done
+  hdr=$(find "$PWD/.deps/root" -name sqlite3.h | head -n1)
+  lib=$(find "$PWD/.deps/root" -name "libsqlite3.so*" | sort | head -n1)
+  if [ -n "$hdr" ] && [ -n "$lib" ]; then
+    cmake_deps+=(-DSQLITE3_INCLUDE_DIR="$(dirname "$hdr")" -DSQLITE3_LIBRARY="$lib")
+    export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    stamp "SQLite from the carried .deps: $lib"
   fi
 fi
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need beyond the CUDA toolkit, from
 # Debian's packages and PyPI, only when missing:
-#   cmake >= 3.25, ninja, pkg-config, cJSON (libcjson-dev), BLIS (libblis-dev:
+#   cmake >= 3.25, ninja, pkg-config, cJSON (libcjson-dev), SQLite 3
+#   (libsqlite3-dev: the trace export's database), BLIS (libblis-dev:
 #   the CPU attention's tile GEMMs; without it a slower portable path builds),
 #   ccache (optional),
 #   pytest (for fastbench's CLI tests and the Python bindings' tests),
@@ -18,6 +19,7 @@ command -v ninja >/dev/null 2>&1 || need_apt+=(ninja-build)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v ccache >/dev/null 2>&1 || need_apt+=(ccache)
 if ! have_pkg libcjson-dev && [ ! -f /usr/include/cjson/cJSON.h ]; then need_apt+=(libcjson-dev); fi
+if ! have_pkg libsqlite3-dev && [ ! -f /usr/include/sqlite3.h ]; then need_apt+=(libsqlite3-dev); fi
 # any BLIS flavour (openmp / pthread / serial) provides blis.h and libblis.so
 # (one header found is enough: `ls` of several paths fails when any is absent)
 have_blis_header() {

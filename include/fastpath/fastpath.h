@@ -13,5 +13,6 @@
 #include "fastpath/pinned.h"
 #include "fastpath/pipeline.h"
 #include "fastpath/comm.h"
+#include "fastpath/trace.h"
 
 #endif /* FASTPATH_FASTPATH_H */

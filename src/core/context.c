@@ -109,10 +109,11 @@ void fp_context_destroy(fp_context *ctx) {
     if (!ctx) return;
     if (ctx->kind == FP_DEVICE_CUDA && ctx->device >= 0) {
         cudaSetDevice(ctx->device);
-        if (ctx->stream) {
-            cudaStreamSynchronize(ctx->stream);
-            cudaStreamDestroy(ctx->stream);
-        }
+        if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+    }
+    if (ctx->trace_hooks) ctx->trace_hooks->destroy(ctx); /* its events, before the stream goes */
+    if (ctx->kind == FP_DEVICE_CUDA && ctx->device >= 0) {
+        if (ctx->stream) cudaStreamDestroy(ctx->stream);
         cudaFree(ctx->workspace);
         cudaFree(ctx->l2_flush_buf);
         fp_ctx_scratch_destroy(ctx);

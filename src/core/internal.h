@@ -152,7 +152,44 @@ struct fp_context {
     size_t l2_flush_bytes;
     /* CPU */
     fp_thread_pool *pool;
+    /* Tracing (trace.h): the trace layer's state and hooks, set by its first
+     * fp_trace_enable (published with release stores; trace_on, which turns
+     * recording on, is stored after them and read by fp_ctx_traced). */
+    struct fp_trace_state *trace;
+    const struct fp_trace_hooks *trace_hooks;
+    int trace_on;
 };
+
+/* How ops reach the trace layer (src/trace) without depending on it: the
+ * layer installs these in the context. begin returns a span handle, 0 when
+ * nothing was recorded; neither records an error message (an op never fails
+ * or changes fp_last_error because of its tracing: failures are counted in
+ * fp_trace_stats). destroy frees the state (fp_context_destroy, after the
+ * default stream is synchronized). */
+typedef struct fp_trace_hooks {
+    uint64_t (*begin)(fp_context *ctx, fp_stream stream, const char *name, const char *category, double bytes,
+                      double flops, int nranks);
+    void (*end)(fp_context *ctx, uint64_t span);
+    void (*destroy)(fp_context *ctx);
+} fp_trace_hooks;
+
+/* 1 while ctx records spans. */
+static inline int fp_ctx_traced(const fp_context *ctx) {
+    return __atomic_load_n(&ctx->trace_on, __ATOMIC_ACQUIRE); /* a plain load on x86-64 */
+}
+/* Instrumenting an op is one pair around its launch:
+ *     uint64_t span = fp_ctx_trace_begin(ctx, stream, "norm_fwd", "op", bytes, flops);
+ *     ... enqueue the kernels ...
+ *     fp_ctx_trace_end(ctx, span);
+ * With tracing off, begin is one branch and end of 0 another. */
+static inline uint64_t fp_ctx_trace_begin(fp_context *ctx, fp_stream stream, const char *name,
+                                          const char *category, double bytes, double flops) {
+    if (!fp_ctx_traced(ctx)) return 0;
+    return ctx->trace_hooks->begin(ctx, stream, name, category, bytes, flops, 0);
+}
+static inline void fp_ctx_trace_end(fp_context *ctx, uint64_t span) {
+    if (span) ctx->trace_hooks->end(ctx, span);
+}
 
 /* Resolves a stream argument: NULL means the context's default stream. */
 static inline cudaStream_t fp_ctx_stream(const fp_context *ctx, fp_stream s) {
@@ -216,6 +253,13 @@ void fp_sort_doubles(double *v, int n);
 double fp_percentile_sorted(const double *sorted, int n, double q);
 /* fp_stats of n >= 1 finite, non-negative, sorted durations (ms). */
 void fp_stats_from_sorted(const double *sorted, int n, fp_stats *out);
+
+/* Writes `len` bytes to `path` through a temporary file next to it that is
+ * flushed and renamed over it, so a failure leaves neither a partial file
+ * nor a changed one. `what` names the caller in messages. FP_ERR_IO with the
+ * path and the system's reason; FP_ERR_INVALID_ARGUMENT for a NULL or empty
+ * path. */
+fp_status fp_write_file_atomic(const char *path, const void *data, size_t len, const char *what);
 
 /* Monotonic clock in seconds. */
 double fp_now_s(void);

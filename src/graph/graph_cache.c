@@ -667,44 +667,20 @@ fp_status fp_graph_cache_save_histogram(fp_graph_cache *c, const char *path) {
     FP_CHECK_NOT_NULL(c);
     FP_CHECK_NOT_NULL(path);
     FP_CHECK_ARG(path[0] != '\0', "argument 'path' is empty");
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 8);
-    if (!tmp) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "histogram path");
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".XXXXXX", 8);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        fp_status st = fp_set_error(FP_ERR_IO, "cannot create a temporary file next to '%s': %s", path, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        fp_status st = fp_set_error(FP_ERR_IO, "fdopen '%s': %s", tmp, strerror(errno));
-        free(tmp);
-        return st;
-    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "histogram text");
     pthread_mutex_lock(&c->mu);
+    size_t sizes = c->hn;
     int ok = fprintf(f, "%s\n", HIST_MAGIC) > 0;
-    for (size_t i = 0; i < c->hn && ok; ++i)
+    for (size_t i = 0; i < sizes && ok; ++i)
         ok = fprintf(f, "%lld %llu\n", (long long)c->hsize[i], (unsigned long long)c->hcount[i]) > 0;
     pthread_mutex_unlock(&c->mu);
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
     ok = (fclose(f) == 0) && ok;
-    if (ok && rename(tmp, path) != 0) {
-        ok = 0;
-        err = errno;
-    }
-    fp_status st = FP_OK;
-    if (!ok) {
-        unlink(tmp);
-        st = fp_set_error(FP_ERR_IO, "writing the histogram to '%s' failed: %s (nothing written there)", path,
-                          strerror(err));
-    }
-    free(tmp);
+    fp_status st = ok ? fp_write_file_atomic(path, text, len, "writing the histogram")
+                      : fp_set_error(FP_ERR_OUT_OF_MEMORY, "histogram text of %zu sizes", sizes);
+    free(text);
     return st;
 }
 

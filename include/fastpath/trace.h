@@ -1,0 +1,294 @@
+/*
+ * libfastpath tracing: spans of library ops and user ranges, recorded into a
+ * bounded ring per context, exported as a Chrome trace (Perfetto loads it)
+ * or a SQLite database that profiling queries run against.
+ *
+ * The model
+ *   - A span is one timed interval on one context: a name ("norm_fwd"), a
+ *     category ("op", "range", "collective", or any of the caller's), the
+ *     device and stream it ran on, its start and end, the bytes it moved
+ *     and the FLOPs it did, and three tags taken when it began: the step
+ *     counter and the module and stage of the innermost open user range.
+ *   - Times: on a CPU context the monotonic clock (CLOCK_MONOTONIC, seconds)
+ *     read on the calling thread at begin and at end. On a CUDA context two
+ *     CUDA events recorded on the span's stream, resolved lazily (when spans
+ *     are read, counted or exported, never on the recording path): the
+ *     duration is cudaEventElapsedTime between the span's own events; the
+ *     start is the elapsed time from the previous span's begin event (any
+ *     stream of the context) added to that span's start, so consecutive
+ *     spans stay placed to well under a microsecond however long the trace
+ *     runs (cudaEventElapsedTime is a float of milliseconds). The first span
+ *     after fp_trace_enable, fp_trace_clear or a gap in the ring counts from
+ *     a base event recorded then, at the clock reading taken when it
+ *     completed: an offset all later spans share.
+ *   - User ranges (fp_trace_push / fp_trace_pop) label a model's structure:
+ *     each is itself a span (category "range"), and every span begun while
+ *     it is open carries its module and stage. They form one stack per
+ *     context, on the context's default stream (CUDA) or the calling thread
+ *     (CPU). fp_trace_step advances the step counter spans are tagged with.
+ *   - The ring holds `capacity` spans in the order they began. When it is
+ *     full the OLDEST span is overwritten (the newest are kept: the last
+ *     steps of a long run are the ones worth reading) and counted in
+ *     fp_trace_stats.dropped, so missing data is always known. A span still
+ *     open when its slot is overwritten is lost the same way (counted once).
+ *   - Tracing is off by default. fp_trace_enable turns it on with a ring
+ *     capacity; while it is off, fp_trace_begin is a single branch and sets
+ *     the span handle to 0, and fp_trace_end of 0 does nothing, so an op is
+ *     instrumented with one begin/end pair around its launch at no cost.
+ *   - Spans are not recorded while the stream is being captured into a CUDA
+ *     graph (an event record would become a graph node): they are counted in
+ *     fp_trace_stats.skipped_capturing.
+ *   - The caching allocator's allocated bytes at a span's begin are recorded
+ *     when an allocator was attached with fp_trace_set_allocator (-1 else).
+ *
+ * Export
+ *   - fp_trace_export_chrome: Chrome trace event JSON: one complete event
+ *     ("ph": "X") per span with ts and dur in microseconds (ts from the
+ *     earliest span written), pid = the CUDA device ordinal (FP_TRACE_CPU_PID
+ *     for the CPU), tid = a small stream number (per pid, in order of first
+ *     appearance; on a CPU context one per recording thread), "cat" = the
+ *     category, args with step, module, stage, bytes, flops, allocated_mb;
+ *     plus "M" metadata events naming each process and thread.
+ *   - fp_trace_export_sqlite: tables torch_trace (one row per span) and
+ *     nccl_trace (one row per span of category "collective"), replaced at
+ *     each export, and runs (timing-engine A/B results, appended by
+ *     fp_trace_sqlite_add_run, kept across exports). Columns are listed at
+ *     the functions.
+ *
+ * Thread-safety: every function is thread-safe on one context (a mutex per
+ * context ring); the user-range stack is shared by the context's threads, so
+ * push/pop nest meaningfully only when one thread drives them. Reading,
+ * counting and exporting a CUDA context's spans waits for their end events
+ * while holding that mutex (recording on other threads waits too).
+ */
+#ifndef FASTPATH_TRACE_H
+#define FASTPATH_TRACE_H
+
+#include "fastpath/core.h"
+#include "fastpath/timing.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Sizes of the span's text fields, terminating NUL included: longer names
+ * are truncated. */
+#define FP_TRACE_NAME_MAX 64
+#define FP_TRACE_CATEGORY_MAX 32
+#define FP_TRACE_MODULE_MAX 64
+#define FP_TRACE_STAGE_MAX 32
+/* Deepest user-range nesting (fp_trace_push). */
+#define FP_TRACE_MAX_DEPTH 64
+/* The Chrome trace's pid of CPU-context spans (CUDA spans: the device ordinal). */
+#define FP_TRACE_CPU_PID 65535
+
+typedef struct fp_trace_span {
+    size_t struct_size;                  /* set by fp_trace_span_init */
+    char name[FP_TRACE_NAME_MAX];        /* op or range name */
+    char category[FP_TRACE_CATEGORY_MAX]; /* "op", "range", "collective", ... */
+    char module[FP_TRACE_MODULE_MAX];    /* innermost open range's module, "" if none */
+    char stage[FP_TRACE_STAGE_MAX];      /* innermost open range's stage, "" if none */
+    int64_t step;                        /* step counter at begin */
+    int device;                          /* CUDA ordinal, -1 for the CPU */
+    int depth;                           /* user ranges open at begin (a range: its own level) */
+    uint64_t stream;                     /* cudaStream_t as an integer (CUDA), the recording
+                                            thread's id (CPU) */
+    double start_s, end_s;               /* trace clock, seconds (see "The model") */
+    double bytes;                        /* bytes moved (0: unknown) */
+    double flops;                        /* floating-point operations (0: unknown) */
+    double allocated_bytes;              /* allocator's allocated bytes at begin, -1: unknown */
+    int nranks;                          /* collectives: ranks taking part (0: unknown) */
+    int pad_;
+} fp_trace_span;
+
+/* Initializes a span for fp_trace_record: zeroes it, sets struct_size,
+ * device -1, allocated_bytes -1. FP_ERR_INVALID_ARGUMENT on NULL or a bad
+ * size. */
+FP_API fp_status fp_trace_span_init_sized(fp_trace_span *span, size_t struct_size);
+#define fp_trace_span_init(span) fp_trace_span_init_sized((span), sizeof *(span))
+
+typedef struct fp_trace_stats {
+    size_t struct_size;       /* set by the caller: sizeof(fp_trace_stats) */
+    size_t capacity;          /* the ring's capacity (0: never enabled) */
+    size_t count;             /* spans in the ring now, open ones included */
+    size_t open;              /* spans begun and not ended, user ranges included */
+    uint64_t recorded;        /* spans completed since enable / clear */
+    uint64_t dropped;         /* spans overwritten when the ring was full */
+    uint64_t skipped_capturing; /* spans not recorded: their stream was capturing */
+    uint64_t unresolved;      /* CUDA spans whose events could not be read (dropped) */
+    int64_t step;             /* the step counter */
+    int depth;                /* user ranges open now */
+    int enabled;              /* 1 while recording */
+} fp_trace_stats;
+
+/* ======================================================================== */
+/*  Switching on and off                                                    */
+/* ======================================================================== */
+
+/* Starts recording on ctx into a ring of `capacity` spans (each about 300
+ * bytes of host memory; on a CUDA context also two CUDA events per slot,
+ * created at the slot's first use and kept until the context goes). If a ring exists with another capacity it is
+ * replaced (its spans are discarded, counters reset); with the same capacity
+ * it is kept. CUDA contexts record a base event on the default stream and
+ * wait for it. Errors: FP_ERR_INVALID_ARGUMENT (NULL ctx, capacity 0 or
+ * above 2^26), FP_ERR_OUT_OF_MEMORY, FP_ERR_CUDA; on error the previous
+ * state (on or off, its ring) stays. */
+FP_API fp_status fp_trace_enable(fp_context *ctx, size_t capacity);
+/* Stops recording; the ring stays readable and exportable. Spans open now
+ * are still completed by their fp_trace_end. Idempotent.
+ * FP_ERR_INVALID_ARGUMENT for a NULL ctx. */
+FP_API fp_status fp_trace_disable(fp_context *ctx);
+/* 1 while ctx records spans, 0 otherwise (and for NULL). */
+FP_API int fp_trace_is_enabled(const fp_context *ctx);
+/* Empties the ring and resets the counters (not the step counter, not the
+ * open user ranges, whose spans are lost: their pops still succeed).
+ * CUDA: re-bases the clock (waits for the default stream). FP_OK when
+ * tracing was never enabled. Errors: FP_ERR_INVALID_ARGUMENT, FP_ERR_CUDA. */
+FP_API fp_status fp_trace_clear(fp_context *ctx);
+
+/* Attaches the caching allocator (alloc.h) whose allocated bytes every span
+ * records at its begin (read with fp_alloc_get_stats: adds its lock and
+ * about 50 ns to each begin); NULL detaches. The allocator must outlive its
+ * use: detach it before destroying it. FP_ERR_INVALID_ARGUMENT for a NULL
+ * ctx or when fp_trace_enable was never called on it. */
+struct fp_allocator;
+FP_API fp_status fp_trace_set_allocator(fp_context *ctx, struct fp_allocator *allocator);
+
+/* ======================================================================== */
+/*  Recording                                                               */
+/* ======================================================================== */
+
+/* Begins a span of an op about to run on `stream` (NULL: the context's
+ * default stream; ignored on a CPU context). name and category must be
+ * non-empty (copied, truncated to the sizes above); bytes and flops finite
+ * and >= 0. *span is the handle to pass to fp_trace_end: 0 when tracing is
+ * off or the stream is capturing (nothing recorded, FP_OK). Errors:
+ * FP_ERR_INVALID_ARGUMENT (NULL ctx / name / category / span, bad bytes or
+ * flops), FP_ERR_CUDA (the event record failed); *span is 0 after any
+ * error. */
+FP_API fp_status fp_trace_begin(fp_context *ctx, fp_stream stream, const char *name, const char *category,
+                                double bytes, double flops, uint64_t *span);
+/* fp_trace_begin of a collective: category "collective", name = the
+ * operation ("allreduce", "allgather", "reduce_scatter", "broadcast",
+ * "reduce", ...), `bytes` its size as nccl-tests count it, `nranks` the
+ * ranks taking part (>= 1; 0: unknown). nccl_trace's busbw uses both. */
+FP_API fp_status fp_trace_begin_collective(fp_context *ctx, fp_stream stream, const char *op, double bytes,
+                                           int nranks, uint64_t *span);
+/* Ends a span from fp_trace_begin (its end time: clock or an event on its
+ * stream). 0 is a no-op. A span whose slot was overwritten meanwhile is
+ * already counted as dropped: FP_OK. Errors: FP_ERR_INVALID_ARGUMENT (NULL
+ * ctx, a handle this ring never issued, a span already ended),
+ * FP_ERR_CUDA (the event record failed: the span is dropped). */
+FP_API fp_status fp_trace_end(fp_context *ctx, uint64_t span);
+
+/* Opens a user range: a span of category "range" named "module/stage"
+ * (or whichever is non-empty), whose module and stage tag every span begun
+ * until the matching fp_trace_pop. NULL or "" for module or stage inherits
+ * the enclosing range's. Ranges are recorded only while tracing is on, but
+ * the stack is kept either way, so a pop always matches its push.
+ * Errors: FP_ERR_INVALID_ARGUMENT (NULL ctx, both names empty, deeper than
+ * FP_TRACE_MAX_DEPTH, fp_trace_enable never called on ctx), FP_ERR_CUDA; on
+ * error nothing was pushed. */
+FP_API fp_status fp_trace_push(fp_context *ctx, const char *module, const char *stage);
+/* Closes the innermost user range. FP_ERR_INVALID_ARGUMENT ("unbalanced
+ * pop") when none is open (or tracing was never enabled): nothing changes and
+ * recording goes on.
+ * FP_ERR_CUDA if the end event failed (the range is popped and dropped). */
+FP_API fp_status fp_trace_pop(fp_context *ctx);
+
+/* Advances the step counter by one (a training or decode step); *step
+ * (optional) receives the new value. FP_ERR_INVALID_ARGUMENT for NULL ctx or
+ * when fp_trace_enable was never called on it (as for fp_trace_set_step). */
+FP_API fp_status fp_trace_step(fp_context *ctx, int64_t *step);
+/* Sets the step counter (>= 0; 0 after fp_trace_enable first creates the
+ * ring). FP_ERR_INVALID_ARGUMENT for NULL ctx, a negative step, or no ring. */
+FP_API fp_status fp_trace_set_step(fp_context *ctx, int64_t step);
+
+/* Records a complete span given in full: times, tags, device and stream as
+ * the caller sets them (so a test or an importer controls every value). It
+ * goes into the ring as a finished span whether recording is on or off,
+ * once fp_trace_enable has created the ring. Errors: FP_ERR_INVALID_ARGUMENT
+ * (NULL, a bad struct_size, empty name or category, non-finite times, end
+ * before start, negative bytes / flops / step / nranks, no ring yet). */
+FP_API fp_status fp_trace_record(fp_context *ctx, const fp_trace_span *span);
+
+/* ======================================================================== */
+/*  Reading                                                                 */
+/* ======================================================================== */
+
+/* Counters and sizes (CUDA: after resolving finished spans); all zero when
+ * tracing was never enabled. out->struct_size must be set (versioned
+ * struct, core.h "Conventions"). Errors: FP_ERR_INVALID_ARGUMENT (NULL, a
+ * bad struct_size: *out untouched). */
+FP_API fp_status fp_trace_get_stats(fp_context *ctx, fp_trace_stats *out);
+/* Copies the finished spans, oldest first, at most `max` (the newest `max`
+ * when there are more), into out[] (elements of span_size bytes: pass
+ * sizeof(fp_trace_span)); *n receives how many. CUDA: waits for their end
+ * events, and for the begin events of spans still open. With clear != 0 the ring is emptied afterwards as fp_trace_clear
+ * does. Errors: FP_ERR_INVALID_ARGUMENT (NULL ctx / n, out NULL with max >
+ * 0, a bad span_size), FP_ERR_CUDA (clear's re-base). max 0 gives *n = the
+ * number of finished spans. */
+FP_API fp_status fp_trace_read_sized(fp_context *ctx, fp_trace_span *out, size_t span_size, size_t max,
+                                     size_t *n, int clear);
+#define fp_trace_read(ctx, out, max, n, clear) \
+    fp_trace_read_sized((ctx), (out), sizeof(fp_trace_span), (max), (n), (clear))
+
+/* ======================================================================== */
+/*  Export                                                                  */
+/* ======================================================================== */
+
+/* Writes the finished spans as Chrome trace event JSON to `path`, atomically:
+ * a temporary file in the same directory renamed over path, so a failure
+ * never leaves a partial file (nor touches an existing one). The ring is
+ * unchanged. Errors: FP_ERR_INVALID_ARGUMENT (NULL), FP_ERR_IO (the
+ * directory is missing or not writable, a write failed: path and the
+ * system's reason in the message), FP_ERR_OUT_OF_MEMORY. */
+FP_API fp_status fp_trace_export_chrome(fp_context *ctx, const char *path);
+
+/* Writes the finished spans into the SQLite database `path` (created if
+ * missing), in one transaction (a failure leaves the database as it was,
+ * and removes it if this call created it):
+ *   torch_trace(id, name, category, step, module, stage, duration, bytes,
+ *               flops, allocated, device, stream, start, depth)
+ *       one row per span; duration in seconds; start in seconds from the
+ *       earliest span written; allocated in MB (2^20 bytes), NULL when
+ *       unknown; module / stage NULL outside user ranges; stream the same
+ *       small number as the Chrome trace's tid.
+ *   nccl_trace(id, operation, bytes, duration, algbw, busbw, nranks, step,
+ *              device, stream, start)
+ *       one row per span of category "collective"; duration in ms; algbw =
+ *       bytes / duration in GB/s (1e9 bytes); busbw = algbw times the NCCL
+ *       convention's factor for the operation and nranks n: allreduce
+ *       2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast / reduce /
+ *       others 1 (fp_coll_busbw_factor's, comm.h, matched on the name,
+ *       case and '_' ignored); equal to algbw when nranks is unknown; both
+ *       NULL for a zero-length span.
+ *   runs (see fp_trace_sqlite_add_run): created if missing, never emptied.
+ * torch_trace and nccl_trace are replaced at every export. Attached as
+ * `python` (ATTACH 'path' AS python) the tables answer queries written
+ * against python.torch_trace / python.nccl_trace. Sums over module or stage
+ * count a range and the spans inside it both: select a category (or a
+ * depth) to sum one level. Errors: FP_ERR_INVALID_ARGUMENT (NULL), FP_ERR_IO
+ * (cannot open or write the database: SQLite's message), FP_ERR_OUT_OF_MEMORY. */
+FP_API fp_status fp_trace_export_sqlite(fp_context *ctx, const char *path);
+
+/* Appends one timing-engine A/B result (fp_ab_run's report) to the table
+ * runs of the SQLite database `path` (created if missing):
+ *   runs(id, time, label, git_commit, baseline_median_ms, baseline_p10_ms,
+ *        baseline_p90_ms, baseline_noise, baseline_samples,
+ *        optimized_median_ms, optimized_p10_ms, optimized_p90_ms,
+ *        optimized_noise, optimized_samples, speedup, verdict, compared,
+ *        max_abs_err, passed, achieved_gbps, achieved_tflops, pct_of_peak,
+ *        bound)
+ * time is UTC ISO 8601; git_commit may be NULL (stored NULL); max_abs_err
+ * and passed are NULL when the outputs were not compared. Thread-safe
+ * (SQLite's locking; a database busy for 5 s is FP_ERR_IO). Errors:
+ * FP_ERR_INVALID_ARGUMENT (NULL path / label / report), FP_ERR_IO. */
+FP_API fp_status fp_trace_sqlite_add_run(const char *path, const char *label, const char *git_commit,
+                                         const fp_ab_report *report);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTPATH_TRACE_H */

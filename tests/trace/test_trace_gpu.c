@@ -1,0 +1,140 @@
+/* Tracing on a CUDA context (label gpu; exits 77 without a device; also run
+ * on the emulated runtime as test_trace_gpu_emu): spans timed by events on
+ * their streams and resolved when read, ranges on the default stream with
+ * the ops inside them, a second stream, a collective, spans skipped while a
+ * stream is captured, both exports, and the op hook (internal.h). */
+#include <cuda_runtime_api.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fp_test.h"
+#include "internal.h"
+
+/* float milliseconds from the base event: allow their rounding */
+#define TIME_TOL 2e-6
+
+static int inside(const fp_trace_span *a, const fp_trace_span *b) {
+    return b->start_s >= a->start_s - TIME_TOL && b->end_s <= a->end_s + TIME_TOL;
+}
+
+int main(void) {
+    fp_context *ctx = fp_test_cuda_context_or_skip();
+    const size_t bytes = (size_t)4 << 20;
+    void *buf = NULL;
+    CHECK_OK(fp_mem_alloc(ctx, bytes, &buf));
+    CHECK_OK(fp_trace_enable(ctx, 256));
+    CHECK_OK(fp_trace_set_step(ctx, 7));
+
+    CHECK_OK(fp_trace_push(ctx, "decoder", "forward"));
+    uint64_t a = 0;
+    CHECK_OK(fp_trace_begin(ctx, NULL, "fill", "op", (double)bytes, 0, &a));
+    CHECK(a != 0);
+    for (int i = 0; i < 4; ++i) CHECK_OK(fp_mem_fill(ctx, buf, i, bytes, NULL));
+    CHECK_OK(fp_trace_end(ctx, a));
+    /* the op hook, as an instrumented op calls it */
+    uint64_t h = fp_ctx_trace_begin(ctx, NULL, "hooked", "op", 1, 2);
+    CHECK(h != 0);
+    CHECK_OK(fp_mem_fill(ctx, buf, 1, bytes, NULL));
+    fp_ctx_trace_end(ctx, h);
+    uint64_t c = 0;
+    CHECK_OK(fp_trace_begin_collective(ctx, NULL, "allreduce", 1e6, 2, &c));
+    CHECK_OK(fp_trace_end(ctx, c));
+    CHECK_OK(fp_trace_pop(ctx));
+
+    /* another stream */
+    cudaStream_t s2 = NULL;
+    CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
+    uint64_t b = 0;
+    CHECK_OK(fp_trace_begin(ctx, (fp_stream)s2, "side", "op", 0, 0, &b));
+    CHECK_OK(fp_mem_fill(ctx, buf, 3, bytes, (fp_stream)s2));
+    CHECK_OK(fp_trace_end(ctx, b));
+
+    /* a capturing stream: not recorded, counted */
+    cudaStream_t cap = NULL;
+    CHECK(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    uint64_t g = 9;
+    CHECK_OK(fp_trace_begin(ctx, (fp_stream)cap, "captured", "op", 0, 0, &g));
+    CHECK(g == 0);
+    CHECK(fp_ctx_trace_begin(ctx, (fp_stream)cap, "captured", "op", 0, 0) == 0);
+    cudaGraph_t graph = NULL;
+    CHECK(cudaStreamEndCapture(cap, &graph) == cudaSuccess);
+    if (graph) cudaGraphDestroy(graph);
+
+    fp_trace_span s[8];
+    size_t n = 0;
+    CHECK_OK(fp_trace_read(ctx, s, 8, &n, 0));
+    CHECK_MSG(n == 5, "%zu spans", n);
+    fp_trace_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    CHECK_OK(fp_trace_get_stats(ctx, &st));
+    CHECK(st.skipped_capturing == 2 && st.unresolved == 0 && st.open == 0 && st.recorded == 5);
+    if (n == 5) {
+        const char *names[5] = {"decoder/forward", "fill", "hooked", "allreduce", "side"};
+        for (int i = 0; i < 5; ++i) {
+            CHECK_MSG(!strcmp(s[i].name, names[i]), "span %d is '%s', expected '%s'", i, s[i].name, names[i]);
+            CHECK(s[i].device == fp_context_device_index(ctx));
+            CHECK(s[i].end_s >= s[i].start_s);
+            CHECK(s[i].step == 7);
+        }
+        uint64_t def = (uint64_t)(uintptr_t)fp_context_stream(ctx);
+        CHECK(s[0].stream == def && s[1].stream == def && s[4].stream == (uint64_t)(uintptr_t)s2);
+        CHECK(!strcmp(s[1].module, "decoder") && !strcmp(s[1].stage, "forward") && s[1].depth == 1);
+        CHECK(!strcmp(s[3].category, "collective") && s[3].nranks == 2);
+        CHECK(inside(&s[0], &s[1]) && inside(&s[0], &s[2]) && inside(&s[0], &s[3]));
+        CHECK(s[2].start_s >= s[1].end_s - TIME_TOL); /* in stream order */
+        if (fp_test_timing_meaningful()) /* 16 MB of fills take microseconds on a GPU */
+            CHECK_MSG(s[1].end_s - s[1].start_s > 1e-6, "fill span %g s", s[1].end_s - s[1].start_s);
+    }
+
+    char dir[] = "/tmp/fp_trace_gpu_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char pj[128], pd[128];
+    snprintf(pj, sizeof pj, "%s/t.json", dir);
+    snprintf(pd, sizeof pd, "%s/t.db", dir);
+    CHECK_OK(fp_trace_export_chrome(ctx, pj));
+    CHECK_OK(fp_trace_export_sqlite(ctx, pd));
+    CHECK(access(pj, R_OK) == 0 && access(pd, R_OK) == 0);
+    unlink(pj);
+    unlink(pd);
+    rmdir(dir);
+
+    /* clear re-bases; recording goes on */
+    CHECK_OK(fp_trace_clear(ctx));
+    CHECK_OK(fp_trace_begin(ctx, NULL, "after_clear", "op", 0, 0, &a));
+    CHECK_OK(fp_trace_end(ctx, a));
+    CHECK_OK(fp_trace_read(ctx, s, 8, &n, 0));
+    CHECK(n == 1 && !strcmp(s[0].name, "after_clear"));
+
+    /* host cost of a span pair on a CUDA context: two event records, the
+     * capture query, the ring; printed (the issue's target is 1 us) */
+    CHECK_OK(fp_trace_enable(ctx, 1 << 14));
+    const int pairs = FP_TEST_EMULATED ? 2000 : 50000;
+    for (int rep = 0; rep < 2; ++rep) { /* the first pass creates the slots' events */
+        double t0 = fp_now_s();
+        for (int i = 0; i < pairs; ++i) {
+            uint64_t sp = fp_ctx_trace_begin(ctx, NULL, "empty", "op", 0, 0);
+            fp_ctx_trace_end(ctx, sp);
+        }
+        double ns = (fp_now_s() - t0) * 1e9 / pairs;
+        if (rep) printf("CUDA context: %.0f ns of host time per span begin/end pair (%d pairs%s)\n", ns, pairs,
+                        FP_TEST_EMULATED ? ", emulated runtime" : "");
+        if (rep && fp_test_timing_meaningful()) CHECK_MSG(ns < 20000, "a span pair costs %.0f ns", ns);
+    }
+    CHECK_OK(fp_context_synchronize(ctx, NULL));
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    CHECK_OK(fp_trace_get_stats(ctx, &st));
+    size_t want = 2 * (size_t)pairs < ((size_t)1 << 14) ? 2 * (size_t)pairs : (size_t)1 << 14;
+    CHECK_MSG(st.unresolved == 0 && st.count == want && st.recorded == 2 * (uint64_t)pairs,
+              "unresolved %llu count %zu recorded %llu", (unsigned long long)st.unresolved, st.count,
+              (unsigned long long)st.recorded);
+
+    cudaStreamDestroy(cap);
+    cudaStreamSynchronize(s2);
+    cudaStreamDestroy(s2);
+    CHECK_OK(fp_mem_free(ctx, buf));
+    fp_context_destroy(ctx);
+    TEST_END();
+}
