@@ -507,15 +507,9 @@ constexpr int bwd_v3_bound(int nvv, bool smem_acc) {
                     : nvv > FP_NORM_V3_MAX_NVV_BLOCK ? 32 * FP_NORM_V3_WARP_ROWS : FP_NORM_V3_MAX_THREADS;
 }
 
-// Block (threads_x, rows_per_cta) from fp_norm_v3_plan_for; grid from
-// fp_norm_v3_grid. partial: [2][gridDim.x][cols] (sum g * n, then sum g), or
-// NULL when no dgamma/dbeta/dbias is requested. Dynamic shared memory:
-//   kSmemAcc (block per row): the sums, [2][cols] f32;
-//   else 2 x (blockDim.y - 1) x cols floats (warp per row: the other warps'
-//   sums for the combine; 0 for a block per row).
 // v4's prefetch ring (norm_bwd_v3 with kRing stages): per thread and stage,
 // its NV vectors of x, dout and (nt = 3) dresidual as 16-byte cells, then
-// the row's mean and rstd; fp_norm_v4_ring_bytes sizes it. Cell (stage s,
+// the row's mean and rstd; fp_norm_v4_smem_bytes sizes it. Cell (stage s,
 // vector k, tensor t) of thread tid: consecutive threads at consecutive
 // 16-byte cells (a warp's copies and reads touch 512 contiguous bytes: no
 // bank conflicts). Only the thread that copies a cell reads it, so the ring
@@ -554,6 +548,13 @@ __device__ __forceinline__ void ring_issue(const fp_norm_bwd_desc &d, const BwdR
     cp_async_commit();
 }
 
+// Block (threads_x, rows_per_cta) from fp_norm_v3_plan_for; grid from
+// fp_norm_v3_grid. partial: [2][gridDim.x][cols] (sum g * n, then sum g), or
+// NULL when no dgamma/dbeta/dbias is requested. Dynamic shared memory:
+//   kSmemAcc (block per row): the sums, [2][cols] f32;
+//   else 2 x (blockDim.y - 1) x cols floats (warp per row: the other warps'
+//   sums for the combine; 0 for a block per row); with kRing (v4) the ring
+//   after it.
 template <typename T, int NV, bool kSmemAcc, int kRing = 0>
 __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
     norm_bwd_v3(const fp_norm_bwd_desc d, float *partial) {
@@ -570,7 +571,7 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
     // cols floats; none in a block per row), its first kRing - 1 rows in
     // flight before the loop.
     [[maybe_unused]] BwdRing ring = {nullptr, nullptr, NV, d.dres ? 3 : 2, tpr * (int)blockDim.y,
-                    (int)(threadIdx.y * blockDim.x + threadIdx.x)};
+                                     (int)(threadIdx.y * blockDim.x + threadIdx.x)};
     [[maybe_unused]] int ring_read = 0, ring_write = kRing - 1;  // the stages this step reads and refills
     if constexpr (kRing > 0) {
         const int ry = (int)blockDim.y;
