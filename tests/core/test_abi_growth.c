@@ -181,7 +181,8 @@ static void test_initializers(void) {
         {"fp_ab_spec", sizeof(fp_ab_spec), (sized_init_fn)fp_ab_spec_init_sized, (legacy_init_fn)(fp_ab_spec_init), 0},
         {"fp_norm_params", sizeof(fp_norm_params), (sized_init_fn)fp_norm_params_default_sized,
          (legacy_init_fn)(fp_norm_params_default), 0},
-        {"fp_norm_backward_params", sizeof(fp_norm_backward_params), (sized_init_fn)fp_norm_backward_params_default_sized,
+        {"fp_norm_backward_params", sizeof(fp_norm_backward_params),
+         (sized_init_fn)fp_norm_backward_params_default_sized,
          (legacy_init_fn)(fp_norm_backward_params_default), 0},
         {"fp_alloc_config", sizeof(fp_alloc_config), (sized_init_fn)fp_alloc_config_default_sized,
          (legacy_init_fn)(fp_alloc_config_default), 0},
@@ -194,7 +195,8 @@ static void test_initializers(void) {
          (legacy_init_fn)(fp_batch_submit_info_default), 0},
         {"fp_batcher_stats", sizeof(fp_batcher_stats), (sized_init_fn)fp_batcher_stats_init_sized,
          (legacy_init_fn)(fp_batcher_stats_init), 0},
-        {"fp_batcher_bench_config", sizeof(fp_batcher_bench_config), (sized_init_fn)fp_batcher_bench_config_default_sized,
+        {"fp_batcher_bench_config", sizeof(fp_batcher_bench_config),
+         (sized_init_fn)fp_batcher_bench_config_default_sized,
          (legacy_init_fn)(fp_batcher_bench_config_default), 0},
     };
     static unsigned char buf[8192];
