@@ -83,9 +83,12 @@
  *   until Nsight Systems or Nsight Compute attaches) while the context
  *   traces, or always when the environment has FASTPATH_NVTX=1 (read once,
  *   at the process's first context). So a profile shows every op and
- *   stage without a ring: FASTPATH_NVTX=1 nsys profile ./app. With both off
- *   an instrumented op pays one branch; a span with its range costs about
- *   0.1 us of host time on a CPU context (test_trace_ops prints it).
+ *   stage without a ring: FASTPATH_NVTX=1 nsys profile ./app. User ranges
+ *   (fp_trace_push / pop) open one too, named as their span, under the same
+ *   condition at the push; as start / end ranges (nvtxRangeStartA), they
+ *   may be popped on another thread. With both off an instrumented op pays
+ *   one branch; a span with its range costs about 0.1 us of host time on a
+ *   CPU context (test_trace_ops prints it).
  *
  * Thread-safety: every function is thread-safe on one context (a mutex per
  * context ring); the user-range stack is shared by the context's threads, so

@@ -190,8 +190,13 @@ void fp_ctx_instrument_end(fp_context *ctx, uint64_t span);
 /* FASTPATH_NVTX=1 in the environment, read once (fp_context_create copies
  * it into ctx->nvtx). */
 int fp_nvtx_env_enabled(void);
-/* NVTX ranges pushed and popped by the hooks since the process started
- * (tests: they balance). Either pointer may be NULL. */
+/* A process-wide NVTX range (nvtxRangeStartA / nvtxRangeEnd: it may end
+ * on another thread), for the trace layer's user ranges; the id to end it. */
+uint64_t fp_nvtx_range_start(const char *name);
+void fp_nvtx_range_end(uint64_t id);
+/* NVTX ranges opened and closed (the hooks' pushes and pops, the user
+ * ranges' starts and ends) since the process started (tests: they
+ * balance). Either pointer may be NULL. */
 void fp_nvtx_counts(uint64_t *pushed, uint64_t *popped);
 
 /* Instrumenting an op is one pair around its launch:

@@ -4,7 +4,8 @@
  *
  * NVTX3 is header-only (the CUDA toolkit's nvtx3/nvToolsExt.h): its calls
  * do nothing until a tool injects itself (Nsight sets NVTX_INJECTION64_PATH),
- * so a range costs a few nanoseconds without a profiler. A build that cannot
+ * so a range costs a few nanoseconds without a profiler. User ranges
+ * (fp_trace_push / pop) are start / end ranges: not bound to a thread.  A build that cannot
  * see the header keeps the spans and drops the ranges (FP_HAVE_NVTX 0). */
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,25 @@ uint64_t fp_ctx_instrument_begin(fp_context *ctx, fp_stream stream, const char *
     uint64_t span = 0;
     if (fp_ctx_traced(ctx)) span = ctx->trace_hooks->begin(ctx, stream, name, category, bytes, flops, nranks);
     return span | FP_SPAN_NVTX;
+}
+
+uint64_t fp_nvtx_range_start(const char *name) {
+    __atomic_fetch_add(&g_pushed, 1, __ATOMIC_RELAXED);
+#if FP_HAVE_NVTX
+    return nvtxRangeStartA(name);
+#else
+    (void)name;
+    return 0;
+#endif
+}
+
+void fp_nvtx_range_end(uint64_t id) {
+#if FP_HAVE_NVTX
+    nvtxRangeEnd(id);
+#else
+    (void)id;
+#endif
+    __atomic_fetch_add(&g_popped, 1, __ATOMIC_RELAXED);
 }
 
 void fp_ctx_instrument_end(fp_context *ctx, uint64_t span) {

@@ -395,8 +395,9 @@ static void test_batcher(void) {
     if (s) CHECK(strcmp(s->category, "batch") == 0);
 }
 
-/* NVTX ranges: with FASTPATH_NVTX=1 one per op even with tracing off; else
- * none while off, one per op while on. Pushes and pops balance. */
+/* NVTX ranges: with FASTPATH_NVTX=1 one per op and user range even with
+ * tracing off; else none while off, one each while on. Opened and closed
+ * balance. */
 static void test_nvtx(const norm_bufs *nb, const attn_bufs *ab) {
     const char *e = getenv("FASTPATH_NVTX");
     const int env = e && strcmp(e, "1") == 0;
@@ -404,15 +405,21 @@ static void test_nvtx(const norm_bufs *nb, const attn_bufs *ab) {
     uint64_t pu0, po0, pu1, po1;
     CHECK_OK(fp_trace_disable(g_ctx));
     fp_nvtx_counts(&pu0, &po0);
+    CHECK_OK(fp_trace_push(g_ctx, "model", "off"));
     run_ops(nb, ab);
+    CHECK_OK(fp_trace_pop(g_ctx));
     fp_nvtx_counts(&pu1, &po1);
-    CHECK_MSG(pu1 - pu0 == (env ? OPS_RUN : 0u) && po1 - po0 == pu1 - pu0, "off: %llu pushes, %llu pops",
+    CHECK_MSG(pu1 - pu0 == (env ? OPS_RUN + 1 : 0u) && po1 - po0 == pu1 - pu0, "off: %llu opened, %llu closed",
               (unsigned long long)(pu1 - pu0), (unsigned long long)(po1 - po0));
     CHECK_OK(fp_trace_enable(g_ctx, MAX_SPANS));
+    CHECK_OK(fp_trace_push(g_ctx, "model", "on"));
     run_ops(nb, ab);
     fp_nvtx_counts(&pu0, &po0);
-    CHECK_MSG(pu0 - pu1 == OPS_RUN && po0 - po1 == OPS_RUN, "on: %llu pushes, %llu pops",
+    CHECK_MSG(pu0 - pu1 == OPS_RUN + 1 && po0 - po1 == OPS_RUN, "on: %llu opened, %llu closed",
               (unsigned long long)(pu0 - pu1), (unsigned long long)(po0 - po1));
+    CHECK_OK(fp_trace_pop(g_ctx));
+    fp_nvtx_counts(&pu1, &po1);
+    CHECK(pu1 == pu0 && po1 == po0 + 1);
     CHECK(stats().open == 0);
     (void)take_spans();
 }
