@@ -7,7 +7,8 @@
  * tracing is off or when the op refuses its arguments; no span left open;
  * ops captured into a CUDA graph record nothing during the capture
  * (skipped_capturing) while the replay records its "graph_replay" span;
- * pipeline stages and batch executions. NVTX: with FASTPATH_NVTX=1 (the
+ * pipeline stages and batch executions, their spans ended when the compute
+ * or the executor fails. NVTX: with FASTPATH_NVTX=1 (the
  * test_trace_ops_nvtx run) every op pushes and pops a range even with
  * tracing off; without it, only while tracing is on. Prints the host cost
  * of an instrumented op with tracing off and on (bound asserted: generous). */
@@ -306,7 +307,7 @@ static void test_graph(const norm_bufs *nb, int cuda) {
 }
 
 static fp_status pipe_compute(void *user, fp_stream stream, const fp_pipeline_chunk *c) {
-    (void)user;
+    if (user) return FP_ERR_UNSUPPORTED; /* the failing pipeline */
     return fp_mem_fill(g_ctx, c->d_out, 0x33, c->out_bytes, stream);
 }
 
@@ -345,24 +346,40 @@ static void test_pipeline(void) {
         if (s) CHECK(strcmp(s->category, "pipeline") == 0 && s->bytes == (k == 1 ? 0 : CHUNK));
     }
     CHECK(n == 3 * NCHUNK);
+    /* a compute that fails: its stage's span still ends, the d2h is not run */
+    int fail = 1;
+    cfg.user = &fail;
+    p = NULL;
+    CHECK_OK(fp_pipeline_create(g_ctx, &cfg, &p));
+    if (p) {
+        CHECK_OK(fp_pipeline_submit(p, in, CHUNK, out, CHUNK, NULL, -1, NULL));
+        CHECK_STATUS(fp_pipeline_flush(p, -1), FP_ERR_UNSUPPORTED);
+        fp_pipeline_destroy(p);
+    }
+    CHECK(stats().open == 0);
+    n = take_spans();
+    int nc = 0, nd = 0;
+    (void)find(n, "pipeline_compute", &nc);
+    (void)find(n, "pipeline_d2h", &nd);
+    CHECK_MSG(nc == 1 && nd == 0 && n == 2, "failed compute: %zu spans, %d compute, %d d2h", n, nc, nd);
     free(in);
     free(out);
 }
 
 static fp_status batch_exec(void *user, fp_batch_item *items, int count, int padded) {
-    (void)user;
     (void)padded;
+    if (user) return FP_ERR_UNSUPPORTED; /* the failing executor */
     for (int i = 0; i < count; ++i) memcpy(items[i].output, items[i].input, items[i].input_size);
     return FP_OK;
 }
 
-static void run_batches(fp_context *trace_ctx, int nreq) {
+static void run_batches(fp_context *trace_ctx, int nreq, int fail) {
     fp_batcher_config cfg;
     fp_batcher_config_default(&cfg);
     cfg.max_batch_size = 1;
     cfg.trace_context = trace_ctx;
     fp_batcher *b = NULL;
-    CHECK_OK(fp_batcher_create(&cfg, batch_exec, NULL, &b));
+    CHECK_OK(fp_batcher_create(&cfg, batch_exec, fail ? &fail : NULL, &b));
     if (!b) return;
     for (int i = 0; i < nreq; ++i) {
         int in = i, got = -1;
@@ -376,7 +393,7 @@ static void run_batches(fp_context *trace_ctx, int nreq) {
         CHECK_OK(fp_batcher_submit(b, &info, &req));
         fp_status rs = FP_ERR_INTERNAL;
         CHECK_OK(fp_batch_request_wait(req, 10 * 1000000LL, &rs));
-        CHECK(rs == FP_OK && got == i);
+        CHECK(fail ? rs == FP_ERR_UNSUPPORTED : rs == FP_OK && got == i);
         fp_batch_request_release(req);
     }
     CHECK_OK(fp_batcher_destroy(b));
@@ -384,14 +401,15 @@ static void run_batches(fp_context *trace_ctx, int nreq) {
 
 static void test_batcher(void) {
     CHECK_OK(fp_trace_clear(g_ctx));
-    run_batches(NULL, 2); /* no trace context: nothing */
+    run_batches(NULL, 2, 0); /* no trace context: nothing */
     CHECK(stats().count == 0);
-    run_batches(g_ctx, 3);
+    run_batches(g_ctx, 2, 1); /* failed batches: their spans ended too */
+    run_batches(g_ctx, 1, 0);
     CHECK(stats().open == 0);
     size_t n = take_spans();
     int count = 0;
     const fp_trace_span *s = find(n, "batch_execute", &count);
-    CHECK_MSG(count == 3 && n == 3, "%d batch spans of %zu", count, n);
+    CHECK_MSG(count == 3 && n == 3, "%d batch spans of %zu (want 3)", count, n);
     if (s) CHECK(strcmp(s->category, "batch") == 0);
 }
 
