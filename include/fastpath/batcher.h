@@ -174,6 +174,13 @@ typedef struct fp_batcher_config {
     int executor_threads;            /* 1..FP_BATCHER_MAX_THREADS (default 1) */
     int stats_window;                /* latest samples kept for percentiles,
                                         >= 16 (default 65536) */
+    /* Appended after 0.3.0 (an older caller's struct ends before it: NULL).
+     * Each batch execution (the executor's call) is a span of category
+     * "batch" named "batch_execute" on this context's trace (trace.h; on a
+     * CUDA context timed by events on its default stream, so work the
+     * executor puts on other streams falls outside it), with an NVTX range.
+     * NULL (default): none. The context must outlive the batcher. */
+    fp_context *trace_context;
 } fp_batcher_config;
 
 /* Fills the defaults listed above and struct_size. NULL is a no-op. */

@@ -55,6 +55,41 @@
  *     fp_trace_sqlite_add_run, kept across exports). Columns are listed at
  *     the functions.
  *
+ * Instrumented ops (one span each, begun after the call's argument checks:
+ * a refused call records nothing; bytes and flops are the library's own
+ * roofline counts, 0 where it has none)
+ *   norm_fwd                fp_norm_forward (and _version)       "op", bytes fp_norm_forward_bytes
+ *   norm_bwd                fp_norm_backward (and _version)      "op", bytes fp_norm_backward_bytes
+ *   attention_fwd           fp_attention_forward                 "op", bytes Q, K, V, O once each,
+ *                                                                 flops fp_attention_flops
+ *   attention_decode        fp_attention_forward with seqlen_q <= 16 and seqlen_k > seqlen_q: as above
+ *   attention_fwd_baseline  fp_attention_forward_baseline        "op", as attention_fwd
+ *   graph_replay            fp_graph_replay, the graph cache's replays   "graph"
+ *   pipeline_h2d, pipeline_compute, pipeline_d2h
+ *                           each chunk's stages, on their streams "pipeline", bytes in_bytes / 0 / out_bytes
+ *   batch_execute           each executor call of a batcher whose config names a trace_context   "batch"
+ *   allreduce, allgather, reduce_scatter, broadcast
+ *                           fp_comm_* (and the buckets' all-reduces) "collective", bytes fp_coll_bytes, nranks
+ * The validate / A/B calls time these ops: fp_attention_validate's runs are
+ * spans, fp_norm_validate's (internal launches) are not. Ops captured into
+ * a CUDA graph record nothing during the capture (skipped_capturing): the
+ * replay's span stands for them (a CPU context's graph re-runs its function,
+ * whose ops then record spans inside it). Collectives inside
+ * fp_comm_group_start / end are spans of their enqueue only.
+ *
+ * NVTX
+ *   The same hooks push an NVTX range named as the span (nvtxRangePushA,
+ *   popped at its end; the toolkit's header-only NVTX3, which does nothing
+ *   until Nsight Systems or Nsight Compute attaches) while the context
+ *   traces, or always when the environment has FASTPATH_NVTX=1 (read once,
+ *   at the process's first context). So a profile shows every op and
+ *   stage without a ring: FASTPATH_NVTX=1 nsys profile ./app. User ranges
+ *   (fp_trace_push / pop) open one too, named as their span, under the same
+ *   condition at the push; as start / end ranges (nvtxRangeStartA), they
+ *   may be popped on another thread. With both off an instrumented op pays
+ *   one branch; a span with its range costs about 0.1 us of host time on a
+ *   CPU context (test_trace_ops prints it).
+ *
  * Thread-safety: every function is thread-safe on one context (a mutex per
  * context ring); the user-range stack is shared by the context's threads, so
  * push/pop nest meaningfully only when one thread drives them. Reading,

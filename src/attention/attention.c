@@ -9,28 +9,43 @@
 
 #include "attention/attention_internal.h"
 
+/* The flash path once the arguments were checked. */
+static fp_status forward_run(fp_context *ctx, fp_stream stream, fp_attn_args *a) {
+    if (ctx->kind != FP_DEVICE_CUDA) {
+        fp_status st = fp_attn_cpu_tiled(ctx->pool, a);
+        if (st == FP_OK) fp_attn_note_kernel(a, -1, 1);
+        return st;
+    }
+    FP_TRY(fp_ctx_activate(ctx));
+    cudaStream_t s = fp_ctx_stream(ctx, stream);
+    a->ctx = ctx;
+    if (fp_attn_cuda_flash_supported(a->dtype, a->head_dim))
+        return fp_attn_cuda_flash(a, ctx->attn_kernel, ctx->info.sm_count,
+                                  10 * ctx->info.cc_major + ctx->info.cc_minor, s);
+    if (ctx->attn_kernel >= 2)
+        fp_attn_note_fallback(a->dtype == FP_F32 ? "f32 runs the row-wise kernel (no flash kernel for f32)"
+                                                 : "this head_dim has no flash kernel (32, 64, 96, 128, 256)");
+    fp_status st = fp_attn_cuda_rowwise(a, s);
+    if (st == FP_OK) fp_attn_note_kernel(a, 0, 1);
+    return st;
+}
+
+/* The span's name (trace.h): a few query rows against a longer K/V is a
+ * decode step (attention.h's seqlen_q), anything else a forward. */
+static const char *span_name(const fp_attn_args *a) {
+    return a->seqlen_q <= 16 && a->seqlen_k > a->seqlen_q ? "attention_decode" : "attention_fwd";
+}
+
 fp_status fp_attention_forward(fp_context *ctx, fp_stream stream, const fp_attention_params *params) {
     FP_TRY(fp_ctx_check(ctx, -1));
     fp_attn_args a;
     const int cuda = ctx->kind == FP_DEVICE_CUDA;
     fp_attn_note_begin(cuda ? ctx->attn_kernel : 0);
     FP_TRY(fp_attn_check(params, cuda, &a));
-    if (!cuda) {
-        fp_status st = fp_attn_cpu_tiled(ctx->pool, &a);
-        if (st == FP_OK) fp_attn_note_kernel(&a, -1, 1);
-        return st;
-    }
-    FP_TRY(fp_ctx_activate(ctx));
-    cudaStream_t s = fp_ctx_stream(ctx, stream);
-    a.ctx = ctx;
-    if (fp_attn_cuda_flash_supported(a.dtype, a.head_dim))
-        return fp_attn_cuda_flash(&a, ctx->attn_kernel, ctx->info.sm_count,
-                                  10 * ctx->info.cc_major + ctx->info.cc_minor, s);
-    if (ctx->attn_kernel >= 2)
-        fp_attn_note_fallback(a.dtype == FP_F32 ? "f32 runs the row-wise kernel (no flash kernel for f32)"
-                                                : "this head_dim has no flash kernel (32, 64, 96, 128, 256)");
-    fp_status st = fp_attn_cuda_rowwise(&a, s);
-    if (st == FP_OK) fp_attn_note_kernel(&a, 0, 1);
+    const uint64_t span =
+        fp_ctx_trace_begin(ctx, stream, span_name(&a), "op", fp_attn_bytes(&a), fp_attention_flops(params));
+    const fp_status st = forward_run(ctx, stream, &a);
+    fp_ctx_trace_end(ctx, span);
     return st;
 }
 
@@ -202,19 +217,15 @@ static fp_status baseline_cuda_paged(fp_context *ctx, const fp_attn_args *a, voi
     return baseline_cuda(ctx, &d, scores, cublas_ws, stream);
 }
 
-fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream, const fp_attention_params *params) {
-    FP_TRY(fp_ctx_check(ctx, -1));
-    fp_attn_args a;
-    const int cuda = ctx->kind == FP_DEVICE_CUDA;
-    FP_TRY(fp_attn_check(params, cuda, &a));
-    if (!cuda) return fp_attn_cpu_naive(ctx->pool, &a);
+/* The baseline on CUDA once the arguments were checked. */
+static fp_status baseline_run_cuda(fp_context *ctx, fp_stream stream, const fp_attn_args *a) {
     FP_TRY(fp_ctx_activate(ctx));
     cudaStream_t s = fp_ctx_stream(ctx, stream);
     /* One scratch buffer (the stream's workspace): scores, then with a paged
      * cache the dense K and V, then cuBLAS's workspace. */
-    const size_t elt = fp_dtype_size(a.dtype);
-    const double scores = (double)a.batch * a.heads_q * (double)a.seqlen_q * a.seqlen_k * (double)elt;
-    const double kv = a.block_table ? (double)a.batch * a.seqlen_k * a.heads_kv * (double)a.head_dim * elt : 0.0;
+    const size_t elt = fp_dtype_size(a->dtype);
+    const double scores = (double)a->batch * a->heads_q * (double)a->seqlen_q * a->seqlen_k * (double)elt;
+    const double kv = a->block_table ? (double)a->batch * a->seqlen_k * a->heads_kv * (double)a->head_dim * elt : 0.0;
     if (scores > 1.0e15)
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "attention baseline: score matrix needs %.3g bytes", scores);
     if (kv > 1.0e15)
@@ -223,11 +234,23 @@ fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream, const
     fp_scratch w;
     FP_TRY(fp_ctx_scratch_get(ctx, s, s_bytes + 2 * kv_bytes + cublas_ws_bytes(ctx), "attention baseline", &w));
     char *base = w.ptr, *cublas_ws = base + s_bytes + 2 * kv_bytes;
-    fp_status st = a.block_table
-                       ? baseline_cuda_paged(ctx, &a, base + s_bytes, base + s_bytes + kv_bytes, base, cublas_ws, s)
-                       : baseline_cuda(ctx, &a, base, cublas_ws, s);
+    fp_status st = a->block_table
+                       ? baseline_cuda_paged(ctx, a, base + s_bytes, base + s_bytes + kv_bytes, base, cublas_ws, s)
+                       : baseline_cuda(ctx, a, base, cublas_ws, s);
     const fp_status put = fp_ctx_scratch_put(&w);
     return st != FP_OK ? st : put;
+}
+
+fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream, const fp_attention_params *params) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    fp_attn_args a;
+    const int cuda = ctx->kind == FP_DEVICE_CUDA;
+    FP_TRY(fp_attn_check(params, cuda, &a));
+    const uint64_t span =
+        fp_ctx_trace_begin(ctx, stream, "attention_fwd_baseline", "op", fp_attn_bytes(&a), fp_attention_flops(params));
+    const fp_status st = cuda ? baseline_run_cuda(ctx, stream, &a) : fp_attn_cpu_naive(ctx->pool, &a);
+    fp_ctx_trace_end(ctx, span);
+    return st;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -313,8 +336,7 @@ fp_status fp_attention_validate(fp_context *ctx, fp_stream stream, const fp_atte
         spec.optimized_out = o_flash;
         spec.out_count = n_out;
         spec.out_dtype = a.dtype;
-        spec.bytes = (double)elt * a.head_dim *
-                     (2.0 * a.batch * a.seqlen_q * a.heads_q + 2.0 * a.batch * a.seqlen_k * a.heads_kv);
+        spec.bytes = fp_attn_bytes(&a);
         spec.flops = fp_attention_flops(params);
         spec.flops_on_tensor_cores = ctx->kind == FP_DEVICE_CUDA && a.dtype != FP_F32;
         st = fp_ab_run(ctx, stream, &spec, cfg, report);

@@ -273,6 +273,11 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
     return FP_OK;
 }
 
+double fp_attn_bytes(const fp_attn_args *a) {
+    const double elt = (double)fp_dtype_size(a->dtype);
+    return elt * a->head_dim * (2.0 * a->batch * a->seqlen_q * a->heads_q + 2.0 * a->batch * a->seqlen_k * a->heads_kv);
+}
+
 double fp_attention_flops(const fp_attention_params *p) {
     if (!p) return 0.0;
     double f = 4.0 * p->batch * p->heads_q * (double)p->seqlen_q * p->seqlen_k * p->head_dim;

@@ -101,6 +101,9 @@ static inline int64_t fp_attn_kv_row(const fp_attn_args *a, int b, int64_t seq0,
  * Call after fp_attn_check accepted `user`. */
 void fp_attn_params_upgrade(const fp_attention_params *user, fp_attention_params *full);
 /* Checks params and fills args. `cuda` selects the GPU alignment rules. */
+/* Bytes an attention call moves at least (Q, O, K, V once each): the
+ * roofline's figure (fp_attention_validate) and the op's span (trace.h). */
+double fp_attn_bytes(const fp_attn_args *a);
 fp_status fp_attn_check(const fp_attention_params *p, int cuda, fp_attn_args *out);
 
 /* ---- CPU implementations (host memory) ---- */

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <stddef.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -495,9 +496,12 @@ static void *executor_main(void *arg) {
             s->items[i] = s->reqs[i]->item;
             s->items[i].status = FP_OK;
         }
+        fp_context *tctx = b->cfg.trace_context;
+        const uint64_t span = tctx ? fp_ctx_trace_begin(tctx, NULL, "batch_execute", "batch", 0, 0) : 0;
         double t0 = fp_now_s();
         fp_status rc = b->exec(b->exec_user, s->items, n, padded);
         double t1 = fp_now_s();
+        if (span) fp_ctx_trace_end(tctx, span);
 
         pthread_mutex_lock(&b->mu);
         fp_batcher_stats *c = &b->counters;
@@ -608,7 +612,7 @@ static void *timer_main(void *arg) {
 
 /* The first published size of fp_batcher_config (0.2): it stays when fields are
  * appended (src/core/struct_size.c). */
-#define BATCHER_CONFIG_SIZE_FIRST sizeof(fp_batcher_config)
+#define BATCHER_CONFIG_SIZE_FIRST offsetof(fp_batcher_config, trace_context)
 
 fp_status fp_batcher_config_default_sized(fp_batcher_config *out, size_t struct_size) {
     fp_batcher_config defaults, *config = &defaults;

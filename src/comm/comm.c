@@ -845,9 +845,8 @@ static int check_signature(fp_comm *c, const coll_sig *mine, char *buf, size_t n
     return bad;
 }
 
-fp_status fp_comm_enqueue(fp_comm *c, fp_coll_kind kind, const void *send, void *recv, size_t count,
-                          fp_dtype dtype, fp_reduce_op op, int root, cudaStream_t stream) {
-    FP_TRY(fp_comm_failure_status(c));
+static fp_status coll_enqueue(fp_comm *c, fp_coll_kind kind, const void *send, void *recv, size_t count,
+                              fp_dtype dtype, fp_reduce_op op, int root, cudaStream_t stream) {
     coll_sig sig = {.seq = 0, .rank = c->rank, .kind = kind, .dtype = dtype, .count = count, .op = op, .root = root};
     pthread_mutex_lock(&c->mu);
     sig.seq = c->next_seq;
@@ -920,6 +919,21 @@ fp_status fp_comm_enqueue(fp_comm *c, fp_coll_kind kind, const void *send, void 
         FP_TRY(group_push(&it));
     }
     return FP_OK;
+}
+
+/* Every collective is one span (trace.h, fp_trace_begin_collective: the
+ * operation's name, its bytes as nccl-tests count them, the ranks) around
+ * its enqueue, begun once the arguments and the communicator were checked.
+ * Inside fp_comm_group_start / end the collectives run at the group's end:
+ * their spans then cover only the enqueue. */
+fp_status fp_comm_enqueue(fp_comm *c, fp_coll_kind kind, const void *send, void *recv, size_t count,
+                          fp_dtype dtype, fp_reduce_op op, int root, cudaStream_t stream) {
+    FP_TRY(fp_comm_failure_status(c));
+    const uint64_t span = fp_ctx_trace_begin_collective(c->ctx, (fp_stream)stream, fp_coll_kind_name(kind),
+                                                        fp_coll_bytes(kind, count, dtype, c->nranks), c->nranks);
+    const fp_status st = coll_enqueue(c, kind, send, recv, count, dtype, op, root, stream);
+    fp_ctx_trace_end(c->ctx, span);
+    return st;
 }
 
 static fp_status check_coll(fp_comm *c, const void *send, void *recv, size_t count, fp_dtype dtype) {

@@ -80,6 +80,7 @@ fp_status fp_context_create(fp_device_kind kind, int device_index, fp_context **
     if (!ctx) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "context");
     ctx->kind = kind;
     ctx->device = -1;
+    ctx->nvtx = fp_nvtx_env_enabled();
     if (pthread_mutex_init(&ctx->cublas_mu, NULL) != 0) {
         free(ctx);
         return fp_set_error(FP_ERR_INTERNAL, "context: pthread_mutex_init failed");

@@ -158,6 +158,7 @@ struct fp_context {
     struct fp_trace_state *trace;
     const struct fp_trace_hooks *trace_hooks;
     int trace_on;
+    int nvtx;                   /* FASTPATH_NVTX=1 when the context was made: NVTX ranges without tracing */
 };
 
 /* How ops reach the trace layer (src/trace) without depending on it: the
@@ -177,18 +178,48 @@ typedef struct fp_trace_hooks {
 static inline int fp_ctx_traced(const fp_context *ctx) {
     return __atomic_load_n(&ctx->trace_on, __ATOMIC_ACQUIRE); /* a plain load on x86-64 */
 }
+
+/* The slow path of the hooks below (src/core/nvtx.c): an NVTX range
+ * (nvtxRangePushA / nvtxRangePop) and, while ctx traces, a span through
+ * ctx->trace_hooks. The handle it returns carries FP_SPAN_NVTX when a range
+ * was pushed, so the end pops exactly what the begin pushed. */
+#define FP_SPAN_NVTX ((uint64_t)1 << 63)
+uint64_t fp_ctx_instrument_begin(fp_context *ctx, fp_stream stream, const char *name, const char *category,
+                                 double bytes, double flops, int nranks);
+void fp_ctx_instrument_end(fp_context *ctx, uint64_t span);
+/* FASTPATH_NVTX=1 in the environment, read once (fp_context_create copies
+ * it into ctx->nvtx). */
+int fp_nvtx_env_enabled(void);
+/* A process-wide NVTX range (nvtxRangeStartA / nvtxRangeEnd: it may end
+ * on another thread), for the trace layer's user ranges; the id to end it. */
+uint64_t fp_nvtx_range_start(const char *name);
+void fp_nvtx_range_end(uint64_t id);
+/* NVTX ranges opened and closed (the hooks' pushes and pops, the user
+ * ranges' starts and ends) since the process started (tests: they
+ * balance). Either pointer may be NULL. */
+void fp_nvtx_counts(uint64_t *pushed, uint64_t *popped);
+
 /* Instrumenting an op is one pair around its launch:
  *     uint64_t span = fp_ctx_trace_begin(ctx, stream, "norm_fwd", "op", bytes, flops);
  *     ... enqueue the kernels ...
  *     fp_ctx_trace_end(ctx, span);
- * With tracing off, begin is one branch and end of 0 another. */
+ * With tracing off and FASTPATH_NVTX unset, begin is one branch and end of 0
+ * another. Begin only after the op's argument checks (a refused call records
+ * nothing), and end on every path after it. */
 static inline uint64_t fp_ctx_trace_begin(fp_context *ctx, fp_stream stream, const char *name,
                                           const char *category, double bytes, double flops) {
-    if (!fp_ctx_traced(ctx)) return 0;
-    return ctx->trace_hooks->begin(ctx, stream, name, category, bytes, flops, 0);
+    if (!(fp_ctx_traced(ctx) | ctx->nvtx)) return 0;
+    return fp_ctx_instrument_begin(ctx, stream, name, category, bytes, flops, 0);
+}
+/* The same for a collective (category "collective", trace.h's
+ * fp_trace_begin_collective): `op` its name, nranks the ranks taking part. */
+static inline uint64_t fp_ctx_trace_begin_collective(fp_context *ctx, fp_stream stream, const char *op,
+                                                     double bytes, int nranks) {
+    if (!(fp_ctx_traced(ctx) | ctx->nvtx)) return 0;
+    return fp_ctx_instrument_begin(ctx, stream, op, "collective", bytes, 0, nranks);
 }
 static inline void fp_ctx_trace_end(fp_context *ctx, uint64_t span) {
-    if (span) ctx->trace_hooks->end(ctx, span);
+    if (span) fp_ctx_instrument_end(ctx, span);
 }
 
 /* Resolves a stream argument: NULL means the context's default stream. */

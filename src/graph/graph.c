@@ -424,7 +424,7 @@ static fp_status check_live(const fp_graph *g) {
     return FP_OK;
 }
 
-fp_status fp_graph_replay_unchecked(fp_graph *g, fp_stream stream) {
+static fp_status replay_run(fp_graph *g, fp_stream stream) {
     if (g->cpu) {
         FP_TRY(g->fn(g->user, stream));
         g->info.replays++;
@@ -436,6 +436,17 @@ fp_status fp_graph_replay_unchecked(fp_graph *g, fp_stream stream) {
     g->last_stream = s;
     g->info.replays++;
     return FP_OK;
+}
+
+/* A replay is one span ("graph_replay", category "graph", trace.h); the
+ * captured ops record none (not during the capture, and a replay does not
+ * run their host code). A CPU context's graph re-runs its function: the
+ * ops it calls record their spans inside this one. */
+fp_status fp_graph_replay_unchecked(fp_graph *g, fp_stream stream) {
+    const uint64_t span = fp_ctx_trace_begin(g->ctx, stream, "graph_replay", "graph", 0, 0);
+    const fp_status st = replay_run(g, stream);
+    fp_ctx_trace_end(g->ctx, span);
+    return st;
 }
 
 fp_status fp_graph_replay(fp_graph *g, fp_stream stream) {

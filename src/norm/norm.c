@@ -213,6 +213,41 @@ fp_status fp_norm_check_bwd(const fp_norm_backward_params *p, fp_norm_bwd_desc *
     return FP_OK;
 }
 
+/* ---- bytes (roofline) ---- */
+
+static double fwd_bytes(const fp_norm_fwd_desc *d) {
+    double es = (double)fp_dtype_size((fp_dtype)d->dtype), n = (double)d->rows * (double)d->cols;
+    double tensors = 2.0 + (d->res ? 1.0 : 0.0) + (d->res_out ? 1.0 : 0.0);
+    double vecs = (d->gamma ? 1.0 : 0.0) + (d->beta ? 1.0 : 0.0) + (d->bias ? 1.0 : 0.0);
+    double stats = (d->mean ? 4.0 : 0.0) + (d->rstd ? 4.0 : 0.0);
+    return tensors * n * es + vecs * (double)d->cols * es + stats * (double)d->rows;
+}
+
+double fp_norm_forward_bytes(const fp_norm_params *params) {
+    fp_norm_fwd_desc d;
+    if (fp_norm_check_fwd(params, &d) != FP_OK) {
+        return 0.0;
+    }
+    return fwd_bytes(&d);
+}
+
+static double bwd_bytes(const fp_norm_bwd_desc *d) {
+    double es = (double)fp_dtype_size((fp_dtype)d->dtype), n = (double)d->rows * (double)d->cols;
+    double tensors = 3.0 + (d->dres ? 1.0 : 0.0);
+    double vecs = (d->gamma ? 1.0 : 0.0) + (d->beta ? 1.0 : 0.0) + (d->bias ? 1.0 : 0.0) +
+                  (d->dgamma ? 1.0 : 0.0) + (d->dbeta ? 1.0 : 0.0) + (d->dbias ? 1.0 : 0.0);
+    double stats = (d->mean ? 4.0 : 0.0) + 4.0;
+    return tensors * n * es + vecs * (double)d->cols * es + stats * (double)d->rows;
+}
+
+double fp_norm_backward_bytes(const fp_norm_backward_params *params) {
+    fp_norm_bwd_desc d;
+    if (fp_norm_check_bwd(params, &d) != FP_OK) {
+        return 0.0;
+    }
+    return bwd_bytes(&d);
+}
+
 /* ---- dispatch ---- */
 
 static fp_status launch_status(cudaError_t err, const char *what) {
@@ -232,11 +267,20 @@ static fp_status fwd_run(fp_context *ctx, fp_stream stream, const fp_norm_fwd_de
     return launch_status(fp_norm_fwd_launch(&dd, version, s), "fp_norm_fwd_launch");
 }
 
+/* The public ops: one span ("norm_fwd", trace.h) around the launch, begun
+ * after the arguments were checked; validate's runs are not spans. */
+static fp_status fwd_op(fp_context *ctx, fp_stream stream, const fp_norm_fwd_desc *d, int version) {
+    const uint64_t span = fp_ctx_trace_begin(ctx, stream, "norm_fwd", "op", fwd_bytes(d), 0);
+    const fp_status st = fwd_run(ctx, stream, d, 0, version);
+    fp_ctx_trace_end(ctx, span);
+    return st;
+}
+
 fp_status fp_norm_forward(fp_context *ctx, fp_stream stream, const fp_norm_params *params) {
     FP_TRY(fp_ctx_check(ctx, -1));
     fp_norm_fwd_desc d;
     FP_TRY(fp_norm_check_fwd(params, &d));
-    return fwd_run(ctx, stream, &d, 0, 0);
+    return fwd_op(ctx, stream, &d, 0);
 }
 
 fp_status fp_norm_forward_version(fp_context *ctx, fp_stream stream, const fp_norm_params *params, int version) {
@@ -244,7 +288,7 @@ fp_status fp_norm_forward_version(fp_context *ctx, fp_stream stream, const fp_no
     FP_CHECK_ARG(version >= 0 && version <= 3, "argument 'version' (%d) is not 0, 1, 2 or 3", version);
     fp_norm_fwd_desc d;
     FP_TRY(fp_norm_check_fwd(params, &d));
-    return fwd_run(ctx, stream, &d, 0, version);
+    return fwd_op(ctx, stream, &d, version);
 }
 
 /* version: the fused kernel version (0 = automatic; see norm_launch.h). The
@@ -268,11 +312,18 @@ static fp_status bwd_run(fp_context *ctx, fp_stream stream, const fp_norm_bwd_de
     return st != FP_OK ? st : put;
 }
 
+static fp_status bwd_op(fp_context *ctx, fp_stream stream, const fp_norm_bwd_desc *d, int version) {
+    const uint64_t span = fp_ctx_trace_begin(ctx, stream, "norm_bwd", "op", bwd_bytes(d), 0);
+    const fp_status st = bwd_run(ctx, stream, d, 0, version);
+    fp_ctx_trace_end(ctx, span);
+    return st;
+}
+
 fp_status fp_norm_backward(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params) {
     FP_TRY(fp_ctx_check(ctx, -1));
     fp_norm_bwd_desc d;
     FP_TRY(fp_norm_check_bwd(params, &d));
-    return bwd_run(ctx, stream, &d, 0, 0);
+    return bwd_op(ctx, stream, &d, 0);
 }
 
 fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params,
@@ -281,7 +332,7 @@ fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_n
     FP_CHECK_ARG(version >= 0 && version <= 4, "argument 'version' (%d) is not 0, 1, 2, 3 or 4", version);
     fp_norm_bwd_desc d;
     FP_TRY(fp_norm_check_bwd(params, &d));
-    return bwd_run(ctx, stream, &d, 0, version);
+    return bwd_op(ctx, stream, &d, version);
 }
 
 int fp_norm_backward_version_used(const fp_norm_backward_params *params, int version) {
@@ -290,37 +341,6 @@ int fp_norm_backward_version_used(const fp_norm_backward_params *params, int ver
         return 0;
     }
     return fp_norm_bwd_version_used(&d, version);
-}
-
-/* ---- bytes (roofline) ---- */
-
-static double fwd_bytes(const fp_norm_fwd_desc *d) {
-    double es = (double)fp_dtype_size((fp_dtype)d->dtype), n = (double)d->rows * (double)d->cols;
-    double tensors = 2.0 + (d->res ? 1.0 : 0.0) + (d->res_out ? 1.0 : 0.0);
-    double vecs = (d->gamma ? 1.0 : 0.0) + (d->beta ? 1.0 : 0.0) + (d->bias ? 1.0 : 0.0);
-    double stats = (d->mean ? 4.0 : 0.0) + (d->rstd ? 4.0 : 0.0);
-    return tensors * n * es + vecs * (double)d->cols * es + stats * (double)d->rows;
-}
-
-double fp_norm_forward_bytes(const fp_norm_params *params) {
-    fp_norm_fwd_desc d;
-    if (fp_norm_check_fwd(params, &d) != FP_OK) {
-        return 0.0;
-    }
-    return fwd_bytes(&d);
-}
-
-double fp_norm_backward_bytes(const fp_norm_backward_params *params) {
-    fp_norm_bwd_desc d;
-    if (fp_norm_check_bwd(params, &d) != FP_OK) {
-        return 0.0;
-    }
-    double es = (double)fp_dtype_size((fp_dtype)d.dtype), n = (double)d.rows * (double)d.cols;
-    double tensors = 3.0 + (d.dres ? 1.0 : 0.0);
-    double vecs = (d.gamma ? 1.0 : 0.0) + (d.beta ? 1.0 : 0.0) + (d.bias ? 1.0 : 0.0) +
-                  (d.dgamma ? 1.0 : 0.0) + (d.dbeta ? 1.0 : 0.0) + (d.dbias ? 1.0 : 0.0);
-    double stats = (d.mean ? 4.0 : 0.0) + 4.0;
-    return tensors * n * es + vecs * (double)d.cols * es + stats * (double)d.rows;
 }
 
 /* ---- validate ---- */

@@ -17,6 +17,11 @@
  *   On a CPU context the dispatcher does each copy and the compute itself
  *   (memcpy, the callback) and the "events" are host timestamps; the rest
  *   is the same code.
+ *
+ *   Tracing (trace.h): each chunk's stages are spans of category
+ *   "pipeline" on their streams: "pipeline_h2d" and "pipeline_d2h" (bytes:
+ *   the chunk's in_bytes / out_bytes) and "pipeline_compute" (the ops the
+ *   callback runs record their own spans inside it on a CPU context).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -206,17 +211,17 @@ static void dispatch_one(fp_pipeline *p, rec *r) {
     c->d_out = c->out_bytes ? sl->d_out : NULL;
 
     /* h2d */
-    if ((st = mark(p, sl, EV_H2D0, p->s_h2d)) != FP_OK) goto fail;
-    if (p->cuda) {
+    uint64_t span = fp_ctx_trace_begin(p->ctx, (fp_stream)p->s_h2d, "pipeline_h2d", "pipeline", (double)c->in_bytes, 0);
+    st = mark(p, sl, EV_H2D0, p->s_h2d);
+    if (st == FP_OK && p->cuda) {
         cudaError_t e = cudaMemcpyAsync(sl->d_in, src, c->in_bytes, cudaMemcpyHostToDevice, p->s_h2d);
-        if (e != cudaSuccess) {
-            st = fp_cuda_status(e, "cudaMemcpyAsync (h2d)", __FILE__, __LINE__);
-            goto fail;
-        }
-    } else {
+        if (e != cudaSuccess) st = fp_cuda_status(e, "cudaMemcpyAsync (h2d)", __FILE__, __LINE__);
+    } else if (st == FP_OK) {
         memcpy(sl->d_in, src, c->in_bytes);
     }
-    if ((st = mark(p, sl, EV_H2D1, p->s_h2d)) != FP_OK) goto fail;
+    if (st == FP_OK) st = mark(p, sl, EV_H2D1, p->s_h2d);
+    fp_ctx_trace_end(p->ctx, span);
+    if (st != FP_OK) goto fail;
     r->last_ev = EV_H2D1;
 
     /* compute, after the h2d */
@@ -227,7 +232,11 @@ static void dispatch_one(fp_pipeline *p, rec *r) {
             goto fail;
         }
     }
-    if ((st = mark(p, sl, EV_C0, p->s_compute)) != FP_OK) goto fail;
+    span = fp_ctx_trace_begin(p->ctx, (fp_stream)p->s_compute, "pipeline_compute", "pipeline", 0, 0);
+    if ((st = mark(p, sl, EV_C0, p->s_compute)) != FP_OK) {
+        fp_ctx_trace_end(p->ctx, span);
+        goto fail;
+    }
     {
         unsigned seq0 = fp_error_seq();
         tl_in_callback = p;
@@ -236,6 +245,7 @@ static void dispatch_one(fp_pipeline *p, rec *r) {
         /* Whatever the callback enqueued must finish before the slot is
          * reused, failed or not. */
         fp_status ms = mark(p, sl, EV_C1, p->s_compute);
+        fp_ctx_trace_end(p->ctx, span);
         if (ms == FP_OK) r->last_ev = EV_C1;
         if (cs != FP_OK) {
             r->st = cs;
@@ -260,17 +270,17 @@ static void dispatch_one(fp_pipeline *p, rec *r) {
                 goto fail;
             }
         }
-        if ((st = mark(p, sl, EV_D2H0, p->s_d2h)) != FP_OK) goto fail;
-        if (p->cuda) {
+        span = fp_ctx_trace_begin(p->ctx, (fp_stream)p->s_d2h, "pipeline_d2h", "pipeline", (double)c->out_bytes, 0);
+        st = mark(p, sl, EV_D2H0, p->s_d2h);
+        if (st == FP_OK && p->cuda) {
             cudaError_t e = cudaMemcpyAsync(dst, sl->d_out, c->out_bytes, cudaMemcpyDeviceToHost, p->s_d2h);
-            if (e != cudaSuccess) {
-                st = fp_cuda_status(e, "cudaMemcpyAsync (d2h)", __FILE__, __LINE__);
-                goto fail;
-            }
-        } else {
+            if (e != cudaSuccess) st = fp_cuda_status(e, "cudaMemcpyAsync (d2h)", __FILE__, __LINE__);
+        } else if (st == FP_OK) {
             memcpy(dst, sl->d_out, c->out_bytes);
         }
-        if ((st = mark(p, sl, EV_D2H1, p->s_d2h)) != FP_OK) goto fail;
+        if (st == FP_OK) st = mark(p, sl, EV_D2H1, p->s_d2h);
+        fp_ctx_trace_end(p->ctx, span);
+        if (st != FP_OK) goto fail;
         r->last_ev = EV_D2H1;
     }
     return;

@@ -31,6 +31,8 @@ typedef struct trace_slot {
 
 typedef struct range_entry {
     uint64_t span;         /* the range's own span, 0 when not recorded */
+    uint64_t nvtx_id;      /* its NVTX range (fp_nvtx_range_start) when nvtx */
+    int nvtx;
     char module[FP_TRACE_MODULE_MAX];
     char stage[FP_TRACE_STAGE_MAX];
 } range_entry;
@@ -452,12 +454,16 @@ fp_status fp_trace_push(fp_context *ctx, const char *module, const char *stage) 
         copy_text(name, sizeof name, module[0] ? module : stage);
     }
     e.span = 0;
-    if (fp_ctx_traced(ctx))
-        FP_TRY(begin_span(ctx, NULL, name, "range", 0, 0, 0, e.module, e.stage, 0, &e.span));
+    const int traced = fp_ctx_traced(ctx);
+    if (traced) FP_TRY(begin_span(ctx, NULL, name, "range", 0, 0, 0, e.module, e.stage, 0, &e.span));
+    /* an NVTX range as the ops' hooks open one (internal.h) */
+    e.nvtx = traced || ctx->nvtx;
+    e.nvtx_id = e.nvtx ? fp_nvtx_range_start(name) : 0;
     pthread_mutex_lock(&t->mu);
     if (t->depth >= FP_TRACE_MAX_DEPTH) { /* another thread pushed meanwhile */
         pthread_mutex_unlock(&t->mu);
         if (e.span) (void)end_span(ctx, e.span, 1);
+        if (e.nvtx) fp_nvtx_range_end(e.nvtx_id);
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "fp_trace_push: more than %d user ranges open",
                             FP_TRACE_MAX_DEPTH);
     }
@@ -469,12 +475,13 @@ fp_status fp_trace_push(fp_context *ctx, const char *module, const char *stage) 
 fp_status fp_trace_pop(fp_context *ctx) {
     FP_TRY(fp_ctx_check(ctx, -1));
     struct fp_trace_state *t = state_of(ctx);
-    uint64_t span = 0;
+    range_entry e;
+    memset(&e, 0, sizeof e);
     int ok = 0;
     if (t) {
         pthread_mutex_lock(&t->mu);
         if (t->depth > 0) {
-            span = t->stack[--t->depth].span;
+            e = t->stack[--t->depth];
             ok = 1;
         }
         pthread_mutex_unlock(&t->mu);
@@ -482,7 +489,9 @@ fp_status fp_trace_pop(fp_context *ctx) {
     if (!ok)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "fp_trace_pop: unbalanced pop: no user range is open "
                                                      "(each fp_trace_pop closes one fp_trace_push)");
-    return span ? end_span(ctx, span, 0) : FP_OK;
+    const fp_status st = e.span ? end_span(ctx, e.span, 0) : FP_OK;
+    if (e.nvtx) fp_nvtx_range_end(e.nvtx_id);
+    return st;
 }
 
 fp_status fp_trace_step(fp_context *ctx, int64_t *step) {

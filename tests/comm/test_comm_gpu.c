@@ -10,10 +10,12 @@
  * marking in different orders, flat views, bad input, exposure); the
  * watchdog naming a rank that never enters a collective; a mismatch
  * reported instead of hanging; injected hang / errors; init timeout;
- * split; bench; the A/B and the tuner; abort; a ledger that wraps. */
+ * split; bench; the A/B and the tuner; abort; a ledger that wraps; the
+ * collectives' trace spans (trace.h). */
 #include <pthread.h>
 #include <string.h>
 
+#include "fastpath/trace.h"
 #include "fp_test.h"
 #include "internal.h"
 #ifdef FP_CUDA_EMU
@@ -262,6 +264,57 @@ static void case_collectives(rank_ctx *r) {
     RCHECK(s.enqueued == 0 && s.kind[FP_COLL_ALLREDUCE].calls == 0);
     free(h);
     free(got);
+}
+
+/* Traced: each collective is one span of category "collective" with its
+ * name, nccl-tests bytes and the rank count, tagged by the user range; a
+ * refused call records nothing; no span left open. */
+static void case_traced(rank_ctx *r) {
+    const int n = r->sh->n;
+    const size_t c = 1001;
+    float *h = malloc(n * c * sizeof *h);
+    for (size_t i = 0; i < n * c; ++i) h[i] = val(r->rank, i);
+    void *send = upload(h, n * c, FP_F32), *recv = upload(h, n * c, FP_F32);
+    RCHECK_OK(fp_trace_enable(r->ctx, 64));
+    RCHECK_OK(fp_trace_push(r->ctx, "dp", "grad_sync"));
+    float dummy;
+    RCHECK_STATUS(fp_comm_allreduce(r->comm, &dummy, &dummy, 0, FP_F32, FP_REDUCE_SUM, NULL), FP_ERR_INVALID_ARGUMENT);
+    RCHECK_OK(fp_comm_allreduce(r->comm, send, recv, c, FP_F32, FP_REDUCE_SUM, NULL));
+    RCHECK_OK(fp_comm_allgather(r->comm, send, recv, c, FP_F32, NULL));
+    RCHECK_OK(fp_comm_reduce_scatter(r->comm, send, recv, c, FP_F32, FP_REDUCE_SUM, NULL));
+    RCHECK_OK(fp_comm_broadcast(r->comm, send, recv, c, FP_F32, 0, NULL));
+    RCHECK_OK(fp_comm_synchronize(r->comm, 20000));
+    RCHECK_OK(fp_trace_pop(r->ctx));
+    RCHECK_OK(fp_context_synchronize(r->ctx, NULL));
+    fp_trace_span sp[16];
+    size_t ns = 0;
+    RCHECK_OK(fp_trace_read(r->ctx, sp, 16, &ns, 1));
+    fp_trace_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    RCHECK_OK(fp_trace_get_stats(r->ctx, &st));
+    RCHECK(st.open == 0);
+    const char *names[4] = {"allreduce", "allgather", "reduce_scatter", "broadcast"};
+    const fp_coll_kind kinds[4] = {FP_COLL_ALLREDUCE, FP_COLL_ALLGATHER, FP_COLL_REDUCE_SCATTER, FP_COLL_BROADCAST};
+    RCHECK_MSG(ns == 5, "rank %d: %zu spans (want 4 collectives and the range)", r->rank, ns);
+    for (int k = 0; k < 4; ++k) {
+        int found = 0;
+        for (size_t i = 0; i < ns; ++i) {
+            const fp_trace_span *s = &sp[i];
+            if (strcmp(s->name, names[k]) != 0) continue;
+            ++found;
+            RCHECK_MSG(strcmp(s->category, "collective") == 0 && s->nranks == n &&
+                           s->bytes == fp_coll_bytes(kinds[k], c, FP_F32, n) && strcmp(s->module, "dp") == 0 &&
+                           strcmp(s->stage, "grad_sync") == 0,
+                       "rank %d %s: category %s nranks %d bytes %.0f module %s", r->rank, names[k], s->category,
+                       s->nranks, s->bytes, s->module);
+        }
+        RCHECK_MSG(found == 1, "rank %d: %d %s spans", r->rank, found, names[k]);
+    }
+    RCHECK_OK(fp_trace_disable(r->ctx));
+    cudaFree(send);
+    cudaFree(recv);
+    free(h);
 }
 
 /* One thread, every rank: fp_comm_init_all and group calls. */
@@ -885,6 +938,7 @@ int main(void) {
      * or split state left behind would show there). */
     case_init_timeout();
     run_ranks(n, NULL, case_collectives, NULL);
+    run_ranks(n, NULL, case_traced, NULL);
     case_init_all(n);
     run_ranks(n, NULL, case_buckets, NULL);
     run_ranks(n, NULL, case_bench, NULL);
