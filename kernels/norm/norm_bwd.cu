@@ -469,10 +469,7 @@ __global__ void __launch_bounds__(kReduceCols * kReduceLanes) norm_bwd_reduce_v2
 // per column), the reduce before session 15, for the GPU check's A/B;
 // otherwise v2.
 static bool reduce_v1_forced() {
-    static const bool on = [] {
-        const char *e = getenv("FP_NORM_BWD_REDUCE");
-        return e && e[0] == '1' && e[1] == 0;
-    }();
+    static const bool on = env_switch("FP_NORM_BWD_REDUCE", 1) == 1;
     return on;
 }
 
@@ -1171,10 +1168,7 @@ static bool v4_applies(const fp_norm_bwd_desc &d) {
 // FP_NORM_BWD_RING (read once) for A/B runs: "1" takes v4 wherever it
 // applies (with or without a dresidual and parameter gradients), "0" never.
 static int ring_forced() {
-    static const int forced = [] {
-        const char *e = getenv("FP_NORM_BWD_RING");
-        return e && (e[0] == '0' || e[0] == '1') && e[1] == 0 ? e[0] - '0' : -1;
-    }();
+    static const int forced = env_switch("FP_NORM_BWD_RING", 1);
     return forced;
 }
 static bool ring_auto(const fp_norm_bwd_desc &d) {
@@ -1373,10 +1367,7 @@ extern "C" int fp_norm_bwd_version_used(const fp_norm_bwd_desc *d, int version) 
 // one after the other (two barrier pairs per row in a block per row), as
 // before session 15, for the GPU check's A/B; otherwise through row_sum2.
 static fp_norm_bwd_desc with_sums_mode(const fp_norm_bwd_desc *d) {
-    static const int sep = [] {
-        const char *e = getenv("FP_NORM_BWD_SEP_SUMS");
-        return e && e[0] == '1' && e[1] == 0 ? 1 : 0;
-    }();
+    static const int sep = env_switch("FP_NORM_BWD_SEP_SUMS", 1) == 1;
     fp_norm_bwd_desc r = *d;
     r.sep_sums = sep;
     return r;

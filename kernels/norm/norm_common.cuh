@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <atomic>
 #include <mutex>
@@ -143,6 +144,14 @@ __device__ __forceinline__ void row_sum2(float &a, float &b, float *red_smem /* 
         a += __shfl_xor_sync(0xffffffffu, a, o);
         b += __shfl_xor_sync(0xffffffffu, b, o);
     }
+}
+
+// An A/B switch of the GPU check: the value 0 to max that environment
+// variable `name` holds as one digit, else -1 (unset or anything else).
+// Callers read it once into a static.
+static inline int env_switch(const char *name, int max) {
+    const char *e = getenv(name);
+    return e && e[0] >= '0' && e[0] <= '0' + max && e[1] == 0 ? e[0] - '0' : -1;
 }
 
 __host__ __device__ __forceinline__ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }

@@ -444,10 +444,7 @@ static cudaError_t launch_v1(const fp_norm_fwd_desc &d, cudaStream_t stream) {
 // the grid; unset (or anything else): launch_v2 chooses. For the A/B runs of
 // the GPU check.
 static int v2_order_forced() {
-    static const int forced = [] {
-        const char *e = getenv("FP_NORM_FWD_V2_ORDER");
-        return e && e[0] >= '0' && e[0] <= '2' && e[1] == 0 ? e[0] - '0' : -1;
-    }();
+    static const int forced = env_switch("FP_NORM_FWD_V2_ORDER", 2);
     return forced;
 }
 
