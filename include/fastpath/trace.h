@@ -70,6 +70,8 @@
  *   batch_execute           each executor call of a batcher whose config names a trace_context   "batch"
  *   allreduce, allgather, reduce_scatter, broadcast
  *                           fp_comm_* (and the buckets' all-reduces) "collective", bytes fp_coll_bytes, nranks
+ *   h2d, d2h                fp_mem_upload, fp_mem_download        "transfer", bytes the copy's
+ *   synchronize             fp_context_synchronize (CUDA)         "sync": the host's wait, host-timed
  * The validate / A/B calls time these ops: fp_attention_validate's runs are
  * spans, fp_norm_validate's (internal launches) are not. Ops captured into
  * a CUDA graph record nothing during the capture (skipped_capturing): the
@@ -321,6 +323,148 @@ FP_API fp_status fp_trace_export_sqlite(fp_context *ctx, const char *path);
  * FP_ERR_INVALID_ARGUMENT (NULL path / label / report), FP_ERR_IO. */
 FP_API fp_status fp_trace_sqlite_add_run(const char *path, const char *label, const char *git_commit,
                                          const fp_ab_report *report);
+
+/* ======================================================================== */
+/*  The verdict: what bounds a workload                                     */
+/* ======================================================================== */
+/*
+ * Five things bound a GPU workload, each with its own fix. The verdict reads
+ * them off a set of spans (a context's ring, or spans read or built by the
+ * caller) and the device's roofs:
+ *   compute    the ops' FLOP rate near the compute roof (tensor or FMA peak)
+ *   memory     the ops' byte rate near the measured copy bandwidth
+ *   launch     the device idle between ops: the host cannot issue work fast
+ *              enough (launch overhead, host work between launches)
+ *   transfer   host<->device copies and collectives not hidden under ops
+ *   sync       the host blocked waiting on the device, and the device idle
+ *              that wait leaves behind it
+ *
+ * How spans are read
+ *   - Classes: category "range" (user ranges) is structure: it widens the
+ *     window of the whole set (a step range's host time is the workload's)
+ *     but is no work. Category FP_TRACE_SYNC ("sync") is a host wait
+ *     (fp_context_synchronize records one; callers record their own: it is
+ *     timed by the host clock, on CUDA contexts too). Category
+ *     FP_TRACE_TRANSFER ("transfer": fp_mem_upload / fp_mem_download record
+ *     "h2d" / "d2h"), the pipeline's "pipeline_h2d" / "pipeline_d2h" and
+ *     category "collective" are transfers. Everything else is an op: the
+ *     device busy.
+ *   - The timeline of the whole set: busy = the union of op spans; exposed
+ *     transfer = the union of transfer spans outside it; the rest of the
+ *     window is idle. An idle interval that a sync span overlaps or touches
+ *     is sync (the wait, and the drain-and-refill bubble after it: the host
+ *     could not run ahead); any other idle interval is launch. So busy +
+ *     transfer + launch + sync = the window, and each share is a fraction
+ *     of it.
+ *   - A group (the spans of one name, module, stage or category) is charged
+ *     its own busy and transfer time, the launch gaps its spans end
+ *     (the gap before each of its spans) and the sync gaps its sync spans
+ *     overlap: its window is their sum.
+ *   - compute_pct = the group's FLOPs / busy time, as a % of the compute
+ *     roof (compute_tflops, or fma_tflops when that is 0); memory_pct = its
+ *     bytes / busy time, % of copy_gbps. Unknown (-1) without FLOPs / bytes
+ *     or the roof. Multi-stream overlap counts once (the union).
+ *   - The bound is the largest of the shares busy, transfer, launch, sync
+ *     (ties in that order); a busy group is compute-bound when compute_pct
+ *     >= memory_pct, else memory-bound; unknown when neither is known or the
+ *     group has no time. The reason states the numbers; the remedy names
+ *     the library capability that addresses it.
+ *   - Limits: a CUDA context's op spans are event times on the device and
+ *     its sync spans host-clock times, aligned at the ring's base event (the
+ *     host clock read just after the base event completed: ops appear late
+ *     by that wake-up latency, typically 5-20 us). Spans carry no roofline
+ *     figures for ops that count none (graph replays, batch executions:
+ *     their ops inside do, on CPU contexts).
+ */
+
+/* Categories the verdict reads (fp_trace_begin's category). */
+#define FP_TRACE_SYNC "sync"         /* a host wait: host-timed on every context */
+#define FP_TRACE_TRANSFER "transfer" /* a host<->device copy */
+
+typedef enum fp_bound {
+    FP_BOUND_UNKNOWN = 0,
+    FP_BOUND_COMPUTE = 1,
+    FP_BOUND_MEMORY = 2,
+    FP_BOUND_LAUNCH = 3,
+    FP_BOUND_TRANSFER = 4,
+    FP_BOUND_SYNC = 5,
+} fp_bound;
+
+/* "unknown", "compute", "memory", "launch", "transfer", "sync" ("?" out of range). */
+FP_API const char *fp_bound_name(fp_bound bound);
+
+/* What a workload is measured against. 0 (or less) means unknown. */
+typedef struct fp_trace_roofs {
+    size_t struct_size;     /* set by fp_trace_roofs_init */
+    double compute_tflops;  /* tensor-core (bf16 dense) peak; 0 on a CPU */
+    double fma_tflops;      /* FP32 FMA peak (CUDA: from the clocks; CPU: measured) */
+    double copy_gbps;       /* measured device copy bandwidth, read + write (fp_measure_copy_bandwidth) */
+    double pinned_gbps;     /* measured host->device copy from pinned memory (CPU: memcpy) */
+} fp_trace_roofs;
+
+FP_API fp_status fp_trace_roofs_init_sized(fp_trace_roofs *roofs, size_t struct_size);
+#define fp_trace_roofs_init(roofs) fp_trace_roofs_init_sized((roofs), sizeof *(roofs))
+
+/* Fills the roofs of ctx's device: peaks from fp_context_device_info and
+ * three short measurements (copy bandwidth over 256 MiB on CUDA / 64 MiB on
+ * a CPU; a 64 MiB pinned host->device copy; on a CPU, an FMA loop on the
+ * context's worker threads). About 0.1-0.5 s. Not traced (spans are
+ * suspended meanwhile). Errors: FP_ERR_INVALID_ARGUMENT, FP_ERR_OUT_OF_MEMORY,
+ * FP_ERR_CUDA; *out untouched on error. */
+FP_API fp_status fp_trace_roofs_measure(fp_context *ctx, fp_trace_roofs *out);
+
+typedef enum fp_trace_group_by {
+    FP_TRACE_GROUP_ALL = 0,      /* every span (key ignored): the group "all" */
+    FP_TRACE_GROUP_NAME = 1,
+    FP_TRACE_GROUP_MODULE = 2,
+    FP_TRACE_GROUP_STAGE = 3,
+    FP_TRACE_GROUP_CATEGORY = 4,
+} fp_trace_group_by;
+
+typedef struct fp_trace_verdict {
+    size_t struct_size;             /* set by the caller: sizeof(fp_trace_verdict) */
+    char group[FP_TRACE_MODULE_MAX]; /* the key, "all" for FP_TRACE_GROUP_ALL */
+    size_t spans;                   /* spans in the group (ranges not counted) */
+    double window_s;                /* the group's time: busy + transfer + launch + sync */
+    double busy_s, transfer_s, launch_s, sync_s;
+    double busy_pct, transfer_pct, launch_pct, sync_pct; /* of window_s, each 0..100 */
+    double bytes, flops;            /* summed over the group's op spans */
+    double compute_pct;             /* FLOP rate over busy_s, % of the compute roof; -1 unknown */
+    double memory_pct;              /* byte rate over busy_s, % of copy_gbps; -1 unknown */
+    double transfer_bytes;          /* of its host<->device copies (collectives not counted) */
+    double transfer_gbps;           /* transfer_bytes / their time; -1 without copies */
+    double transfer_pct_of_peak;    /* of pinned_gbps; -1 unknown */
+    int collectives;                /* 1: collectives took more of transfer_s than copies */
+    fp_bound bound;
+    const char *remedy;             /* static text: the capability that addresses the bound */
+    char reason[256];               /* the numbers behind the bound */
+} fp_trace_verdict;
+
+/* The verdict of one group of `spans` (n elements of span_size bytes: pass
+ * sizeof(fp_trace_span)), the timeline built from all of them. by / key
+ * select the group (key ignored for FP_TRACE_GROUP_ALL). roofs may be NULL
+ * (all unknown). n 0 or an empty window: bound unknown, FP_OK. Errors:
+ * FP_ERR_INVALID_ARGUMENT (NULL out / key, spans NULL with n > 0, a bad
+ * struct or span size, a bad `by`, a span with end before start or
+ * non-finite times), FP_ERR_NOT_FOUND (no span has that key),
+ * FP_ERR_OUT_OF_MEMORY. Pure: thread-safe. */
+FP_API fp_status fp_trace_verdict_spans(const fp_trace_span *spans, size_t n, size_t span_size,
+                                        fp_trace_group_by by, const char *key, const fp_trace_roofs *roofs,
+                                        fp_trace_verdict *out);
+
+/* One verdict per distinct key of `by` among the spans (ranges excluded; for
+ * MODULE / STAGE, spans with an empty key are left out), largest window
+ * first, at most `max` into out[] (elements of verdict_size bytes: pass
+ * sizeof(fp_trace_verdict)); *count receives how many groups there are (max
+ * 0 counts only). Errors as fp_trace_verdict_spans, and FP_ERR_INVALID_ARGUMENT
+ * for FP_TRACE_GROUP_ALL or out NULL with max > 0. */
+FP_API fp_status fp_trace_verdict_groups(const fp_trace_span *spans, size_t n, size_t span_size,
+                                         fp_trace_group_by by, const fp_trace_roofs *roofs,
+                                         fp_trace_verdict *out, size_t verdict_size, size_t max, size_t *count);
+
+/* fp_trace_verdict_spans over ctx's finished spans (fp_trace_read). */
+FP_API fp_status fp_trace_verdict_context(fp_context *ctx, fp_trace_group_by by, const char *key,
+                                          const fp_trace_roofs *roofs, fp_trace_verdict *out);
 
 #ifdef __cplusplus
 }

@@ -231,6 +231,10 @@ fp_status fp_context_synchronize(fp_context *ctx, fp_stream stream) {
     FP_TRY(fp_ctx_check(ctx, -1));
     if (ctx->kind == FP_DEVICE_CPU) return FP_OK;
     FP_TRY(fp_ctx_activate(ctx));
-    FP_CUDA_TRY(cudaStreamSynchronize(fp_ctx_stream(ctx, stream)));
+    /* a host wait: the verdict's "sync" (trace.h), timed by the host clock */
+    uint64_t span = fp_ctx_trace_begin(ctx, stream, "synchronize", "sync", 0, 0);
+    cudaError_t e = cudaStreamSynchronize(fp_ctx_stream(ctx, stream));
+    fp_ctx_trace_end(ctx, span);
+    if (e != cudaSuccess) return fp_cuda_status(e, "cudaStreamSynchronize", __FILE__, __LINE__);
     return FP_OK;
 }

@@ -45,12 +45,19 @@ static fp_status copy(fp_context *ctx, void *dst, const void *src, size_t bytes,
     FP_CHECK_NOT_NULL(dst);
     FP_CHECK_NOT_NULL(src);
     if (bytes == 0) return FP_OK;
+    /* a host<->device copy: the verdict's "transfer" (trace.h) */
+    const char *name = kind == cudaMemcpyHostToDevice ? "h2d" : "d2h";
     if (ctx->kind == FP_DEVICE_CPU) {
+        uint64_t span = fp_ctx_trace_begin(ctx, stream, name, "transfer", (double)bytes, 0);
         memmove(dst, src, bytes);
+        fp_ctx_trace_end(ctx, span);
         return FP_OK;
     }
     FP_TRY(fp_ctx_activate(ctx));
-    FP_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, fp_ctx_stream(ctx, stream)));
+    uint64_t span = fp_ctx_trace_begin(ctx, stream, name, "transfer", (double)bytes, 0);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, fp_ctx_stream(ctx, stream));
+    fp_ctx_trace_end(ctx, span);
+    if (e != cudaSuccess) return fp_cuda_status(e, "cudaMemcpyAsync", __FILE__, __LINE__);
     return FP_OK;
 }
 

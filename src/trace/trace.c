@@ -25,6 +25,7 @@ typedef struct trace_slot {
     int state;             /* SLOT_* */
     int resolved;          /* end_s final (and start_s) */
     int start_known;       /* start_s final (CUDA: resolved, the span maybe still open) */
+    int host;              /* timed by the host clock (CPU, "sync" spans, fp_trace_record): no events */
     cudaEvent_t ev[2];     /* CUDA: begin and end, created at the slot's first use */
     fp_trace_span span;
 } trace_slot;
@@ -308,9 +309,12 @@ static fp_status begin_span(fp_context *ctx, fp_stream stream, const char *name,
     sp->nranks = nranks;
     sp->end_s = 0;
     s->resolved = 0;
-    s->start_known = ctx->kind != FP_DEVICE_CUDA;
+    /* A host wait ("sync") is the host's time, not the stream's: the clock
+     * at both ends, on a CUDA context too (the trace clock is the host's). */
+    s->host = ctx->kind != FP_DEVICE_CUDA || strcmp(category, FP_TRACE_SYNC) == 0;
+    s->start_known = s->host;
     fp_status st = FP_OK;
-    if (ctx->kind == FP_DEVICE_CUDA) {
+    if (!s->host) {
         sp->stream = (uint64_t)(uintptr_t)cs;
         sp->start_s = 0;
         cudaError_t e = cudaSuccess;
@@ -325,7 +329,7 @@ static fp_status begin_span(fp_context *ctx, fp_stream stream, const char *name,
                             cudaGetErrorString(e));
         }
     } else {
-        sp->stream = thread_id();
+        sp->stream = ctx->kind == FP_DEVICE_CUDA ? (uint64_t)(uintptr_t)cs : thread_id();
         sp->start_s = fp_now_s();
     }
     if (st == FP_OK) {
@@ -344,7 +348,7 @@ static fp_status end_span(fp_context *ctx, uint64_t seq, int quiet) {
     if (!t)
         return TRACE_FAIL(quiet, FP_ERR_INVALID_ARGUMENT, "fp_trace_end: span %llu was never begun on this context",
                           (unsigned long long)seq);
-    double now = ctx->kind == FP_DEVICE_CPU ? fp_now_s() : 0;
+    double now = fp_now_s(); /* used by host-timed spans */
     fp_status st = FP_OK;
     pthread_mutex_lock(&t->mu);
     trace_slot *s = seq <= t->next_seq ? &t->slots[(seq - 1) % t->cap] : NULL; /* issued: cap > 0 */
@@ -356,7 +360,7 @@ static fp_status end_span(fp_context *ctx, uint64_t seq, int quiet) {
     } else if (s->state != SLOT_OPEN) {
         st = TRACE_FAIL(quiet, FP_ERR_INVALID_ARGUMENT, "fp_trace_end: span %llu ('%s') was already ended",
                         (unsigned long long)seq, s->span.name);
-    } else if (ctx->kind == FP_DEVICE_CUDA) {
+    } else if (!s->host) {
         --t->open;
         cudaError_t e = cudaEventRecord(s->ev[1], (cudaStream_t)(uintptr_t)s->span.stream);
         if (e != cudaSuccess) {
@@ -566,6 +570,7 @@ fp_status fp_trace_record(fp_context *ctx, const fp_trace_span *span) {
     slot->span.struct_size = sizeof slot->span;
     slot->resolved = 1;
     slot->start_known = 1;
+    slot->host = 1;
     slot->state = SLOT_DONE;
     ++t->recorded;
     pthread_mutex_unlock(&t->mu);
@@ -593,7 +598,7 @@ static void resolve_locked(fp_context *ctx, struct fp_trace_state *t) {
         trace_slot *s = &t->slots[(q - 1) % t->cap];
         if (s->seq != q || s->state == SLOT_EMPTY) continue;
         if (s->start_known && (s->resolved || s->state == SLOT_OPEN)) {
-            t->anchor_seq = q;
+            if (!s->host) t->anchor_seq = q; /* a host-timed span has no begin event to count from */
             continue;
         }
         if (!activated) {

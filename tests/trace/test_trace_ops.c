@@ -207,6 +207,9 @@ static void run_ops(const norm_bufs *nb, const attn_bufs *ab) {
     CHECK_OK(fp_context_synchronize(g_ctx, NULL));
 }
 #define OPS_RUN 5 /* run_ops' op calls */
+/* run_ops' fp_context_synchronize: a "sync" span (host wait) on a CUDA
+ * context; a CPU context has nothing to wait for and records none */
+static size_t syncs_run(void) { return fp_context_kind(g_ctx) == FP_DEVICE_CUDA; }
 
 static void test_ops(const norm_bufs *nb, const attn_bufs *ab) {
     fp_norm_params fp;
@@ -233,7 +236,14 @@ static void test_ops(const norm_bufs *nb, const attn_bufs *ab) {
     st = stats();
     CHECK(st.open == 0 && st.dropped == 0);
     size_t n = take_spans();
-    CHECK_MSG(n == OPS_RUN + 1, "%zu spans (want %d ops and the range)", n, OPS_RUN);
+    CHECK_MSG(n == OPS_RUN + syncs_run() + 1, "%zu spans (want %d ops, %zu sync and the range)", n, OPS_RUN,
+              syncs_run());
+    int nsync = 0;
+    const fp_trace_span *sync = find(n, "synchronize", &nsync);
+    CHECK((size_t)nsync == syncs_run());
+    if (sync) /* host-timed, tagged as the ops */
+        CHECK(!strcmp(sync->category, FP_TRACE_SYNC) && sync->end_s >= sync->start_s &&
+              !strcmp(sync->module, "model") && sync->step == 5);
     expect_op(n, "norm_fwd", "op", fp_norm_forward_bytes(&fp), 0);
     expect_op(n, "norm_bwd", "op", fp_norm_backward_bytes(&bp), 0);
     expect_op(n, "attention_fwd", "op", attn_bytes(&pre), fp_attention_flops(&pre));
@@ -266,7 +276,7 @@ static void test_ops(const norm_bufs *nb, const attn_bufs *ab) {
     int c1 = 0, c2 = 0;
     (void)find(n, "norm_fwd", &c1);
     (void)find(n, "norm_bwd", &c2);
-    CHECK(n == 2 && c1 == 1 && c2 == 1);
+    CHECK(n == 2 + syncs_run() && c1 == 1 && c2 == 1);
 }
 
 static fp_status graph_step(void *user, fp_stream stream) {
@@ -427,13 +437,13 @@ static void test_nvtx(const norm_bufs *nb, const attn_bufs *ab) {
     run_ops(nb, ab);
     CHECK_OK(fp_trace_pop(g_ctx));
     fp_nvtx_counts(&pu1, &po1);
-    CHECK_MSG(pu1 - pu0 == (env ? OPS_RUN + 1 : 0u) && po1 - po0 == pu1 - pu0, "off: %llu opened, %llu closed",
+    CHECK_MSG(pu1 - pu0 == (env ? OPS_RUN + syncs_run() + 1 : 0u) && po1 - po0 == pu1 - pu0, "off: %llu opened, %llu closed",
               (unsigned long long)(pu1 - pu0), (unsigned long long)(po1 - po0));
     CHECK_OK(fp_trace_enable(g_ctx, MAX_SPANS));
     CHECK_OK(fp_trace_push(g_ctx, "model", "on"));
     run_ops(nb, ab);
     fp_nvtx_counts(&pu0, &po0);
-    CHECK_MSG(pu0 - pu1 == OPS_RUN + 1 && po0 - po1 == OPS_RUN, "on: %llu opened, %llu closed",
+    CHECK_MSG(pu0 - pu1 == OPS_RUN + syncs_run() + 1 && po0 - po1 == OPS_RUN + syncs_run(), "on: %llu opened, %llu closed",
               (unsigned long long)(pu0 - pu1), (unsigned long long)(po0 - po1));
     CHECK_OK(fp_trace_pop(g_ctx));
     fp_nvtx_counts(&pu1, &po1);
