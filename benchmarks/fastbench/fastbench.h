@@ -26,6 +26,8 @@ typedef struct fb_options {
     fb_opt opts[FB_MAX_OPTS];
     int nopts;
     const char *json_path;
+    int profile;            /* --profile, and always for `trace` */
+    const char *out_dir;    /* `trace --out DIR` */
 } fb_options;
 
 struct fb_result {
@@ -69,5 +71,36 @@ cJSON *fb_result_json(const fb_result *r);
 cJSON *fb_device_json(const fp_device_info *dev);
 char *fb_git_commit(char *buf, size_t n);
 int fb_compare_files(const char *old_path, const char *new_path, double min_effect, FILE *out);
+
+/* profile.c: `run --profile` and `trace --out DIR` */
+typedef struct fb_profile_run {
+    char label[400];
+    fp_ab_report report;
+} fb_profile_run;
+
+typedef struct fb_profile {
+    int on;
+    fp_trace_roofs roofs;
+    int step;                /* the scenario's number: its spans' step tag */
+    uint64_t dropped_before;
+    fb_profile_run *runs;    /* the A/B results, for the database's runs table */
+    int nruns, cap_runs;
+} fb_profile;
+
+/* Measures the roofs and turns tracing on (a ring of `capacity` spans);
+ * 0 with a message on failure. */
+int fb_profile_start(fb_profile *p, fp_context *ctx, size_t capacity);
+/* Tags what the scenario records with its number. */
+void fb_profile_scenario_begin(fb_profile *p, fp_context *ctx, int index);
+/* The scenario's profile object (the verdict of its measured samples), and
+ * a line on stdout; NULL when profiling is off. */
+cJSON *fb_profile_scenario_end(fb_profile *p, fp_context *ctx, const char *scenario);
+void fb_profile_add_run(fb_profile *p, const fb_result *r);
+/* DIR/trace.json and DIR/trace.sqlite (with the runs); 0 with a message on failure. */
+int fb_profile_export(fb_profile *p, fp_context *ctx, const char *dir, const char *commit);
+void fb_profile_stop(fb_profile *p, fp_context *ctx);
+cJSON *fb_roofs_json(const fp_trace_roofs *r);
+cJSON *fb_verdict_json(const fp_trace_verdict *v);
+int fb_make_out_dir(const char *dir);
 
 #endif

@@ -4,6 +4,8 @@
  *   fastbench run [NAME-or-prefix ...] [--device cpu|cuda:N] [--dtype bf16,f16]
  *                 [--quick] [--json FILE] [--max-time S] [--min-samples N]
  *                 [--max-samples N] [--noise F] [--flush-l2] [--graph] [--NAME VALUE] [--set NAME=VALUE]
+ *                 [--profile]
+ *   fastbench trace NAME-or-prefix ... --out DIR [run options]
  *   fastbench compare OLD.json NEW.json [--min-effect F]
  *   fastbench info [--json FILE]
  *
@@ -34,6 +36,11 @@ static void usage(FILE *f) {
             "      --flush-l2              flush L2 before every sample (cold cache)\n"
             "      --graph                 CUDA: time CUDA-graph replays (no launch gaps)\n"
             "      --NAME VALUE | --set NAME=VALUE   shape options (e.g. --rows 4096 --cols 768)\n"
+            "      --profile               trace each scenario's timed samples and say what bounds them\n"
+            "                              (compute, memory, launch, transfer, sync; JSON \"profiles\")\n"
+            "  fastbench trace NAME|PREFIX ... --out DIR [run options]\n"
+            "      run --profile, writing DIR/run.json, DIR/trace.json (Chrome / Perfetto) and\n"
+            "      DIR/trace.sqlite (torch_trace, nccl_trace, runs)\n"
             "  fastbench compare OLD.json NEW.json [--min-effect F]   regression report\n"
             "  fastbench info [--json FILE]           device, peaks, versions\n");
 }
@@ -119,6 +126,7 @@ static int parse_run_args(int argc, char **argv, fb_options *o, char **patterns,
         if (strcmp(a, "--quick") == 0) { o->quick = 1; continue; }
         if (strcmp(a, "--flush-l2") == 0) { o->timing.flush_l2 = 1; continue; }
         if (strcmp(a, "--graph") == 0) { o->timing.use_graph = 1; continue; }
+        if (strcmp(a, "--profile") == 0) { o->profile = 1; continue; }
         if (a[1] != '-' || a[2] == '\0') { fprintf(stderr, "fastbench: unknown option '%s'\n", a); return 0; }
         if (!v) { fprintf(stderr, "fastbench: option %s needs a value\n", a); return 0; }
         i++;
@@ -128,6 +136,8 @@ static int parse_run_args(int argc, char **argv, fb_options *o, char **patterns,
             if (!parse_dtypes(v, o)) { fprintf(stderr, "fastbench: bad --dtype '%s' (f32, f16, bf16)\n", v); return 0; }
         } else if (strcmp(a, "--json") == 0) {
             o->json_path = v;
+        } else if (strcmp(a, "--out") == 0) {
+            o->out_dir = v;
         } else if (is_timing_option(a)) {
             /* A bad value is an error: falling through would have made it a
              * shape option and silently kept the default. Sample counts are
@@ -224,7 +234,23 @@ static int cmd_list(void) {
     return 0;
 }
 
-static int cmd_run(int argc, char **argv) {
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The progress line (stderr, when stdout and stderr are terminals): the
+ * scenario, how long the run has taken and, after the first scenario, an
+ * estimate of what is left at the mean pace so far. */
+static void progress(int done, int selected, const char *name, double elapsed) {
+    char left[48] = "";
+    if (done > 1) snprintf(left, sizeof left, ", about %.0f s left", elapsed / (done - 1) * (selected - done + 1));
+    fprintf(stderr, "\r\033[K[%d/%d] %s (%.0f s elapsed%s) ...", done, selected, name, elapsed, left);
+    fflush(stderr);
+}
+
+static int cmd_run(int argc, char **argv, int trace_cmd) {
     fb_options o;
     memset(&o, 0, sizeof o);
     fp_timing_config_default(&o.timing);
@@ -235,6 +261,30 @@ static int cmd_run(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    char run_json[4096];
+    if (trace_cmd) {
+        if (!o.out_dir || npatterns == 0) {
+            fprintf(stderr, "fastbench trace: name the scenarios and give --out DIR\n");
+            free(patterns);
+            usage(stderr);
+            return 2;
+        }
+        int n = snprintf(run_json, sizeof run_json, "%s/run.json", o.out_dir);
+        if (n < 0 || (size_t)n >= sizeof run_json || !fb_make_out_dir(o.out_dir)) {
+            free(patterns);
+            return 2;
+        }
+        if (!o.json_path) o.json_path = run_json;
+        o.profile = 1;
+    } else if (o.out_dir) {
+        fprintf(stderr, "fastbench run: --out is for 'fastbench trace' (run takes --json FILE)\n");
+        free(patterns);
+        return 2;
+    }
+    /* Samples of at least 1 ms while profiling: the timing engine's
+     * boundary between two samples (an event wait) is then a small part of
+     * the window the verdict reads. */
+    if (o.profile && o.timing.min_sample_ms < 1.0) o.timing.min_sample_ms = 1.0;
     /* An unwritable --json path is found now, not after minutes of runs: by
      * creating the temporary file write_json renames into place, which
      * leaves an existing report untouched and creates no empty one. */
@@ -273,22 +323,39 @@ static int cmd_run(int argc, char **argv) {
     cJSON_AddFalseToObject(doc, "complete");
     cJSON *results = cJSON_AddArrayToObject(doc, "results");
     cJSON *skipped = cJSON_AddArrayToObject(doc, "skipped");
-    int tty = isatty(STDERR_FILENO), failures = 0, done = 0;
+    int tty = isatty(STDOUT_FILENO) && isatty(STDERR_FILENO), failures = 0, done = 0;
     printf("device: %s (%s)\n", dev.name, dev.kind == FP_DEVICE_CUDA ? "cuda" : "cpu");
+    fb_profile prof;
+    memset(&prof, 0, sizeof prof);
+    cJSON *profiles = NULL;
+    if (o.profile) {
+        /* a ring per run: spans beyond it overwrite the oldest (counted) */
+        if (!fb_profile_start(&prof, ctx, (size_t)1 << 17)) {
+            cJSON_Delete(doc);
+            fp_context_destroy(ctx);
+            free(patterns);
+            return 2;
+        }
+        cJSON_AddItemToObject(doc, "roofs", fb_roofs_json(&prof.roofs));
+        profiles = cJSON_AddArrayToObject(doc, "profiles");
+    }
+    const double t_start = now_s();
     fb_print_header(stdout);
     for (int i = 0; i < fb_scenario_count(); ++i) {
         const fb_scenario *s = fb_scenario_at(i);
         if (!fb_name_matches(s->name, patterns, npatterns)) continue;
         done++;
-        if (tty) fprintf(stderr, "\r\033[K[%d/%d] %s ...", done, selected, s->name);
+        if (tty) progress(done, selected, s->name, now_s() - t_start);
         fb_run run;
         fb_run_init(&run, s, ctx, &o);
         fp_clear_error();
+        fb_profile_scenario_begin(&prof, ctx, done);
         fp_status st = s->run(&run);
         if (tty) fprintf(stderr, "\r\033[K");
         for (fb_result *r = run.results; r; r = r->next) {
             fb_print_row(stdout, r);
             cJSON_AddItemToArray(results, fb_result_json(r));
+            fb_profile_add_run(&prof, r);
             if (r->status != FP_OK || (r->has_ab && r->ab.compared && !r->ab.agreement.passed)) failures++;
         }
         if (st == FP_ERR_UNSUPPORTED && !run.results) {
@@ -309,6 +376,8 @@ static int cmd_run(int argc, char **argv) {
             cJSON_AddItemToArray(results, r);
             failures++;
         }
+        cJSON *pj = fb_profile_scenario_end(&prof, ctx, s->name);
+        if (pj) cJSON_AddItemToArray(profiles, pj);
         fflush(stdout);
         fb_run_free(&run);
         /* Rewrite the report after every scenario: a run stopped by a time
@@ -316,6 +385,11 @@ static int cmd_run(int argc, char **argv) {
         if (o.json_path && done < selected) write_json(o.json_path, doc);
     }
     int rc = failures ? 1 : 0;
+    if (trace_cmd) {
+        char commit[64];
+        if (!fb_profile_export(&prof, ctx, o.out_dir, fb_git_commit(commit, sizeof commit))) rc = 2;
+    }
+    fb_profile_stop(&prof, ctx);
     cJSON_ReplaceItemInObjectCaseSensitive(doc, "complete", cJSON_CreateTrue());
     if (o.json_path && !write_json(o.json_path, doc)) rc = 2;
     if (failures) fprintf(stderr, "fastbench: %d failure(s)\n", failures);
@@ -409,7 +483,8 @@ int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     const char *cmd = argv[1];
     if (strcmp(cmd, "list") == 0) return cmd_list();
-    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2, 0);
+    if (strcmp(cmd, "trace") == 0) return cmd_run(argc - 2, argv + 2, 1);
     if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 2, argv + 2);
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) { usage(stdout); return 0; }

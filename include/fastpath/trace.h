@@ -72,6 +72,13 @@
  *                           fp_comm_* (and the buckets' all-reduces) "collective", bytes fp_coll_bytes, nranks
  *   h2d, d2h                fp_mem_upload, fp_mem_download        "transfer", bytes the copy's
  *   synchronize             fp_context_synchronize (CUDA)         "sync": the host's wait, host-timed
+ * The timing engine (timing.h): while the context traces, each measured
+ * sample of fp_ab_run runs inside a user range of stage "baseline" or
+ * "optimized" (fp_time's: "timed"), so the ops of each side carry it and a
+ * verdict by stage judges each side (warm-up and check runs carry none).
+ * The "optimized" range's span carries the spec's bytes and flops times
+ * the sample's calls (fp_ab_spec: the optimized side's roofline), so a
+ * callable that runs no instrumented op can be judged by its samples.
  * The validate / A/B calls time these ops: fp_attention_validate's runs are
  * spans, fp_norm_validate's (internal launches) are not. Ops captured into
  * a CUDA graph record nothing during the capture (skipped_capturing): the

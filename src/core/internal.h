@@ -172,6 +172,12 @@ typedef struct fp_trace_hooks {
                       double flops, int nranks);
     void (*end)(fp_context *ctx, uint64_t span);
     void (*destroy)(fp_context *ctx);
+    /* a user range tagging what runs inside with `stage` (fp_trace_push with
+     * no module: the timing engine's "baseline" / "optimized" samples, the
+     * range's span carrying the sample's roofline bytes and flops); push
+     * returns 1 when pushed, and only then is pop called */
+    int (*push)(fp_context *ctx, const char *stage, double bytes, double flops);
+    void (*pop)(fp_context *ctx);
 } fp_trace_hooks;
 
 /* 1 while ctx records spans. */

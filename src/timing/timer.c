@@ -58,6 +58,8 @@ typedef struct sampler {
     double *samples;   /* ms per call */
     int n, cap;
     int done;
+    const char *stage; /* the range of its samples while tracing */
+    double bytes, flops; /* per call, for that range (the optimized side's roofline) */
 } sampler;
 
 typedef struct timing_env {
@@ -182,6 +184,15 @@ static void sampler_free(sampler *s) {
     s->samples = NULL;
 }
 
+/* While ctx traces, each measured sample runs inside a user range whose
+ * stage names its side ("baseline", "optimized", "timed"): the spans of
+ * the ops it runs carry it, so a trace of an A/B splits by side (trace.h,
+ * fp_trace_verdict_spans by stage). */
+static int stage_push(fp_context *ctx, const sampler *s) {
+    return s->stage && fp_ctx_traced(ctx) &&
+           ctx->trace_hooks->push(ctx, s->stage, s->bytes * s->reps, s->flops * s->reps);
+}
+
 static fp_status take_sample(timing_env *env, sampler *s) {
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 64;
@@ -191,7 +202,10 @@ static fp_status take_sample(timing_env *env, sampler *s) {
         s->cap = cap;
     }
     double ms = 0;
-    FP_TRY(sample_once(env, s, s->reps, &ms));
+    const int pushed = stage_push(env->ctx, s);
+    const fp_status st = sample_once(env, s, s->reps, &ms);
+    if (pushed) env->ctx->trace_hooks->pop(env->ctx);
+    FP_TRY(st);
     s->samples[s->n++] = ms;
     return FP_OK;
 }
@@ -257,7 +271,7 @@ fp_status fp_time(fp_context *ctx, fp_stream stream, fp_timed_fn fn, void *user,
     FP_STRUCT_IN(&cfg, def, TIMING_CONFIG_SIZE_FIRST, fp_timing_config_default, "fp_timing_config (cfg)");
     FP_TRY(check_config(cfg));
     timing_env env;
-    sampler s = {.fn = fn, .user = user};
+    sampler s = {.fn = fn, .user = user, .stage = "timed"};
     fp_status st = env_open(&env, ctx, stream, cfg);
     if (st == FP_OK) st = run_interleaved(&env, &s, 1);
     if (st == FP_OK) st = fp_stats_compute(s.samples, s.n, out);
@@ -317,8 +331,9 @@ fp_status fp_ab_run(fp_context *ctx, fp_stream stream, const fp_ab_spec *spec,
     }
 
     timing_env env;
-    sampler s[2] = {{.fn = spec->baseline, .user = spec->baseline_user},
-                    {.fn = spec->optimized, .user = spec->optimized_user}};
+    sampler s[2] = {{.fn = spec->baseline, .user = spec->baseline_user, .stage = "baseline"},
+                    {.fn = spec->optimized, .user = spec->optimized_user, .stage = "optimized",
+                     .bytes = spec->bytes, .flops = spec->flops}};
     fp_status st = env_open(&env, ctx, stream, cfg);
     if (st == FP_OK) st = run_interleaved(&env, s, 2);
     if (st == FP_OK) st = fp_stats_compute(s[0].samples, s[0].n, &rep.baseline);

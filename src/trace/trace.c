@@ -140,7 +140,10 @@ static uint64_t hook_begin(fp_context *ctx, fp_stream stream, const char *name, 
                            double bytes, double flops, int nranks);
 static void hook_end(fp_context *ctx, uint64_t span);
 
-static const fp_trace_hooks trace_hooks = {hook_begin, hook_end, state_destroy};
+static int hook_push(fp_context *ctx, const char *stage, double bytes, double flops);
+static void hook_pop(fp_context *ctx);
+
+static const fp_trace_hooks trace_hooks = {hook_begin, hook_end, state_destroy, hook_push, hook_pop};
 
 /* The state is created once per context (under a process-wide lock, so two
  * first enables cannot race) and published with release semantics: readers
@@ -431,8 +434,8 @@ fp_status fp_trace_end(fp_context *ctx, uint64_t span) {
 /*  User ranges and the step counter                                        */
 /* ------------------------------------------------------------------------ */
 
-fp_status fp_trace_push(fp_context *ctx, const char *module, const char *stage) {
-    FP_TRY(fp_ctx_check(ctx, -1));
+static fp_status push_range(fp_context *ctx, const char *module, const char *stage, double bytes, double flops,
+                            int quiet) {
     if (!module) module = "";
     if (!stage) stage = "";
     FP_CHECK_ARG(module[0] || stage[0], "fp_trace_push: both 'module' and 'stage' are NULL or empty");
@@ -446,7 +449,9 @@ fp_status fp_trace_push(fp_context *ctx, const char *module, const char *stage) 
     copy_text(e.module, sizeof e.module, module[0] ? module : in_module);
     copy_text(e.stage, sizeof e.stage, stage[0] ? stage : in_stage);
     pthread_mutex_unlock(&t->mu);
-    FP_CHECK_ARG(depth < FP_TRACE_MAX_DEPTH, "fp_trace_push: more than %d user ranges open", FP_TRACE_MAX_DEPTH);
+    if (depth >= FP_TRACE_MAX_DEPTH)
+        return TRACE_FAIL(quiet, FP_ERR_INVALID_ARGUMENT, "fp_trace_push: more than %d user ranges open",
+                          FP_TRACE_MAX_DEPTH);
     char name[FP_TRACE_NAME_MAX];
     if (module[0] && stage[0]) {
         size_t nm = strlen(module);
@@ -459,7 +464,7 @@ fp_status fp_trace_push(fp_context *ctx, const char *module, const char *stage) 
     }
     e.span = 0;
     const int traced = fp_ctx_traced(ctx);
-    if (traced) FP_TRY(begin_span(ctx, NULL, name, "range", 0, 0, 0, e.module, e.stage, 0, &e.span));
+    if (traced) FP_TRY(begin_span(ctx, NULL, name, "range", bytes, flops, 0, e.module, e.stage, quiet, &e.span));
     /* an NVTX range as the ops' hooks open one (internal.h) */
     e.nvtx = traced || ctx->nvtx;
     e.nvtx_id = e.nvtx ? fp_nvtx_range_start(name) : 0;
@@ -468,16 +473,20 @@ fp_status fp_trace_push(fp_context *ctx, const char *module, const char *stage) 
         pthread_mutex_unlock(&t->mu);
         if (e.span) (void)end_span(ctx, e.span, 1);
         if (e.nvtx) fp_nvtx_range_end(e.nvtx_id);
-        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "fp_trace_push: more than %d user ranges open",
-                            FP_TRACE_MAX_DEPTH);
+        return TRACE_FAIL(quiet, FP_ERR_INVALID_ARGUMENT, "fp_trace_push: more than %d user ranges open",
+                          FP_TRACE_MAX_DEPTH);
     }
     t->stack[t->depth++] = e;
     pthread_mutex_unlock(&t->mu);
     return FP_OK;
 }
 
-fp_status fp_trace_pop(fp_context *ctx) {
+fp_status fp_trace_push(fp_context *ctx, const char *module, const char *stage) {
     FP_TRY(fp_ctx_check(ctx, -1));
+    return push_range(ctx, module, stage, 0, 0, 0);
+}
+
+static fp_status pop_range(fp_context *ctx, int quiet) {
     struct fp_trace_state *t = state_of(ctx);
     range_entry e;
     memset(&e, 0, sizeof e);
@@ -491,12 +500,23 @@ fp_status fp_trace_pop(fp_context *ctx) {
         pthread_mutex_unlock(&t->mu);
     }
     if (!ok)
-        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "fp_trace_pop: unbalanced pop: no user range is open "
-                                                     "(each fp_trace_pop closes one fp_trace_push)");
-    const fp_status st = e.span ? end_span(ctx, e.span, 0) : FP_OK;
+        return TRACE_FAIL(quiet, FP_ERR_INVALID_ARGUMENT, "fp_trace_pop: unbalanced pop: no user range is open "
+                                                          "(each fp_trace_pop closes one fp_trace_push)");
+    const fp_status st = e.span ? end_span(ctx, e.span, quiet) : FP_OK;
     if (e.nvtx) fp_nvtx_range_end(e.nvtx_id);
     return st;
 }
+
+fp_status fp_trace_pop(fp_context *ctx) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    return pop_range(ctx, 0);
+}
+
+/* The timing engine's ranges around its samples (internal.h): quiet. */
+static int hook_push(fp_context *ctx, const char *stage, double bytes, double flops) {
+    return push_range(ctx, NULL, stage, bytes, flops, 1) == FP_OK;
+}
+static void hook_pop(fp_context *ctx) { (void)pop_range(ctx, 1); }
 
 fp_status fp_trace_step(fp_context *ctx, int64_t *step) {
     FP_TRY(need_state(ctx, "fp_trace_step"));

@@ -249,16 +249,15 @@ static void decide(fp_trace_verdict *v, size_t ngaps_launch, size_t nwaits, cons
                      v->busy_pct, w);
         } else {
             v->bound = v->compute_pct >= v->memory_pct ? FP_BOUND_COMPUTE : FP_BOUND_MEMORY;
-            char c[32], m[32];
-            if (v->compute_pct >= 0) snprintf(c, sizeof c, "%.0f%%", v->compute_pct);
-            else snprintf(c, sizeof c, "unknown");
-            if (v->memory_pct >= 0) snprintf(m, sizeof m, "%.0f%%", v->memory_pct);
-            else snprintf(m, sizeof m, "unknown");
-            snprintf(v->reason, sizeof v->reason,
-                     "ops busy %.0f%% of %s at %s of the compute roof (%.3g TFLOP/s) and %s of copy bandwidth "
-                     "(%.4g GB/s)",
-                     v->busy_pct, w, c, v->busy_s > 0 ? v->flops / v->busy_s / 1e12 : 0, m,
-                     v->busy_s > 0 ? v->bytes / v->busy_s / 1e9 : 0);
+            char c[96] = "", m[96] = "";
+            if (v->compute_pct >= 0)
+                snprintf(c, sizeof c, "%.0f%% of the compute roof (%.3g TFLOP/s)", v->compute_pct,
+                         v->flops / v->busy_s / 1e12);
+            if (v->memory_pct >= 0)
+                snprintf(m, sizeof m, "%.0f%% of copy bandwidth (%.4g GB/s)", v->memory_pct,
+                         v->bytes / v->busy_s / 1e9);
+            snprintf(v->reason, sizeof v->reason, "ops busy %.0f%% of %s at %s%s%s", v->busy_pct, w, c,
+                     c[0] && m[0] ? " and " : "", m);
         }
     } else if (top == 1) {
         v->bound = FP_BOUND_TRANSFER;
