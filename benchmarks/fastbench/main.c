@@ -5,6 +5,7 @@
  *                 [--quick] [--json FILE] [--max-time S] [--min-samples N]
  *                 [--max-samples N] [--noise F] [--flush-l2] [--graph] [--NAME VALUE] [--set NAME=VALUE]
  *   fastbench compare OLD.json NEW.json [--min-effect F]
+ *   fastbench report RUN.json --out DIR
  *   fastbench info [--json FILE]
  *
  * Exit codes: 0 ok; 1 a scenario failed, a numerical check failed, or
@@ -35,6 +36,7 @@ static void usage(FILE *f) {
             "      --graph                 CUDA: time CUDA-graph replays (no launch gaps)\n"
             "      --NAME VALUE | --set NAME=VALUE   shape options (e.g. --rows 4096 --cols 768)\n"
             "  fastbench compare OLD.json NEW.json [--min-effect F]   regression report\n"
+            "  fastbench report RUN.json --out DIR    HTML page, roofline and speedup charts\n"
             "  fastbench info [--json FILE]           device, peaks, versions\n");
 }
 
@@ -411,6 +413,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "list") == 0) return cmd_list();
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 2, argv + 2);
+    if (strcmp(cmd, "report") == 0) return fb_cmd_report(argc - 2, argv + 2);
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) { usage(stdout); return 0; }
     fprintf(stderr, "fastbench: unknown command '%s'\n", cmd);
