@@ -41,6 +41,7 @@ nothing written. Needs only the standard library and matplotlib (Agg).
 import argparse
 import html
 import json
+import math
 import os
 import sys
 import tempfile
@@ -95,6 +96,8 @@ def number(obj, key, where):
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ReportError(f"{where}: {key} is not a number ({json.dumps(v)[:40]})")
+    if not math.isfinite(v):
+        raise ReportError(f"{where}: {key} is not a finite number ({v})")
     return float(v)
 
 
@@ -456,7 +459,9 @@ VERDICT_HEADERS = ["scenario", "group", "bound", "compute %", "memory %", "launc
 def verdict_row(scenario, group, v):
     transfer = fmt(v["transfer_pct"], ".1f")
     if v["transfer_gbps"] is not None:
-        transfer += f" ({v['transfer_gbps']:.4g} GB/s)"
+        of_peak = v["transfer_pct_of_peak"]
+        pinned = f", {of_peak:.0f}% of pinned" if of_peak is not None else ""
+        transfer += f" ({v['transfer_gbps']:.4g} GB/s{pinned})"
     return [scenario, group, v["bound"] or "unknown", fmt(v["compute_pct"], ".1f"), fmt(v["memory_pct"], ".1f"),
             fmt(v["launch_pct"], ".1f"), transfer, fmt(v["sync_pct"], ".1f"), v["remedy"] or "-",
             v["reason"] or "-"]
@@ -475,7 +480,10 @@ def verdict_table(doc):
     rows = []
     for p in doc["profiles"]:
         if p["overall"] is not None:
-            rows.append(verdict_row(p["scenario"], "VERDICT", p["overall"]))
+            row = verdict_row(p["scenario"], "VERDICT", p["overall"])
+            if positive(p["dropped"]):
+                row[-1] += f" ({p['dropped']:.0f} spans dropped: the trace ring overflowed)"
+            rows.append(row)
         rows += [verdict_row(p["scenario"], g["group"] or "?", g) for g in p["groups"]]
     traced = {p["scenario"] for p in doc["profiles"]}
     rows += [untraced_row(r) for r in doc["results"] if r["name"] not in traced]

@@ -136,7 +136,7 @@ def test_report_with_roofs_and_profiles(fastbench, tmp_path):
         assert f"<td>{bound}</td>" in page, bound
         assert html.escape(remedy) in page, remedy
     assert "<wider>" not in page and "launch &lt;failed&gt;" in page
-    assert "<td>VERDICT</td>" in page and "24 GB/s" in page
+    assert "<td>VERDICT</td>" in page and "55.0 (24 GB/s, 48% of pinned)" in page
     # traced scenarios get their profile rows; the others one row from "bound"
     assert "not traced (fastbench trace comm/allreduce --out DIR)" in page
     assert "fastbench trace attention/fwd" not in page
@@ -193,6 +193,9 @@ BAD_INPUTS = {
     "name not a string": (lambda p: write(p, doc_with(results=[{"name": 7}])), "name is not a string"),
     "speedup not a number": (lambda p: write(p, doc_with(results=[{"name": "x", "speedup": "fast"}])),
                              "speedup is not a number"),
+    # JSON has no Inf, but 1e999 overflows to it
+    "speedup not finite": (lambda p: write(p, '{"schema": "fastbench/1", "results": [{"speedup": 1e999, "name": ""}]}'),
+                           "speedup is not a finite number"),
     "profiles not an array": (lambda p: write(p, doc_with(profiles={"scenario": "x"})), "profiles is not an array"),
     "profile pct not a number": (lambda p: write(p, doc_with(profiles=[{"scenario": "x",
                                                                          "overall": {"compute_pct": "high"}}])),
