@@ -6,6 +6,7 @@
 #   the CPU attention's tile GEMMs; without it a slower portable path builds),
 #   ccache (optional),
 #   pytest (for fastbench's CLI tests and the Python bindings' tests),
+#   matplotlib (fastbench report's charts),
 #   python3-venv (tests/packaging installs the wheel into a fresh venv).
 # With FASTPATH_TEST_TORCH=1 (CI sets it), also PyTorch from PyPI (a few GB),
 # so that the fastpath.torch drop-ins are tested against torch.nn.functional
@@ -33,7 +34,7 @@ if ! have_pkg libblis-dev && ! have_blis_header; then need_apt+=(libblis-dev); f
 if ! command -v python3 >/dev/null 2>&1; then
   need_apt+=(python3 python3-pip python3-venv)
 elif ! python3 -m pip --version >/dev/null 2>&1 &&
-     { ! python3 -c "import pytest, numpy" >/dev/null 2>&1 ||
+     { ! python3 -c "import pytest, numpy, matplotlib" >/dev/null 2>&1 ||
        { [ "${FASTPATH_TEST_TORCH:-0}" = 1 ] && ! python3 -c "import torch" >/dev/null 2>&1; }; }; then
   need_apt+=(python3-pip) # Debian's python3 comes without pip: the pip installs below need it
 fi
@@ -63,6 +64,11 @@ pip_install() {
 if ! python3 -c "import pytest, numpy" >/dev/null 2>&1; then
   echo "install-deps: pip install pytest numpy"
   pip_install pytest numpy
+fi
+
+if ! python3 -c "import matplotlib" >/dev/null 2>&1; then
+  echo "install-deps: pip install matplotlib (fastbench report)"
+  pip_install matplotlib
 fi
 
 # cuobjdump + nvdisasm (tests/sass reads the kernels' SASS): part of a full CUDA

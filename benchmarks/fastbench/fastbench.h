@@ -71,6 +71,11 @@ cJSON *fb_result_json(const fb_result *r);
 cJSON *fb_device_json(const fp_device_info *dev);
 char *fb_git_commit(char *buf, size_t n);
 int fb_compare_files(const char *old_path, const char *new_path, double min_effect, FILE *out);
+/* A fastbench/1 document, or NULL with "fastbench CMD: PATH ..." on out. */
+cJSON *fb_load_json(const char *cmd, const char *path, FILE *out);
+
+/* report_cmd.c: fastbench report RUN.json --out DIR (argv after "report") */
+int fb_cmd_report(int argc, char **argv);
 
 /* profile.c: `run --profile` and `trace --out DIR` */
 typedef struct fb_profile_run {

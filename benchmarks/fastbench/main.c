@@ -7,6 +7,7 @@
  *                 [--profile]
  *   fastbench trace NAME-or-prefix ... --out DIR [run options]
  *   fastbench compare OLD.json NEW.json [--min-effect F]
+ *   fastbench report RUN.json --out DIR
  *   fastbench info [--json FILE]
  *
  * Exit codes: 0 ok; 1 a scenario failed, a numerical check failed, or
@@ -42,6 +43,7 @@ static void usage(FILE *f) {
             "      run --profile, writing DIR/run.json, DIR/trace.json (Chrome / Perfetto) and\n"
             "      DIR/trace.sqlite (torch_trace, nccl_trace, runs)\n"
             "  fastbench compare OLD.json NEW.json [--min-effect F]   regression report\n"
+            "  fastbench report RUN.json --out DIR    HTML page, roofline and speedup charts\n"
             "  fastbench info [--json FILE]           device, peaks, versions\n");
 }
 
@@ -486,6 +488,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2, 0);
     if (strcmp(cmd, "trace") == 0) return cmd_run(argc - 2, argv + 2, 1);
     if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 2, argv + 2);
+    if (strcmp(cmd, "report") == 0) return fb_cmd_report(argc - 2, argv + 2);
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) { usage(stdout); return 0; }
     fprintf(stderr, "fastbench: unknown command '%s'\n", cmd);

@@ -1,5 +1,6 @@
 /* Output: the aligned table, the fastbench/1 JSON document, and the
  * regression comparison of two JSON files. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,10 +163,14 @@ char *fb_git_commit(char *buf, size_t n) {
 
 /* ---- compare ---- */
 
-static cJSON *load_json(const char *path, FILE *out) {
+/* Reads a fastbench/1 document for command cmd ("compare", "report"):
+ * NULL, with one line on out naming the file and the fault, when it cannot
+ * be opened or read, is not a regular file, is not JSON, or is not a
+ * fastbench report (no "fastbench/..." schema or no results array). */
+cJSON *fb_load_json(const char *cmd, const char *path, FILE *out) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fprintf(out, "fastbench compare: cannot open %s\n", path);
+        fprintf(out, "fastbench %s: cannot open %s: %s\n", cmd, path, strerror(errno));
         return NULL;
     }
     /* A directory opens fine on Linux and reports an absurd size at
@@ -173,7 +178,7 @@ static cJSON *load_json(const char *path, FILE *out) {
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
         fclose(f);
-        fprintf(out, "fastbench compare: %s is not a regular file\n", path);
+        fprintf(out, "fastbench %s: %s is not a regular file\n", cmd, path);
         return NULL;
     }
     fseek(f, 0, SEEK_END);
@@ -184,20 +189,24 @@ static cJSON *load_json(const char *path, FILE *out) {
     fclose(f);
     if (!text || got != (size_t)len) {
         free(text);
-        fprintf(out, "fastbench compare: cannot read %s\n", path);
+        fprintf(out, "fastbench %s: cannot read %s\n", cmd, path);
         return NULL;
     }
     text[len] = '\0';
     cJSON *doc = cJSON_Parse(text);
     free(text);
-    const cJSON *schema = doc ? cJSON_GetObjectItemCaseSensitive(doc, "schema") : NULL;
-    if (!doc || !cJSON_IsString(schema) || strncmp(schema->valuestring, "fastbench/", 10) != 0 ||
-        !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(doc, "results"))) {
-        fprintf(out, "fastbench compare: %s is not a fastbench JSON report\n", path);
-        cJSON_Delete(doc);
-        return NULL;
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(doc, "schema");
+    if (!doc) {
+        fprintf(out, "fastbench %s: %s is %s\n", cmd, path, len ? "not valid JSON (truncated?)" : "empty");
+    } else if (!cJSON_IsString(schema) || strncmp(schema->valuestring, "fastbench/", 10) != 0) {
+        fprintf(out, "fastbench %s: %s is not a fastbench JSON report (no fastbench/ schema)\n", cmd, path);
+    } else if (!cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(doc, "results"))) {
+        fprintf(out, "fastbench %s: %s is not a fastbench JSON report (results is not an array)\n", cmd, path);
+    } else {
+        return doc;
     }
-    return doc;
+    cJSON_Delete(doc);
+    return NULL;
 }
 
 static void result_key(const cJSON *r, char *buf, size_t n) {
@@ -241,7 +250,7 @@ static int stats_from_json(const cJSON *o, fp_stats *s) {
 }
 
 int fb_compare_files(const char *old_path, const char *new_path, double min_effect, FILE *out) {
-    cJSON *old_doc = load_json(old_path, out), *new_doc = load_json(new_path, out);
+    cJSON *old_doc = fb_load_json("compare", old_path, out), *new_doc = fb_load_json("compare", new_path, out);
     if (!old_doc || !new_doc) {
         cJSON_Delete(old_doc);
         cJSON_Delete(new_doc);
