@@ -34,7 +34,7 @@ if ! have_pkg libblis-dev && ! have_blis_header; then need_apt+=(libblis-dev); f
 if ! command -v python3 >/dev/null 2>&1; then
   need_apt+=(python3 python3-pip python3-venv)
 elif ! python3 -m pip --version >/dev/null 2>&1 &&
-     { ! python3 -c "import pytest, numpy, matplotlib" >/dev/null 2>&1 ||
+     { ! python3 -c "import pytest, numpy" >/dev/null 2>&1 || ! python3 -c "import matplotlib" >/dev/null 2>&1 ||
        { [ "${FASTPATH_TEST_TORCH:-0}" = 1 ] && ! python3 -c "import torch" >/dev/null 2>&1; }; }; then
   need_apt+=(python3-pip) # Debian's python3 comes without pip: the pip installs below need it
 fi

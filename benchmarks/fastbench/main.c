@@ -378,7 +378,8 @@ static int cmd_run(int argc, char **argv, int trace_cmd) {
             cJSON_AddItemToArray(results, r);
             failures++;
         }
-        cJSON *pj = fb_profile_scenario_end(&prof, ctx, s->name);
+        /* a skipped scenario ran nothing to judge */
+        cJSON *pj = run.results || st != FP_ERR_UNSUPPORTED ? fb_profile_scenario_end(&prof, ctx, s->name) : NULL;
         if (pj) cJSON_AddItemToArray(profiles, pj);
         fflush(stdout);
         fb_run_free(&run);

@@ -136,7 +136,9 @@ cJSON *fb_profile_scenario_end(fb_profile *p, fp_context *ctx, const char *scena
     cJSON *groups = cJSON_CreateArray();
     if (st == FP_OK) {
         cJSON_AddItemToObject(o, "overall", fb_verdict_json(&v));
-        if (has_stage(spans, kept, "baseline")) {
+        /* the baseline side (when the samples stand in for ops, the groups
+         * by name below are the sides already) */
+        if (!from_samples && has_stage(spans, kept, "baseline")) {
             fp_trace_verdict b = v;
             if (fp_trace_verdict_spans(spans, kept, sizeof *spans, FP_TRACE_GROUP_STAGE, "baseline", &p->roofs,
                                        &b) == FP_OK)

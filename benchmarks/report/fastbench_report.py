@@ -420,8 +420,13 @@ def fmt_ms(ms):
     return f"{ms / 1e3:.2f} s"
 
 
+def failed(r):
+    """fastbench writes fp_status_string's "ok" for a row that ran."""
+    return r["status"].lower() != "ok"
+
+
 def check_cell(r):
-    if r["status"] != "OK":
+    if failed(r):
         return "FAILED" + (f": {r['detail']}" if r["detail"] else f" ({r['status']})")
     cell = {True: "ok", False: "MISMATCH", None: "-"}[r["passed"]]
     if r["passed"] is not None and r["max_abs_err"] is not None:
@@ -446,7 +451,7 @@ def results_table(results):
         b, o = r["baseline"] or {}, r["optimized"] or {}
         rows.append([r["name"], params_string(r["params"]), fmt_ms(b.get("median_ms")),
                      fmt_ms(o.get("median_ms")), fmt(r["speedup"], ".3f", "x"), r["verdict"] or "-",
-                     fmt(r["achieved_gbps"], ".4g"), fmt(r["achieved_tflops"], ".4g"),
+                     fmt(r["achieved_gbps"] or None, ".4g"), fmt(r["achieved_tflops"] or None, ".4g"),
                      fmt(r["pct_of_peak"], ".1f", "%"), check_cell(r)])
     return table(["scenario", "shape", "baseline", "optimized", "speedup", "verdict", "GB/s", "TFLOP/s",
                   "% of peak", "check"], rows)
@@ -468,7 +473,7 @@ def verdict_row(scenario, group, v):
 
 
 def untraced_row(r):
-    bound = r["bound"] or ("failed" if r["status"] != "OK" else "unknown")
+    bound = r["bound"] or ("failed" if failed(r) else "unknown")
     pct = fmt(r["pct_of_peak"], ".1f")
     note = f"launch / transfer / sync: not traced (fastbench trace {r['name']} --out DIR)"
     reason = f"{pct}% of peak in the A/B timing" if r["pct_of_peak"] is not None else "-"
@@ -480,7 +485,7 @@ def verdict_table(doc):
     rows = []
     for p in doc["profiles"]:
         if p["overall"] is not None:
-            row = verdict_row(p["scenario"], "VERDICT", p["overall"])
+            row = verdict_row(p["scenario"], "overall", p["overall"])
             if positive(p["dropped"]):
                 row[-1] += f" ({p['dropped']:.0f} spans dropped: the trace ring overflowed)"
             rows.append(row)

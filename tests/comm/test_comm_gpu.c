@@ -296,7 +296,10 @@ static void case_traced(rank_ctx *r) {
     RCHECK(st.open == 0);
     const char *names[4] = {"allreduce", "allgather", "reduce_scatter", "broadcast"};
     const fp_coll_kind kinds[4] = {FP_COLL_ALLREDUCE, FP_COLL_ALLGATHER, FP_COLL_REDUCE_SCATTER, FP_COLL_BROADCAST};
-    RCHECK_MSG(ns == 5, "rank %d: %zu spans (want 4 collectives and the range)", r->rank, ns);
+    /* and the fp_context_synchronize's host wait, after the range */
+    RCHECK_MSG(ns == 6, "rank %d: %zu spans (want 4 collectives, the range and the sync)", r->rank, ns);
+    RCHECK(ns == 6 && strcmp(sp[5].name, "synchronize") == 0 && strcmp(sp[5].category, "sync") == 0 &&
+           sp[5].module[0] == '\0');
     for (int k = 0; k < 4; ++k) {
         int found = 0;
         for (size_t i = 0; i < ns; ++i) {

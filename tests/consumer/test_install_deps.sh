@@ -39,6 +39,21 @@ PATH="$stubs:$PATH" bash "$root/scripts/install-deps.sh"
 if ! grep -q "install .*python3-pip" "$stubs/apt.log" 2>/dev/null; then
   echo "install-deps did not install python3-pip for a python3 without pip"; exit 1
 fi
+# The same with only matplotlib missing (fastbench report's charts).
+rm -f "$stubs/apt.log"
+cat > "$stubs/python3" <<'PY'
+#!/bin/sh
+case "$*" in
+  "-m pip --version") exit 1 ;;
+  "-c import matplotlib") exit 1 ;;
+esac
+exit 0
+PY
+PATH="$stubs:$PATH" bash "$root/scripts/install-deps.sh" | grep -q "pip install matplotlib" ||
+  { echo "install-deps did not pip install a missing matplotlib"; exit 1; }
+if ! grep -q "install .*python3-pip" "$stubs/apt.log" 2>/dev/null; then
+  echo "install-deps did not install python3-pip for matplotlib on a python3 without pip"; exit 1
+fi
 # A python3 without ensurepip (Debian's, without python3-venv): the wheel
 # test's venv needs python3-venv from apt.
 rm -f "$stubs/apt.log"

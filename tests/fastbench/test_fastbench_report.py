@@ -142,7 +142,7 @@ def test_report_with_roofs_and_profiles(fastbench, tmp_path):
         assert f"<td>{bound}</td>" in page, bound
         assert html.escape(remedy) in page, remedy
     assert "<wider>" not in page and "launch &lt;failed&gt;" in page
-    assert "<td>VERDICT</td>" in page and "55.0 (24 GB/s, 48% of pinned)" in page
+    assert "<td>overall</td>" in page and "55.0 (24 GB/s, 48% of pinned)" in page
     # traced scenarios get their profile rows; the others one row from "bound"
     assert "not traced (fastbench trace comm/allreduce --out DIR)" in page
     assert "fastbench trace attention/fwd" not in page

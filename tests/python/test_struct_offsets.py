@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fastpath import _lib, comm, graph
+from fastpath import _lib, comm, graph, trace
 
 ROOT = Path(__file__).resolve().parents[2]
 STRUCTS = [("fp_norm_params", "fastpath/norm.h", _lib.NormParams),
@@ -27,6 +27,11 @@ STRUCTS += [("fp_comm_id", "fastpath/comm.h", comm.CommId),
             ("fp_coll_bench", "fastpath/comm.h", comm.CollBench),
             ("fp_comm_tensor", "fastpath/comm.h", comm.CommTensor),
             ("fp_buckets_config", "fastpath/comm.h", comm.BucketsConfig)]
+if trace.available():
+    STRUCTS += [("fp_trace_span", "fastpath/trace.h", trace.Span),
+                ("fp_trace_stats", "fastpath/trace.h", trace.TraceStats),
+                ("fp_trace_roofs", "fastpath/trace.h", trace.Roofs),
+                ("fp_trace_verdict", "fastpath/trace.h", trace.Verdict)]
 if graph.available():
     STRUCTS += [("fp_graph_config", "fastpath/graph.h", graph.Config),
                 ("fp_graph_info", "fastpath/graph.h", graph.Info),

@@ -15,6 +15,8 @@ Capabilities (present when libfastpath was built with them):
     fastpath.graph       CUDA graph capture / replay and the shape-bucketed graph cache
     fastpath.pipeline    host<->device copy bandwidth per host memory kind; Prefetcher
                          (the next batches copied to the GPU while this one is used)
+    fastpath.trace       spans, Chrome / SQLite exports, what bounds a workload;
+                         `with fastpath.profile() as p:` (p.summary(), p.sqlite_path)
     fastpath.comm        NCCL communicators (collectives with a ledger, statistics, a
                          watchdog), bucketed all-reduce overlapped with compute
 Both take raw pointers (ints) with shapes, strides and dtypes, and offer a thin
@@ -23,13 +25,14 @@ numpy layer for CPU contexts. PyTorch drop-ins live in fastpath.torch
 """
 import ctypes
 import enum
+import weakref
 
 from . import _lib
 from ._lib import lib
 
 __all__ = ["Status", "FastpathError", "Context", "version", "device_count", "stats", "time", "ab",
            "Verdict", "DTYPES", "dtype_id", "convert", "norm", "attention", "alloc", "graph", "pipeline",
-           "comm"]
+           "comm", "trace", "profile"]
 
 
 class Status(enum.IntEnum):
@@ -113,6 +116,10 @@ def _opt_ptr(p):
     return int(p) if p else None
 
 
+# Every open Context (fastpath.profile() traces those alive when it starts).
+_live_contexts = weakref.WeakSet()
+
+
 class Context(_lib.Closeable):
     """An execution context: "cpu" or "cuda" / "cuda:N"."""
 
@@ -128,6 +135,9 @@ class Context(_lib.Closeable):
         self._h = ctypes.c_void_p()
         check(lib.fp_context_create(kind, index, ctypes.byref(self._h)))
         self.device = device
+        _live_contexts.add(self)
+        if trace.available():
+            trace._on_new_context(self)  # an active fastpath.profile() traces it
 
     @property
     def handle(self):
@@ -258,4 +268,5 @@ def ab(ctx, baseline, optimized, bytes=0.0, flops=0.0, max_time_s=None, min_samp
     return _ab_report_dict(rep)
 
 
-from . import norm, attention, alloc, graph, pipeline, comm  # noqa: E402  (they use the names above)
+from . import norm, attention, alloc, graph, pipeline, comm, trace  # noqa: E402  (they use the names above)
+from .trace import profile  # noqa: E402
