@@ -40,7 +40,9 @@
 #              bucket_tuner) and "collectives"; "decode1k" / "norm1row" the
 #              decode step's kernels alone (1024 keys; one 4096-wide row);
 #              "ab-*" the same scenarios with an environment that selects
-#              the kernel a change replaces (extra.txt, not fastbench.json)
+#              the kernel a change replaces (extra.txt, not fastbench.json);
+#              "prof-*" scenarios run with --profile: what bounds each
+#              (compute, memory, launch, transfer, sync; extra.txt)
 # Environment: FP_GPU_CHECK_BUDGET (default 420 s for the whole call),
 # FP_GPU_CHECK_PHASES (comma list, default all), FP_GPU_CHECK_BENCH_CAP (the
 # bench phase's cap, default 120 s), FP_GPU_CHECK_PYTEST (pytest's selection,
@@ -288,6 +290,9 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # run's rows (v4 with a dresidual, else v3)
     "ab-bwdring|FP_NORM_BWD_RING=1 norm/layernorm_bwd --rows 16384 --cols 4096 --dtype bf16"
     "ab-bwdv3|FP_NORM_BWD_RING=0 norm/layernorm_bwd --rows 16384 --cols 4096 --dtype bf16"
+    # what bounds each (the five-dimension verdict, fastbench --profile):
+    # "prof-" runs trace their timed samples; their lines go to extra.txt
+    "prof-mix|attention/prefill attention/decode norm/layernorm_fwd graph/op_host_cost --dtype bf16"
   )
   : > "$out/fastbench.txt"
   for spec in "${runs[@]}"; do
@@ -300,7 +305,9 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
       args=${BASH_REMATCH[2]}
     done
     txt=$out/fastbench.txt json=$logs/fb-$name.json
-    if [[ $name == ab-* ]]; then txt=$out/extra.txt json=$logs/$name.json; fi
+    if [[ $name == ab-* || $name == prof-* ]]; then txt=$out/extra.txt json=$logs/$name.json; fi
+    prof=()
+    if [[ $name == prof-* ]]; then prof=(--profile); fi
     tl=$(( t - ($(elapsed) - b0) ))
     [ "$tl" -gt 45 ] && tl=45 # one run cannot eat the phase
     if [ "$tl" -lt 5 ]; then
@@ -310,7 +317,8 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     fi
     echo "==== fastbench run ${envs[*]} $args" >> "$txt"
     # shellcheck disable=SC2086 # args is a word list
-    timeout "$tl" env "${envs[@]}" ./build-gpu/fastbench run $args "${common[@]}" --json "$json" >> "$txt" 2>&1
+    timeout "$tl" env "${envs[@]}" ./build-gpu/fastbench run $args "${common[@]}" "${prof[@]}" --json "$json" \
+      >> "$txt" 2>&1
     r=$?
     [ $r -ne 0 ] && rc=1
     stamp "fastbench $name rc=$r$([ $r -eq 124 ] && echo ' (out of time: partial)') ($(( $(elapsed) - b0 ))s into the phase)"
@@ -332,7 +340,7 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
   # merge: one fastbench/1 document; complete only if every run was
   nruns=0
   for spec in "${runs[@]}"; do
-    [[ ${spec%%|*} == ab-* ]] && continue
+    [[ ${spec%%|*} == ab-* || ${spec%%|*} == prof-* ]] && continue
     want_run "${spec%%|*}" && nruns=$((nruns + 1))
   done
   python3 - "$out/fastbench.json" "$nruns" "$logs"/fb-*.json <<'EOF' 2>&1 | tee -a "$out/summary.txt"

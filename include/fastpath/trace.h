@@ -60,6 +60,8 @@
  * roofline counts, 0 where it has none)
  *   norm_fwd                fp_norm_forward (and _version)       "op", bytes fp_norm_forward_bytes
  *   norm_bwd                fp_norm_backward (and _version)      "op", bytes fp_norm_backward_bytes
+ *   norm_fwd_unfused, norm_bwd_unfused
+ *                           fp_norm_validate's / fp_norm_backward_validate's baseline, as above
  *   attention_fwd           fp_attention_forward                 "op", bytes Q, K, V, O once each,
  *                                                                 flops fp_attention_flops
  *   attention_decode        fp_attention_forward with seqlen_q <= 16 and seqlen_k > seqlen_q: as above
@@ -79,8 +81,9 @@
  * The "optimized" range's span carries the spec's bytes and flops times
  * the sample's calls (fp_ab_spec: the optimized side's roofline), so a
  * callable that runs no instrumented op can be judged by its samples.
- * The validate / A/B calls time these ops: fp_attention_validate's runs are
- * spans, fp_norm_validate's (internal launches) are not. Ops captured into
+ * The validate / A/B calls time these ops: their runs are spans
+ * (fp_norm_validate's baseline: "norm_fwd_unfused" / "norm_bwd_unfused",
+ * with the op's required bytes). Ops captured into
  * a CUDA graph record nothing during the capture (skipped_capturing): the
  * replay's span stands for them (a CPU context's graph re-runs its function,
  * whose ops then record spans inside it). Collectives inside

@@ -267,11 +267,13 @@ static fp_status fwd_run(fp_context *ctx, fp_stream stream, const fp_norm_fwd_de
     return launch_status(fp_norm_fwd_launch(&dd, version, s), "fp_norm_fwd_launch");
 }
 
-/* The public ops: one span ("norm_fwd", trace.h) around the launch, begun
- * after the arguments were checked; validate's runs are not spans. */
-static fp_status fwd_op(fp_context *ctx, fp_stream stream, const fp_norm_fwd_desc *d, int version) {
-    const uint64_t span = fp_ctx_trace_begin(ctx, stream, "norm_fwd", "op", fwd_bytes(d), 0);
-    const fp_status st = fwd_run(ctx, stream, d, 0, version);
+/* The ops: one span (trace.h) around the launch, begun after the arguments
+ * were checked: "norm_fwd", and "norm_fwd_unfused" for validate's baseline,
+ * both with the op's required bytes (the roofline's). */
+static fp_status fwd_op(fp_context *ctx, fp_stream stream, const fp_norm_fwd_desc *d, int unfused, int version) {
+    const uint64_t span =
+        fp_ctx_trace_begin(ctx, stream, unfused ? "norm_fwd_unfused" : "norm_fwd", "op", fwd_bytes(d), 0);
+    const fp_status st = fwd_run(ctx, stream, d, unfused, version);
     fp_ctx_trace_end(ctx, span);
     return st;
 }
@@ -280,7 +282,7 @@ fp_status fp_norm_forward(fp_context *ctx, fp_stream stream, const fp_norm_param
     FP_TRY(fp_ctx_check(ctx, -1));
     fp_norm_fwd_desc d;
     FP_TRY(fp_norm_check_fwd(params, &d));
-    return fwd_op(ctx, stream, &d, 0);
+    return fwd_op(ctx, stream, &d, 0, 0);
 }
 
 fp_status fp_norm_forward_version(fp_context *ctx, fp_stream stream, const fp_norm_params *params, int version) {
@@ -288,7 +290,7 @@ fp_status fp_norm_forward_version(fp_context *ctx, fp_stream stream, const fp_no
     FP_CHECK_ARG(version >= 0 && version <= 3, "argument 'version' (%d) is not 0, 1, 2 or 3", version);
     fp_norm_fwd_desc d;
     FP_TRY(fp_norm_check_fwd(params, &d));
-    return fwd_op(ctx, stream, &d, version);
+    return fwd_op(ctx, stream, &d, 0, version);
 }
 
 /* version: the fused kernel version (0 = automatic; see norm_launch.h). The
@@ -312,9 +314,10 @@ static fp_status bwd_run(fp_context *ctx, fp_stream stream, const fp_norm_bwd_de
     return st != FP_OK ? st : put;
 }
 
-static fp_status bwd_op(fp_context *ctx, fp_stream stream, const fp_norm_bwd_desc *d, int version) {
-    const uint64_t span = fp_ctx_trace_begin(ctx, stream, "norm_bwd", "op", bwd_bytes(d), 0);
-    const fp_status st = bwd_run(ctx, stream, d, 0, version);
+static fp_status bwd_op(fp_context *ctx, fp_stream stream, const fp_norm_bwd_desc *d, int unfused, int version) {
+    const uint64_t span =
+        fp_ctx_trace_begin(ctx, stream, unfused ? "norm_bwd_unfused" : "norm_bwd", "op", bwd_bytes(d), 0);
+    const fp_status st = bwd_run(ctx, stream, d, unfused, version);
     fp_ctx_trace_end(ctx, span);
     return st;
 }
@@ -323,7 +326,7 @@ fp_status fp_norm_backward(fp_context *ctx, fp_stream stream, const fp_norm_back
     FP_TRY(fp_ctx_check(ctx, -1));
     fp_norm_bwd_desc d;
     FP_TRY(fp_norm_check_bwd(params, &d));
-    return bwd_op(ctx, stream, &d, 0);
+    return bwd_op(ctx, stream, &d, 0, 0);
 }
 
 fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params,
@@ -332,7 +335,7 @@ fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_n
     FP_CHECK_ARG(version >= 0 && version <= 4, "argument 'version' (%d) is not 0, 1, 2, 3 or 4", version);
     fp_norm_bwd_desc d;
     FP_TRY(fp_norm_check_bwd(params, &d));
-    return bwd_op(ctx, stream, &d, version);
+    return bwd_op(ctx, stream, &d, 0, version);
 }
 
 int fp_norm_backward_version_used(const fp_norm_backward_params *params, int version) {
@@ -353,7 +356,7 @@ typedef struct fwd_job {
 
 static fp_status fwd_job_run(void *user, fp_stream stream) {
     fwd_job *j = user;
-    return fwd_run(j->ctx, stream, &j->d, j->unfused, 0);
+    return fwd_op(j->ctx, stream, &j->d, j->unfused, 0);
 }
 
 fp_status fp_norm_validate(fp_context *ctx, fp_stream stream, const fp_norm_params *params,
@@ -436,7 +439,7 @@ typedef struct bwd_job {
 
 static fp_status bwd_job_run(void *user, fp_stream stream) {
     bwd_job *j = user;
-    return bwd_run(j->ctx, stream, &j->d, j->unfused, 0);
+    return bwd_op(j->ctx, stream, &j->d, j->unfused, 0);
 }
 
 fp_status fp_norm_backward_validate(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params,

@@ -277,6 +277,35 @@ static void test_ops(const norm_bufs *nb, const attn_bufs *ab) {
     (void)find(n, "norm_fwd", &c1);
     (void)find(n, "norm_bwd", &c2);
     CHECK(n == 2 + syncs_run() && c1 == 1 && c2 == 1);
+
+    /* validate's runs are spans too: the fused op and its unfused baseline,
+     * each timed sample in a range whose stage names its side (timing.h) */
+    fp_timing_config tc;
+    fp_timing_config_default(&tc);
+    tc.warmup = 1;
+    tc.min_samples = tc.max_samples = 2;
+    tc.min_sample_ms = 0; /* one call per sample */
+    tc.max_time_s = 1;
+    fp_ab_report rep;
+    CHECK_OK(fp_norm_validate(g_ctx, NULL, &fp, &tc, &rep));
+    n = take_spans();
+    int fused_opt = 0, unfused_base = 0, untagged = 0, ranges = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const fp_trace_span *s = &g_spans[i];
+        if (!strcmp(s->category, "range")) {
+            ranges += !strcmp(s->name, "optimized") || !strcmp(s->name, "baseline");
+            continue;
+        }
+        fused_opt += !strcmp(s->name, "norm_fwd") && !strcmp(s->stage, "optimized");
+        unfused_base += !strcmp(s->name, "norm_fwd_unfused") && !strcmp(s->stage, "baseline");
+        untagged += (!strcmp(s->name, "norm_fwd") || !strcmp(s->name, "norm_fwd_unfused")) && !s->stage[0];
+        if (!strcmp(s->name, "norm_fwd_unfused")) CHECK(s->bytes == fp_norm_forward_bytes(&fp));
+    }
+    /* 2 samples a side; untagged a side: the check run, the warm-up, the
+     * calibration of calls per sample */
+    CHECK_MSG(fused_opt == 2 && unfused_base == 2 && ranges == 4 && untagged == 6,
+              "validate: %d fused optimized, %d unfused baseline, %d ranges, %d untagged", fused_opt, unfused_base,
+              ranges, untagged);
 }
 
 static fp_status graph_step(void *user, fp_stream stream) {
