@@ -147,6 +147,17 @@ def test_profile_sees_the_torch_dropins(tmp_path):
     assert "norm_fwd" in names, p.summary()
 
 
+def test_profile_export_failure_turns_every_context_off(tmp_path):
+    (tmp_path / "file").write_text("x")
+    a, b = fastpath.Context("cpu"), fastpath.Context("cpu")
+    with pytest.raises((fastpath.FastpathError, OSError)):
+        with fastpath.profile(contexts=[a, b], out_dir=tmp_path / "file" / "sub", roofs=False):
+            fastpath.norm.layer_norm(a, np.ones((4, 32), np.float32))
+    assert not trace.is_enabled(a) and not trace.is_enabled(b)
+    a.close()
+    b.close()
+
+
 def test_bad_input(ctx, tmp_path):
     with pytest.raises(fastpath.FastpathError) as e:
         trace.enable(ctx, 0)

@@ -345,19 +345,28 @@ class Profile:
         with _lock:
             if self in _active:
                 _active.remove(self)
-        if self.out_dir is None:
-            self.out_dir = Path(tempfile.mkdtemp(prefix="fastpath-profile-"))
-        self.out_dir.mkdir(parents=True, exist_ok=True)
         with self._mu:
             entries = list(self._ctxs.values())
+        error = None
+        try:
+            if self.out_dir is None:
+                self.out_dir = Path(tempfile.mkdtemp(prefix="fastpath-profile-"))
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            error = e
         for i, (ctx, was) in enumerate(entries):
             if not getattr(ctx, "_h", None):
                 continue  # closed inside the block: its spans went with it
             try:
-                self.results.append(self._judge(ctx, i))
+                if error is None:
+                    self.results.append(self._judge(ctx, i))
+            except Exception as e:  # every context is still turned off; the first error is raised
+                error = error or e
             finally:
                 if not was:
                     disable(ctx)
+        if error is not None and not exc[0]:
+            raise error
         return False
 
     def _judge(self, ctx, i):
