@@ -418,8 +418,8 @@ FP_API fp_status fp_trace_roofs_init_sized(fp_trace_roofs *roofs, size_t struct_
 /* Fills the roofs of ctx's device: peaks from fp_context_device_info and
  * three short measurements (copy bandwidth over 256 MiB on CUDA / 64 MiB on
  * a CPU; a 64 MiB pinned host->device copy; on a CPU, an FMA loop on the
- * context's worker threads). About 0.1-0.5 s. Not traced (spans are
- * suspended meanwhile). Errors: FP_ERR_INVALID_ARGUMENT, FP_ERR_OUT_OF_MEMORY,
+ * context's worker threads). About 0.1-0.5 s. Records no span (it calls
+ * the runtime directly). Errors: FP_ERR_INVALID_ARGUMENT, FP_ERR_OUT_OF_MEMORY,
  * FP_ERR_CUDA; *out untouched on error. */
 FP_API fp_status fp_trace_roofs_measure(fp_context *ctx, fp_trace_roofs *out);
 
