@@ -68,6 +68,8 @@ void fb_print_header(FILE *f);
 void fb_print_row(FILE *f, const fb_result *r);
 void fb_print_skip(FILE *f, const char *name, const char *why);
 cJSON *fb_result_json(const fb_result *r);
+/* v as a JSON number, null when not finite (JSON has no Inf / NaN). */
+void fb_json_number(cJSON *o, const char *k, double v);
 cJSON *fb_device_json(const fp_device_info *dev);
 char *fb_git_commit(char *buf, size_t n);
 int fb_compare_files(const char *old_path, const char *new_path, double min_effect, FILE *out);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "fastbench.h"
+#include "internal.h" /* fp_now_s */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -236,12 +237,6 @@ static int cmd_list(void) {
     return 0;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The progress line (stderr, when stdout and stderr are terminals): the
  * scenario, how long the run has taken and, after the first scenario, an
  * estimate of what is left at the mean pace so far. */
@@ -341,13 +336,13 @@ static int cmd_run(int argc, char **argv, int trace_cmd) {
         cJSON_AddItemToObject(doc, "roofs", fb_roofs_json(&prof.roofs));
         profiles = cJSON_AddArrayToObject(doc, "profiles");
     }
-    const double t_start = now_s();
+    const double t_start = fp_now_s();
     fb_print_header(stdout);
     for (int i = 0; i < fb_scenario_count(); ++i) {
         const fb_scenario *s = fb_scenario_at(i);
         if (!fb_name_matches(s->name, patterns, npatterns)) continue;
         done++;
-        if (tty) progress(done, selected, s->name, now_s() - t_start);
+        if (tty) progress(done, selected, s->name, fp_now_s() - t_start);
         fb_run run;
         fb_run_init(&run, s, ctx, &o);
         fp_clear_error();

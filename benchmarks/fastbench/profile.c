@@ -11,11 +11,8 @@
 
 #include "fastbench.h"
 
-/* JSON has no Inf/NaN, and the verdict's "unknown" is -1: both null. */
-static void add_pct(cJSON *o, const char *k, double v) {
-    if (isfinite(v) && v >= 0) cJSON_AddNumberToObject(o, k, v);
-    else cJSON_AddNullToObject(o, k);
-}
+/* The verdict's "unknown" (-1) is null. */
+static void add_pct(cJSON *o, const char *k, double v) { fb_json_number(o, k, v >= 0 ? v : NAN); }
 
 cJSON *fb_verdict_json(const fp_trace_verdict *v) {
     cJSON *o = cJSON_CreateObject();

@@ -80,7 +80,7 @@ static cJSON *stats_json(const fp_stats *s) {
 }
 
 /* JSON has no Inf/NaN: such values become null. */
-static void add_num(cJSON *o, const char *k, double v) {
+void fb_json_number(cJSON *o, const char *k, double v) {
     if (isfinite(v)) cJSON_AddNumberToObject(o, k, v);
     else cJSON_AddNullToObject(o, k);
 }
@@ -95,18 +95,18 @@ cJSON *fb_result_json(const fb_result *r) {
         const fp_ab_report *a = &r->ab;
         cJSON_AddItemToObject(o, "baseline", stats_json(&a->baseline));
         cJSON_AddItemToObject(o, "optimized", stats_json(&a->optimized));
-        add_num(o, "speedup", a->speedup);
+        fb_json_number(o, "speedup", a->speedup);
         cJSON_AddStringToObject(o, "verdict", fp_verdict_string(a->verdict));
         cJSON_AddBoolToObject(o, "compared", a->compared);
         /* The agreement is only set when outputs were compared: a row that
          * compared nothing has no error and no pass/fail either way. */
-        add_num(o, "max_abs_err", a->compared ? a->agreement.max_abs_err : NAN);
-        add_num(o, "max_rel_err", a->compared ? a->agreement.max_rel_err : NAN);
-        add_num(o, "tolerance", a->compared ? a->agreement.atol : NAN);
-        add_num(o, "rtol", a->compared ? a->agreement.rtol : NAN);
-        add_num(o, "achieved_gbps", a->achieved_gbps);
-        add_num(o, "achieved_tflops", a->achieved_tflops);
-        if (a->pct_of_peak >= 0) add_num(o, "pct_of_peak", a->pct_of_peak);
+        fb_json_number(o, "max_abs_err", a->compared ? a->agreement.max_abs_err : NAN);
+        fb_json_number(o, "max_rel_err", a->compared ? a->agreement.max_rel_err : NAN);
+        fb_json_number(o, "tolerance", a->compared ? a->agreement.atol : NAN);
+        fb_json_number(o, "rtol", a->compared ? a->agreement.rtol : NAN);
+        fb_json_number(o, "achieved_gbps", a->achieved_gbps);
+        fb_json_number(o, "achieved_tflops", a->achieved_tflops);
+        if (a->pct_of_peak >= 0) fb_json_number(o, "pct_of_peak", a->pct_of_peak);
         else cJSON_AddNullToObject(o, "pct_of_peak");
         cJSON_AddStringToObject(o, "bound", a->bound ? a->bound : "unknown");
     }

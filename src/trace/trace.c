@@ -351,7 +351,7 @@ static fp_status end_span(fp_context *ctx, uint64_t seq, int quiet) {
     if (!t)
         return TRACE_FAIL(quiet, FP_ERR_INVALID_ARGUMENT, "fp_trace_end: span %llu was never begun on this context",
                           (unsigned long long)seq);
-    double now = fp_now_s(); /* used by host-timed spans */
+    double now = ctx->kind == FP_DEVICE_CPU ? fp_now_s() : 0; /* before the lock; CUDA "sync" spans read it below */
     fp_status st = FP_OK;
     pthread_mutex_lock(&t->mu);
     trace_slot *s = seq <= t->next_seq ? &t->slots[(seq - 1) % t->cap] : NULL; /* issued: cap > 0 */
@@ -378,7 +378,7 @@ static fp_status end_span(fp_context *ctx, uint64_t seq, int quiet) {
         }
     } else {
         --t->open;
-        s->span.end_s = now;
+        s->span.end_s = ctx->kind == FP_DEVICE_CPU ? now : fp_now_s();
         s->resolved = 1;
         s->state = SLOT_DONE;
         ++t->recorded;

@@ -229,7 +229,7 @@ static void fmt_time(double s, char *buf, size_t n) {
     else snprintf(buf, n, "%.3g us", s * 1e6);
 }
 
-static void decide(fp_trace_verdict *v, size_t ngaps_launch, size_t nwaits, const fp_trace_roofs *r) {
+static void decide(fp_trace_verdict *v, size_t ngaps_launch, size_t nwaits) {
     char w[32];
     fmt_time(v->window_s, w, sizeof w);
     v->bound = FP_BOUND_UNKNOWN;
@@ -283,7 +283,6 @@ static void decide(fp_trace_verdict *v, size_t ngaps_launch, size_t nwaits, cons
                  v->sync_pct, w, nwaits, v->busy_pct);
     }
     v->remedy = remedy_of(v->bound, v->collectives);
-    (void)r;
 }
 
 /* The verdict of the spans flagged in `in` (NULL: all of them). */
@@ -373,7 +372,7 @@ static fp_status verdict_of(const timeline *t, const unsigned char *in, const ch
         v->transfer_gbps = v->transfer_bytes / xfer_time / 1e9;
         if (pinned > 0) v->transfer_pct_of_peak = 100 * v->transfer_gbps / pinned;
     }
-    decide(v, ngaps_launch, nwaits, roofs);
+    decide(v, ngaps_launch, nwaits);
     return FP_OK;
 }
 

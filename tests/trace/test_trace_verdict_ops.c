@@ -20,21 +20,15 @@
  * its shares summing to its window, and the sync part's host waits. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fastpath/attention.h"
 #include "fastpath/norm.h"
 #include "fastpath/trace.h"
 #include "fp_test.h"
+#include "internal.h" /* fp_now_s */
 
 static fp_context *g_ctx;
 static int g_cuda;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* n elements of dt in ctx memory, from a seeded pattern in [-1, 1). */
 static void *dev_buf(size_t n, fp_dtype dt, uint64_t seed) {
@@ -55,8 +49,8 @@ static void *dev_buf(size_t n, fp_dtype dt, uint64_t seed) {
 }
 
 static void host_work(double seconds) {
-    double t0 = now_s();
-    while (now_s() - t0 < seconds) {
+    double t0 = fp_now_s();
+    while (fp_now_s() - t0 < seconds) {
     }
 }
 
@@ -80,12 +74,11 @@ static void norm_make(norm_op *n, int64_t rows, int64_t cols, fp_dtype dt) {
     n->p.beta = n->beta;
 }
 
-static void norm_free(norm_op *n) {
-    fp_mem_free(g_ctx, n->x);
-    fp_mem_free(g_ctx, n->out);
-    fp_mem_free(g_ctx, n->gamma);
-    fp_mem_free(g_ctx, n->beta);
+static void free_bufs(void *const *v, int n) {
+    for (int i = 0; i < n; ++i) fp_mem_free(g_ctx, v[i]);
 }
+
+static void norm_free(norm_op *n) { free_bufs((void *[]){n->x, n->out, n->gamma, n->beta}, 4); }
 
 typedef struct attn_op {
     fp_attention_params p;
@@ -110,12 +103,7 @@ static void attn_make(attn_op *a, int seq, int heads, int dim, fp_dtype dt) {
     a->p.o = a->o;
 }
 
-static void attn_free(attn_op *a) {
-    fp_mem_free(g_ctx, a->q);
-    fp_mem_free(g_ctx, a->k);
-    fp_mem_free(g_ctx, a->v);
-    fp_mem_free(g_ctx, a->o);
-}
+static void attn_free(attn_op *a) { free_bufs((void *[]){a->q, a->k, a->v, a->o}, 4); }
 
 static void part(const char *module) { CHECK_OK(fp_trace_push(g_ctx, module, "")); }
 static void part_end(void) {
