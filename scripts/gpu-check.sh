@@ -290,6 +290,13 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # run's rows (v4 with a dresidual, else v3)
     "ab-bwdring|FP_NORM_BWD_RING=1 norm/layernorm_bwd --rows 16384 --cols 4096 --dtype bf16"
     "ab-bwdv3|FP_NORM_BWD_RING=0 norm/layernorm_bwd --rows 16384 --cols 4096 --dtype bf16"
+    # the decode kernel v6 (FP_CTX_ATTENTION_KERNEL 6: 16-row tiles, the
+    # warps splitting each key tile, a K / V ring) against the default
+    # decode (v1), interleaved: batch 1 x 1k / 4k / 32k keys, batch 8 x 4k;
+    # then the decode step (eager vs replay) with v6 preferred, against the
+    # graph run's rows
+    "ab-decode6|attention/decode_versions"
+    "ab-graph6|graph/decode_step --kernel 6 --batch 1"
     # what bounds each (the five-dimension verdict, fastbench --profile):
     # "prof-" runs trace their timed samples; their lines go to extra.txt
     "prof-mix|attention/prefill attention/decode norm/layernorm_fwd graph/op_host_cost --dtype bf16"

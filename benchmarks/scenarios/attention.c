@@ -19,6 +19,8 @@
  *   attention/decode   seqlen_q 1 against a KV cache of 4k..128k, batch
  *                      1..64, 32 query / 8 KV heads, head_dim 128: KV-cache
  *                      read GB/s and % of HBM bandwidth.
+ *   attention/decode_versions  the default decode kernel (v1) vs the
+ *                      decode kernel v6 on decode shapes, CUDA only.
  * Options: --seqlen N, --head_dim N, --causal 0|1, --batch N, --kv N restrict
  * the grids (flash_versions: --seqlen N runs any length N, --batch N sets its
  * batch); --dtype picks dtypes; --kernel N (prefill, gqa, decode) times
@@ -26,6 +28,7 @@
  * prefers; the row says which was asked). CPU contexts and --quick run a few
  * tiny shapes (the CPU tiled implementation vs the naive one). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -360,6 +363,125 @@ static fp_status run_versions(fb_run *run) {
     return FP_OK;
 }
 
+/* attention/decode_versions: the decode call fp_attention_forward makes by
+ * default (baseline: v1's 64-row tiles, split-KV, the fused combine) against
+ * the same call with FP_CTX_ATTENTION_KERNEL = 6 (optimized: the decode
+ * kernel, its own split count), outputs compared: the measurement that
+ * decides whether v6 becomes the decode default. Shapes: batch 1 x 1024,
+ * 4096 and 32768 keys, batch 8 x 4096; 32 query / 8 KV heads of 128, bf16
+ * (--kv, --batch, --head_dim, --dtype narrow or widen them; --quick: 8 / 2
+ * heads, 1024 keys). Each row says which kernels ran with how many splits.
+ * CUDA only. */
+typedef struct pref_run {
+    fp_context *ctx;
+    const fp_attention_params *p;
+    int kernel;
+} pref_run;
+
+static fp_status pref_fn(void *user, fp_stream stream) {
+    pref_run *r = user;
+    fp_status st = fp_context_set_option(r->ctx, FP_CTX_ATTENTION_KERNEL, r->kernel);
+    return st == FP_OK ? fp_attention_forward(r->ctx, stream, r->p) : st;
+}
+
+/* What pref_fn ran (one more call): "flash_v1 x16". */
+static void ran_with(pref_run *r, char *buf, size_t n) {
+    fp_attention_kernel_info k;
+    snprintf(buf, n, "?");
+    if (pref_fn(r, NULL) == FP_OK && fp_attention_last_kernel(&k) == FP_OK)
+        snprintf(buf, n, "%s x%d%s%s", k.kernel, k.num_splits, k.fallback[0] ? ", fallback: " : "", k.fallback);
+}
+
+static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt) {
+    fp_context *ctx = fb_ctx(run);
+    const fp_device_info *dev = fb_device(run);
+    const int hq = fb_quick(run) ? 8 : 32, hkv = fb_quick(run) ? 2 : 8;
+    fb_result *r = fb_result_new(run);
+    fb_param_str(r, "versions", "default_vs_v6");
+    fb_param_str(r, "dtype", fp_dtype_name(dt));
+    fb_param_int(r, "batch", batch);
+    fb_param_int(r, "seqlen_k", sk);
+    fb_param_int(r, "heads_q", hq);
+    fb_param_int(r, "heads_kv", hkv);
+    fb_param_int(r, "head_dim", d);
+    const size_t elt = fp_dtype_size(dt), nq = (size_t)batch * hq * d, nk = (size_t)batch * sk * hkv * d;
+    void *q = NULL, *k = NULL, *v = NULL, *o1 = NULL, *o2 = NULL;
+    fp_status st = fb_alloc_random(ctx, nq, dt, 1, -1.0f, 1.0f, &q);
+    if (st == FP_OK) st = fb_alloc_random(ctx, nk, dt, 2, -1.0f, 1.0f, &k);
+    if (st == FP_OK) st = fb_alloc_random(ctx, nk, dt, 3, -1.0f, 1.0f, &v);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * elt, &o1);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * elt, &o2);
+    fp_attention_params p1, p2;
+    fp_attention_params_default(&p1);
+    p1.batch = batch; p1.seqlen_q = 1; p1.seqlen_k = sk;
+    p1.heads_q = hq; p1.heads_kv = hkv; p1.head_dim = d; p1.dtype = dt;
+    p1.q = q; p1.k = k; p1.v = v; p1.o = o1;
+    p2 = p1;
+    p2.o = o2;
+    pref_run base = {ctx, &p1, 0}, v6 = {ctx, &p2, 6};
+    fp_ab_report rep;
+    const double kv_bytes = 2.0 * (double)nk * (double)elt;
+    if (st == FP_OK) {
+        fp_ab_spec spec;
+        fp_ab_spec_init(&spec);
+        spec.baseline = pref_fn;
+        spec.baseline_user = &base;
+        spec.optimized = pref_fn;
+        spec.optimized_user = &v6;
+        spec.baseline_out = o1;
+        spec.optimized_out = o2;
+        spec.out_count = nq;
+        spec.out_dtype = dt;
+        spec.bytes = kv_bytes + 2.0 * (double)nq * (double)elt;
+        spec.flops = fp_attention_flops(&p1);
+        spec.flops_on_tensor_cores = 1;
+        st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+    }
+    if (st == FP_OK) {
+        char b[320], o[320];
+        ran_with(&base, b, sizeof b);
+        ran_with(&v6, o, sizeof o);
+        fb_result_set_ab(r, &rep);
+        const double gb_base = kv_bytes / (rep.baseline.median_ms * 1e-3) / 1e9;
+        const double gb_v6 = kv_bytes / (rep.optimized.median_ms * 1e-3) / 1e9;
+        fb_result_metric(r, "default_kv_gbps", gb_base);
+        fb_result_metric(r, "v6_kv_gbps", gb_v6);
+        if (dev && dev->peak_gbps > 0) fb_result_metric(r, "v6_pct_hbm", 100.0 * gb_v6 / dev->peak_gbps);
+        fb_result_note(r, "baseline %s, optimized %s", b, o);
+    } else {
+        fb_result_fail(r, st, fp_last_error());
+    }
+    fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
+    fp_mem_free(ctx, q);
+    fp_mem_free(ctx, k);
+    fp_mem_free(ctx, v);
+    fp_mem_free(ctx, o1);
+    fp_mem_free(ctx, o2);
+}
+
+static fp_status run_decode_versions(fb_run *run) {
+    if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "needs a CUDA device");
+    fp_dtype dts[4] = {FP_BF16};
+    const int ndt = dtypes_or(run, dts, 1);
+    const int dim_defs[] = {fb_quick(run) ? 64 : 128};
+    int dims[1];
+    if (!values_of(run, "head_dim", dim_defs, 1, 1, 1024, dims)) return fb_skip(run, "--head_dim must be in [1, 1024]");
+    static const int pairs[4][2] = {{1, 1024}, {1, 4096}, {1, 32768}, {8, 4096}}; /* batch, keys */
+    const int quick = fb_quick(run);
+    const int kv_opt = fb_opt_given(run, "kv") ? (int)fb_opt_int(run, "kv", 0) : 0;
+    const int b_opt = fb_opt_given(run, "batch") ? (int)fb_opt_int(run, "batch", 0) : 0;
+    if (fb_opt_given(run, "kv") && (kv_opt < 1 || kv_opt > (1 << 24))) return fb_skip(run, "--kv must be in [1, 16777216]");
+    if (fb_opt_given(run, "batch") && (b_opt < 1 || b_opt > 65536)) return fb_skip(run, "--batch must be in [1, 65536]");
+    for (int t = 0; t < ndt; ++t) {
+        if (kv_opt || b_opt) { /* the given shape only (the other from the first default pair) */
+            run_decode_pair(run, b_opt ? b_opt : 1, kv_opt ? kv_opt : 1024, dims[0], dts[t]);
+            continue;
+        }
+        for (int i = 0; i < (quick ? 1 : 4); ++i) run_decode_pair(run, pairs[i][0], pairs[i][1], dims[0], dts[t]);
+    }
+    return FP_OK;
+}
+
 FB_SCENARIO(fb_attention_prefill, "attention/prefill",
             "flash attention vs materialized (cuBLAS + softmax): FlashAttention's seqlen/head_dim grid",
             run_prefill)
@@ -372,3 +494,7 @@ FB_SCENARIO(fb_attention_flash_versions, "attention/flash_versions",
             "prefill shapes "
             "(CUDA only)",
             run_versions)
+FB_SCENARIO(fb_attention_decode_versions, "attention/decode_versions",
+            "decode: the default kernel (v1, split-KV) vs the decode kernel v6 (16-row tiles, K/V ring), KV GB/s "
+            "(CUDA only)",
+            run_decode_versions)

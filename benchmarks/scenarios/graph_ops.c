@@ -23,7 +23,9 @@
  *                       attention_decode_separate the decode call with
  *                       split-KV's separate combine kernel (the launch the
  *                       fused combine saves). --split_combine 1 runs both
- *                       scenarios with the separate combine.
+ *                       scenarios with the separate combine; --kernel N
+ *                       with FP_CTX_ATTENTION_KERNEL = N (6: the decode
+ *                       kernel) in both.
  *
  * GPU shapes: 32 query / 8 KV heads of 128 (hidden 4096), bf16, 1024 cached
  * keys per sequence in pages of 16. CPU contexts and --quick: 8 / 2 heads of
@@ -176,20 +178,24 @@ static fp_status layer_init(layer *l, fp_context *ctx, const layer_shape *s) {
  * Returns 0, or 1 after reporting a failed row naming the bad option. */
 static int bad_options(fb_run *run) {
     const int64_t batch = fb_opt_int(run, "batch", 1), kv = fb_opt_int(run, "kv", 1);
-    const int64_t sc = fb_opt_int(run, "split_combine", 0);
-    const char *why = batch < 1 || batch > 256 ? "--batch must be in [1, 256]"
-                      : kv < 1 || kv > (1 << 24) ? "--kv must be in [1, 16777216]"
-                      : sc != 0 && sc != 1       ? "--split_combine must be 0 or 1"
-                                                 : NULL;
+    const int64_t sc = fb_opt_int(run, "split_combine", 0), kernel = fb_opt_int(run, "kernel", 0);
+    const char *why = batch < 1 || batch > 256     ? "--batch must be in [1, 256]"
+                      : kv < 1 || kv > (1 << 24)   ? "--kv must be in [1, 16777216]"
+                      : sc != 0 && sc != 1         ? "--split_combine must be 0 or 1"
+                      : kernel < 0 || kernel > 6   ? "--kernel must be in [0, 6]"
+                                                   : NULL;
     if (!why) return 0;
     fb_result_fail(fb_result_new(run), FP_ERR_INVALID_ARGUMENT, why);
     return 1;
 }
 
 /* --split_combine for the run (FP_CTX_ATTENTION_SPLIT_COMBINE: 0 fused, the
- * default; 1 a separate combine kernel); the default again after it. */
-static void set_split_combine(fb_run *run, int on) {
+ * default; 1 a separate combine kernel) and --kernel (FP_CTX_ATTENTION_KERNEL:
+ * the flash version the attention calls prefer, e.g. 6, the decode kernel);
+ * the defaults again after it. */
+static void set_run_options(fb_run *run, int on) {
     fp_context_set_option(fb_ctx(run), FP_CTX_ATTENTION_SPLIT_COMBINE, on ? fb_opt_int(run, "split_combine", 0) : 0);
+    fp_context_set_option(fb_ctx(run), FP_CTX_ATTENTION_KERNEL, on ? fb_opt_int(run, "kernel", 0) : 0);
 }
 
 /* Default shapes: see the file's header. */
@@ -224,6 +230,7 @@ static void run_decode_shape(fb_run *run, int64_t n) {
     fp_context *ctx = fb_ctx(run);
     fb_result *r = fb_result_new(run);
     fb_param_int(r, "batch", n);
+    if (fb_opt_given(run, "kernel")) fb_param_int(r, "kernel", fb_opt_int(run, "kernel", 0));
     fp_graph_cache_config cfg;
     fp_graph_cache_config_default(&cfg);
     int64_t bucket = n;
@@ -302,12 +309,12 @@ static void run_decode_shape(fb_run *run, int64_t n) {
 
 static fp_status run_decode_step(fb_run *run) {
     if (bad_options(run)) return FP_OK;
-    set_split_combine(run, 1);
+    set_run_options(run, 1);
     static const int64_t batches[] = {1, 8, 64};
     if (fb_opt_given(run, "batch")) run_decode_shape(run, fb_opt_int(run, "batch", 1));
     else
         for (size_t i = 0; i < sizeof batches / sizeof batches[0]; ++i) run_decode_shape(run, batches[i]);
-    set_split_combine(run, 0);
+    set_run_options(run, 0);
     return FP_OK;
 }
 
@@ -529,7 +536,7 @@ static void lookup_row(fb_run *run, op_case *c) {
 static fp_status run_op_host_cost(fb_run *run) {
     fp_context *ctx = fb_ctx(run);
     if (bad_options(run)) return FP_OK;
-    set_split_combine(run, 1);
+    set_run_options(run, 1);
     const int64_t batch = fb_opt_int(run, "batch", 8);
     layer_shape shape = layer_shape_for(run, (int)batch);
     layer l;
@@ -591,7 +598,7 @@ static fp_status run_op_host_cost(fb_run *run) {
              * the fused combine saves */
             fp_context_set_option(ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 1);
             host_cost_row(run, "attention_decode_separate", op_decode, &c);
-            set_split_combine(run, 1);
+            set_run_options(run, 1);
         }
         host_cost_row(run, "attention_prefill", op_prefill, &c);
         lookup_row(run, &c);
@@ -601,7 +608,7 @@ static fp_status run_op_host_cost(fb_run *run) {
     fp_mem_free(ctx, pkv);
     fp_mem_free(ctx, po);
     fp_mem_free(ctx, c.fill_buf);
-    set_split_combine(run, 0);
+    set_run_options(run, 0);
     return FP_OK;
 }
 

@@ -29,6 +29,15 @@
 //                               from a producer warpgroup through an mbarrier
 //                               ring (setmaxnreg): attention_flash_tma_sm90.cu.
 //                               The Hopper default (measured, NOTES.md).
+//   attention_decode_fwd_v6     the decode kernel: 16 packed query rows per
+//                               CTA, the 4 warps splitting each 64-key tile,
+//                               K / V through a ring of 2 to 4 tiles, the
+//                               warps' softmax states merged at the end
+//                               (fp_flash::traits_decode). Selected only
+//                               through FP_CTX_ATTENTION_KERNEL = 6 (calls of
+//                               at most 64 packed rows per KV head) and
+//                               fp_attn_cuda_flash_version until a GPU run
+//                               has measured it against v1.
 //   attention_split_combine_v1  merges the split partials: O = sum_s
 //                               exp(lse_s - lse) O_s, lse = logsumexp(lse_s)
 //                               (attention_flash_common.cuh, every version).
@@ -379,6 +388,78 @@ __device__ __forceinline__ void split_combine_fused(const flash_params &p, const
     if (threadIdx.x == 0) p.counters[tile] = 0; // stream order publishes it to the next launch
 }
 
+// Q rows [m0, m0 + BR) of a (batch, KV head) into a swizzled tile: packed
+// row r is query position r / group of head hk * group + r % group; rows
+// past `rows` are zero-filled. All threads take part.
+template <typename T, int D, int NT, int BR>
+__device__ __forceinline__ void load_q_tile(T *q_smem, const flash_params &p, const fp_flash::seq_view &S, int hk,
+                                            int m0, int rows, int tid) {
+    constexpr int CH = D / 8;
+    for (int idx = tid; idx < BR * CH; idx += NT) {
+        const int r = idx / CH, c = idx % CH, gr = m0 + r;
+        const bool ok = gr < rows;
+        const T *src = static_cast<const T *>(p.q);
+        if (ok)
+            src += S.q0 + (int64_t)(gr / p.group) * p.q_ss + (int64_t)(hk * p.group + gr % p.group) * p.q_hs + c * 8;
+        cp_async16(smem_u32(q_smem + swz<D>(r, c)), src, ok);
+    }
+}
+
+// The element mask of one 16-row block's scores over NJ n8 key blocks from
+// key n0: a score outside its row's kept keys becomes -inf. r0: the packed
+// row of this lane's first C-fragment row (lane / 4 of the block).
+template <int NJ>
+__device__ __forceinline__ void mask_scores(float (*s)[4], const flash_params &p, const fp_flash::seq_view &S,
+                                            int r0, int n0, int lane) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        int lo, hi;
+        fp_flash::row_keys(r0 + 8 * e, p.group, S.L, S.sq, p.wl, p.wr, &lo, &hi);
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int col = n0 + j * 8 + 2 * (lane & 3) + c;
+                if (col < lo || col > hi) s[j][2 * e + c] = -INFINITY;
+            }
+    }
+}
+
+// One online-softmax step of a 16-row block over NJ n8 key blocks, per row
+// (e: rows g and g + 8 of the C fragment): the new max over the quad (the 4
+// lanes that share a row), the scores replaced by P = exp2(s * scale_log2 -
+// max * scale_log2), the row sum and O rescaled by exp2(old - new).
+template <int NJ, int D>
+__device__ __forceinline__ void online_softmax(float (*s)[4], float (*o)[4], float m_run[2], float l_run[2],
+                                               float scale_log2) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        float mx = m_run[e];
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * e], s[j][2 * e + 1]));
+        mx = quad_max(mx);
+        // a row with no key kept so far: keep exp2 arguments finite
+        const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
+        const float corr = fast_exp2(m_run[e] * scale_log2 - m_scaled);
+        m_run[e] = mx;
+        float rs = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+            const float p0 = fast_exp2(fmaf(s[j][2 * e], scale_log2, -m_scaled));
+            const float p1 = fast_exp2(fmaf(s[j][2 * e + 1], scale_log2, -m_scaled));
+            s[j][2 * e] = p0;
+            s[j][2 * e + 1] = p1;
+            rs += p0 + p1;
+        }
+        l_run[e] = l_run[e] * corr + rs;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+            o[j][2 * e] *= corr;
+            o[j][2 * e + 1] *= corr;
+        }
+    }
+}
+
 // The body of both versions; Tr = traits<D> (v1) or traits_v2<D> (v2).
 // grid: (m_tiles * num_splits, heads_kv, batch); block: kWarps * 32.
 template <typename T, int D, typename Tr>
@@ -441,18 +522,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
     if (s_begin < s_end) {
         // Stage 0: Q (rows unpacked from the GQA group) and K[first] in one
         // group, V[first] in a second, so Q K^T can start before V lands.
-        {
-            constexpr int CH = D / 8;
-            for (int idx = tid; idx < Br * CH; idx += NT) {
-                int r = idx / CH, c = idx % CH, gr = m0 + r;
-                bool ok = gr < rows;
-                const T *src = static_cast<const T *>(p.q);
-                if (ok)
-                    src += S.q0 + (int64_t)(gr / p.group) * p.q_ss +
-                           (int64_t)(hk * p.group + gr % p.group) * p.q_hs + c * 8;
-                cp_async16(smem_u32(q_smem + swz<D>(r, c)), src, ok);
-            }
-        }
+        load_q_tile<T, D, NT, Br>(q_smem, p, S, hk, m0, rows, tid);
         load_kv_tile<T, D, NT, Bc>(k_smem, p, k_base, p.k_bs, p.k_ss, bt, s_begin * Bc, L - s_begin * Bc, tid);
         cp_async_commit();
         load_kv_tile<T, D, NT, Bc>(v_smem, p, v_base, p.v_bs, p.v_ss, bt, s_begin * Bc, L - s_begin * Bc, tid);
@@ -526,52 +596,11 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                 if (fp_flash::tile_needs_mask(plan, n0, Bc)) {
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            int lo, hi;
-                            fp_flash::row_keys(m0 + wrow + mt * 16 + lane / 4 + 8 * e, p.group, L, S.sq, p.wl, p.wr,
-                                               &lo, &hi);
-#pragma unroll
-                            for (int j = 0; j < Bc / 8; ++j)
-#pragma unroll
-                                for (int c = 0; c < 2; ++c) {
-                                    int col = n0 + j * 8 + 2 * (lane & 3) + c;
-                                    if (col < lo || col > hi) s_acc[mt][j][2 * e + c] = -INFINITY;
-                                }
-                        }
+                        mask_scores<Bc / 8>(s_acc[mt], p, S, m0 + wrow + mt * 16 + lane / 4, n0, lane);
                 }
-
-                // Online softmax, per row: new max over the quad (the 4 lanes that
-                // share a row), rescale O and the row sum by exp2(old - new).
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float mx = m_run[mt][e];
-#pragma unroll
-                        for (int j = 0; j < Bc / 8; ++j)
-                            mx = fmaxf(mx, fmaxf(s_acc[mt][j][2 * e], s_acc[mt][j][2 * e + 1]));
-                        mx = quad_max(mx);
-                        // a row with no key kept so far: keep exp2 arguments finite
-                        const float m_scaled = mx == -INFINITY ? 0.0f : mx * p.scale_log2;
-                        const float corr = fast_exp2(m_run[mt][e] * p.scale_log2 - m_scaled);
-                        m_run[mt][e] = mx;
-                        float rs = 0.0f;
-#pragma unroll
-                        for (int j = 0; j < Bc / 8; ++j) {
-                            float p0 = fast_exp2(fmaf(s_acc[mt][j][2 * e], p.scale_log2, -m_scaled));
-                            float p1 = fast_exp2(fmaf(s_acc[mt][j][2 * e + 1], p.scale_log2, -m_scaled));
-                            s_acc[mt][j][2 * e] = p0;
-                            s_acc[mt][j][2 * e + 1] = p1;
-                            rs += p0 + p1;
-                        }
-                        l_run[mt][e] = l_run[mt][e] * corr + rs;
-#pragma unroll
-                        for (int j = 0; j < D / 8; ++j) {
-                            o_acc[mt][j][2 * e] *= corr;
-                            o_acc[mt][j][2 * e + 1] *= corr;
-                        }
-                    }
+                    online_softmax<Bc / 8, D>(s_acc[mt], o_acc[mt], m_run[mt], l_run[mt], p.scale_log2);
             }
 
             cp_async_wait<1>(); // all but K[t+1]: V[t] landed
@@ -653,6 +682,206 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                                       reinterpret_cast<int *>(smem_raw));
 }
 
+// The decode kernel (v6; fp_flash::traits_decode): 16 packed query rows per
+// CTA, each 64-key tile split over the 4 warps (warp w: keys 16 w .. 16 w +
+// 15 of the tile), K / V through a ring of kStages tiles. Every warp keeps
+// its own online softmax over its keys (the same fragments and exp2 steps as
+// flash_fwd_body); after the KV loop the four (max, sum, O) states merge
+// through shared memory, and the result is written as flash_fwd_body writes
+// it (O and lse, or the split partials and the fused combine).
+// grid: (m_tiles * num_splits, heads_kv, batch); block: 128.
+template <typename T, int D>
+__device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
+    using Tr = fp_flash::traits_decode<D>;
+    using Mma = mma_op<T>;
+    constexpr int Br = Tr::kBr, Bc = Tr::kBc, NW = Tr::kWarps, NT = NW * 32, ST = Tr::kStages;
+    static_assert(Br == 16 && Bc == 16 * NW, "one 16-row block; 16 keys per warp and tile");
+    constexpr int P = fp_flash::smem_layout<D>::kPitch;
+    constexpr int RP = D + 8; // merge rows (f32): float2 stores of 4 rows x 4 lanes per 32 banks
+    static_assert((size_t)(Br + 2 * ST * Bc) * P * sizeof(T) >= (size_t)NW * Br * (RP + 2) * sizeof(float),
+                  "the merge fits in the dead ring");
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    T *q_smem = reinterpret_cast<T *>(smem_raw); // [Br][P]
+    T *ring = q_smem + Br * P;                   // [ST][K, V][Bc][P]
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    int m_tile, split;
+    fp_flash::cta_coords(blockIdx.x, p.m_tiles, &m_tile, &split);
+    const int hk = blockIdx.y, b = blockIdx.z + p.b_off;
+    const int m0 = m_tile * Br;
+    const fp_flash::seq_view S = seq_of(p, b);
+    const int L = S.L;
+    const int rows = S.sq * p.group;
+    if (m0 >= rows) return; // CTA-uniform, before any barrier
+
+    const fp_flash::block_plan plan =
+        fp_flash::plan_block(m0, Br, Bc, rows, p.group, L, S.sq, p.wl, p.wr, split, p.num_splits);
+    const int s_begin = plan.s_begin, s_end = plan.s_end;
+    const int32_t *bt = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : nullptr;
+    const T *k_base = static_cast<const T *>(p.k) + (bt ? 0 : S.k0) + hk * p.k_hs;
+    const T *v_base = static_cast<const T *>(p.v) + (bt ? 0 : S.v0) + hk * p.v_hs;
+
+    float o_acc[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) o_acc[j][0] = o_acc[j][1] = o_acc[j][2] = o_acc[j][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    constexpr bool kQRegs = Tr::kQInRegisters;
+    uint32_t q_frag[kQRegs ? D / 16 : 1][4];
+
+    if (s_begin < s_end) {
+        // Group 0: Q and tile s_begin; groups 1 .. ST - 2: the next tiles
+        // (empty groups past s_end keep the count fixed).
+        load_q_tile<T, D, NT, Br>(q_smem, p, S, hk, m0, rows, tid);
+#pragma unroll 1
+        for (int i = 0; i < ST - 1; ++i) {
+            const int t = s_begin + i;
+            if (t < s_end) {
+                T *st = ring + i * 2 * Bc * P;
+                load_kv_tile<T, D, NT, Bc>(st, p, k_base, p.k_bs, p.k_ss, bt, t * Bc, L - t * Bc, tid);
+                load_kv_tile<T, D, NT, Bc>(st + Bc * P, p, v_base, p.v_bs, p.v_ss, bt, t * Bc, L - t * Bc, tid);
+            }
+            cp_async_commit();
+        }
+
+#pragma unroll 1
+        for (int t = s_begin; t < s_end; ++t) {
+            const int i = t - s_begin;
+            cp_async_wait<ST - 2>(); // groups 0 .. i landed: tile t (and Q)
+            __syncthreads();         // everyone's copies visible; tile t - 1's stage free
+            if (kQRegs && i == 0) {
+#pragma unroll
+                for (int kk = 0; kk < D / 16; ++kk)
+                    ldmatrix_x4(q_frag[kQRegs ? kk : 0], smem_u32(q_smem + swz<D>(fp_flash::q_ldsm_row(0, lane),
+                                                                                 fp_flash::q_ldsm_chunk(kk, lane))));
+            }
+            {
+                const int tn = t + ST - 1; // into the stage tile t - 1 used
+                if (tn < s_end) {
+                    T *st = ring + ((i + ST - 1) % ST) * 2 * Bc * P;
+                    load_kv_tile<T, D, NT, Bc>(st, p, k_base, p.k_bs, p.k_ss, bt, tn * Bc, L - tn * Bc, tid);
+                    load_kv_tile<T, D, NT, Bc>(st + Bc * P, p, v_base, p.v_bs, p.v_ss, bt, tn * Bc, L - tn * Bc,
+                                               tid);
+                }
+                cp_async_commit();
+            }
+            const T *k_tile = ring + (i % ST) * 2 * Bc * P;
+            const T *v_tile = k_tile + Bc * P;
+
+            // S = Q K^T over this warp's 16 keys (key block `warp` of the tile).
+            float s_acc[2][4];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) s_acc[j][0] = s_acc[j][1] = s_acc[j][2] = s_acc[j][3] = 0.0f;
+            constexpr int kUnrollK = kQRegs ? D / 16 : 2;
+#pragma unroll kUnrollK
+            for (int kk = 0; kk < D / 16; ++kk) {
+                if constexpr (!kQRegs)
+                    ldmatrix_x4(q_frag[0], smem_u32(q_smem + swz<D>(fp_flash::q_ldsm_row(0, lane),
+                                                                    fp_flash::q_ldsm_chunk(kk, lane))));
+                uint32_t bf[4];
+                ldmatrix_x4(bf, smem_u32(k_tile + swz<D>(fp_flash::k_ldsm_row(warp, lane),
+                                                         fp_flash::k_ldsm_chunk(kk, lane))));
+                Mma::run(s_acc[0], q_frag[kQRegs ? kk : 0], bf[0], bf[1]);
+                Mma::run(s_acc[1], q_frag[kQRegs ? kk : 0], bf[2], bf[3]);
+            }
+
+            const int n0 = t * Bc + warp * 16; // this warp's first key
+            if (fp_flash::tile_needs_mask(plan, n0, 16)) mask_scores<2>(s_acc, p, S, m0 + lane / 4, n0, lane);
+            online_softmax<2, D>(s_acc, o_acc, m_run, l_run, p.scale_log2); // this warp's keys
+
+            // O += P V over the same 16 keys: P's two n8 blocks are one k16 A fragment.
+            uint32_t pa[4];
+            pa[0] = pack_op<T>::pack(s_acc[0][0], s_acc[0][1]);
+            pa[1] = pack_op<T>::pack(s_acc[0][2], s_acc[0][3]);
+            pa[2] = pack_op<T>::pack(s_acc[1][0], s_acc[1][1]);
+            pa[3] = pack_op<T>::pack(s_acc[1][2], s_acc[1][3]);
+#pragma unroll
+            for (int dp = 0; dp < D / 16; ++dp) {
+                uint32_t bf[4];
+                ldmatrix_x4_trans(bf, smem_u32(v_tile + swz<D>(fp_flash::v_ldsm_row(warp, lane),
+                                                               fp_flash::v_ldsm_chunk(dp, lane))));
+                Mma::run(o_acc[2 * dp], pa, bf[0], bf[1]);
+                Mma::run(o_acc[2 * dp + 1], pa, bf[2], bf[3]);
+            }
+        }
+        cp_async_wait<0>();
+    }
+
+    // The warps' states into the dead ring: O unnormalized [NW][Br][RP], then
+    // each row's max (raw score) and sum [NW][Br].
+    __syncthreads(); // every warp is past its last tile read
+    float *red_o = reinterpret_cast<float *>(smem_raw);
+    float *red_m = red_o + NW * Br * RP;
+    float *red_l = red_m + NW * Br;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int r = lane / 4 + 8 * e;
+        float *orow = red_o + (warp * Br + r) * RP + 2 * (lane & 3);
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j)
+            *reinterpret_cast<float2 *>(orow + j * 8) = make_float2(o_acc[j][2 * e], o_acc[j][2 * e + 1]);
+        const float l = quad_sum(l_run[e]);
+        if ((lane & 3) == 0) {
+            red_m[warp * Br + r] = m_run[e];
+            red_l[warp * Br + r] = l;
+        }
+    }
+    __syncthreads();
+
+    // Merge: 8 threads per row, D / 8 columns each. Warp w's weight is
+    // exp2((m_w - M) * scale_log2), M the row's max over the warps (a warp
+    // without a kept key: m_w = -inf, weight 0; M = +inf, a +inf score: NaN).
+    {
+        constexpr int CW = D / 8;
+        const int r = tid / 8, c0 = (tid % 8) * CW;
+        float mw[NW], mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            mw[w] = red_m[w * Br + r];
+            mx = fmaxf(mx, mw[w]);
+        }
+        const float m_scaled = mx == -INFINITY ? 0.0f : mx * p.scale_log2;
+        float wt[NW], l = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            wt[w] = fast_exp2(mw[w] * p.scale_log2 - m_scaled);
+            l = fmaf(wt[w], red_l[w * Br + r], l);
+        }
+        const int gr = m0 + r;
+        if (gr < rows) {
+            const int qi = gr / p.group, h = hk * p.group + gr % p.group;
+            // l == 0: no key kept; a NaN l stays NaN in O and lse (as flash_fwd_body)
+            const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+            const float lse = l == 0.0f ? -INFINITY : (m_scaled + __log2f(l)) * 0.69314718055994531f;
+            float acc[CW];
+#pragma unroll
+            for (int c = 0; c < CW; ++c) {
+                float s = 0.0f;
+#pragma unroll
+                for (int w = 0; w < NW; ++w) s = fmaf(wt[w], red_o[(w * Br + r) * RP + c0 + c], s);
+                acc[c] = s * inv;
+            }
+            if (p.num_splits == 1) {
+                T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs + c0;
+#pragma unroll
+                for (int c = 0; c < CW; c += 2)
+                    *reinterpret_cast<uint32_t *>(o + c) = pack_op<T>::pack(acc[c], acc[c + 1]);
+                if (p.lse && tid % 8 == 0) p.lse[((int64_t)b * p.hq + h) * p.sq + qi] = lse;
+            } else {
+                const int64_t prow = (((int64_t)split * p.batch + b) * p.hq + h) * p.sq + qi;
+                float *o = p.o_part + prow * D + c0;
+#pragma unroll
+                for (int c = 0; c < CW; c += 2) *reinterpret_cast<float2 *>(o + c) = make_float2(acc[c], acc[c + 1]);
+                if (tid % 8 == 0) p.lse_part[prow] = lse;
+            }
+        }
+    }
+    // The fused combine's flag is word 0 of the merge buffer: its first
+    // barrier comes before the flag is written, after every read above.
+    if (p.num_splits > 1 && p.counters)
+        split_combine_fused<T, D, NT>(p, S, b, hk, m_tile, m0, rows < m0 + Br ? rows : m0 + Br,
+                                      reinterpret_cast<int *>(smem_raw));
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(traits<D>::kWarps * 32, 2)
     attention_flash_fwd_v1(const __grid_constant__ flash_params p) {
@@ -665,6 +894,14 @@ __global__ void __launch_bounds__(traits_v2<D>::kWarps * 32, 2)
     flash_fwd_body<T, D, traits_v2<D>>(p);
 }
 
+// The decode kernel: two CTAs per SM up to head_dim 128 (100 KiB of shared
+// memory at 128 on an H100), one at 256.
+template <typename T, int D>
+__global__ void __launch_bounds__(fp_flash::traits_decode<D>::kWarps * 32, D <= 128 ? 2 : 1)
+    attention_decode_fwd_v6(const __grid_constant__ flash_params p) {
+    decode_fwd_body<T, D>(p);
+}
+
 // Version V of the flash kernel: its traits and entry point.
 template <typename T, int D, int V> struct flash_version;
 template <typename T, int D> struct flash_version<T, D, 1> {
@@ -674,6 +911,11 @@ template <typename T, int D> struct flash_version<T, D, 1> {
 template <typename T, int D> struct flash_version<T, D, 2> {
     using Tr = traits_v2<D>;
     static constexpr void (*kernel)(flash_params) = attention_flash_fwd_v2<T, D>;
+};
+
+template <typename T, int D> struct flash_version<T, D, 6> {
+    using Tr = fp_flash::traits_decode<D>;
+    static constexpr void (*kernel)(flash_params) = attention_decode_fwd_v6<T, D>;
 };
 
 template <typename T, int D, int V = 1>
@@ -724,6 +966,19 @@ fp_status dispatch_v2(const fp_attn_args *a, int num_splits, cudaStream_t stream
                         a->head_dim);
 }
 
+template <typename T>
+fp_status dispatch_v6(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
+    switch (a->head_dim) {
+    case 32: return launch_flash<T, 32, 6>(a, num_splits, stream);
+    case 64: return launch_flash<T, 64, 6>(a, num_splits, stream);
+    case 96: return launch_flash<T, 96, 6>(a, num_splits, stream);
+    case 128: return launch_flash<T, 128, 6>(a, num_splits, stream);
+    case 256: return launch_flash<T, 256, 6>(a, num_splits, stream);
+    default: break;
+    }
+    return fp_set_error(FP_ERR_UNSUPPORTED, "attention decode kernel v6: head_dim %d not instantiated", a->head_dim);
+}
+
 } // namespace
 
 extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits,
@@ -739,14 +994,18 @@ extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int versi
                                                 "CMAKE_CUDA_ARCHITECTURES)", version);
 #endif
     }
-    if (version != 2) return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 to 5)", version);
+    if (version != 2 && version != 6)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 to 6)", version);
     if (num_splits < 1 || num_splits > 1024)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
     fp_status st;
-    if (a->dtype == FP_BF16) st = dispatch_v2<__nv_bfloat16>(a, num_splits, stream);
-    else if (a->dtype == FP_F16) st = dispatch_v2<__half>(a, num_splits, stream);
+    if (a->dtype == FP_BF16)
+        st = version == 2 ? dispatch_v2<__nv_bfloat16>(a, num_splits, stream)
+                          : dispatch_v6<__nv_bfloat16>(a, num_splits, stream);
+    else if (a->dtype == FP_F16)
+        st = version == 2 ? dispatch_v2<__half>(a, num_splits, stream) : dispatch_v6<__half>(a, num_splits, stream);
     else return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: dtype %s", fp_dtype_name(a->dtype));
-    if (st == FP_OK) fp_attn_note_kernel(a, 2, num_splits);
+    if (st == FP_OK) fp_attn_note_kernel(a, version, num_splits);
     return st;
 }
 
@@ -822,30 +1081,49 @@ static fp_status flash_v1_auto(const fp_attn_args *a, int sm_count, cudaStream_t
     return fp_attn_cuda_flash_splits(a, (int)split_count(a, br, bc, slots), stream);
 }
 
+// The decode kernel takes calls of at most this many packed query rows per
+// (batch, KV head) when preferred (4 of its 16-row query tiles: a decode
+// step, speculative decoding's few queries); past it each CTA's K / V reads
+// would be repeated over more query tiles than v1's 64-row tiles need, and
+// the default kernel runs instead (fp_attention_last_kernel says so).
+constexpr int64_t kDecodeMaxRows = 64;
+
 // A numbered version with the split count fp_attn_cuda_flash picks for it:
 // v2 128 x 32/64 tiles at two CTAs per SM, v3-v5 128 x 128 at one
-// (conservative: v3 at head_dim 64 fits two).
+// (conservative: v3 at head_dim 64 fits two), v6 16 x 64 at two (one at
+// head_dim 256: its grid then runs in two waves where it would fill both).
 static fp_status flash_version_auto(const fp_attn_args *a, int version, int sm_count, cudaStream_t stream) {
     const int sm = sm_count > 0 ? sm_count : 1;
-    const int64_t splits = version == 2 ? split_count(a, traits_v2<128>::kBr, a->head_dim == 64 ? traits_v2<64>::kBc : traits_v2<128>::kBc,
-                                                      2 * (int64_t)sm)
-                                        : split_count(a, 128, 128, sm);
+    int64_t splits;
+    if (version == 2)
+        splits = split_count(a, traits_v2<128>::kBr, a->head_dim == 64 ? traits_v2<64>::kBc : traits_v2<128>::kBc,
+                             2 * (int64_t)sm);
+    else if (version == 6) {
+        if ((int64_t)a->seqlen_q * a->group > kDecodeMaxRows)
+            return fp_set_error(FP_ERR_UNSUPPORTED,
+                                "decode kernel v6: %lld packed query rows per KV head (seqlen_q %d x group %d) "
+                                "above its %lld",
+                                (long long)a->seqlen_q * a->group, a->seqlen_q, a->group, (long long)kDecodeMaxRows);
+        splits = split_count(a, fp_flash::traits_decode<64>::kBr, fp_flash::traits_decode<64>::kBc, 2 * (int64_t)sm);
+    } else
+        splits = split_count(a, 128, 128, sm);
     return fp_attn_cuda_flash_version(a, version, (int)splits, stream);
 }
 
 extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc,
                                         cudaStream_t stream) {
-    if (version >= 2 && version <= 5) {
+    if (version >= 2 && version <= 6) {
         // A preferred version (FP_CTX_ATTENTION_KERNEL), where it supports the call.
         fp_error_saved saved; // a refusal then v1's success must not leave a message
         fp_error_save(&saved);
         fp_status st = flash_version_auto(a, version, sm_count, stream);
         if (st != FP_ERR_UNSUPPORTED) return st;
-        // this shape / build / device: the default kernel instead, and
-        // fp_attention_last_kernel says why
+        // this shape / build / device: the default choice below instead
+        // (e.g. v5 on Hopper for the prefill calls of a context that prefers
+        // the decode kernel), and fp_attention_last_kernel says why
         fp_attn_note_fallback(fp_last_error());
         fp_error_restore(&saved);
-        return flash_v1_auto(a, sm_count, stream);
+        version = 0;
     }
 #ifdef FASTPATH_HAVE_SM90A
     // The default on Hopper (compute capability 9.0, sm_90a builds), chosen

@@ -76,6 +76,24 @@ template <> struct traits_v2<128> { // 32-key tiles: S for 32 rows fits next to 
     static constexpr bool kQInRegisters = false;
 };
 
+// attention_decode_fwd_v6, the decode kernel (any head dim of v1): one
+// 16-row MMA block of packed query rows per CTA (a decode step's GQA group,
+// seqlen_q * group <= 16, fills it; more rows take more query tiles), and
+// its 4 warps split each 64-key tile, 16 keys apiece, instead of one warp
+// doing a tile's math while three hold padding rows (v1's 64-row tile at
+// seqlen_q 1). K / V stream through a ring of kStages tiles with one barrier
+// per tile: kStages - 1 tiles (kStages - 1 x 2 x 64 x D x 2 bytes) in
+// flight while a tile is worked on, where v1 prefetches one K or V tile
+// behind the previous tile's math. The warps' softmax states merge through
+// shared memory at the end. Shared memory (16 + 2 kStages 64) x pitch x 2
+// bytes: 42 / 66 / 81 / 100 / 136 KiB at D = 32 / 64 / 96 / 128 / 256 (two
+// CTAs per SM on an H100 up to D = 128).
+template <int D> struct traits_decode {
+    static constexpr int kWarps = 4, kMT = 1, kBr = 16, kBc = 16 * kWarps;
+    static constexpr int kStages = D <= 64 ? 4 : D <= 128 ? 3 : 2;
+    static constexpr bool kQInRegisters = D <= 128;
+};
+
 FLASH_HD int imin(int a, int b) { return a < b ? a : b; }
 FLASH_HD int imax(int a, int b) { return a > b ? a : b; }
 

@@ -276,7 +276,7 @@ static bool inputs_intact(const Data &X) {
 }
 
 static const char *kernel_name(const Case &c) {
-    return c.kernel == ROWWISE ? "rowwise" : c.kernel == FLASH_AUTO ? "flash(auto)" : c.version == 2 ? "flash v2" : "flash v1";
+    return c.kernel == ROWWISE ? "rowwise" : c.kernel == FLASH_AUTO ? "flash(auto)" : c.version == 2 ? "flash v2" : c.version == 6 ? "decode v6" : "flash v1";
 }
 
 // O, lse and everything around them against fp_attn_reference.
@@ -413,6 +413,9 @@ static void run_case(const Case &c, emu_rng &rng, int nonfinite = 0) {
     fp_attention_last_kernel(&k);
     bool ran_ok = true;
     if (c.kernel == FLASH) ran_ok = k.version == c.version && k.num_splits == c.splits && !k.fallback[0];
+    else if (c.kernel == FLASH_AUTO && c.version == 6) // the decode kernel: rows per KV head <= 64, else v1 and why
+        ran_ok = (int64_t)c.sq * (c.hq / c.hkv) <= 64 ? k.version == 6 && !k.fallback[0]
+                                                      : k.version == 1 && strstr(k.fallback, "v6") != nullptr;
     else if (c.kernel == FLASH_AUTO)
         ran_ok = c.version >= 2 ? (k.version == c.version) != (k.fallback[0] != '\0') && (k.version == c.version || k.version == 1)
                                 : k.version == 1 && !k.fallback[0];
@@ -634,6 +637,35 @@ int main() {
         {"v1_decode_d96_s5_nolse",    FLASH,    1, 5,   1, 3,   330, 6, 2,  96, BF,  1, NO, NO, 0, 0,  0,  2,  0, 0},
         {"v2_decode_gqa8_rag_s3",     FLASH,    2, 3,   4, 2,   250, 8, 1,  64, F16, 1, NO, NO, 1, 0,  0,  0,  1, 0},
         {"v2_decode_d128_s2",         FLASH,    2, 2,   1, 1,   130, 4, 1, 128, BF,  0, NO, NO, 0, 0,  0,  1,  1, 0},
+        // v6, the decode kernel (16 rows per CTA, warps split each 64-key
+        // tile, a ring of 2-4 K / V tiles): every head dim and dtype; decode
+        // with GQA / MQA, ragged caches, splits (fused combine: the counters
+        // come from no context here, so the separate combine kernel), more
+        // splits than tiles; many tiles (the ring wraps); several query
+        // tiles (rows > 16), causal chunks, windows, paged, varlen
+        {"v6_decode_gqa4_d128_bf16",  FLASH,    6, 1,   2, 1,   300, 8, 2, 128, BF,  0, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"v6_decode_mqa8_d128_s3",    FLASH,    6, 3,   2, 1,   400, 8, 1, 128, F16, 0, NO, NO, 1, 0,  0,  1,  1, 0},
+        {"v6_decode_d32_rag_s2",      FLASH,    6, 2,   3, 1,   150, 4, 2,  32, F16, 1, NO, NO, 1, 0,  0,  0,  1, 0},
+        {"v6_decode_d64_s4_nolse",    FLASH,    6, 4,   2, 1,   500, 8, 2,  64, BF,  0, NO, NO, 0, 0,  0,  2,  0, 0},
+        {"v6_decode_d96_bhsd",        FLASH,    6, 1,   1, 1,   200, 6, 2,  96, F16, 0, NO, NO, 0, 0,  0,  2,  1, 0},
+        {"v6_decode_d256_s2",         FLASH,    6, 2,   2, 1,   260, 4, 1, 256, BF,  0, NO, NO, 1, 0,  0,  1,  1, 0},
+        {"v6_long_kv_d64_ring",       FLASH,    6, 1,   1, 1,   900, 4, 1,  64, F16, 0, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"v6_long_kv_d128_ring",      FLASH,    6, 1,   1, 2,   700, 4, 2, 128, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"v6_split8_of_3tiles",       FLASH,    6, 8,   2, 1,   150, 2, 1,  64, BF,  0, NO, NO, 1, 0,  0,  0,  1, 0},
+        {"v6_gqa16_two_qtiles",       FLASH,    6, 2,   1, 2,   200, 16, 1, 128, F16, 1, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"v6_prefill_causal_gqa3",    FLASH,    6, 1,   1, 30,  70,  6, 2,  64, BF,  1, NO, NO, 0, 0,  0,  1,  1, 0},
+        {"v6_chunk_prefill_d32",      FLASH,    6, 1,   2, 9,   150, 4, 2,  32, F16, 1, NO, NO, 0, 0,  0,  1,  1, 0},
+        {"v6_win_causal_40_d128",     FLASH,    6, 2,   1, 3,   300, 4, 1, 128, BF,  1, 40, NO, 0, 0,  0,  0,  1, 1.0f},
+        {"v6_win_30_5_d96",           FLASH,    6, 1,   1, 20,  90,  2, 2,  96, BF,  0, 30, 5,  0, 0,  0,  1,  1, 0},
+        {"v6_causal_q>k",             FLASH,    6, 1,   1, 40,  20,  2, 2,  64, F16, 1, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"v6_paged16_decode_s3",      FLASH,    6, 3,   3, 1,   150, 8, 2, 128, BF,  0, NO, NO, 1, 0, 16,  0,  1, 0},
+        {"v6_paged40_d64_rag",        FLASH,    6, 1,   2, 4,   100, 2, 1,  64, F16, 1, NO, NO, 1, 0, 40,  1,  1, 0},
+        {"v6_paged1_d32",             FLASH,    6, 1,   2, 1,   20,  2, 1,  32, F16, 0, NO, NO, 1, 0,  1,  0,  1, 0},
+        {"v6_varlen_split2_d128",     FLASH,    6, 2,   4, 5,   100, 4, 2, 128, BF,  0, NO, NO, 0, 1,  0,  0,  1, 0},
+        {"v6_varlen_d256_causal",     FLASH,    6, 1,   4, 6,   40,  2, 1, 256, F16, 1, NO, NO, 0, 1,  0,  1,  1, 0},
+        {"v6_1x1_mqa",                FLASH,    6, 1,   2, 1,   1,   4, 1,  64, F16, 0, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"v6_1x1_s2",                 FLASH,    6, 2,   1, 1,   1,   2, 2, 128, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"v6_scale4_f16",             FLASH,    6, 1,   1, 2,   200, 4, 1, 128, F16, 0, NO, NO, 0, 0,  0,  0,  1, 4.0f},
         // more splits than key tiles (empty splits), a ragged cache
         {"v1_split8_of_3tiles",       FLASH,    1, 8,   2, 4,   150, 2, 1,  32, F16, 0, NO, NO, 1, 0,  0,  0,  1, 0},
         {"v1_prefill_split2_causal",  FLASH,    1, 2,   1, 70,  200, 2, 2,  64, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
@@ -673,6 +705,9 @@ int main() {
         {"auto_decode_4096_keys",     FLASH_AUTO, 0, 108, 1, 1, 4096, 2, 1,  64, F16, 1, NO, NO, 0, 0,  0,  0,  1, 0},
         {"auto_v2_d96_falls_back_v1", FLASH_AUTO, 2, 108, 1, 20, 100, 2, 1,  96, F16, 1, NO, NO, 0, 0,  0,  1,  1, 0},
         {"auto_v1_prefill_varlen",    FLASH_AUTO, 1, 108, 4, 30, 70,  2, 2,  64, BF,  1, NO, NO, 0, 1,  0,  0,  1, 0},
+        {"auto_v6_decode_sm108",      FLASH_AUTO, 6, 108, 2, 1, 700, 8, 2, 128, BF,  0, NO, NO, 1, 0,  0,  0,  1, 0},
+        {"auto_v6_paged_sm108",       FLASH_AUTO, 6, 108, 1, 1, 300, 4, 1,  64, F16, 0, NO, NO, 0, 0, 16,  0,  1, 0},
+        {"auto_v6_prefill_falls_back",FLASH_AUTO, 6, 108, 1, 40, 60, 4, 2,  64, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
         {"auto_v3_fallback_prefill",  FLASH_AUTO, 3, 108, 1, 30, 60, 2, 2,  64, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
         // the row-wise kernel: f32, head dims the flash kernel lacks, every feature
         {"rowwise_f32_d80_causal",    ROWWISE,  0, 1,   2, 20,  50,  4, 2,  80, F32, 1, NO, NO, 0, 0,  0,  1,  1, 0},
@@ -691,6 +726,8 @@ int main() {
         {"nonfinite_v1_causal",       FLASH,    1, 1,   1, 120, 200, 2, 1,  64, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
         {"nonfinite_v2_f16",          FLASH,    2, 1,   1, 30,  150, 2, 2, 128, F16, 0, NO, NO, 0, 0,  0,  1,  1, 0},
         {"nonfinite_v1_decode_s4",    FLASH,    1, 4,   3, 1,   300, 8, 1,  64, BF,  0, NO, NO, 1, 0,  0,  0,  1, 0},
+        {"nonfinite_v6_decode_s3",    FLASH,    6, 3,   3, 1,   300, 8, 2, 128, BF,  0, NO, NO, 1, 0,  0,  0,  1, 0},
+        {"nonfinite_v6_prefill",      FLASH,    6, 1,   1, 20,  90,  2, 1,  64, F16, 1, NO, NO, 0, 0,  0,  1,  1, 0},
         {"nonfinite_v1_paged_s2",     FLASH,    1, 2,   2, 3,   150, 4, 2,  64, F16, 1, NO, NO, 0, 0, 16,  0,  1, 0},
         {"nonfinite_rowwise_f32",     ROWWISE,  0, 1,   1, 12,  140, 4, 2,  80, F32, 1, NO, NO, 0, 0,  0,  0,  1, 0},
     };
@@ -717,7 +754,9 @@ int main() {
     refusal("refuse_f32", 1, 1, F32, 64, FP_ERR_UNSUPPORTED, rng);
     refusal("refuse_splits_0", 1, 0, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
     refusal("refuse_v2_splits_1025", 2, 1025, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
-    refusal("refuse_version_6", 6, 1, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
+    refusal("refuse_version_7", 7, 1, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
+    refusal("refuse_v6_head_dim_80", 6, 1, BF, 80, FP_ERR_UNSUPPORTED, rng);
+    refusal("refuse_v6_splits_0", 6, 0, F16, 64, FP_ERR_INVALID_ARGUMENT, rng);
     refusal("refuse_v3_without_sm90a", 3, 1, BF, 64, FP_ERR_UNSUPPORTED, rng);
 
     printf("%d cases, %d failed, %ld launches, %.1f s\n", g_cases, g_fail, fp_emu::launches(), now_s() - t0);

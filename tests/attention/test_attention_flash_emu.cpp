@@ -310,7 +310,32 @@ static void launch(emu_args &E, int d, int version) {
     }
 }
 
+// The decode kernel's (v6) budget, what its prediction rests on (NOTES.md,
+// session 17): a regression in these fails here, not on a GPU.
+//  - shared memory (16 + 2 kStages 64) x pitch x 2 bytes within two CTAs per
+//    H100 SM up to head_dim 128 (228 KiB per SM, 1 KiB reserved per CTA)
+//    and within an A100's 163 KiB opt-in at every head dim;
+//  - K / V bytes in flight per CTA while a tile is worked on, (kStages - 1)
+//    x 2 x 64 x D x 2: at least two tiles up to head_dim 128 (v1 prefetches
+//    one K or one V tile behind the previous tile's math), one at 256;
+//  - the merge of the 4 warps' f32 states, 4 x 16 x (D + 8) x 4 + 512 bytes,
+//    fits in the dead ring it reuses.
+template <int D> static int decode_budget() {
+    using Tr = fp_flash::traits_decode<D>;
+    const long pitch = fp_flash::smem_layout<D>::kPitch;
+    const long smem = (long)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * pitch * 2;
+    const long in_flight = (long)(Tr::kStages - 1) * 2 * Tr::kBc * D * 2;
+    const long merge = (long)Tr::kWarps * Tr::kBr * (D + 8) * 4 + Tr::kWarps * Tr::kBr * 2 * 4;
+    const bool ok = (D > 128 || 2 * (smem + 1024) <= 228 * 1024) && smem <= 163 * 1024 &&
+                    Tr::kStages - 1 >= (D <= 128 ? 2 : 1) && merge <= smem;
+    printf("%-4s decode v6 head_dim %3d: %3ld KiB shared, %3ld KiB of K/V in flight per CTA, merge %2ld KiB\n",
+           ok ? "ok" : "FAIL", D, smem / 1024, in_flight / 1024, merge / 1024);
+    return ok ? 0 : 1;
+}
+
 int main() {
+    g_failures += decode_budget<32>() + decode_budget<64>() + decode_budget<96>() + decode_budget<128>() +
+                  decode_budget<256>();
     static const emu_case cases[] = {
         /* name              b  sq   sk   hq hkv d    dtype    causal wl  wr rag splits pad varlen */
         {"bf16_d64_17x17",   1, 17,  17,  2, 2, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 0},

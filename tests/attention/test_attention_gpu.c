@@ -66,16 +66,17 @@ static void dev_free(dev_case *D) {
  * with n - 1 forced splits, n <= -1: flash kernel v2 with -n splits, n >=
  * IMPL_V3: the Hopper kernel v3 with n - IMPL_V3 splits, n >= IMPL_V4: v4,
  * v3 with the other schedule, with n - IMPL_V4 splits, n >= IMPL_V5: v5, the
- * TMA producer / mbarrier kernel, with n - IMPL_V5 splits) on poisoned outputs
+ * TMA producer / mbarrier kernel, with n - IMPL_V5 splits, n >= IMPL_V6: v6,
+ * the decode kernel, any device, with n - IMPL_V6 splits) on poisoned outputs
  * and downloads them. */
-enum { IMPL_V3 = 1000, IMPL_V4 = 2000, IMPL_V5 = 3000 }; /* v5: TMA + mbarrier pipeline */
+enum { IMPL_V3 = 1000, IMPL_V4 = 2000, IMPL_V5 = 3000, IMPL_V6 = 4000 }; /* v5: TMA + mbarrier pipeline */
 /* v3 / v4 exist only in sm_90a builds on compute capability 9.0 devices;
  * they answer FP_ERR_UNSUPPORTED elsewhere, which skips them (said once).
  * Where they must run (an sm_90a build on a 9.0 device), that answer is a
  * failure, not a skip. */
 static int v3_unsupported(fp_status st, int impl) {
     static int said = 0;
-    if (impl < IMPL_V3 || st != FP_ERR_UNSUPPORTED) return 0;
+    if (impl < IMPL_V3 || impl >= IMPL_V6 || st != FP_ERR_UNSUPPORTED) return 0; /* v6: every device */
 #ifdef FASTPATH_HAVE_SM90A
     int dev = 0, major = 0, minor = 0;
     cudaGetDevice(&dev);
@@ -103,6 +104,9 @@ static void impl_version(int impl, int *version, int *splits) {
     if (impl == 0 || impl == 1) {
         *version = impl == 0 ? ATTN_RUN_FORWARD : ATTN_RUN_BASELINE;
         *splits = 0;
+    } else if (impl >= IMPL_V6) {
+        *version = 6;
+        *splits = impl - IMPL_V6;
     } else if (impl >= IMPL_V5) {
         *version = 5;
         *splits = impl - IMPL_V5;
@@ -156,7 +160,7 @@ static const char *ran_kernel(const attn_case *c, int impl, char *buf, size_t n)
                   c->name, k.kernel);
     } else if (k.preferred >= 2) {
         const int fits = c->dtype != FP_F32 && (c->d == 64 || c->d == 128) &&
-                         (k.preferred == 2 || (must_run_sm90() && !(k.preferred == 5 && k.paged)));
+                         (k.preferred == 2 || (k.preferred == 6 && (int64_t)c->sq * (c->hq / c->hkv) <= 64) || (must_run_sm90() && !(k.preferred == 5 && k.paged)));
         CHECK_MSG(!fits || k.version == k.preferred, "%s: preferred v%d fits the case but %s ran (fallback: %s)",
                   c->name, k.preferred, k.kernel, k.fallback[0] ? k.fallback : "none given");
         if (k.version != k.preferred)
@@ -206,6 +210,10 @@ static void run_case(const attn_case *c, int extra_splits) {
         impls[n_impl++] = IMPL_V4 + 1; /* v4 = v3 with the other schedule */
         impls[n_impl++] = IMPL_V5 + 1; /* v5: TMA producer + mbarrier ring */
         if (extra_splits) impls[n_impl++] = IMPL_V5 + 3; /* v5, 3 splits */
+    }
+    if (c->dtype != FP_F32 && (c->d == 32 || c->d == 64 || c->d == 96 || c->d == 128 || c->d == 256)) {
+        impls[n_impl++] = IMPL_V6 + 1; /* v6, the decode kernel (on prefill shapes too: correct, not fast) */
+        if (extra_splits) impls[n_impl++] = IMPL_V6 + 5; /* v6, 5 splits */
     }
     for (int t = 0; t < n_impl; ++t) {
         st = dev_run(&D, impls[t]);
@@ -868,8 +876,13 @@ static void test_preferred_kernel_gpu(void) {
         {"pref_f16_d64",     1, 200, 700,  4, 4, 64,  FP_F16,  0, 30, 5, 0, 1, 0, 0},
         {"pref_decode",      4, 1,   3000, 8, 2, 128, FP_BF16, 0, -1, -1, 0, 1, 1, 0},
         {"pref_d96",         1, 77,  77,   2, 2, 96,  FP_F16,  1, -1, -1, 0, 1, 0, 0},
+        /* what the decode kernel (v6) takes: MQA with a group of 16 (one
+         * full 16-row tile), speculative decoding's 4 queries x a group of
+         * 4, head_dim 64 */
+        {"pref_decode_mqa",  1, 1,   1500, 16, 1, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"pref_spec4_c",     2, 4,   2000, 16, 4, 64,  FP_F16,  1, -1, -1, 0, 1, 1, 0},
     };
-    for (int v = 2; v <= 5; ++v) {
+    for (int v = 2; v <= 6; ++v) {
         CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, v));
         printf("FP_CTX_ATTENTION_KERNEL = %d\n", v);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i], 0);

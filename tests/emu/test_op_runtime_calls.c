@@ -444,6 +444,24 @@ int main(void) {
     o.launches = 1;
     check_op(&o);
 
+    /* the decode kernel (FP_CTX_ATTENTION_KERNEL 6): automatic splits, the
+     * combine fused; dense and paged */
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention v6 decode auto", 1, 1, 1024, 8, 2, 0);
+    o.run = run_attn;
+    o.attn_kernel = 6;
+    o.launches = 1;
+    check_op(&o);
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention v6 paged decode auto", 2, 1, 256, 4, 2, 0);
+    make_paged(&o, 256);
+    with_seqlens(&o, 256, 150);
+    o.run = run_attn;
+    o.attn_kernel = 6;
+    o.launches = 1;
+    check_op(&o);
+    fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, 0);
+
     /* paged decode: automatic and forced splits */
     memset(&o, 0, sizeof o);
     attn_op(&o, "attention paged decode auto", 2, 1, 256, 4, 2, 0);

@@ -57,6 +57,12 @@ RULES = [
      {r"^HMMA\.16816\.F32\.BF16$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem")),
     ("flash fwd f16 (mma.sync)", "attention", r"attention_flash_fwd_v[12]<__half,", BASE,
      {r"^HMMA\.16816\.F32$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem")),
+    # the decode kernel (v6): the same instructions at head_dim 32's minimum
+    # (2 k-steps of Q K^T and 2 d-blocks of P V per warp and tile, x2 n8 halves)
+    ("decode fwd v6 bf16 (mma.sync)", "attention", r"attention_decode_fwd_v6<__nv_bfloat16,", BASE,
+     {r"^HMMA\.16816\.F32\.BF16$": 8, r"^LDSM": 4, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem")),
+    ("decode fwd v6 f16 (mma.sync)", "attention", r"attention_decode_fwd_v6<__half,", BASE,
+     {r"^HMMA\.16816\.F32$": 8, r"^LDSM": 4, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem")),
     # Hopper paths: wgmma (HGMMA) with operands in shared memory; v5 loads by TMA
     # under mbarriers (SYNCS); the pipelined v3 and v5 overlap softmax and wgmma.
     ("flash fwd v3 (wgmma)", "attention", r"attention_flash_fwd_v3<[^,]+, \d+, false>", ("sm_90a",),
