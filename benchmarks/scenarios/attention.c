@@ -14,7 +14,8 @@
  *   attention/flash_versions  flash kernel v1 vs v2, v1 vs v3 (Hopper
  *                      wgmma; sm_90a builds on H100/H200) and v1 vs v4 (v3
  *                      with its other schedule), v1 vs v5 (TMA producer
- *                      + mbarrier ring), CUDA only: which one
+ *                      + mbarrier ring), v1 vs v7 (v1 over 8 warps:
+ *                      128 x 64 tiles), CUDA only: which one
  *                      fp_attention_forward should run.
  *   attention/decode   seqlen_q 1 against a KV cache of 4k..128k, batch
  *                      1..64, 32 query / 8 KV heads, head_dim 128: KV-cache
@@ -302,10 +303,12 @@ static fp_status run_versions(fb_run *run) {
                     p.batch = batch; p.seqlen_q = p.seqlen_k = sl; p.heads_q = p.heads_kv = hq;
                     p.head_dim = d; p.dtype = dts[t]; p.causal = causal;
                     p.q = q; p.k = k; p.v = v;
-                    for (int ver = 2; ver <= 5; ++ver) {
-                        static const char *pair[6] = {NULL, NULL, "v1_vs_v2", "v1_vs_v3", "v1_vs_v4", "v1_vs_v5"};
-                        static const char *metric[6] = {NULL,        NULL,        "v2_tflops",
-                                                        "v3_tflops", "v4_tflops", "v5_tflops"};
+                    for (int ver = 2; ver <= 7; ++ver) {
+                        if (ver == 6) continue; /* the decode kernel: attention/decode_versions */
+                        static const char *pair[8] = {NULL,       NULL,       "v1_vs_v2", "v1_vs_v3",
+                                                      "v1_vs_v4", "v1_vs_v5", NULL,       "v1_vs_v7"};
+                        static const char *metric[8] = {NULL,        NULL,        "v2_tflops", "v3_tflops",
+                                                        "v4_tflops", "v5_tflops", NULL,        "v7_tflops"};
                         fb_result *r = fb_result_new(run);
                         fb_param_str(r, "versions", pair[ver]);
                         fb_param_str(r, "dtype", fp_dtype_name(dts[t]));
@@ -320,7 +323,7 @@ static fp_status run_versions(fb_run *run) {
                         if (st == FP_OK) st = fp_attn_check(&p, 1, &v1.a);
                         p.o = o2;
                         if (st == FP_OK) st = fp_attn_check(&p, 1, &vx.a);
-                        if (st == FP_OK && ver >= 3) {
+                        if (st == FP_OK && ver >= 3 && ver <= 5) {
                             /* v3 .. v5 exist only in sm_90a builds on 9.0 devices: one probe call */
                             st = version_fn(&vx, fp_context_stream(ctx));
                             if (st == FP_ERR_UNSUPPORTED) {
@@ -490,7 +493,8 @@ FB_SCENARIO(fb_attention_decode, "attention/decode",
             "seqlen_q 1 vs a 4k..128k KV cache, batch 1..64: split-KV flash vs materialized, KV GB/s",
             run_decode)
 FB_SCENARIO(fb_attention_flash_versions, "attention/flash_versions",
-            "flash kernel v1 (16 rows/warp) vs v2 (32 rows/warp), v3 / v4 (Hopper wgmma), v5 (TMA + mbarrier) on "
+            "flash kernel v1 (16 rows/warp) vs v2 (32 rows/warp), v3 / v4 (Hopper wgmma), v5 (TMA + mbarrier), v7 "
+            "(8 warps) on "
             "prefill shapes "
             "(CUDA only)",
             run_versions)

@@ -38,6 +38,12 @@
 //                               at most 64 packed rows per KV head) and
 //                               fp_attn_cuda_flash_version until a GPU run
 //                               has measured it against v1.
+//   attention_flash_fwd_v7      v1's body over 8 warps: FlashAttention-2's
+//                               128 x 64 tile on mma.sync, a K / V tile
+//                               shared by 8 warps (fp_flash::traits_w8).
+//                               Selected only through FP_CTX_ATTENTION_KERNEL
+//                               = 7 and fp_attn_cuda_flash_version until a
+//                               GPU run has measured it against v1.
 //   attention_split_combine_v1  merges the split partials: O = sum_s
 //                               exp(lse_s - lse) O_s, lse = logsumexp(lse_s)
 //                               (attention_flash_common.cuh, every version).
@@ -894,6 +900,14 @@ __global__ void __launch_bounds__(traits_v2<D>::kWarps * 32, 2)
     flash_fwd_body<T, D, traits_v2<D>>(p);
 }
 
+// v1's body over 8 warps (fp_flash::traits_w8): one CTA of 256 threads per
+// SM (v1's registers per thread).
+template <typename T, int D>
+__global__ void __launch_bounds__(fp_flash::traits_w8<D>::kWarps * 32, 1)
+    attention_flash_fwd_v7(const __grid_constant__ flash_params p) {
+    flash_fwd_body<T, D, fp_flash::traits_w8<D>>(p);
+}
+
 // The decode kernel: two CTAs per SM up to head_dim 128 (100 KiB of shared
 // memory at 128 on an H100), one at 256.
 template <typename T, int D>
@@ -913,6 +927,10 @@ template <typename T, int D> struct flash_version<T, D, 2> {
     static constexpr void (*kernel)(flash_params) = attention_flash_fwd_v2<T, D>;
 };
 
+template <typename T, int D> struct flash_version<T, D, 7> {
+    using Tr = fp_flash::traits_w8<D>;
+    static constexpr void (*kernel)(flash_params) = attention_flash_fwd_v7<T, D>;
+};
 template <typename T, int D> struct flash_version<T, D, 6> {
     using Tr = fp_flash::traits_decode<D>;
     static constexpr void (*kernel)(flash_params) = attention_decode_fwd_v6<T, D>;
@@ -966,17 +984,20 @@ fp_status dispatch_v2(const fp_attn_args *a, int num_splits, cudaStream_t stream
                         a->head_dim);
 }
 
-template <typename T>
-fp_status dispatch_v6(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
+// Versions instantiated at every head dim of v1: 6 (the decode kernel) and
+// 7 (v1 over 8 warps).
+template <typename T, int V>
+fp_status dispatch_all_dims(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
     switch (a->head_dim) {
-    case 32: return launch_flash<T, 32, 6>(a, num_splits, stream);
-    case 64: return launch_flash<T, 64, 6>(a, num_splits, stream);
-    case 96: return launch_flash<T, 96, 6>(a, num_splits, stream);
-    case 128: return launch_flash<T, 128, 6>(a, num_splits, stream);
-    case 256: return launch_flash<T, 256, 6>(a, num_splits, stream);
+    case 32: return launch_flash<T, 32, V>(a, num_splits, stream);
+    case 64: return launch_flash<T, 64, V>(a, num_splits, stream);
+    case 96: return launch_flash<T, 96, V>(a, num_splits, stream);
+    case 128: return launch_flash<T, 128, V>(a, num_splits, stream);
+    case 256: return launch_flash<T, 256, V>(a, num_splits, stream);
     default: break;
     }
-    return fp_set_error(FP_ERR_UNSUPPORTED, "attention decode kernel v6: head_dim %d not instantiated", a->head_dim);
+    return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: head_dim %d not instantiated", V,
+                        a->head_dim);
 }
 
 } // namespace
@@ -994,16 +1015,19 @@ extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int versi
                                                 "CMAKE_CUDA_ARCHITECTURES)", version);
 #endif
     }
-    if (version != 2 && version != 6)
-        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 to 6)", version);
+    if (version != 2 && version != 6 && version != 7)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 to 7)", version);
     if (num_splits < 1 || num_splits > 1024)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
     fp_status st;
     if (a->dtype == FP_BF16)
-        st = version == 2 ? dispatch_v2<__nv_bfloat16>(a, num_splits, stream)
-                          : dispatch_v6<__nv_bfloat16>(a, num_splits, stream);
+        st = version == 2   ? dispatch_v2<__nv_bfloat16>(a, num_splits, stream)
+             : version == 6 ? dispatch_all_dims<__nv_bfloat16, 6>(a, num_splits, stream)
+                            : dispatch_all_dims<__nv_bfloat16, 7>(a, num_splits, stream);
     else if (a->dtype == FP_F16)
-        st = version == 2 ? dispatch_v2<__half>(a, num_splits, stream) : dispatch_v6<__half>(a, num_splits, stream);
+        st = version == 2   ? dispatch_v2<__half>(a, num_splits, stream)
+             : version == 6 ? dispatch_all_dims<__half, 6>(a, num_splits, stream)
+                            : dispatch_all_dims<__half, 7>(a, num_splits, stream);
     else return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: dtype %s", fp_dtype_name(a->dtype));
     if (st == FP_OK) fp_attn_note_kernel(a, version, num_splits);
     return st;
@@ -1091,7 +1115,8 @@ constexpr int64_t kDecodeMaxRows = 64;
 // A numbered version with the split count fp_attn_cuda_flash picks for it:
 // v2 128 x 32/64 tiles at two CTAs per SM, v3-v5 128 x 128 at one
 // (conservative: v3 at head_dim 64 fits two), v6 16 x 64 at two (one at
-// head_dim 256: its grid then runs in two waves where it would fill both).
+// head_dim 256: its grid then runs in two waves where it would fill both),
+// v7 128 x 64 (x 32 at 256) at one.
 static fp_status flash_version_auto(const fp_attn_args *a, int version, int sm_count, cudaStream_t stream) {
     const int sm = sm_count > 0 ? sm_count : 1;
     int64_t splits;
@@ -1105,14 +1130,17 @@ static fp_status flash_version_auto(const fp_attn_args *a, int version, int sm_c
                                 "above its %lld",
                                 (long long)a->seqlen_q * a->group, a->seqlen_q, a->group, (long long)kDecodeMaxRows);
         splits = split_count(a, fp_flash::traits_decode<64>::kBr, fp_flash::traits_decode<64>::kBc, 2 * (int64_t)sm);
-    } else
+    } else if (version == 7)
+        splits = split_count(a, fp_flash::traits_w8<64>::kBr, a->head_dim == 256 ? traits<256>::kBc : traits<64>::kBc,
+                             sm);
+    else
         splits = split_count(a, 128, 128, sm);
     return fp_attn_cuda_flash_version(a, version, (int)splits, stream);
 }
 
 extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc,
                                         cudaStream_t stream) {
-    if (version >= 2 && version <= 6) {
+    if (version >= 2 && version <= 7) {
         // A preferred version (FP_CTX_ATTENTION_KERNEL), where it supports the call.
         fp_error_saved saved; // a refusal then v1's success must not leave a message
         fp_error_save(&saved);

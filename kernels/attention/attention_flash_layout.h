@@ -76,6 +76,21 @@ template <> struct traits_v2<128> { // 32-key tiles: S for 32 rows fits next to 
     static constexpr bool kQInRegisters = false;
 };
 
+// attention_flash_fwd_v7 (every head dim of v1): v1's body over 8 warps,
+// FlashAttention-2's 128 x 64 tile on mma.sync (128 x 32 at D = 256): each
+// warp still owns 16 rows, so its registers are v1's (~213 at D = 128: one
+// CTA of 256 threads per SM, the same 8 warps per SM as v1's two CTAs), but
+// a K / V tile loaded once feeds 8 warps instead of 4: half the cp.async
+// issue instructions per MMA (session 14 counted ~240 of a warp's ~1100
+// instructions per tile in copies) and half the tile bytes an SM reads from
+// L2 per MMA; the two barriers per tile now wait on 8 warps. Shared memory
+// (128 + 4 kBc) x pitch x 2: 30 / 48 / 78 / 96 / 128 KiB at D = 32 / 64 /
+// 96 / 128 / 256.
+template <int D> struct traits_w8 {
+    static constexpr int kWarps = 8, kMT = 1, kBr = 128, kBc = traits<D>::kBc, kStages = 2;
+    static constexpr bool kQInRegisters = traits<D>::kQInRegisters;
+};
+
 // attention_decode_fwd_v6, the decode kernel (any head dim of v1): one
 // 16-row MMA block of packed query rows per CTA (a decode step's GQA group,
 // seqlen_q * group <= 16, fills it; more rows take more query tiles), and

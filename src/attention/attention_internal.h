@@ -171,7 +171,7 @@ float fp_attn_exp2_sum(float *s, int n, float mx, int simd);
 /* ---- Which kernel ran (src/attention/attention_kernel_info.c) ---- */
 /* Starts the calling thread's record of one call (kernel "none"). */
 void fp_attn_note_begin(int preferred);
-/* A launch of flash version 1..6 with num_splits KV splits succeeded
+/* A launch of flash version 1..7 with num_splits KV splits succeeded
  * (version 0: the row-wise kernel; -1: the CPU implementation). */
 void fp_attn_note_kernel(const fp_attn_args *a, int version, int num_splits);
 /* The preferred version was refused: why (copied, truncated). */

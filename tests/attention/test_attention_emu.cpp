@@ -276,7 +276,7 @@ static bool inputs_intact(const Data &X) {
 }
 
 static const char *kernel_name(const Case &c) {
-    return c.kernel == ROWWISE ? "rowwise" : c.kernel == FLASH_AUTO ? "flash(auto)" : c.version == 2 ? "flash v2" : c.version == 6 ? "decode v6" : "flash v1";
+    return c.kernel == ROWWISE ? "rowwise" : c.kernel == FLASH_AUTO ? "flash(auto)" : c.version == 2 ? "flash v2" : c.version == 6 ? "decode v6" : c.version == 7 ? "flash v7" : "flash v1";
 }
 
 // O, lse and everything around them against fp_attn_reference.
@@ -666,6 +666,21 @@ int main() {
         {"v6_1x1_mqa",                FLASH,    6, 1,   2, 1,   1,   4, 1,  64, F16, 0, NO, NO, 0, 0,  0,  0,  1, 0},
         {"v6_1x1_s2",                 FLASH,    6, 2,   1, 1,   1,   2, 2, 128, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
         {"v6_scale4_f16",             FLASH,    6, 1,   1, 2,   200, 4, 1, 128, F16, 0, NO, NO, 0, 0,  0,  0,  1, 4.0f},
+        // v7 (v1's body over 8 warps, 128-row tiles): every head dim, prefill
+        // with edges, causal, GQA groups across tiles, windows, splits,
+        // paged, varlen, decode
+        {"v7_d32_bf16_gqa2",          FLASH,    7, 1,   1, 70,  100, 2, 1,  32, BF,  0, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"v7_d64_f16_causal",         FLASH,    7, 1,   1, 150, 150, 1, 1,  64, F16, 1, NO, NO, 0, 0,  0,  0,  1, 1.0f},
+        {"v7_d96_bf16_causal_bhsd",   FLASH,    7, 1,   1, 66,  80,  2, 2,  96, BF,  1, NO, NO, 0, 0,  0,  2,  1, 0},
+        {"v7_d128_bf16_long_causal",  FLASH,    7, 1,   1, 140, 330, 2, 1, 128, BF,  1, NO, NO, 0, 0,  0,  1,  1, 0},
+        {"v7_d256_f16_gqa2",          FLASH,    7, 1,   1, 40,  70,  2, 1, 256, F16, 0, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"v7_gqa5_causal_d64",        FLASH,    7, 1,   1, 30,  90,  5, 1,  64, F16, 1, NO, NO, 0, 0,  0,  0,  1, 0},
+        {"v7_win_causal_50_f16",      FLASH,    7, 1,   1, 70,  140, 2, 2, 128, F16, 1, 50, NO, 0, 0,  0,  0,  1, 0},
+        {"v7_prefill_split3_win",     FLASH,    7, 3,   1, 40,  200, 2, 1,  64, BF,  1, 90, NO, 0, 0,  0,  0,  1, 0},
+        {"v7_decode_gqa8_rag_s3",     FLASH,    7, 3,   4, 2,   250, 8, 1,  64, F16, 1, NO, NO, 1, 0,  0,  0,  1, 0},
+        {"v7_paged16_gqa_rag",        FLASH,    7, 1,   3, 4,   140, 8, 2, 128, F16, 1, NO, NO, 1, 0, 16,  1,  1, 0},
+        {"v7_varlen_d128_split2",     FLASH,    7, 2,   4, 5,   100, 4, 2, 128, BF,  0, NO, NO, 0, 1,  0,  0,  1, 0},
+        {"v7_causal_q>k_bf16",        FLASH,    7, 1,   1, 140, 70,  1, 1, 128, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
         // more splits than key tiles (empty splits), a ragged cache
         {"v1_split8_of_3tiles",       FLASH,    1, 8,   2, 4,   150, 2, 1,  32, F16, 0, NO, NO, 1, 0,  0,  0,  1, 0},
         {"v1_prefill_split2_causal",  FLASH,    1, 2,   1, 70,  200, 2, 2,  64, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
@@ -707,6 +722,7 @@ int main() {
         {"auto_v1_prefill_varlen",    FLASH_AUTO, 1, 108, 4, 30, 70,  2, 2,  64, BF,  1, NO, NO, 0, 1,  0,  0,  1, 0},
         {"auto_v6_decode_sm108",      FLASH_AUTO, 6, 108, 2, 1, 700, 8, 2, 128, BF,  0, NO, NO, 1, 0,  0,  0,  1, 0},
         {"auto_v6_paged_sm108",       FLASH_AUTO, 6, 108, 1, 1, 300, 4, 1,  64, F16, 0, NO, NO, 0, 0, 16,  0,  1, 0},
+        {"auto_v7_prefill_sm108",     FLASH_AUTO, 7, 108, 1, 130, 200, 2, 1, 128, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
         {"auto_v6_prefill_falls_back",FLASH_AUTO, 6, 108, 1, 40, 60, 4, 2,  64, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
         {"auto_v3_fallback_prefill",  FLASH_AUTO, 3, 108, 1, 30, 60, 2, 2,  64, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
         // the row-wise kernel: f32, head dims the flash kernel lacks, every feature
@@ -728,6 +744,7 @@ int main() {
         {"nonfinite_v1_decode_s4",    FLASH,    1, 4,   3, 1,   300, 8, 1,  64, BF,  0, NO, NO, 1, 0,  0,  0,  1, 0},
         {"nonfinite_v6_decode_s3",    FLASH,    6, 3,   3, 1,   300, 8, 2, 128, BF,  0, NO, NO, 1, 0,  0,  0,  1, 0},
         {"nonfinite_v6_prefill",      FLASH,    6, 1,   1, 20,  90,  2, 1,  64, F16, 1, NO, NO, 0, 0,  0,  1,  1, 0},
+        {"nonfinite_v7_causal",       FLASH,    7, 1,   1, 120, 200, 2, 1,  64, BF,  1, NO, NO, 0, 0,  0,  0,  1, 0},
         {"nonfinite_v1_paged_s2",     FLASH,    1, 2,   2, 3,   150, 4, 2,  64, F16, 1, NO, NO, 0, 0, 16,  0,  1, 0},
         {"nonfinite_rowwise_f32",     ROWWISE,  0, 1,   1, 12,  140, 4, 2,  80, F32, 1, NO, NO, 0, 0,  0,  0,  1, 0},
     };
@@ -754,7 +771,8 @@ int main() {
     refusal("refuse_f32", 1, 1, F32, 64, FP_ERR_UNSUPPORTED, rng);
     refusal("refuse_splits_0", 1, 0, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
     refusal("refuse_v2_splits_1025", 2, 1025, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
-    refusal("refuse_version_7", 7, 1, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
+    refusal("refuse_version_8", 8, 1, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
+    refusal("refuse_v7_head_dim_80", 7, 1, F16, 80, FP_ERR_UNSUPPORTED, rng);
     refusal("refuse_v6_head_dim_80", 6, 1, BF, 80, FP_ERR_UNSUPPORTED, rng);
     refusal("refuse_v6_splits_0", 6, 0, F16, 64, FP_ERR_INVALID_ARGUMENT, rng);
     refusal("refuse_v3_without_sm90a", 3, 1, BF, 64, FP_ERR_UNSUPPORTED, rng);

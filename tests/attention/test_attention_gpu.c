@@ -67,9 +67,10 @@ static void dev_free(dev_case *D) {
  * IMPL_V3: the Hopper kernel v3 with n - IMPL_V3 splits, n >= IMPL_V4: v4,
  * v3 with the other schedule, with n - IMPL_V4 splits, n >= IMPL_V5: v5, the
  * TMA producer / mbarrier kernel, with n - IMPL_V5 splits, n >= IMPL_V6: v6,
- * the decode kernel, any device, with n - IMPL_V6 splits) on poisoned outputs
- * and downloads them. */
-enum { IMPL_V3 = 1000, IMPL_V4 = 2000, IMPL_V5 = 3000, IMPL_V6 = 4000 }; /* v5: TMA + mbarrier pipeline */
+ * the decode kernel, any device, with n - IMPL_V6 splits, n >= IMPL_V7: v7,
+ * v1 over 8 warps, with n - IMPL_V7 splits) on poisoned outputs and
+ * downloads them. */
+enum { IMPL_V3 = 1000, IMPL_V4 = 2000, IMPL_V5 = 3000, IMPL_V6 = 4000, IMPL_V7 = 5000 }; /* v5: TMA + mbarrier pipeline */
 /* v3 / v4 exist only in sm_90a builds on compute capability 9.0 devices;
  * they answer FP_ERR_UNSUPPORTED elsewhere, which skips them (said once).
  * Where they must run (an sm_90a build on a 9.0 device), that answer is a
@@ -104,6 +105,9 @@ static void impl_version(int impl, int *version, int *splits) {
     if (impl == 0 || impl == 1) {
         *version = impl == 0 ? ATTN_RUN_FORWARD : ATTN_RUN_BASELINE;
         *splits = 0;
+    } else if (impl >= IMPL_V7) {
+        *version = 7;
+        *splits = impl - IMPL_V7;
     } else if (impl >= IMPL_V6) {
         *version = 6;
         *splits = impl - IMPL_V6;
@@ -160,7 +164,7 @@ static const char *ran_kernel(const attn_case *c, int impl, char *buf, size_t n)
                   c->name, k.kernel);
     } else if (k.preferred >= 2) {
         const int fits = c->dtype != FP_F32 && (c->d == 64 || c->d == 128) &&
-                         (k.preferred == 2 || (k.preferred == 6 && (int64_t)c->sq * (c->hq / c->hkv) <= 64) || (must_run_sm90() && !(k.preferred == 5 && k.paged)));
+                         (k.preferred == 2 || k.preferred == 7 || (k.preferred == 6 && (int64_t)c->sq * (c->hq / c->hkv) <= 64) || (must_run_sm90() && !(k.preferred == 5 && k.paged)));
         CHECK_MSG(!fits || k.version == k.preferred, "%s: preferred v%d fits the case but %s ran (fallback: %s)",
                   c->name, k.preferred, k.kernel, k.fallback[0] ? k.fallback : "none given");
         if (k.version != k.preferred)
@@ -191,7 +195,7 @@ static void run_case(const attn_case *c, int extra_splits) {
     const double slack = 4.0 * attn_eps(c->dtype) * (Eb.max_ref > 0 ? Eb.max_ref : 1.0) + 1e-6;
     const double allowed = 2.0 * Eb.max_abs + slack;
     CHECK_MSG(Eb.bad == 0, "%s/baseline: NaN or padding written", c->name);
-    int impls[16], n_impl = 0;
+    int impls[20], n_impl = 0;
     impls[n_impl++] = 0;
     if (extra_splits) {
         impls[n_impl++] = 3; /* v1, 2 splits */
@@ -214,6 +218,8 @@ static void run_case(const attn_case *c, int extra_splits) {
     if (c->dtype != FP_F32 && (c->d == 32 || c->d == 64 || c->d == 96 || c->d == 128 || c->d == 256)) {
         impls[n_impl++] = IMPL_V6 + 1; /* v6, the decode kernel (on prefill shapes too: correct, not fast) */
         if (extra_splits) impls[n_impl++] = IMPL_V6 + 5; /* v6, 5 splits */
+        impls[n_impl++] = IMPL_V7 + 1; /* v7: v1 over 8 warps */
+        if (extra_splits) impls[n_impl++] = IMPL_V7 + 3; /* v7, 3 splits */
     }
     for (int t = 0; t < n_impl; ++t) {
         st = dev_run(&D, impls[t]);
@@ -882,7 +888,7 @@ static void test_preferred_kernel_gpu(void) {
         {"pref_decode_mqa",  1, 1,   1500, 16, 1, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
         {"pref_spec4_c",     2, 4,   2000, 16, 4, 64,  FP_F16,  1, -1, -1, 0, 1, 1, 0},
     };
-    for (int v = 2; v <= 6; ++v) {
+    for (int v = 2; v <= 7; ++v) {
         CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, v));
         printf("FP_CTX_ATTENTION_KERNEL = %d\n", v);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i], 0);

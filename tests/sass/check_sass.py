@@ -53,9 +53,9 @@ VEC_LOAD = {r"^LDG\.E\.128": 1}
 VEC_LOAD_STORE = {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1}
 RULES = [
     # flash attention, sm_80 path (mma.sync m16n8k16, ldmatrix, cp.async 16 B)
-    ("flash fwd bf16 (mma.sync)", "attention", r"attention_flash_fwd_v[12]<__nv_bfloat16,", BASE,
+    ("flash fwd bf16 (mma.sync)", "attention", r"attention_flash_fwd_v[127]<__nv_bfloat16,", BASE,
      {r"^HMMA\.16816\.F32\.BF16$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem")),
-    ("flash fwd f16 (mma.sync)", "attention", r"attention_flash_fwd_v[12]<__half,", BASE,
+    ("flash fwd f16 (mma.sync)", "attention", r"attention_flash_fwd_v[127]<__half,", BASE,
      {r"^HMMA\.16816\.F32$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem")),
     # the decode kernel (v6): the same instructions at head_dim 32's minimum
     # (2 k-steps of Q K^T and 2 d-blocks of P V per warp and tile, x2 n8 halves)
