@@ -876,7 +876,7 @@ static void check_dispatch() {
     if (fp_attn_cuda_flash_version(&af32, 3, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
     if (fp_attn_cuda_flash_version(&a, 3, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
     if (fp_attn_cuda_flash_version(&a96, 4, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
-    if (fp_attn_cuda_flash_version(&a, 6, 1, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
+    if (fp_attn_cuda_flash_version(&a, 8, 1, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
     // version 5 (TMA): what it cannot describe is refused before the device query
     if (fp_attn_cuda_flash_version(&a96, 5, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
     if (fp_attn_cuda_flash_version(&a, 5, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;

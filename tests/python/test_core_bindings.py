@@ -35,6 +35,28 @@ def test_cpu_context_info():
         ctx.synchronize()
 
 
+def test_context_options_by_name():
+    with fastpath.Context("cpu") as ctx:
+        ctx.set_option("attention_kernel", 6)  # the decode kernel (CUDA dispatch reads it)
+        ctx.set_option("attention_kernel", 0)
+        ctx.set_option("cpu_threads", 1)
+        ctx.set_option("attention_split_combine", 1)
+        # the library's range check, with its message
+        with pytest.raises(fastpath.FastpathError) as e:
+            ctx.set_option("attention_kernel", 8)
+        assert e.value.status == fastpath.Status.INVALID_ARGUMENT
+        assert "FP_CTX_ATTENTION_KERNEL must be in [0, 7]" in e.value.detail
+        with pytest.raises(ValueError, match="unknown context option 'attn_kernel'"):
+            ctx.set_option("attn_kernel", 1)
+        for bad in ("6", 6.0, True, None):
+            with pytest.raises(TypeError):
+                ctx.set_option("attention_kernel", bad)
+        with pytest.raises(ValueError, match="out of range"):
+            ctx.set_option("workspace_bytes", 2**63)
+    with pytest.raises(ValueError, match="closed"):
+        ctx.set_option("attention_kernel", 1)
+
+
 def test_stats_match_numpy_convention():
     s = fastpath.stats([float(i) for i in range(1, 11)])
     assert s["median_ms"] == pytest.approx(5.5)

@@ -156,6 +156,24 @@ class Context(_lib.Closeable):
         return {f: (getattr(info, f).decode() if f == "name" else getattr(info, f))
                 for f, _ in _lib.DeviceInfo._fields_ if f != "struct_size"}
 
+    # fp_context_option (include/fastpath/core.h), by name
+    OPTIONS = {"cpu_threads": 1, "workspace_bytes": 2, "scratch_keep_bytes": 3, "attention_kernel": 4,
+               "attention_split_combine": 5}
+
+    def set_option(self, name, value):
+        """fp_context_set_option by name (Context.OPTIONS), e.g.
+        set_option("attention_kernel", 6): the decode kernel for the
+        attention calls it takes (core.h says what each option means and
+        which values it accepts; a bad value raises FastpathError with the
+        library's message). For the torch drop-ins' context:
+        fastpath.torch.context_for("cuda").set_option(...)."""
+        if name not in self.OPTIONS:
+            raise ValueError(f"unknown context option {name!r}: one of {', '.join(sorted(self.OPTIONS))}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"context option {name!r} takes an int, got {type(value).__name__}")
+        check(lib.fp_context_set_option(self.handle, self.OPTIONS[name],
+                                        _lib.c_int_value(ctypes.c_int64, value, name)))
+
     def synchronize(self, stream=None):
         check(lib.fp_context_synchronize(self.handle, stream))
 
