@@ -961,19 +961,6 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
 }
 
 template <typename T>
-fp_status dispatch_dim(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
-    switch (a->head_dim) {
-    case 32: return launch_flash<T, 32>(a, num_splits, stream);
-    case 64: return launch_flash<T, 64>(a, num_splits, stream);
-    case 96: return launch_flash<T, 96>(a, num_splits, stream);
-    case 256: return launch_flash<T, 256>(a, num_splits, stream);
-    case 128: return launch_flash<T, 128>(a, num_splits, stream);
-    default: break;
-    }
-    return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: head_dim %d not instantiated", a->head_dim);
-}
-
-template <typename T>
 fp_status dispatch_v2(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
     switch (a->head_dim) {
     case 64: return launch_flash<T, 64, 2>(a, num_splits, stream);
@@ -984,8 +971,8 @@ fp_status dispatch_v2(const fp_attn_args *a, int num_splits, cudaStream_t stream
                         a->head_dim);
 }
 
-// Versions instantiated at every head dim of v1: 6 (the decode kernel) and
-// 7 (v1 over 8 warps).
+// Versions instantiated at every head dim: 1, 6 (the decode kernel) and 7
+// (v1 over 8 warps).
 template <typename T, int V>
 fp_status dispatch_all_dims(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
     switch (a->head_dim) {
@@ -998,6 +985,29 @@ fp_status dispatch_all_dims(const fp_attn_args *a, int num_splits, cudaStream_t 
     }
     return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: head_dim %d not instantiated", V,
                         a->head_dim);
+}
+
+// An sm_80-path version (1, 2, 6 or 7) with num_splits KV splits, recorded
+// for fp_attention_last_kernel when it launched.
+fp_status flash_sm80(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
+    if (num_splits < 1 || num_splits > 1024)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
+    const bool bf = a->dtype == FP_BF16;
+    if (!bf && a->dtype != FP_F16)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: dtype %s", fp_dtype_name(a->dtype));
+    fp_status st;
+    switch (version) {
+    case 1: st = bf ? dispatch_all_dims<__nv_bfloat16, 1>(a, num_splits, stream)
+                    : dispatch_all_dims<__half, 1>(a, num_splits, stream); break;
+    case 2: st = bf ? dispatch_v2<__nv_bfloat16>(a, num_splits, stream) : dispatch_v2<__half>(a, num_splits, stream);
+        break;
+    case 6: st = bf ? dispatch_all_dims<__nv_bfloat16, 6>(a, num_splits, stream)
+                    : dispatch_all_dims<__half, 6>(a, num_splits, stream); break;
+    default: st = bf ? dispatch_all_dims<__nv_bfloat16, 7>(a, num_splits, stream)
+                     : dispatch_all_dims<__half, 7>(a, num_splits, stream); break;
+    }
+    if (st == FP_OK) fp_attn_note_kernel(a, version, num_splits);
+    return st;
 }
 
 } // namespace
@@ -1017,20 +1027,7 @@ extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int versi
     }
     if (version != 2 && version != 6 && version != 7)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 to 7)", version);
-    if (num_splits < 1 || num_splits > 1024)
-        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
-    fp_status st;
-    if (a->dtype == FP_BF16)
-        st = version == 2   ? dispatch_v2<__nv_bfloat16>(a, num_splits, stream)
-             : version == 6 ? dispatch_all_dims<__nv_bfloat16, 6>(a, num_splits, stream)
-                            : dispatch_all_dims<__nv_bfloat16, 7>(a, num_splits, stream);
-    else if (a->dtype == FP_F16)
-        st = version == 2   ? dispatch_v2<__half>(a, num_splits, stream)
-             : version == 6 ? dispatch_all_dims<__half, 6>(a, num_splits, stream)
-                            : dispatch_all_dims<__half, 7>(a, num_splits, stream);
-    else return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: dtype %s", fp_dtype_name(a->dtype));
-    if (st == FP_OK) fp_attn_note_kernel(a, version, num_splits);
-    return st;
+    return flash_sm80(a, version, num_splits, stream);
 }
 
 extern "C" int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim) {
@@ -1039,14 +1036,7 @@ extern "C" int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim) {
 }
 
 extern "C" fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
-    if (num_splits < 1 || num_splits > 1024)
-        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
-    fp_status st;
-    if (a->dtype == FP_BF16) st = dispatch_dim<__nv_bfloat16>(a, num_splits, stream);
-    else if (a->dtype == FP_F16) st = dispatch_dim<__half>(a, num_splits, stream);
-    else return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: dtype %s", fp_dtype_name(a->dtype));
-    if (st == FP_OK) fp_attn_note_kernel(a, 1, num_splits);
-    return st;
+    return flash_sm80(a, 1, num_splits, stream);
 }
 
 // Split the keys when the grid would leave SMs idle (decode, few heads):
