@@ -248,10 +248,12 @@ static fp_status run_decode(fb_run *run) {
  * baseline against v2 (32 rows per warp), v3 (Hopper wgmma, sm_90a builds on
  * compute capability 9.0 only) and v4 (v3 with the other schedule: plain at
  * head_dim 128, pipelined at 64; what the pipelining buys) and v5 (TMA
- * producer warp + mbarrier ring, setmaxnreg), outputs compared: the
- * measurement that decides which one fp_attention_forward should use (now
- * v1). One result per shape and pair (param "versions"); where v3 .. v5 are
- * not available their result carries a note saying why. */
+ * producer warp + mbarrier ring, setmaxnreg), v7 (v1 over 8 warps), and v5
+ * as the baseline against v8 (v5 with ping-pong consumer warpgroups, the
+ * kernel that would replace it), outputs compared: the measurement that
+ * decides which one fp_attention_forward should use (v5 / v3 on Hopper, v1
+ * elsewhere). One result per shape and pair (param "versions"); where
+ * v3 .. v5 or v8 are not available their result carries a note saying why. */
 typedef struct version_run {
     fp_attn_args a;
     int version;
@@ -303,12 +305,14 @@ static fp_status run_versions(fb_run *run) {
                     p.batch = batch; p.seqlen_q = p.seqlen_k = sl; p.heads_q = p.heads_kv = hq;
                     p.head_dim = d; p.dtype = dts[t]; p.causal = causal;
                     p.q = q; p.k = k; p.v = v;
-                    for (int ver = 2; ver <= 7; ++ver) {
+                    for (int ver = 2; ver <= 8; ++ver) {
                         if (ver == 6) continue; /* the decode kernel: attention/decode_versions */
-                        static const char *pair[8] = {NULL,       NULL,       "v1_vs_v2", "v1_vs_v3",
-                                                      "v1_vs_v4", "v1_vs_v5", NULL,       "v1_vs_v7"};
-                        static const char *metric[8] = {NULL,        NULL,        "v2_tflops", "v3_tflops",
-                                                        "v4_tflops", "v5_tflops", NULL,        "v7_tflops"};
+                        /* v8 against v5, the kernel it would replace; the others against v1 */
+                        static const char *pair[9] = {NULL,       NULL,       "v1_vs_v2", "v1_vs_v3", "v1_vs_v4",
+                                                      "v1_vs_v5", NULL,       "v1_vs_v7", "v5_vs_v8"};
+                        static const char *metric[9] = {NULL,        NULL, "v2_tflops", "v3_tflops", "v4_tflops",
+                                                        "v5_tflops", NULL, "v7_tflops", "v8_tflops"};
+                        const int base = ver == 8 ? 5 : 1;
                         fb_result *r = fb_result_new(run);
                         fb_param_str(r, "versions", pair[ver]);
                         fb_param_str(r, "dtype", fp_dtype_name(dts[t]));
@@ -317,14 +321,14 @@ static fp_status run_versions(fb_run *run) {
                         fb_param_int(r, "heads", hq);
                         fb_param_int(r, "head_dim", d);
                         fb_param_int(r, "causal", causal);
-                        version_run v1 = {.version = 1, .ctx = ctx}, vx = {.version = ver, .ctx = ctx};
+                        version_run v1 = {.version = base, .ctx = ctx}, vx = {.version = ver, .ctx = ctx};
                         fp_status st = st_alloc;
                         p.o = o1;
                         if (st == FP_OK) st = fp_attn_check(&p, 1, &v1.a);
                         p.o = o2;
                         if (st == FP_OK) st = fp_attn_check(&p, 1, &vx.a);
-                        if (st == FP_OK && ver >= 3 && ver <= 5) {
-                            /* v3 .. v5 exist only in sm_90a builds on 9.0 devices: one probe call */
+                        if (st == FP_OK && ((ver >= 3 && ver <= 5) || ver == 8)) {
+                            /* v3 .. v5, v8 exist only in sm_90a builds on 9.0 devices: one probe call */
                             st = version_fn(&vx, fp_context_stream(ctx));
                             if (st == FP_ERR_UNSUPPORTED) {
                                 fb_result_note(r, "v%d not available: %s", ver, fp_last_error());
@@ -351,7 +355,7 @@ static fp_status run_versions(fb_run *run) {
                         if (st == FP_OK) {
                             fb_result_set_ab(r, &rep);
                             fb_result_metric(r, metric[ver], rep.achieved_tflops);
-                            fb_result_metric(r, "v1_tflops",
+                            fb_result_metric(r, base == 5 ? "v5_tflops" : "v1_tflops",
                                              spec_flops_tflops(fp_attention_flops(&p), rep.baseline.median_ms));
                         } else {
                             fb_result_fail(r, st, fp_last_error());

@@ -155,12 +155,16 @@ template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 #endif
 }
-// Named barrier `id` among `count` threads (a multiple of 32).
-__device__ __forceinline__ void named_barrier(int id, int count) {
+// Named barrier `id` among `count` threads (a multiple of 32): bar.sync
+// (waits for the phase to complete) or, kWait false, bar.arrive (arrives
+// without waiting).
+template <bool kWait = true> __device__ __forceinline__ void named_barrier(int id, int count) {
 #if defined(FP_CUDA_EMU)
-    fp_emu::named_barrier_sync((unsigned)id, (unsigned)count);
+    if (kWait) fp_emu::named_barrier_sync((unsigned)id, (unsigned)count);
+    else fp_emu::named_barrier_arrive((unsigned)id, (unsigned)count);
 #else
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+    if (kWait) asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+    else asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 #endif
 }
 __device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
@@ -264,17 +268,22 @@ template <typename T, int D> struct consumer_ops {
         rescale_o<D>(o_acc, corr);
         pack_p<T, Bc>(p_frag, s_acc);
     }
+    // v8's schedule: the two halves of rescale_pack apart, and the turns
+    __device__ __forceinline__ void pack() { pack_p<T, Bc>(p_frag, s_acc); }
+    __device__ __forceinline__ void rescale() { rescale_o<D>(o_acc, corr); }
+    __device__ __forceinline__ void nb_sync(int id, int count) { named_barrier(id, count); }
+    __device__ __forceinline__ void nb_arrive(int id, int count) { named_barrier<false>(id, count); }
 };
 
-// grid: (m_tiles * num_splits, heads_kv, batch); block: 384 (producer
-// warpgroup + 2 consumer warpgroups); dynamic shared memory
-// fp_tma::smem_bytes<D>(). tm_k / tm_v: K and V as 4-D tensor maps
+// The body of v5 and v8 (kTurns: the consumer warpgroups take turns,
+// fp_tma::consumer_schedule_turns, and the query tiles run last first,
+// fp_tma::tile_of_cta). grid: (m_tiles * num_splits, heads_kv, batch);
+// block: 384 (producer warpgroup + 2 consumer warpgroups); dynamic shared
+// memory fp_tma::smem_bytes<D>(). tm_k / tm_v: K and V as 4-D tensor maps
 // (fp_tma::kv_map_geometry), box 64 x kBc, 128-byte swizzle.
-template <typename T, int D>
-__global__ void __launch_bounds__(fp_tma::kThreads, 1)
-    attention_flash_fwd_v5(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
-                           const __grid_constant__ CUtensorMap tm_v) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
+template <typename T, int D, bool kTurns>
+__device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUtensorMap &tm_k,
+                                               const CUtensorMap &tm_v) {
     using Tr = fp_tma::traits_v5<D>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, Stages = Tr::kStages;
     static_assert(Br == 64 * Tr::kConsumerWGs && Bc == 128, "one m64 row block per consumer warpgroup, m64n128 Q K^T");
@@ -287,6 +296,7 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
     int m_tile, split;
     fp_flash::cta_coords(blockIdx.x, p.m_tiles, &m_tile, &split);
+    if (kTurns) m_tile = fp_tma::tile_of_cta(m_tile, p.m_tiles);
     const int hk = blockIdx.y, b = blockIdx.z;
     const int m0 = m_tile * Br;
     const fp_flash::seq_view S = seq_of(p, b);
@@ -359,14 +369,37 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
             fence_proxy_async();
             named_barrier(2 + cw, 128);
         }
-        fp_tma::consumer_schedule<Stages>(s_begin, s_end, c);
+        if (kTurns)
+            fp_tma::consumer_schedule_turns<Stages>(s_begin, s_end, cw, active_wgs == 2, c);
+        else
+            fp_tma::consumer_schedule<Stages>(s_begin, s_end, c);
     }
 
     // Epilogue (attention_sm90_common.cuh, as v3): row sums over the quad,
     // normalize, write O (and lse) or the split partials.
     store_rows<T, D>(p, S, c.o_acc, c.m_run, c.l_run, m0 + wrow, rows, warp, lane, hk, b, split);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(fp_tma::kThreads, 1)
+    attention_flash_fwd_v5(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
+                           const __grid_constant__ CUtensorMap tm_v) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
+    flash_tma_body<T, D, false>(p, tm_k, tm_v);
 #else
     __trap(); // no sm_90a features in this compilation: never launched (the launcher checks the device)
+#endif
+}
+// v8: v5 with turns (ping-pong consumers), O's rescale under Q K^T, query
+// tiles last first (NOTES.md, session 18).
+template <typename T, int D>
+__global__ void __launch_bounds__(fp_tma::kThreads, 1)
+    attention_flash_fwd_v8(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
+                           const __grid_constant__ CUtensorMap tm_v) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
+    flash_tma_body<T, D, true>(p, tm_k, tm_v);
+#else
+    __trap();
 #endif
 }
 
@@ -403,15 +436,15 @@ encode_tiled_fn encode_tiled(fp_status *st) {
 // kv_map_geometry refuses becomes FP_ERR_UNSUPPORTED naming the tensor.
 // The box rows are kBc, the same at both head dims.
 static_assert(fp_tma::traits_v5<64>::kBc == fp_tma::traits_v5<128>::kBc, "one box height for both head dims");
-fp_status kv_layout(const fp_attn_args *a, const void *base, int64_t ss, int64_t hs, int64_t bs, const char *which,
-                    fp_tma::kv_map *m) {
+fp_status kv_layout(const fp_attn_args *a, int version, const void *base, int64_t ss, int64_t hs, int64_t bs,
+                    const char *which, fp_tma::kv_map *m) {
     const int s = fp_tma::kv_map_geometry(reinterpret_cast<uintptr_t>(base), a->head_dim, a->seqlen_k, a->heads_kv,
                                           a->batch, ss, hs, bs, fp_tma::traits_v5<128>::kBc, m);
     if (s != fp_tma::KV_MAP_OK)
         return fp_set_error(FP_ERR_UNSUPPORTED,
-                            "attention flash kernel v5 (TMA): %s: %s (seq stride %lld, head stride %lld, batch "
+                            "attention flash kernel v%d (TMA): %s: %s (seq stride %lld, head stride %lld, batch "
                             "stride %lld elements)",
-                            which, fp_tma::kv_map_status_text(s), (long long)ss, (long long)hs, (long long)bs);
+                            version, which, fp_tma::kv_map_status_text(s), (long long)ss, (long long)hs, (long long)bs);
     return FP_OK;
 }
 
@@ -486,7 +519,7 @@ fp_status encode_kv_cached(encode_tiled_fn enc, const fp_attn_args *a, const voi
 // refuses the launch (FP_ERR_UNSUPPORTED) instead of a hang in
 // setmaxnreg.inc (USETMAXREG.TRY_ALLOC in the SASS: a retry loop of the
 // hardware, which no watchdog in the source can bound) or a launch failure.
-template <auto Kernel, typename T, int D> fp_status check_entry_regs() {
+template <auto Kernel, typename T, int D, int V> fp_status check_entry_regs() {
     const char *dt = std::is_same<T, __half>::value ? "f16" : "bf16";
     static std::atomic<int> cache[64]; // numRegs per device, 0: not asked yet
     int dev = 0;
@@ -497,8 +530,8 @@ template <auto Kernel, typename T, int D> fp_status check_entry_regs() {
         const cudaError_t e = cudaFuncGetAttributes(&fa, Kernel);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
-            return fp_set_error(FP_ERR_CUDA, "attention flash kernel v5 (attention_flash_fwd_v5<%s, %d>): "
-                                "cudaFuncGetAttributes: %s", dt, D, cudaGetErrorString(e));
+            return fp_set_error(FP_ERR_CUDA, "attention flash kernel v%d (attention_flash_fwd_v%d<%s, %d>): "
+                                "cudaFuncGetAttributes: %s", V, V, dt, D, cudaGetErrorString(e));
         }
         regs = fa.numRegs;
         if (dev >= 0 && dev < 64) cache[dev].store(regs, std::memory_order_relaxed);
@@ -515,57 +548,68 @@ template <auto Kernel, typename T, int D> fp_status check_entry_regs() {
     const int s = fp_tma::v5_reg_split_check<D>(regs);
     if (s != fp_tma::REG_SPLIT_OK)
         return fp_set_error(FP_ERR_UNSUPPORTED,
-                            "attention flash kernel v5 (attention_flash_fwd_v5<%s, %d>): the compiled kernel uses %d "
+                            "attention flash kernel v%d (attention_flash_fwd_v%d<%s, %d>): the compiled kernel uses %d "
                             "registers a thread, the setmaxnreg split expects %d "
                             "(%d threads x %d allocated must hold producer 128 x %d + consumers %d x %d within the "
                             "%d-register file; set by __launch_bounds__(%d, 1)): %s; not launched",
-                            dt, D, regs, fp_tma::v5_entry_regs<D>(), fp_tma::kThreads,
+                            V, V, dt, D, regs, fp_tma::v5_entry_regs<D>(), fp_tma::kThreads,
                             fp_tma::reg_alloc_per_thread(regs), Tr::kProducerRegs, 128 * Tr::kConsumerWGs,
                             Tr::kConsumerRegs, fp_tma::kRegisterFile, fp_tma::kThreads, fp_tma::reg_split_status_text(s));
     return FP_OK;
 #endif
 }
 
-template <typename T, int D>
+// v5 or v8 (V), the same launch.
+template <typename T, int D, int V>
 fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
                     encode_tiled_fn enc, cudaStream_t stream) {
     using Tr = fp_tma::traits_v5<D>;
     flash_params p = make_flash_params(a, Tr::kBr, num_splits);
     if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
         return fp_set_error(FP_ERR_UNSUPPORTED,
-                            "attention flash v5: grid too large (m_tiles %d x splits %d, heads_kv %d, batch %d)",
+                            "attention flash v%d: grid too large (m_tiles %d x splits %d, heads_kv %d, batch %d)", V,
                             p.m_tiles, num_splits, a->heads_kv, a->batch);
     CUtensorMap tm_k, tm_v;
     FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
     FP_TRY(encode_kv_cached(enc, a, a->v, mv, "V", &tm_v));
     const size_t smem = fp_tma::smem_bytes<D>();
-    constexpr auto kernel = attention_flash_fwd_v5<T, D>;
-    FP_TRY((check_entry_regs<kernel, T, D>()));
+    static_assert(V == 5 || V == 8, "the TMA kernels are v5 and v8");
+    constexpr auto kernel = V == 8 ? attention_flash_fwd_v8<T, D> : attention_flash_fwd_v5<T, D>;
+    FP_TRY((check_entry_regs<kernel, T, D, V>()));
     FP_TRY(smem_opt_in<kernel>(smem));
 #if defined(FP_KERNEL_WATCHDOG) && !defined(FP_CUDA_EMU)
     fp_watchdog::arm(stream); // the checked build: where a timed-out wait reports (kernel_watchdog.cuh)
 #endif
-    return run_with_partials<T, D>(a, p, stream, "attention flash v5", false, [&](flash_params &q) {
+    return run_with_partials<T, D>(a, p, stream, V == 8 ? "attention flash v8" : "attention flash v5", false, [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
         return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, q, tm_k, tm_v);
     });
 }
 
+template <int V>
+fp_status dispatch_tma(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
+                       encode_tiled_fn enc, cudaStream_t stream) {
+    const bool bf = a->dtype == FP_BF16;
+    if (a->head_dim == 64)
+        return bf ? launch_v5<__nv_bfloat16, 64, V>(a, num_splits, mk, mv, enc, stream)
+                  : launch_v5<__half, 64, V>(a, num_splits, mk, mv, enc, stream);
+    return bf ? launch_v5<__nv_bfloat16, 128, V>(a, num_splits, mk, mv, enc, stream)
+              : launch_v5<__half, 128, V>(a, num_splits, mk, mv, enc, stream);
+}
+
 } // namespace
 
-extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
-    FP_TRY(sm90_check_args(a, 5, num_splits, false));
+extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
+    if (version != 5 && version != 8)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (the TMA kernels are 5 and 8)", version);
+    FP_TRY(sm90_check_args(a, version, num_splits, false));
     fp_tma::kv_map mk, mv;
-    FP_TRY(kv_layout(a, a->k, a->k_ss, a->k_hs, a->k_bs, "K", &mk));
-    FP_TRY(kv_layout(a, a->v, a->v_ss, a->v_hs, a->v_bs, "V", &mv));
-    FP_TRY(sm90_check_device(5, "wgmma, TMA"));
+    FP_TRY(kv_layout(a, version, a->k, a->k_ss, a->k_hs, a->k_bs, "K", &mk));
+    FP_TRY(kv_layout(a, version, a->v, a->v_ss, a->v_hs, a->v_bs, "V", &mv));
+    FP_TRY(sm90_check_device(version, "wgmma, TMA"));
     fp_status st = FP_OK;
     const encode_tiled_fn enc = encode_tiled(&st);
     if (!enc) return st;
-    const bool bf = a->dtype == FP_BF16;
-    if (a->head_dim == 64)
-        return bf ? launch_v5<__nv_bfloat16, 64>(a, num_splits, mk, mv, enc, stream)
-                  : launch_v5<__half, 64>(a, num_splits, mk, mv, enc, stream);
-    return bf ? launch_v5<__nv_bfloat16, 128>(a, num_splits, mk, mv, enc, stream)
-              : launch_v5<__half, 128>(a, num_splits, mk, mv, enc, stream);
+    return version == 8 ? dispatch_tma<8>(a, num_splits, mk, mv, enc, stream)
+                        : dispatch_tma<5>(a, num_splits, mk, mv, enc, stream);
 }

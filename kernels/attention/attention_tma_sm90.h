@@ -245,6 +245,93 @@ template <int Stages, class C> SM90_HD void consumer_schedule(int s_begin, int s
     c.release_v(ring_stage(s_end - 1 - s_begin, Stages));
 }
 
+// ---- v8: the consumer warpgroups take turns (ping-pong) -------------------------
+// FlashAttention-3's warpgroup scheduling. In v5 both consumer warpgroups
+// issue their Q K^T / P V wgmmas at about the same time and then both run
+// their softmax, so the tensor cores idle through every softmax. In v8 the
+// issue sections take turns: warpgroup 0 issues its wgmmas, hands the turn
+// to warpgroup 1 and runs its softmax while the tensor cores work through
+// warpgroup 1's wgmmas, and the other way round. Each warpgroup has a named
+// barrier, "my turn" (kTurnBar0 + cw), of kTurnThreads = 256 threads: its
+// own 128 wait on it (bar.sync) before issuing, the other warpgroup's 128
+// arrive on it (bar.arrive) after issuing theirs. Warpgroup 1 arrives on
+// warpgroup 0's barrier once before its first turn (warpgroup 0 goes
+// first), and does not pass the turn after its last issue: then both
+// barriers end every phase complete (each warpgroup issues the same number
+// of times: both run all of the CTA's tiles), nothing pending at exit.
+// Only with two active warpgroups (a CTA whose second warpgroup holds only
+// padding rows runs without turns). Named barrier ids 0 (__syncthreads),
+// 1 (the V tail clear) and 2 / 3 (Q published per warpgroup) are taken.
+constexpr int kTurnBar0 = 4;
+constexpr int kTurnThreads = 256;
+SM90_HD int turn_bar(int cw) { return kTurnBar0 + cw; }
+// Before the first turn.
+template <class C> SM90_HD void turns_start(C &c, int cw, bool on) {
+    if (on && cw == 1) c.nb_arrive(turn_bar(0), kTurnThreads);
+}
+// Wait for this warpgroup's turn.
+template <class C> SM90_HD void turn_wait(C &c, int cw, bool on) {
+    if (on) c.nb_sync(turn_bar(cw), kTurnThreads);
+}
+// Hand the turn to the other warpgroup (`last`: this warpgroup's last issue).
+template <class C> SM90_HD void turn_pass(C &c, int cw, bool on, bool last) {
+    if (on && !(last && cw == 1)) c.nb_arrive(turn_bar(1 - cw), kTurnThreads);
+}
+
+// v8's consumer schedule: v5's pipelined order, in turns, with O's rescale
+// moved under Q K^T. Iteration t packs P of tile t (S is then free for Q K^T
+// of t + 1), waits for V[t] and K[t + 1], and in its turn issues Q K^T of
+// t + 1, rescales O (O *= corr of tile t: P V of t - 1 retired at the end of
+// the previous iteration, so O is no wgmma's operand now) while that runs,
+// and issues P V of t; then, after the turn, waits for Q K^T of t + 1, runs
+// its softmax and waits for P V of t (P and O are P V's operands until
+// then). The waits for full stages stay outside the turns: wait_full_v may
+// clear V rows behind a barrier of both warpgroups (named barrier 1), which
+// inside a turn would wait for a warpgroup waiting for the turn.
+// C provides what consumer_schedule uses (rescale_pack split into pack()
+// and rescale()) plus nb_sync / nb_arrive (named barrier id, threads).
+template <int Stages, class C>
+SM90_HD void consumer_schedule_turns(int s_begin, int s_end, int cw, bool turns, C &c) {
+    turns_start(c, cw, turns);
+    c.wait_full_k(ring_stage(0, Stages), full_parity(0, Stages), s_begin);
+    turn_wait(c, cw, turns);
+    c.qk(ring_stage(0, Stages));
+    turn_pass(c, cw, turns, false); // tile s_begin's P V issues later: never the last turn
+    c.wgmma_wait0();
+    c.release_k(ring_stage(0, Stages));
+    c.softmax(s_begin); // O = 0, m = -inf: corr = 0 keeps O = 0 at the first rescale
+    for (int t = s_begin; t < s_end; ++t) {
+        const int i = t - s_begin;
+        c.pack();
+        c.wait_full_v(ring_stage(i, Stages), full_parity(i, Stages), t);
+        if (t + 1 < s_end) {
+            c.wait_full_k(ring_stage(i + 1, Stages), full_parity(i + 1, Stages), t + 1);
+            turn_wait(c, cw, turns);
+            c.qk(ring_stage(i + 1, Stages));
+            c.rescale();
+            c.pv(ring_stage(i, Stages));
+            turn_pass(c, cw, turns, false);
+            c.wgmma_wait1(); // Q K^T of t+1 retired; P V of t may still run
+            c.release_k(ring_stage(i + 1, Stages));
+            c.softmax(t + 1);
+        } else {
+            c.rescale();
+            turn_wait(c, cw, turns);
+            c.pv(ring_stage(i, Stages));
+            turn_pass(c, cw, turns, true);
+        }
+        c.wgmma_wait0(); // P V of t retired: its V stage is free, O and P may be rewritten
+        c.release_v(ring_stage(i, Stages));
+    }
+}
+
+// v8's order of a CTA's query tiles: the last first. Under a causal mask
+// (or any right window) a later tile has more keys; the hardware hands out
+// CTAs in blockIdx order, so the longest run first and the shortest fill
+// the last wave, instead of a long one running alone at the end. Keeping
+// the tiles of one (batch, KV head) together keeps their K / V in L2.
+SM90_HD int tile_of_cta(int m_tile, int m_tiles) { return m_tiles - 1 - m_tile; }
+
 // ---- TMA geometry (host) ------------------------------------------------------
 // K (or V) as a 4-D tensor for cuTensorMapEncodeTiled, innermost first:
 // (head_dim, seqlen_k, heads_kv, batch), byte strides (seq, head, batch).

@@ -876,7 +876,9 @@ static void check_dispatch() {
     if (fp_attn_cuda_flash_version(&af32, 3, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
     if (fp_attn_cuda_flash_version(&a, 3, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
     if (fp_attn_cuda_flash_version(&a96, 4, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
-    if (fp_attn_cuda_flash_version(&a, 8, 1, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
+    if (fp_attn_cuda_flash_version(&a, 9, 1, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
+    if (fp_attn_cuda_flash_version(&a96, 8, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
+    if (fp_attn_cuda_flash_version(&a, 8, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
     // version 5 (TMA): what it cannot describe is refused before the device query
     if (fp_attn_cuda_flash_version(&a96, 5, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
     if (fp_attn_cuda_flash_version(&a, 5, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
@@ -884,6 +886,8 @@ static void check_dispatch() {
     int32_t cu[2] = {0, 64};
     avar.cu_q = avar.cu_k = cu;
     if (fp_attn_cuda_flash_version(&avar, 5, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "varlen"))
+        bad++;
+    if (fp_attn_cuda_flash_version(&avar, 8, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "varlen"))
         bad++;
     fp_attn_args aodd = a;
     aodd.k_ss = 128 + 4; // 264 bytes: not a multiple of 16

@@ -2,7 +2,9 @@
 // (tests/emu/cuda_emu.h + emu_sm90.h): attention_flash_fwd_v3 / v4
 // (kernels/attention/attention_flash_sm90.cu: cp.async double buffering,
 // wgmma from shared-memory descriptors and register A, both schedules at
-// both head dims) called through their launcher fp_attn_cuda_flash_sm90,
+// both head dims) and v5 / v8 (attention_flash_tma_sm90.cu: TMA producer,
+// mbarrier ring; v8's consumer warpgroups take turns through named
+// barriers) called through their launcher fp_attn_cuda_flash_sm90,
 // every output element checked against fp_attn_reference (double
 // accumulation). Unlike test_attention_sm90_emu (which re-implements the
 // kernels' index math and schedule on an independent model), this runs the
@@ -97,42 +99,47 @@ int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : nullptr;
     emu_rng rng = {0x5eed90a7c0ffee01ull};
     int failures = 0, ran = 0;
-    for (int version = 3; version <= 5; ++version)
+    static const int versions[] = {3, 4, 5, 8};
+    for (int version : versions)
         for (const emu_case &c : cases) {
             if (only && !std::strstr(c.name, only)) continue;
-            if (version == 5 && c.varlen) continue; // refused (tensor maps per sequence): checked below
+            if (version >= 5 && c.varlen) continue; // refused (tensor maps per sequence): checked below
             ran++;
             if (!run_case(c, version, rng)) failures++;
         }
-    // v5 again with the emulation's other thread order (each pass runs the
-    // consumers before the producer): another interleaving of the mbarrier
-    // ring.
+    // v5 and v8 again with the emulation's other thread order (each pass
+    // runs the consumers before the producer, warpgroup 1 before 0): other
+    // interleavings of the mbarrier ring and of v8's turns.
     setenv("FP_EMU_REVERSE", "1", 1);
-    for (const emu_case &c : cases) {
-        if (c.varlen || !(c.ragged || c.splits > 1) || (only && !std::strstr(c.name, only))) continue;
-        ran++;
-        if (!run_case(c, 5, rng)) failures++;
-    }
-    unsetenv("FP_EMU_REVERSE");
-    // v5 refuses varlen (a tensor map per sequence is not done) before
-    // writing anything.
-    for (const emu_case &c : cases) {
-        if (!c.varlen || (only && !std::strstr(c.name, only))) continue;
-        emu_data X;
-        emu_args E;
-        ran++;
-        if (!emu_setup(c, rng, X, E) || fp_attn_cuda_flash_sm90(&E.a, 5, 1, nullptr) != FP_ERR_UNSUPPORTED) {
-            fprintf(stderr, "v5 %s: varlen not refused\n", c.name);
-            failures++;
-            continue;
+    for (int version = 5; version <= 8; version += 3)
+        for (const emu_case &c : cases) {
+            if (c.varlen || !(c.ragged || c.splits > 1 || (version == 8 && c.causal)) ||
+                (only && !std::strstr(c.name, only)))
+                continue;
+            ran++;
+            if (!run_case(c, version, rng)) failures++;
         }
-        for (h16 x : X.o)
-            if (x != 0xFFFF) {
-                fprintf(stderr, "v5 %s: refused, but O written\n", c.name);
+    unsetenv("FP_EMU_REVERSE");
+    // v5 and v8 refuse varlen (a tensor map per sequence is not done)
+    // before writing anything.
+    for (int version = 5; version <= 8; version += 3)
+        for (const emu_case &c : cases) {
+            if (!c.varlen || (only && !std::strstr(c.name, only))) continue;
+            emu_data X;
+            emu_args E;
+            ran++;
+            if (!emu_setup(c, rng, X, E) || fp_attn_cuda_flash_sm90(&E.a, version, 1, nullptr) != FP_ERR_UNSUPPORTED) {
+                fprintf(stderr, "v%d %s: varlen not refused\n", version, c.name);
                 failures++;
-                break;
+                continue;
             }
-    }
+            for (h16 x : X.o)
+                if (x != 0xFFFF) {
+                    fprintf(stderr, "v%d %s: refused, but O written\n", version, c.name);
+                    failures++;
+                    break;
+                }
+        }
     if (failures) fprintf(stderr, "test_attention_sm90_kernel_emu: %d of %d cases failed\n", failures, ran);
     else printf("test_attention_sm90_kernel_emu: %d cases ok (%ld launches)\n", ran, fp_emu::launches());
     return failures ? 1 : 0;

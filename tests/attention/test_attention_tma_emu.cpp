@@ -31,6 +31,15 @@
 // stage released. Then deliberately broken variants (wrong parity, wrong
 // byte count, early release, wrong arrival count, a ring without phase
 // flips, wrong stage) must each be caught.
+// v8's schedule (fp_tma::consumer_schedule_turns: the two consumer
+// warpgroups take turns issuing their wgmmas) runs on the same model plus
+// named barriers (PTX ISA "bar.sync / bar.arrive": a phase completes when
+// its thread count has arrived; bar.sync waits for that, bar.arrive does
+// not): on top of the checks above, every wgmma is issued inside its
+// warpgroup's turn, the turns alternate (0, 1, 0, 1, ...: never two
+// warpgroups in a turn at once), and every named barrier is at rest at
+// exit. Its broken variants (no first turn handed over, the turn passed to
+// oneself, a pass after warpgroup 1's last issue) must be caught too.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -44,11 +53,12 @@ static int g_failures = 0;
 
 // ---- the recorded schedule ---------------------------------------------------
 
-enum op_kind { OP_WAIT, OP_ARRIVE, OP_ARRIVE_TX, OP_TMA, OP_QK, OP_PV, OP_WGMMA_WAIT };
+enum op_kind { OP_WAIT, OP_ARRIVE, OP_ARRIVE_TX, OP_TMA, OP_QK, OP_PV, OP_WGMMA_WAIT, OP_NB_SYNC, OP_NB_ARRIVE };
 struct op {
     op_kind kind;
-    int bar;    // barrier id (WAIT, ARRIVE*, TMA)
-    int arg;    // parity (WAIT), arrivals (ARRIVE), bytes (ARRIVE_TX), stage (TMA, QK, PV), N (WGMMA_WAIT)
+    int bar;    // barrier id (WAIT, ARRIVE*, TMA); named barrier id (NB_*)
+    int arg;    // parity (WAIT), arrivals (ARRIVE), bytes (ARRIVE_TX), stage (TMA, QK, PV), N (WGMMA_WAIT),
+                // threads (NB_*)
     int tile;   // TMA: tile; WAIT: the tile the kernel says it waits for (-1 producer)
     int box;    // TMA: box index
     bool is_v;  // TMA / QK / PV / barrier family
@@ -65,11 +75,16 @@ enum bug {
     BUG_EMPTY_COUNT,      // empty barriers expect one warpgroup's arrivals with two active
     BUG_NO_PHASE_FLIP,    // every wait uses parity 0 / 1 as if each stage were used once
     BUG_STAGE_SHIFT,      // consumer reads V from the next stage
+    BUG_TURN_NO_START,    // (turns) warpgroup 1 does not hand warpgroup 0 the first turn
+    BUG_TURN_SELF,        // (turns) a warpgroup passes the turn to itself
+    BUG_TURN_LAST_PASS,   // (turns) warpgroup 1 passes the turn after its last issue too
     BUG_COUNT
 };
 static const char *bug_name[BUG_COUNT] = {"none",          "producer parity", "consumer parity",
                                           "expect_tx half", "early K release", "empty count",
-                                          "no phase flip", "stage shift"};
+                                          "no phase flip", "stage shift",     "turn: no start",
+                                          "turn: to itself", "turn: last pass"};
+static bool turn_bug(int b) { return b >= BUG_TURN_NO_START; }
 
 template <int D> struct ids {
     static constexpr int S = fp_tma::traits_v5<D>::kStages;
@@ -106,6 +121,8 @@ template <int D> struct producer_rec {
 template <int D> struct consumer_rec {
     std::vector<op> ops;
     bug b;
+    int cw = 0;          // consumer warpgroup (turns)
+    bool synced = false; // has waited for a turn
     void wait(int kind, int st, uint32_t par, int t) {
         if (b == BUG_CONSUMER_PARITY) par ^= 1u;
         if (b == BUG_NO_PHASE_FLIP) par = 0u;
@@ -132,6 +149,17 @@ template <int D> struct consumer_rec {
     void release_v(int st) { release(fp_tma::BAR_EMPTY_V, st); }
     void softmax(int) {}
     void rescale_pack() {}
+    void pack() {}
+    void rescale() {}
+    void nb_sync(int id, int n) {
+        synced = true;
+        ops.push_back({OP_NB_SYNC, id, n, 0, 0, false});
+    }
+    void nb_arrive(int id, int n) {
+        if (b == BUG_TURN_NO_START && cw == 1 && !synced) return;
+        if (b == BUG_TURN_SELF) id = fp_tma::turn_bar(cw);
+        ops.push_back({OP_NB_ARRIVE, id, n, 0, 0, false});
+    }
 };
 
 // ---- the hardware model ---------------------------------------------------------
@@ -191,7 +219,7 @@ struct model_result {
 // Runs the recorded ops of one producer and `nc` consumers over a CTA's
 // tiles [s_begin, s_end) with random interleaving (seed).
 template <int D>
-static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t seed) {
+static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t seed, bool turns) {
     constexpr int S = fp_tma::traits_v5<D>::kStages;
     model_result R;
     auto fail = [&](const std::string &what) {
@@ -214,8 +242,25 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
     std::vector<consumer_rec<D>> C(nc);
     for (int c = 0; c < nc; ++c) {
         C[c].b = b;
-        fp_tma::consumer_schedule<S>(s_begin, s_end, C[c]);
+        C[c].cw = c;
+        if (turns) {
+            fp_tma::consumer_schedule_turns<S>(s_begin, s_end, c, nc == 2, C[c]);
+            if (b == BUG_TURN_LAST_PASS && c == 1 && nc == 2)
+                C[c].ops.push_back({OP_NB_ARRIVE, fp_tma::turn_bar(0), fp_tma::kTurnThreads, 0, 0, false});
+        } else {
+            fp_tma::consumer_schedule<S>(s_begin, s_end, C[c]);
+        }
     }
+    // named barriers (v8's turns): threads arrived in the current phase,
+    // its count, completed phases; per agent, the phase its bar.sync waits for
+    struct named_bar {
+        int arrived = 0, count = 0;
+        int64_t phase = 0;
+    };
+    named_bar nb[16];
+    std::vector<int64_t> nb_wait(1 + nc, -1); // -1: not inside a bar.sync
+    int turn_owner = -1, last_turn = -1;
+    long turns_taken = 0;
     // barriers: ids from the kernel's offsets; init as the kernel does
     const int nbar = 4 * S;
     std::vector<mbarrier> bar(nbar);
@@ -351,11 +396,47 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
                 if (t != want) fail(std::string(v ? "P V" : "Q K^T") + " of tile " + std::to_string(want) +
                                     " reads a stage holding tile " + std::to_string(t));
             groups[c].push_back({o.arg, v});
+            if (turns && nc == 2 && turn_owner != c) fail("wgmma issued outside the warpgroup's turn");
             break;
         }
         case OP_WGMMA_WAIT:
             while ((int)groups[c].size() > o.arg) groups[c].erase(groups[c].begin());
             break;
+        case OP_NB_SYNC:
+        case OP_NB_ARRIVE: {
+            if (o.bar < fp_tma::kTurnBar0 || o.bar > fp_tma::kTurnBar0 + 1 || o.bar > 15 ||
+                o.arg != fp_tma::kTurnThreads) {
+                fail("named barrier " + std::to_string(o.bar) + " with " + std::to_string(o.arg) +
+                     " threads: not a turn barrier");
+                break;
+            }
+            named_bar &N = nb[o.bar];
+            if (nb_wait[a] < 0) { // this agent's 128 threads arrive (once per op)
+                if (N.arrived == 0) N.count = o.arg;
+                else if (N.count != o.arg) fail("named barrier phase with two thread counts");
+                const int64_t my_phase = N.phase;
+                N.arrived += 128;
+                if (N.arrived > N.count) fail("more arrivals than a named barrier phase counts");
+                if (N.arrived >= N.count) {
+                    N.arrived = 0;
+                    ++N.phase;
+                }
+                if (o.kind == OP_NB_ARRIVE) {
+                    if (turn_owner == c) turn_owner = -1; // the turn handed on
+                    break;
+                }
+                nb_wait[a] = my_phase;
+                return true; // moved (arrived); the wait is the op's next step
+            }
+            if (N.phase <= nb_wait[a]) return false; // bar.sync: the phase has not completed
+            nb_wait[a] = -1;
+            // a turn begins: nobody else in one, and not the same warpgroup twice
+            if (turn_owner >= 0) fail("two warpgroups in their turns at once");
+            if (last_turn == c) fail("warpgroup " + std::to_string(c) + " took two turns in a row");
+            turn_owner = last_turn = c;
+            ++turns_taken;
+            break;
+        }
         }
         pc[a]++;
         return true;
@@ -403,6 +484,11 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
             if (!groups[c].empty()) fail("wgmma in flight at exit");
             if (qk_count[c] != s_end - s_begin || pv_count[c] != s_end - s_begin) fail("tiles skipped");
         }
+        for (int i = 0; i < 16; ++i)
+            if (nb[i].arrived) fail("named barrier " + std::to_string(i) + " not at rest at exit");
+        // turns: one per issue section of each warpgroup (Q K^T of the first
+        // tile, then one per tile), all taken
+        if (turns && nc == 2 && turns_taken != 2L * (s_end - s_begin + 1)) fail("turns missing");
         const int n = s_end - s_begin;
         for (int s = 0; s < S; ++s) { // fills and releases balance
             const int64_t fills = n / S + (s < n % S ? 1 : 0);
@@ -414,16 +500,17 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
     return R;
 }
 
-template <int D> static void run_all(bug b, long &runs, long &bad_runs, std::string &first) {
+template <int D> static void run_all(bug b, bool turns, long &runs, long &bad_runs, std::string &first) {
     for (int n = 1; n <= 13; ++n)
         for (int nc = 1; nc <= 2; ++nc)
             for (uint64_t seed = 1; seed <= 12; ++seed) {
                 const int s_begin = (int)(seed % 3);
-                const model_result r = run_model<D>(s_begin, s_begin + n, nc, b, seed * 131 + (uint64_t)n * 7 + nc);
+                const model_result r =
+                    run_model<D>(s_begin, s_begin + n, nc, b, seed * 131 + (uint64_t)n * 7 + nc, turns);
                 ++runs;
                 if (r.violations) {
                     if (!bad_runs && first.empty())
-                        first = "D=" + std::to_string(D) + " tiles " + std::to_string(n) + " consumers " +
+                        first = std::string(turns ? "turns " : "") + "D=" + std::to_string(D) + " tiles " + std::to_string(n) + " consumers " +
                                 std::to_string(nc) + ": " + r.first;
                     ++bad_runs;
                 }
@@ -431,30 +518,33 @@ template <int D> static void run_all(bug b, long &runs, long &bad_runs, std::str
 }
 
 int main() {
-    // the schedule as the kernel runs it: must be clean
-    {
+    // the schedules as the kernels run them (v5; v8's turns): must be clean
+    for (int turns = 0; turns < 2; ++turns) {
         long runs = 0, bad = 0;
         std::string first;
-        run_all<128>(BUG_NONE, runs, bad, first);
-        run_all<64>(BUG_NONE, runs, bad, first);
-        printf("mbarrier/TMA model, kernel schedule (stages %d at D=128, %d at D=64): %ld runs, %ld with "
+        run_all<128>(BUG_NONE, turns, runs, bad, first);
+        run_all<64>(BUG_NONE, turns, runs, bad, first);
+        printf("mbarrier/TMA model, %s schedule (stages %d at D=128, %d at D=64): %ld runs, %ld with "
                "violations%s%s\n",
-               fp_tma::traits_v5<128>::kStages, fp_tma::traits_v5<64>::kStages, runs, bad, bad ? ": " : "",
-               first.c_str());
+               turns ? "v8 (turns)" : "v5", fp_tma::traits_v5<128>::kStages, fp_tma::traits_v5<64>::kStages, runs,
+               bad, bad ? ": " : "", first.c_str());
         if (bad || !runs) g_failures++;
     }
-    // every deliberately broken variant must be caught
-    for (int b = 1; b < BUG_COUNT; ++b) {
-        long runs = 0, bad = 0;
-        std::string first;
-        run_all<128>((bug)b, runs, bad, first);
-        run_all<64>((bug)b, runs, bad, first);
-        // some bugs need 2 consumers or several passes over the ring to
-        // show; over all runs, at least one must fail
-        printf("broken variant %-16s: caught in %ld of %ld runs (%s)\n", bug_name[b], bad, runs,
-               bad ? first.c_str() : "NOT CAUGHT");
-        if (!bad) g_failures++;
-    }
+    // every deliberately broken variant must be caught (the ring's in both
+    // schedules, the turns' in v8's)
+    for (int turns = 0; turns < 2; ++turns)
+        for (int b = 1; b < BUG_COUNT; ++b) {
+            if (turn_bug(b) && !turns) continue;
+            long runs = 0, bad = 0;
+            std::string first;
+            run_all<128>((bug)b, turns, runs, bad, first);
+            run_all<64>((bug)b, turns, runs, bad, first);
+            // some bugs need 2 consumers or several passes over the ring to
+            // show; over all runs, at least one must fail
+            printf("broken variant %-16s (%s): caught in %ld of %ld runs (%s)\n", bug_name[b], turns ? "v8" : "v5",
+                   bad, runs, bad ? first.c_str() : "NOT CAUGHT");
+            if (!bad) g_failures++;
+        }
     // ring index functions: stage cycles, phase flips once per pass
     long bad = 0;
     for (int S = 2; S <= 4; ++S)

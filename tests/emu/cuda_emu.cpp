@@ -450,7 +450,20 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
         bool all_done = true;
         for (const Fiber &f : b.fibers)
             if (f.state != DONE) all_done = false;
-        if (all_done) return true;
+        if (all_done) {
+            // A named barrier left with a phase begun (bar.arrive without
+            // the matching bar.sync, or the reverse): a schedule whose
+            // arrivals do not balance, which on a GPU carries over into
+            // whatever the SM runs next with that barrier.
+            for (unsigned id = 0; id < 16; ++id)
+                if (b.nb_arrived[id]) {
+                    b.failure = "named barrier " + std::to_string(id) + " left with " +
+                                std::to_string(b.nb_arrived[id]) + " of " + std::to_string(b.nb_count[id]) +
+                                " threads arrived when the block exited";
+                    return false;
+                }
+            return true;
+        }
         if (only_spinners && b.progress == progress_before) b.idle_passes++;
         else b.idle_passes = 0;
         if (!resolve(b)) return false;

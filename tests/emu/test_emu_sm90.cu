@@ -153,6 +153,7 @@ enum TmaMode {
     TMA_EXTRA_ARRIVE = 3, // two arrivals on a barrier of count 1
     TMA_NAMED_SHORT = 4,  // the named barrier counts 96 threads, 64 arrive
     TMA_UNUSED = 5,       // nobody waits for the copy: fails when the block ends
+    TMA_NAMED_DANGLING = 6, // warp 1 also bar.arrive's on barrier 2, nobody syncs: a phase left begun
 };
 __global__ void tma_kernel(const CUtensorMap *map_in, uint16_t *out, int mode) {
     extern __shared__ __align__(1024) unsigned char sm[];
@@ -182,6 +183,7 @@ __global__ void tma_kernel(const CUtensorMap *map_in, uint16_t *out, int mode) {
             std::memcpy(&out[e], sm + 1024 + a, 2);
         }
         fp_emu::named_barrier_sync(1, mode == TMA_NAMED_SHORT ? 96 : 64);
+        if (mode == TMA_NAMED_DANGLING) fp_emu::named_barrier_arrive(2, 64);
     } else if (tid >= 64 && tid < 96) {
         fp_emu::named_barrier_sync(1, mode == TMA_NAMED_SHORT ? 96 : 64);
         for (int e = tid - 64; e < 64 * 8 * 2; e += 32) out[1024 + e] = out[e];
@@ -323,6 +325,8 @@ int main() {
         EXPECT(failed_with(cudaGetLastError(), "deadlock"));
         tma_kernel<<<1, 96, 1024 + 4096>>>(&map, o.data(), TMA_UNUSED);
         EXPECT(failed_with(cudaGetLastError(), "never waited for"));
+        tma_kernel<<<1, 96, 1024 + 4096>>>(&map, o.data(), TMA_NAMED_DANGLING);
+        EXPECT(failed_with(cudaGetLastError(), "named barrier 2 left with 32 of 64 threads arrived"));
     }
     return emu_test_end("test_emu_sm90");
 }

@@ -71,6 +71,11 @@ RULES = [
      {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz")),
     ("flash fwd v5 (wgmma + TMA)", "attention", r"attention_flash_fwd_v5<", ("sm_90a",),
      {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz")),
+    # v8: v5 whose consumer warpgroups take turns (bar.sync on its own turn
+    # barrier, bar.arrive on the other's: BAR.ARV in SASS)
+    ("flash fwd v8 (wgmma + TMA, ping-pong)", "attention", r"attention_flash_fwd_v8<", ("sm_90a",),
+     {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2},
+     ("hgmma_batched", "hgmma_overlap", "ex2_ftz")),
     ("split-KV combine", "attention", r"attention_split_combine_v1<", BASE + ("sm_90a",), {}, ()),
     # materialized baseline and helpers (the GEMMs are cuBLAS)
     ("attention baseline helpers", "attention",
