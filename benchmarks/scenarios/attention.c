@@ -498,9 +498,7 @@ FB_SCENARIO(fb_attention_decode, "attention/decode",
             run_decode)
 FB_SCENARIO(fb_attention_flash_versions, "attention/flash_versions",
             "flash kernel v1 (16 rows/warp) vs v2 (32 rows/warp), v3 / v4 (Hopper wgmma), v5 (TMA + mbarrier), v7 "
-            "(8 warps) on "
-            "prefill shapes "
-            "(CUDA only)",
+            "(8 warps); v5 vs v8 (ping-pong warpgroups) on prefill shapes (CUDA only)",
             run_versions)
 FB_SCENARIO(fb_attention_decode_versions, "attention/decode_versions",
             "decode: the default kernel (v1, split-KV) vs the decode kernel v6 (16-row tiles, K/V ring), KV GB/s "
