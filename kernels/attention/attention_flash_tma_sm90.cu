@@ -18,6 +18,14 @@
 //                               moves registers from the producer (24) to
 //                               the consumers (240). Q: cp.async once, by
 //                               each consumer warpgroup for its own rows.
+//   attention_flash_fwd_v8      v5 whose two consumer warpgroups take turns
+//                               issuing their wgmmas (FlashAttention-3's
+//                               ping-pong through named barriers: one's
+//                               softmax under the other's wgmmas), O's
+//                               rescale under Q K^T, query tiles last first
+//                               (fp_tma::consumer_schedule_turns,
+//                               tile_of_cta); opt-in (version 8) until a GPU
+//                               run compares it with v5.
 // Same contract as v3: f16 / bf16, head_dim 64 / 128, causal / windows, GQA
 // packing, seqlens_k, LSE, split-KV partials (run_with_partials).
 // FP_ERR_UNSUPPORTED: varlen (cu_seqlens: a tensor map per sequence is a
@@ -33,13 +41,15 @@
 // schedules, the tensor-map geometry) is attention_tma_sm90.h, shared with
 // the CPU model tests/attention/test_attention_tma_emu.cpp (mbarrier / TMA
 // semantics from the PTX ISA, broken variants must fail).
-// STATUS: written and checked without a GPU (CPU model, ptxas -v, SASS; this
-// source on the CUDA emulation, mbarrier / TMA / wgmma emulated:
-// tests/attention/test_attention_sm90_kernel_emu.cpp);
-// reached only through fp_attn_cuda_flash_version(a, 5, ...) (tests,
-// fastbench attention/flash_versions) until a GPU run validates and times
-// it. Not yet done: ping-pong of the consumer warpgroups (named barriers),
-// an epilogue through shared memory + TMA store, varlen / paged tensor maps.
+// STATUS: v5 passed the GPU tests on H100 / H200 and is the Hopper default
+// (benchmarks/NOTES.md: 594-661 TFLOP/s at head_dim 128, bf16). v8 is
+// written and checked without a GPU (CPU model, ptxas -v, SASS; this source
+// on the CUDA emulation, mbarrier / TMA / wgmma / named barriers emulated:
+// tests/attention/test_attention_sm90_kernel_emu.cpp), reached only through
+// FP_CTX_ATTENTION_KERNEL 8 and fp_attn_cuda_flash_version(a, 8, ...) until
+// a GPU run times it against v5 (fastbench attention/flash_versions, rows
+// v5_vs_v8). Not yet done: a persistent tile scheduler, an epilogue through shared
+// memory + TMA store, varlen / paged tensor maps.
 // The PTX wrappers, the softmax helpers, the Q K^T / P V stages and the
 // epilogue are v3's, shared through attention_sm90_common.cuh.
 #include <atomic>
@@ -116,7 +126,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int kin
 #endif
 #if defined(FP_KERNEL_WATCHDOG)
         if (!done && dl.poll())
-            fp_watchdog::expired("attention_flash_fwd_v5 mbarrier", fp_tma::barrier_name(kind), stage, parity,
+            fp_watchdog::expired("attention_flash_fwd_v5 / v8 mbarrier", fp_tma::barrier_name(kind), stage, parity,
                                  dl.waited);
 #endif
     } while (!done);
@@ -580,7 +590,8 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
 #if defined(FP_KERNEL_WATCHDOG) && !defined(FP_CUDA_EMU)
     fp_watchdog::arm(stream); // the checked build: where a timed-out wait reports (kernel_watchdog.cuh)
 #endif
-    return run_with_partials<T, D>(a, p, stream, V == 8 ? "attention flash v8" : "attention flash v5", false, [&](flash_params &q) {
+    const char *what = V == 8 ? "attention flash v8" : "attention flash v5";
+    return run_with_partials<T, D>(a, p, stream, what, false, [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
         return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, q, tm_k, tm_v);
     });
