@@ -481,18 +481,11 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
     T *v_smem = k_smem + 2 * Bc * P;             // [2][Bc][P]
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    int m_tile, split;
-    fp_flash::cta_coords(blockIdx.x, p.m_tiles, &m_tile, &split);
-    const int hk = blockIdx.y, b = blockIdx.z + p.b_off;
-    const int m0 = m_tile * Br;
-    const fp_flash::seq_view S = seq_of(p, b);
-    const int L = S.L;
-    const int rows = S.sq * p.group; // this sequence's packed rows (varlen: <= p.rows)
-    if (m0 >= rows) return;          // CTA-uniform, before any barrier
-
-    // Key tiles this CTA (and split) visits, and the keys every row keeps.
-    const fp_flash::block_plan plan =
-        fp_flash::plan_block(m0, Br, Bc, rows, p.group, L, S.sq, p.wl, p.wr, split, p.num_splits);
+    cta_work w;
+    if (!cta_work_of(p, Br, Bc, p.b_off, w)) return; // CTA-uniform, before any barrier
+    const int m_tile = w.m_tile, split = w.split, hk = w.hk, b = w.b, m0 = w.m0, rows = w.rows, L = w.S.L;
+    const fp_flash::seq_view &S = w.S;
+    const fp_flash::block_plan &plan = w.plan; // key tiles this CTA (and split) visits, the keys each row keeps
     const int s_begin = plan.s_begin, s_end = plan.s_end;
 
     // This thread's rows: g and g + 8 of each of its warp's 16-row blocks
@@ -711,17 +704,11 @@ __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
     T *ring = q_smem + Br * P;                   // [ST][K, V][Bc][P]
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    int m_tile, split;
-    fp_flash::cta_coords(blockIdx.x, p.m_tiles, &m_tile, &split);
-    const int hk = blockIdx.y, b = blockIdx.z + p.b_off;
-    const int m0 = m_tile * Br;
-    const fp_flash::seq_view S = seq_of(p, b);
-    const int L = S.L;
-    const int rows = S.sq * p.group;
-    if (m0 >= rows) return; // CTA-uniform, before any barrier
-
-    const fp_flash::block_plan plan =
-        fp_flash::plan_block(m0, Br, Bc, rows, p.group, L, S.sq, p.wl, p.wr, split, p.num_splits);
+    cta_work w;
+    if (!cta_work_of(p, Br, Bc, p.b_off, w)) return; // CTA-uniform, before any barrier
+    const int m_tile = w.m_tile, split = w.split, hk = w.hk, b = w.b, m0 = w.m0, rows = w.rows, L = w.S.L;
+    const fp_flash::seq_view &S = w.S;
+    const fp_flash::block_plan &plan = w.plan;
     const int s_begin = plan.s_begin, s_end = plan.s_end;
     const int32_t *bt = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : nullptr;
     const T *k_base = static_cast<const T *>(p.k) + (bt ? 0 : S.k0) + hk * p.k_hs;

@@ -172,6 +172,30 @@ __device__ __forceinline__ fp_flash::seq_view seq_of(const flash_params &p, int 
                               p.v_ss, p.o_bs, p.o_ss);
 }
 
+// What one CTA of a flash kernel's grid (m_tiles * num_splits, heads_kv,
+// batch) works on: its query tile and KV split (fp_flash::cta_coords: the
+// last tiles first), KV head, batch (b_off + blockIdx.z), first packed row
+// m0, its sequence, that sequence's packed rows (varlen: <= p.rows) and the
+// key tiles it visits. Every flash kernel (v1-v8) starts here.
+struct cta_work {
+    int m_tile, split, hk, b, m0, rows;
+    fp_flash::seq_view S;
+    fp_flash::block_plan plan;
+};
+// false: the tile lies past its sequence's rows (varlen, short sequences):
+// CTA-uniform, so the caller returns before any barrier.
+__device__ __forceinline__ bool cta_work_of(const flash_params &p, int br, int bc, int b_off, cta_work &w) {
+    fp_flash::cta_coords(blockIdx.x, p.m_tiles, &w.m_tile, &w.split);
+    w.hk = blockIdx.y;
+    w.b = blockIdx.z + b_off;
+    w.m0 = w.m_tile * br;
+    w.S = seq_of(p, w.b);
+    w.rows = w.S.sq * p.group;
+    if (w.m0 >= w.rows) return false;
+    w.plan = fp_flash::plan_block(w.m0, br, bc, w.rows, p.group, w.S.L, w.S.sq, p.wl, p.wr, w.split, p.num_splits);
+    return true;
+}
+
 // grid: batch * hq * sq (one CTA per query row); block: kCombineThreads.
 // O = sum_s exp(lse_s - lse) O_s, lse = logsumexp_s(lse_s). The split
 // weights are computed once per row into shared memory (one parallel load of

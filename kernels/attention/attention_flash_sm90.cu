@@ -106,17 +106,11 @@ __global__ void __launch_bounds__(fp_sm90::traits<D>::kWarpgroups * 128,
     const uint32_t v_smem = k_smem + 2 * kKVBytes;       // [2][Bc x D]
 
     const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
-    int m_tile, split;
-    fp_flash::cta_coords(blockIdx.x, p.m_tiles, &m_tile, &split);
-    const int hk = blockIdx.y, b = blockIdx.z;
-    const int m0 = m_tile * Br;
-    const fp_flash::seq_view S = seq_of(p, b);
-    const int L = S.L;
-    const int rows = S.sq * p.group; // this sequence's packed rows (varlen: <= p.rows)
-    if (m0 >= rows) return;          // CTA-uniform, before any barrier
-
-    const fp_flash::block_plan plan =
-        fp_flash::plan_block(m0, Br, Bc, rows, p.group, L, S.sq, p.wl, p.wr, split, p.num_splits);
+    cta_work w;
+    if (!cta_work_of(p, Br, Bc, 0, w)) return; // CTA-uniform, before any barrier
+    const int split = w.split, hk = w.hk, b = w.b, m0 = w.m0, rows = w.rows, L = w.S.L;
+    const fp_flash::seq_view &S = w.S;
+    const fp_flash::block_plan &plan = w.plan;
     const int s_begin = plan.s_begin, s_end = plan.s_end;
     // wgmma is warpgroup-collective: a warpgroup whose 64 rows are all
     // padding skips the math (uniformly) but still loads and syncs.

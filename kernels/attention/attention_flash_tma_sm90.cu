@@ -21,11 +21,11 @@
 //   attention_flash_fwd_v8      v5 whose two consumer warpgroups take turns
 //                               issuing their wgmmas (FlashAttention-3's
 //                               ping-pong through named barriers: one's
-//                               softmax under the other's wgmmas), O's
-//                               rescale under Q K^T, query tiles last first
-//                               (fp_tma::consumer_schedule_turns,
-//                               tile_of_cta); opt-in (version 8) until a GPU
-//                               run compares it with v5.
+//                               softmax under the other's wgmmas) and O's
+//                               rescale under Q K^T
+//                               (fp_tma::consumer_schedule_turns); opt-in
+//                               (version 8) until a GPU run compares it
+//                               with v5.
 // Same contract as v3: f16 / bf16, head_dim 64 / 128, causal / windows, GQA
 // packing, seqlens_k, LSE, split-KV partials (run_with_partials).
 // FP_ERR_UNSUPPORTED: varlen (cu_seqlens: a tensor map per sequence is a
@@ -286,8 +286,7 @@ template <typename T, int D> struct consumer_ops {
 };
 
 // The body of v5 and v8 (kTurns: the consumer warpgroups take turns,
-// fp_tma::consumer_schedule_turns, and the query tiles run last first,
-// fp_tma::tile_of_cta). grid: (m_tiles * num_splits, heads_kv, batch);
+// fp_tma::consumer_schedule_turns). grid: (m_tiles * num_splits, heads_kv, batch);
 // block: 384 (producer warpgroup + 2 consumer warpgroups); dynamic shared
 // memory fp_tma::smem_bytes<D>(). tm_k / tm_v: K and V as 4-D tensor maps
 // (fp_tma::kv_map_geometry), box 64 x kBc, 128-byte swizzle.
@@ -304,17 +303,11 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     const uint32_t smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u; // SW128 tiles start on 1024-byte boundaries
 
     const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
-    int m_tile, split;
-    fp_flash::cta_coords(blockIdx.x, p.m_tiles, &m_tile, &split);
-    if (kTurns) m_tile = fp_tma::tile_of_cta(m_tile, p.m_tiles);
-    const int hk = blockIdx.y, b = blockIdx.z;
-    const int m0 = m_tile * Br;
-    const fp_flash::seq_view S = seq_of(p, b);
-    const int L = S.L;
-    const int rows = S.sq * p.group;
-    if (m0 >= rows) return; // CTA-uniform, before any barrier
-    const fp_flash::block_plan plan =
-        fp_flash::plan_block(m0, Br, Bc, rows, p.group, L, S.sq, p.wl, p.wr, split, p.num_splits);
+    cta_work w;
+    if (!cta_work_of(p, Br, Bc, 0, w)) return; // CTA-uniform, before any barrier
+    const int split = w.split, hk = w.hk, b = w.b, m0 = w.m0, rows = w.rows;
+    const fp_flash::seq_view &S = w.S;
+    const fp_flash::block_plan &plan = w.plan;
     const int s_begin = plan.s_begin, s_end = plan.s_end;
     // A consumer warpgroup whose 64 rows are all padding takes no part: the
     // empty barriers count the active ones' threads.
@@ -352,7 +345,7 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     c.ctid = ctid;
     c.nthreads = 128 * active_wgs;
     c.map_rows = p.sk;
-    c.rc = {m0 + wrow + fp_sm90::acc_row(warp, lane, 0), p.group, L, S.sq, p.wl, p.wr, p.scale_log2, plan};
+    c.rc = {m0 + wrow + fp_sm90::acc_row(warp, lane, 0), p.group, S.L, S.sq, p.wl, p.wr, p.scale_log2, plan};
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) c.o_acc[i] = 0.0f;
     c.m_run[0] = c.m_run[1] = -INFINITY;
@@ -400,8 +393,8 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     __trap(); // no sm_90a features in this compilation: never launched (the launcher checks the device)
 #endif
 }
-// v8: v5 with turns (ping-pong consumers), O's rescale under Q K^T, query
-// tiles last first (NOTES.md, session 18).
+// v8: v5 with turns (ping-pong consumers) and O's rescale under Q K^T
+// (NOTES.md, session 18).
 template <typename T, int D>
 __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     attention_flash_fwd_v8(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,

@@ -325,13 +325,6 @@ SM90_HD void consumer_schedule_turns(int s_begin, int s_end, int cw, bool turns,
     }
 }
 
-// v8's order of a CTA's query tiles: the last first. Under a causal mask
-// (or any right window) a later tile has more keys; the hardware hands out
-// CTAs in blockIdx order, so the longest run first and the shortest fill
-// the last wave, instead of a long one running alone at the end. Keeping
-// the tiles of one (batch, KV head) together keeps their K / V in L2.
-SM90_HD int tile_of_cta(int m_tile, int m_tiles) { return m_tiles - 1 - m_tile; }
-
 // ---- TMA geometry (host) ------------------------------------------------------
 // K (or V) as a 4-D tensor for cuTensorMapEncodeTiled, innermost first:
 // (head_dim, seqlen_k, heads_kv, batch), byte strides (seq, head, batch).

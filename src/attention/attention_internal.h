@@ -205,7 +205,7 @@ fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num
 fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
 /* Versions 5 and 8 (kernels/attention/attention_flash_tma_sm90.cu, sm_90a
  * builds: TMA producer + mbarrier ring; 8 = 5 with its consumer warpgroups
- * taking turns (ping-pong) and the query tiles last first; no varlen /
+ * taking turns (ping-pong); no varlen /
  * paged KV; reached through fp_attn_cuda_flash_sm90(a, 5 or 8, ...)). */
 fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
 /* Simple CUDA-core kernel: one warp per query row, any dtype and head_dim. */
