@@ -22,7 +22,8 @@
 #   bench      fastbench rows for every target in
 #              benchmarks/results/targets.json (one shape each; graph/ at
 #              its default shapes, a few seconds in all) and the
-#              flash kernel versions v1..v5 and v7 (against v1), v8 (against v5)
+#              flash kernel versions v1..v5 and v7 (against v1), v8 (against v5),
+#              v9 (against v8)
 #              at seqlen 1024, 4096 and 16384,
 #              head_dim 64 / 128, causal and not, short --max-time (cap 120)
 #   python     the Python tests' CUDA cases (pytest -k cuda, 60 s), then the

@@ -250,10 +250,13 @@ static fp_status run_decode(fb_run *run) {
  * head_dim 128, pipelined at 64; what the pipelining buys) and v5 (TMA
  * producer warp + mbarrier ring, setmaxnreg), v7 (v1 over 8 warps), and v5
  * as the baseline against v8 (v5 with ping-pong consumer warpgroups, the
- * kernel that would replace it), outputs compared: the measurement that
+ * kernel that would replace it), v8 as the baseline against v9 (v8 in
+ * persistent CTAs: what the tile scheduler buys), outputs compared: the
+ * measurement that
  * decides which one fp_attention_forward should use (v5 / v3 on Hopper, v1
  * elsewhere). One result per shape and pair (param "versions"); where
- * v3 .. v5 or v8 are not available their result carries a note saying why. */
+ * v3 .. v5, v8 or v9 are not available their result carries a note saying
+ * why. */
 typedef struct version_run {
     fp_attn_args a;
     int version;
@@ -305,14 +308,16 @@ static fp_status run_versions(fb_run *run) {
                     p.batch = batch; p.seqlen_q = p.seqlen_k = sl; p.heads_q = p.heads_kv = hq;
                     p.head_dim = d; p.dtype = dts[t]; p.causal = causal;
                     p.q = q; p.k = k; p.v = v;
-                    for (int ver = 2; ver <= 8; ++ver) {
+                    for (int ver = 2; ver <= 9; ++ver) {
                         if (ver == 6) continue; /* the decode kernel: attention/decode_versions */
-                        /* v8 against v5, the kernel it would replace; the others against v1 */
-                        static const char *pair[9] = {NULL,       NULL,       "v1_vs_v2", "v1_vs_v3", "v1_vs_v4",
-                                                      "v1_vs_v5", NULL,       "v1_vs_v7", "v5_vs_v8"};
-                        static const char *metric[9] = {NULL,        NULL, "v2_tflops", "v3_tflops", "v4_tflops",
-                                                        "v5_tflops", NULL, "v7_tflops", "v8_tflops"};
-                        const int base = ver == 8 ? 5 : 1;
+                        /* v8 against v5, v9 against v8 (each against the kernel it would
+                         * replace); the others against v1 */
+                        static const char *pair[10] = {NULL,       NULL,       "v1_vs_v2", "v1_vs_v3", "v1_vs_v4",
+                                                       "v1_vs_v5", NULL,       "v1_vs_v7", "v5_vs_v8", "v8_vs_v9"};
+                        static const char *metric[10] = {NULL,        NULL,        "v2_tflops", "v3_tflops",
+                                                         "v4_tflops", "v5_tflops", NULL,        "v7_tflops",
+                                                         "v8_tflops", "v9_tflops"};
+                        const int base = ver == 9 ? 8 : ver == 8 ? 5 : 1;
                         fb_result *r = fb_result_new(run);
                         fb_param_str(r, "versions", pair[ver]);
                         fb_param_str(r, "dtype", fp_dtype_name(dts[t]));
@@ -327,8 +332,8 @@ static fp_status run_versions(fb_run *run) {
                         if (st == FP_OK) st = fp_attn_check(&p, 1, &v1.a);
                         p.o = o2;
                         if (st == FP_OK) st = fp_attn_check(&p, 1, &vx.a);
-                        if (st == FP_OK && ((ver >= 3 && ver <= 5) || ver == 8)) {
-                            /* v3 .. v5, v8 exist only in sm_90a builds on 9.0 devices: one probe call */
+                        if (st == FP_OK && ((ver >= 3 && ver <= 5) || ver >= 8)) {
+                            /* v3 .. v5, v8, v9 exist only in sm_90a builds on 9.0 devices: one probe call */
                             st = version_fn(&vx, fp_context_stream(ctx));
                             if (st == FP_ERR_UNSUPPORTED) {
                                 fb_result_note(r, "v%d not available: %s", ver, fp_last_error());
@@ -355,7 +360,7 @@ static fp_status run_versions(fb_run *run) {
                         if (st == FP_OK) {
                             fb_result_set_ab(r, &rep);
                             fb_result_metric(r, metric[ver], rep.achieved_tflops);
-                            fb_result_metric(r, base == 5 ? "v5_tflops" : "v1_tflops",
+                            fb_result_metric(r, base == 8 ? "v8_tflops" : base == 5 ? "v5_tflops" : "v1_tflops",
                                              spec_flops_tflops(fp_attention_flops(&p), rep.baseline.median_ms));
                         } else {
                             fb_result_fail(r, st, fp_last_error());
@@ -498,7 +503,7 @@ FB_SCENARIO(fb_attention_decode, "attention/decode",
             run_decode)
 FB_SCENARIO(fb_attention_flash_versions, "attention/flash_versions",
             "flash kernel v1 (16 rows/warp) vs v2 (32 rows/warp), v3 / v4 (Hopper wgmma), v5 (TMA + mbarrier), v7 "
-            "(8 warps); v5 vs v8 (ping-pong warpgroups) on prefill shapes (CUDA only)",
+            "(8 warps); v5 vs v8 (ping-pong warpgroups); v8 vs v9 (persistent CTAs) on prefill shapes (CUDA only)",
             run_versions)
 FB_SCENARIO(fb_attention_decode_versions, "attention/decode_versions",
             "decode: the default kernel (v1, split-KV) vs the decode kernel v6 (16-row tiles, K/V ring), KV GB/s "

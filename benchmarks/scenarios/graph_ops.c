@@ -182,7 +182,7 @@ static int bad_options(fb_run *run) {
     const char *why = batch < 1 || batch > 256     ? "--batch must be in [1, 256]"
                       : kv < 1 || kv > (1 << 24)   ? "--kv must be in [1, 16777216]"
                       : sc != 0 && sc != 1         ? "--split_combine must be 0 or 1"
-                      : kernel < 0 || kernel > 8   ? "--kernel must be in [0, 8]"
+                      : kernel < 0 || kernel > 9   ? "--kernel must be in [0, 9]"
                                                    : NULL;
     if (!why) return 0;
     fb_result_fail(fb_result_new(run), FP_ERR_INVALID_ARGUMENT, why);

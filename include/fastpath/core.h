@@ -221,14 +221,16 @@ typedef enum fp_context_option {
                                       head: seqlen_q x heads_q / heads_kv), 7 = v1 over
                                       8 warps (128 query rows per CTA), 8 = v5 with its
                                       two consumer warpgroups taking turns (ping-pong:
-                                      one's softmax under the other's wgmmas). A version
+                                      one's softmax under the other's wgmmas), 9 = v8
+                                      in persistent CTAs (one per SM, the longest query
+                                      tiles first under a causal mask). A version
                                       runs where it supports the call (dtype, head_dim,
                                       layout, build, device, rows), the default kernel
                                       elsewhere; fp_attention_last_kernel says which ran
                                       and why.
                                       v1-v5 passed the GPU tests on an H200
-                                      (benchmarks/results); v6, v7 and v8 are tested on
-                                      the CUDA emulation and await their first GPU run. */
+                                      (benchmarks/results); v6 to v9 are tested on the
+                                      CUDA emulation and await their first GPU run. */
     FP_CTX_ATTENTION_SPLIT_COMBINE = 5, /* CUDA contexts: how split-KV attention (decode,
                                       few query rows: the keys split over CTAs) merges
                                       its partial results with v1 / v2: 0 = in the split

@@ -52,6 +52,7 @@ struct flash_params {
                         // barrier (the default: 0.2-0.5 us faster at 1024 keys on an H100, session
                         // 14); 0 = every thread's __threadfence (fence.sc.gpu, with an L1
                         // invalidate) before and after it (FP_ATTN_MERGE_FENCE=sc, for A/B runs)
+    int *tickets;       // v9's item tickets ([2] ints, zero between launches: fp_tma::producer_items), else NULL
 };
 
 // Whether environment variable `name` is set to exactly `want` (the A/B
@@ -122,6 +123,7 @@ inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_spl
     if (a->page_size > 0 && (a->page_size & (a->page_size - 1)) == 0 && !paged_div_env())
         for (p.page_shift = 0; (1 << p.page_shift) < a->page_size;) ++p.page_shift;
     p.counters = nullptr;
+    p.tickets = nullptr;
     return p;
 }
 
@@ -176,7 +178,7 @@ __device__ __forceinline__ fp_flash::seq_view seq_of(const flash_params &p, int 
 // batch) works on: its query tile and KV split (fp_flash::cta_coords: the
 // last tiles first), KV head, batch (b_off + blockIdx.z), first packed row
 // m0, its sequence, that sequence's packed rows (varlen: <= p.rows) and the
-// key tiles it visits. Every flash kernel (v1-v8) starts here.
+// key tiles it visits. Every flash kernel (v1-v9) starts here.
 struct cta_work {
     int m_tile, split, hk, b, m0, rows;
     fp_flash::seq_view S;
@@ -184,16 +186,25 @@ struct cta_work {
 };
 // false: the tile lies past its sequence's rows (varlen, short sequences):
 // CTA-uniform, so the caller returns before any barrier.
-__device__ __forceinline__ bool cta_work_of(const flash_params &p, int br, int bc, int b_off, cta_work &w) {
-    fp_flash::cta_coords(blockIdx.x, p.m_tiles, &w.m_tile, &w.split);
-    w.hk = blockIdx.y;
-    w.b = blockIdx.z + b_off;
+// work_at: the same for given coordinates (v9's persistent CTAs run a
+// sequence of them, fp_tma::order_item).
+__device__ __forceinline__ bool work_at(const flash_params &p, int br, int bc, int m_tile, int split, int hk, int b,
+                                        cta_work &w) {
+    w.m_tile = m_tile;
+    w.split = split;
+    w.hk = hk;
+    w.b = b;
     w.m0 = w.m_tile * br;
     w.S = seq_of(p, w.b);
     w.rows = w.S.sq * p.group;
     if (w.m0 >= w.rows) return false;
     w.plan = fp_flash::plan_block(w.m0, br, bc, w.rows, p.group, w.S.L, w.S.sq, p.wl, p.wr, w.split, p.num_splits);
     return true;
+}
+__device__ __forceinline__ bool cta_work_of(const flash_params &p, int br, int bc, int b_off, cta_work &w) {
+    int m_tile, split;
+    fp_flash::cta_coords(blockIdx.x, p.m_tiles, &m_tile, &split);
+    return work_at(p, br, bc, m_tile, split, blockIdx.y, blockIdx.z + b_off, w);
 }
 
 // grid: batch * hq * sq (one CTA per query row); block: kCombineThreads.
@@ -316,23 +327,32 @@ cudaError_t launch_smem(dim3 grid, unsigned block, size_t smem, cudaStream_t str
 // combine kernel, or none where the split kernel combines itself: `fused`
 // (a kernel with the fused epilogue: v1 / v2), a context that asks for it
 // (FP_CTX_ATTENTION_SPLIT_COMBINE 0, the default) and gives the arrival
-// counters (p.counters, [batch, hkv, m_tiles]). `who` names the kernel in
-// messages.
+// counters (p.counters, [batch, hkv, m_tiles]). `tickets` > 0: the kernel's
+// own counters (p.tickets, zero at launch, left zero: v9's), from the same
+// per-stream pool. `who` names the kernel in messages.
 template <typename T, int D, typename Launch>
 fp_status run_with_partials(const fp_attn_args *a, flash_params &p, cudaStream_t stream, const char *who,
-                            bool fused, Launch launch) {
+                            bool fused, Launch launch, int tickets = 0) {
     const int64_t rows_total = (int64_t)a->batch * a->heads_q * a->seqlen_q;
     fp_scratch scratch = {nullptr, nullptr, nullptr, nullptr};
-    if (p.num_splits > 1) {
-        if (rows_total > 2147483647LL)
-            return fp_set_error(FP_ERR_UNSUPPORTED, "%s: too many query rows for split-KV", who);
-        const size_t n = (size_t)p.num_splits * rows_total;
-        const size_t ncounters =
-            fused && a->ctx && a->ctx->attn_split_combine == 0 ? (size_t)a->batch * a->heads_kv * p.m_tiles : 0;
-        FP_TRY(fp_ctx_scratch_get_counted(a->ctx, stream, n * (D + 1) * sizeof(float), ncounters, who, &scratch));
-        p.o_part = static_cast<float *>(scratch.ptr);
-        p.lse_part = p.o_part + n * D; // one buffer for both
-        p.counters = scratch.counters;
+    const bool held = p.num_splits > 1 || tickets > 0;
+    if (held) {
+        size_t n = 0, ncounters = 0;
+        if (p.num_splits > 1) {
+            if (rows_total > 2147483647LL)
+                return fp_set_error(FP_ERR_UNSUPPORTED, "%s: too many query rows for split-KV", who);
+            n = (size_t)p.num_splits * rows_total;
+            ncounters =
+                fused && a->ctx && a->ctx->attn_split_combine == 0 ? (size_t)a->batch * a->heads_kv * p.m_tiles : 0;
+        }
+        FP_TRY(fp_ctx_scratch_get_counted(a->ctx, stream, n * (D + 1) * sizeof(float), ncounters + (size_t)tickets,
+                                          who, &scratch));
+        if (p.num_splits > 1) {
+            p.o_part = static_cast<float *>(scratch.ptr);
+            p.lse_part = p.o_part + n * D; // one buffer for both
+            p.counters = ncounters ? scratch.counters : nullptr;
+        }
+        p.tickets = tickets > 0 ? scratch.counters + ncounters : nullptr;
     }
     cudaError_t err = launch(p);
     // launch may leave p.b_off at its last batch chunk (batch > 65535): the
@@ -342,7 +362,7 @@ fp_status run_with_partials(const fp_attn_args *a, flash_params &p, cudaStream_t
         attention_split_combine_v1<T, D><<<(unsigned)rows_total, kCombineThreads, 0, stream>>>(p);
         err = cudaGetLastError();
     }
-    const fp_status put = p.num_splits > 1 ? fp_ctx_scratch_put(&scratch) : FP_OK;
+    const fp_status put = held ? fp_ctx_scratch_put(&scratch) : FP_OK;
     FP_CUDA_TRY(err);
     return put;
 }

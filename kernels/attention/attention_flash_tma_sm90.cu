@@ -126,7 +126,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int kin
 #endif
 #if defined(FP_KERNEL_WATCHDOG)
         if (!done && dl.poll())
-            fp_watchdog::expired("attention_flash_fwd_v5 / v8 mbarrier", fp_tma::barrier_name(kind), stage, parity,
+            fp_watchdog::expired("attention_flash_fwd_v5 / v8 / v9 mbarrier", fp_tma::barrier_name(kind), stage, parity,
                                  dl.waited);
 #endif
     } while (!done);
@@ -188,16 +188,17 @@ __device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
 
 // ---- the two roles, as policies of the schedules in attention_tma_sm90.h ----
 
-// The producer thread: one TMA box per 64 columns of a K / V tile.
-template <int D> struct producer_ops {
+// The producer thread: one TMA box per 64 columns of a K / V tile. QB: the
+// Q buffers of the shared-memory layout (fp_tma::k_offset; v9 has two).
+template <int D, int QB = 1> struct producer_ops {
     const CUtensorMap *tm_k, *tm_v;
     uint32_t smem0;
     int hk, b;
     __device__ __forceinline__ void wait_empty_k(int st, uint32_t parity) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_EMPTY_K, st), parity, fp_tma::BAR_EMPTY_K, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_EMPTY_K, st), parity, fp_tma::BAR_EMPTY_K, st);
     }
     __device__ __forceinline__ void wait_empty_v(int st, uint32_t parity) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_EMPTY_V, st), parity, fp_tma::BAR_EMPTY_V, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_EMPTY_V, st), parity, fp_tma::BAR_EMPTY_V, st);
     }
     __device__ __forceinline__ void load(const CUtensorMap *map, uint32_t tile, uint32_t bar, int t) {
         constexpr int Bc = fp_tma::traits_v5<D>::kBc;
@@ -210,38 +211,39 @@ template <int D> struct producer_ops {
         }
     }
     __device__ __forceinline__ void load_k(int st, int t) {
-        load(tm_k, smem0 + fp_tma::k_offset<D>(st), smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_FULL_K, st), t);
+        load(tm_k, smem0 + fp_tma::k_offset<D, QB>(st), smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_FULL_K, st), t);
     }
     __device__ __forceinline__ void load_v(int st, int t) {
-        load(tm_v, smem0 + fp_tma::v_offset<D>(st), smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_FULL_V, st), t);
+        load(tm_v, smem0 + fp_tma::v_offset<D, QB>(st), smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_FULL_V, st), t);
     }
 };
 
 // One consumer warpgroup's thread: its registers (S, O, P, softmax state)
 // and the operations of the consumer schedule. Every member array is
 // indexed by constants only, so the struct lives in registers.
-template <typename T, int D> struct consumer_ops {
+template <typename T, int D, int QB = 1> struct consumer_ops {
     static constexpr int Br = fp_tma::traits_v5<D>::kBr, Bc = fp_tma::traits_v5<D>::kBc;
     float s_acc[Bc / 2], o_acc[D / 2], corr[2], m_run[2], l_run[2];
     uint32_t p_frag[Bc / 16][4];
     row_ctx rc;
     uint32_t smem0;
+    uint32_t q_smem; // the Q tile this item's Q K^T reads (fp_tma::q_offset)
     int wrow, lane;
     int ctid, nthreads; // index among, and number of, the active consumer threads
     int map_rows;       // rows of the tensor maps (seqlen_k): V rows in [L, map_rows) are cleared
 
     __device__ __forceinline__ void wait_full_k(int st, uint32_t parity, int) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_FULL_K, st), parity, fp_tma::BAR_FULL_K, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_FULL_K, st), parity, fp_tma::BAR_FULL_K, st);
     }
     // V rows past a ragged sequence's length (fp_tma::v_tail_rows: at
     // most one tile per CTA) are cleared by all active consumer threads
     // before either warpgroup issues P V on the tile.
     __device__ __forceinline__ void wait_full_v(int st, uint32_t parity, int t) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_FULL_V, st), parity, fp_tma::BAR_FULL_V, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_FULL_V, st), parity, fp_tma::BAR_FULL_V, st);
         int r0, r1;
         fp_tma::v_tail_rows(rc.L, map_rows, t, Bc, &r0, &r1);
         if (r0 < r1) { // CTA-uniform
-            const uint32_t tile = smem0 + fp_tma::v_offset<D>(st);
+            const uint32_t tile = smem0 + fp_tma::v_offset<D, QB>(st);
             constexpr int CH = D / 8; // 16-byte chunks per row; a row keeps its chunks under the swizzle
             for (int idx = ctid; idx < (r1 - r0) * CH; idx += nthreads) {
                 const int r = r0 + idx / CH, c = idx % CH;
@@ -252,9 +254,9 @@ template <typename T, int D> struct consumer_ops {
         }
     }
     __device__ __forceinline__ void qk(int st) {
-        issue_qk<T, D>(s_acc, smem0 + fp_tma::q_offset<D>(), Br, wrow, smem0 + fp_tma::k_offset<D>(st), Bc);
+        issue_qk<T, D>(s_acc, q_smem, Br, wrow, smem0 + fp_tma::k_offset<D, QB>(st), Bc);
     }
-    __device__ __forceinline__ void pv(int st) { issue_pv<T, D, Bc>(o_acc, p_frag, smem0 + fp_tma::v_offset<D>(st)); }
+    __device__ __forceinline__ void pv(int st) { issue_pv<T, D, Bc>(o_acc, p_frag, smem0 + fp_tma::v_offset<D, QB>(st)); }
     __device__ __forceinline__ void wgmma_wait0() {
         wgmma_wait<0>();
         fence_regs(o_acc);
@@ -265,10 +267,10 @@ template <typename T, int D> struct consumer_ops {
         fence_regs(s_acc);
     }
     __device__ __forceinline__ void release_k(int st) {
-        mbar_arrive(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_EMPTY_K, st));
+        mbar_arrive(smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_EMPTY_K, st));
     }
     __device__ __forceinline__ void release_v(int st) {
-        mbar_arrive(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_EMPTY_V, st));
+        mbar_arrive(smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_EMPTY_V, st));
     }
     __device__ __forceinline__ void softmax(int t) {
         mask_tile<Bc>(s_acc, rc, t * Bc, lane);
@@ -284,6 +286,25 @@ template <typename T, int D> struct consumer_ops {
     __device__ __forceinline__ void nb_sync(int id, int count) { named_barrier(id, count); }
     __device__ __forceinline__ void nb_arrive(int id, int count) { named_barrier<false>(id, count); }
 };
+
+// This warpgroup's 64 rows (wrow..) of w's query tile, unpacked from the
+// GQA group, into the Q tile at q_smem by cp.async (rows past w.rows:
+// zeros); the caller commits and waits.
+template <typename T, int D>
+__device__ __forceinline__ void load_q_rows(const flash_params &p, const cta_work &w, uint32_t q_smem, int wrow,
+                                            int wtid) {
+    constexpr int Br = fp_tma::traits_v5<D>::kBr, CH = D / 8;
+#pragma unroll 1
+    for (int idx = wtid; idx < 64 * CH; idx += 128) {
+        const int r = wrow + idx / CH, ch = idx % CH, gr = w.m0 + r;
+        const bool ok = gr < w.rows;
+        const T *src = static_cast<const T *>(p.q);
+        if (ok)
+            src += w.S.q0 + (int64_t)(gr / p.group) * p.q_ss + (int64_t)(w.hk * p.group + gr % p.group) * p.q_hs +
+                   ch * 8;
+        cp_async16(q_smem + fp_sm90::tile_chunk_offset<D>(r, ch, Br), src, ok);
+    }
+}
 
 // The body of v5 and v8 (kTurns: the consumer warpgroups take turns,
 // fp_tma::consumer_schedule_turns). grid: (m_tiles * num_splits, heads_kv, batch);
@@ -340,6 +361,7 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
 
     consumer_ops<T, D> c;
     c.smem0 = smem0;
+    c.q_smem = smem0 + fp_tma::q_offset<D>();
     c.wrow = wrow;
     c.lane = lane;
     c.ctid = ctid;
@@ -355,18 +377,7 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
         // Q: this warpgroup's 64 rows (unpacked from the GQA group), once,
         // by cp.async; published to its own wgmmas by a warpgroup barrier.
         {
-            constexpr int CH = D / 8;
-            const int wtid = tid % 128;
-#pragma unroll 1
-            for (int idx = wtid; idx < 64 * CH; idx += 128) {
-                const int r = wrow + idx / CH, ch = idx % CH, gr = m0 + r;
-                const bool ok = gr < rows;
-                const T *src = static_cast<const T *>(p.q);
-                if (ok)
-                    src += S.q0 + (int64_t)(gr / p.group) * p.q_ss + (int64_t)(hk * p.group + gr % p.group) * p.q_hs +
-                           ch * 8;
-                cp_async16(smem0 + fp_tma::q_offset<D>() + fp_sm90::tile_chunk_offset<D>(r, ch, Br), src, ok);
-            }
+            load_q_rows<T, D>(p, w, c.q_smem, wrow, tid % 128);
             cp_async_commit();
             cp_async_wait<0>();
             fence_proxy_async();
@@ -401,6 +412,203 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
                            const __grid_constant__ CUtensorMap tm_v) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     flash_tma_body<T, D, true>(p, tm_k, tm_v);
+#else
+    __trap();
+#endif
+}
+
+// ---- v9: persistent CTAs (fp_tma::producer_items / consumer_items) ------------
+
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
+#if defined(FP_CUDA_EMU)
+    std::memcpy(fp_emu::smem_at(addr, 4), &v, 4);
+#else
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+#endif
+}
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
+    uint32_t v;
+#if defined(FP_CUDA_EMU)
+    std::memcpy(&v, fp_emu::smem_at(addr, 4), 4);
+#else
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+#endif
+    return v;
+}
+
+// Item (ticket) r of the order: false when it has no work (a varlen tile
+// past its sequence; v9 takes no varlen, kept for the contract).
+__device__ __forceinline__ bool item_work(const flash_params &p, const fp_tma::tile_order &o, int r, cta_work &w) {
+    constexpr int Br = fp_tma::traits_v5<64>::kBr, Bc = fp_tma::traits_v5<64>::kBc;
+    int m_tile, unit, split, hk, b;
+    fp_tma::order_item(o, r, &m_tile, &unit);
+    fp_tma::unit_coords(o, unit, &split, &hk, &b);
+    return work_at(p, Br, Bc, m_tile, split, hk, b, w);
+}
+static_assert(fp_tma::traits_v5<64>::kBr == fp_tma::traits_v5<128>::kBr &&
+                  fp_tma::traits_v5<64>::kBc == fp_tma::traits_v5<128>::kBc,
+              "one tile shape for both head dims (item_work)");
+
+// The producer thread of v9: v5's loads plus the tickets and the item ring.
+template <int D> struct producer_item_ops : producer_ops<D, 2> {
+    const flash_params *p;
+    const fp_tma::tile_order *ord;
+    int *tickets; // [2], zero between launches
+    int cta, g;
+    __device__ __forceinline__ int first_ticket() { return cta; }
+    __device__ __forceinline__ int next_ticket() { return g + atomicAdd(tickets, 1); }
+    __device__ __forceinline__ bool valid(int t) { return t < ord->items; }
+    __device__ __forceinline__ void wait_item_empty(int s, uint32_t parity) {
+        mbar_wait(this->smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_EMPTY, s), parity, fp_tma::BAR_ITEM_EMPTY,
+                  s);
+    }
+    // the ticket, then the arrival (release): the consumers' wait acquires it
+    __device__ __forceinline__ void publish(int s, int t) {
+        st_shared_u32(this->smem0 + fp_tma::item_slot_offset<D>(s), (uint32_t)t);
+        mbar_arrive(this->smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_FULL, s));
+    }
+    __device__ __forceinline__ bool item(int t, int *sb, int *se) {
+        cta_work w;
+        if (!item_work(*p, *ord, t, w)) return false;
+        this->hk = w.hk;
+        this->b = w.b;
+        *sb = w.plan.s_begin;
+        *se = w.plan.s_end;
+        return true;
+    }
+    // Every CTA draws past the end exactly once, after its last real draw;
+    // the last CTA to do so (all draws done) resets both counters for the
+    // next launch (stream order publishes them).
+    __device__ __forceinline__ void done() {
+        __threadfence();
+        if (atomicAdd(tickets + 1, 1) == g - 1) {
+            __threadfence();
+            atomicExch(tickets, 0);
+            atomicExch(tickets + 1, 0);
+        }
+    }
+};
+
+// A consumer thread of v9: v8's registers and operations plus the items'.
+template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
+    const flash_params *p;
+    const fp_tma::tile_order *ord;
+    cta_work w; // the current item
+    int cw, warp, wtid;
+    __device__ __forceinline__ bool valid(int t) { return t < ord->items; }
+    __device__ __forceinline__ int read_item(int s, uint32_t parity) {
+        mbar_wait(this->smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_FULL, s), parity, fp_tma::BAR_ITEM_FULL,
+                  s);
+        const int t = (int)ld_shared_u32(this->smem0 + fp_tma::item_slot_offset<D>(s));
+        mbar_arrive(this->smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_EMPTY, s));
+        return t;
+    }
+    __device__ __forceinline__ void prefetch_q(int t, int qb) {
+        cta_work wn;
+        if (item_work(*p, *ord, t, wn))
+            load_q_rows<T, D>(*p, wn, this->smem0 + fp_tma::q_offset<D, 2>(qb), this->wrow, wtid);
+        cp_async_commit();
+    }
+    __device__ __forceinline__ bool begin_item(int t, int qb, bool more, int *sb, int *se) {
+        if (more) cp_async_wait<1>(); // this item's Q landed; the next one's may still fly
+        else cp_async_wait<0>();
+        if (!item_work(*p, *ord, t, w)) return false;
+        fence_proxy_async();
+        named_barrier(2 + cw, 128); // Q published to this warpgroup's wgmmas
+        this->q_smem = this->smem0 + fp_tma::q_offset<D, 2>(qb);
+        this->rc = {w.m0 + this->wrow + fp_sm90::acc_row(warp, this->lane, 0), p->group, w.S.L, w.S.sq, p->wl, p->wr,
+                    p->scale_log2, w.plan};
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) this->o_acc[i] = 0.0f;
+        this->m_run[0] = this->m_run[1] = -INFINITY;
+        this->l_run[0] = this->l_run[1] = 0.0f;
+        *sb = w.plan.s_begin;
+        *se = w.plan.s_end;
+        return true;
+    }
+    __device__ __forceinline__ void end_item() {
+        store_rows<T, D>(*p, w.S, this->o_acc, this->m_run, this->l_run, w.m0 + this->wrow, w.rows, warp, this->lane,
+                         w.hk, w.b, w.split);
+    }
+};
+
+// The body of v9: v8 (turns, O's rescale under Q K^T) in persistent CTAs.
+// grid: fp_tma::persistent_ctas(items, SMs); block: 384; dynamic shared
+// memory fp_tma::smem_bytes_v9<D>() (two Q buffers, the item ring).
+// The barriers are initialized once; the producer runs the K / V ring on
+// across the CTA's items, so it loads the next item's first tiles as soon as
+// the consumers release stages of this one. Both consumer warpgroups run
+// every item (a warpgroup whose 64 rows are padding computes on zero rows
+// and stores nothing), so the empty barriers count 256 arrivals throughout
+// and the turns are always on. p.tickets: [2] ints, zero at launch.
+template <typename T, int D>
+__device__ __forceinline__ void flash_tma_persistent_body(const flash_params &p, const CUtensorMap &tm_k,
+                                                          const CUtensorMap &tm_v, const fp_tma::tile_order &ord) {
+    using Tr = fp_tma::traits_v5<D>;
+    constexpr int Stages = Tr::kStages;
+    static_assert(Tr::kBr == 128 && Tr::kConsumerWGs == 2, "two consumer warpgroups of 64 rows");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
+
+    const int tid = threadIdx.x, wg = tid / 128;
+    if (tid == 0) {
+        for (int s = 0; s < Stages; ++s) {
+            mbar_init(smem0 + fp_tma::bar_offset<D, 2>(fp_tma::BAR_FULL_K, s), 1);
+            mbar_init(smem0 + fp_tma::bar_offset<D, 2>(fp_tma::BAR_FULL_V, s), 1);
+            mbar_init(smem0 + fp_tma::bar_offset<D, 2>(fp_tma::BAR_EMPTY_K, s), fp_tma::empty_count(2));
+            mbar_init(smem0 + fp_tma::bar_offset<D, 2>(fp_tma::BAR_EMPTY_V, s), fp_tma::empty_count(2));
+        }
+        for (int s = 0; s < 2; ++s) {
+            mbar_init(smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_FULL, s), 1);
+            mbar_init(smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_EMPTY, s), fp_tma::empty_count(2));
+        }
+        fence_mbar_init();
+    }
+    __syncthreads(); // the only CTA-wide barrier
+
+    if (wg == 0) {
+        setmaxnreg_dec<Tr::kProducerRegs>();
+        if (tid == 0) {
+            prefetch_tensormap(&tm_k);
+            prefetch_tensormap(&tm_v);
+            producer_item_ops<D> ops;
+            ops.tm_k = &tm_k;
+            ops.tm_v = &tm_v;
+            ops.smem0 = smem0;
+            ops.hk = ops.b = 0;
+            ops.p = &p;
+            ops.ord = &ord;
+            ops.tickets = p.tickets;
+            ops.cta = blockIdx.x;
+            ops.g = gridDim.x;
+            fp_tma::producer_items<Stages>(ops);
+        }
+        return;
+    }
+    setmaxnreg_inc<Tr::kConsumerRegs>();
+    consumer_item_ops<T, D> c;
+    c.smem0 = smem0;
+    c.cw = wg - 1;
+    c.wrow = 64 * c.cw;
+    c.warp = (tid / 32) % 4;
+    c.lane = tid % 32;
+    c.wtid = tid % 128;
+    c.ctid = tid - 128;
+    c.nthreads = 256;
+    c.map_rows = p.sk;
+    c.p = &p;
+    c.ord = &ord;
+    fp_tma::consumer_items<Stages>(c.cw, c);
+}
+
+// v9: v8 in persistent CTAs over fp_tma's causal-aware order (NOTES.md,
+// session 19).
+template <typename T, int D>
+__global__ void __launch_bounds__(fp_tma::kThreads, 1)
+    attention_flash_fwd_v9(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
+                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ fp_tma::tile_order ord) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
+    flash_tma_persistent_body<T, D>(p, tm_k, tm_v, ord);
 #else
     __trap();
 #endif
@@ -590,22 +798,104 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     });
 }
 
+// The current device's SMs and L2 bytes, asked once per device (devices
+// past 64 every launch; the CPU emulation's device can change: its
+// generation is part of the key there).
+fp_status device_shape(int *sms, int64_t *l2) {
+    static std::atomic<unsigned long long> cache[64]; // epoch 16 | sms 16 | L2 KiB 32; 0: not asked
+#if defined(FP_CUDA_EMU)
+    const unsigned long long epoch = fp_emu::device_generation() & 0xffffu;
+#else
+    const unsigned long long epoch = 0;
+#endif
+    int dev = 0;
+    FP_CUDA_TRY(cudaGetDevice(&dev));
+    const bool cacheable = dev >= 0 && dev < 64;
+    const unsigned long long c = cacheable ? cache[dev].load(std::memory_order_relaxed) : 0;
+    if (c && (c >> 48) == epoch) {
+        *sms = (int)((c >> 32) & 0xffffu);
+        *l2 = (int64_t)(c & 0xffffffffu) * 1024;
+        return FP_OK;
+    }
+    int n = 0, l2b = 0;
+    FP_CUDA_TRY(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    FP_CUDA_TRY(cudaDeviceGetAttribute(&l2b, cudaDevAttrL2CacheSize, dev));
+    if (n < 1) n = 1;
+    if (n > 0xffff) n = 0xffff;
+    if (l2b < 0) l2b = 0;
+    *sms = n;
+    *l2 = l2b;
+    if (cacheable)
+        cache[dev].store(epoch << 48 | (unsigned long long)n << 32 | (unsigned long long)(l2b / 1024),
+                         std::memory_order_relaxed);
+    return FP_OK;
+}
+
+// v9: as launch_v5, with min(items, SMs) persistent CTAs over the order.
+template <typename T, int D>
+fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
+                    encode_tiled_fn enc, cudaStream_t stream) {
+    using Tr = fp_tma::traits_v5<D>;
+    flash_params p = make_flash_params(a, Tr::kBr, num_splits);
+    const int64_t units = (int64_t)num_splits * a->heads_kv * a->batch;
+    const int64_t items = units * p.m_tiles;
+    if (items > 2147483647LL)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash v9: %lld work items (m_tiles %d x splits %d x heads_kv %d x batch %d) "
+                            "above 2^31 - 1",
+                            (long long)items, p.m_tiles, num_splits, a->heads_kv, a->batch);
+    int sms = 1;
+    int64_t l2 = 0;
+    FP_TRY(device_shape(&sms, &l2));
+    // a unit's K and V: its split's share of the keys, both tensors
+    const int64_t unit_kv_bytes = 2 * ((int64_t)a->seqlen_k + num_splits - 1) / num_splits * a->head_dim * 2;
+    const fp_tma::tile_order ord = fp_tma::make_tile_order(
+        p.m_tiles, num_splits, a->heads_kv, a->batch, fp_tma::order_section(l2, unit_kv_bytes, (int)units, sms));
+    CUtensorMap tm_k, tm_v;
+    FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
+    FP_TRY(encode_kv_cached(enc, a, a->v, mv, "V", &tm_v));
+    const size_t smem = fp_tma::smem_bytes_v9<D>();
+    constexpr auto kernel = attention_flash_fwd_v9<T, D>;
+    FP_TRY((check_entry_regs<kernel, T, D, 9>()));
+    FP_TRY(smem_opt_in<kernel>(smem));
+#if defined(FP_KERNEL_WATCHDOG) && !defined(FP_CUDA_EMU)
+    fp_watchdog::arm(stream);
+#endif
+    return run_with_partials<T, D>(
+        a, p, stream, "attention flash v9", false,
+        [&](flash_params &q) {
+            if (ord.items < 1) return cudaSuccess; // no query rows: nothing to run
+            const dim3 grid((unsigned)fp_tma::persistent_ctas(ord.items, sms));
+            return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, q, tm_k, tm_v, ord);
+        },
+        2);
+}
+
 template <int V>
 fp_status dispatch_tma(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
                        encode_tiled_fn enc, cudaStream_t stream) {
     const bool bf = a->dtype == FP_BF16;
-    if (a->head_dim == 64)
-        return bf ? launch_v5<__nv_bfloat16, 64, V>(a, num_splits, mk, mv, enc, stream)
-                  : launch_v5<__half, 64, V>(a, num_splits, mk, mv, enc, stream);
-    return bf ? launch_v5<__nv_bfloat16, 128, V>(a, num_splits, mk, mv, enc, stream)
-              : launch_v5<__half, 128, V>(a, num_splits, mk, mv, enc, stream);
+    if constexpr (V == 9) {
+        if (a->head_dim == 64)
+            return bf ? launch_v9<__nv_bfloat16, 64>(a, num_splits, mk, mv, enc, stream)
+                      : launch_v9<__half, 64>(a, num_splits, mk, mv, enc, stream);
+        return bf ? launch_v9<__nv_bfloat16, 128>(a, num_splits, mk, mv, enc, stream)
+                  : launch_v9<__half, 128>(a, num_splits, mk, mv, enc, stream);
+    } else {
+        if (a->head_dim == 64)
+            return bf ? launch_v5<__nv_bfloat16, 64, V>(a, num_splits, mk, mv, enc, stream)
+                      : launch_v5<__half, 64, V>(a, num_splits, mk, mv, enc, stream);
+        return bf ? launch_v5<__nv_bfloat16, 128, V>(a, num_splits, mk, mv, enc, stream)
+                  : launch_v5<__half, 128, V>(a, num_splits, mk, mv, enc, stream);
+    }
 }
 
 } // namespace
 
 extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
-    if (version != 5 && version != 8)
-        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (the TMA kernels are 5 and 8)", version);
+    if (version != 5 && version != 8 && version != 9)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (the TMA kernels are 5, 8 and 9)",
+                            version);
     FP_TRY(sm90_check_args(a, version, num_splits, false));
     fp_tma::kv_map mk, mv;
     FP_TRY(kv_layout(a, version, a->k, a->k_ss, a->k_hs, a->k_bs, "K", &mk));
@@ -614,6 +904,7 @@ extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, i
     fp_status st = FP_OK;
     const encode_tiled_fn enc = encode_tiled(&st);
     if (!enc) return st;
+    if (version == 9) return dispatch_tma<9>(a, num_splits, mk, mv, enc, stream);
     return version == 8 ? dispatch_tma<8>(a, num_splits, mk, mv, enc, stream)
                         : dispatch_tma<5>(a, num_splits, mk, mv, enc, stream);
 }

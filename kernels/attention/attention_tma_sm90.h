@@ -147,24 +147,42 @@ SM90_HD uint32_t box_smem_offset(int c, int rows) { return (uint32_t)(c * rows *
 // Bytes the producer announces (expect_tx) for one K or V stage.
 template <int D> SM90_HD uint32_t stage_tx_bytes() { return (uint32_t)(traits_v5<D>::kBc * D * 2); }
 
-// Shared memory (offsets from the 1024-aligned base): Q, K stages, V
-// stages, then the 4 x kStages barriers (8 bytes each).
-template <int D> SM90_HD uint32_t q_offset() { return 0; }
+// Shared memory (offsets from the 1024-aligned base): QB Q buffers (v5 /
+// v8: one; v9: two, the next item's Q loads while this one's runs), K
+// stages, V stages, then the 4 x kStages barriers (8 bytes each).
+template <int D> SM90_HD uint32_t q_tile_bytes() { return (uint32_t)(traits_v5<D>::kBr * D * 2); }
+template <int D, int QB = 1> SM90_HD uint32_t q_offset(int qb = 0) { return (uint32_t)qb * q_tile_bytes<D>(); }
 template <int D> SM90_HD uint32_t kv_tile_bytes() { return (uint32_t)(traits_v5<D>::kBc * D * 2); }
-template <int D> SM90_HD uint32_t k_offset(int stage) {
-    return (uint32_t)(traits_v5<D>::kBr * D * 2) + (uint32_t)stage * kv_tile_bytes<D>();
+template <int D, int QB = 1> SM90_HD uint32_t k_offset(int stage) {
+    return (uint32_t)QB * q_tile_bytes<D>() + (uint32_t)stage * kv_tile_bytes<D>();
 }
-template <int D> SM90_HD uint32_t v_offset(int stage) {
-    return k_offset<D>(traits_v5<D>::kStages) + (uint32_t)stage * kv_tile_bytes<D>();
+template <int D, int QB = 1> SM90_HD uint32_t v_offset(int stage) {
+    return k_offset<D, QB>(traits_v5<D>::kStages) + (uint32_t)stage * kv_tile_bytes<D>();
 }
 enum barrier_kind { BAR_FULL_K = 0, BAR_EMPTY_K = 1, BAR_FULL_V = 2, BAR_EMPTY_V = 3 };
 SM90_HD const char *barrier_name(int kind) {
-    return kind == BAR_FULL_K ? "full_k" : kind == BAR_EMPTY_K ? "empty_k" : kind == BAR_FULL_V ? "full_v" : "empty_v";
+    return kind == BAR_FULL_K    ? "full_k"
+           : kind == BAR_EMPTY_K ? "empty_k"
+           : kind == BAR_FULL_V  ? "full_v"
+           : kind == BAR_EMPTY_V ? "empty_v"
+           : kind == 4           ? "item_full"
+                                 : "item_empty";
 }
-template <int D> SM90_HD uint32_t bar_offset(int kind, int stage) {
-    return v_offset<D>(traits_v5<D>::kStages) + (uint32_t)(8 * (kind * traits_v5<D>::kStages + stage));
+template <int D, int QB = 1> SM90_HD uint32_t bar_offset(int kind, int stage) {
+    return v_offset<D, QB>(traits_v5<D>::kStages) + (uint32_t)(8 * (kind * traits_v5<D>::kStages + stage));
 }
-template <int D> SM90_HD uint32_t smem_bytes() { return 1024 + bar_offset<D>(4, 0); }
+template <int D, int QB = 1> SM90_HD uint32_t smem_bytes() { return 1024 + bar_offset<D, QB>(4, 0); }
+// v9 (two Q buffers) adds its item ring after the K / V ring's barriers:
+// item_full[2], item_empty[2] (8 bytes each), then the two ticket slots
+// (4 bytes each).
+enum item_barrier_kind { BAR_ITEM_FULL = 4, BAR_ITEM_EMPTY = 5 };
+template <int D> SM90_HD uint32_t item_bar_offset(int kind, int slot) {
+    return bar_offset<D, 2>(4, 0) + (uint32_t)(8 * (2 * (kind - BAR_ITEM_FULL) + slot));
+}
+template <int D> SM90_HD uint32_t item_slot_offset(int slot) {
+    return item_bar_offset<D>(BAR_ITEM_EMPTY, 2) + (uint32_t)(4 * slot);
+}
+template <int D> SM90_HD uint32_t smem_bytes_v9() { return 1024 + item_slot_offset<D>(2); }
 
 // The ring: load i -> stage, the parity of the phase it belongs to.
 SM90_HD int ring_stage(int i, int stages) { return i % stages; }
@@ -194,9 +212,11 @@ SM90_HD void v_tail_rows(int L, int map_rows, int t, int bc, int *r0, int *r1) {
 // into its ring stage once the consumers released it. P provides
 // wait_empty_k / wait_empty_v (stage, parity) and load_k / load_v (stage,
 // tile): arrive.expect_tx(full_x[stage], stage_tx_bytes) + the boxes.
-template <int Stages, class P> SM90_HD void producer_schedule(int s_begin, int s_end, P &p) {
+// i0: the ring's loads before tile s_begin (0 for a CTA's only range; v9's
+// persistent CTAs run the ring on across their items, see below).
+template <int Stages, class P> SM90_HD void producer_schedule(int s_begin, int s_end, P &p, int i0 = 0) {
     for (int t = s_begin; t < s_end; ++t) {
-        const int i = t - s_begin, st = ring_stage(i, Stages);
+        const int i = i0 + t - s_begin, st = ring_stage(i, Stages);
         p.wait_empty_k(st, empty_parity(i, Stages));
         p.load_k(st, t);
         p.wait_empty_v(st, empty_parity(i, Stages));
@@ -290,18 +310,21 @@ template <class C> SM90_HD void turn_pass(C &c, int cw, bool on, bool last) {
 // inside a turn would wait for a warpgroup waiting for the turn.
 // C provides what consumer_schedule uses (rescale_pack split into pack()
 // and rescale()) plus nb_sync / nb_arrive (named barrier id, threads).
+// i0: as producer_schedule's (v9 passes the loads of the CTA's earlier
+// items; the turns start and end at rest within each call, so calls
+// compose).
 template <int Stages, class C>
-SM90_HD void consumer_schedule_turns(int s_begin, int s_end, int cw, bool turns, C &c) {
+SM90_HD void consumer_schedule_turns(int s_begin, int s_end, int cw, bool turns, C &c, int i0 = 0) {
     turns_start(c, cw, turns);
-    c.wait_full_k(ring_stage(0, Stages), full_parity(0, Stages), s_begin);
+    c.wait_full_k(ring_stage(i0, Stages), full_parity(i0, Stages), s_begin);
     turn_wait(c, cw, turns);
-    c.qk(ring_stage(0, Stages));
+    c.qk(ring_stage(i0, Stages));
     turn_pass(c, cw, turns, false); // tile s_begin's P V issues later: never the last turn
     c.wgmma_wait0();
-    c.release_k(ring_stage(0, Stages));
+    c.release_k(ring_stage(i0, Stages));
     c.softmax(s_begin); // O = 0, m = -inf: corr = 0 keeps O = 0 at the first rescale
     for (int t = s_begin; t < s_end; ++t) {
-        const int i = t - s_begin;
+        const int i = i0 + t - s_begin;
         c.pack();
         c.wait_full_v(ring_stage(i, Stages), full_parity(i, Stages), t);
         if (t + 1 < s_end) {
@@ -322,6 +345,147 @@ SM90_HD void consumer_schedule_turns(int s_begin, int s_end, int cw, bool turns,
         }
         c.wgmma_wait0(); // P V of t retired: its V stage is free, O and P may be rewritten
         c.release_v(ring_stage(i, Stages));
+    }
+}
+
+// ---- v9: persistent CTAs, items handed out by tickets ----------------------
+// v5 / v8 launch one CTA per (query tile, split, KV head, batch): each CTA
+// initializes its barriers, loads Q and fills the ring from empty, and the
+// hardware's block order decides which tiles end up in the last wave. v9
+// launches min(items, SMs) CTAs that each run a sequence of such items,
+// the ring running on from one item into the next (the producer loads the
+// next item's first K / V tiles while the consumers finish this one:
+// loads i0.. of the schedules above) and the next item's Q loaded (cp.async,
+// a second Q buffer) under this one's wgmmas.
+// The order of the items (r = 0 .. items - 1, fp_tma::order_item):
+//   - units u = (split, KV head, batch), u = hk + heads_kv (b + batch split);
+//   - sections of `section` consecutive units (order_section: their K and V
+//     fit the L2, and at least 4 CTAs of a full grid share each unit's
+//     reads), so the CTAs running at one time read few units' K / V
+//     (through L2; the hardware order gives v5 / v8 the same, its
+//     consecutive CTAs being the query tiles of one head);
+//   - within a section, rank-major: the last query tile of every unit
+//     first, then the one before it, ... (under a causal mask the last
+//     tiles see the most keys: longest first).
+// Tickets: CTA c's first item is r = c; each later one is gridDim.x +
+// atomicAdd(&tickets[0], 1), taken when the CTA starts the item before it:
+// the CTAs that finish first take the next items (greedy list scheduling,
+// which with longest first stays within a few percent of a perfect balance
+// where a static assignment lost 20-60% on causal shapes: NOTES.md, session
+// 19). tickets[1] counts the CTAs that drew past the end; the last of them
+// sets both back to 0, so the counters are zero between launches (the
+// context's per-stream arrival counters: fp_ctx_scratch_get_counted).
+struct tile_order {
+    int m_tiles; // query tiles per unit
+    int units;   // num_splits x heads_kv x batch
+    int section; // units per section, in [1, units]
+    int heads_kv, batch;
+    int items;   // m_tiles x units (< 2^31: the host checks)
+};
+// Item r -> its query tile and unit.
+SM90_HD void order_item(const tile_order &o, int r, int *m_tile, int *unit) {
+    const int per_section = o.section * o.m_tiles; // <= items: no overflow
+    const int s = r / per_section, j = r - s * per_section;
+    const int first = s * o.section;
+    const int n = o.units - first < o.section ? o.units - first : o.section; // units of section s
+    const int rank = j / n;
+    *unit = first + (j - rank * n);
+    *m_tile = o.m_tiles - 1 - rank;
+}
+SM90_HD void unit_coords(const tile_order &o, int u, int *split, int *hk, int *b) {
+    *hk = u % o.heads_kv;
+    const int rest = u / o.heads_kv;
+    *b = rest % o.batch;
+    *split = rest / o.batch;
+}
+// Units per section: at most what keeps the section's K and V (unit_kv_bytes
+// a unit) within l2_bytes, at most sms / 4 (a full grid then runs at least
+// 4 CTAs on each unit at a time), at least 1; then evened out (a short last
+// section would start its longest tiles last).
+inline int order_section(int64_t l2_bytes, int64_t unit_kv_bytes, int units, int sms) {
+    if (units < 1) return 1;
+    int64_t n = unit_kv_bytes > 0 ? l2_bytes / unit_kv_bytes : units;
+    if (n > sms / 4) n = sms / 4;
+    if (n > units) n = units;
+    if (n < 1) n = 1;
+    const int64_t sections = (units + n - 1) / n;
+    return (int)((units + sections - 1) / sections);
+}
+inline tile_order make_tile_order(int m_tiles, int num_splits, int heads_kv, int batch, int section) {
+    tile_order o;
+    o.m_tiles = m_tiles;
+    o.units = num_splits * heads_kv * batch;
+    o.section = section < 1 ? 1 : (section > o.units ? o.units : section);
+    o.heads_kv = heads_kv;
+    o.batch = batch;
+    o.items = m_tiles * o.units;
+    return o;
+}
+// CTAs of a v9 launch: one per SM, fewer when there are fewer items.
+inline int persistent_ctas(int items, int sms) {
+    const int g = sms > 0 ? sms : 1;
+    return items < g ? items : g;
+}
+
+// The item protocol. Item j of a CTA (its j-th ticket) goes through slot
+// j % 2 of a two-slot ring in shared memory, guarded like the K / V ring:
+// item_full[s] (1 arrival: the producer thread's, after it stored the
+// ticket) and item_empty[s] (256: every consumer thread, after reading it),
+// parities as ring_phase(j, 2). The producer takes ticket j + 1 and
+// publishes it when it starts item j, before loading item j's tiles; the
+// consumers read ticket j + 1 when they start item j and load its Q
+// rows under item j (Q buffer (j + 1) % 2). A ticket >= items ends the
+// sequence (the consumers read it, the producer stops drawing).
+// P provides (besides producer_schedule's): first_ticket(), next_ticket()
+// (the atomic), valid(ticket), wait_item_empty(slot, parity), publish(slot,
+// ticket) (store + arrive on item_full[slot]), item(ticket, &s_begin,
+// &s_end) (false: no work: a varlen tile past its sequence), done() (the
+// ticket counters' reset).
+template <int Stages, class P> SM90_HD void producer_items(P &p) {
+    int cur = p.first_ticket();
+    p.wait_item_empty(ring_stage(0, 2), empty_parity(0, 2));
+    p.publish(ring_stage(0, 2), cur);
+    int i0 = 0; // loads so far: the ring's position
+    for (int j = 0; p.valid(cur); ++j) {
+        const int nxt = p.next_ticket();
+        p.wait_item_empty(ring_stage(j + 1, 2), empty_parity(j + 1, 2));
+        p.publish(ring_stage(j + 1, 2), nxt);
+        int sb = 0, se = 0;
+        if (p.item(cur, &sb, &se)) {
+            producer_schedule<Stages>(sb, se, p, i0);
+            i0 += se - sb;
+        }
+        cur = nxt;
+    }
+    p.done();
+}
+// One consumer warpgroup (cw): C provides (besides
+// consumer_schedule_turns'): read_item(slot, parity) (wait item_full, load
+// the ticket, arrive on item_empty), valid(ticket), prefetch_q(ticket,
+// qbuf) (cp.async of its rows + commit; a group even when there is nothing
+// to load), begin_item(ticket, qbuf, more, &s_begin, &s_end) (waits for its
+// Q: every cp.async group but the newest when `more`, all otherwise;
+// publishes it to the warpgroup's wgmmas, resets O and the softmax state;
+// false: no work), end_item() (the epilogue).
+template <int Stages, class C> SM90_HD void consumer_items(int cw, C &c) {
+    int cur = c.read_item(ring_stage(0, 2), full_parity(0, 2));
+    if (!c.valid(cur)) return;
+    c.prefetch_q(cur, 0);
+    int i0 = 0;
+    for (int j = 0;; ++j) {
+        const int nxt = c.read_item(ring_stage(j + 1, 2), full_parity(j + 1, 2));
+        const bool more = c.valid(nxt);
+        if (more) c.prefetch_q(nxt, (j + 1) & 1);
+        int sb = 0, se = 0;
+        if (c.begin_item(cur, j & 1, more, &sb, &se)) {
+            if (sb < se) {
+                consumer_schedule_turns<Stages>(sb, se, cw, true, c, i0);
+                i0 += se - sb;
+            }
+            c.end_item();
+        }
+        if (!more) return;
+        cur = nxt;
     }
 }
 

@@ -194,19 +194,21 @@ fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaS
  * blocks per warp, head_dim 64 / 128, 3 = Hopper wgmma kernel, 4 = the same
  * with its other schedule (pipelined <-> plain), 5 = Hopper TMA + mbarrier
  * pipeline (no varlen either), 6 = the decode kernel, 7 = v1 over 8 warps,
- * 8 = v5 with ping-pong consumer warpgroups (3-5, 8: sm_90a builds on compute
+ * 8 = v5 with ping-pong consumer warpgroups, 9 = v8 in persistent CTAs
+ * (3-5, 8, 9: sm_90a builds on compute
  * capability 9.0 devices only, head_dim 64 / 128, no paged KV, else
  * FP_ERR_UNSUPPORTED; v5 / v3 are the Hopper default: fp_attn_cuda_flash)
  * with an explicit split count. */
 fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
-/* Versions 3, 4, 5 and 8 (kernels/attention/attention_flash_sm90.cu; built only
+/* Versions 3, 4, 5, 8 and 9 (kernels/attention/attention_flash_sm90.cu; built only
  * when 90 is among CMAKE_CUDA_ARCHITECTURES, which defines
  * FASTPATH_HAVE_SM90A). */
 fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
-/* Versions 5 and 8 (kernels/attention/attention_flash_tma_sm90.cu, sm_90a
- * builds: TMA producer + mbarrier ring; 8 = 5 with its consumer warpgroups
- * taking turns (ping-pong); no varlen /
- * paged KV; reached through fp_attn_cuda_flash_sm90(a, 5 or 8, ...)). */
+/* Versions 5, 8 and 9 (kernels/attention/attention_flash_tma_sm90.cu,
+ * sm_90a builds: TMA producer + mbarrier ring; 8 = 5 with its consumer
+ * warpgroups taking turns (ping-pong); 9 = 8 in persistent CTAs (one per
+ * SM, a static causal-aware order of the work); no varlen / paged KV;
+ * reached through fp_attn_cuda_flash_sm90(a, 5, 8 or 9, ...)). */
 fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
 /* Simple CUDA-core kernel: one warp per query row, any dtype and head_dim. */
 fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t stream);

@@ -259,7 +259,9 @@ fp_status fp_ctx_scratch_get(fp_context *ctx, cudaStream_t stream, size_t bytes,
  * again when they end (a kernel that counts arrivals resets its count): the
  * "last CTA finishes the work" pattern, with no memset per call. Grown like
  * the workspace (zeroed on the stream when allocated; not during a
- * capture). Without a context, or ncounters 0: s->counters is NULL. */
+ * capture). ncounters 0: s->counters is NULL. Without a context: one
+ * stream-ordered allocation holds both (the counters zeroed on the stream),
+ * freed by put. */
 fp_status fp_ctx_scratch_get_counted(fp_context *ctx, cudaStream_t stream, size_t bytes, size_t ncounters,
                                      const char *who, fp_scratch *s);
 /* Ends the use (enqueued work may still run: the next user of the stream's

@@ -102,14 +102,27 @@ fp_status fp_ctx_scratch_get_counted(fp_context *ctx, cudaStream_t stream, size_
     s->stream = stream;
     s->counters = NULL;
     if (!ctx) {
-        if (bytes == 0) return FP_OK;
-        cudaError_t e = cudaMallocAsync(&s->ptr, bytes, stream);
+        /* one stream-ordered allocation: the scratch, then the counters
+         * (zeroed on the stream) at a 256-byte boundary */
+        if (bytes == 0 && ncounters == 0) return FP_OK;
+        const size_t head = (bytes + 255) / 256 * 256;
+        if (bytes > SIZE_MAX - 255 || ncounters > (SIZE_MAX - head) / sizeof(int))
+            return fp_set_error(FP_ERR_OUT_OF_MEMORY, "%s: scratch of %zu bytes and %zu counters", who, bytes,
+                                ncounters);
+        void *base = NULL;
+        cudaError_t e = cudaMallocAsync(&base, head + ncounters * sizeof(int), stream);
+        if (e == cudaSuccess && ncounters) {
+            e = cudaMemsetAsync((char *)base + head, 0, ncounters * sizeof(int), stream);
+            if (e != cudaSuccess) (void)cudaFreeAsync(base, stream);
+        }
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
-            s->ptr = NULL;
             return fp_set_error(e == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
-                                "%s: scratch of %zu bytes: %s", who, bytes, cudaGetErrorString(e));
+                                "%s: scratch of %zu bytes and %zu counters: %s", who, bytes, ncounters,
+                                cudaGetErrorString(e));
         }
+        s->ptr = bytes ? base : NULL;
+        s->counters = ncounters ? (int *)((char *)base + head) : NULL;
         return FP_OK;
     }
     pthread_mutex_lock(&ctx->ws_mu);
@@ -137,11 +150,14 @@ fp_status fp_ctx_scratch_put(fp_scratch *s) {
         pthread_mutex_unlock(&s->ctx->ws_mu);
         return FP_OK;
     }
-    if (!s->ptr) return FP_OK;
+    /* the allocation's base: the scratch, or the counters when it has none */
+    void *base = s->ptr ? s->ptr : (void *)s->counters;
+    if (!base) return FP_OK;
     /* a failed free would stay the thread's last error and be reported by
      * the next launch check, of another call */
-    const cudaError_t e = cudaFreeAsync(s->ptr, s->stream);
+    const cudaError_t e = cudaFreeAsync(base, s->stream);
     s->ptr = NULL;
+    s->counters = NULL;
     if (e != cudaSuccess) return fp_cuda_status(e, "cudaFreeAsync(scratch)", __FILE__, __LINE__);
     return FP_OK;
 }

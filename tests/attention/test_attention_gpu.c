@@ -69,10 +69,11 @@ static void dev_free(dev_case *D) {
  * TMA producer / mbarrier kernel, with n - IMPL_V5 splits, n >= IMPL_V6: v6,
  * the decode kernel, any device, with n - IMPL_V6 splits, n >= IMPL_V7: v7,
  * v1 over 8 warps, with n - IMPL_V7 splits, n >= IMPL_V8: v8, v5 with
- * ping-pong consumer warpgroups, with n - IMPL_V8 splits) on poisoned
- * outputs and downloads them. */
-enum { IMPL_V3 = 1000, IMPL_V4 = 2000, IMPL_V5 = 3000, IMPL_V6 = 4000, IMPL_V7 = 5000, IMPL_V8 = 6000 };
-/* a TMA kernel (v5, v8): Hopper only, refuses varlen and what TMA cannot describe */
+ * ping-pong consumer warpgroups, with n - IMPL_V8 splits, n >= IMPL_V9:
+ * v9, v8 in persistent CTAs, with n - IMPL_V9 splits) on poisoned outputs
+ * and downloads them. */
+enum { IMPL_V3 = 1000, IMPL_V4 = 2000, IMPL_V5 = 3000, IMPL_V6 = 4000, IMPL_V7 = 5000, IMPL_V8 = 6000, IMPL_V9 = 7000 };
+/* a TMA kernel (v5, v8, v9): Hopper only, refuses varlen and what TMA cannot describe */
 static int impl_tma(int impl) { return (impl >= IMPL_V5 && impl < IMPL_V6) || impl >= IMPL_V8; }
 /* v3 / v4 exist only in sm_90a builds on compute capability 9.0 devices;
  * they answer FP_ERR_UNSUPPORTED elsewhere, which skips them (said once).
@@ -93,11 +94,11 @@ static int v3_unsupported(fp_status st, int impl) {
         /* v5 also refuses varlen and K / V layouts TMA cannot describe (it says which) */
         if (impl_tma(impl)) paged_or_shape |= strstr(why, "varlen") || strstr(why, "(TMA)");
         CHECK_MSG(paged_or_shape, "flash kernel v%d refused on an sm_90a build and a 9.0 device: %s",
-                  impl >= IMPL_V8 ? 8 : impl >= IMPL_V5 ? 5 : impl >= IMPL_V4 ? 4 : 3, why);
+                  impl >= IMPL_V9 ? 9 : impl >= IMPL_V8 ? 8 : impl >= IMPL_V5 ? 5 : impl >= IMPL_V4 ? 4 : 3, why);
     }
 #endif
     if (!(said & (impl_tma(impl) ? 2 : 1)))
-        printf("flash kernel v%s skipped: %s\n", impl_tma(impl) ? "5/8" : "3/4", fp_last_error());
+        printf("flash kernel v%s skipped: %s\n", impl_tma(impl) ? "5/8/9" : "3/4", fp_last_error());
     said |= impl_tma(impl) ? 2 : 1;
     return 1;
 }
@@ -109,6 +110,9 @@ static void impl_version(int impl, int *version, int *splits) {
     if (impl == 0 || impl == 1) {
         *version = impl == 0 ? ATTN_RUN_FORWARD : ATTN_RUN_BASELINE;
         *splits = 0;
+    } else if (impl >= IMPL_V9) {
+        *version = 9;
+        *splits = impl - IMPL_V9;
     } else if (impl >= IMPL_V8) {
         *version = 8;
         *splits = impl - IMPL_V8;
@@ -171,7 +175,7 @@ static const char *ran_kernel(const attn_case *c, int impl, char *buf, size_t n)
                   c->name, k.kernel);
     } else if (k.preferred >= 2) {
         const int fits = c->dtype != FP_F32 && (c->d == 64 || c->d == 128) &&
-                         (k.preferred == 2 || k.preferred == 7 || (k.preferred == 6 && (int64_t)c->sq * (c->hq / c->hkv) <= 64) || (must_run_sm90() && !((k.preferred == 5 || k.preferred == 8) && k.paged)));
+                         (k.preferred == 2 || k.preferred == 7 || (k.preferred == 6 && (int64_t)c->sq * (c->hq / c->hkv) <= 64) || (must_run_sm90() && !((k.preferred == 5 || k.preferred == 8 || k.preferred == 9) && k.paged)));
         CHECK_MSG(!fits || k.version == k.preferred, "%s: preferred v%d fits the case but %s ran (fallback: %s)",
                   c->name, k.preferred, k.kernel, k.fallback[0] ? k.fallback : "none given");
         if (k.version != k.preferred)
@@ -202,7 +206,7 @@ static void run_case(const attn_case *c, int extra_splits) {
     const double slack = 4.0 * attn_eps(c->dtype) * (Eb.max_ref > 0 ? Eb.max_ref : 1.0) + 1e-6;
     const double allowed = 2.0 * Eb.max_abs + slack;
     CHECK_MSG(Eb.bad == 0, "%s/baseline: NaN or padding written", c->name);
-    int impls[20], n_impl = 0;
+    int impls[24], n_impl = 0;
     impls[n_impl++] = 0;
     if (extra_splits) {
         impls[n_impl++] = 3; /* v1, 2 splits */
@@ -223,6 +227,8 @@ static void run_case(const attn_case *c, int extra_splits) {
         if (extra_splits) impls[n_impl++] = IMPL_V5 + 3; /* v5, 3 splits */
         impls[n_impl++] = IMPL_V8 + 1; /* v8: v5 with ping-pong consumers */
         if (extra_splits) impls[n_impl++] = IMPL_V8 + 3; /* v8, 3 splits */
+        impls[n_impl++] = IMPL_V9 + 1; /* v9: v8 in persistent CTAs */
+        if (extra_splits) impls[n_impl++] = IMPL_V9 + 3; /* v9, 3 splits */
     }
     if (c->dtype != FP_F32 && (c->d == 32 || c->d == 64 || c->d == 96 || c->d == 128 || c->d == 256)) {
         impls[n_impl++] = IMPL_V6 + 1; /* v6, the decode kernel (on prefill shapes too: correct, not fast) */
@@ -315,7 +321,7 @@ static void test_huge_window_gpu(void) {
         const size_t n_lse = (size_t)c->batch * c->hq * c->sq;
         void *o_big = malloc(D.H.o_bytes);
         float *lse_big = malloc(n_lse * sizeof(float));
-        int impls[7], n_impl = 0;
+        int impls[8], n_impl = 0;
         impls[n_impl++] = 1; /* baseline */
         impls[n_impl++] = 0; /* forward: flash or rowwise */
         if (fp_attn_cuda_flash_supported(c->dtype, c->d)) impls[n_impl++] = 3; /* v1, 2 splits */
@@ -324,6 +330,7 @@ static void test_huge_window_gpu(void) {
             impls[n_impl++] = IMPL_V3 + 1; /* v3 */
             impls[n_impl++] = IMPL_V5 + 1; /* v5 */
             impls[n_impl++] = IMPL_V8 + 1; /* v8 */
+            impls[n_impl++] = IMPL_V9 + 1; /* v9 */
         }
         for (int t = 0; t < n_impl && o_big && lse_big; ++t) {
             D.dp.window_left = c->wl;
@@ -546,8 +553,8 @@ static void test_ragged_nan_tail_gpu(void) {
     CHECK(attn_reference(NULL, &D.H, &o_ref, &lse_ref));
     /* baseline, forward, then v3 and v5 (v5 loads whole 128-key tiles by TMA
      * and must clear the NaN rows past L itself before P V) */
-    const int impls[5] = {1, 0, IMPL_V3 + 1, IMPL_V5 + 1, IMPL_V8 + 1};
-    for (int t = 0; t < 5; ++t) {
+    const int impls[6] = {1, 0, IMPL_V3 + 1, IMPL_V5 + 1, IMPL_V8 + 1, IMPL_V9 + 1};
+    for (int t = 0; t < 6; ++t) {
         const int impl = impls[t];
         fp_status st = dev_run(&D, impl);
         if (v3_unsupported(st, impl)) continue;
@@ -576,7 +583,7 @@ static void test_nonfinite_scores_gpu(void) {
         {"nonfinite_f16_c", 2, 150, 260, 2, 2, 64, FP_F16, 1, -1, -1, 0, 1, 0, 0},
         {"nonfinite_dec",  4, 1,  2000, 8, 2, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
     };
-    const int impls[] = {0, 2, 4, -1, -3, IMPL_V3 + 1, IMPL_V3 + 3, IMPL_V4 + 1, IMPL_V5 + 1, IMPL_V5 + 3, IMPL_V8 + 1};
+    const int impls[] = {0, 2, 4, -1, -3, IMPL_V3 + 1, IMPL_V3 + 3, IMPL_V4 + 1, IMPL_V5 + 1, IMPL_V5 + 3, IMPL_V8 + 1, IMPL_V9 + 1};
     attn_poison_byte = 0x3C; /* bf16 0.0115, f16 1.06, f32 0.0115: finite */
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
         const attn_case *c = &cases[ci];
@@ -898,7 +905,7 @@ static void test_preferred_kernel_gpu(void) {
         {"pref_decode_mqa",  1, 1,   1500, 16, 1, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
         {"pref_spec4_c",     2, 4,   2000, 16, 4, 64,  FP_F16,  1, -1, -1, 0, 1, 1, 0},
     };
-    for (int v = 2; v <= 8; ++v) {
+    for (int v = 2; v <= 9; ++v) {
         CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, v));
         printf("FP_CTX_ATTENTION_KERNEL = %d\n", v);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i], 0);

@@ -876,9 +876,11 @@ static void check_dispatch() {
     if (fp_attn_cuda_flash_version(&af32, 3, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
     if (fp_attn_cuda_flash_version(&a, 3, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
     if (fp_attn_cuda_flash_version(&a96, 4, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
-    if (fp_attn_cuda_flash_version(&a, 9, 1, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
+    if (fp_attn_cuda_flash_version(&a, 10, 1, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
     if (fp_attn_cuda_flash_version(&a96, 8, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
     if (fp_attn_cuda_flash_version(&a, 8, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
+    if (fp_attn_cuda_flash_version(&a96, 9, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
+    if (fp_attn_cuda_flash_version(&a, 9, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
     // version 5 (TMA): what it cannot describe is refused before the device query
     if (fp_attn_cuda_flash_version(&a96, 5, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
     if (fp_attn_cuda_flash_version(&a, 5, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
@@ -888,6 +890,8 @@ static void check_dispatch() {
     if (fp_attn_cuda_flash_version(&avar, 5, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "varlen"))
         bad++;
     if (fp_attn_cuda_flash_version(&avar, 8, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "varlen"))
+        bad++;
+    if (fp_attn_cuda_flash_version(&avar, 9, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "varlen"))
         bad++;
     fp_attn_args aodd = a;
     aodd.k_ss = 128 + 4; // 264 bytes: not a multiple of 16

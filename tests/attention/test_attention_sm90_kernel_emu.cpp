@@ -2,9 +2,11 @@
 // (tests/emu/cuda_emu.h + emu_sm90.h): attention_flash_fwd_v3 / v4
 // (kernels/attention/attention_flash_sm90.cu: cp.async double buffering,
 // wgmma from shared-memory descriptors and register A, both schedules at
-// both head dims) and v5 / v8 (attention_flash_tma_sm90.cu: TMA producer,
-// mbarrier ring; v8's consumer warpgroups take turns through named
-// barriers) called through their launcher fp_attn_cuda_flash_sm90,
+// both head dims) and v5 / v8 / v9 (attention_flash_tma_sm90.cu: TMA
+// producer, mbarrier ring; v8's consumer warpgroups take turns through named
+// barriers; v9 runs v8 in persistent CTAs, also on emulated devices of 2 and
+// 3 SMs so that each CTA runs several items) called through their launcher
+// fp_attn_cuda_flash_sm90,
 // every output element checked against fp_attn_reference (double
 // accumulation). Unlike test_attention_sm90_emu (which re-implements the
 // kernels' index math and schedule on an independent model), this runs the
@@ -99,7 +101,7 @@ int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : nullptr;
     emu_rng rng = {0x5eed90a7c0ffee01ull};
     int failures = 0, ran = 0;
-    static const int versions[] = {3, 4, 5, 8};
+    static const int versions[] = {3, 4, 5, 8, 9};
     for (int version : versions)
         for (const emu_case &c : cases) {
             if (only && !std::strstr(c.name, only)) continue;
@@ -107,22 +109,44 @@ int main(int argc, char **argv) {
             ran++;
             if (!run_case(c, version, rng)) failures++;
         }
-    // v5 and v8 again with the emulation's other thread order (each pass
-    // runs the consumers before the producer, warpgroup 1 before 0): other
-    // interleavings of the mbarrier ring and of v8's turns.
-    setenv("FP_EMU_REVERSE", "1", 1);
-    for (int version = 5; version <= 8; version += 3)
+    // v9 on devices of 2 and 3 SMs: its persistent CTAs (one per SM) then
+    // run several items each (at 132 SMs, above, most of these shapes give a
+    // CTA one item), the K / V ring and the turns running on across them,
+    // the next item's Q in the other buffer, the tickets drawn in turn.
+    const fp_emu::DeviceProfile h100 = fp_emu::device();
+    for (int sms = 2; sms <= 3; ++sms) {
+        fp_emu::DeviceProfile small = h100;
+        small.sm_count = sms;
+        fp_emu::set_device(small);
         for (const emu_case &c : cases) {
-            if (c.varlen || !(c.ragged || c.splits > 1 || (version == 8 && c.causal)) ||
+            if (c.varlen || (only && !std::strstr(c.name, only))) continue;
+            ran++;
+            if (!run_case(c, 9, rng)) failures++;
+        }
+    }
+    fp_emu::set_device(h100);
+    // v5, v8 and v9 (on 2 SMs) again with the emulation's other thread order
+    // (each pass runs the consumers before the producer, warpgroup 1 before
+    // 0): other interleavings of the mbarrier rings and of the turns.
+    setenv("FP_EMU_REVERSE", "1", 1);
+    static const int reversed[] = {5, 8, 9};
+    for (int version : reversed) {
+        fp_emu::DeviceProfile dev = h100;
+        if (version == 9) dev.sm_count = 2;
+        fp_emu::set_device(dev);
+        for (const emu_case &c : cases) {
+            if (c.varlen || !(c.ragged || c.splits > 1 || (version >= 8 && c.causal)) ||
                 (only && !std::strstr(c.name, only)))
                 continue;
             ran++;
             if (!run_case(c, version, rng)) failures++;
         }
+    }
+    fp_emu::set_device(h100);
     unsetenv("FP_EMU_REVERSE");
-    // v5 and v8 refuse varlen (a tensor map per sequence is not done)
+    // v5, v8 and v9 refuse varlen (a tensor map per sequence is not done)
     // before writing anything.
-    for (int version = 5; version <= 8; version += 3)
+    for (int version : reversed)
         for (const emu_case &c : cases) {
             if (!c.varlen || (only && !std::strstr(c.name, only))) continue;
             emu_data X;

@@ -40,6 +40,18 @@
 // warpgroups in a turn at once), and every named barrier is at rest at
 // exit. Its broken variants (no first turn handed over, the turn passed to
 // oneself, a pass after warpgroup 1's last issue) must be caught too.
+// v9's (fp_tma::producer_items / consumer_items: persistent CTAs, the K / V
+// ring running on across a CTA's items, tickets through a two-slot ring
+// guarded by item_full / item_empty mbarriers, Q double-buffered) runs on
+// random item sequences (items without key tiles, without work): every
+// consumer reads exactly the ticket the producer published for that draw,
+// no slot is overwritten before both warpgroups read it, each item's
+// wgmmas read its own tiles (tile ids tagged by ticket), its Q from the
+// buffer its Q was loaded into, and the ring and turn checks above hold
+// over the whole sequence. Broken variants: a publish without the empty
+// wait, a read without the full wait, a producer that starts the ring over
+// at each item. The order the tickets walk (fp_tma::order_item) is checked
+// as a bijection, longest first per section, and for its balance.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -53,13 +65,18 @@ static int g_failures = 0;
 
 // ---- the recorded schedule ---------------------------------------------------
 
-enum op_kind { OP_WAIT, OP_ARRIVE, OP_ARRIVE_TX, OP_TMA, OP_QK, OP_PV, OP_WGMMA_WAIT, OP_NB_SYNC, OP_NB_ARRIVE };
+enum op_kind {
+    OP_WAIT, OP_ARRIVE, OP_ARRIVE_TX, OP_TMA, OP_QK, OP_PV, OP_WGMMA_WAIT, OP_NB_SYNC, OP_NB_ARRIVE,
+    OP_ITEM_ARRIVE, // v9: an arrival on an item barrier (the producer's publish, a consumer's read)
+    OP_PUBLISH,     // v9: the producer stores a ticket in a slot
+    OP_READ         // v9: a consumer loads a ticket from a slot
+};
 struct op {
     op_kind kind;
-    int bar;    // barrier id (WAIT, ARRIVE*, TMA); named barrier id (NB_*)
-    int arg;    // parity (WAIT), arrivals (ARRIVE), bytes (ARRIVE_TX), stage (TMA, QK, PV), N (WGMMA_WAIT),
-                // threads (NB_*)
-    int tile;   // TMA: tile; WAIT: the tile the kernel says it waits for (-1 producer)
+    int bar;    // barrier id (WAIT, ARRIVE*, TMA, ITEM_ARRIVE); named barrier id (NB_*); slot (PUBLISH, READ)
+    int arg;    // parity (WAIT), arrivals (ARRIVE, ITEM_ARRIVE), bytes (ARRIVE_TX), stage (TMA, QK, PV),
+                // N (WGMMA_WAIT), threads (NB_*), ticket (PUBLISH; READ: the one the consumer must see)
+    int tile;   // TMA: tile id; WAIT: the tile id the kernel says it waits for (-1 producer, item barriers)
     int box;    // TMA: box index
     bool is_v;  // TMA / QK / PV / barrier family
 };
@@ -78,20 +95,47 @@ enum bug {
     BUG_TURN_NO_START,    // (turns) warpgroup 1 does not hand warpgroup 0 the first turn
     BUG_TURN_SELF,        // (turns) a warpgroup passes the turn to itself
     BUG_TURN_LAST_PASS,   // (turns) warpgroup 1 passes the turn after its last issue too
+    BUG_ITEM_NO_EMPTY,    // (v9) the producer publishes a ticket without waiting for the slot's readers
+    BUG_ITEM_NO_FULL,     // (v9) a consumer reads a ticket slot without waiting for it
+    BUG_RING_RESTART,     // (v9) the producer starts the K / V ring over at each item
     BUG_COUNT
 };
 static const char *bug_name[BUG_COUNT] = {"none",          "producer parity", "consumer parity",
                                           "expect_tx half", "early K release", "empty count",
                                           "no phase flip", "stage shift",     "turn: no start",
-                                          "turn: to itself", "turn: last pass"};
+                                          "turn: to itself", "turn: last pass", "item: no empty wait",
+                                          "item: no full wait", "ring restart"};
 static bool turn_bug(int b) { return b >= BUG_TURN_NO_START; }
+static bool item_bug(int b) { return b >= BUG_ITEM_NO_EMPTY; }
+
+// v9's items as the model runs them: ticket t's key tiles [begin, end)
+// (none: a no-work item), and the CTA's ticket sequence (the last one >=
+// the number of items: the end). Tile ids are ticket * kTileTag + t, so a
+// stage holding the same tile index of another item is told apart.
+constexpr int kTileTag = 1000;
+struct item_plan {
+    int begin, end;
+    bool work;
+};
+struct items_cfg {
+    std::vector<item_plan> items; // by ticket
+    std::vector<int> tickets;     // the CTA's draws, in order, ending with one >= items.size()
+};
 
 template <int D> struct ids {
     static constexpr int S = fp_tma::traits_v5<D>::kStages;
     // Barrier id from the kernel's byte offsets (8 bytes each): distinct
-    // offsets give distinct ids, a collision would merge barriers.
+    // offsets give distinct ids, a collision would merge barriers. v9's
+    // layout (two Q buffers) is checked to place the ring's barriers alike.
     static int bar(int kind, int stage) {
         return (int)((fp_tma::bar_offset<D>(kind, stage) - fp_tma::bar_offset<D>(0, 0)) / 8);
+    }
+    static int bar_v9(int kind, int stage) {
+        return (int)((fp_tma::bar_offset<D, 2>(kind, stage) - fp_tma::bar_offset<D, 2>(0, 0)) / 8);
+    }
+    // v9's item barriers (BAR_ITEM_FULL / BAR_ITEM_EMPTY, slot 0 / 1), after the ring's
+    static int item_bar(int kind, int slot) {
+        return (int)((fp_tma::item_bar_offset<D>(kind, slot) - fp_tma::bar_offset<D, 2>(0, 0)) / 8);
     }
 };
 
@@ -99,23 +143,60 @@ template <int D> struct producer_rec {
     std::vector<op> ops;
     bug b;
     uint32_t box_bytes; // per box, from the tensor map's box
+    int tag = 0;        // the current item's ticket (v9), tile ids tag * kTileTag + t
+    int local = 0;      // loads of K / V pairs in the current item (BUG_RING_RESTART)
     void wait_empty_k(int st, uint32_t par) { wait(fp_tma::BAR_EMPTY_K, st, par); }
     void wait_empty_v(int st, uint32_t par) { wait(fp_tma::BAR_EMPTY_V, st, par); }
+    void restart(int &st, uint32_t &par) const { // as if the item's first load were the ring's first
+        st = fp_tma::ring_stage(local, ids<D>::S);
+        par = fp_tma::empty_parity(local, ids<D>::S);
+    }
     void wait(int kind, int st, uint32_t par) {
         if (b == BUG_PRODUCER_PARITY) par ^= 1u;
         if (b == BUG_NO_PHASE_FLIP) par = 1u;
+        if (b == BUG_RING_RESTART) restart(st, par);
         ops.push_back({OP_WAIT, ids<D>::bar(kind, st), (int)par, -1, 0, kind == fp_tma::BAR_EMPTY_V});
     }
     void load(int kind, int st, int t) {
         const bool v = kind == fp_tma::BAR_FULL_V;
         uint32_t bytes = fp_tma::stage_tx_bytes<D>();
         if (b == BUG_EXPECT_HALF) bytes /= 2;
-        ops.push_back({OP_ARRIVE_TX, ids<D>::bar(kind, st), (int)bytes, t, 0, v});
+        if (b == BUG_RING_RESTART) {
+            uint32_t par;
+            restart(st, par);
+        }
+        ops.push_back({OP_ARRIVE_TX, ids<D>::bar(kind, st), (int)bytes, tag * kTileTag + t, 0, v});
         for (int c = 0; c < fp_tma::boxes_per_tile<D>(); ++c)
-            ops.push_back({OP_TMA, ids<D>::bar(kind, st), st, t, c, v});
+            ops.push_back({OP_TMA, ids<D>::bar(kind, st), st, tag * kTileTag + t, c, v});
+        if (v) ++local;
     }
     void load_k(int st, int t) { load(fp_tma::BAR_FULL_K, st, t); }
     void load_v(int st, int t) { load(fp_tma::BAR_FULL_V, st, t); }
+    // v9's items (fp_tma::producer_items)
+    const items_cfg *cfg = nullptr;
+    size_t drawn = 0;
+    int first_ticket() { return cfg->tickets[drawn++]; }
+    int next_ticket() { return cfg->tickets[drawn++]; }
+    bool valid(int t) const { return t < (int)cfg->items.size(); }
+    void wait_item_empty(int s, uint32_t par) {
+        if (b == BUG_ITEM_NO_EMPTY) return;
+        ops.push_back({OP_WAIT, ids<D>::item_bar(fp_tma::BAR_ITEM_EMPTY, s), (int)par, -1, 0, false});
+    }
+    void publish(int s, int t) {
+        ops.push_back({OP_PUBLISH, s, t, -1, 0, false});
+        ops.push_back({OP_ITEM_ARRIVE, ids<D>::item_bar(fp_tma::BAR_ITEM_FULL, s), 1, -1, 0, false});
+    }
+    bool item(int t, int *sb, int *se) {
+        const item_plan &it = cfg->items[(size_t)t];
+        if (!it.work) return false;
+        tag = t;
+        local = 0;
+        *sb = it.begin;
+        *se = it.end;
+        return true;
+    }
+    bool finished = false;
+    void done() { finished = true; }
 };
 
 template <int D> struct consumer_rec {
@@ -123,10 +204,11 @@ template <int D> struct consumer_rec {
     bug b;
     int cw = 0;          // consumer warpgroup (turns)
     bool synced = false; // has waited for a turn
+    int tag = 0;         // the current item's ticket (v9)
     void wait(int kind, int st, uint32_t par, int t) {
         if (b == BUG_CONSUMER_PARITY) par ^= 1u;
         if (b == BUG_NO_PHASE_FLIP) par = 0u;
-        ops.push_back({OP_WAIT, ids<D>::bar(kind, st), (int)par, t, 0, kind == fp_tma::BAR_FULL_V});
+        ops.push_back({OP_WAIT, ids<D>::bar(kind, st), (int)par, tag * kTileTag + t, 0, kind == fp_tma::BAR_FULL_V});
     }
     void wait_full_k(int st, uint32_t par, int t) { wait(fp_tma::BAR_FULL_K, st, par, t); }
     void wait_full_v(int st, uint32_t par, int t) { wait(fp_tma::BAR_FULL_V, st, par, t); }
@@ -160,6 +242,32 @@ template <int D> struct consumer_rec {
         if (b == BUG_TURN_SELF) id = fp_tma::turn_bar(cw);
         ops.push_back({OP_NB_ARRIVE, id, n, 0, 0, false});
     }
+    // v9's items (fp_tma::consumer_items)
+    const items_cfg *cfg = nullptr;
+    size_t reads = 0;
+    bool valid(int t) const { return t < (int)cfg->items.size(); }
+    int read_item(int s, uint32_t par) {
+        const int t = cfg->tickets[reads++]; // what the producer published as this draw
+        if (b != BUG_ITEM_NO_FULL)
+            ops.push_back({OP_WAIT, ids<D>::item_bar(fp_tma::BAR_ITEM_FULL, s), (int)par, -1, 0, false});
+        ops.push_back({OP_READ, s, t, -1, 0, false});
+        ops.push_back({OP_ITEM_ARRIVE, ids<D>::item_bar(fp_tma::BAR_ITEM_EMPTY, s), 128, -1, 0, false});
+        return t;
+    }
+    std::vector<int> q_loads; // Q buffer of each prefetch, and the buffers items read
+    std::vector<int> q_uses;
+    void prefetch_q(int, int qb) { q_loads.push_back(qb); }
+    bool begin_item(int t, int qb, bool, int *sb, int *se) {
+        q_uses.push_back(qb);
+        const item_plan &it = cfg->items[(size_t)t];
+        if (!it.work) return false;
+        tag = t;
+        *sb = it.begin;
+        *se = it.end;
+        return true;
+    }
+    int ended = 0;
+    void end_item() { ++ended; }
 };
 
 // ---- the hardware model ---------------------------------------------------------
@@ -216,10 +324,12 @@ struct model_result {
     std::string first;
 };
 
-// Runs the recorded ops of one producer and `nc` consumers over a CTA's
-// tiles [s_begin, s_end) with random interleaving (seed).
+// Runs the recorded ops of one producer and `nc` consumers with random
+// interleaving (seed): a CTA's tiles [s_begin, s_end) (v5; turns: v8), or,
+// with `items` (v9: two consumers, turns), the CTA's items.
 template <int D>
-static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t seed, bool turns) {
+static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t seed, bool turns,
+                              const items_cfg *items = nullptr) {
     constexpr int S = fp_tma::traits_v5<D>::kStages;
     model_result R;
     auto fail = [&](const std::string &what) {
@@ -238,12 +348,35 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
     producer_rec<D> P;
     P.b = b;
     P.box_bytes = (uint32_t)box_bytes;
-    fp_tma::producer_schedule<S>(s_begin, s_end, P);
+    P.cfg = items;
+    // the tile ids every consumer must run, in order
+    std::vector<int> expect;
+    if (items) {
+        for (size_t j = 0; j + 1 < items->tickets.size(); ++j) {
+            const item_plan &it = items->items[(size_t)items->tickets[j]];
+            if (it.work)
+                for (int t = it.begin; t < it.end; ++t) expect.push_back(items->tickets[j] * kTileTag + t);
+        }
+        nc = 2;
+        turns = true;
+        for (int k = 0; k < 4; ++k) // v9's layout places the ring's barriers as v5's
+            for (int x = 0; x < S; ++x)
+                if (ids<D>::bar_v9(k, x) != ids<D>::bar(k, x)) fail("v9's ring barriers moved");
+        fp_tma::producer_items<S>(P);
+    } else {
+        for (int t = s_begin; t < s_end; ++t) expect.push_back(t);
+        fp_tma::producer_schedule<S>(s_begin, s_end, P);
+    }
     std::vector<consumer_rec<D>> C(nc);
     for (int c = 0; c < nc; ++c) {
         C[c].b = b;
         C[c].cw = c;
-        if (turns) {
+        C[c].cfg = items;
+        if (items) {
+            fp_tma::consumer_items<S>(c, C[c]);
+            if (b == BUG_TURN_LAST_PASS && c == 1)
+                C[c].ops.push_back({OP_NB_ARRIVE, fp_tma::turn_bar(0), fp_tma::kTurnThreads, 0, 0, false});
+        } else if (turns) {
             fp_tma::consumer_schedule_turns<S>(s_begin, s_end, c, nc == 2, C[c]);
             if (b == BUG_TURN_LAST_PASS && c == 1 && nc == 2)
                 C[c].ops.push_back({OP_NB_ARRIVE, fp_tma::turn_bar(0), fp_tma::kTurnThreads, 0, 0, false});
@@ -261,8 +394,9 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
     std::vector<int64_t> nb_wait(1 + nc, -1); // -1: not inside a bar.sync
     int turn_owner = -1, last_turn = -1;
     long turns_taken = 0;
-    // barriers: ids from the kernel's offsets; init as the kernel does
-    const int nbar = 4 * S;
+    // barriers: ids from the kernel's offsets; init as the kernel does (v9:
+    // the item ring's four after the K / V ring's)
+    const int nbar = 4 * S + (items ? 4 : 0);
     std::vector<mbarrier> bar(nbar);
     std::vector<int> seen(nbar, 0);
     for (int k = 0; k < 4; ++k)
@@ -270,6 +404,18 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
             const int id = ids<D>::bar(k, s);
             if (id < 0 || id >= nbar || seen[id]++) fail("barrier offsets collide");
         }
+    if (items) {
+        for (int k = fp_tma::BAR_ITEM_FULL; k <= fp_tma::BAR_ITEM_EMPTY; ++k)
+            for (int s = 0; s < 2; ++s) {
+                const int id = ids<D>::item_bar(k, s);
+                if (id < 0 || id >= nbar || seen[id]++) fail("item barrier offsets collide");
+            }
+        // the ticket slots after every barrier, inside the shared memory the launch asks for
+        if (fp_tma::item_slot_offset<D>(0) < fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_EMPTY, 1) + 8 ||
+            fp_tma::item_slot_offset<D>(1) + 4 + 1024 > fp_tma::smem_bytes_v9<D>() ||
+            fp_tma::smem_bytes_v9<D>() > 232448)
+            fail("v9's shared-memory layout");
+    }
     if (R.violations) return R;
     const int empty_threads = b == BUG_EMPTY_COUNT ? 128 : (int)fp_tma::empty_count(nc);
     for (int s = 0; s < S; ++s) {
@@ -278,12 +424,18 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
         bar[ids<D>::bar(fp_tma::BAR_EMPTY_K, s)].init(empty_threads);
         bar[ids<D>::bar(fp_tma::BAR_EMPTY_V, s)].init(empty_threads);
     }
+    if (items)
+        for (int s = 0; s < 2; ++s) {
+            bar[ids<D>::item_bar(fp_tma::BAR_ITEM_FULL, s)].init(1);
+            bar[ids<D>::item_bar(fp_tma::BAR_ITEM_EMPTY, s)].init((int)fp_tma::empty_count(nc));
+        }
+    int slot_val[2] = {-1, -1}, reads_left[2] = {0, 0}; // ticket slots
     stage_state stK[S], stV[S];
     for (int s = 0; s < S; ++s) {
         stK[s].box_tile.assign(fp_tma::boxes_per_tile<D>(), -1);
         stV[s].box_tile.assign(fp_tma::boxes_per_tile<D>(), -1);
     }
-    auto stage_of_bar = [&](int id, bool &is_v, int &s) { // full/empty barrier -> its stage
+    auto stage_of_bar = [&](int id, bool &is_v, int &s) { // full/empty barrier -> its stage (-1: item barrier)
         for (int k = 0; k < 4; ++k)
             for (int x = 0; x < S; ++x)
                 if (ids<D>::bar(k, x) == id) {
@@ -322,10 +474,17 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
             // phase n - 1 released; n = 0: passes on the fresh barrier)
             const int64_t n = visits[a][o.bar]++;
             const int64_t completed = B.phase; // phases completed so far
+            bool item_v = false;
+            int item_s = 0;
+            const bool ring = stage_of_bar(o.bar, item_v, item_s) >= 0;
             if (a == 0) {
                 if (n >= 1 && completed != n) fail("producer's empty wait saw phase " + std::to_string(completed) +
                                                    " completed, meant " + std::to_string(n));
                 if (n == 0 && completed != 0) fail("producer's first empty wait: barrier already advanced");
+            } else if (!ring) { // a ticket slot's full barrier: phase n is the slot's n-th ticket
+                if (completed != n + 1)
+                    fail("consumer's ticket wait: " + std::to_string(completed) + " phases completed, meant use " +
+                         std::to_string(n));
             } else {
                 if (completed != n + 1) {
                     fail("consumer's full wait: " + std::to_string(completed) + " phases completed, meant fill " +
@@ -366,6 +525,20 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
             bar[o.bar].arrive(o.arg);
             break;
         }
+        case OP_ITEM_ARRIVE:
+            bar[o.bar].arrive(o.arg);
+            break;
+        case OP_PUBLISH:
+            if (reads_left[o.bar] > 0) fail("ticket slot overwritten before every consumer read it");
+            slot_val[o.bar] = o.arg;
+            reads_left[o.bar] = nc;
+            break;
+        case OP_READ:
+            if (reads_left[o.bar] <= 0 || slot_val[o.bar] != o.arg)
+                fail("consumer read ticket " + std::to_string(slot_val[o.bar]) + " from slot " +
+                     std::to_string(o.bar) + ", the producer published " + std::to_string(o.arg) + " for it");
+            reads_left[o.bar]--;
+            break;
         case OP_ARRIVE_TX: {
             bar[o.bar].expect_tx(o.arg);
             bar[o.bar].arrive(1);
@@ -386,7 +559,8 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
         case OP_PV: {
             const bool v = o.kind == OP_PV;
             stage_state &st = v ? stV[o.arg] : stK[o.arg];
-            const int want = (v ? pv_count[c] : qk_count[c]) + s_begin; // tiles in order
+            const int k = v ? pv_count[c] : qk_count[c]; // tiles in order
+            const int want = k < (int)expect.size() ? expect[(size_t)k] : -3;
             (v ? pv_count[c] : qk_count[c])++;
             bool held = false;
             for (int h : st.holders) held |= h == c;
@@ -482,14 +656,36 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
                 fail("stage held or loading at exit");
         for (int c = 0; c < nc; ++c) {
             if (!groups[c].empty()) fail("wgmma in flight at exit");
-            if (qk_count[c] != s_end - s_begin || pv_count[c] != s_end - s_begin) fail("tiles skipped");
+            if (qk_count[c] != (int)expect.size() || pv_count[c] != (int)expect.size()) fail("tiles skipped");
+        }
+        if (items) { // every draw read by both warpgroups, every Q buffer alternating, every work item ended
+            for (int c = 0; c < nc; ++c) {
+                if (C[c].reads != items->tickets.size()) fail("tickets not all read");
+                int work = 0;
+                for (size_t j = 0; j + 1 < items->tickets.size(); ++j)
+                    work += items->items[(size_t)items->tickets[j]].work ? 1 : 0;
+                if (C[c].ended != work) fail("items not all ended");
+                for (size_t j = 0; j < C[c].q_uses.size(); ++j)
+                    if (C[c].q_uses[j] != (int)(j & 1) || j >= C[c].q_loads.size() || C[c].q_loads[j] != C[c].q_uses[j])
+                        fail("an item reads a Q buffer its Q was not loaded into");
+            }
+            if (P.drawn != items->tickets.size() || !P.finished) fail("producer: tickets not all drawn");
         }
         for (int i = 0; i < 16; ++i)
             if (nb[i].arrived) fail("named barrier " + std::to_string(i) + " not at rest at exit");
         // turns: one per issue section of each warpgroup (Q K^T of the first
         // tile, then one per tile), all taken
-        if (turns && nc == 2 && turns_taken != 2L * (s_end - s_begin + 1)) fail("turns missing");
-        const int n = s_end - s_begin;
+        long want_turns = 0;
+        if (items) {
+            for (size_t j = 0; j + 1 < items->tickets.size(); ++j) {
+                const item_plan &it = items->items[(size_t)items->tickets[j]];
+                if (it.work && it.end > it.begin) want_turns += 2L * (it.end - it.begin + 1);
+            }
+        } else {
+            want_turns = 2L * (s_end - s_begin + 1);
+        }
+        if (turns && nc == 2 && turns_taken != want_turns) fail("turns missing");
+        const int n = (int)expect.size();
         for (int s = 0; s < S; ++s) { // fills and releases balance
             const int64_t fills = n / S + (s < n % S ? 1 : 0);
             if (bar[ids<D>::bar(fp_tma::BAR_FULL_K, s)].phase != fills ||
@@ -517,6 +713,31 @@ template <int D> static void run_all(bug b, bool turns, long &runs, long &bad_ru
             }
 }
 
+// v9: random item sequences of one CTA (1-7 items of 0-5 key tiles, some
+// without work, the CTA drawing a random increasing subset of the tickets).
+template <int D> static void run_all_v9(bug b, long &runs, long &bad_runs, std::string &first) {
+    for (uint64_t seed = 1; seed <= 120; ++seed) {
+        emu_rng rng = {seed * 0x2545F4914F6CDD1DULL + 7};
+        items_cfg cfg;
+        const int nitems = 1 + (int)(rng.next_u32() % 7);
+        for (int i = 0; i < nitems; ++i) {
+            const int n = (int)(rng.next_u32() % 6), begin = (int)(rng.next_u32() % 3);
+            cfg.items.push_back({begin, begin + n, rng.next_u32() % 8 != 0});
+        }
+        for (int t = 0; t < nitems; ++t)
+            if (t == 0 || rng.next_u32() % 3 != 0) cfg.tickets.push_back(t);
+        cfg.tickets.push_back(nitems + (int)(rng.next_u32() % 3));
+        const model_result r = run_model<D>(0, 0, 2, b, seed * 977 + (uint64_t)D, true, &cfg);
+        ++runs;
+        if (r.violations) {
+            if (!bad_runs && first.empty())
+                first = "v9 D=" + std::to_string(D) + " items " + std::to_string(nitems) + " draws " +
+                        std::to_string(cfg.tickets.size()) + ": " + r.first;
+            ++bad_runs;
+        }
+    }
+}
+
 int main() {
     // the schedules as the kernels run them (v5; v8's turns): must be clean
     for (int turns = 0; turns < 2; ++turns) {
@@ -530,11 +751,29 @@ int main() {
                bad, bad ? ": " : "", first.c_str());
         if (bad || !runs) g_failures++;
     }
+    { // v9's items: the ring across items, the ticket slots, the Q buffers
+        long runs = 0, bad = 0;
+        std::string first;
+        run_all_v9<128>(BUG_NONE, runs, bad, first);
+        run_all_v9<64>(BUG_NONE, runs, bad, first);
+        printf("mbarrier/TMA model, v9 schedule (items, tickets, turns): %ld runs, %ld with violations%s%s\n", runs,
+               bad, bad ? ": " : "", first.c_str());
+        if (bad || !runs) g_failures++;
+    }
+    for (int b = 1; b < BUG_COUNT; ++b) {
+        long runs = 0, bad = 0;
+        std::string first;
+        run_all_v9<128>((bug)b, runs, bad, first);
+        run_all_v9<64>((bug)b, runs, bad, first);
+        printf("broken variant %-19s (v9): caught in %ld of %ld runs (%s)\n", bug_name[b], bad, runs,
+               bad ? first.c_str() : "NOT CAUGHT");
+        if (!bad) g_failures++;
+    }
     // every deliberately broken variant must be caught (the ring's in both
     // schedules, the turns' in v8's)
     for (int turns = 0; turns < 2; ++turns)
         for (int b = 1; b < BUG_COUNT; ++b) {
-            if (turn_bug(b) && !turns) continue;
+            if ((turn_bug(b) && !turns) || item_bug(b)) continue;
             long runs = 0, bad = 0;
             std::string first;
             run_all<128>((bug)b, turns, runs, bad, first);
@@ -545,6 +784,90 @@ int main() {
                    bad, runs, bad ? first.c_str() : "NOT CAUGHT");
             if (!bad) g_failures++;
         }
+    // v9's order: a bijection onto (query tile, unit), sections of at most
+    // `section` units, longest first within a section; units -> (split,
+    // head, batch) a bijection; the section rule; and the balance the
+    // tickets give under a causal mask (a list-scheduling simulation of the
+    // protocol: a CTA draws its next ticket when it starts an item)
+    {
+        long wrong = 0;
+        const int shapes[][5] = {{1, 1, 1, 1, 1},  {4, 3, 2, 2, 5},  {7, 1, 5, 3, 4},
+                                 {32, 1, 16, 2, 12}, {3, 2, 3, 1, 2}, {128, 4, 2, 1, 3}};
+        for (const auto &sh : shapes) { // m_tiles, splits, heads_kv, batch, section
+            const fp_tma::tile_order o = fp_tma::make_tile_order(sh[0], sh[1], sh[2], sh[3], sh[4]);
+            std::vector<int> seen((size_t)o.items, 0), useen((size_t)o.units, 0);
+            int prev_section = -1, prev_m = 0;
+            for (int r = 0; r < o.items; ++r) {
+                int m, u;
+                fp_tma::order_item(o, r, &m, &u);
+                if (m < 0 || m >= o.m_tiles || u < 0 || u >= o.units) {
+                    wrong++;
+                    continue;
+                }
+                seen[(size_t)(u * o.m_tiles + m)]++;
+                const int sec = u / o.section;
+                if (sec < prev_section) wrong++;                     // sections in order
+                if (sec == prev_section && m > prev_m) wrong++;      // longest first within one
+                prev_section = sec;
+                prev_m = m;
+            }
+            for (int x : seen) wrong += x != 1;
+            for (int u = 0; u < o.units; ++u) {
+                int sp, hk, b;
+                fp_tma::unit_coords(o, u, &sp, &hk, &b);
+                if (sp < 0 || sp >= sh[1] || hk < 0 || hk >= sh[2] || b < 0 || b >= sh[3]) wrong++;
+                else useen[(size_t)((sp * sh[3] + b) * sh[2] + hk)]++;
+            }
+            for (int x : useen) wrong += x != 1;
+        }
+        // the section rule: L2 / unit bytes, sms / 4, evened out
+        const int64_t MiB = 1 << 20;
+        if (fp_tma::order_section(50 * MiB, 2 * MiB, 32, 132) != 16) wrong++;  // 25 -> 2 sections of 16
+        if (fp_tma::order_section(50 * MiB, 2 * MiB, 16, 132) != 16) wrong++;  // all
+        if (fp_tma::order_section(50 * MiB, MiB / 2, 256, 132) != 32) wrong++; // sms / 4 = 33 -> 8 of 32
+        if (fp_tma::order_section(50 * MiB, 64 * MiB, 8, 132) != 1) wrong++;   // a unit above the L2
+        if (fp_tma::order_section(50 * MiB, 2 * MiB, 32, 2) != 1) wrong++;     // a 2-SM device
+        if (fp_tma::persistent_ctas(5, 132) != 5 || fp_tma::persistent_ctas(1000, 132) != 132 ||
+            fp_tma::persistent_ctas(3, 0) != 1)
+            wrong++;
+        // balance (H100: 132 SMs, 50 MiB L2; head_dim 128, causal: tile m of
+        // a unit runs m + 1 key tiles, plus 0.2 of a tile per item)
+        const int bal[][2] = {{4096, 32}, {4096, 16}, {8192, 16}, {16384, 4}, {4096, 128}};
+        double worst = 0;
+        for (const auto &bs : bal) {
+            const int mt = bs[0] / 128, units = bs[1], g = 132;
+            const fp_tma::tile_order o = fp_tma::make_tile_order(
+                mt, 1, units, 1, fp_tma::order_section(50 * MiB, (int64_t)bs[0] * 128 * 2 * 2, units, g));
+            std::vector<double> free_at((size_t)fp_tma::persistent_ctas(o.items, g), 0.0);
+            std::vector<int> next((size_t)free_at.size());
+            for (size_t c = 0; c < next.size(); ++c) next[c] = (int)c;
+            int ticket = (int)next.size();
+            double total = 0, end = 0;
+            for (;;) { // the CTA free first starts its item and draws its next ticket
+                size_t c = 0;
+                for (size_t x = 1; x < free_at.size(); ++x)
+                    if (next[x] < o.items && (next[c] >= o.items || free_at[x] < free_at[c])) c = x;
+                if (next[c] >= o.items) break;
+                int m, u;
+                fp_tma::order_item(o, next[c], &m, &u);
+                free_at[c] += 0.2 + (m + 1);
+                total += 0.2 + (m + 1);
+                end = free_at[c] > end ? free_at[c] : end;
+                next[c] = ticket++;
+            }
+            const double ratio = end / (total / g);
+            worst = ratio > worst ? ratio : worst;
+            if (ratio > 1.10) {
+                fprintf(stderr, "v9 order, causal %d keys x %d heads: makespan %.2f x the perfect balance\n", bs[0],
+                        units, ratio);
+                wrong++;
+            }
+        }
+        printf("v9 order: bijection, sections, longest first, section rule, balance (worst %.3f x perfect); %ld "
+               "wrong\n",
+               worst, wrong);
+        if (wrong) g_failures++;
+    }
     // ring index functions: stage cycles, phase flips once per pass
     long bad = 0;
     for (int S = 2; S <= 4; ++S)

@@ -605,6 +605,15 @@ unsigned char *smem_at(uint32_t addr, size_t n) {
     kernel_fail("race: an async copy lands on shared byte %zu, which a wgmma issued before it landed reads", byte);
 }
 
+// The reader recorded for a wgmma's reads (smem_note_read_wgmma): its
+// warpgroup, -(3 + warpgroup), not the thread.
+static int32_t wgmma_reader(int32_t linear) { return -(3 + linear / 128); }
+static std::string describe_reader(int32_t r) {
+    if (r >= 0) return "thread " + std::to_string(r);
+    if (r == -2) return "several threads";
+    return "a wgmma of warpgroup " + std::to_string(-r - 3);
+}
+
 // An async copy issued / landed. Copies ordered by __syncthreads (cp.async)
 // also check and record against the block's barrier epochs; the mbarrier
 // variants (TMA) only track bytes in flight and unretired wgmma reads.
@@ -615,10 +624,11 @@ static void async_issue(uint32_t addr, size_t n, bool barrier_ordered) {
     const int32_t me = (int32_t)f->regs.linear;
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
-        if (barrier_ordered && s.read_epoch == b->epoch && s.reader != -1 && s.reader != me)
-            kernel_fail("race: %s issues an async copy to shared byte %zu, which thread %d read since the last "
+        if (barrier_ordered && s.read_epoch == b->epoch && s.reader != -1 && s.reader != me &&
+            s.reader != wgmma_reader(me))
+            kernel_fail("race: %s issues an async copy to shared byte %zu, which %s read since the last "
                         "__syncthreads (write after read: the copy may land before that read)",
-                        describe(*f).c_str(), i, s.reader >= 0 ? s.reader : -1);
+                        describe(*f).c_str(), i, describe_reader(s.reader).c_str());
         if (s.pending_reads) fail_copy_over_pending_read(*f, i);
         s.in_flight++;
     }
@@ -747,11 +757,11 @@ void *driver_symbol(const char *name) {
     return it == driver_symbols().end() ? nullptr : it->second;
 }
 
-void smem_note_read(uint32_t addr, size_t n) {
+static void note_read(uint32_t addr, size_t n, bool wgmma) {
     Fiber *f = self("shared read");
     BlockState *b = f->regs.block;
     (void)smem_at(addr, n);
-    const int32_t me = (int32_t)f->regs.linear;
+    const int32_t me = (int32_t)f->regs.linear, reader = wgmma ? wgmma_reader(me) : me;
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
         if (s.in_flight)
@@ -763,13 +773,15 @@ void smem_note_read(uint32_t addr, size_t n) {
                         "__syncthreads (read after write without a barrier)",
                         describe(*f).c_str(), i, s.writer);
         if (s.read_epoch != b->epoch) {
-            s.reader = me;
+            s.reader = reader;
             s.read_epoch = b->epoch;
-        } else if (s.reader != me) {
+        } else if (s.reader != reader) {
             s.reader = -2;
         }
     }
 }
+void smem_note_read(uint32_t addr, size_t n) { note_read(addr, n, false); }
+void smem_note_read_wgmma(uint32_t addr, size_t n) { note_read(addr, n, true); }
 
 }  // namespace fp_emu
 

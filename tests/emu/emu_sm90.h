@@ -255,11 +255,11 @@ inline void wgmma_perform(WgmmaState &s, WgmmaOp &op) {
         return wgmma_elem(h, op.ty);
     };
     wgmma_runs(op.a_addr, [](uint32_t a, size_t b) {
-        smem_note_read(a, b);
+        smem_note_read_wgmma(a, b);
         smem_note_pending_read(a, b, -1);
     });
     wgmma_runs(op.b_addr, [](uint32_t a, size_t b) {
-        smem_note_read(a, b);
+        smem_note_read_wgmma(a, b);
         smem_note_pending_read(a, b, -1);
     });
     const int w = (int)t / 32, g = ((int)t % 32) / 4, row0 = 16 * w + g;

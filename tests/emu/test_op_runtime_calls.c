@@ -379,7 +379,7 @@ int main(void) {
 
     /* attention prefill, each preferred version (v3..v5: >= 128 rows per KV
      * head; v6, the decode kernel, refuses 256 rows: the default runs) */
-    for (int v = 1; v <= 8; ++v) {
+    for (int v = 1; v <= 9; ++v) {
         memset(&o, 0, sizeof o);
         char what[32];
         snprintf(what, sizeof what, "attention v%d", v);
@@ -411,8 +411,8 @@ int main(void) {
     check_op(&o);
     CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 0));
     CHECK_STATUS(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 2), FP_ERR_INVALID_ARGUMENT);
-    static const int kSplitVersions[] = {3, 5, 8};
-    for (int vi = 0; vi < 3; ++vi) {
+    static const int kSplitVersions[] = {3, 5, 8, 9};
+    for (int vi = 0; vi < 4; ++vi) {
         const int v = kSplitVersions[vi];
         memset(&o, 0, sizeof o);
         char what[48];

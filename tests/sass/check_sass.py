@@ -76,6 +76,11 @@ RULES = [
     ("flash fwd v8 (wgmma + TMA, ping-pong)", "attention", r"attention_flash_fwd_v8<", ("sm_90a",),
      {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2},
      ("hgmma_batched", "hgmma_overlap", "ex2_ftz")),
+    # v9: v8 in persistent CTAs; the producer draws the next item's ticket
+    # with a global atomic add (fp_tma::producer_items)
+    ("flash fwd v9 (wgmma + TMA, ping-pong, persistent)", "attention", r"attention_flash_fwd_v9<", ("sm_90a",),
+     {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2, r"^ATOMG\.E\.ADD": 1},
+     ("hgmma_batched", "hgmma_overlap", "ex2_ftz")),
     ("split-KV combine", "attention", r"attention_split_combine_v1<", BASE + ("sm_90a",), {}, ()),
     # materialized baseline and helpers (the GEMMs are cuBLAS)
     ("attention baseline helpers", "attention",
