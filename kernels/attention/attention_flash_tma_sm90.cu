@@ -26,6 +26,20 @@
 //                               (fp_tma::consumer_schedule_turns); opt-in
 //                               (version 8) until a GPU run compares it
 //                               with v5.
+//   attention_flash_fwd_v9      v8 in persistent CTAs (one per SM): each
+//                               runs a sequence of (query tile, split, KV
+//                               head, batch) items handed out by tickets
+//                               (a global atomic, drawn one item ahead)
+//                               over a causal-aware order (L2-sized
+//                               sections, longest tiles first), the K / V
+//                               ring running on across items and the next
+//                               item's Q loaded under this one
+//                               (fp_tma::producer_items / consumer_items);
+//                               the ticket counters come from the context's
+//                               per-stream counters (a first call on a
+//                               stream allocates them: not inside a
+//                               capture); opt-in (version 9) until a GPU
+//                               run compares it with v8.
 // Same contract as v3: f16 / bf16, head_dim 64 / 128, causal / windows, GQA
 // packing, seqlens_k, LSE, split-KV partials (run_with_partials).
 // FP_ERR_UNSUPPORTED: varlen (cu_seqlens: a tensor map per sequence is a
@@ -48,8 +62,8 @@
 // tests/attention/test_attention_sm90_kernel_emu.cpp), reached only through
 // FP_CTX_ATTENTION_KERNEL 8 and fp_attn_cuda_flash_version(a, 8, ...) until
 // a GPU run times it against v5 (fastbench attention/flash_versions, rows
-// v5_vs_v8). Not yet done: a persistent tile scheduler, an epilogue through shared
-// memory + TMA store, varlen / paged tensor maps.
+// v5_vs_v8); v9 likewise (version 9, rows v8_vs_v9). Not yet done: an
+// epilogue through shared memory + TMA store, varlen / paged tensor maps.
 // The PTX wrappers, the softmax helpers, the Q K^T / P V stages and the
 // epilogue are v3's, shared through attention_sm90_common.cuh.
 #include <atomic>

@@ -171,7 +171,7 @@ float fp_attn_exp2_sum(float *s, int n, float mx, int simd);
 /* ---- Which kernel ran (src/attention/attention_kernel_info.c) ---- */
 /* Starts the calling thread's record of one call (kernel "none"). */
 void fp_attn_note_begin(int preferred);
-/* A launch of flash version 1..7 with num_splits KV splits succeeded
+/* A launch of flash version 1..9 with num_splits KV splits succeeded
  * (version 0: the row-wise kernel; -1: the CPU implementation). */
 void fp_attn_note_kernel(const fp_attn_args *a, int version, int num_splits);
 /* The preferred version was refused: why (copied, truncated). */
@@ -185,7 +185,7 @@ int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim);
  * default (v5, else v3, on Hopper (cc 90, the device's compute capability
  * x 10) in an sm_90a build for head_dim 64 / 128 with >= 128 query rows per
  * (batch, KV head) and no paged KV; v1 otherwise); 1: v1;
- * 2..5: that version where it supports the call (dtype, head_dim, layout,
+ * 2..9: that version where it supports the call (dtype, head_dim, layout,
  * build, device), else v1, with the reason noted (fp_attention_last_kernel). */
 fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc, cudaStream_t stream);
 /* Same with an explicit split count (>= 1; tests force split-KV with it). */

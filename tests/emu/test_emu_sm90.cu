@@ -5,7 +5,9 @@
 // that must show in a kernel's results or fail its launch (reading
 // accumulators before the wait, operands overwritten before the wait, async
 // copies over operands in flight, a missing wgmma.fence, a warp missing from
-// the warpgroup, wait_group N leaving the newest N in flight); a TMA box
+// the warpgroup, wait_group N leaving the newest N in flight; a cp.async
+// over retired operands ordered by its own warpgroup's wait, not by
+// another's); a TMA box
 // through the emulated cuTensorMapEncodeTiled (swizzle, out-of-bounds
 // zeros) on an mbarrier, a named barrier, and the broken variants; the
 // checked build's watchdog (kernels/attention/kernel_watchdog.cuh) on a
@@ -63,6 +65,10 @@ enum Mode {
     NO_PROXY_FENCE = 9, // B partly rewritten by cp.async (generic proxy), waited, barrier, no fence.proxy.async: fails
     PROXY_FENCE = 10,   // the same with the writers' fence.proxy.async: runs
     EXIT_IN_FLIGHT = 11, // SS issued and committed, never waited: fails at exit
+    CP_AFTER_WAIT = 12,  // SS, waited, then one thread's cp.async over B (read by the whole warpgroup's
+                         // wgmma), no __syncthreads: runs (the retire is the warpgroup's)
+    CP_OTHER_WG = 13,    // 256 threads: the same cp.async by a thread of warpgroup 1 (after a named
+                         // barrier with warpgroup 0): fails (warpgroup 0's retire does not order it)
 };
 
 // One warpgroup. smem: A at 0 (64 rows x 64 elements, K-major; k < 32
@@ -92,6 +98,16 @@ __global__ void wgmma_kernel(const float *bsrc, float *out, int mode) {
         }
     }
     __syncthreads();
+    if (tid >= 128) { // CP_OTHER_WG's second warpgroup
+        if (warp == 4) {
+            fp_emu::named_barrier_sync(1, 160); // after warpgroup 0's wait
+            if (lane == 0) {
+                fp_emu::cp_async(b_s, bsrc, 16, 16);
+                fp_emu::cp_async_wait_all();
+            }
+        }
+        return;
+    }
     if (mode == NO_PROXY_FENCE || mode == PROXY_FENCE) {
         fp_emu::cp_async(b_s + 16 * tid, bsrc, 16, 16);
         fp_emu::cp_async_wait_all();
@@ -138,6 +154,11 @@ __global__ void wgmma_kernel(const float *bsrc, float *out, int mode) {
         fp_emu::cp_async_commit();
     }
     fp_emu::wgmma_wait_group(0);
+    if (mode == CP_AFTER_WAIT && tid == 5) { // over B's first 16 bytes, which other threads' wgmma parts read
+        fp_emu::cp_async(b_s, bsrc, 16, 16);
+        fp_emu::cp_async_wait_all();
+    }
+    if (mode == CP_OTHER_WG) fp_emu::named_barrier_arrive(1, 160);
     for (int i = 0; i < 64; ++i) out[d_row(warp, lane, i) * 128 + d_col(lane, i)] = d[i];
 }
 
@@ -193,7 +214,7 @@ __global__ void tma_kernel(const CUtensorMap *map_in, uint16_t *out, int mode) {
 static void run(int mode, std::vector<float> &out, cudaError_t *err) {
     std::vector<float> bsrc(64, 1.0f);
     out.assign(64 * 128 * 2 + 128 * 64, -7.0f);
-    wgmma_kernel<<<1, 128, 8192 + 16384>>>(bsrc.data(), out.data(), mode);
+    wgmma_kernel<<<1, mode == CP_OTHER_WG ? 256 : 128, 8192 + 16384>>>(bsrc.data(), out.data(), mode);
     *err = cudaGetLastError();
 }
 
@@ -279,6 +300,11 @@ int main() {
     EXPECT(e == cudaSuccess);
     run(EXIT_IN_FLIGHT, out, &e);
     EXPECT(failed_with(e, "not retired"));
+    run(CP_AFTER_WAIT, out, &e);
+    EXPECT(e == cudaSuccess);
+    EXPECT(check(out, 32, "CP_AFTER_WAIT") == 0);
+    run(CP_OTHER_WG, out, &e);
+    EXPECT(failed_with(e, "a wgmma of warpgroup 0 read"));
     // TMA through the driver entry point the launchers use.
     {
         void *fn = nullptr;
