@@ -463,14 +463,14 @@ static_assert(fp_tma::traits_v5<64>::kBr == fp_tma::traits_v5<128>::kBr &&
                   fp_tma::traits_v5<64>::kBc == fp_tma::traits_v5<128>::kBc,
               "one tile shape for both head dims (item_work)");
 
-// The producer thread of v9: v5's loads plus the tickets and the item ring.
+// The producer thread of v9: v5's loads plus the tickets (p->tickets: [2],
+// zero between launches) and the item ring. It runs on 24 registers
+// (setmaxnreg): the grid and block indices are read where needed, not kept.
 template <int D> struct producer_item_ops : producer_ops<D, 2> {
     const flash_params *p;
     const fp_tma::tile_order *ord;
-    int *tickets; // [2], zero between launches
-    int cta, g;
-    __device__ __forceinline__ int first_ticket() { return cta; }
-    __device__ __forceinline__ int next_ticket() { return g + atomicAdd(tickets, 1); }
+    __device__ __forceinline__ int first_ticket() { return (int)blockIdx.x; }
+    __device__ __forceinline__ int next_ticket() { return (int)gridDim.x + atomicAdd(p->tickets, 1); }
     __device__ __forceinline__ bool valid(int t) { return t < ord->items; }
     __device__ __forceinline__ void wait_item_empty(int s, uint32_t parity) {
         mbar_wait(this->smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_EMPTY, s), parity, fp_tma::BAR_ITEM_EMPTY,
@@ -495,10 +495,10 @@ template <int D> struct producer_item_ops : producer_ops<D, 2> {
     // next launch (stream order publishes them).
     __device__ __forceinline__ void done() {
         __threadfence();
-        if (atomicAdd(tickets + 1, 1) == g - 1) {
+        if (atomicAdd(p->tickets + 1, 1) == (int)gridDim.x - 1) {
             __threadfence();
-            atomicExch(tickets, 0);
-            atomicExch(tickets + 1, 0);
+            atomicExch(p->tickets, 0);
+            atomicExch(p->tickets + 1, 0);
         }
     }
 };
@@ -507,7 +507,7 @@ template <int D> struct producer_item_ops : producer_ops<D, 2> {
 template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
     const flash_params *p;
     const fp_tma::tile_order *ord;
-    cta_work w; // the current item
+    int ticket; // the current item (its work is recomputed for the epilogue: fewer live registers)
     int cw, warp, wtid;
     __device__ __forceinline__ bool valid(int t) { return t < ord->items; }
     __device__ __forceinline__ int read_item(int s, uint32_t parity) {
@@ -526,7 +526,9 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
     __device__ __forceinline__ bool begin_item(int t, int qb, bool more, int *sb, int *se) {
         if (more) cp_async_wait<1>(); // this item's Q landed; the next one's may still fly
         else cp_async_wait<0>();
+        cta_work w;
         if (!item_work(*p, *ord, t, w)) return false;
+        ticket = t;
         fence_proxy_async();
         named_barrier(2 + cw, 128); // Q published to this warpgroup's wgmmas
         this->q_smem = this->smem0 + fp_tma::q_offset<D, 2>(qb);
@@ -541,6 +543,8 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
         return true;
     }
     __device__ __forceinline__ void end_item() {
+        cta_work w;
+        item_work(*p, *ord, ticket, w); // true: begin_item said so
         store_rows<T, D>(*p, w.S, this->o_acc, this->m_run, this->l_run, w.m0 + this->wrow, w.rows, warp, this->lane,
                          w.hk, w.b, w.split);
     }
@@ -561,6 +565,8 @@ __device__ __forceinline__ void flash_tma_persistent_body(const flash_params &p,
     using Tr = fp_tma::traits_v5<D>;
     constexpr int Stages = Tr::kStages;
     static_assert(Tr::kBr == 128 && Tr::kConsumerWGs == 2, "two consumer warpgroups of 64 rows");
+    static_assert(128 * fp_tma::producer_regs<D, 9>() + 256 * fp_tma::consumer_regs<D, 9>() <= fp_tma::kRegisterFile,
+                  "register file");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
 
@@ -581,7 +587,7 @@ __device__ __forceinline__ void flash_tma_persistent_body(const flash_params &p,
     __syncthreads(); // the only CTA-wide barrier
 
     if (wg == 0) {
-        setmaxnreg_dec<Tr::kProducerRegs>();
+        setmaxnreg_dec<fp_tma::producer_regs<D, 9>()>();
         if (tid == 0) {
             prefetch_tensormap(&tm_k);
             prefetch_tensormap(&tm_v);
@@ -592,14 +598,11 @@ __device__ __forceinline__ void flash_tma_persistent_body(const flash_params &p,
             ops.hk = ops.b = 0;
             ops.p = &p;
             ops.ord = &ord;
-            ops.tickets = p.tickets;
-            ops.cta = blockIdx.x;
-            ops.g = gridDim.x;
             fp_tma::producer_items<Stages>(ops);
         }
         return;
     }
-    setmaxnreg_inc<Tr::kConsumerRegs>();
+    setmaxnreg_inc<fp_tma::consumer_regs<D, 9>()>();
     consumer_item_ops<T, D> c;
     c.smem0 = smem0;
     c.cw = wg - 1;
@@ -769,17 +772,17 @@ template <auto Kernel, typename T, int D, int V> fp_status check_entry_regs() {
     // decision itself is tested on the CPU: test_attention_tma_emu.
     return FP_OK;
 #else
-    using Tr = fp_tma::traits_v5<D>;
-    const int s = fp_tma::v5_reg_split_check<D>(regs);
+    const int s = fp_tma::split_check<D, V>(regs);
     if (s != fp_tma::REG_SPLIT_OK)
         return fp_set_error(FP_ERR_UNSUPPORTED,
                             "attention flash kernel v%d (attention_flash_fwd_v%d<%s, %d>): the compiled kernel uses %d "
                             "registers a thread, the setmaxnreg split expects %d "
                             "(%d threads x %d allocated must hold producer 128 x %d + consumers %d x %d within the "
                             "%d-register file; set by __launch_bounds__(%d, 1)): %s; not launched",
-                            V, V, dt, D, regs, fp_tma::v5_entry_regs<D>(), fp_tma::kThreads,
-                            fp_tma::reg_alloc_per_thread(regs), Tr::kProducerRegs, 128 * Tr::kConsumerWGs,
-                            Tr::kConsumerRegs, fp_tma::kRegisterFile, fp_tma::kThreads, fp_tma::reg_split_status_text(s));
+                            V, V, dt, D, regs, fp_tma::entry_regs<D, V>(), fp_tma::kThreads,
+                            fp_tma::reg_alloc_per_thread(regs), fp_tma::producer_regs<D, V>(),
+                            128 * fp_tma::traits_v5<D>::kConsumerWGs, fp_tma::consumer_regs<D, V>(),
+                            fp_tma::kRegisterFile, fp_tma::kThreads, fp_tma::reg_split_status_text(s));
     return FP_OK;
 #endif
 }
@@ -853,10 +856,11 @@ fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     flash_params p = make_flash_params(a, Tr::kBr, num_splits);
     const int64_t units = (int64_t)num_splits * a->heads_kv * a->batch;
     const int64_t items = units * p.m_tiles;
-    if (items > 2147483647LL)
+    // tickets run to items + CTAs - 1 in int (fp_tma::producer_items)
+    if (items > 2147483647LL - 65536)
         return fp_set_error(FP_ERR_UNSUPPORTED,
                             "attention flash v9: %lld work items (m_tiles %d x splits %d x heads_kv %d x batch %d) "
-                            "above 2^31 - 1",
+                            "above 2^31 - 65537",
                             (long long)items, p.m_tiles, num_splits, a->heads_kv, a->batch);
     int sms = 1;
     int64_t l2 = 0;

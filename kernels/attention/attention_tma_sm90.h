@@ -128,6 +128,23 @@ template <int D> inline int v5_reg_split_check(int num_regs) {
     return reg_split_check(num_regs, 128, Tr::kProducerRegs, 128 * Tr::kConsumerWGs, Tr::kConsumerRegs,
                            kRegisterFile);
 }
+// v9's split (version V: 9; v5 / v8 keep traits_v5's). Its producer thread
+// runs the item loop (tickets, the item ring, the ring's running position)
+// on top of v5's loads: 24 registers fit the default build but not the
+// checked build's watchdog paths (ptxas spilled 16 bytes), so 32; the
+// consumers give 8 (v8's peak at R202 at head_dim 128, R165 at 64, in
+// the checked build): 128 x 32 + 256 x 232 = 63488 <= 384 x 168, the same
+// entry count.
+template <int D, int V> SM90_HD constexpr int producer_regs() { return V == 9 ? 32 : traits_v5<D>::kProducerRegs; }
+template <int D, int V> SM90_HD constexpr int consumer_regs() { return V == 9 ? 232 : traits_v5<D>::kConsumerRegs; }
+template <int D, int V> inline int entry_regs() {
+    const int split = 128 * producer_regs<D, V>() + 128 * traits_v5<D>::kConsumerWGs * consumer_regs<D, V>();
+    return reg_alloc_per_thread((split + kThreads - 1) / kThreads);
+}
+template <int D, int V> inline int split_check(int num_regs) {
+    return reg_split_check(num_regs, 128, producer_regs<D, V>(), 128 * traits_v5<D>::kConsumerWGs,
+                           consumer_regs<D, V>(), kRegisterFile);
+}
 
 // A TMA box is 64 elements (128 bytes: the 128-byte swizzle span) x kBc
 // rows; a K / V tile of D columns is D / 64 boxes, box c landing at byte

@@ -922,8 +922,24 @@ int main() {
             }
         if (accepted_lo != 161 || accepted_hi != 168 || accepted != 8) wrong++;
         if (fp_tma::v5_entry_regs<128>() != 168 || fp_tma::v5_entry_regs<64>() != 168) wrong++;
-        printf("register split check: %d cases, v5 accepts numRegs %d..%d (allocated 168 a thread); %d wrong\n",
-               (int)(sizeof cases / sizeof cases[0]), accepted_lo, accepted_hi, wrong);
+        // v9's split (producer 32, consumers 232): the same entry count and accepted range; v5 / v8's
+        // through the version-aware functions are traits_v5's
+        int v9_lo = 0, v9_hi = 0, v9_n = 0;
+        for (int n = 1; n <= 255; ++n)
+            if (fp_tma::split_check<128, 9>(n) == fp_tma::REG_SPLIT_OK &&
+                fp_tma::split_check<64, 9>(n) == fp_tma::REG_SPLIT_OK) {
+                if (!v9_n++) v9_lo = n;
+                v9_hi = n;
+            }
+        if (v9_lo != 161 || v9_hi != 168 || v9_n != 8 || fp_tma::entry_regs<128, 9>() != 168) wrong++;
+        if (fp_tma::producer_regs<128, 9>() != 32 || fp_tma::consumer_regs<64, 9>() != 232 ||
+            fp_tma::producer_regs<128, 8>() != 24 || fp_tma::consumer_regs<128, 5>() != 240)
+            wrong++;
+        for (int n = 1; n <= 255; ++n)
+            if (fp_tma::split_check<128, 8>(n) != fp_tma::v5_reg_split_check<128>(n)) wrong++;
+        printf("register split check: %d cases, v5 / v8 accept numRegs %d..%d (allocated 168 a thread), v9 (32 + "
+               "232) %d..%d; %d wrong\n",
+               (int)(sizeof cases / sizeof cases[0]), accepted_lo, accepted_hi, v9_lo, v9_hi, wrong);
         if (wrong) g_failures++;
     }
     if (g_failures) fprintf(stderr, "%d check(s) failed\n", g_failures);
