@@ -132,9 +132,8 @@ template <int D> inline int v5_reg_split_check(int num_regs) {
 // runs the item loop (tickets, the item ring, the ring's running position)
 // on top of v5's loads: 24 registers fit the default build but not the
 // checked build's watchdog paths (ptxas spilled 16 bytes), so 32; the
-// consumers give 8 (v8's peak at R202 at head_dim 128, R165 at 64, in
-// the checked build): 128 x 32 + 256 x 232 = 63488 <= 384 x 168, the same
-// entry count.
+// consumers give 8 (v9's peak at R204 at head_dim 128, R215 in the checked
+// build): 128 x 32 + 256 x 232 = 63488 <= 384 x 168, the same entry count.
 template <int D, int V> SM90_HD constexpr int producer_regs() { return V == 9 ? 32 : traits_v5<D>::kProducerRegs; }
 template <int D, int V> SM90_HD constexpr int consumer_regs() { return V == 9 ? 232 : traits_v5<D>::kConsumerRegs; }
 template <int D, int V> inline int entry_regs() {

@@ -25,13 +25,15 @@
 
 #include "attn_emu_util.h"
 #include "cuda_emu.h"
+#include "internal.h" // fp_context: v9's tickets through a context's per-stream counters
 
 static const int kGuard = 64; // elements after O and lse that must stay untouched
 
-static bool run_case(const emu_case &c, int version, emu_rng &rng) {
+static bool run_case(const emu_case &c, int version, emu_rng &rng, fp_context *ctx = nullptr) {
     emu_data X;
     emu_args E;
     if (!emu_setup(c, rng, X, E)) return false;
+    E.a.ctx = ctx;
     // Ragged seqlens_k: the cache rows past a sequence's length hold NaN
     // (another part of a caller's cache may hold anything); no kernel may
     // let them into the result (P = 0 does not help: 0 * NaN = NaN).
@@ -144,6 +146,38 @@ int main(int argc, char **argv) {
     }
     fp_emu::set_device(h100);
     unsetenv("FP_EMU_REVERSE");
+    // v9 with a context (what fp_attention_forward passes): the tickets come
+    // from the stream's arrival counters, which the last CTA of each launch
+    // must leave at zero, or the next launch's CTAs would draw tickets past
+    // items they never ran. Every case on one stream of one context, 2 SMs
+    // (several items per CTA), the counters read after each launch. The
+    // context is the workspace's part of one (src/core/workspace.c, the
+    // only part these launches touch).
+    {
+        static fp_context ctx; // zero: no workspace yet
+        pthread_mutex_init(&ctx.ws_mu, nullptr);
+        fp_emu::DeviceProfile small = h100;
+        small.sm_count = 2;
+        fp_emu::set_device(small);
+        for (const emu_case &c : cases) {
+            if (c.varlen || (only && !std::strstr(c.name, only))) continue;
+            ran++;
+            bool ok = run_case(c, 9, rng, &ctx);
+            cudaDeviceSynchronize();
+            const int *ctr = nullptr;
+            for (const fp_ws_slot &w : ctx.ws)
+                if (w.used && w.stream == nullptr) ctr = static_cast<const int *>(w.counters);
+            if (!ctr || ctr[0] != 0 || ctr[1] != 0) {
+                fprintf(stderr, "v9 %s (context): ticket counters %d, %d after the launch, not 0, 0\n", c.name,
+                        ctr ? ctr[0] : -1, ctr ? ctr[1] : -1);
+                ok = false;
+            }
+            if (!ok) failures++;
+        }
+        fp_ctx_scratch_destroy(&ctx);
+        pthread_mutex_destroy(&ctx.ws_mu);
+        fp_emu::set_device(h100);
+    }
     // v5, v8 and v9 refuse varlen (a tensor map per sequence is not done)
     // before writing anything.
     for (int version : reversed)
