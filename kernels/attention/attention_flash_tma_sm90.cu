@@ -452,16 +452,13 @@ __device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
 
 // Item (ticket) r of the order: false when it has no work (a varlen tile
 // past its sequence; v9 takes no varlen, kept for the contract).
+template <int D>
 __device__ __forceinline__ bool item_work(const flash_params &p, const fp_tma::tile_order &o, int r, cta_work &w) {
-    constexpr int Br = fp_tma::traits_v5<64>::kBr, Bc = fp_tma::traits_v5<64>::kBc;
     int m_tile, unit, split, hk, b;
     fp_tma::order_item(o, r, &m_tile, &unit);
     fp_tma::unit_coords(o, unit, &split, &hk, &b);
-    return work_at(p, Br, Bc, m_tile, split, hk, b, w);
+    return work_at(p, fp_tma::traits_v5<D>::kBr, fp_tma::traits_v5<D>::kBc, m_tile, split, hk, b, w);
 }
-static_assert(fp_tma::traits_v5<64>::kBr == fp_tma::traits_v5<128>::kBr &&
-                  fp_tma::traits_v5<64>::kBc == fp_tma::traits_v5<128>::kBc,
-              "one tile shape for both head dims (item_work)");
 
 // The producer thread of v9: v5's loads plus the tickets (p->tickets: [2],
 // zero between launches) and the item ring. It runs on 24 registers
@@ -483,7 +480,7 @@ template <int D> struct producer_item_ops : producer_ops<D, 2> {
     }
     __device__ __forceinline__ bool item(int t, int *sb, int *se) {
         cta_work w;
-        if (!item_work(*p, *ord, t, w)) return false;
+        if (!item_work<D>(*p, *ord, t, w)) return false;
         this->hk = w.hk;
         this->b = w.b;
         *sb = w.plan.s_begin;
@@ -519,7 +516,7 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
     }
     __device__ __forceinline__ void prefetch_q(int t, int qb) {
         cta_work wn;
-        if (item_work(*p, *ord, t, wn))
+        if (item_work<D>(*p, *ord, t, wn))
             load_q_rows<T, D>(*p, wn, this->smem0 + fp_tma::q_offset<D, 2>(qb), this->wrow, wtid);
         cp_async_commit();
     }
@@ -527,7 +524,7 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
         if (more) cp_async_wait<1>(); // this item's Q landed; the next one's may still fly
         else cp_async_wait<0>();
         cta_work w;
-        if (!item_work(*p, *ord, t, w)) return false;
+        if (!item_work<D>(*p, *ord, t, w)) return false;
         ticket = t;
         fence_proxy_async();
         named_barrier(2 + cw, 128); // Q published to this warpgroup's wgmmas
@@ -544,7 +541,7 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
     }
     __device__ __forceinline__ void end_item() {
         cta_work w;
-        item_work(*p, *ord, ticket, w); // true: begin_item said so
+        item_work<D>(*p, *ord, ticket, w); // true: begin_item said so
         store_rows<T, D>(*p, w.S, this->o_acc, this->m_run, this->l_run, w.m0 + this->wrow, w.rows, warp, this->lane,
                          w.hk, w.b, w.split);
     }
