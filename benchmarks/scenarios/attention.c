@@ -310,6 +310,8 @@ static fp_status run_versions(fb_run *run) {
                     p.q = q; p.k = k; p.v = v;
                     for (int ver = 2; ver <= 9; ++ver) {
                         if (ver == 6) continue; /* the decode kernel: attention/decode_versions */
+                        /* --version N: that version's row only */
+                        if (fb_opt_given(run, "version") && fb_opt_int(run, "version", ver) != ver) continue;
                         /* v8 against v5, v9 against v8 (each against the kernel it would
                          * replace); the others against v1 */
                         static const char *pair[10] = {NULL,       NULL,       "v1_vs_v2", "v1_vs_v3", "v1_vs_v4",

@@ -213,9 +213,11 @@ FP_API void(fp_attention_params_default)(fp_attention_params *p);
  * registers). On Hopper (compute capability 9.0, in a build with 90 among
  * CMAKE_CUDA_ARCHITECTURES), head_dim 64 / 128 with at least 128 query rows
  * per (batch, KV head) (seqlen_q x heads_q / heads_kv) run the wgmma kernel
- * fed by TMA loads instead (v5; v3, its cp.async form, where TMA cannot
- * describe the K / V layout or with varlen offsets): 2.3-3.6x faster on an
- * H200 at seqlen 4k-16k. fp_attention_last_kernel says which ran. When the grid would not fill the GPU (decode: small seqlen_q,
+ * fed by TMA loads instead (v5 at head_dim 128, v8 at 64: v5 with its two
+ * consumer warpgroups taking turns on the tensor cores; v3, their cp.async
+ * form, where TMA cannot describe the K / V layout or with varlen offsets):
+ * 2.3-3.6x faster than v1 on an H200 at seqlen 4k-16k, v8 1.08-1.14x faster
+ * than v5 at head_dim 64 on an H100. fp_attention_last_kernel says which ran. When the grid would not fill the GPU (decode: small seqlen_q,
  * few heads, long seqlen_k) the keys are split over several thread blocks
  * whose partial results are merged through their log-sum-exp (split-KV).
  * With the default kernel (v1) the merge happens inside the split kernel:

@@ -28,7 +28,9 @@
 //   attention_flash_fwd_v5      Hopper only: v3's consumers fed by TMA loads
 //                               from a producer warpgroup through an mbarrier
 //                               ring (setmaxnreg): attention_flash_tma_sm90.cu.
-//                               The Hopper default (measured, NOTES.md).
+//                               The Hopper default at head_dim 128
+//                               (measured, NOTES.md); v8 (v5 with ping-pong
+//                               consumers, attention_flash_tma_sm90.cu) at 64.
 //   attention_decode_fwd_v6     the decode kernel: 16 packed query rows per
 //                               CTA, the 4 warps splitting each 64-key tile,
 //                               K / V through a ring of 2 to 4 tiles, the
@@ -1138,6 +1140,10 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
     // TFLOP/s at head_dim 128 non-causal), v3 1.65-2.1x. So: v5, else v3
     // where v5 refuses (varlen, K / V layouts TMA cannot describe), else v1
     // (paged KV, other head dims, other devices answer FP_ERR_UNSUPPORTED).
+    // At head_dim 64, v8 (v5 with its consumer warpgroups taking turns) ran
+    // 1.08-1.14x faster than v5 on every shape measured (H100, session 20:
+    // seqlen 4k / 16k, causal and not) and takes v5's place there; at 128 it
+    // ran 0.98-1.01x (benchmarks/NOTES.md), so v5 stays.
     // Only with at least one full 128-row tile per (batch, KV head): decode
     // (a few query rows) keeps v1's 64-row tiles and split-KV, measured there.
     // What the Hopper kernels refuse for any layout (another device, paged
@@ -1145,7 +1151,8 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
     // refusals per call on their way to v1.
     if (version == 0 && cc == 90 && !a->block_table && (a->head_dim == 64 || a->head_dim == 128) &&
         (int64_t)a->seqlen_q * a->group >= 128) {
-        static const int order[2] = {5, 3};
+        // v8 refuses what v5 refuses: v3 next either way
+        const int order[2] = {a->head_dim == 64 ? 8 : 5, 3};
         fp_error_saved saved;
         fp_error_save(&saved);
         for (int v : order) {

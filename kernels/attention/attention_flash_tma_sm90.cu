@@ -864,8 +864,15 @@ fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     FP_TRY(device_shape(&sms, &l2));
     // a unit's K and V: its split's share of the keys, both tensors
     const int64_t unit_kv_bytes = 2 * ((int64_t)a->seqlen_k + num_splits - 1) / num_splits * a->head_dim * 2;
-    const fp_tma::tile_order ord = fp_tma::make_tile_order(
-        p.m_tiles, num_splits, a->heads_kv, a->batch, fp_tma::order_section(l2, unit_kv_bytes, (int)units, sms));
+    // FP_ATTN_V9_SECTION=n (read once, n >= 1): n units per section instead
+    // of order_section's choice, for the GPU check's sweep
+    static const int section_env = [] {
+        const char *e = getenv("FP_ATTN_V9_SECTION");
+        const int v = e ? atoi(e) : 0;
+        return v > 0 ? v : 0;
+    }();
+    const int section = section_env ? section_env : fp_tma::order_section(l2, unit_kv_bytes, (int)units, sms);
+    const fp_tma::tile_order ord = fp_tma::make_tile_order(p.m_tiles, num_splits, a->heads_kv, a->batch, section);
     CUtensorMap tm_k, tm_v;
     FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
     FP_TRY(encode_kv_cached(enc, a, a->v, mv, "V", &tm_v));

@@ -197,7 +197,7 @@ fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaS
  * 8 = v5 with ping-pong consumer warpgroups, 9 = v8 in persistent CTAs
  * (3-5, 8, 9: sm_90a builds on compute
  * capability 9.0 devices only, head_dim 64 / 128, no paged KV, else
- * FP_ERR_UNSUPPORTED; v5 / v3 are the Hopper default: fp_attn_cuda_flash)
+ * FP_ERR_UNSUPPORTED; v5 (v8 at head_dim 64) / v3 are the Hopper default: fp_attn_cuda_flash)
  * with an explicit split count. */
 fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
 /* Versions 3, 4, 5, 8 and 9 (kernels/attention/attention_flash_sm90.cu; built only

@@ -170,12 +170,22 @@ static const char *ran_kernel(const attn_case *c, int impl, char *buf, size_t n)
                   c->name, impl, version, splits, k.kernel, k.num_splits);
     } else if (k.preferred == 0 && must_run_sm90() && c->dtype != FP_F32 && (c->d == 64 || c->d == 128) &&
                (int64_t)c->sq * (c->hq / c->hkv) >= 128) {
-        /* the Hopper default (attention_flash.cu): v5, or v3 where v5 refuses */
-        CHECK_MSG(k.version == 5 || k.version == 3, "%s: the default on this Hopper device should be v5 / v3, ran %s",
-                  c->name, k.kernel);
+        /* the Hopper default (attention_flash.cu): v5 (v8 at head_dim 64), or
+         * v3 where it refuses */
+        const int tma_default = c->d == 64 ? 8 : 5;
+        CHECK_MSG(k.version == tma_default || k.version == 3,
+                  "%s: the default on this Hopper device should be v%d / v3, ran %s", c->name, tma_default, k.kernel);
     } else if (k.preferred >= 2) {
+        /* v2 / v7: every such case; v6: at most 64 packed query rows per KV
+         * head; v3 / v4 / v5 / v8 / v9: a Hopper build and device, the TMA
+         * ones (v5, v8, v9) not paged */
+        const int sm90_version = k.preferred == 3 || k.preferred == 4 || k.preferred == 5 || k.preferred == 8 ||
+                                 k.preferred == 9;
+        const int tma_version = k.preferred == 5 || k.preferred == 8 || k.preferred == 9;
         const int fits = c->dtype != FP_F32 && (c->d == 64 || c->d == 128) &&
-                         (k.preferred == 2 || k.preferred == 7 || (k.preferred == 6 && (int64_t)c->sq * (c->hq / c->hkv) <= 64) || (must_run_sm90() && !((k.preferred == 5 || k.preferred == 8 || k.preferred == 9) && k.paged)));
+                         (k.preferred == 2 || k.preferred == 7 ||
+                          (k.preferred == 6 && (int64_t)c->sq * (c->hq / c->hkv) <= 64) ||
+                          (sm90_version && must_run_sm90() && !(tma_version && k.paged)));
         CHECK_MSG(!fits || k.version == k.preferred, "%s: preferred v%d fits the case but %s ran (fallback: %s)",
                   c->name, k.preferred, k.kernel, k.fallback[0] ? k.fallback : "none given");
         if (k.version != k.preferred)

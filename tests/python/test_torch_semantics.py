@@ -73,7 +73,7 @@ def test_sdpa_nan_and_inf_scores_propagate(dtype, device):
 @pytest.mark.skipif(not _cuda_ok(), reason="needs a CUDA device")
 @pytest.mark.parametrize("causal", [False, True])
 def test_sdpa_nan_and_inf_scores_propagate_cuda_prefill(causal):
-    """A prefill shape the Hopper default (v5 / v3) takes: 320 query rows per
+    """A prefill shape the Hopper default (v5 / v3 at head_dim 128) takes: 320 query rows per
     head, bf16, head_dim 128; keys 0..69 +inf in channel 0, key 300 NaN in head
     1. seqlen_q == seqlen_k: torch's is_causal with fewer queries than keys is
     the top-left mask, which the drop-in leaves to torch."""
