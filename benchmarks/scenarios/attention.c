@@ -334,6 +334,12 @@ static fp_status run_versions(fb_run *run) {
                         if (st == FP_OK) st = fp_attn_check(&p, 1, &v1.a);
                         p.o = o2;
                         if (st == FP_OK) st = fp_attn_check(&p, 1, &vx.a);
+                        /* scratch (split partials, v9's tickets) from the context's
+                         * per-stream workspace, as fp_attention_forward gives it: without
+                         * a context every call allocated, zeroed and freed it
+                         * (stream-ordered), which the H100 run of session 20 timed into
+                         * v9's rows */
+                        v1.a.ctx = vx.a.ctx = ctx;
                         if (st == FP_OK && ((ver >= 3 && ver <= 5) || ver >= 8)) {
                             /* v3 .. v5, v8, v9 exist only in sm_90a builds on 9.0 devices: one probe call */
                             st = version_fn(&vx, fp_context_stream(ctx));
