@@ -871,7 +871,10 @@ fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
         const int v = e ? atoi(e) : 0;
         return v > 0 ? v : 0;
     }();
-    const int section = section_env ? section_env : fp_tma::order_section(l2, unit_kv_bytes, (int)units, sms);
+    // banded (causal or a right window): items of one unit differ in length
+    const bool banded = a->window_right >= 0;
+    const int section =
+        section_env ? section_env : fp_tma::order_section(l2, unit_kv_bytes, (int)units, sms, banded);
     const fp_tma::tile_order ord = fp_tma::make_tile_order(p.m_tiles, num_splits, a->heads_kv, a->batch, section);
     CUtensorMap tm_k, tm_v;
     FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));

@@ -375,11 +375,11 @@ SM90_HD void consumer_schedule_turns(int s_begin, int s_end, int cw, bool turns,
 // a second Q buffer) under this one's wgmmas.
 // The order of the items (r = 0 .. items - 1, fp_tma::order_item):
 //   - units u = (split, KV head, batch), u = hk + heads_kv (b + batch split);
-//   - sections of `section` consecutive units (order_section: their K and V
-//     fit the L2, and at least 4 CTAs of a full grid share each unit's
-//     reads), so the CTAs running at one time read few units' K / V
-//     (through L2; the hardware order gives v5 / v8 the same, its
-//     consecutive CTAs being the query tiles of one head);
+//   - sections of `section` consecutive units (order_section: 1 without a
+//     mask, so the CTAs running at one time read few units' K / V through
+//     L2, as the hardware order gives v5 / v8, its consecutive CTAs being
+//     the query tiles of one head; under a causal mask, more: their K and V
+//     within the L2, at least 4 CTAs of a full grid on each unit);
 //   - within a section, rank-major: the last query tile of every unit
 //     first, then the one before it, ... (under a causal mask the last
 //     tiles see the most keys: longest first).
@@ -414,12 +414,23 @@ SM90_HD void unit_coords(const tile_order &o, int u, int *split, int *hk, int *b
     *b = rest % o.batch;
     *split = rest / o.batch;
 }
-// Units per section: at most what keeps the section's K and V (unit_kv_bytes
-// a unit) within l2_bytes, at most sms / 4 (a full grid then runs at least
-// 4 CTAs on each unit at a time), at least 1; then evened out (a short last
-// section would start its longest tiles last).
-inline int order_section(int64_t l2_bytes, int64_t unit_kv_bytes, int units, int sms) {
-    if (units < 1) return 1;
+// Units per section. Unmasked (every item of a unit as long as the others:
+// no order balances better than another) 1: the CTAs running at one time
+// read the fewest units' K / V, as v5 / v8's hardware order does. Under a
+// causal mask (or any right window: `banded`): at most what keeps the
+// section's K and V within l2_bytes (unit_kv_bytes a unit), at most sms / 4
+// (a full grid then runs at least 4 CTAs on each unit at a time), at least
+// 1; then evened out (a short last section would start its longest tiles
+// last).
+// Measured (H100, bf16, session 20: v8_vs_v9 rows, FP_ATTN_V9_SECTION swept
+// over 1, 4, 16, 64 and this rule): unmasked, sections sized to the L2 (22
+// units of 2 MiB at 4k x 64 units) ran at a 71.6% L2 hit rate and 3.3x v8's
+// DRAM bytes (ncu) and 3% behind section 1 at head_dim 128 (64 units: 13%);
+// causal, section 1 ran 1-7% behind this rule (its last unit's longest tiles
+// start last: the balance test below puts 16k x 4 heads at 1.23x the perfect
+// balance with the tickets drawn one item ahead).
+inline int order_section(int64_t l2_bytes, int64_t unit_kv_bytes, int units, int sms, bool banded) {
+    if (units < 1 || !banded) return 1;
     int64_t n = unit_kv_bytes > 0 ? l2_bytes / unit_kv_bytes : units;
     if (n > sms / 4) n = sms / 4;
     if (n > units) n = units;

@@ -820,13 +820,15 @@ int main() {
             }
             for (int x : useen) wrong += x != 1;
         }
-        // the section rule: L2 / unit bytes, sms / 4, evened out
+        // the section rule: 1 unmasked; banded: L2 / unit bytes, sms / 4, evened out
         const int64_t MiB = 1 << 20;
-        if (fp_tma::order_section(50 * MiB, 2 * MiB, 32, 132) != 16) wrong++;  // 25 -> 2 sections of 16
-        if (fp_tma::order_section(50 * MiB, 2 * MiB, 16, 132) != 16) wrong++;  // all
-        if (fp_tma::order_section(50 * MiB, MiB / 2, 256, 132) != 32) wrong++; // sms / 4 = 33 -> 8 of 32
-        if (fp_tma::order_section(50 * MiB, 64 * MiB, 8, 132) != 1) wrong++;   // a unit above the L2
-        if (fp_tma::order_section(50 * MiB, 2 * MiB, 32, 2) != 1) wrong++;     // a 2-SM device
+        if (fp_tma::order_section(50 * MiB, 2 * MiB, 32, 132, true) != 16) wrong++;  // 25 -> 2 sections of 16
+        if (fp_tma::order_section(50 * MiB, 2 * MiB, 16, 132, true) != 16) wrong++;  // all
+        if (fp_tma::order_section(50 * MiB, MiB / 2, 256, 132, true) != 32) wrong++; // sms / 4 = 33 -> 8 of 32
+        if (fp_tma::order_section(50 * MiB, 64 * MiB, 8, 132, true) != 1) wrong++;   // a unit above the L2
+        if (fp_tma::order_section(50 * MiB, 2 * MiB, 32, 2, true) != 1) wrong++;     // a 2-SM device
+        if (fp_tma::order_section(50 * MiB, 2 * MiB, 32, 132, false) != 1) wrong++;  // unmasked: unit order
+        if (fp_tma::order_section(50 * MiB, MiB / 2, 256, 132, false) != 1) wrong++;
         if (fp_tma::persistent_ctas(5, 132) != 5 || fp_tma::persistent_ctas(1000, 132) != 132 ||
             fp_tma::persistent_ctas(3, 0) != 1)
             wrong++;
@@ -837,7 +839,7 @@ int main() {
         for (const auto &bs : bal) {
             const int mt = bs[0] / 128, units = bs[1], g = 132;
             const fp_tma::tile_order o = fp_tma::make_tile_order(
-                mt, 1, units, 1, fp_tma::order_section(50 * MiB, (int64_t)bs[0] * 128 * 2 * 2, units, g));
+                mt, 1, units, 1, fp_tma::order_section(50 * MiB, (int64_t)bs[0] * 128 * 2 * 2, units, g, true));
             std::vector<double> free_at((size_t)fp_tma::persistent_ctas(o.items, g), 0.0);
             std::vector<int> next((size_t)free_at.size());
             for (size_t c = 0; c < next.size(); ++c) next[c] = (int)c;
