@@ -47,7 +47,8 @@
 #              (compute, memory, launch, transfer, sync; extra.txt)
 # Environment: FP_GPU_CHECK_BUDGET (default 420 s for the whole call),
 # FP_GPU_CHECK_PHASES (comma list, default all), FP_GPU_CHECK_BENCH_CAP (the
-# bench phase's cap, default 120 s), FP_GPU_CHECK_PYTEST (pytest's selection,
+# bench phase's cap, default 120 s), FP_GPU_CHECK_SANITIZER_CAP (the sanitizer
+# phase's, default 120 s), FP_GPU_CHECK_PYTEST (pytest's selection,
 # default "-k cuda tests/python"), FP_GPU_CHECK_PYBENCH=0 (no PyTorch bench), FP_GPU_CHECK_TESTS (a ctest
 # -R regex narrowing the gpu tests, default all), FP_GPU_CHECK_RUNS (comma
 # list of the bench phase's run names below, default all), FASTPATH_GIT_COMMIT
@@ -406,7 +407,7 @@ if [ $built -eq 1 ] && want python && phase_time python 130; then
 fi
 
 # ---- e. compute-sanitizer ----------------------------------------------------------
-if [ $built -eq 1 ] && want sanitizer && phase_time sanitizer 120; then
+if [ $built -eq 1 ] && want sanitizer && phase_time sanitizer "${FP_GPU_CHECK_SANITIZER_CAP:-120}"; then
   if command -v compute-sanitizer >/dev/null 2>&1; then
     # memcheck on every gpu test and racecheck on the attention tests, all at
     # once (16 cores), reduced cases. --report-api-errors no: the tests
