@@ -182,11 +182,12 @@ void fp_attn_note_fallback(const char *why);
 int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim);
 /* Flash attention: picks the number of KV splits from the grid size and
  * sm_count, the partials in a->ctx's workspace when splitting. version 0: the
- * default (v5, else v3, on Hopper (cc 90, the device's compute capability
- * x 10) in an sm_90a build for head_dim 64 / 128 with >= 128 query rows per
- * (batch, KV head) and no paged KV; v1 otherwise); 1: v1;
- * 2..9: that version where it supports the call (dtype, head_dim, layout,
- * build, device), else v1, with the reason noted (fp_attention_last_kernel). */
+ * default (v5 at head_dim 128, v8 at 64, else v3, on Hopper (cc 90, the
+ * device's compute capability x 10) in an sm_90a build for head_dim 64 / 128
+ * with >= 128 query rows per (batch, KV head) and no paged KV; v1
+ * otherwise); 1: v1; 2..9: that version where it supports the call (dtype,
+ * head_dim, layout, build, device), else the default choice, with the
+ * reason noted (fp_attention_last_kernel). */
 fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc, cudaStream_t stream);
 /* Same with an explicit split count (>= 1; tests force split-KV with it). */
 fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream);
@@ -207,7 +208,7 @@ fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_sp
 /* Versions 5, 8 and 9 (kernels/attention/attention_flash_tma_sm90.cu,
  * sm_90a builds: TMA producer + mbarrier ring; 8 = 5 with its consumer
  * warpgroups taking turns (ping-pong); 9 = 8 in persistent CTAs (one per
- * SM, a static causal-aware order of the work); no varlen / paged KV;
+ * SM, items drawn by tickets over a causal-aware order); no varlen / paged KV;
  * reached through fp_attn_cuda_flash_sm90(a, 5, 8 or 9, ...)). */
 fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
 /* Simple CUDA-core kernel: one warp per query row, any dtype and head_dim. */
