@@ -21,6 +21,26 @@
  *     after fp_trace_enable, fp_trace_clear or a gap in the ring counts from
  *     a base event recorded then, at the clock reading taken when it
  *     completed: an offset all later spans share.
+ *   - The CUPTI timer (fp_trace_set_timer, or FASTPATH_TRACE_TIMER=cupti in
+ *     the environment at a context's first fp_trace_enable): a CUDA span
+ *     records no event. Its begin pushes an external correlation id on
+ *     CUPTI's per-thread stack and its end pops it (host work only, no
+ *     driver call), and CUPTI's activity records of the kernels, copies and
+ *     sets the thread enqueued in between give the span's device times:
+ *     start = the earliest start, end = the latest end, of its own work and
+ *     of the spans begun inside it (on its thread; on any thread for a user
+ *     range, which pushes nothing). These are the times Nsight Systems
+ *     shows: a span starts when its first kernel does, not when the stream
+ *     reached its begin. A span that enqueued no device work keeps the host
+ *     clock's begin and end. Reading a CUPTI-timed ring synchronizes the
+ *     device and flushes CUPTI's buffers. CUPTI is loaded when first chosen
+ *     (FASTPATH_CUPTI_LIB, a loaded libcupti, the library path, the
+ *     toolkit's); one process-wide collector serves every context. It
+ *     coexists with no other CUPTI client (Nsight Systems, the PyTorch
+ *     profiler): choosing it then fails with FP_ERR_UNSUPPORTED. A span
+ *     ended on another thread than the one that began it stays on the
+ *     beginning thread's CUPTI stack until that thread next begins or ends
+ *     a span of the context (its launches meanwhile count to it).
  *   - User ranges (fp_trace_push / fp_trace_pop) label a model's structure:
  *     each is itself a span (category "range"), and every span begun while
  *     it is open carries its module and stage. They form one stack per
@@ -166,7 +186,14 @@ typedef struct fp_trace_stats {
     int64_t step;             /* the step counter */
     int depth;                /* user ranges open now */
     int enabled;              /* 1 while recording */
+    int timer;                /* fp_trace_timer of spans begun now (added in 0.3.x: a smaller struct_size omits it) */
 } fp_trace_stats;
+
+/* How a CUDA context's spans are timed (CPU contexts: the clock, always). */
+typedef enum fp_trace_timer {
+    FP_TRACE_TIMER_EVENTS = 0, /* two CUDA events per span (the default) */
+    FP_TRACE_TIMER_CUPTI = 1   /* CUPTI activity records, no driver call per span */
+} fp_trace_timer;
 
 /* ======================================================================== */
 /*  Switching on and off                                                    */
@@ -199,6 +226,18 @@ FP_API fp_status fp_trace_clear(fp_context *ctx);
  * use: detach it before destroying it. FP_ERR_INVALID_ARGUMENT for a NULL
  * ctx or when fp_trace_enable was never called on it. */
 struct fp_allocator;
+/* Chooses the timer of the spans begun from now on (spans already recorded
+ * keep theirs); may be called before fp_trace_enable. FP_TRACE_TIMER_CUPTI
+ * on a CUDA context loads CUPTI and starts its collector. On a CPU context
+ * either is accepted and spans keep the clock. Errors:
+ * FP_ERR_INVALID_ARGUMENT (NULL ctx, unknown timer), FP_ERR_UNSUPPORTED
+ * (CUPTI not found, of another major version, or in use by another tool:
+ * the message says which; the timer is unchanged), FP_ERR_OUT_OF_MEMORY. */
+FP_API fp_status fp_trace_set_timer(fp_context *ctx, fp_trace_timer timer);
+/* The timer of spans begun now (FP_TRACE_TIMER_EVENTS for NULL or a context
+ * that never traced). */
+FP_API fp_trace_timer fp_trace_get_timer(const fp_context *ctx);
+
 FP_API fp_status fp_trace_set_allocator(fp_context *ctx, struct fp_allocator *allocator);
 
 /* ======================================================================== */

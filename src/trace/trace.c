@@ -8,12 +8,15 @@
  * CPU spans are final at their end; CUDA spans hold two events and are
  * resolved when read (resolve_locked). */
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "fastpath/alloc.h"
+#include "trace/trace_cupti.h"
 #include "trace/trace_internal.h"
 
 #define MAX_CAPACITY ((size_t)1 << 26)
@@ -27,6 +30,15 @@ typedef struct trace_slot {
     int start_known;       /* start_s final (CUDA: resolved, the span maybe still open) */
     int host;              /* timed by the host clock (CPU, "sync" spans, fp_trace_record): no events */
     cudaEvent_t ev[2];     /* CUDA: begin and end, created at the slot's first use */
+    /* The CUPTI timer (trace_cupti.h): the span's own device work, from
+     * its records; the host clock at begin and end; the last handle issued
+     * before its end (spans begun inside it have handles up to it). */
+    int cupti;             /* timed by CUPTI records instead of events */
+    int pushed;            /* its external id was pushed on thread `tid` */
+    uint64_t tid;
+    uint64_t dev_start_ns, dev_end_ns; /* dev_end_ns 0: no device work filed */
+    uint64_t end_mark;
+    double host_start_s, host_end_s;
     fp_trace_span span;
 } trace_slot;
 
@@ -53,6 +65,9 @@ struct fp_trace_state {
     cudaEvent_t base;      /* CUDA: start times count from it */
     double base_s;         /* ... which completed at this clock reading */
     uint64_t anchor_seq;   /* CUDA: the newest span whose start is resolved (0: none) */
+    fp_trace_timer timer;  /* for spans begun from now on (CUDA contexts) */
+    int timer_chosen;      /* the environment's default applied (first enable) */
+    uint32_t cupti_index;  /* the CUPTI collector's ring index, 0: not attached */
 };
 
 /* ctx->trace, published once by create_state. */
@@ -87,6 +102,7 @@ static void free_slots(trace_slot *slots, size_t cap) {
 static void state_destroy(fp_context *ctx) {
     struct fp_trace_state *t = state_of(ctx);
     if (!t) return;
+    fp_cupti_detach(t->cupti_index);
     if (ctx->kind == FP_DEVICE_CUDA) (void)fp_ctx_activate(ctx); /* best effort: the context is going */
     free_slots(t->slots, t->cap);
     if (t->base) cudaEventDestroy(t->base);
@@ -171,6 +187,8 @@ static fp_status create_state(fp_context *ctx, struct fp_trace_state **out) {
     return FP_OK;
 }
 
+static void default_timer(fp_context *ctx, struct fp_trace_state *t);
+
 fp_status fp_trace_enable(fp_context *ctx, size_t capacity) {
     FP_TRY(fp_ctx_check(ctx, -1));
     FP_CHECK_ARG(capacity > 0, "fp_trace_enable: capacity 0: the ring must hold at least one span");
@@ -178,6 +196,11 @@ fp_status fp_trace_enable(fp_context *ctx, size_t capacity) {
                  MAX_CAPACITY);
     struct fp_trace_state *t = NULL;
     FP_TRY(create_state(ctx, &t));
+    pthread_mutex_lock(&t->mu);
+    const int first = !t->timer_chosen;
+    t->timer_chosen = 1;
+    pthread_mutex_unlock(&t->mu);
+    if (first) default_timer(ctx, t);
     trace_slot *slots = NULL;
     if (t->cap != capacity) {
         slots = calloc(capacity, sizeof *slots);
@@ -218,6 +241,67 @@ fp_status fp_trace_clear(fp_context *ctx) {
     fp_status st = rebase(ctx, t);
     pthread_mutex_unlock(&t->mu);
     return st;
+}
+
+/* Switches t to `timer` (t->mu not held): attaches to the CUPTI collector
+ * the first time. */
+static fp_status set_timer(fp_context *ctx, struct fp_trace_state *t, fp_trace_timer timer) {
+    if (timer == FP_TRACE_TIMER_CUPTI && ctx->kind == FP_DEVICE_CUDA) {
+        pthread_mutex_lock(&t->mu);
+        uint32_t have = t->cupti_index;
+        pthread_mutex_unlock(&t->mu);
+        if (!have) {
+            uint32_t idx = 0;
+            FP_TRY(fp_cupti_attach(&idx));
+            pthread_mutex_lock(&t->mu);
+            if (!t->cupti_index) {
+                t->cupti_index = idx;
+                idx = 0;
+            }
+            pthread_mutex_unlock(&t->mu);
+            if (idx) fp_cupti_detach(idx); /* another thread attached first */
+        }
+    }
+    pthread_mutex_lock(&t->mu);
+    t->timer = timer;
+    pthread_mutex_unlock(&t->mu);
+    return FP_OK;
+}
+
+/* FASTPATH_TRACE_TIMER=cupti|events: the timer of a context's first
+ * enable; a CUPTI that cannot be used falls back to events with a line on
+ * stderr (once per process). */
+static void default_timer(fp_context *ctx, struct fp_trace_state *t) {
+    const char *e = getenv("FASTPATH_TRACE_TIMER");
+    if (!e || strcmp(e, "cupti") != 0 || ctx->kind != FP_DEVICE_CUDA) return;
+    if (set_timer(ctx, t, FP_TRACE_TIMER_CUPTI) != FP_OK) {
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "libfastpath: FASTPATH_TRACE_TIMER=cupti: %s; spans are timed by CUDA events\n",
+                    fp_last_error());
+    }
+}
+
+fp_status fp_trace_set_timer(fp_context *ctx, fp_trace_timer timer) {
+    FP_TRY(fp_ctx_check(ctx, -1));
+    FP_CHECK_ARG(timer == FP_TRACE_TIMER_EVENTS || timer == FP_TRACE_TIMER_CUPTI,
+                 "fp_trace_set_timer: unknown timer %d (FP_TRACE_TIMER_EVENTS or FP_TRACE_TIMER_CUPTI)", (int)timer);
+    struct fp_trace_state *t = NULL;
+    FP_TRY(create_state(ctx, &t));
+    FP_TRY(set_timer(ctx, t, timer));
+    pthread_mutex_lock(&t->mu);
+    t->timer_chosen = 1;
+    pthread_mutex_unlock(&t->mu);
+    return FP_OK;
+}
+
+fp_trace_timer fp_trace_get_timer(const fp_context *ctx) {
+    struct fp_trace_state *t = ctx ? state_of(ctx) : NULL;
+    if (!t) return FP_TRACE_TIMER_EVENTS;
+    pthread_mutex_lock(&t->mu);
+    fp_trace_timer v = t->timer;
+    pthread_mutex_unlock(&t->mu);
+    return v;
 }
 
 fp_status fp_trace_set_allocator(fp_context *ctx, struct fp_allocator *allocator) {
@@ -261,6 +345,29 @@ static double allocated_now(fp_allocator *a) {
     st.struct_size = sizeof st;
     if (fp_alloc_get_stats(a, &st) != FP_OK) return -1;
     return (double)st.allocated_bytes.current;
+}
+
+/* The external ids this thread pushed on CUPTI's stack (the CUPTI timer),
+ * innermost last. A span ended on another thread, or out of order, stays
+ * pushed until it reaches the top and its owner thread next begins or ends
+ * a span of that ring: then it is popped as stale. */
+#define PUSHED_MAX 64
+static _Thread_local struct pushed_id {
+    uint32_t index;
+    uint64_t seq;
+} g_pushed[PUSHED_MAX];
+static _Thread_local int g_npushed;
+
+/* Pops this thread's stale ids of ring t from the top (t->mu held). */
+static void pop_stale_locked(const struct fp_trace_state *t) {
+    while (g_npushed > 0) {
+        const struct pushed_id *p = &g_pushed[g_npushed - 1];
+        if (p->index != t->cupti_index) return;
+        const trace_slot *s = p->seq >= t->lo_seq && p->seq <= t->next_seq ? &t->slots[(p->seq - 1) % t->cap] : NULL;
+        if (s && s->seq == p->seq && s->state == SLOT_OPEN) return;
+        fp_cupti_pop();
+        --g_npushed;
+    }
 }
 
 /* Begins a span (validated arguments). `tag_module` / `tag_stage` non-NULL
@@ -316,8 +423,28 @@ static fp_status begin_span(fp_context *ctx, fp_stream stream, const char *name,
      * at both ends, on a CUDA context too (the trace clock is the host's). */
     s->host = ctx->kind != FP_DEVICE_CUDA || strcmp(category, FP_TRACE_SYNC) == 0;
     s->start_known = s->host;
+    s->cupti = !s->host && t->timer == FP_TRACE_TIMER_CUPTI && t->cupti_index != 0;
+    s->pushed = 0;
+    s->dev_start_ns = UINT64_MAX;
+    s->dev_end_ns = 0;
+    s->end_mark = 0;
     fp_status st = FP_OK;
-    if (!s->host) {
+    if (s->cupti) {
+        /* no driver call: the span's device work is found by its external
+         * id (a range's, from the spans inside it: it may end on another
+         * thread, so it pushes nothing) */
+        sp->stream = (uint64_t)(uintptr_t)cs;
+        sp->start_s = 0;
+        s->tid = thread_id();
+        s->host_start_s = fp_now_s();
+        if (strcmp(category, "range") != 0) {
+            pop_stale_locked(t);
+            if (g_npushed < PUSHED_MAX && fp_cupti_push(t->cupti_index, seq)) {
+                g_pushed[g_npushed++] = (struct pushed_id){t->cupti_index, seq};
+                s->pushed = 1;
+            }
+        }
+    } else if (!s->host) {
         sp->stream = (uint64_t)(uintptr_t)cs;
         sp->start_s = 0;
         cudaError_t e = cudaSuccess;
@@ -363,6 +490,18 @@ static fp_status end_span(fp_context *ctx, uint64_t seq, int quiet) {
     } else if (s->state != SLOT_OPEN) {
         st = TRACE_FAIL(quiet, FP_ERR_INVALID_ARGUMENT, "fp_trace_end: span %llu ('%s') was already ended",
                         (unsigned long long)seq, s->span.name);
+    } else if (s->cupti) {
+        --t->open;
+        s->host_end_s = fp_now_s();
+        s->end_mark = t->next_seq;
+        if (s->pushed && g_npushed > 0 && g_pushed[g_npushed - 1].index == t->cupti_index &&
+            g_pushed[g_npushed - 1].seq == seq) {
+            fp_cupti_pop();
+            --g_npushed;
+        }
+        s->state = SLOT_DONE;
+        ++t->recorded;
+        pop_stale_locked(t);
     } else if (!s->host) {
         --t->open;
         cudaError_t e = cudaEventRecord(s->ev[1], (cudaStream_t)(uintptr_t)s->span.stream);
@@ -545,7 +684,7 @@ fp_status fp_trace_set_step(fp_context *ctx, int64_t step) {
 
 /* The first published sizes of fp_trace_span and fp_trace_stats (0.3). */
 #define SPAN_SIZE_FIRST sizeof(fp_trace_span)
-#define STATS_SIZE_FIRST sizeof(fp_trace_stats)
+#define STATS_SIZE_FIRST offsetof(fp_trace_stats, timer)
 
 static void span_defaults(fp_trace_span *s) {
     memset(s, 0, sizeof *s);
@@ -611,12 +750,64 @@ fp_status fp_trace_record(fp_context *ctx, const fp_trace_span *span) {
  * whose events cannot be read is dropped and counted in unresolved. */
 static uint64_t first_seq(const struct fp_trace_state *t);
 
+/* The CUPTI timer's spans (t->mu held): once the device has finished the
+ * work of every ended span (a device synchronize) and CUPTI has delivered
+ * its records (a forced flush), a span's times are the earliest start and
+ * latest end of its own device work and that of the spans begun inside it
+ * (on its thread; any thread for a user range); a span with no device work
+ * keeps the host clock's begin and end. */
+static void resolve_cupti_locked(fp_context *ctx, struct fp_trace_state *t) {
+    int need = 0;
+    for (uint64_t q = first_seq(t); q <= t->next_seq && !need; ++q) {
+        const trace_slot *s = &t->slots[(q - 1) % t->cap];
+        need = s->seq == q && s->state == SLOT_DONE && s->cupti && !s->resolved;
+    }
+    if (!need) return;
+    (void)fp_ctx_activate(ctx);
+    if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
+    fp_cupti_flush();
+    fp_cupti_rec recs[256];
+    size_t n;
+    while ((n = fp_cupti_drain(t->cupti_index, recs, sizeof recs / sizeof *recs)) > 0)
+        for (size_t i = 0; i < n; ++i) {
+            const uint64_t q = recs[i].seq;
+            if (q < t->lo_seq || q > t->next_seq || q == 0) continue;
+            trace_slot *s = &t->slots[(q - 1) % t->cap];
+            if (s->seq != q || s->state == SLOT_EMPTY || !s->cupti) continue;
+            if (recs[i].start_ns < s->dev_start_ns) s->dev_start_ns = recs[i].start_ns;
+            if (recs[i].end_ns > s->dev_end_ns) s->dev_end_ns = recs[i].end_ns;
+        }
+    for (uint64_t q = first_seq(t); q <= t->next_seq; ++q) {
+        trace_slot *s = &t->slots[(q - 1) % t->cap];
+        if (s->seq != q || s->state != SLOT_DONE || !s->cupti || s->resolved) continue;
+        uint64_t lo = s->dev_start_ns, hi = s->dev_end_ns;
+        const int range = strcmp(s->span.category, "range") == 0;
+        for (uint64_t r = q + 1; r <= s->end_mark && r <= t->next_seq; ++r) {
+            const trace_slot *in = &t->slots[(r - 1) % t->cap];
+            if (in->seq != r || in->state == SLOT_EMPTY || !in->cupti || !in->dev_end_ns) continue;
+            if (!range && in->tid != s->tid) continue;
+            if (in->dev_start_ns < lo) lo = in->dev_start_ns;
+            if (in->dev_end_ns > hi) hi = in->dev_end_ns;
+        }
+        if (hi) {
+            s->span.start_s = (double)lo * 1e-9;
+            s->span.end_s = (double)hi * 1e-9;
+        } else {
+            s->span.start_s = s->host_start_s;
+            s->span.end_s = s->host_end_s;
+        }
+        s->start_known = 1;
+        s->resolved = 1;
+    }
+}
+
 static void resolve_locked(fp_context *ctx, struct fp_trace_state *t) {
     if (ctx->kind != FP_DEVICE_CUDA) return;
+    resolve_cupti_locked(ctx, t);
     int activated = 0;
     for (uint64_t q = first_seq(t); q <= t->next_seq; ++q) {
         trace_slot *s = &t->slots[(q - 1) % t->cap];
-        if (s->seq != q || s->state == SLOT_EMPTY) continue;
+        if (s->seq != q || s->state == SLOT_EMPTY || s->cupti) continue;
         if (s->start_known && (s->resolved || s->state == SLOT_OPEN)) {
             if (!s->host) t->anchor_seq = q; /* a host-timed span has no begin event to count from */
             continue;
@@ -713,6 +904,7 @@ fp_status fp_trace_get_stats(fp_context *ctx, fp_trace_stats *out) {
         st.unresolved = t->unresolved;
         st.step = t->step;
         st.depth = t->depth;
+        st.timer = (int)t->timer;
         pthread_mutex_unlock(&t->mu);
     }
     return fp_struct_write(out, &st, STATS_SIZE_FIRST, sizeof st, "fp_trace_stats (out)");

@@ -206,6 +206,10 @@ void submit(cudaStream_t s, std::function<void()> op);
 // records a host node): kernels, memsets and copies say what they are.
 void submit_node(cudaStream_t s, std::function<void()> op, cudaGraphNodeType type, const void *key);
 bool async_streams();
+// The emulated CUPTI's hook (cupti_emu.cpp, set while it records): called
+// on the enqueuing thread for each operation run outside a capture (each
+// node of a graph launch too); returns the operation to run in its place.
+extern std::function<void()> (*g_activity_hook)(cudaGraphNodeType type, std::function<void()> op);
 
 // Launch: the configuration is checked at once (a refused launch is
 // cudaGetLastError's error on the calling thread); the grid runs later.

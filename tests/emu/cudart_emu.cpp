@@ -299,12 +299,15 @@ bool async_streams() {
 
 void submit(cudaStream_t s, std::function<void()> op) { submit_node(s, std::move(op), cudaGraphNodeTypeHost, nullptr); }
 
+std::function<void()> (*g_activity_hook)(cudaGraphNodeType type, std::function<void()> op);
+
 void submit_node(cudaStream_t s, std::function<void()> op, cudaGraphNodeType type, const void *key) {
     Stream *st = as_stream(s);
     if (st->capturing) {
         st->graph->nodes->push_back(Node{type, key, std::move(op)});
         return;
     }
+    if (auto hook = g_activity_hook) op = hook(type, std::move(op));
     if (!async_streams()) {
         op();
         return;
@@ -679,6 +682,11 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
     const Graph *g = reinterpret_cast<const Graph *>(exec);
     std::shared_ptr<std::vector<Node>> nodes = g->nodes;
     std::shared_ptr<Owned> owned = g->owned;
+    if (auto hook = g_activity_hook) { // each node one traced operation (CUPTI's per-kernel records)
+        auto traced = std::make_shared<std::vector<Node>>(*nodes);
+        for (Node &n : *traced) n.op = hook(n.type, std::move(n.op));
+        nodes = traced;
+    }
     submit(s, [nodes, owned] {
         for (const auto &n : *nodes) n.op();
     });

@@ -184,3 +184,20 @@ def test_bad_input(ctx, tmp_path):
     # the context keeps recording
     fastpath.norm.layer_norm(ctx, np.ones((4, 32), np.float32))
     assert any(s["name"] == "norm_fwd" for s in trace.read(ctx))
+
+
+def test_timer_choice(ctx):
+    # a CPU context accepts either timer and keeps the clock
+    assert trace.get_timer(ctx) == "events"
+    trace.set_timer(ctx, "cupti")
+    assert trace.get_timer(ctx) == "cupti"
+    trace.enable(ctx, 16)
+    with trace.span(ctx, "timed"):
+        pass
+    assert trace.stats(ctx)["timer"] == "cupti"
+    spans = trace.read(ctx)
+    assert [s["name"] for s in spans] == ["timed"] and spans[0]["end_s"] >= spans[0]["start_s"]
+    trace.set_timer(ctx, "events")
+    assert trace.stats(ctx)["timer"] == "events"
+    with pytest.raises(ValueError):
+        trace.set_timer(ctx, "stopwatch")

@@ -2,13 +2,23 @@
  * on the emulated runtime as test_trace_gpu_emu): spans timed by events on
  * their streams and resolved when read, ranges on the default stream with
  * the ops inside them, a second stream, a collective, spans skipped while a
- * stream is captured, both exports, and the op hook (internal.h). */
+ * stream is captured, both exports, and the op hook (internal.h).
+ *
+ * With the argument "cupti" (test_trace_cupti_gpu, _emu): the same under
+ * the CUPTI timer: spans timed by their device work's activity records
+ * (the emulated CUPTI, tests/emu/cupti_emu.cpp, on the emulation), device
+ * work outside any span kept out of the spans, a span with no device work
+ * on the host clock, and CUPTI refused (another tool owning it: emulation
+ * only) leaving the event timer in place. */
 #include <cuda_runtime_api.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "fp_test.h"
 #include "internal.h"
+#if FP_TEST_EMULATED && defined(FP_HAVE_CUPTI)
+#include "cupti_emu.h"
+#endif
 
 /* float milliseconds from the base event: allow their rounding */
 #define TIME_TOL 2e-6
@@ -17,11 +27,31 @@ static int inside(const fp_trace_span *a, const fp_trace_span *b) {
     return b->start_s >= a->start_s - TIME_TOL && b->end_s <= a->end_s + TIME_TOL;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const int cupti = argc > 1 && strcmp(argv[1], "cupti") == 0;
     fp_context *ctx = fp_test_cuda_context_or_skip();
     const size_t bytes = (size_t)4 << 20;
     void *buf = NULL;
     CHECK_OK(fp_mem_alloc(ctx, bytes, &buf));
+    CHECK(fp_trace_get_timer(ctx) == FP_TRACE_TIMER_EVENTS);
+    if (cupti) {
+#if FP_TEST_EMULATED && defined(FP_HAVE_CUPTI)
+        /* another tool owns CUPTI: refused with a message, events stay */
+        fp_emu_cupti_set_busy(1);
+        CHECK_STATUS(fp_trace_set_timer(ctx, FP_TRACE_TIMER_CUPTI), FP_ERR_UNSUPPORTED);
+        CHECK_MSG(strstr(fp_last_error(), "CUPTI") != NULL, "message: %s", fp_last_error());
+        CHECK(fp_trace_get_timer(ctx) == FP_TRACE_TIMER_EVENTS);
+        fp_emu_cupti_set_busy(0);
+#endif
+        CHECK_STATUS(fp_trace_set_timer(ctx, (fp_trace_timer)7), FP_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(fp_trace_set_timer(NULL, FP_TRACE_TIMER_CUPTI), FP_ERR_INVALID_ARGUMENT);
+        const fp_status ts = fp_trace_set_timer(ctx, FP_TRACE_TIMER_CUPTI);
+        if (ts != FP_OK) printf("CUPTI timer unavailable: %s\n", fp_last_error());
+        CHECK_OK(ts);
+        CHECK(fp_trace_get_timer(ctx) == FP_TRACE_TIMER_CUPTI);
+        /* device work outside any span: in no span's times */
+        CHECK_OK(fp_mem_fill(ctx, buf, 5, bytes, NULL));
+    }
     CHECK_OK(fp_trace_enable(ctx, 256));
     CHECK_OK(fp_trace_set_step(ctx, 7));
 
@@ -73,6 +103,17 @@ int main(void) {
     st.struct_size = sizeof st;
     CHECK_OK(fp_trace_get_stats(ctx, &st));
     CHECK(st.skipped_capturing == 2 && st.unresolved == 0 && st.open == 0 && st.recorded == 5);
+    CHECK(st.timer == (cupti ? FP_TRACE_TIMER_CUPTI : FP_TRACE_TIMER_EVENTS));
+#if FP_TEST_EMULATED && defined(FP_HAVE_CUPTI)
+    if (cupti) { /* only the work-enqueuing APIs traced (names with Launch / Memcpy / Memset) */
+        fp_emu_cupti_count cc;
+        fp_emu_cupti_counts(&cc);
+        CHECK_MSG(cc.runtime_apis == 3 && cc.driver_apis == 1 && cc.device_records >= 7 && cc.external_records >= 6 &&
+                      cc.buffers_delivered > 0,
+                  "runtime apis %d, driver apis %d, device records %lld, external %lld, buffers %lld",
+                  cc.runtime_apis, cc.driver_apis, cc.device_records, cc.external_records, cc.buffers_delivered);
+    }
+#endif
     if (n == 5) {
         const char *names[5] = {"decoder/forward", "fill", "hooked", "allreduce", "side"};
         for (int i = 0; i < 5; ++i) {
@@ -85,8 +126,16 @@ int main(void) {
         CHECK(s[0].stream == def && s[1].stream == def && s[4].stream == (uint64_t)(uintptr_t)s2);
         CHECK(!strcmp(s[1].module, "decoder") && !strcmp(s[1].stage, "forward") && s[1].depth == 1);
         CHECK(!strcmp(s[3].category, "collective") && s[3].nranks == 2);
-        CHECK(inside(&s[0], &s[1]) && inside(&s[0], &s[2]) && inside(&s[0], &s[3]));
+        CHECK(inside(&s[0], &s[1]) && inside(&s[0], &s[2]));
+        /* a collective with no device work: the host clock (CUPTI), outside
+         * the range's device times */
+        if (!cupti) CHECK(inside(&s[0], &s[3]));
         CHECK(s[2].start_s >= s[1].end_s - TIME_TOL); /* in stream order */
+        if (cupti) { /* the range is exactly the device work inside it */
+            CHECK_MSG(s[0].start_s == s[1].start_s && s[0].end_s == s[2].end_s, "range %.9f-%.9f, fill %.9f, "
+                      "hooked end %.9f", s[0].start_s, s[0].end_s, s[1].start_s, s[2].end_s);
+            CHECK(s[3].end_s >= s[3].start_s && s[3].start_s > 0);
+        }
         if (fp_test_timing_meaningful()) /* 16 MB of fills take microseconds on a GPU */
             CHECK_MSG(s[1].end_s - s[1].start_s > 1e-6, "fill span %g s", s[1].end_s - s[1].start_s);
     }
@@ -121,8 +170,9 @@ int main(void) {
             fp_ctx_trace_end(ctx, sp);
         }
         double ns = (fp_now_s() - t0) * 1e9 / pairs;
-        if (rep) printf("CUDA context: %.0f ns of host time per span begin/end pair (%d pairs%s)\n", ns, pairs,
-                        FP_TEST_EMULATED ? ", emulated runtime" : "");
+        if (rep)
+            printf("CUDA context, %s timer: %.0f ns of host time per span begin/end pair (%d pairs%s)\n",
+                   cupti ? "CUPTI" : "event", ns, pairs, FP_TEST_EMULATED ? ", emulated runtime" : "");
         if (rep && fp_test_timing_meaningful()) CHECK_MSG(ns < 20000, "a span pair costs %.0f ns", ns);
     }
     CHECK_OK(fp_context_synchronize(ctx, NULL));

@@ -516,6 +516,29 @@ static void test_host_cost(const norm_bufs *nb, int cuda) {
     CHECK(off > 0 && on > 0);
     /* generous: a span is about 0.1-1 us; sanitizers and the emulation slow it */
     CHECK_MSG(on - off < 200e3, "tracing adds %.0f ns per op", on - off);
+    /* the CUPTI timer (trace.h): the span without a driver call, and what
+     * CUPTI's own recording adds to every launch (tracing off, collector on) */
+    if (cuda && fp_trace_get_timer(g_ctx) == FP_TRACE_TIMER_EVENTS) {
+        const fp_status ts = fp_trace_set_timer(g_ctx, FP_TRACE_TIMER_CUPTI);
+        if (ts != FP_OK) {
+            printf("CUPTI timer unavailable: %s\n", fp_last_error());
+            return;
+        }
+        CHECK_OK(fp_trace_enable(g_ctx, 4096));
+        const double on_cupti = op_ns(&p, calls);
+        CHECK_OK(fp_trace_disable(g_ctx));
+        const double off_cupti = op_ns(&p, calls);
+        CHECK_OK(fp_trace_set_timer(g_ctx, FP_TRACE_TIMER_EVENTS));
+        CHECK_OK(fp_trace_clear(g_ctx));
+        printf("host cost of fp_norm_forward, CUPTI timer: tracing on %.0f ns (+%.0f ns a span over tracing off "
+               "without CUPTI); CUPTI recording, tracing off: %.0f ns (+%.0f ns of CUPTI per call)\n",
+               on_cupti, on_cupti - off, off_cupti, off_cupti - off);
+        CHECK(on_cupti > 0 && off_cupti > 0);
+        CHECK_MSG(on_cupti - off < 200e3, "the CUPTI timer adds %.0f ns per op", on_cupti - off);
+    } else if (cuda) {
+        printf("(timer: %s, from FASTPATH_TRACE_TIMER)\n",
+               fp_trace_get_timer(g_ctx) == FP_TRACE_TIMER_CUPTI ? "CUPTI" : "events");
+    }
 }
 
 int main(int argc, char **argv) {

@@ -23,6 +23,9 @@ turned it on for.
 
 The pieces, on one context:
     enable(ctx, capacity), disable(ctx), clear(ctx), stats(ctx)
+    set_timer(ctx, "events" | "cupti"), get_timer(ctx): how a CUDA context's spans
+        are timed (two CUDA events each, or CUPTI's activity records: no driver
+        call per span); FASTPATH_TRACE_TIMER=cupti chooses CUPTI at the first enable
     with user_range(ctx, module, stage): ...        push / pop of a user range
     with span(ctx, name, category="op", bytes=0, flops=0): ...
         a span of your own; category "sync" marks a host wait (host-timed),
@@ -63,7 +66,7 @@ class TraceStats(ctypes.Structure):
     """fp_trace_stats."""
     _fields_ = [("struct_size", c_size_t), ("capacity", c_size_t), ("count", c_size_t), ("open", c_size_t),
                 ("recorded", u64), ("dropped", u64), ("skipped_capturing", u64), ("unresolved", u64),
-                ("step", i64), ("depth", c_int), ("enabled", c_int)]
+                ("step", i64), ("depth", c_int), ("enabled", c_int), ("timer", c_int)]
 
 
 class Roofs(ctypes.Structure):
@@ -92,6 +95,8 @@ def _declare():
     sig("fp_trace_disable", c_int, c_void_p)
     sig("fp_trace_is_enabled", c_int, c_void_p)
     sig("fp_trace_clear", c_int, c_void_p)
+    sig("fp_trace_set_timer", c_int, c_void_p, c_int)
+    sig("fp_trace_get_timer", c_int, c_void_p)
     sig("fp_trace_begin", c_int, c_void_p, c_void_p, c_char_p, c_char_p, c_double, c_double, P(u64))
     sig("fp_trace_end", c_int, c_void_p, u64)
     sig("fp_trace_push", c_int, c_void_p, c_char_p, c_char_p)
@@ -153,10 +158,28 @@ def clear(ctx):
     _pkg.check(lib.fp_trace_clear(_h(ctx)))
 
 
+_TIMERS = {"events": 0, "cupti": 1}
+
+
+def set_timer(ctx, timer):
+    """Times the spans begun from now on by "events" (two CUDA events each) or "cupti" (CUPTI's
+    activity records, no driver call per span). Raises FastpathError when CUPTI cannot be used."""
+    if timer not in _TIMERS:
+        raise ValueError(f"timer must be one of {sorted(_TIMERS)}, got {timer!r}")
+    _pkg.check(lib.fp_trace_set_timer(_h(ctx), _TIMERS[timer]))
+
+
+def get_timer(ctx):
+    v = lib.fp_trace_get_timer(_h(ctx))
+    return next(k for k, n in _TIMERS.items() if n == v)
+
+
 def stats(ctx):
     s = TraceStats(struct_size=ctypes.sizeof(TraceStats))
     _pkg.check(lib.fp_trace_get_stats(_h(ctx), ctypes.byref(s)))
-    return {f: getattr(s, f) for f, _ in TraceStats._fields_ if f != "struct_size"}
+    out = {f: getattr(s, f) for f, _ in TraceStats._fields_ if f != "struct_size"}
+    out["timer"] = next(k for k, n in _TIMERS.items() if n == out["timer"])
+    return out
 
 
 def step(ctx):
