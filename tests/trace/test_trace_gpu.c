@@ -11,6 +11,7 @@
  * on the host clock, and CUPTI refused (another tool owning it: emulation
  * only) leaving the event timer in place. */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -25,6 +26,88 @@
 
 static int inside(const fp_trace_span *a, const fp_trace_span *b) {
     return b->start_s >= a->start_s - TIME_TOL && b->end_s <= a->end_s + TIME_TOL;
+}
+
+/* CUPTI: two threads at once, each a span per fill of its own size on its
+ * own stream. */
+typedef struct fill_thread {
+    fp_context *ctx;
+    void *buf;
+    size_t bytes;
+    cudaStream_t stream;
+    const char *name;
+    int reps, failed;
+} fill_thread;
+
+static void *fill_main(void *p) {
+    fill_thread *a = p;
+    for (int i = 0; i < a->reps; ++i) {
+        uint64_t h = 0;
+        a->failed |= fp_trace_begin(a->ctx, (fp_stream)a->stream, a->name, "op", (double)a->bytes, 0, &h) != FP_OK;
+        a->failed |= fp_mem_fill(a->ctx, a->buf, i, a->bytes, (fp_stream)a->stream) != FP_OK;
+        a->failed |= fp_trace_end(a->ctx, h) != FP_OK;
+    }
+    return NULL;
+}
+
+typedef struct end_thread {
+    fp_context *ctx;
+    uint64_t span;
+    fp_status st;
+} end_thread;
+
+static void *end_main(void *p) {
+    end_thread *e = p;
+    e->st = fp_trace_end(e->ctx, e->span);
+    return NULL;
+}
+
+static void test_cupti_threads(fp_context *ctx, void *buf, size_t bytes) {
+    CHECK_OK(fp_trace_clear(ctx));
+    const int reps = 6;
+    fill_thread th[2] = {{ctx, buf, bytes, NULL, "big", reps, 0},
+                         {ctx, (char *)buf + bytes - 4096, 4096, NULL, "small", reps, 0}};
+    pthread_t tid[2];
+    for (int i = 0; i < 2; ++i) {
+        CHECK(cudaStreamCreateWithFlags(&th[i].stream, cudaStreamNonBlocking) == cudaSuccess);
+        CHECK(pthread_create(&tid[i], NULL, fill_main, &th[i]) == 0);
+    }
+    for (int i = 0; i < 2; ++i) {
+        pthread_join(tid[i], NULL);
+        CHECK(!th[i].failed);
+    }
+    /* a span ended on another thread: recorded; this thread's next span
+     * pops it as stale and is timed by its own work only */
+    end_thread e = {ctx, 0, FP_ERR_INTERNAL};
+    CHECK_OK(fp_trace_begin(ctx, NULL, "cross", "op", 0, 0, &e.span));
+    pthread_t et;
+    CHECK(pthread_create(&et, NULL, end_main, &e) == 0);
+    pthread_join(et, NULL);
+    CHECK_OK(e.st);
+    uint64_t after = 0;
+    CHECK_OK(fp_trace_begin(ctx, NULL, "after_cross", "op", 4096, 0, &after));
+    CHECK_OK(fp_mem_fill(ctx, buf, 1, 4096, NULL));
+    CHECK_OK(fp_trace_end(ctx, after));
+    fp_trace_span s[2 * 6 + 2];
+    size_t n = 0;
+    CHECK_OK(fp_trace_read(ctx, s, sizeof s / sizeof *s, &n, 0));
+    CHECK_MSG(n == 2 * (size_t)reps + 2, "%zu spans", n);
+    if (n == 2 * (size_t)reps + 2)
+        CHECK(!strcmp(s[n - 2].name, "cross") && !strcmp(s[n - 1].name, "after_cross") &&
+              s[n - 1].start_s >= s[n - 2].start_s);
+    double big_min = 1e30, small_max = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const double d = s[i].end_s - s[i].start_s;
+        CHECK(d >= 0);
+        if (!strcmp(s[i].name, "big") && d < big_min) big_min = d;
+        if (!strcmp(s[i].name, "small") && d > small_max) small_max = d;
+    }
+    /* each span is its own fill: 4 KiB fills are shorter than the large ones */
+    CHECK_MSG(small_max < big_min, "small spans up to %.3g s, big ones from %.3g s", small_max, big_min);
+    for (int i = 0; i < 2; ++i) {
+        cudaStreamSynchronize(th[i].stream);
+        cudaStreamDestroy(th[i].stream);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -158,6 +241,8 @@ int main(int argc, char **argv) {
     CHECK_OK(fp_trace_end(ctx, a));
     CHECK_OK(fp_trace_read(ctx, s, 8, &n, 0));
     CHECK(n == 1 && !strcmp(s[0].name, "after_clear"));
+
+    if (cupti) test_cupti_threads(ctx, buf, bytes);
 
     /* host cost of a span pair on a CUDA context: two event records, the
      * capture query, the ring; printed (the issue's target is 1 us) */
