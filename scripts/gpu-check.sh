@@ -244,7 +244,7 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "decode|attention/decode --batch 1 --kv 32768"
     "alloc|alloc/cache_hit alloc/trace_replay"
     "batcher|batcher/closed_loop batcher/gpu_model --clients 64"
-    "graph|graph/chain graph/decode_step graph/op_host_cost"
+    "graph|graph/chain graph/decode_step graph/op_host_cost trace/span_cost"
     "pipeline|pipeline/bandwidth pipeline/pin_wait pipeline/host_memcpy"
     "overlap|pipeline/overlap"
     "overlapreg|pipeline/overlap --registered 1"

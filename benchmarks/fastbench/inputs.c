@@ -1,6 +1,8 @@
-/* Random inputs for scenarios (see scenario.h). */
+/* Random inputs and host timing for scenarios (see scenario.h). */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "scenario.h"
@@ -59,4 +61,47 @@ fp_status fb_alloc_random(fp_context *ctx, size_t n, fp_dtype dt, uint64_t seed,
     }
     *out = p;
     return FP_OK;
+}
+
+/* ---- host time (scenario.h) ---- */
+
+static double host_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* Calls per sample. A launch queue holds about a thousand launches; past it
+ * a launch waits for the GPU, and the clock would read kernel time instead
+ * of host time. 32 tiny launches per sample, then a synchronization outside
+ * the clock, stay far below it. */
+enum { HOST_CALLS = 32, HOST_MAX_SAMPLES = 2000 };
+
+fp_status fb_host_time(fb_run *run, fp_context *ctx, fp_timed_fn fn, void *user, fp_stats *out) {
+    const fp_timing_config *tc = fb_timing(run);
+    const int max = tc->max_samples < HOST_MAX_SAMPLES ? tc->max_samples : HOST_MAX_SAMPLES;
+    double *samples = malloc(HOST_MAX_SAMPLES * sizeof *samples);
+    if (!samples) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fb_host_time: samples");
+    fp_status st = fn(user, NULL); /* warm-up: first-call setup is not launch cost */
+    if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
+    const double t_end = host_now_ms() + tc->max_time_s * 1e3;
+    int n = 0;
+    while (st == FP_OK && n < max && (n < tc->min_samples || host_now_ms() < t_end)) {
+        const double t0 = host_now_ms();
+        for (int i = 0; i < HOST_CALLS && st == FP_OK; ++i) st = fn(user, NULL);
+        samples[n++] = (host_now_ms() - t0) / HOST_CALLS;
+        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
+    }
+    if (st == FP_OK) st = fp_stats_compute(samples, n, out);
+    free(samples);
+    return st;
+}
+
+void fb_host_report(fb_run *run, const fp_stats *base, const fp_stats *opt, fp_ab_report *rep) {
+    memset(rep, 0, sizeof *rep);
+    rep->baseline = *base;
+    rep->optimized = *opt;
+    rep->pct_of_peak = -1;
+    rep->bound = "unknown";
+    rep->verdict = fp_verdict_decide(base, opt, fb_timing(run)->min_effect, &rep->speedup);
 }

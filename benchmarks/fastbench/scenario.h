@@ -73,6 +73,17 @@ fp_status fb_fill_random(fp_context *ctx, void *dst, size_t n, fp_dtype dt, uint
 fp_status fb_alloc_random(fp_context *ctx, size_t n, fp_dtype dt, uint64_t seed, float lo, float hi,
                           void **out);
 
+/* ---- host time ---- */
+/* Host time of one fn call on ctx (launch cost, not kernel time): samples
+ * of 32 calls each, timed by a monotonic clock, ctx synchronized (untimed)
+ * between samples so the launch queue never fills, until the run's timing
+ * config's max_time_s or max_samples (at least min_samples; at most 2000);
+ * one warm-up call first. Stats in ms per call. */
+fp_status fb_host_time(fb_run *run, fp_context *ctx, fp_timed_fn fn, void *user, fp_stats *out);
+/* An A/B report of two host-time measurements (nothing compared, no
+ * roofline): the verdict by the run's min_effect. */
+void fb_host_report(fb_run *run, const fp_stats *base, const fp_stats *opt, fp_ab_report *rep);
+
 /* ---- reporting ---- */
 /* Starts a result row named after the scenario plus an optional suffix
  * ("norm/layernorm_fwd" + "bf16" -> shown with its params). */

@@ -326,45 +326,12 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* Calls per sample. A launch queue holds about a thousand launches; past it
- * a launch waits for the GPU, and the clock would read kernel time instead
- * of host time. 32 tiny launches per sample, then a synchronization outside
- * the clock, stay far below it. */
-enum { HOST_CALLS = 32, HOST_MAX_SAMPLES = 2000 };
-
-/* Host time of one fn call: samples of HOST_CALLS calls each, the context
- * synchronized (untimed) between samples, until the timing config's
- * max_time_s or max_samples (at least min_samples). */
+/* Host time of one call (scenario.h: fb_host_time) on the run's context. */
 static fp_status host_time(fb_run *run, fp_timed_fn fn, void *user, fp_stats *out) {
-    fp_context *ctx = fb_ctx(run);
-    const fp_timing_config *tc = fb_timing(run);
-    const int max = tc->max_samples < HOST_MAX_SAMPLES ? tc->max_samples : HOST_MAX_SAMPLES;
-    double samples[HOST_MAX_SAMPLES];
-    fp_status st = fn(user, NULL); /* warm-up: first-call setup is not launch cost */
-    if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
-    const double t_end = now_ms() + tc->max_time_s * 1e3;
-    int n = 0;
-    while (st == FP_OK && n < max && (n < tc->min_samples || now_ms() < t_end)) {
-        const double t0 = now_ms();
-        for (int i = 0; i < HOST_CALLS && st == FP_OK; ++i) st = fn(user, NULL);
-        samples[n++] = (now_ms() - t0) / HOST_CALLS;
-        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
-    }
-    if (st == FP_OK) st = fp_stats_compute(samples, n, out);
-    return st;
+    return fb_host_time(run, fb_ctx(run), fn, user, out);
 }
 
 static fp_status replay_fn(void *user, fp_stream stream) { return fp_graph_replay(user, stream); }
-
-/* A report of two host-time measurements (nothing compared, no roofline). */
-static void host_report(fb_run *run, const fp_stats *base, const fp_stats *opt, fp_ab_report *rep) {
-    memset(rep, 0, sizeof *rep);
-    rep->baseline = *base;
-    rep->optimized = *opt;
-    rep->pct_of_peak = -1;
-    rep->bound = "unknown";
-    rep->verdict = fp_verdict_decide(base, opt, fb_timing(run)->min_effect, &rep->speedup);
-}
 
 typedef struct op_case {
     fp_context *ctx;
@@ -429,7 +396,7 @@ static double host_cost_row(fb_run *run, const char *name, fp_timed_fn fn, op_ca
     if (st == FP_OK) st = fp_graph_get_info(g, &info);
     if (st == FP_OK) {
         fp_ab_report rep;
-        host_report(run, &base, &opt, &rep);
+        fb_host_report(run, &base, &opt, &rep);
         fb_result_set_ab(r, &rep);
         const double host_us = base.median_ms * 1e3;
         fb_result_metric(r, "host_us", host_us);
@@ -519,7 +486,7 @@ static void lookup_row(fb_run *run, op_case *c) {
     if (st == FP_OK) st = host_time(run, replay_fn, g, &opt);
     if (st == FP_OK) {
         fp_ab_report rep;
-        host_report(run, &base, &opt, &rep);
+        fb_host_report(run, &base, &opt, &rep);
         fb_result_set_ab(r, &rep);
         fb_result_metric(r, "lookup_ns", cst.lookup_ns);
         fb_result_metric(r, "bucket_ns", bucket_ms * 1e6 / BUCKET_CALLS);

@@ -348,11 +348,12 @@ static void enable_api_filter(void) {
     G.api_filtered = ok && G.nruntime > 0 && G.ndriver > 0;
 }
 
+/* Undoes enable_api_filter's per-API switches, and the whole API kinds
+ * when the filter could not be used. */
 static void disable_apis(void) {
-    if (G.api_filtered) {
-        for (int i = 0; i < G.nruntime; ++i) (void)C.cuptiActivityEnableRuntimeApi(G.runtime_cbids[i], 0);
-        for (int i = 0; i < G.ndriver; ++i) (void)C.cuptiActivityEnableDriverApi(G.driver_cbids[i], 0);
-    } else {
+    for (int i = 0; i < G.nruntime; ++i) (void)C.cuptiActivityEnableRuntimeApi(G.runtime_cbids[i], 0);
+    for (int i = 0; i < G.ndriver; ++i) (void)C.cuptiActivityEnableDriverApi(G.driver_cbids[i], 0);
+    if (!G.api_filtered) {
         (void)C.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME);
         (void)C.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
     }
