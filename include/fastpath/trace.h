@@ -126,7 +126,8 @@
  * context ring); the user-range stack is shared by the context's threads, so
  * push/pop nest meaningfully only when one thread drives them. Reading,
  * counting and exporting a CUDA context's spans waits for their end events
- * while holding that mutex (recording on other threads waits too).
+ * (the CUPTI timer: synchronizes the device and flushes CUPTI) while holding
+ * that mutex (recording on other threads waits too).
  */
 #ifndef FASTPATH_TRACE_H
 #define FASTPATH_TRACE_H
@@ -310,8 +311,10 @@ FP_API fp_status fp_trace_get_stats(fp_context *ctx, fp_trace_stats *out);
 /* Copies the finished spans, oldest first, at most `max` (the newest `max`
  * when there are more), into out[] (elements of span_size bytes: pass
  * sizeof(fp_trace_span)); *n receives how many. CUDA: waits for their end
- * events, and for the begin events of spans still open. With clear != 0 the ring is emptied afterwards as fp_trace_clear
- * does. Errors: FP_ERR_INVALID_ARGUMENT (NULL ctx / n, out NULL with max >
+ * events, and for the begin events of spans still open (the CUPTI timer:
+ * synchronizes the device when a finished span is unresolved, then reads
+ * CUPTI's records). With clear != 0 the ring is emptied afterwards as
+ * fp_trace_clear does. Errors: FP_ERR_INVALID_ARGUMENT (NULL ctx / n, out NULL with max >
  * 0, a bad span_size), FP_ERR_CUDA (clear's re-base). max 0 gives *n = the
  * number of finished spans. */
 FP_API fp_status fp_trace_read_sized(fp_context *ctx, fp_trace_span *out, size_t span_size, size_t max,

@@ -5,8 +5,9 @@
  * context); it lives in slot (seq - 1) % capacity, so a begin overwrites
  * the oldest span when the ring is full and an end finds its slot taken by
  * a newer span when that happened (then it was already counted as dropped).
- * CPU spans are final at their end; CUDA spans hold two events and are
- * resolved when read (resolve_locked). */
+ * CPU spans are final at their end; CUDA spans hold two events, or under
+ * the CUPTI timer an external correlation id (trace_cupti.h), and are
+ * resolved when read (resolve_locked, resolve_cupti_locked). */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
