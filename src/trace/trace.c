@@ -767,17 +767,17 @@ static void resolve_cupti_locked(fp_context *ctx, struct fp_trace_state *t) {
     (void)fp_ctx_activate(ctx);
     if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
     fp_cupti_flush();
-    fp_cupti_rec recs[256];
-    size_t n;
-    while ((n = fp_cupti_drain(t->cupti_index, recs, sizeof recs / sizeof *recs)) > 0)
-        for (size_t i = 0; i < n; ++i) {
-            const uint64_t q = recs[i].seq;
-            if (q < t->lo_seq || q > t->next_seq || q == 0) continue;
-            trace_slot *s = &t->slots[(q - 1) % t->cap];
-            if (s->seq != q || s->state == SLOT_EMPTY || !s->cupti) continue;
-            if (recs[i].start_ns < s->dev_start_ns) s->dev_start_ns = recs[i].start_ns;
-            if (recs[i].end_ns > s->dev_end_ns) s->dev_end_ns = recs[i].end_ns;
-        }
+    size_t n = 0;
+    fp_cupti_rec *recs = fp_cupti_take(t->cupti_index, &n);
+    for (size_t i = 0; i < n; ++i) {
+        const uint64_t q = recs[i].seq;
+        if (q < t->lo_seq || q > t->next_seq || q == 0) continue;
+        trace_slot *s = &t->slots[(q - 1) % t->cap];
+        if (s->seq != q || s->state == SLOT_EMPTY || !s->cupti) continue;
+        if (recs[i].start_ns < s->dev_start_ns) s->dev_start_ns = recs[i].start_ns;
+        if (recs[i].end_ns > s->dev_end_ns) s->dev_end_ns = recs[i].end_ns;
+    }
+    free(recs);
     for (uint64_t q = first_seq(t); q <= t->next_seq; ++q) {
         trace_slot *s = &t->slots[(q - 1) % t->cap];
         if (s->seq != q || s->state != SLOT_DONE || !s->cupti || s->resolved) continue;

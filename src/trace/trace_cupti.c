@@ -34,11 +34,10 @@ int fp_cupti_push(uint32_t index, uint64_t seq) {
 }
 void fp_cupti_pop(void) {}
 void fp_cupti_flush(void) {}
-size_t fp_cupti_drain(uint32_t index, fp_cupti_rec *out, size_t max) {
+fp_cupti_rec *fp_cupti_take(uint32_t index, size_t *n) {
     (void)index;
-    (void)out;
-    (void)max;
-    return 0;
+    *n = 0;
+    return NULL;
 }
 uint64_t fp_cupti_lost(void) { return 0; }
 
@@ -324,27 +323,28 @@ static int enqueues_work(const char *name) {
     return strstr(name, "Launch") || strstr(name, "Memcpy") || strstr(name, "Memset");
 }
 
+/* Turns on the API records of one domain's work-enqueuing APIs, noting
+ * their ids in ids[] (*n of them); 0 when ids[] is too small. */
+static int enable_domain(CUpti_CallbackDomain domain, uint32_t size, CUptiResult (*enable)(CUpti_CallbackId, uint8_t),
+                         uint32_t *ids, int cap, int *n) {
+    for (uint32_t id = 1; id < size; ++id) {
+        const char *name = NULL;
+        if (C.cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || !name || !enqueues_work(name)) continue;
+        if (*n == cap) return 0;
+        if (enable(id, 1) == CUPTI_SUCCESS) ids[(*n)++] = id;
+    }
+    return 1;
+}
+
 static void enable_api_filter(void) {
     G.nruntime = G.ndriver = 0;
     G.api_filtered = 0;
     if (!C.cuptiActivityEnableRuntimeApi || !C.cuptiActivityEnableDriverApi || !C.cuptiGetCallbackName) return;
-    int ok = 1;
-    for (uint32_t id = 1; ok && id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
-        const char *name = NULL;
-        if (C.cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, id, &name) != CUPTI_SUCCESS || !name ||
-            !enqueues_work(name))
-            continue;
-        if (G.nruntime == (int)(sizeof G.runtime_cbids / sizeof *G.runtime_cbids)) ok = 0;
-        else if (C.cuptiActivityEnableRuntimeApi(id, 1) == CUPTI_SUCCESS) G.runtime_cbids[G.nruntime++] = id;
-    }
-    for (uint32_t id = 1; ok && id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
-        const char *name = NULL;
-        if (C.cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) != CUPTI_SUCCESS || !name ||
-            !enqueues_work(name))
-            continue;
-        if (G.ndriver == (int)(sizeof G.driver_cbids / sizeof *G.driver_cbids)) ok = 0;
-        else if (C.cuptiActivityEnableDriverApi(id, 1) == CUPTI_SUCCESS) G.driver_cbids[G.ndriver++] = id;
-    }
+    const int cap = (int)(sizeof G.runtime_cbids / sizeof *G.runtime_cbids);
+    const int ok = enable_domain(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE,
+                                 C.cuptiActivityEnableRuntimeApi, G.runtime_cbids, cap, &G.nruntime) &&
+                   enable_domain(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE,
+                                 C.cuptiActivityEnableDriverApi, G.driver_cbids, cap, &G.ndriver);
     G.api_filtered = ok && G.nruntime > 0 && G.ndriver > 0;
 }
 
@@ -475,18 +475,20 @@ void fp_cupti_flush(void) {
     pthread_mutex_unlock(&G.mu);
 }
 
-size_t fp_cupti_drain(uint32_t index, fp_cupti_rec *out, size_t max) {
-    if (!index || index >= MAX_RINGS) return 0;
+fp_cupti_rec *fp_cupti_take(uint32_t index, size_t *n) {
+    *n = 0;
+    if (!index || index >= MAX_RINGS) return NULL;
     pthread_mutex_lock(&G.mu);
     ring_entry *r = &G.rings[index];
-    size_t n = r->used ? (r->n < max ? r->n : max) : 0;
-    if (n) {
-        memcpy(out, r->recs, n * sizeof *out);
-        memmove(r->recs, r->recs + n, (r->n - n) * sizeof *out);
-        r->n -= n;
+    fp_cupti_rec *recs = NULL;
+    if (r->used && r->n) {
+        recs = r->recs;
+        *n = r->n;
+        r->recs = NULL;
+        r->n = r->cap = 0;
     }
     pthread_mutex_unlock(&G.mu);
-    return n;
+    return recs;
 }
 
 uint64_t fp_cupti_lost(void) {

@@ -14,7 +14,7 @@
  *   - The collector (CUPTI's buffer callbacks, on CUPTI's thread or the
  *     flushing one) joins the two by correlation id and files (seq, start,
  *     end) under the registered index; the ring's owner drains them
- *     (fp_cupti_drain) when it resolves spans, after fp_cupti_flush.
+ *     (fp_cupti_take) when it resolves spans, after fp_cupti_flush.
  *   - Times are the trace clock's (CLOCK_MONOTONIC, in ns): CUPTI is given
  *     it as its timestamp source (cuptiActivityRegisterTimestampCallback);
  *     where that is refused, CUPTI's own clock is offset to it.
@@ -64,9 +64,9 @@ uint64_t fp_cupti_now_ns(void);
  * whose records are wanted has completed. Device records whose API call was
  * not seen by then are discarded (counted by fp_cupti_lost). */
 void fp_cupti_flush(void);
-/* Moves up to `max` records filed under `index` into out; returns how many
- * (call again while it returns max). */
-size_t fp_cupti_drain(uint32_t index, fp_cupti_rec *out, size_t max);
+/* Takes the records filed under `index` so far: a malloc'd array of *n
+ * (NULL when none) the caller frees. */
+fp_cupti_rec *fp_cupti_take(uint32_t index, size_t *n);
 /* Device records that could not be filed since the process began: their
  * correlation was never seen (a lost buffer, CUPTI's dropped records). */
 uint64_t fp_cupti_lost(void);
