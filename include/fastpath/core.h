@@ -239,6 +239,22 @@ typedef enum fp_context_option {
                                       a decode call is one kernel launch), 1 = a separate
                                       combine kernel after it (two launches). v3 to v5
                                       always use the separate kernel. */
+    FP_CTX_LAUNCH_PDL = 6,         /* CUDA contexts: programmatic dependent launch of the
+                                      library's kernels (norm forward, flash attention
+                                      and its split-KV combine, axpby): 1 = on, -1 = off,
+                                      0 = the default (off until a GPU has measured it;
+                                      FASTPATH_PDL=1 or 0 in the environment at a
+                                      context's creation sets 1 or -1). On, a kernel may
+                                      start while the kernel before it on the stream
+                                      finishes: its CTAs become resident and wait on the
+                                      device (griddepcontrol.wait, before they touch
+                                      memory) instead of being launched after it, which
+                                      shortens the gap between short kernels, eagerly
+                                      and inside CUDA graphs (captured as programmatic
+                                      edges). Compute capability 9.0 and later, and
+                                      kernels built for it (a PTX JIT of sm_80 code runs
+                                      without); elsewhere it is accepted and changes
+                                      nothing. Results are bit for bit the same. */
 } fp_context_option;
 
 /* Creates a context. kind FP_DEVICE_CPU ignores device_index. For

@@ -880,12 +880,14 @@ __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
 template <typename T, int D>
 __global__ void __launch_bounds__(traits<D>::kWarps * 32, 2)
     attention_flash_fwd_v1(const __grid_constant__ flash_params p) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
     flash_fwd_body<T, D, traits<D>>(p);
 }
 
 template <typename T, int D>
 __global__ void __launch_bounds__(traits_v2<D>::kWarps * 32, 2)
     attention_flash_fwd_v2(const __grid_constant__ flash_params p) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
     flash_fwd_body<T, D, traits_v2<D>>(p);
 }
 
@@ -894,6 +896,7 @@ __global__ void __launch_bounds__(traits_v2<D>::kWarps * 32, 2)
 template <typename T, int D>
 __global__ void __launch_bounds__(fp_flash::traits_w8<D>::kWarps * 32, 1)
     attention_flash_fwd_v7(const __grid_constant__ flash_params p) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
     flash_fwd_body<T, D, fp_flash::traits_w8<D>>(p);
 }
 
@@ -902,6 +905,7 @@ __global__ void __launch_bounds__(fp_flash::traits_w8<D>::kWarps * 32, 1)
 template <typename T, int D>
 __global__ void __launch_bounds__(fp_flash::traits_decode<D>::kWarps * 32, D <= 128 ? 2 : 1)
     attention_decode_fwd_v6(const __grid_constant__ flash_params p) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
     decode_fwd_body<T, D>(p);
 }
 
@@ -943,7 +947,7 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
             q.b_off = (int)b0;
             const int nb = (int)(a->batch - b0 < 65535 ? a->batch - b0 : 65535);
             dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)nb);
-            err = launch_smem<kernel>(grid, Tr::kWarps * 32, smem, stream, q);
+            err = launch_smem<kernel>(grid, Tr::kWarps * 32, smem, stream, pdl_of(a), q);
         }
         return err;
     });

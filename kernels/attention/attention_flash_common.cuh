@@ -17,6 +17,7 @@
 
 #include "attention/attention_flash_layout.h"
 #include "attention/attention_internal.h"
+#include "common/pdl.cuh"
 #if defined(FP_CUDA_EMU) // the CPU emulation (tests/emu): the PTX below as C++
 #include "emu_sm80.h"
 #endif
@@ -246,6 +247,7 @@ __device__ __forceinline__ float combine_reduce(float x, bool is_max, float *red
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kCombineThreads) attention_split_combine_v1(const __grid_constant__ flash_params p) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
     __shared__ float w[kMaxSplits];
     __shared__ float red[kCombineThreads / 32];
     const int64_t row = blockIdx.x; // (b * hq + h) * sq + qi
@@ -301,21 +303,24 @@ template <auto Kernel> fp_status smem_opt_in(size_t smem) {
     return FP_OK;
 }
 
-// Kernel<<<grid, block, smem, stream>>>(args...) and its launch error. A
+// Whether the call's context launches with programmatic dependent launch
+// (FP_CTX_LAUNCH_PDL: kernels/common/pdl.cuh).
+inline bool pdl_of(const fp_attn_args *a) { return a->ctx && a->ctx->launch_pdl; }
+
+// Kernel<<<grid, block, smem, stream>>>(args...) (with programmatic stream
+// serialization when pdl: fp_pdl::launch) and its launch error. A
 // launch refused with cudaErrorInvalidValue above 48 KiB is the opt-in lost
 // to a cudaDeviceReset: set it again and launch once more (nothing is paid
 // on the launches that succeed).
 template <auto Kernel, typename... Args>
-cudaError_t launch_smem(dim3 grid, unsigned block, size_t smem, cudaStream_t stream, Args... args) {
-    Kernel<<<grid, block, smem, stream>>>(args...);
-    cudaError_t err = cudaGetLastError();
+cudaError_t launch_smem(dim3 grid, unsigned block, size_t smem, cudaStream_t stream, bool pdl, Args... args) {
+    cudaError_t err = fp_pdl::launch<Kernel>(grid, dim3(block), smem, stream, pdl, args...);
     if (err == cudaErrorInvalidValue && smem > 48 * 1024) {
         if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
             (void)cudaGetLastError();
             return err;
         }
-        Kernel<<<grid, block, smem, stream>>>(args...);
-        err = cudaGetLastError();
+        err = fp_pdl::launch<Kernel>(grid, dim3(block), smem, stream, pdl, args...);
     }
     return err;
 }
@@ -359,8 +364,8 @@ fp_status run_with_partials(const fp_attn_args *a, flash_params &p, cudaStream_t
     // combine indexes the whole batch from blockIdx.x and must not see it
     p.b_off = 0;
     if (err == cudaSuccess && p.num_splits > 1 && !p.counters) {
-        attention_split_combine_v1<T, D><<<(unsigned)rows_total, kCombineThreads, 0, stream>>>(p);
-        err = cudaGetLastError();
+        err = fp_pdl::launch<attention_split_combine_v1<T, D>>(dim3((unsigned)rows_total), dim3(kCombineThreads), 0,
+                                                              stream, pdl_of(a), p);
     }
     const fp_status put = held ? fp_ctx_scratch_put(&scratch) : FP_OK;
     FP_CUDA_TRY(err);

@@ -90,6 +90,7 @@ template <typename T, int D, bool Pipelined>
 __global__ void __launch_bounds__(fp_sm90::traits<D>::kWarpgroups * 128,
                                   Pipelined ? 1 : fp_sm90::traits<D>::kMinBlocks)
     attention_flash_fwd_v3(const __grid_constant__ flash_params p) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     using Tr = fp_sm90::traits<D>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, NT = Tr::kWarpgroups * 128;
@@ -300,7 +301,7 @@ fp_status launch_v3(const fp_attn_args *a, int num_splits, cudaStream_t stream) 
     FP_TRY(smem_opt_in<kernel>(smem));
     return run_with_partials<T, D>(a, p, stream, "attention flash v3", false, [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
-        return launch_smem<kernel>(grid, Tr::kWarpgroups * 128, smem, stream, q);
+        return launch_smem<kernel>(grid, Tr::kWarpgroups * 128, smem, stream, pdl_of(a), q);
     });
 }
 

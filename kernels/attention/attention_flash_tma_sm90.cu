@@ -412,6 +412,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     attention_flash_fwd_v5(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
                            const __grid_constant__ CUtensorMap tm_v) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     flash_tma_body<T, D, false>(p, tm_k, tm_v);
 #else
@@ -424,6 +425,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     attention_flash_fwd_v8(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
                            const __grid_constant__ CUtensorMap tm_v) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     flash_tma_body<T, D, true>(p, tm_k, tm_v);
 #else
@@ -621,6 +623,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     attention_flash_fwd_v9(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
                            const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ fp_tma::tile_order ord) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     flash_tma_persistent_body<T, D>(p, tm_k, tm_v, ord);
 #else
@@ -808,7 +811,7 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     const char *what = V == 8 ? "attention flash v8" : "attention flash v5";
     return run_with_partials<T, D>(a, p, stream, what, false, [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
-        return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, q, tm_k, tm_v);
+        return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, pdl_of(a), q, tm_k, tm_v);
     });
 }
 
@@ -891,7 +894,7 @@ fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
         [&](flash_params &q) {
             if (ord.items < 1) return cudaSuccess; // no query rows: nothing to run
             const dim3 grid((unsigned)fp_tma::persistent_ctas(ord.items, sms));
-            return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, q, tm_k, tm_v, ord);
+            return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, pdl_of(a), q, tm_k, tm_v, ord);
         },
         2);
 }

@@ -28,6 +28,7 @@
 // --scenario norm/... (timing, fused vs unfused).
 #include <cstdlib>
 
+#include "common/pdl.cuh"
 #include "norm/norm_common.cuh"
 
 namespace fpnorm {
@@ -92,6 +93,7 @@ __device__ __forceinline__ void norm_fwd_v1_row(const fp_norm_fwd_desc &d, int64
 // loop, uniform across the block (the barriers in row_sum stay convergent).
 template <typename T>
 __global__ void __launch_bounds__(kV1Threads) norm_fwd_v1(const fp_norm_fwd_desc d) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
     __shared__ float red_smem[32];
     for (int64_t row = blockIdx.x; row < d.rows; row += gridDim.x) norm_fwd_v1_row<T>(d, row, red_smem);
 }
@@ -114,6 +116,7 @@ __global__ void __launch_bounds__(kV1Threads) norm_fwd_v1(const fp_norm_fwd_desc
 // element, and each thread reads its own elements before writing them.
 template <typename T, int NV, int kOrder>
 __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_desc d) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
     constexpr int V = Vec<T>::N;
     constexpr bool kLoadsFirst = kOrder >= 1;
     // Parameters in registers from the start (kOrder 1): 4 more registers
@@ -253,6 +256,7 @@ constexpr int kV3Threads = 512;
 // its staged cells need no barrier; row_sum's barriers keep red_smem safe.
 template <typename T>
 __global__ void __launch_bounds__(kV3Threads) norm_fwd_v3(const fp_norm_fwd_desc d) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
     constexpr int V = Vec<T>::N;
     extern __shared__ uint4 fwd_stage_smem[];  // cols / V vectors of s
     __shared__ float red_smem[32];
@@ -436,8 +440,7 @@ static bool fwd_vectorizable(const fp_norm_fwd_desc &d, int V) {
 template <typename T>
 static cudaError_t launch_v1(const fp_norm_fwd_desc &d, cudaStream_t stream) {
     const int threads = (int)(d.cols < kV1Threads ? round_up32(d.cols) : kV1Threads);
-    norm_fwd_v1<T><<<v1_grid(d.rows), threads, 0, stream>>>(d);
-    return cudaGetLastError();
+    return fp_pdl::launch<norm_fwd_v1<T>>(dim3(v1_grid(d.rows)), dim3(threads), 0, stream, d.pdl != 0, d);
 }
 
 // FP_NORM_FWD_V2_ORDER (read once): 0, 1 or 2 forces that order whatever
@@ -468,11 +471,12 @@ static int v2_order(const fp_norm_fwd_desc &d, int64_t ctas) {
 }
 
 template <typename T, int NV>
-static void launch_v2_nv(const fp_norm_fwd_desc &d, dim3 grid, dim3 block, cudaStream_t stream) {
+static cudaError_t launch_v2_nv(const fp_norm_fwd_desc &d, dim3 grid, dim3 block, cudaStream_t stream) {
+    const bool pdl = d.pdl != 0;
     switch (v2_order(d, (int64_t)grid.x)) {
-    case 1: norm_fwd_v2<T, NV, 1><<<grid, block, 0, stream>>>(d); break;
-    case 2: norm_fwd_v2<T, NV, 2><<<grid, block, 0, stream>>>(d); break;
-    default: norm_fwd_v2<T, NV, 0><<<grid, block, 0, stream>>>(d); break;
+    case 1: return fp_pdl::launch<norm_fwd_v2<T, NV, 1>>(grid, block, 0, stream, pdl, d);
+    case 2: return fp_pdl::launch<norm_fwd_v2<T, NV, 2>>(grid, block, 0, stream, pdl, d);
+    default: return fp_pdl::launch<norm_fwd_v2<T, NV, 0>>(grid, block, 0, stream, pdl, d);
     }
 }
 
@@ -499,14 +503,14 @@ static bool launch_v2(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_
         grid = dim3((unsigned)d.rows);
     }
     switch (nv) {
-    case 1: launch_v2_nv<T, 1>(d, grid, block, stream); break;
-    case 2: launch_v2_nv<T, 2>(d, grid, block, stream); break;
-    case 4: launch_v2_nv<T, 4>(d, grid, block, stream); break;
+    case 1: *err = launch_v2_nv<T, 1>(d, grid, block, stream); break;
+    case 2: *err = launch_v2_nv<T, 2>(d, grid, block, stream); break;
+    case 4: *err = launch_v2_nv<T, 4>(d, grid, block, stream); break;
     default:
-        if constexpr (kMaxNV >= 8) launch_v2_nv<T, kMaxNV>(d, grid, block, stream);
+        if constexpr (kMaxNV >= 8) *err = launch_v2_nv<T, kMaxNV>(d, grid, block, stream);
+        else *err = cudaErrorInvalidValue;  // unreachable: nv is 1, 2, 4 or kMaxNV
         break;
     }
-    *err = cudaGetLastError();
     return true;
 }
 
@@ -525,8 +529,7 @@ static bool launch_v3(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_
         if ((*err = opt_in_once(norm_fwd_v3<T>, (int)avail)) != cudaSuccess)
             return true;
     }
-    norm_fwd_v3<T><<<v1_grid(d.rows), kV3Threads, smem, stream>>>(d);
-    *err = cudaGetLastError();
+    *err = fp_pdl::launch<norm_fwd_v3<T>>(dim3(v1_grid(d.rows)), dim3(kV3Threads), smem, stream, d.pdl != 0, d);
     return true;
 }
 

@@ -26,6 +26,8 @@ typedef struct fp_norm_fwd_desc {
     float eps;
     int sm_count;      /* the device's SMs (0: unknown): picks v2's load order
                           (norm_fwd.cu, launch_v2) */
+    int pdl;           /* 1: launch with programmatic dependent launch (the
+                          context's FP_CTX_LAUNCH_PDL; kernels/common/pdl.cuh) */
 } fp_norm_fwd_desc;
 
 typedef struct fp_norm_bwd_desc {

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "common/pdl.cuh"
 #include "timing/bandwidth.h"
 
 namespace {
@@ -38,6 +39,7 @@ __device__ __forceinline__ float axpby1(float alpha, float x, float beta, float 
 template <typename T>
 __global__ void axpby_v1(const T *__restrict__ x, const T *__restrict__ y, T *__restrict__ out,
                          size_t n, float alpha, float beta) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = from_f32<T>(axpby1(alpha, to_f32(x[i]), beta, to_f32(y[i])));
 }
@@ -46,6 +48,7 @@ __global__ void axpby_v1(const T *__restrict__ x, const T *__restrict__ y, T *__
 template <typename T>
 __global__ void axpby_v2(const T *__restrict__ x, const T *__restrict__ y, T *__restrict__ out,
                          size_t n, float alpha, float beta) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
     constexpr int VEC = 16 / sizeof(T);
     const size_t nvec = n / VEC;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -95,29 +98,29 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 template <typename T>
 cudaError_t launch_axpby(int version, size_t n, float alpha, const void *x, float beta, const void *y,
-                         void *out, int sm_count, cudaStream_t stream) {
+                         void *out, int sm_count, bool pdl, cudaStream_t stream) {
     const T *xt = static_cast<const T *>(x), *yt = static_cast<const T *>(y);
     T *ot = static_cast<T *>(out);
-    if (version == 2 && aligned16(x) && aligned16(y) && aligned16(out)) {
-        axpby_v2<T><<<grid_for(n / (16 / sizeof(T)) + 1, sm_count), kThreads, 0, stream>>>(xt, yt, ot, n, alpha, beta);
-    } else {
-        size_t blocks = (n + kThreads - 1) / kThreads;
-        if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
-        axpby_v1<T><<<(unsigned)blocks, kThreads, 0, stream>>>(xt, yt, ot, n, alpha, beta);
-    }
-    return cudaGetLastError();
+    if (version == 2 && aligned16(x) && aligned16(y) && aligned16(out))
+        return fp_pdl::launch<axpby_v2<T>>(dim3(grid_for(n / (16 / sizeof(T)) + 1, sm_count)), dim3(kThreads), 0,
+                                           stream, pdl, xt, yt, ot, n, alpha, beta);
+    size_t blocks = (n + kThreads - 1) / kThreads;
+    if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
+    return fp_pdl::launch<axpby_v1<T>>(dim3((unsigned)blocks), dim3(kThreads), 0, stream, pdl, xt, yt, ot, n, alpha,
+                                       beta);
 }
 
 }  // namespace
 
 extern "C" cudaError_t fp_launch_axpby(int version, int dtype, size_t n, float alpha, const void *x,
-                                       float beta, const void *y, void *out, int sm_count,
+                                       float beta, const void *y, void *out, int sm_count, int pdl,
                                        cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
+    const bool p = pdl != 0;
     switch (dtype) {
-    case 0: return launch_axpby<float>(version, n, alpha, x, beta, y, out, sm_count, stream);
-    case 1: return launch_axpby<__half>(version, n, alpha, x, beta, y, out, sm_count, stream);
-    case 2: return launch_axpby<__nv_bfloat16>(version, n, alpha, x, beta, y, out, sm_count, stream);
+    case 0: return launch_axpby<float>(version, n, alpha, x, beta, y, out, sm_count, p, stream);
+    case 1: return launch_axpby<__half>(version, n, alpha, x, beta, y, out, sm_count, p, stream);
+    case 2: return launch_axpby<__nv_bfloat16>(version, n, alpha, x, beta, y, out, sm_count, p, stream);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -13,9 +13,11 @@ extern "C" {
 /* out[i] = alpha * x[i] + beta * y[i] over n elements of dtype (0 f32,
  * 1 f16, 2 bf16 as fp_dtype). version 1: one element per thread, scalar
  * loads; version 2: 16-byte vector loads, grid-stride (falls back to v1
- * semantics on misaligned pointers). Returns the launch's cudaError_t. */
+ * semantics on misaligned pointers). pdl: launch with programmatic
+ * dependent launch (kernels/common/pdl.cuh). Returns the launch's
+ * cudaError_t. */
 cudaError_t fp_launch_axpby(int version, int dtype, size_t n, float alpha, const void *x,
-                            float beta, const void *y, void *out, int sm_count, cudaStream_t stream);
+                            float beta, const void *y, void *out, int sm_count, int pdl, cudaStream_t stream);
 
 /* dst[0..bytes) = src[0..bytes) with 16-byte vector loads where aligned. */
 cudaError_t fp_launch_copy(void *dst, const void *src, size_t bytes, int sm_count, cudaStream_t stream);

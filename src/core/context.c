@@ -32,6 +32,25 @@ fp_status fp_ctx_activate(const fp_context *ctx) {
     return FP_OK;
 }
 
+/* FP_CTX_LAUNCH_PDL's value v (-1 off, 0 default, 1 on) resolved for ctx:
+ * on only where asked and the device has programmatic dependent launch
+ * (compute capability 9.0+). The default is off: no GPU has measured it yet
+ * (benchmarks/NOTES.md, session 22). */
+static int resolve_pdl(const fp_context *ctx, int64_t v) {
+    return ctx->kind == FP_DEVICE_CUDA && v == 1 && ctx->info.cc_major >= 9;
+}
+
+/* FASTPATH_PDL=1 / =0 at a context's creation: FP_CTX_LAUNCH_PDL 1 / -1
+ * (anything else: the default), so that a process can turn it on for every
+ * context (fastbench's A/B runs, the torch drop-ins' contexts). */
+static int64_t pdl_env(void) {
+    const char *e = getenv("FASTPATH_PDL");
+    if (!e) return 0;
+    if (strcmp(e, "1") == 0) return 1;
+    if (strcmp(e, "0") == 0) return -1;
+    return 0;
+}
+
 static int default_cpu_threads(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
@@ -102,6 +121,7 @@ fp_status fp_context_create(fp_device_kind kind, int device_index, fp_context **
         fp_context_destroy(ctx); /* keeps the detail message: destroy sets none */
         return st;
     }
+    ctx->launch_pdl = resolve_pdl(ctx, pdl_env());
     *out = ctx;
     return FP_OK;
 }
@@ -164,6 +184,11 @@ fp_status fp_context_set_option(fp_context *ctx, fp_context_option opt, int64_t 
         FP_CHECK_ARG(value == 0 || value == 1, "FP_CTX_ATTENTION_SPLIT_COMBINE must be 0 or 1 (got %lld)",
                      (long long)value);
         ctx->attn_split_combine = (int)value; /* read by CUDA dispatch only */
+        return FP_OK;
+    case FP_CTX_LAUNCH_PDL:
+        FP_CHECK_ARG(value >= -1 && value <= 1, "FP_CTX_LAUNCH_PDL must be -1, 0 or 1 (got %lld)",
+                     (long long)value);
+        ctx->launch_pdl = resolve_pdl(ctx, value); /* read by CUDA launchers only */
         return FP_OK;
     case FP_CTX_SCRATCH_KEEP_BYTES: {
         FP_CHECK_ARG(value >= -1, "FP_CTX_SCRATCH_KEEP_BYTES must be >= -1 (got %lld)", (long long)value);

@@ -143,6 +143,9 @@ struct fp_context {
     void *scratch_pool;         /* cudaMemPool_t (FP_CTX_SCRATCH_KEEP_BYTES), or NULL */
     int attn_kernel;            /* FP_CTX_ATTENTION_KERNEL: preferred flash version, 0 = default */
     int attn_split_combine;     /* FP_CTX_ATTENTION_SPLIT_COMBINE: 0 fused (default), 1 separate kernel */
+    int launch_pdl;             /* FP_CTX_LAUNCH_PDL resolved: 1 = the library's kernels launch with
+                                   programmatic dependent launch (asked for, and compute
+                                   capability >= 9.0); read by the launchers (kernels/common/pdl.cuh) */
     pthread_mutex_t ws_mu;      /* guards ws*, held by a scratch user from get to put */
     fp_ws_slot ws[FP_WS_STREAMS];
     unsigned long long ws_clock;

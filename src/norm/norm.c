@@ -263,6 +263,7 @@ static fp_status fwd_run(fp_context *ctx, fp_stream stream, const fp_norm_fwd_de
     cudaStream_t s = fp_ctx_stream(ctx, stream);
     fp_norm_fwd_desc dd = *d;
     dd.sm_count = ctx->info.sm_count;
+    dd.pdl = ctx->launch_pdl;
     if (unfused) return launch_status(fp_norm_fwd_unfused_launch(&dd, s), "fp_norm_fwd_unfused_launch");
     return launch_status(fp_norm_fwd_launch(&dd, version, s), "fp_norm_fwd_launch");
 }

@@ -47,7 +47,7 @@ fp_status fp_axpby(fp_context *ctx, fp_stream stream, int version, fp_dtype dtyp
     if (ctx->kind == FP_DEVICE_CUDA) {
         FP_TRY(fp_ctx_activate(ctx));
         FP_CUDA_TRY(fp_launch_axpby(version, (int)dtype, n, alpha, x, beta, y, out, ctx->info.sm_count,
-                                    fp_ctx_stream(ctx, stream)));
+                                    ctx->launch_pdl, fp_ctx_stream(ctx, stream)));
         return FP_OK;
     }
     if (version == 1) {

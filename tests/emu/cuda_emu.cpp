@@ -109,6 +109,7 @@ struct Fiber {
     unsigned char slot[kSlotBytes];
     std::vector<ExtState> ext;  // thread_ext
     std::vector<std::pair<void (*)(void *), void *>> exit_hooks;  // at_thread_exit
+    bool pdl_entered;  // called pdl_enter (griddepcontrol.wait)
 };
 
 // Shadow of one arena byte.
@@ -156,6 +157,7 @@ struct BlockState {
     BlockBody body = nullptr;
     void *ctx = nullptr;
     bool reverse = false;  // FP_EMU_REVERSE: each pass runs the threads from the last
+    bool pdl = false;      // the launch has programmatic stream serialization (pdl_require)
     bool failed = false;
     std::string failure;
 };
@@ -196,6 +198,10 @@ void fiber_entry() {
     BlockState *b = g_block;
     b->body(b->ctx);
     Fiber *f = g_fiber;
+    if (b->pdl && !f->pdl_entered)
+        kernel_fail("launched with programmatic dependent launch, a thread exited without fp_pdl::enter() "
+                    "(griddepcontrol.wait): whatever it read may have been its predecessor's output before "
+                    "it was written (kernels/common/pdl.cuh)");
     // Exit checks, in the thread's context (they may fail the launch): its
     // own, then the block's when it is the last thread to exit.
     std::vector<std::pair<void (*)(void *), void *>> hooks;
@@ -424,6 +430,7 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
         f.regs.warp = i / 32;
         f.regs.block = &b;
         f.state = RUNNABLE;
+        f.pdl_entered = false;
         f.mask = 0;
         f.what = "";
         f.result = nullptr;
@@ -569,6 +576,17 @@ void kernel_fail(const char *fmt, ...) {
     f->state = DONE;  // never resumed
     ctx_swap(&f->ctx, &b->sched);
     abort();  // unreachable
+}
+
+void pdl_enter() { self("fp_pdl::enter")->pdl_entered = true; }
+
+void pdl_require(const char *what) {
+    Fiber *f = self(what);
+    if (f->regs.block->pdl && !f->pdl_entered)
+        kernel_fail("launched with programmatic dependent launch, a thread issued %s before fp_pdl::enter() "
+                    "(griddepcontrol.wait): it may read its predecessor's output before it is written "
+                    "(kernels/common/pdl.cuh)",
+                    what);
 }
 
 unsigned char *dynamic_smem() { return self("dynamic shared memory")->regs.block->arena; }
@@ -835,13 +853,14 @@ std::string kernel_name(const void *func) {
     return r;
 }
 
-cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem, size_t *record) {
+cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem, size_t *record, bool pdl) {
     g_launches++;
     fp_emu_count_call(FP_EMU_CALL_LAUNCH);
+    if (pdl) fp_emu_count_call(FP_EMU_CALL_LAUNCH_PDL);
     size_t rec;
     {
         std::lock_guard<std::mutex> lk(g_state_mu);
-        g_log.push_back(LaunchRecord{func, grid, block, smem, cudaSuccess});
+        g_log.push_back(LaunchRecord{func, grid, block, smem, cudaSuccess, pdl});
         rec = g_log.size() - 1;
     }
     if (record) *record = rec;
@@ -878,7 +897,8 @@ cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem, s
     return cudaSuccess;
 }
 
-cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBody body, void *ctx, size_t rec) {
+cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBody body, void *ctx, size_t rec,
+                       bool pdl) {
     const unsigned long long nthreads = (unsigned long long)block.x * block.y * block.z;
     const size_t stack_sz = stack_bytes();
     // Untouched until used (no zero fill of nthreads x 128 KiB per launch),
@@ -905,6 +925,7 @@ cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBo
     b.ctx = ctx;
     const char *rev = getenv("FP_EMU_REVERSE");
     b.reverse = rev && *rev && strcmp(rev, "0") != 0;
+    b.pdl = pdl;
     b.arena_size = smem;
     b.arena = static_cast<unsigned char *>(aligned_alloc(1024, (smem + 1023) / 1024 * 1024 + 1024));
     b.shadow.assign(smem, Shadow{-1, 0, -1, 0, 0, 0, 0, -1, 0});

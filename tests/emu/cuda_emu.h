@@ -214,24 +214,43 @@ extern std::function<void()> (*g_activity_hook)(cudaGraphNodeType type, std::fun
 // Launch: the configuration is checked at once (a refused launch is
 // cudaGetLastError's error on the calling thread); the grid runs later.
 typedef void (*BlockBody)(void *ctx);
-// *record: the launch's entry in launch_log().
-cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem, size_t *record = nullptr);
+// *record: the launch's entry in launch_log(); pdl: launched with
+// programmatic stream serialization (kernels/common/pdl.cuh).
+cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem, size_t *record = nullptr,
+                         bool pdl = false);
 // Runs every block; a kernel that breaks a rule fails the launch: the error
 // is then the device's (cudaGetLastError and the synchronizing calls report
 // it, as a GPU reports a fault) and last_failure() says why.
+// A pdl launch checks the rule of kernels/common/pdl.cuh: each thread calls
+// pdl_enter() before it exits or issues an async copy (pdl_require).
 cudaError_t launch_run(const void *func, dim3 grid, dim3 block, size_t smem, BlockBody body, void *ctx,
-                       size_t record);
+                       size_t record, bool pdl = false);
+// griddepcontrol.launch_dependents + griddepcontrol.wait (fp_pdl::enter):
+// the predecessor has run (the emulation runs a stream's work in order), so
+// this notes that the calling thread waited.
+void pdl_enter();
+// An emulated global-memory access of kind `what` by the calling thread: in
+// a pdl launch before pdl_enter(), the launch fails (on a GPU it could read
+// the predecessor's outputs before they are written).
+void pdl_require(const char *what);
 
 template <typename... P> struct Launcher {
     void (*fn)(P...);
     dim3 grid, block;
     size_t smem;
     cudaStream_t stream;
+    bool pdl = false;  // cudaLaunchAttributeProgrammaticStreamSerialization
+    Launcher with_pdl() const {
+        Launcher l = *this;
+        l.pdl = true;
+        return l;
+    }
     template <typename... A> void operator()(A &&...args) const {
         // The parameters' values now (the kernel parameter space).
         std::tuple<P...> params(std::forward<A>(args)...);
         size_t record = 0;
-        if (launch_check(reinterpret_cast<const void *>(fn), grid, block, smem, &record) != cudaSuccess) return;
+        if (launch_check(reinterpret_cast<const void *>(fn), grid, block, smem, &record, pdl) != cudaSuccess)
+            return;
         const Launcher self = *this;
         submit_node(stream, [self, params, record] { self.run(params, record); }, cudaGraphNodeTypeKernel,
                     reinterpret_cast<const void *>(fn));
@@ -248,12 +267,12 @@ template <typename... P> struct Launcher {
                        std::tuple<P...> copy = *x->params;
                        std::apply(x->fn, copy);
                    },
-                   &ctx, record);
+                   &ctx, record, pdl);
     }
 };
 template <typename... P>
 Launcher<P...> make_launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = 0) {
-    return Launcher<P...>{fn, grid, block, smem, stream};
+    return Launcher<P...>{fn, grid, block, smem, stream, false};
 }
 
 // The emulated device (cudaDeviceGetAttribute and friends answer from it).
@@ -285,6 +304,7 @@ struct LaunchRecord {
     dim3 grid, block;
     size_t smem;
     cudaError_t result;
+    bool pdl;  // launched with programmatic stream serialization
 };
 const std::vector<LaunchRecord> &launch_log();
 void clear_launch_log();

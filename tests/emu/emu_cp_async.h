@@ -33,6 +33,7 @@ struct CpAsyncState {
 
 // cp.async.{ca,cg}.shared.global [dst], [src], bytes, src_bytes;
 inline void cp_async(uint32_t dst, const void *src, int bytes, int src_bytes) {
+    pdl_require("cp.async");
     if (bytes != 4 && bytes != 8 && bytes != 16) kernel_fail("cp.async of %d bytes (4, 8 or 16)", bytes);
     if (src_bytes < 0 || src_bytes > bytes) kernel_fail("cp.async src-size %d of a %d-byte copy", src_bytes, bytes);
     if (dst % (uint32_t)bytes) kernel_fail("cp.async to shared address %u, not %d-byte aligned", dst, bytes);

@@ -30,7 +30,10 @@ typedef enum fp_emu_call_kind {
     /* kernel launches (<<<>>>, emulated cuBLAS GEMMs not included): each
      * costs about 3 us of host time on a GPU (graph/op_host_cost) */
     FP_EMU_CALL_LAUNCH = 5,
-    FP_EMU_CALL_KINDS = 6
+    /* the launches among those with programmatic stream serialization
+     * (kernels/common/pdl.cuh; FP_CTX_LAUNCH_PDL) */
+    FP_EMU_CALL_LAUNCH_PDL = 6,
+    FP_EMU_CALL_KINDS = 7
 } fp_emu_call_kind;
 
 typedef struct fp_emu_runtime_counts {

@@ -553,6 +553,7 @@ inline bool mbarrier_try_wait_parity(uint32_t addr, uint32_t parity) {
 // cp.async.bulk.tensor.<rank>d.shared::cluster.global.mbarrier::complete_tx::bytes
 // [dst], [map, {coords}], [bar]
 inline void tma_load_tiled(uint32_t dst, const void *map_ptr, int rank, const int *coords, uint32_t bar) {
+    pdl_require("cp.async.bulk.tensor");
     EmuTensorMap m;
     std::memcpy(&m, map_ptr, sizeof m);
     if (m.magic != kTensorMapMagic)

@@ -5,6 +5,7 @@
 // kernels' tests by accident).
 #include <cuda_runtime.h>
 
+#include "common/pdl.cuh"
 #include "emu_cp_async.h"
 #include "emu_test.h"
 
@@ -154,6 +155,23 @@ __global__ void cp_tile(const float *src, float *out, int mode) {
     std::memcpy(out + 4 * threadIdx.x, fp_emu::smem_at(mine, 16), 16);
 }
 
+// Programmatic dependent launch (kernels/common/pdl.cuh): a kernel that
+// enters first; one that never does; one that copies before it does.
+__global__ void pdl_scale(const float *x, float *y) {
+    fp_pdl::enter();
+    y[threadIdx.x] = 2.0f * x[threadIdx.x];
+}
+__global__ void pdl_no_enter(const float *x, float *y) { y[threadIdx.x] = x[threadIdx.x]; }
+__global__ void pdl_copy_first(const float *src, float *out) {
+    extern __shared__ __align__(16) float stage[];
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(stage);
+    fp_emu::cp_async(base + 16 * threadIdx.x, src + 4 * threadIdx.x, 16, 16);
+    fp_pdl::enter();
+    fp_emu::cp_async_commit();
+    fp_emu::cp_async_wait_group(0);
+    out[threadIdx.x] = src[threadIdx.x];
+}
+
 int main() {
     // block_sum: 3 blocks of 96 threads (3 warps; the last partial warp).
     {
@@ -264,6 +282,28 @@ int main() {
         EXPECT(failed_with(cudaGetLastError(), "in flight"));
         cp_tile<<<1, 16, 256>>>(src.data(), out.data(), 2);  // thread 0 reads thread 5's bytes first
         EXPECT(failed_with(cudaGetLastError(), "race: thread (5,0,0) issues an async copy"));
+    }
+    // Programmatic dependent launch: the attribute is recorded and counted;
+    // a thread that exits or copies before fp_pdl::enter fails the launch.
+    {
+        std::vector<float> x(32), y(32, -1.0f);
+        for (int i = 0; i < 32; ++i) x[i] = (float)i;
+        fp_emu_runtime_counts c0, c1;
+        fp_emu_runtime_counts_get(&c0);
+        EXPECT((fp_pdl::launch<pdl_scale>(dim3(1), dim3(32), 0, 0, true, x.data(), y.data())) == cudaSuccess);
+        fp_emu_runtime_counts_get(&c1);
+        EXPECT(y[31] == 62.0f && fp_emu::launch_log().back().pdl);
+        EXPECT(c1.n[FP_EMU_CALL_LAUNCH_PDL] == c0.n[FP_EMU_CALL_LAUNCH_PDL] + 1);
+        EXPECT((fp_pdl::launch<pdl_scale>(dim3(1), dim3(32), 0, 0, false, x.data(), y.data())) == cudaSuccess);
+        EXPECT(!fp_emu::launch_log().back().pdl);
+        EXPECT((fp_pdl::launch<pdl_no_enter>(dim3(1), dim3(32), 0, 0, false, x.data(), y.data())) == cudaSuccess);
+        EXPECT(failed_with(fp_pdl::launch<pdl_no_enter>(dim3(1), dim3(32), 0, 0, true, x.data(), y.data()),
+                           "exited without fp_pdl::enter()"));
+        std::vector<float> src(64, 1.0f), out(16);
+        EXPECT((fp_pdl::launch<pdl_copy_first>(dim3(1), dim3(16), 256, 0, false, src.data(), out.data())) ==
+               cudaSuccess);
+        EXPECT(failed_with(fp_pdl::launch<pdl_copy_first>(dim3(1), dim3(16), 256, 0, true, src.data(), out.data()),
+                           "issued cp.async before fp_pdl::enter()"));
     }
     return emu_test_end("test_emu_runtime");
 }

@@ -29,6 +29,14 @@
 #include "norm/norm_launch.h"
 
 static fp_context *g_ctx;
+/* argument "pdl": the context launches with programmatic dependent launch
+ * (FP_CTX_LAUNCH_PDL 1): every launch of norm forward and of flash
+ * attention (and its split-KV combine) must then carry the attribute, none
+ * of the ops outside that set (norm backward, the materialized baseline),
+ * with the counts above unchanged and replays still equal to eager calls
+ * (the emulation also fails any such launch whose thread touches memory
+ * before fp_pdl::enter: kernels/common/pdl.cuh) */
+static int g_pdl;
 
 /* A device buffer an op reads (refilled between replays unless fixed) or
  * writes (compared). */
@@ -261,9 +269,15 @@ static void check_calls(op *o) {
     st = o->run(o, NULL);
     fp_emu_runtime_counts_get(&c);
     CHECK_MSG(st == FP_OK, "%s: %s", o->name, fp_last_error());
-    printf("%-44s alloc %lld  sync %lld  query %lld  set_device %lld  launches %lld  (get_device %lld)\n", o->name,
-           c.n[FP_EMU_CALL_ALLOC], c.n[FP_EMU_CALL_SYNC], c.n[FP_EMU_CALL_QUERY], c.n[FP_EMU_CALL_SET_DEVICE],
-           c.n[FP_EMU_CALL_LAUNCH], c.n[FP_EMU_CALL_GET_DEVICE]);
+    printf("%-44s alloc %lld  sync %lld  query %lld  set_device %lld  launches %lld (pdl %lld)  (get_device %lld)\n",
+           o->name, c.n[FP_EMU_CALL_ALLOC], c.n[FP_EMU_CALL_SYNC], c.n[FP_EMU_CALL_QUERY],
+           c.n[FP_EMU_CALL_SET_DEVICE], c.n[FP_EMU_CALL_LAUNCH], c.n[FP_EMU_CALL_LAUNCH_PDL],
+           c.n[FP_EMU_CALL_GET_DEVICE]);
+    const int pdl_op = o->run == run_norm_fwd || o->run == run_attn || o->run == run_attn_splits;
+    const long long want_pdl = g_pdl && pdl_op ? c.n[FP_EMU_CALL_LAUNCH] : 0;
+    CHECK_MSG(c.n[FP_EMU_CALL_LAUNCH] > 0, "%s: no kernel launched", o->name);
+    CHECK_MSG(c.n[FP_EMU_CALL_LAUNCH_PDL] == want_pdl, "%s: %lld of %lld launches with programmatic dependent launch, "
+              "expected %lld", o->name, c.n[FP_EMU_CALL_LAUNCH_PDL], c.n[FP_EMU_CALL_LAUNCH], want_pdl);
     /* each launch is ~3 us of host time on a GPU: split-KV decode with v1
      * combines in its split kernel (one launch, FP_CTX_ATTENTION_SPLIT_COMBINE 0) */
     if (o->launches)
@@ -352,8 +366,12 @@ static void check_op(op *o) {
     free_op(o);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     g_ctx = fp_test_cuda_context_or_skip();
+    g_pdl = argc > 1 && strcmp(argv[1], "pdl") == 0;
+    CHECK_STATUS(fp_context_set_option(g_ctx, FP_CTX_LAUNCH_PDL, 2), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "FP_CTX_LAUNCH_PDL") != NULL);
+    CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_LAUNCH_PDL, g_pdl ? 1 : -1));
     op o;
 
     /* norm forward: each version; v3 at 32768 bf16 cols stages 64 KiB (opt-in) */

@@ -5,7 +5,8 @@
  * during capture (a sync, cudaMalloc) give FP_ERR_UNSUPPORTED and leave the
  * stream usable; the legacy stream refused; a pool's memory and allocations
  * made through it during capture (replays allocate nothing); the cache's lazy
- * capture with padding; the validate A/B. */
+ * capture with padding; the validate A/B; the chain with programmatic
+ * dependent launch, eager and replayed, equal to the chain without. */
 #include <cuda_runtime_api.h>
 #include <string.h>
 
@@ -121,6 +122,55 @@ static void test_chain(void) {
     CHECK_OK(fp_graph_pool_free(pool, c2.y));
     CHECK_OK(fp_graph_pool_destroy(pool));
     free(ex), free(ey), free(gx), free(gy);
+}
+
+/* The chain with programmatic dependent launch (FP_CTX_LAUNCH_PDL 1,
+ * kernels/common/pdl.cuh): each kernel reads what the one before it wrote,
+ * so a kernel that read before its predecessor finished would give other
+ * bits. Eager calls and replays of a capture (programmatic edges), against
+ * the chain without it, over replays with new data. On a device without
+ * PDL (before compute capability 9.0) the option changes nothing and the
+ * results must still agree. */
+static void test_chain_pdl(void) {
+    const size_t n = FP_TEST_EMULATED ? 1000 : (size_t)1 << 18;
+    const int reps = FP_TEST_EMULATED ? 3 : 30;
+    chain c = {NULL, NULL, n, 40};
+    CHECK_OK(fp_mem_alloc(g_ctx, n * sizeof(float), (void **)&c.x));
+    CHECK_OK(fp_mem_alloc(g_ctx, n * sizeof(float), (void **)&c.y));
+    CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_LAUNCH_PDL, 1));
+    fp_graph *g = NULL;
+    upload_rand(c.x, n, 1);
+    upload_rand(c.y, n, 2);
+    CHECK_OK(fp_graph_capture(g_ctx, NULL, chain_fn, &c, NULL, &g));
+    float *rx = malloc(n * 4), *ry = malloc(n * 4), *px = malloc(n * 4), *py = malloc(n * 4);
+    for (int r = 0; r < reps; ++r) {
+        CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_LAUNCH_PDL, -1));
+        upload_rand(c.x, n, 300 + r);
+        upload_rand(c.y, n, 400 + r);
+        CHECK_OK(chain_fn(&c, NULL));
+        download(rx, c.x, n);
+        download(ry, c.y, n);
+        CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_LAUNCH_PDL, 1));
+        upload_rand(c.x, n, 300 + r);
+        upload_rand(c.y, n, 400 + r);
+        CHECK_OK(chain_fn(&c, NULL));
+        download(px, c.x, n);
+        download(py, c.y, n);
+        CHECK_MSG(memcmp(rx, px, n * 4) == 0 && memcmp(ry, py, n * 4) == 0,
+                  "round %d: the chain with programmatic dependent launch differs from the chain without", r);
+        upload_rand(c.x, n, 300 + r);
+        upload_rand(c.y, n, 400 + r);
+        CHECK_OK(fp_graph_replay(g, NULL));
+        download(px, c.x, n);
+        download(py, c.y, n);
+        CHECK_MSG(memcmp(rx, px, n * 4) == 0 && memcmp(ry, py, n * 4) == 0,
+                  "round %d: the replay captured with programmatic dependent launch differs from eager", r);
+    }
+    CHECK_OK(fp_graph_destroy(g));
+    CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_LAUNCH_PDL, 0));
+    fp_mem_free(g_ctx, c.x);
+    fp_mem_free(g_ctx, c.y);
+    free(rx), free(ry), free(px), free(py);
 }
 
 /* Callbacks that break the capture. */
@@ -348,6 +398,7 @@ static void test_cache_uncapturable(void) {
 int main(void) {
     g_ctx = fp_test_cuda_context_or_skip();
     test_chain();
+    test_chain_pdl();
     test_illegal_calls();
     test_pool_allocations();
     test_cache();

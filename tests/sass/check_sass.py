@@ -47,48 +47,52 @@ SKIP = 77
 # __shared__ bytes, res-usage SHARED 0: a kernel sized to the 48 KiB a
 # launch gets without the opt-in, or to the opt-in limit, fails to launch
 # with any static bytes beside its dynamic ones; the CPU emulation does not
-# count static shared memory, so only this check sees it).
+# count static shared memory, so only this check sees it), "pdl" (a kernel
+# that kernels/common/pdl.cuh may launch with programmatic dependent launch:
+# on sm_90 and later its SASS has the wait, ACQBULK; and for every kernel
+# that has one, no global memory instruction comes before the first: a read
+# there could see the previous kernel's output before it is written).
 BASE = ("sm_80+",)  # every architecture from sm_80 on (sm_80, sm_90, sm_90a, sm_100, ...)
 VEC_LOAD = {r"^LDG\.E\.128": 1}
 VEC_LOAD_STORE = {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1}
 RULES = [
     # flash attention, sm_80 path (mma.sync m16n8k16, ldmatrix, cp.async 16 B)
     ("flash fwd bf16 (mma.sync)", "attention", r"attention_flash_fwd_v[127]<__nv_bfloat16,", BASE,
-     {r"^HMMA\.16816\.F32\.BF16$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem")),
+     {r"^HMMA\.16816\.F32\.BF16$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem", "pdl")),
     ("flash fwd f16 (mma.sync)", "attention", r"attention_flash_fwd_v[127]<__half,", BASE,
-     {r"^HMMA\.16816\.F32$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem")),
+     {r"^HMMA\.16816\.F32$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem", "pdl")),
     # the decode kernel (v6): the same instructions at head_dim 32's minimum
     # (2 k-steps of Q K^T and 2 d-blocks of P V per warp and tile, x2 n8 halves)
     ("decode fwd v6 bf16 (mma.sync)", "attention", r"attention_decode_fwd_v6<__nv_bfloat16,", BASE,
-     {r"^HMMA\.16816\.F32\.BF16$": 8, r"^LDSM": 4, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem")),
+     {r"^HMMA\.16816\.F32\.BF16$": 8, r"^LDSM": 4, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem", "pdl")),
     ("decode fwd v6 f16 (mma.sync)", "attention", r"attention_decode_fwd_v6<__half,", BASE,
-     {r"^HMMA\.16816\.F32$": 8, r"^LDSM": 4, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem")),
+     {r"^HMMA\.16816\.F32$": 8, r"^LDSM": 4, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem", "pdl")),
     # Hopper paths: wgmma (HGMMA) with operands in shared memory; v5 loads by TMA
     # under mbarriers (SYNCS); the pipelined v3 and v5 overlap softmax and wgmma.
     ("flash fwd v3 (wgmma)", "attention", r"attention_flash_fwd_v3<[^,]+, \d+, false>", ("sm_90a",),
-     {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "ex2_ftz")),
+     {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "ex2_ftz", "pdl")),
     ("flash fwd v3 pipelined (wgmma)", "attention", r"attention_flash_fwd_v3<[^,]+, \d+, true>", ("sm_90a",),
-     {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz")),
+     {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     ("flash fwd v5 (wgmma + TMA)", "attention", r"attention_flash_fwd_v5<", ("sm_90a",),
-     {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz")),
+     {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     # v8: v5 whose consumer warpgroups take turns (bar.sync on its own turn
     # barrier, bar.arrive on the other's: BAR.ARV in SASS)
     ("flash fwd v8 (wgmma + TMA, ping-pong)", "attention", r"attention_flash_fwd_v8<", ("sm_90a",),
      {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2},
-     ("hgmma_batched", "hgmma_overlap", "ex2_ftz")),
+     ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     # v9: v8 in persistent CTAs; the producer draws the next item's ticket
     # with a global atomic add (fp_tma::producer_items)
     ("flash fwd v9 (wgmma + TMA, ping-pong, persistent)", "attention", r"attention_flash_fwd_v9<", ("sm_90a",),
      {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2, r"^ATOMG\.E\.ADD": 1},
-     ("hgmma_batched", "hgmma_overlap", "ex2_ftz")),
-    ("split-KV combine", "attention", r"attention_split_combine_v1<", BASE + ("sm_90a",), {}, ()),
+     ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
+    ("split-KV combine", "attention", r"attention_split_combine_v1<", BASE + ("sm_90a",), {}, ("pdl",)),
     # materialized baseline and helpers (the GEMMs are cuBLAS)
     ("attention baseline helpers", "attention",
      r"attention_(zero_rows|masked_softmax|rowwise|gather_pages)_v0<", BASE, {}, ()),
     # norm: the vector kernels move rows in 16-byte loads and stores
-    ("norm fwd vector", "norm", r"fpnorm::norm_fwd_v2<", BASE, VEC_LOAD_STORE, ()),
+    ("norm fwd vector", "norm", r"fpnorm::norm_fwd_v2<", BASE, VEC_LOAD_STORE, ("pdl",)),
     ("norm fwd staged row", "norm", r"fpnorm::norm_fwd_v3<", BASE,
-     dict(VEC_LOAD_STORE, **{r"^STS\.128": 1, r"^LDS\.128": 2}), ("no_narrow_lds",)),
+     dict(VEC_LOAD_STORE, **{r"^STS\.128": 1, r"^LDS\.128": 2}), ("no_narrow_lds", "pdl")),
     ("norm bwd dx vector", "norm", r"fpnorm::norm_bwd_dx_v2<", BASE, VEC_LOAD_STORE, ()),
     ("norm bwd dx staged row", "norm", r"fpnorm::norm_bwd_dx_staged<", BASE,
      dict(VEC_LOAD_STORE, **{r"^STS\.128": 2, r"^LDS\.128": 2}), ("no_narrow_lds",)),
@@ -100,16 +104,27 @@ RULES = [
     ("norm bwd dparams vector", "norm", r"fpnorm::norm_bwd_dparams<[^,]+, [248]>", BASE, VEC_LOAD, ()),
     ("norm unfused vector", "norm", r"fpnorm::norm_(bwd_)?unfused_elementwise<[^,]+, true>", BASE, VEC_LOAD_STORE, ()),
     # scalar paths (misaligned pointers, odd cols) and reductions
+    ("norm fwd scalar", "norm", r"fpnorm::norm_fwd_v1<", BASE, {}, ("pdl",)),
     ("norm scalar / reduce", "norm",
-     r"fpnorm::norm_(fwd_v1|bwd_dx_v1|bwd_reduce_v[12])<|fpnorm::norm_bwd_dparams<[^,]+, 1>|"
+     r"fpnorm::norm_(bwd_dx_v1|bwd_reduce_v[12])<|fpnorm::norm_bwd_dparams<[^,]+, 1>|"
      r"fpnorm::norm_(bwd_)?unfused_elementwise<[^,]+, false>", BASE, {}, ()),
     # bandwidth probes and the timing engine's kernels
-    ("copy / axpby vector", "core", r"^(copy_v1|void axpby_v2<)", BASE, VEC_LOAD_STORE, ()),
-    ("axpby scalar", "core", r"^void axpby_v1<", BASE, {}, ()),
+    ("copy vector", "core", r"^copy_v1", BASE, VEC_LOAD_STORE, ()),
+    ("axpby vector", "core", r"^void axpby_v2<", BASE, VEC_LOAD_STORE, ("pdl",)),
+    ("axpby scalar", "core", r"^void axpby_v1<", BASE, {}, ("pdl",)),
     ("launch probes (empty kernels)", "core", r"^empty_(small|big)\(", BASE, {}, ()),
     # communication: the buckets' gather / scatter moves 16-byte vectors
     ("bucket gather / scatter", "comm", r"^copies_kernel\(", BASE, VEC_LOAD_STORE, ()),
 ]
+
+
+# Global memory instructions (loads, stores, atomics, async and bulk copies):
+# none may come before a kernel's first ACQBULK (griddepcontrol.wait).
+GLOBAL_MEM = re.compile(r"^(LDG|STG|LDGSTS|ATOMG|RED|LD|ST|ATOM|UTMALDG|UTMASTG|UTMAREDG|UBLKCP|UBLKRED)(\.|$)")
+
+
+def arch_number(arch):
+    return int(re.sub(r"\D", "", arch)) if re.fullmatch(r"sm_\d+[a-z]?", arch or "") else 0
 
 
 def find_tool(name, args):
@@ -289,6 +304,16 @@ def check(lib, archs, modules, rules, tools, report=None):
             if narrow:
                 failures.append(f"[{arch}] {name}: narrow shared-memory loads {narrow} "
                                 f"({sum(ops[o] for o in narrow)}): the staged vectors are read piecewise")
+        waits = [i for i, (op, _) in enumerate(insns) if op == "ACQBULK"]
+        if "pdl" in extra and arch_number(arch) >= 90 and not waits:
+            failures.append(f"[{arch}] {name}: launched with programmatic dependent launch "
+                            f"(kernels/common/pdl.cuh) but no griddepcontrol.wait (ACQBULK) in its SASS")
+        if waits:
+            early = [op for op, _ in insns[:waits[0]] if GLOBAL_MEM.match(op)]
+            if early:
+                failures.append(f"[{arch}] {name}: {len(early)} global memory instructions {sorted(set(early))} "
+                                f"before the first griddepcontrol.wait (ACQBULK): they may see the previous "
+                                f"kernel's output before it is written")
         hgmma = [rest for op, rest in insns if op.startswith("HGMMA")]
         if "hgmma_batched" in extra:
             ends = sum(1 for rest in hgmma if "gsb0" in rest)
@@ -327,7 +352,7 @@ SELFTEST_RULES = [
     ("exp2 without fix-up", "core", r"^selftest_exp2f", ("sm_80",), {r"^MUFU\.EX2$": 1}, ("ex2_ftz",)),
     ("static shared flag", "core", r"^selftest_static_smem", ("sm_80",), {}, ("no_static_smem",)),
 ]
-SELFTEST_EXPECTED = [  # substrings, each in some failure
+SELFTEST_EXPECTED = [  # substrings, each in some failure (selftest_kernels.cu, sm_80)
     "selftest_scalar_copy", "LDG\\.E\\.128", "STG\\.E\\.128",  # 4-byte accesses where 16-byte ones are required
     "selftest_local_array: STACK", "selftest_local_array: local-memory",  # res-usage and LDL/STL
     "selftest_mma", "HMMA",  # f16 mma where bf16 is required
@@ -336,6 +361,17 @@ SELFTEST_EXPECTED = [  # substrings, each in some failure
     "no PTX for sm_80",  # built as code=sm_80 only
     "selftest_exp2f: ",  # exp2f's denormal fix-up where ex2.approx.ftz is required
     "selftest_static_smem: 4 bytes of static shared memory",  # a static __shared__ flag
+]
+
+
+SELFTEST_PDL_RULES = [
+    ("pdl clean", "core", r"^selftest_pdl_ok", ("sm_90",), {}, ("pdl",)),
+    ("pdl load before the wait", "core", r"^selftest_pdl_late", ("sm_90",), {}, ("pdl",)),
+    ("pdl without the wait", "core", r"^selftest_pdl_missing", ("sm_90",), {}, ("pdl",)),
+]
+SELFTEST_PDL_EXPECTED = [  # regexes, each matching some failure (selftest_pdl_kernels.cu, sm_90)
+    r"selftest_pdl_late: 1 global memory instructions \['LDG\.E'\] before the first",
+    r"selftest_pdl_missing: launched with programmatic dependent launch .* no griddepcontrol\.wait",
 ]
 
 
@@ -354,23 +390,30 @@ def self_test(tools, nvcc, workdir):
     if bad:
         print("SELF-TEST FAILED: architecture bookkeeping:", bad)
         return 1
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "selftest_kernels.cu")
-    lib = os.path.join(workdir, "libsass_selftest.so")
-    cmd = [nvcc, "-O3", "-gencode", "arch=compute_80,code=sm_80", "-shared", "-Xcompiler", "-fPIC",
-           "-o", lib, src]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        print(" ".join(cmd), "\n", r.stdout, r.stderr)
-        return 1
-    failures = check(lib, ({"sm_80"}, {"sm_80"}), {"core"}, SELFTEST_RULES, tools)
-    for f in failures:
-        print("reported:", f)
-    missing = [e for e in SELFTEST_EXPECTED if not any(e in f for f in failures)]
-    wrong = [f for f in failures if "selftest_vec_copy" in f]
-    if missing or wrong:
-        print("SELF-TEST FAILED: not reported:", missing, "wrongly reported:", wrong)
-        return 1
-    print(f"self-test passed: {len(failures)} defects reported as expected, the clean kernel not")
+    reported = 0
+    # (source, architecture, rules, expected regexes, the clean kernel)
+    for src, arch, rules, expected, clean in (
+            ("selftest_kernels.cu", "80", SELFTEST_RULES, [re.escape(e) for e in SELFTEST_EXPECTED],
+             "selftest_vec_copy"),
+            ("selftest_pdl_kernels.cu", "90", SELFTEST_PDL_RULES, SELFTEST_PDL_EXPECTED, "selftest_pdl_ok")):
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), src)
+        lib = os.path.join(workdir, "lib" + src.replace(".cu", ".so"))
+        cmd = [nvcc, "-O3", "-gencode", f"arch=compute_{arch},code=sm_{arch}", "-shared", "-Xcompiler", "-fPIC",
+               "-o", lib, path]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(" ".join(cmd), "\n", r.stdout, r.stderr)
+            return 1
+        failures = check(lib, ({"sm_" + arch}, {"sm_" + arch}), {"core"}, rules, tools)
+        for f in failures:
+            print("reported:", f)
+        missing = [e for e in expected if not any(re.search(e, f) for f in failures)]
+        wrong = [f for f in failures if clean in f]
+        if missing or wrong:
+            print(f"SELF-TEST FAILED ({src}): not reported:", missing, "wrongly reported:", wrong)
+            return 1
+        reported += len(failures)
+    print(f"self-test passed: {reported} defects reported as expected, the clean kernels not")
     return 0
 
 

@@ -158,7 +158,7 @@ class Context(_lib.Closeable):
 
     # fp_context_option (include/fastpath/core.h), by name
     OPTIONS = {"cpu_threads": 1, "workspace_bytes": 2, "scratch_keep_bytes": 3, "attention_kernel": 4,
-               "attention_split_combine": 5}
+               "attention_split_combine": 5, "launch_pdl": 6}
 
     def set_option(self, name, value):
         """fp_context_set_option by name (Context.OPTIONS), e.g.
