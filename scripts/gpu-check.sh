@@ -244,7 +244,7 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     "decode|attention/decode --batch 1 --kv 32768"
     "alloc|alloc/cache_hit alloc/trace_replay"
     "batcher|batcher/closed_loop batcher/gpu_model --clients 64"
-    "graph|graph/chain graph/decode_step graph/op_host_cost trace/span_cost"
+    "graph|graph/chain graph/decode_step graph/op_host_cost trace/span_cost graph/pdl"
     "pipeline|pipeline/bandwidth pipeline/pin_wait pipeline/host_memcpy"
     "overlap|pipeline/overlap"
     "overlapreg|pipeline/overlap --registered 1"
@@ -300,6 +300,11 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # graph run's rows
     "ab-decode6|attention/decode_versions"
     "ab-graph6|graph/decode_step --kernel 6 --batch 1"
+    # programmatic dependent launch (FP_CTX_LAUNCH_PDL 1) on both sides of
+    # the graph rows (eager vs replay, the host cost of a launch with the
+    # attribute), against the graph run's rows; graph/pdl there times it
+    # against without, interleaved
+    "ab-pdlgraph|graph/chain graph/decode_step graph/op_host_cost --kernels 100 --batch 1 --pdl 1"
     # what bounds each (the five-dimension verdict, fastbench --profile):
     # "prof-" runs trace their timed samples; their lines go to extra.txt
     "prof-mix|attention/prefill attention/decode norm/layernorm_fwd graph/op_host_cost --dtype bf16"

@@ -10,7 +10,9 @@
  * fp_graph_validate (the timing engine's interleaved A/B). Reported:
  * saved_us_per_kernel = (eager - replay) / kernels and the eager cost per
  * kernel. On a CPU context a replay calls the recorded chain (graph.h), so
- * the row reads SAME: it checks the path, not a saving.
+ * the row reads SAME: it checks the path, not a saving. --pdl 1: both sides
+ * with programmatic dependent launch (FP_CTX_LAUNCH_PDL; graph/pdl times it
+ * against without).
  */
 #include "fastpath/graph.h"
 #include "scenario.h"
@@ -39,6 +41,7 @@ static void run_chain_shape(fb_run *run, int kernels) {
     fp_context *ctx = fb_ctx(run);
     fb_result *r = fb_result_new(run);
     fb_param_int(r, "kernels", kernels);
+    if (fb_opt_given(run, "pdl")) fb_param_int(r, "pdl", fb_opt_int(run, "pdl", 0));
     chain_case c = {ctx, kernels, NULL, NULL, NULL};
     void *x0 = NULL, *ones = NULL;
     fp_graph *g = NULL;
@@ -88,6 +91,12 @@ static void run_chain_shape(fb_run *run, int kernels) {
 }
 
 static fp_status run_chain(fb_run *run) {
+    const int64_t pdl = fb_opt_int(run, "pdl", 0);
+    if (pdl != 0 && pdl != 1) {
+        fb_result_fail(fb_result_new(run), FP_ERR_INVALID_ARGUMENT, "--pdl must be 0 or 1");
+        return FP_OK;
+    }
+    fp_context_set_option(fb_ctx(run), FP_CTX_LAUNCH_PDL, pdl ? 1 : 0);
     if (fb_opt_given(run, "kernels")) {
         const int64_t k = fb_opt_int(run, "kernels", 0);
         /* every kernel is a node: CUDA graphs of 10^5 nodes take seconds to
@@ -96,13 +105,14 @@ static fp_status run_chain(fb_run *run) {
             fb_result *r = fb_result_new(run);
             fb_param_int(r, "kernels", k);
             fb_result_fail(r, FP_ERR_INVALID_ARGUMENT, "--kernels must be in [1, 10000]");
-            return FP_OK;
+        } else {
+            run_chain_shape(run, (int)k);
         }
-        run_chain_shape(run, (int)k);
-        return FP_OK;
+    } else {
+        static const int kernels[] = {10, 100, 500};
+        for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i) run_chain_shape(run, kernels[i]);
     }
-    static const int kernels[] = {10, 100, 500};
-    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i) run_chain_shape(run, kernels[i]);
+    fp_context_set_option(fb_ctx(run), FP_CTX_LAUNCH_PDL, 0);
     return FP_OK;
 }
 

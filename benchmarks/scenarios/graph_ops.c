@@ -25,7 +25,15 @@
  *                       fused combine saves). --split_combine 1 runs both
  *                       scenarios with the separate combine; --kernel N
  *                       with FP_CTX_ATTENTION_KERNEL = N (6: the decode
- *                       kernel) in both.
+ *                       kernel) in both; --pdl 1 with programmatic
+ *                       dependent launch (FP_CTX_LAUNCH_PDL) in both.
+ *   graph/pdl           the decode step with programmatic dependent launch
+ *                       (optimized) against without (baseline), eagerly
+ *                       (mode=eager) and replayed (mode=replay: a graph
+ *                       captured with each setting), at --batch 1 and 8;
+ *                       outputs compared exactly. Where the device has no
+ *                       PDL (before compute capability 9.0, a CPU context)
+ *                       both sides run the same: the row says so.
  *
  * GPU shapes: 32 query / 8 KV heads of 128 (hidden 4096), bf16, 1024 cached
  * keys per sequence in pages of 16. CPU contexts and --quick: 8 / 2 heads of
@@ -179,10 +187,12 @@ static fp_status layer_init(layer *l, fp_context *ctx, const layer_shape *s) {
 static int bad_options(fb_run *run) {
     const int64_t batch = fb_opt_int(run, "batch", 1), kv = fb_opt_int(run, "kv", 1);
     const int64_t sc = fb_opt_int(run, "split_combine", 0), kernel = fb_opt_int(run, "kernel", 0);
+    const int64_t pdl = fb_opt_int(run, "pdl", 0);
     const char *why = batch < 1 || batch > 256     ? "--batch must be in [1, 256]"
                       : kv < 1 || kv > (1 << 24)   ? "--kv must be in [1, 16777216]"
                       : sc != 0 && sc != 1         ? "--split_combine must be 0 or 1"
                       : kernel < 0 || kernel > 9   ? "--kernel must be in [0, 9]"
+                      : pdl != 0 && pdl != 1       ? "--pdl must be 0 or 1"
                                                    : NULL;
     if (!why) return 0;
     fb_result_fail(fb_result_new(run), FP_ERR_INVALID_ARGUMENT, why);
@@ -190,12 +200,20 @@ static int bad_options(fb_run *run) {
 }
 
 /* --split_combine for the run (FP_CTX_ATTENTION_SPLIT_COMBINE: 0 fused, the
- * default; 1 a separate combine kernel) and --kernel (FP_CTX_ATTENTION_KERNEL:
- * the flash version the attention calls prefer, e.g. 6, the decode kernel);
- * the defaults again after it. */
+ * default; 1 a separate combine kernel), --kernel (FP_CTX_ATTENTION_KERNEL:
+ * the flash version the attention calls prefer, e.g. 6, the decode kernel)
+ * and --pdl (FP_CTX_LAUNCH_PDL 1: programmatic dependent launch); the
+ * defaults again after it. */
 static void set_run_options(fb_run *run, int on) {
     fp_context_set_option(fb_ctx(run), FP_CTX_ATTENTION_SPLIT_COMBINE, on ? fb_opt_int(run, "split_combine", 0) : 0);
     fp_context_set_option(fb_ctx(run), FP_CTX_ATTENTION_KERNEL, on ? fb_opt_int(run, "kernel", 0) : 0);
+    fp_context_set_option(fb_ctx(run), FP_CTX_LAUNCH_PDL, on && fb_opt_int(run, "pdl", 0) ? 1 : 0);
+}
+
+/* The run's --kernel and --pdl as row parameters, where given. */
+static void run_params(fb_run *run, fb_result *r) {
+    if (fb_opt_given(run, "kernel")) fb_param_int(r, "kernel", fb_opt_int(run, "kernel", 0));
+    if (fb_opt_given(run, "pdl")) fb_param_int(r, "pdl", fb_opt_int(run, "pdl", 0));
 }
 
 /* Default shapes: see the file's header. */
@@ -223,6 +241,26 @@ static fp_status cache_fn(void *user, fp_stream stream) {
     return fp_graph_cache_run(c->cache, stream, c->n, NULL, NULL);
 }
 
+/* The run's A/B of baseline against optimized, their bf16 outputs (count
+ * values each) required equal bit for bit: the same kernels on the same
+ * rows. */
+static fp_status exact_ab(fb_run *run, fp_timed_fn baseline, void *baseline_user, void *baseline_out,
+                          fp_timed_fn optimized, void *optimized_user, void *optimized_out, size_t count,
+                          fp_ab_report *rep) {
+    fp_ab_spec spec;
+    fp_ab_spec_init(&spec);
+    spec.baseline = baseline;
+    spec.baseline_user = baseline_user;
+    spec.optimized = optimized;
+    spec.optimized_user = optimized_user;
+    spec.baseline_out = baseline_out;
+    spec.optimized_out = optimized_out;
+    spec.out_count = count;
+    spec.out_dtype = FP_BF16;
+    spec.atol = spec.rtol = 0;
+    return fp_ab_run(fb_ctx(run), NULL, &spec, fb_timing(run), rep);
+}
+
 /* Batch n runs eagerly at n (baseline) and through the cache at n's bucket
  * (optimized): rows [0, n) must agree bit for bit (same kernels, same data;
  * rows of the padding [n, bucket) are not compared). */
@@ -230,7 +268,7 @@ static void run_decode_shape(fb_run *run, int64_t n) {
     fp_context *ctx = fb_ctx(run);
     fb_result *r = fb_result_new(run);
     fb_param_int(r, "batch", n);
-    if (fb_opt_given(run, "kernel")) fb_param_int(r, "kernel", fb_opt_int(run, "kernel", 0));
+    run_params(run, r);
     fp_graph_cache_config cfg;
     fp_graph_cache_config_default(&cfg);
     int64_t bucket = n;
@@ -269,18 +307,8 @@ static void run_decode_shape(fb_run *run, int64_t n) {
     cache_side cs = {cache, n};
     fp_ab_report rep;
     if (st == FP_OK) {
-        fp_ab_spec spec;
-        fp_ab_spec_init(&spec);
-        spec.baseline = eager_fn;
-        spec.baseline_user = &eager;
-        spec.optimized = cache_fn;
-        spec.optimized_user = &cs;
-        spec.baseline_out = out_eager;
-        spec.optimized_out = out_graph;
-        spec.out_count = (size_t)n * (size_t)hidden_of(&shape);
-        spec.out_dtype = FP_BF16;
-        spec.atol = spec.rtol = 0; /* the same kernels on the same rows */
-        st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+        st = exact_ab(run, eager_fn, &eager, out_eager, cache_fn, &cs, out_graph,
+                      (size_t)n * (size_t)hidden_of(&shape), &rep);
     }
     fp_graph_cache_stats cst;
     fp_graph_cache_stats_init(&cst);
@@ -314,6 +342,94 @@ static fp_status run_decode_step(fb_run *run) {
     if (fb_opt_given(run, "batch")) run_decode_shape(run, fb_opt_int(run, "batch", 1));
     else
         for (size_t i = 0; i < sizeof batches / sizeof batches[0]; ++i) run_decode_shape(run, batches[i]);
+    set_run_options(run, 0);
+    return FP_OK;
+}
+
+/* ---- graph/pdl ---- */
+
+/* One side: the step at `size` with FP_CTX_LAUNCH_PDL `pdl` (1 or -1), run
+ * eagerly or (g set) as the replay of its capture. */
+typedef struct pdl_side {
+    layer_side step;
+    int pdl;
+    fp_graph *g;
+} pdl_side;
+
+static fp_status pdl_step_fn(void *user, fp_stream stream) {
+    pdl_side *p = user;
+    const fp_status st = fp_context_set_option(p->step.l->ctx, FP_CTX_LAUNCH_PDL, p->pdl);
+    return st == FP_OK ? layer_step(&p->step, stream, p->step.size) : st;
+}
+
+static fp_status pdl_replay_fn(void *user, fp_stream stream) {
+    pdl_side *p = user;
+    return fp_graph_replay(p->g, stream);
+}
+
+static void run_pdl_shape(fb_run *run, int64_t n, int replay) {
+    fp_context *ctx = fb_ctx(run);
+    fb_result *r = fb_result_new(run);
+    fb_param_int(r, "batch", n);
+    fb_param_str(r, "mode", replay ? "replay" : "eager");
+    if (fb_opt_given(run, "kernel")) fb_param_int(r, "kernel", fb_opt_int(run, "kernel", 0));
+    const layer_shape shape = layer_shape_for(run, (int)n);
+    fb_param_int(r, "seqlen_k", shape.seqlen_k);
+    layer l;
+    memset(&l, 0, sizeof l);
+    void *out_off = NULL, *out_on = NULL;
+    const size_t act = (size_t)n * (size_t)hidden_of(&shape);
+    fp_status st = layer_init(&l, ctx, &shape);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, act * 2, &out_off);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, act * 2, &out_on);
+    if (st == FP_OK) st = fp_mem_fill(ctx, out_off, 0xff, act * 2, NULL); /* NaN poison */
+    if (st == FP_OK) st = fp_mem_fill(ctx, out_on, 0xff, act * 2, NULL);
+    pdl_side off = {{&l, out_off, n}, -1, NULL}, on = {{&l, out_on, n}, 1, NULL};
+    fp_graph_config gc;
+    fp_graph_config_default(&gc);
+    gc.pool = l.pool;
+    if (replay && st == FP_OK) st = fp_graph_capture(ctx, NULL, pdl_step_fn, &off, &gc, &off.g);
+    if (replay && st == FP_OK) st = fp_graph_capture(ctx, NULL, pdl_step_fn, &on, &gc, &on.g);
+    fp_ab_report rep;
+    if (st == FP_OK) {
+        fp_timed_fn fn = replay ? pdl_replay_fn : pdl_step_fn;
+        st = exact_ab(run, fn, &off, out_off, fn, &on, out_on, act, &rep);
+    }
+    fp_device_info info;
+    fp_device_info_init(&info);
+    if (st == FP_OK) st = fp_context_device_info(ctx, &info);
+    if (st == FP_OK) {
+        fb_result_set_ab(r, &rep);
+        fb_result_metric(r, "saved_us_per_step", (rep.baseline.median_ms - rep.optimized.median_ms) * 1e3);
+        const int available = fb_kind(run) == FP_DEVICE_CUDA && info.cc_major >= 9;
+        fb_result_metric(r, "pdl_available", available);
+        if (!available)
+            fb_result_note(r, "no programmatic dependent launch on this device: both sides run the same");
+    } else {
+        fb_result_fail(r, st, fp_last_error());
+    }
+    fp_graph_destroy(off.g); /* before the pool their buffers come from */
+    fp_graph_destroy(on.g);
+    fp_context_set_option(ctx, FP_CTX_LAUNCH_PDL, 0);
+    if (l.ctx) layer_free(&l);
+    fp_mem_free(ctx, out_off);
+    fp_mem_free(ctx, out_on);
+}
+
+static fp_status run_pdl(fb_run *run) {
+    if (bad_options(run)) return FP_OK;
+    if (fb_opt_given(run, "pdl")) {
+        fb_result_fail(fb_result_new(run), FP_ERR_INVALID_ARGUMENT, "graph/pdl sets --pdl itself (0 against 1)");
+        return FP_OK;
+    }
+    set_run_options(run, 1);
+    static const int64_t batches[] = {1, 8};
+    const size_t nb = fb_opt_given(run, "batch") ? 1 : sizeof batches / sizeof batches[0];
+    for (size_t i = 0; i < nb; ++i) {
+        const int64_t n = fb_opt_given(run, "batch") ? fb_opt_int(run, "batch", 1) : batches[i];
+        run_pdl_shape(run, n, 0);
+        run_pdl_shape(run, n, 1);
+    }
     set_run_options(run, 0);
     return FP_OK;
 }
@@ -386,6 +502,7 @@ static fp_status op_fill(void *user, fp_stream stream) {
 static double host_cost_row(fb_run *run, const char *name, fp_timed_fn fn, op_case *c) {
     fb_result *r = fb_result_new(run);
     fb_param_str(r, "op", name);
+    run_params(run, r);
     fp_graph *g = NULL;
     fp_stats base, opt;
     fp_status st = host_time(run, fn, c, &base);
@@ -582,6 +699,9 @@ static fp_status run_op_host_cost(fb_run *run) {
 FB_SCENARIO(fb_graph_decode_step, "graph/decode_step",
             "decode layer step (RMSNorm, paged-KV decode attention, RMSNorm): eager vs graph cache replay",
             run_decode_step)
+FB_SCENARIO(fb_graph_pdl, "graph/pdl",
+            "decode layer step with programmatic dependent launch vs without, eager and replayed",
+            run_pdl)
 FB_SCENARIO(fb_graph_op_host_cost, "graph/op_host_cost",
             "host time of one call of each op (launch only) vs one graph replay; graph cache lookup cost",
             run_op_host_cost)

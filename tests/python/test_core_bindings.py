@@ -41,6 +41,10 @@ def test_context_options_by_name():
         ctx.set_option("attention_kernel", 0)
         ctx.set_option("cpu_threads", 1)
         ctx.set_option("attention_split_combine", 1)
+        for v in (1, -1, 0):  # programmatic dependent launch: accepted, nothing to launch on a CPU
+            ctx.set_option("launch_pdl", v)
+        with pytest.raises(fastpath.FastpathError, match="FP_CTX_LAUNCH_PDL must be -1, 0 or 1"):
+            ctx.set_option("launch_pdl", 2)
         # the library's range check, with its message
         with pytest.raises(fastpath.FastpathError) as e:
             ctx.set_option("attention_kernel", 10)
