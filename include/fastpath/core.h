@@ -254,7 +254,13 @@ typedef enum fp_context_option {
                                       edges). Compute capability 9.0 and later, and
                                       kernels built for it (a PTX JIT of sm_80 code runs
                                       without); elsewhere it is accepted and changes
-                                      nothing. Results are bit for bit the same. */
+                                      nothing. Results are bit for bit the same.
+                                      Traced with the CUPTI timer (trace.h), a kernel's
+                                      time then starts when its CTAs became resident, so
+                                      an op's span may begin inside the previous op's; the
+                                      event timer records an event between ops, which
+                                      (expected, not yet measured) serializes them as
+                                      without PDL. */
 } fp_context_option;
 
 /* Creates a context. kind FP_DEVICE_CPU ignores device_index. For

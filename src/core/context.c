@@ -2,6 +2,8 @@
  * the CPU (worker pool). */
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -45,9 +47,12 @@ static int resolve_pdl(const fp_context *ctx, int64_t v) {
  * context (fastbench's A/B runs, the torch drop-ins' contexts). */
 static int64_t pdl_env(void) {
     const char *e = getenv("FASTPATH_PDL");
-    if (!e) return 0;
+    if (!e || !*e) return 0;
     if (strcmp(e, "1") == 0) return 1;
     if (strcmp(e, "0") == 0) return -1;
+    static atomic_int warned;
+    if (!atomic_exchange(&warned, 1))
+        fprintf(stderr, "fastpath: FASTPATH_PDL=%s ignored (1: programmatic dependent launch on, 0: off)\n", e);
     return 0;
 }
 

@@ -1,11 +1,13 @@
 /* Core and timing engine on a CUDA device (label gpu; exits 77 without one):
  * context, memory helpers, the probe kernels against the CPU versions on
  * poisoned outputs (odd sizes, misaligned pointers), event timing, A/B with L2
- * flush, copy bandwidth against the device peak. */
+ * flush, copy bandwidth against the device peak; FASTPATH_PDL and
+ * FP_CTX_LAUNCH_PDL. */
 #include <cuda_runtime_api.h>
 #include <string.h>
 
 #include "fp_test.h"
+#include "internal.h"
 #include "timing/probes.h"
 
 static void check_axpby(fp_context *gpu, fp_context *cpu, fp_dtype dt, size_t n, size_t offset) {
@@ -120,13 +122,39 @@ int main(void) {
     CHECK_OK(fp_context_set_option(gpu, FP_CTX_SCRATCH_KEEP_BYTES, 64 << 20));
     CHECK_OK(fp_context_set_option(gpu, FP_CTX_SCRATCH_KEEP_BYTES, 0));
 
+    /* programmatic dependent launch: FASTPATH_PDL at a context's creation
+     * (1 on, 0 off, anything else ignored with a line on stderr) and
+     * FP_CTX_LAUNCH_PDL; on only where the device has it (cc 9.0+) */
+    const int has_pdl = info.cc_major >= 9;
+    static const char *env_vals[] = {"1", "0", "yes", ""};
+    const int env_want[] = {has_pdl, 0, 0, 0};
+    for (int i = 0; i < 4; ++i) {
+        setenv("FASTPATH_PDL", env_vals[i], 1);
+        fp_context *c = NULL;
+        CHECK_OK(fp_context_create(FP_DEVICE_CUDA, fp_context_device_index(gpu), &c));
+        CHECK_MSG(c && c->launch_pdl == env_want[i], "FASTPATH_PDL=%s: launch_pdl %d, expected %d", env_vals[i],
+                  c ? c->launch_pdl : -1, env_want[i]);
+        if (!c) continue;
+        CHECK_OK(fp_context_set_option(c, FP_CTX_LAUNCH_PDL, 1));
+        CHECK(c->launch_pdl == has_pdl);
+        CHECK_OK(fp_context_set_option(c, FP_CTX_LAUNCH_PDL, -1));
+        CHECK(c->launch_pdl == 0);
+        CHECK_STATUS(fp_context_set_option(c, FP_CTX_LAUNCH_PDL, 2), FP_ERR_INVALID_ARGUMENT);
+        fp_context_destroy(c);
+    }
+    unsetenv("FASTPATH_PDL");
+
     fp_dtype dts[3] = {FP_F32, FP_F16, FP_BF16};
     size_t sizes[5] = {1, 7, 1000, 4099, (1 << 20) + 3};
-    for (int d = 0; d < 3; ++d)
-        for (int s = 0; s < 5; ++s) {
-            check_axpby(gpu, cpu, dts[d], sizes[s], 0);
-            check_axpby(gpu, cpu, dts[d], sizes[s], 1); /* misaligned: takes the scalar path */
-        }
+    for (int pdl = -1; pdl <= 1; pdl += 2) { /* without and with programmatic dependent launch */
+        CHECK_OK(fp_context_set_option(gpu, FP_CTX_LAUNCH_PDL, pdl));
+        for (int d = 0; d < 3; ++d)
+            for (int s = 0; s < 5; ++s) {
+                check_axpby(gpu, cpu, dts[d], sizes[s], 0);
+                check_axpby(gpu, cpu, dts[d], sizes[s], 1); /* misaligned: takes the scalar path */
+            }
+    }
+    CHECK_OK(fp_context_set_option(gpu, FP_CTX_LAUNCH_PDL, 0));
 
     /* A/B on the device: vector copy vs cudaMemcpy, with and without L2 flush. */
     size_t bytes = FP_TEST_EMULATED ? 1u << 20 : 256u << 20;
