@@ -372,7 +372,7 @@ static void run_pdl_shape(fb_run *run, int64_t n, int replay) {
     fb_result *r = fb_result_new(run);
     fb_param_int(r, "batch", n);
     fb_param_str(r, "mode", replay ? "replay" : "eager");
-    if (fb_opt_given(run, "kernel")) fb_param_int(r, "kernel", fb_opt_int(run, "kernel", 0));
+    run_params(run, r); /* --kernel (run_pdl refuses --pdl) */
     const layer_shape shape = layer_shape_for(run, (int)n);
     fb_param_int(r, "seqlen_k", shape.seqlen_k);
     layer l;
