@@ -305,6 +305,10 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # attribute), against the graph run's rows; graph/pdl there times it
     # against without, interleaved
     "ab-pdlgraph|graph/chain graph/decode_step graph/op_host_cost --kernels 100 --batch 1 --pdl 1"
+    # v10 (v8 with three consumer warpgroups, 192-row query tiles) against
+    # v8, the head_dim 64 default, interleaved: 1k / 4k / 16k keys, causal
+    # and not (NOTES.md, session 23)
+    "ab-v10|attention/flash_versions --head_dim 64 --version 10 --dtype bf16"
     # what bounds each (the five-dimension verdict, fastbench --profile):
     # "prof-" runs trace their timed samples; their lines go to extra.txt
     "prof-mix|attention/prefill attention/decode norm/layernorm_fwd graph/op_host_cost --dtype bf16"

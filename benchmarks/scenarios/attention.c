@@ -251,11 +251,12 @@ static fp_status run_decode(fb_run *run) {
  * producer warp + mbarrier ring, setmaxnreg), v7 (v1 over 8 warps), and v5
  * as the baseline against v8 (v5 with ping-pong consumer warpgroups, the
  * kernel that would replace it), v8 as the baseline against v9 (v8 in
- * persistent CTAs: what the tile scheduler buys), outputs compared: the
- * measurement that
+ * persistent CTAs: what the tile scheduler buys) and, at head_dim 64 (its
+ * only one), against v10 (v8 with three consumer warpgroups: 192-row query
+ * tiles), outputs compared: the measurement that
  * decides which one fp_attention_forward should use (v5 / v3 on Hopper, v1
  * elsewhere). One result per shape and pair (param "versions"); where
- * v3 .. v5, v8 or v9 are not available their result carries a note saying
+ * v3 .. v5, v8, v9 or v10 are not available their result carries a note saying
  * why. */
 typedef struct version_run {
     fp_attn_args a;
@@ -308,18 +309,21 @@ static fp_status run_versions(fb_run *run) {
                     p.batch = batch; p.seqlen_q = p.seqlen_k = sl; p.heads_q = p.heads_kv = hq;
                     p.head_dim = d; p.dtype = dts[t]; p.causal = causal;
                     p.q = q; p.k = k; p.v = v;
-                    for (int ver = 2; ver <= 9; ++ver) {
+                    for (int ver = 2; ver <= 10; ++ver) {
                         if (ver == 6) continue; /* the decode kernel: attention/decode_versions */
+                        if (ver == 10 && d != 64) continue; /* v10: head_dim 64 only */
                         /* --version N: that version's row only */
                         if (fb_opt_given(run, "version") && fb_opt_int(run, "version", ver) != ver) continue;
-                        /* v8 against v5, v9 against v8 (each against the kernel it would
-                         * replace); the others against v1 */
-                        static const char *pair[10] = {NULL,       NULL,       "v1_vs_v2", "v1_vs_v3", "v1_vs_v4",
-                                                       "v1_vs_v5", NULL,       "v1_vs_v7", "v5_vs_v8", "v8_vs_v9"};
-                        static const char *metric[10] = {NULL,        NULL,        "v2_tflops", "v3_tflops",
+                        /* v8 against v5, v9 and v10 against v8 (each against the kernel it
+                         * would replace: v8 is the head_dim 64 default); the others
+                         * against v1 */
+                        static const char *pair[11] = {NULL,       NULL,       "v1_vs_v2", "v1_vs_v3",
+                                                       "v1_vs_v4", "v1_vs_v5", NULL,       "v1_vs_v7",
+                                                       "v5_vs_v8", "v8_vs_v9", "v8_vs_v10"};
+                        static const char *metric[11] = {NULL,        NULL,        "v2_tflops", "v3_tflops",
                                                          "v4_tflops", "v5_tflops", NULL,        "v7_tflops",
-                                                         "v8_tflops", "v9_tflops"};
-                        const int base = ver == 9 ? 8 : ver == 8 ? 5 : 1;
+                                                         "v8_tflops", "v9_tflops", "v10_tflops"};
+                        const int base = ver >= 9 ? 8 : ver == 8 ? 5 : 1;
                         fb_result *r = fb_result_new(run);
                         fb_param_str(r, "versions", pair[ver]);
                         fb_param_str(r, "dtype", fp_dtype_name(dts[t]));
@@ -341,7 +345,7 @@ static fp_status run_versions(fb_run *run) {
                          * v9's rows */
                         v1.a.ctx = vx.a.ctx = ctx;
                         if (st == FP_OK && ((ver >= 3 && ver <= 5) || ver >= 8)) {
-                            /* v3 .. v5, v8, v9 exist only in sm_90a builds on 9.0 devices: one probe call */
+                            /* v3 .. v5, v8 .. v10 exist only in sm_90a builds on 9.0 devices: one probe call */
                             st = version_fn(&vx, fp_context_stream(ctx));
                             if (st == FP_ERR_UNSUPPORTED) {
                                 fb_result_note(r, "v%d not available: %s", ver, fp_last_error());

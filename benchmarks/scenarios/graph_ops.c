@@ -191,7 +191,7 @@ static int bad_options(fb_run *run) {
     const char *why = batch < 1 || batch > 256     ? "--batch must be in [1, 256]"
                       : kv < 1 || kv > (1 << 24)   ? "--kv must be in [1, 16777216]"
                       : sc != 0 && sc != 1         ? "--split_combine must be 0 or 1"
-                      : kernel < 0 || kernel > 9   ? "--kernel must be in [0, 9]"
+                      : kernel < 0 || kernel > 10  ? "--kernel must be in [0, 10]"
                       : pdl != 0 && pdl != 1       ? "--pdl must be 0 or 1"
                                                    : NULL;
     if (!why) return 0;

@@ -287,12 +287,12 @@ FP_API fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream
  * internal numbered-version entry points the tests and fastbench use record
  * here too. */
 typedef struct fp_attention_kernel_info {
-    /* "flash_v1" .. "flash_v9", "rowwise" (the CUDA-core kernel: f32 or a
+    /* "flash_v1" .. "flash_v10", "rowwise" (the CUDA-core kernel: f32 or a
      * head_dim without a flash kernel), "cpu" (a CPU context), or "none"
      * (nothing ran on this thread yet, or the last call failed before a
      * launch). A static string. */
     const char *kernel;
-    int version;       /* 1..9 for flash_v1..v9, 0 otherwise */
+    int version;       /* 1..10 for flash_v1..v10, 0 otherwise */
     int num_splits;    /* KV splits: > 1 means split partials, merged in the split kernel (v1 / v2,
                           FP_CTX_ATTENTION_SPLIT_COMBINE 0) or by the combine kernel */
     int paged;         /* 1: K / V read through a block table */

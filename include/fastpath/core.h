@@ -210,9 +210,9 @@ typedef enum fp_context_option {
                                       released at every synchronization). Setting it
                                       also returns what the pool holds above it now. */
     FP_CTX_ATTENTION_KERNEL = 4,   /* CUDA contexts: the flash-attention kernel version
-                                      fp_attention_forward prefers: 0 = the default (v5,
-                                      else v3, on Hopper where they apply; v1 elsewhere:
-                                      attention.h), 1 = v1 (mma.sync, 64 rows per CTA),
+                                      fp_attention_forward prefers: 0 = the default (v5
+                                      at head_dim 128 and v8 at 64, else v3, on Hopper
+                                      where they apply; v1 elsewhere: attention.h), 1 = v1 (mma.sync, 64 rows per CTA),
                                       2 = v1 with 128 rows per CTA, 3 / 4 = Hopper wgmma
                                       (pipelined / plain schedule), 5 = Hopper wgmma fed
                                       by TMA, 6 = the decode kernel (16 query rows per
@@ -223,14 +223,16 @@ typedef enum fp_context_option {
                                       two consumer warpgroups taking turns (ping-pong:
                                       one's softmax under the other's wgmmas), 9 = v8
                                       in persistent CTAs (one per SM, the longest query
-                                      tiles first under a causal mask). A version
+                                      tiles first under a causal mask), 10 = v8 with
+                                      three consumer warpgroups (192 query rows per CTA,
+                                      turns going round; head_dim 64 only). A version
                                       runs where it supports the call (dtype, head_dim,
                                       layout, build, device, rows), the default kernel
                                       elsewhere; fp_attention_last_kernel says which ran
                                       and why.
-                                      v1-v5 passed the GPU tests on an H200
-                                      (benchmarks/results); v6 to v9 are tested on the
-                                      CUDA emulation and await their first GPU run. */
+                                      v1-v9 passed the GPU tests on H100s and H200s
+                                      (benchmarks/results); v10 is tested on the CUDA
+                                      emulation and awaits its first GPU run. */
     FP_CTX_ATTENTION_SPLIT_COMBINE = 5, /* CUDA contexts: how split-KV attention (decode,
                                       few query rows: the keys split over CTAs) merges
                                       its partial results with v1 / v2: 0 = in the split

@@ -1008,7 +1008,7 @@ fp_status flash_sm80(const fp_attn_args *a, int version, int num_splits, cudaStr
 extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits,
                                                 cudaStream_t stream) {
     if (version == 1) return fp_attn_cuda_flash_splits(a, num_splits, stream);
-    if ((version >= 3 && version <= 5) || version == 8 || version == 9) { // Hopper kernels (attention_flash_sm90.cu, _tma_sm90.cu)
+    if ((version >= 3 && version <= 5) || (version >= 8 && version <= 10)) { // Hopper kernels (attention_flash_sm90.cu, _tma_sm90.cu)
 #ifdef FASTPATH_HAVE_SM90A
         const fp_status st = fp_attn_cuda_flash_sm90(a, version, num_splits, stream);
         if (st == FP_OK) fp_attn_note_kernel(a, version, num_splits);
@@ -1019,7 +1019,7 @@ extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int versi
 #endif
     }
     if (version != 2 && version != 6 && version != 7)
-        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 to 9)", version);
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 to 10)", version);
     return flash_sm80(a, version, num_splits, stream);
 }
 
@@ -1099,7 +1099,7 @@ constexpr int64_t kDecodeMaxRows = 64;
 // v2 128 x 32/64 tiles at two CTAs per SM, v3-v5 128 x 128 at one
 // (conservative: v3 at head_dim 64 fits two), v6 16 x 64 at two (one at
 // head_dim 256: its grid then runs in two waves where it would fill both),
-// v7 128 x 64 (x 32 at 256) at one, v8 and v9 as v5.
+// v7 128 x 64 (x 32 at 256) at one, v8 and v9 as v5, v10 192 x 128 at one.
 static fp_status flash_version_auto(const fp_attn_args *a, int version, int sm_count, cudaStream_t stream) {
     const int sm = sm_count > 0 ? sm_count : 1;
     int64_t splits;
@@ -1116,6 +1116,8 @@ static fp_status flash_version_auto(const fp_attn_args *a, int version, int sm_c
     } else if (version == 7)
         splits = split_count(a, fp_flash::traits_w8<64>::kBr, a->head_dim == 256 ? traits<256>::kBc : traits<64>::kBc,
                              sm);
+    else if (version == 10)
+        splits = split_count(a, 192, 128, sm);
     else
         splits = split_count(a, 128, 128, sm);
     return fp_attn_cuda_flash_version(a, version, (int)splits, stream);
@@ -1123,7 +1125,7 @@ static fp_status flash_version_auto(const fp_attn_args *a, int version, int sm_c
 
 extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc,
                                         cudaStream_t stream) {
-    if (version >= 2 && version <= 9) {
+    if (version >= 2 && version <= 10) {
         // A preferred version (FP_CTX_ATTENTION_KERNEL), where it supports the call.
         fp_error_saved saved; // a refusal then v1's success must not leave a message
         fp_error_save(&saved);

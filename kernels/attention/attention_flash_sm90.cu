@@ -326,11 +326,11 @@ fp_status dispatch_v3(const fp_attn_args *a, int version, int num_splits, cudaSt
 
 extern "C" fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_splits,
                                              cudaStream_t stream) {
-    if (version == 5 || version == 8 || version == 9)
+    if (version == 5 || version == 8 || version == 9 || version == 10)
         return fp_attn_cuda_flash_v5(a, version, num_splits, stream); // attention_flash_tma_sm90.cu
     if (version != 3 && version != 4)
-        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (the sm_90a kernels are 3, 4, 5, 8 and 9)",
-                            version);
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                            "flash kernel version %d (the sm_90a kernels are 3, 4, 5, 8, 9 and 10)", version);
     FP_TRY(sm90_check_args(a, version, num_splits, true));
     FP_TRY(sm90_check_device(version, "wgmma"));
     if (a->dtype == FP_BF16) return dispatch_v3<__nv_bfloat16>(a, version, num_splits, stream);

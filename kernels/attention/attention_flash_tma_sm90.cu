@@ -40,6 +40,14 @@
 //                               stream allocates them: not inside a
 //                               capture); opt-in (version 9) until a GPU
 //                               run compares it with v8.
+//   attention_flash_fwd_v10     v8 with three consumer warpgroups (head_dim
+//                               64 only: FlashAttention-3's tile there): a
+//                               192-row query tile, 512 threads, the turns
+//                               going round (0, 1, 2, 0, ...), registers
+//                               split 32 (producer) / 160 (consumers); each
+//                               K / V tile feeds 192 rows instead of 128;
+//                               opt-in (version 10) until a GPU run compares
+//                               it with v8.
 // Same contract as v3: f16 / bf16, head_dim 64 / 128, causal / windows, GQA
 // packing, seqlens_k, LSE, split-KV partials (run_with_partials).
 // FP_ERR_UNSUPPORTED: varlen (cu_seqlens: a tensor map per sequence is a
@@ -55,15 +63,17 @@
 // schedules, the tensor-map geometry) is attention_tma_sm90.h, shared with
 // the CPU model tests/attention/test_attention_tma_emu.cpp (mbarrier / TMA
 // semantics from the PTX ISA, broken variants must fail).
-// STATUS: v5 passed the GPU tests on H100 / H200 and is the Hopper default
-// (benchmarks/NOTES.md: 594-661 TFLOP/s at head_dim 128, bf16). v8 is
-// written and checked without a GPU (CPU model, ptxas -v, SASS; this source
-// on the CUDA emulation, mbarrier / TMA / wgmma / named barriers emulated:
-// tests/attention/test_attention_sm90_kernel_emu.cpp), reached only through
-// FP_CTX_ATTENTION_KERNEL 8 and fp_attn_cuda_flash_version(a, 8, ...) until
-// a GPU run times it against v5 (fastbench attention/flash_versions, rows
-// v5_vs_v8); v9 likewise (version 9, rows v8_vs_v9). Not yet done: an
-// epilogue through shared memory + TMA store, varlen / paged tensor maps.
+// STATUS: v5, v8 and v9 passed the GPU tests on H100s / H200s; v5 is the
+// Hopper default at head_dim 128 and v8 at 64 (benchmarks/NOTES.md, session
+// 20: v8 1.06-1.14x v5 at 64, 0.98-1.01x at 128; v9 v8's equal, opt-in).
+// v10 is written and checked without a GPU (CPU model, ptxas -v, SASS; this
+// source on the CUDA emulation, mbarrier / TMA / wgmma / named barriers
+// emulated: tests/attention/test_attention_sm90_kernel_emu.cpp), reached
+// only through FP_CTX_ATTENTION_KERNEL 10 and fp_attn_cuda_flash_version(a,
+// 10, ...) until a GPU run times it against v8 (fastbench
+// attention/flash_versions, rows v8_vs_v10: gpu-check's ab-v10 run). Not
+// yet done: an epilogue through shared memory + TMA store, varlen / paged
+// tensor maps.
 // The PTX wrappers, the softmax helpers, the Q K^T / P V stages and the
 // epilogue are v3's, shared through attention_sm90_common.cuh.
 #include <atomic>
@@ -203,16 +213,17 @@ __device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
 // ---- the two roles, as policies of the schedules in attention_tma_sm90.h ----
 
 // The producer thread: one TMA box per 64 columns of a K / V tile. QB: the
-// Q buffers of the shared-memory layout (fp_tma::k_offset; v9 has two).
-template <int D, int QB = 1> struct producer_ops {
+// Q buffers of the shared-memory layout (fp_tma::k_offset; v9 has two); W:
+// the consumer warpgroups (the Q tile's size: v10 has three).
+template <int D, int QB = 1, int W = 2> struct producer_ops {
     const CUtensorMap *tm_k, *tm_v;
     uint32_t smem0;
     int hk, b;
     __device__ __forceinline__ void wait_empty_k(int st, uint32_t parity) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_EMPTY_K, st), parity, fp_tma::BAR_EMPTY_K, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_EMPTY_K, st), parity, fp_tma::BAR_EMPTY_K, st);
     }
     __device__ __forceinline__ void wait_empty_v(int st, uint32_t parity) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_EMPTY_V, st), parity, fp_tma::BAR_EMPTY_V, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_EMPTY_V, st), parity, fp_tma::BAR_EMPTY_V, st);
     }
     __device__ __forceinline__ void load(const CUtensorMap *map, uint32_t tile, uint32_t bar, int t) {
         constexpr int Bc = fp_tma::traits_v5<D>::kBc;
@@ -225,18 +236,20 @@ template <int D, int QB = 1> struct producer_ops {
         }
     }
     __device__ __forceinline__ void load_k(int st, int t) {
-        load(tm_k, smem0 + fp_tma::k_offset<D, QB>(st), smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_FULL_K, st), t);
+        load(tm_k, smem0 + fp_tma::k_offset<D, QB, W>(st), smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_K, st),
+             t);
     }
     __device__ __forceinline__ void load_v(int st, int t) {
-        load(tm_v, smem0 + fp_tma::v_offset<D, QB>(st), smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_FULL_V, st), t);
+        load(tm_v, smem0 + fp_tma::v_offset<D, QB, W>(st), smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_V, st),
+             t);
     }
 };
 
 // One consumer warpgroup's thread: its registers (S, O, P, softmax state)
 // and the operations of the consumer schedule. Every member array is
 // indexed by constants only, so the struct lives in registers.
-template <typename T, int D, int QB = 1> struct consumer_ops {
-    static constexpr int Br = fp_tma::traits_v5<D>::kBr, Bc = fp_tma::traits_v5<D>::kBc;
+template <typename T, int D, int QB = 1, int W = 2> struct consumer_ops {
+    static constexpr int Br = fp_tma::traits_v5<D, W>::kBr, Bc = fp_tma::traits_v5<D, W>::kBc;
     float s_acc[Bc / 2], o_acc[D / 2], corr[2], m_run[2], l_run[2];
     uint32_t p_frag[Bc / 16][4];
     row_ctx rc;
@@ -247,17 +260,17 @@ template <typename T, int D, int QB = 1> struct consumer_ops {
     int map_rows;       // rows of the tensor maps (seqlen_k): V rows in [L, map_rows) are cleared
 
     __device__ __forceinline__ void wait_full_k(int st, uint32_t parity, int) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_FULL_K, st), parity, fp_tma::BAR_FULL_K, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_K, st), parity, fp_tma::BAR_FULL_K, st);
     }
     // V rows past a ragged sequence's length (fp_tma::v_tail_rows: at
     // most one tile per CTA) are cleared by all active consumer threads
     // before either warpgroup issues P V on the tile.
     __device__ __forceinline__ void wait_full_v(int st, uint32_t parity, int t) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_FULL_V, st), parity, fp_tma::BAR_FULL_V, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_V, st), parity, fp_tma::BAR_FULL_V, st);
         int r0, r1;
         fp_tma::v_tail_rows(rc.L, map_rows, t, Bc, &r0, &r1);
         if (r0 < r1) { // CTA-uniform
-            const uint32_t tile = smem0 + fp_tma::v_offset<D, QB>(st);
+            const uint32_t tile = smem0 + fp_tma::v_offset<D, QB, W>(st);
             constexpr int CH = D / 8; // 16-byte chunks per row; a row keeps its chunks under the swizzle
             for (int idx = ctid; idx < (r1 - r0) * CH; idx += nthreads) {
                 const int r = r0 + idx / CH, c = idx % CH;
@@ -268,9 +281,11 @@ template <typename T, int D, int QB = 1> struct consumer_ops {
         }
     }
     __device__ __forceinline__ void qk(int st) {
-        issue_qk<T, D>(s_acc, q_smem, Br, wrow, smem0 + fp_tma::k_offset<D, QB>(st), Bc);
+        issue_qk<T, D>(s_acc, q_smem, Br, wrow, smem0 + fp_tma::k_offset<D, QB, W>(st), Bc);
     }
-    __device__ __forceinline__ void pv(int st) { issue_pv<T, D, Bc>(o_acc, p_frag, smem0 + fp_tma::v_offset<D, QB>(st)); }
+    __device__ __forceinline__ void pv(int st) {
+        issue_pv<T, D, Bc>(o_acc, p_frag, smem0 + fp_tma::v_offset<D, QB, W>(st));
+    }
     __device__ __forceinline__ void wgmma_wait0() {
         wgmma_wait<0>();
         fence_regs(o_acc);
@@ -281,10 +296,10 @@ template <typename T, int D, int QB = 1> struct consumer_ops {
         fence_regs(s_acc);
     }
     __device__ __forceinline__ void release_k(int st) {
-        mbar_arrive(smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_EMPTY_K, st));
+        mbar_arrive(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_EMPTY_K, st));
     }
     __device__ __forceinline__ void release_v(int st) {
-        mbar_arrive(smem0 + fp_tma::bar_offset<D, QB>(fp_tma::BAR_EMPTY_V, st));
+        mbar_arrive(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_EMPTY_V, st));
     }
     __device__ __forceinline__ void softmax(int t) {
         mask_tile<Bc>(s_acc, rc, t * Bc, lane);
@@ -304,10 +319,10 @@ template <typename T, int D, int QB = 1> struct consumer_ops {
 // This warpgroup's 64 rows (wrow..) of w's query tile, unpacked from the
 // GQA group, into the Q tile at q_smem by cp.async (rows past w.rows:
 // zeros); the caller commits and waits.
-template <typename T, int D>
+template <typename T, int D, int W = 2>
 __device__ __forceinline__ void load_q_rows(const flash_params &p, const cta_work &w, uint32_t q_smem, int wrow,
                                             int wtid) {
-    constexpr int Br = fp_tma::traits_v5<D>::kBr, CH = D / 8;
+    constexpr int Br = fp_tma::traits_v5<D, W>::kBr, CH = D / 8;
 #pragma unroll 1
     for (int idx = wtid; idx < 64 * CH; idx += 128) {
         const int r = wrow + idx / CH, ch = idx % CH, gr = w.m0 + r;
@@ -320,24 +335,33 @@ __device__ __forceinline__ void load_q_rows(const flash_params &p, const cta_wor
     }
 }
 
-// The body of v5 and v8 (kTurns: the consumer warpgroups take turns,
-// fp_tma::consumer_schedule_turns). grid: (m_tiles * num_splits, heads_kv, batch);
-// block: 384 (producer warpgroup + 2 consumer warpgroups); dynamic shared
-// memory fp_tma::smem_bytes<D>(). tm_k / tm_v: K and V as 4-D tensor maps
+// The body of v5, v8 and v10 (kTurns: the consumer warpgroups take turns,
+// fp_tma::consumer_schedule_turns; W consumer warpgroups: 3 in v10). grid:
+// (m_tiles * num_splits, heads_kv, batch); block: 128 (1 + W) (producer
+// warpgroup + W consumer warpgroups); dynamic shared memory
+// fp_tma::smem_bytes<D, 1, W>(). tm_k / tm_v: K and V as 4-D tensor maps
 // (fp_tma::kv_map_geometry), box 64 x kBc, 128-byte swizzle.
-template <typename T, int D, bool kTurns>
+template <typename T, int D, bool kTurns, int W = 2>
 __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUtensorMap &tm_k,
                                                const CUtensorMap &tm_v) {
-    using Tr = fp_tma::traits_v5<D>;
+    using Tr = fp_tma::traits_v5<D, W>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, Stages = Tr::kStages;
     static_assert(Br == 64 * Tr::kConsumerWGs && Bc == 128, "one m64 row block per consumer warpgroup, m64n128 Q K^T");
-    static_assert(fp_tma::kThreads == 128 * (1 + Tr::kConsumerWGs), "one producer warpgroup + the consumers");
+    static_assert(Tr::kThreads == 128 * (1 + Tr::kConsumerWGs) && Tr::kConsumerWGs == W,
+                  "one producer warpgroup + the consumers");
+    static_assert(W <= fp_tma::kMaxTurnWGs && 2 + W <= fp_tma::kTurnBar0, "named barrier ids: Q per warpgroup, turns");
     static_assert(128 * Tr::kProducerRegs + 128 * Tr::kConsumerWGs * Tr::kConsumerRegs <= fp_tma::kRegisterFile,
                   "register file");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u; // SW128 tiles start on 1024-byte boundaries
 
-    const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+    // v10: the warpgroup index through a shuffle, which ptxas knows to be
+    // warp-uniform (CUTLASS's canonical_warp_group_idx), so that a consumer
+    // warpgroup's Q descriptor lives in uniform registers: from tid / 128
+    // it took two of the 160 registers and the consumers spilled 24 bytes.
+    // v5 / v8 keep their measured code.
+    const int tid = threadIdx.x, wg = W == 3 ? __shfl_sync(0xffffffffu, tid / 128, 0) : tid / 128;
+    const int warp = (tid / 32) % 4, lane = tid % 32;
     cta_work w;
     if (!cta_work_of(p, Br, Bc, 0, w)) return; // CTA-uniform, before any barrier
     const int split = w.split, hk = w.hk, b = w.b, m0 = w.m0, rows = w.rows;
@@ -345,14 +369,15 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     const fp_flash::block_plan &plan = w.plan;
     const int s_begin = plan.s_begin, s_end = plan.s_end;
     // A consumer warpgroup whose 64 rows are all padding takes no part: the
-    // empty barriers count the active ones' threads.
-    const int active_wgs = m0 + 64 < rows ? 2 : 1;
+    // empty barriers count the active ones' threads (the first warpgroup is
+    // always active: the CTA has a row).
+    const int active_wgs = W == 2 ? (m0 + 64 < rows ? 2 : 1) : fp_tma::active_consumer_wgs(rows - m0, W);
     if (tid == 0) {
         for (int s = 0; s < Stages; ++s) {
-            mbar_init(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_FULL_K, s), 1);
-            mbar_init(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_FULL_V, s), 1);
-            mbar_init(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_EMPTY_K, s), fp_tma::empty_count(active_wgs));
-            mbar_init(smem0 + fp_tma::bar_offset<D>(fp_tma::BAR_EMPTY_V, s), fp_tma::empty_count(active_wgs));
+            mbar_init(smem0 + fp_tma::bar_offset<D, 1, W>(fp_tma::BAR_FULL_K, s), 1);
+            mbar_init(smem0 + fp_tma::bar_offset<D, 1, W>(fp_tma::BAR_FULL_V, s), 1);
+            mbar_init(smem0 + fp_tma::bar_offset<D, 1, W>(fp_tma::BAR_EMPTY_K, s), fp_tma::empty_count(active_wgs));
+            mbar_init(smem0 + fp_tma::bar_offset<D, 1, W>(fp_tma::BAR_EMPTY_V, s), fp_tma::empty_count(active_wgs));
         }
         fence_mbar_init();
     }
@@ -363,7 +388,7 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
         if (tid == 0 && s_begin < s_end) {
             prefetch_tensormap(&tm_k);
             prefetch_tensormap(&tm_v);
-            producer_ops<D> ops = {&tm_k, &tm_v, smem0, hk, b};
+            producer_ops<D, 1, W> ops = {&tm_k, &tm_v, smem0, hk, b};
             fp_tma::producer_schedule<Stages>(s_begin, s_end, ops);
         }
         return;
@@ -373,9 +398,9 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     if (cw >= active_wgs) return;
     const int ctid = tid - 128; // 0 .. 128 active_wgs - 1
 
-    consumer_ops<T, D> c;
+    consumer_ops<T, D, 1, W> c;
     c.smem0 = smem0;
-    c.q_smem = smem0 + fp_tma::q_offset<D>();
+    c.q_smem = smem0 + fp_tma::q_offset<D, 1, W>();
     c.wrow = wrow;
     c.lane = lane;
     c.ctid = ctid;
@@ -391,14 +416,14 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
         // Q: this warpgroup's 64 rows (unpacked from the GQA group), once,
         // by cp.async; published to its own wgmmas by a warpgroup barrier.
         {
-            load_q_rows<T, D>(p, w, c.q_smem, wrow, tid % 128);
+            load_q_rows<T, D, W>(p, w, c.q_smem, wrow, tid % 128);
             cp_async_commit();
             cp_async_wait<0>();
             fence_proxy_async();
             named_barrier(2 + cw, 128);
         }
         if (kTurns)
-            fp_tma::consumer_schedule_turns<Stages>(s_begin, s_end, cw, active_wgs == 2, c);
+            fp_tma::consumer_schedule_turns<Stages, W>(s_begin, s_end, cw, W == 2 && active_wgs < 2 ? 0 : active_wgs, c);
         else
             fp_tma::consumer_schedule<Stages>(s_begin, s_end, c);
     }
@@ -428,6 +453,20 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     flash_tma_body<T, D, true>(p, tm_k, tm_v);
+#else
+    __trap();
+#endif
+}
+// v10: v8 with three consumer warpgroups (192-row query tiles, turns going
+// round), head_dim 64 only (NOTES.md, session 23).
+template <typename T, int D>
+__global__ void __launch_bounds__(fp_tma::threads_of<10>(), 1)
+    attention_flash_fwd_v10(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
+                            const __grid_constant__ CUtensorMap tm_v) {
+    static_assert(D == 64, "v10 is head_dim 64 only");
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
+    flash_tma_body<T, D, true, 3>(p, tm_k, tm_v);
 #else
     __trap();
 #endif
@@ -779,19 +818,21 @@ template <auto Kernel, typename T, int D, int V> fp_status check_entry_regs() {
                             "registers a thread, the setmaxnreg split expects %d "
                             "(%d threads x %d allocated must hold producer 128 x %d + consumers %d x %d within the "
                             "%d-register file; set by __launch_bounds__(%d, 1)): %s; not launched",
-                            V, V, dt, D, regs, fp_tma::entry_regs<D, V>(), fp_tma::kThreads,
+                            V, V, dt, D, regs, fp_tma::entry_regs<D, V>(), fp_tma::threads_of<V>(),
                             fp_tma::reg_alloc_per_thread(regs), fp_tma::producer_regs<D, V>(),
-                            128 * fp_tma::traits_v5<D>::kConsumerWGs, fp_tma::consumer_regs<D, V>(),
-                            fp_tma::kRegisterFile, fp_tma::kThreads, fp_tma::reg_split_status_text(s));
+                            128 * fp_tma::consumer_wgs<V>(), fp_tma::consumer_regs<D, V>(), fp_tma::kRegisterFile,
+                            fp_tma::threads_of<V>(), fp_tma::reg_split_status_text(s));
     return FP_OK;
 #endif
 }
 
-// v5 or v8 (V), the same launch.
+// v5, v8 or v10 (V), the same launch (v10: three consumer warpgroups,
+// 192-row query tiles, 512 threads).
 template <typename T, int D, int V>
 fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
                     encode_tiled_fn enc, cudaStream_t stream) {
-    using Tr = fp_tma::traits_v5<D>;
+    constexpr int W = fp_tma::consumer_wgs<V>();
+    using Tr = fp_tma::traits_v5<D, W>;
     flash_params p = make_flash_params(a, Tr::kBr, num_splits);
     if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
         return fp_set_error(FP_ERR_UNSUPPORTED,
@@ -800,18 +841,20 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     CUtensorMap tm_k, tm_v;
     FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
     FP_TRY(encode_kv_cached(enc, a, a->v, mv, "V", &tm_v));
-    const size_t smem = fp_tma::smem_bytes<D>();
-    static_assert(V == 5 || V == 8, "the TMA kernels are v5 and v8");
-    constexpr auto kernel = V == 8 ? attention_flash_fwd_v8<T, D> : attention_flash_fwd_v5<T, D>;
+    const size_t smem = fp_tma::smem_bytes<D, 1, W>();
+    static_assert(V == 5 || V == 8 || (V == 10 && D == 64), "launch_v5 runs v5, v8 and v10 (head_dim 64)");
+    constexpr auto kernel = V == 10 ? attention_flash_fwd_v10<T, 64>
+                            : V == 8 ? attention_flash_fwd_v8<T, D>
+                                     : attention_flash_fwd_v5<T, D>;
     FP_TRY((check_entry_regs<kernel, T, D, V>()));
     FP_TRY(smem_opt_in<kernel>(smem));
 #if defined(FP_KERNEL_WATCHDOG) && !defined(FP_CUDA_EMU)
     fp_watchdog::arm(stream); // the checked build: where a timed-out wait reports (kernel_watchdog.cuh)
 #endif
-    const char *what = V == 8 ? "attention flash v8" : "attention flash v5";
+    const char *what = V == 10 ? "attention flash v10" : V == 8 ? "attention flash v8" : "attention flash v5";
     return run_with_partials<T, D>(a, p, stream, what, false, [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
-        return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, pdl_of(a), q, tm_k, tm_v);
+        return launch_smem<kernel>(grid, Tr::kThreads, smem, stream, pdl_of(a), q, tm_k, tm_v);
     });
 }
 
@@ -909,6 +952,9 @@ fp_status dispatch_tma(const fp_attn_args *a, int num_splits, const fp_tma::kv_m
                       : launch_v9<__half, 64>(a, num_splits, mk, mv, enc, stream);
         return bf ? launch_v9<__nv_bfloat16, 128>(a, num_splits, mk, mv, enc, stream)
                   : launch_v9<__half, 128>(a, num_splits, mk, mv, enc, stream);
+    } else if constexpr (V == 10) { // head_dim 64 only: refused in fp_attn_cuda_flash_v5
+        return bf ? launch_v5<__nv_bfloat16, 64, 10>(a, num_splits, mk, mv, enc, stream)
+                  : launch_v5<__half, 64, 10>(a, num_splits, mk, mv, enc, stream);
     } else {
         if (a->head_dim == 64)
             return bf ? launch_v5<__nv_bfloat16, 64, V>(a, num_splits, mk, mv, enc, stream)
@@ -921,10 +967,15 @@ fp_status dispatch_tma(const fp_attn_args *a, int num_splits, const fp_tma::kv_m
 } // namespace
 
 extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
-    if (version != 5 && version != 8 && version != 9)
-        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (the TMA kernels are 5, 8 and 9)",
-                            version);
+    if (version != 5 && version != 8 && version != 9 && version != 10)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                            "flash kernel version %d (the TMA kernels are 5, 8, 9 and 10)", version);
     FP_TRY(sm90_check_args(a, version, num_splits, false));
+    if (version == 10 && a->head_dim != 64)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v10 (three consumer warpgroups) takes head_dim 64 only (got "
+                            "%d): at 128 a consumer thread's S, O and P do not fit its 160 registers",
+                            a->head_dim);
     fp_tma::kv_map mk, mv;
     FP_TRY(kv_layout(a, version, a->k, a->k_ss, a->k_hs, a->k_bs, "K", &mk));
     FP_TRY(kv_layout(a, version, a->v, a->v_ss, a->v_hs, a->v_bs, "V", &mv));
@@ -933,6 +984,7 @@ extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, i
     const encode_tiled_fn enc = encode_tiled(&st);
     if (!enc) return st;
     if (version == 9) return dispatch_tma<9>(a, num_splits, mk, mv, enc, stream);
+    if (version == 10) return dispatch_tma<10>(a, num_splits, mk, mv, enc, stream);
     return version == 8 ? dispatch_tma<8>(a, num_splits, mk, mv, enc, stream)
                         : dispatch_tma<5>(a, num_splits, mk, mv, enc, stream);
 }

@@ -37,22 +37,39 @@ namespace fp_tma {
 
 // Per head-dim configuration. One CTA per SM: warpgroup 0 is the producer
 // (one thread issues every TMA load; setmaxnreg.dec to kProducerRegs),
-// warpgroups 1 and 2 are the consumers, 64 query rows each (setmaxnreg.inc
-// to kConsumerRegs): 128 x 24 + 256 x 240 = 64512 <= 65536 registers.
-// Shared memory: 1 KiB alignment slack + Q + kStages x (K + V) + barriers:
-// D = 128: 1 + 32 + 2 x 64 KiB = 161 KiB; D = 64: 1 + 16 + 3 x 32 = 113 KiB.
+// warpgroups 1 .. W are the consumers, 64 query rows each (setmaxnreg.inc
+// to kConsumerRegs). W = 2 (v5, v8, v9): 128 x 24 + 256 x 240 = 64512 <=
+// 65536 registers. Shared memory: 1 KiB alignment slack + Q + kStages x
+// (K + V) + barriers: D = 128: 1 + 32 + 2 x 64 KiB = 161 KiB; D = 64: 1 +
+// 16 + 3 x 32 = 113 KiB.
 // Two stages at D = 128 already put the next K load a whole tile ahead of
 // its use (see NOTES.md); D = 64 tiles take half the time, hence three.
-template <int D> struct traits_v5;
-template <> struct traits_v5<64> {
+// W = 3 (v10, D = 64 only: FlashAttention-3's tile at head_dim 64): three
+// consumer warpgroups, a 192-row query tile, 512 threads: 128 x 32 + 384 x
+// 160 = 65536 registers (a consumer thread holds S 64, O 32 and P 32 of
+// them); shared memory 1 + 24 + 3 x 32 = 121 KiB. Each K / V tile loaded
+// feeds 192 query rows instead of 128, and three warpgroups take turns at
+// the tensor cores, so two softmaxes can run under one warpgroup's wgmmas
+// (at D = 64 a tile's softmax, 512 cycles of MUFU per warp, is as long as
+// its wgmmas: NOTES.md, session 23).
+template <int D, int W = 2> struct traits_v5; // D = 64, 128 with W = 2; D = 64 with W = 3
+template <> struct traits_v5<64, 2> {
     static constexpr int kBr = 128, kBc = 128, kConsumerWGs = 2, kStages = 3;
-    static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+    static constexpr int kProducerRegs = 24, kConsumerRegs = 240, kThreads = 384;
 };
-template <> struct traits_v5<128> {
+template <> struct traits_v5<128, 2> {
     static constexpr int kBr = 128, kBc = 128, kConsumerWGs = 2, kStages = 2;
-    static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+    static constexpr int kProducerRegs = 24, kConsumerRegs = 240, kThreads = 384;
 };
-constexpr int kThreads = 128 * 3; // producer warpgroup + 2 consumer warpgroups
+template <> struct traits_v5<64, 3> {
+    static constexpr int kBr = 192, kBc = 128, kConsumerWGs = 3, kStages = 3;
+    static constexpr int kProducerRegs = 32, kConsumerRegs = 160, kThreads = 512;
+};
+constexpr int kThreads = 128 * 3; // W = 2: producer warpgroup + 2 consumer warpgroups
+// Consumer warpgroups of kernel version V (10: three; 5, 8, 9: two), and
+// its threads.
+template <int V> SM90_HD constexpr int consumer_wgs() { return V == 10 ? 3 : 2; }
+template <int V> SM90_HD constexpr int threads_of() { return 128 * (1 + consumer_wgs<V>()); }
 // Registers of the register file of a compute capability 9.0 SM, also the
 // most one CTA may hold (cudaDevAttrMaxRegistersPerBlock).
 constexpr int kRegisterFile = 65536;
@@ -134,15 +151,20 @@ template <int D> inline int v5_reg_split_check(int num_regs) {
 // checked build's watchdog paths (ptxas spilled 16 bytes), so 32; the
 // consumers give 8 (v9's peak at R204 at head_dim 128, R215 in the checked
 // build): 128 x 32 + 256 x 232 = 63488 <= 384 x 168, the same entry count.
-template <int D, int V> SM90_HD constexpr int producer_regs() { return V == 9 ? 32 : traits_v5<D>::kProducerRegs; }
-template <int D, int V> SM90_HD constexpr int consumer_regs() { return V == 9 ? 232 : traits_v5<D>::kConsumerRegs; }
+// v10's is traits_v5<D, 3>'s: 128 x 32 + 384 x 160 = 65536 = 512 x 128.
+template <int D, int V> SM90_HD constexpr int producer_regs() {
+    return V == 9 ? 32 : traits_v5<D, consumer_wgs<V>()>::kProducerRegs;
+}
+template <int D, int V> SM90_HD constexpr int consumer_regs() {
+    return V == 9 ? 232 : traits_v5<D, consumer_wgs<V>()>::kConsumerRegs;
+}
 template <int D, int V> inline int entry_regs() {
-    const int split = 128 * producer_regs<D, V>() + 128 * traits_v5<D>::kConsumerWGs * consumer_regs<D, V>();
-    return reg_alloc_per_thread((split + kThreads - 1) / kThreads);
+    const int split = 128 * producer_regs<D, V>() + 128 * consumer_wgs<V>() * consumer_regs<D, V>();
+    return reg_alloc_per_thread((split + threads_of<V>() - 1) / threads_of<V>());
 }
 template <int D, int V> inline int split_check(int num_regs) {
-    return reg_split_check(num_regs, 128, producer_regs<D, V>(), 128 * traits_v5<D>::kConsumerWGs,
-                           consumer_regs<D, V>(), kRegisterFile);
+    return reg_split_check(num_regs, 128, producer_regs<D, V>(), 128 * consumer_wgs<V>(), consumer_regs<D, V>(),
+                           kRegisterFile);
 }
 
 // A TMA box is 64 elements (128 bytes: the 128-byte swizzle span) x kBc
@@ -166,14 +188,16 @@ template <int D> SM90_HD uint32_t stage_tx_bytes() { return (uint32_t)(traits_v5
 // Shared memory (offsets from the 1024-aligned base): QB Q buffers (v5 /
 // v8: one; v9: two, the next item's Q loads while this one's runs), K
 // stages, V stages, then the 4 x kStages barriers (8 bytes each).
-template <int D> SM90_HD uint32_t q_tile_bytes() { return (uint32_t)(traits_v5<D>::kBr * D * 2); }
-template <int D, int QB = 1> SM90_HD uint32_t q_offset(int qb = 0) { return (uint32_t)qb * q_tile_bytes<D>(); }
-template <int D> SM90_HD uint32_t kv_tile_bytes() { return (uint32_t)(traits_v5<D>::kBc * D * 2); }
-template <int D, int QB = 1> SM90_HD uint32_t k_offset(int stage) {
-    return (uint32_t)QB * q_tile_bytes<D>() + (uint32_t)stage * kv_tile_bytes<D>();
+template <int D, int W = 2> SM90_HD uint32_t q_tile_bytes() { return (uint32_t)(traits_v5<D, W>::kBr * D * 2); }
+template <int D, int QB = 1, int W = 2> SM90_HD uint32_t q_offset(int qb = 0) {
+    return (uint32_t)qb * q_tile_bytes<D, W>();
 }
-template <int D, int QB = 1> SM90_HD uint32_t v_offset(int stage) {
-    return k_offset<D, QB>(traits_v5<D>::kStages) + (uint32_t)stage * kv_tile_bytes<D>();
+template <int D> SM90_HD uint32_t kv_tile_bytes() { return (uint32_t)(traits_v5<D>::kBc * D * 2); }
+template <int D, int QB = 1, int W = 2> SM90_HD uint32_t k_offset(int stage) {
+    return (uint32_t)QB * q_tile_bytes<D, W>() + (uint32_t)stage * kv_tile_bytes<D>();
+}
+template <int D, int QB = 1, int W = 2> SM90_HD uint32_t v_offset(int stage) {
+    return k_offset<D, QB, W>(traits_v5<D, W>::kStages) + (uint32_t)stage * kv_tile_bytes<D>();
 }
 enum barrier_kind { BAR_FULL_K = 0, BAR_EMPTY_K = 1, BAR_FULL_V = 2, BAR_EMPTY_V = 3 };
 SM90_HD const char *barrier_name(int kind) {
@@ -184,10 +208,10 @@ SM90_HD const char *barrier_name(int kind) {
            : kind == 4           ? "item_full"
                                  : "item_empty";
 }
-template <int D, int QB = 1> SM90_HD uint32_t bar_offset(int kind, int stage) {
-    return v_offset<D, QB>(traits_v5<D>::kStages) + (uint32_t)(8 * (kind * traits_v5<D>::kStages + stage));
+template <int D, int QB = 1, int W = 2> SM90_HD uint32_t bar_offset(int kind, int stage) {
+    return v_offset<D, QB, W>(traits_v5<D, W>::kStages) + (uint32_t)(8 * (kind * traits_v5<D, W>::kStages + stage));
 }
-template <int D, int QB = 1> SM90_HD uint32_t smem_bytes() { return 1024 + bar_offset<D, QB>(4, 0); }
+template <int D, int QB = 1, int W = 2> SM90_HD uint32_t smem_bytes() { return 1024 + bar_offset<D, QB, W>(4, 0); }
 // v9 (two Q buffers) adds its item ring after the K / V ring's barriers:
 // item_full[2], item_empty[2] (8 bytes each), then the two ticket slots
 // (4 bytes each).
@@ -207,6 +231,13 @@ SM90_HD uint32_t full_parity(int i, int stages) { return ring_phase(i, stages); 
 SM90_HD uint32_t empty_parity(int i, int stages) { return ring_phase(i, stages) ^ 1u; }
 // Arrivals that complete an empty barrier's phase.
 SM90_HD uint32_t empty_count(int active_consumer_wgs) { return (uint32_t)(128 * active_consumer_wgs); }
+// Consumer warpgroups of a CTA with rows_left query rows from its first
+// (rows_left >= 1): one per 64 rows, at most W; the rest hold only padding
+// rows and take no part.
+SM90_HD int active_consumer_wgs(int rows_left, int w) {
+    const int n = (rows_left + 63) / 64;
+    return n < 1 ? 1 : n > w ? w : n;
+}
 
 // V rows [*r0, *r1) of tile t (kBc = bc rows) that the consumers clear
 // after it lands: the rows at or past the sequence's length L (a ragged
@@ -287,31 +318,43 @@ template <int Stages, class C> SM90_HD void consumer_schedule(int s_begin, int s
 // their softmax, so the tensor cores idle through every softmax. In v8 the
 // issue sections take turns: warpgroup 0 issues its wgmmas, hands the turn
 // to warpgroup 1 and runs its softmax while the tensor cores work through
-// warpgroup 1's wgmmas, and the other way round. Each warpgroup has a named
-// barrier, "my turn" (kTurnBar0 + cw), of kTurnThreads = 256 threads: its
-// own 128 wait on it (bar.sync) before issuing, the other warpgroup's 128
-// arrive on it (bar.arrive) after issuing theirs. Warpgroup 1 arrives on
-// warpgroup 0's barrier once before its first turn (warpgroup 0 goes
-// first), and does not pass the turn after its last issue: then both
-// barriers end every phase complete (each warpgroup issues the same number
-// of times: both run all of the CTA's tiles), nothing pending at exit.
-// Only with two active warpgroups (a CTA whose second warpgroup holds only
-// padding rows runs without turns). Named barrier ids 0 (__syncthreads),
-// 1 (the V tail clear) and 2 / 3 (Q published per warpgroup) are taken.
-constexpr int kTurnBar0 = 4;
+// warpgroup 1's wgmmas, and the other way round. With n warpgroups taking
+// turns (v10: three) the turn goes round: 0, 1, .., n - 1, 0, ...
+// Each warpgroup has a named barrier, "my turn" (kTurnBar0 + cw), of
+// kTurnThreads = 256 threads: its own 128 wait on it (bar.sync) before
+// issuing, the previous warpgroup's 128 (cw - 1, or n - 1 for warpgroup 0)
+// arrive on it (bar.arrive) after issuing theirs. Warpgroup n - 1 arrives
+// on warpgroup 0's barrier once before its first turn (warpgroup 0 goes
+// first), and does not pass the turn after its last issue: then every
+// barrier ends every phase complete (each warpgroup issues the same number
+// of times: all run all of the CTA's tiles), nothing pending at exit. At
+// most one arrival is ever ahead on a barrier: warpgroup cw - 1 passes
+// again only after the turn came round through cw. Only with two or more
+// active warpgroups (n < 2: no turns; a CTA whose last warpgroups hold only
+// padding rows takes turns among the active ones). Named barrier ids 0
+// (__syncthreads), 1 (the V tail clear) and 2 .. 4 (Q published per
+// warpgroup) are taken.
+constexpr int kTurnBar0 = 5;
 constexpr int kTurnThreads = 256;
+constexpr int kMaxTurnWGs = 3;
 SM90_HD int turn_bar(int cw) { return kTurnBar0 + cw; }
-// Before the first turn.
-template <class C> SM90_HD void turns_start(C &c, int cw, bool on) {
-    if (on && cw == 1) c.nb_arrive(turn_bar(0), kTurnThreads);
+// Before the first turn (n: warpgroups taking turns, W: the kernel's
+// consumer warpgroups; with W = 2 the expressions are v8's own, n being 2
+// or 0, so its code stays the code measured).
+template <int W, class C> SM90_HD void turns_start(C &c, int cw, int n) {
+    if (W == 2 ? n == 2 && cw == 1 : n >= 2 && cw == n - 1) c.nb_arrive(turn_bar(0), kTurnThreads);
 }
 // Wait for this warpgroup's turn.
-template <class C> SM90_HD void turn_wait(C &c, int cw, bool on) {
-    if (on) c.nb_sync(turn_bar(cw), kTurnThreads);
+template <int W, class C> SM90_HD void turn_wait(C &c, int cw, int n) {
+    if (n >= 2) c.nb_sync(turn_bar(cw), kTurnThreads);
 }
-// Hand the turn to the other warpgroup (`last`: this warpgroup's last issue).
-template <class C> SM90_HD void turn_pass(C &c, int cw, bool on, bool last) {
-    if (on && !(last && cw == 1)) c.nb_arrive(turn_bar(1 - cw), kTurnThreads);
+// Hand the turn to the next warpgroup (`last`: this warpgroup's last issue).
+template <int W, class C> SM90_HD void turn_pass(C &c, int cw, int n, bool last) {
+    if (W == 2) {
+        if (n == 2 && !(last && cw == 1)) c.nb_arrive(turn_bar(1 - cw), kTurnThreads);
+    } else if (n >= 2 && !(last && cw == n - 1)) {
+        c.nb_arrive(turn_bar(cw + 1 < n ? cw + 1 : 0), kTurnThreads);
+    }
 }
 
 // v8's consumer schedule: v5's pipelined order, in turns, with O's rescale
@@ -329,13 +372,13 @@ template <class C> SM90_HD void turn_pass(C &c, int cw, bool on, bool last) {
 // i0: as producer_schedule's (v9 passes the loads of the CTA's earlier
 // items; the turns start and end at rest within each call, so calls
 // compose).
-template <int Stages, class C>
-SM90_HD void consumer_schedule_turns(int s_begin, int s_end, int cw, bool turns, C &c, int i0 = 0) {
-    turns_start(c, cw, turns);
+template <int Stages, int W = 2, class C>
+SM90_HD void consumer_schedule_turns(int s_begin, int s_end, int cw, int turns, C &c, int i0 = 0) {
+    turns_start<W>(c, cw, turns);
     c.wait_full_k(ring_stage(i0, Stages), full_parity(i0, Stages), s_begin);
-    turn_wait(c, cw, turns);
+    turn_wait<W>(c, cw, turns);
     c.qk(ring_stage(i0, Stages));
-    turn_pass(c, cw, turns, false); // tile s_begin's P V issues later: never the last turn
+    turn_pass<W>(c, cw, turns, false); // tile s_begin's P V issues later: never the last turn
     c.wgmma_wait0();
     c.release_k(ring_stage(i0, Stages));
     c.softmax(s_begin); // O = 0, m = -inf: corr = 0 keeps O = 0 at the first rescale
@@ -345,19 +388,19 @@ SM90_HD void consumer_schedule_turns(int s_begin, int s_end, int cw, bool turns,
         c.wait_full_v(ring_stage(i, Stages), full_parity(i, Stages), t);
         if (t + 1 < s_end) {
             c.wait_full_k(ring_stage(i + 1, Stages), full_parity(i + 1, Stages), t + 1);
-            turn_wait(c, cw, turns);
+            turn_wait<W>(c, cw, turns);
             c.qk(ring_stage(i + 1, Stages));
             c.rescale();
             c.pv(ring_stage(i, Stages));
-            turn_pass(c, cw, turns, false);
+            turn_pass<W>(c, cw, turns, false);
             c.wgmma_wait1(); // Q K^T of t+1 retired; P V of t may still run
             c.release_k(ring_stage(i + 1, Stages));
             c.softmax(t + 1);
         } else {
             c.rescale();
-            turn_wait(c, cw, turns);
+            turn_wait<W>(c, cw, turns);
             c.pv(ring_stage(i, Stages));
-            turn_pass(c, cw, turns, true);
+            turn_pass<W>(c, cw, turns, true);
         }
         c.wgmma_wait0(); // P V of t retired: its V stage is free, O and P may be rewritten
         c.release_v(ring_stage(i, Stages));
@@ -506,7 +549,7 @@ template <int Stages, class C> SM90_HD void consumer_items(int cw, C &c) {
         int sb = 0, se = 0;
         if (c.begin_item(cur, j & 1, more, &sb, &se)) {
             if (sb < se) {
-                consumer_schedule_turns<Stages>(sb, se, cw, true, c, i0);
+                consumer_schedule_turns<Stages>(sb, se, cw, 2, c, i0);
                 i0 += se - sb;
             }
             c.end_item();

@@ -171,7 +171,7 @@ float fp_attn_exp2_sum(float *s, int n, float mx, int simd);
 /* ---- Which kernel ran (src/attention/attention_kernel_info.c) ---- */
 /* Starts the calling thread's record of one call (kernel "none"). */
 void fp_attn_note_begin(int preferred);
-/* A launch of flash version 1..9 with num_splits KV splits succeeded
+/* A launch of flash version 1..10 with num_splits KV splits succeeded
  * (version 0: the row-wise kernel; -1: the CPU implementation). */
 void fp_attn_note_kernel(const fp_attn_args *a, int version, int num_splits);
 /* The preferred version was refused: why (copied, truncated). */
@@ -185,7 +185,7 @@ int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim);
  * default (v5 at head_dim 128, v8 at 64, else v3, on Hopper (cc 90, the
  * device's compute capability x 10) in an sm_90a build for head_dim 64 / 128
  * with >= 128 query rows per (batch, KV head) and no paged KV; v1
- * otherwise); 1: v1; 2..9: that version where it supports the call (dtype,
+ * otherwise); 1: v1; 2..10: that version where it supports the call (dtype,
  * head_dim, layout, build, device), else the default choice, with the
  * reason noted (fp_attention_last_kernel). */
 fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc, cudaStream_t stream);
@@ -195,21 +195,23 @@ fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaS
  * blocks per warp, head_dim 64 / 128, 3 = Hopper wgmma kernel, 4 = the same
  * with its other schedule (pipelined <-> plain), 5 = Hopper TMA + mbarrier
  * pipeline (no varlen either), 6 = the decode kernel, 7 = v1 over 8 warps,
- * 8 = v5 with ping-pong consumer warpgroups, 9 = v8 in persistent CTAs
- * (3-5, 8, 9: sm_90a builds on compute
+ * 8 = v5 with ping-pong consumer warpgroups, 9 = v8 in persistent CTAs,
+ * 10 = v8 with three consumer warpgroups, head_dim 64 only
+ * (3-5, 8-10: sm_90a builds on compute
  * capability 9.0 devices only, head_dim 64 / 128, no paged KV, else
  * FP_ERR_UNSUPPORTED; v5 (v8 at head_dim 64) / v3 are the Hopper default: fp_attn_cuda_flash)
  * with an explicit split count. */
 fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
-/* Versions 3, 4, 5, 8 and 9 (kernels/attention/attention_flash_sm90.cu; built only
+/* Versions 3, 4, 5, 8, 9 and 10 (kernels/attention/attention_flash_sm90.cu; built only
  * when 90 is among CMAKE_CUDA_ARCHITECTURES, which defines
  * FASTPATH_HAVE_SM90A). */
 fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
-/* Versions 5, 8 and 9 (kernels/attention/attention_flash_tma_sm90.cu,
+/* Versions 5, 8, 9 and 10 (kernels/attention/attention_flash_tma_sm90.cu,
  * sm_90a builds: TMA producer + mbarrier ring; 8 = 5 with its consumer
  * warpgroups taking turns (ping-pong); 9 = 8 in persistent CTAs (one per
- * SM, items drawn by tickets over a causal-aware order); no varlen / paged KV;
- * reached through fp_attn_cuda_flash_sm90(a, 5, 8 or 9, ...)). */
+ * SM, items drawn by tickets over a causal-aware order); 10 = 8 with three
+ * consumer warpgroups (192-row query tiles, head_dim 64 only); no varlen /
+ * paged KV; reached through fp_attn_cuda_flash_sm90(a, 5, 8, 9 or 10, ...)). */
 fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
 /* Simple CUDA-core kernel: one warp per query row, any dtype and head_dim. */
 fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t stream);

@@ -18,9 +18,9 @@ void fp_attn_note_begin(int preferred) {
 
 void fp_attn_note_kernel(const fp_attn_args *a, int version, int num_splits) {
     static const char *const names[] = {"rowwise", "flash_v1", "flash_v2", "flash_v3", "flash_v4", "flash_v5", "flash_v6",
-                                         "flash_v7", "flash_v8", "flash_v9"};
-    tl_info.kernel = version < 0 ? "cpu" : version <= 9 ? names[version] : "none";
-    tl_info.version = version > 0 && version <= 9 ? version : 0;
+                                         "flash_v7", "flash_v8", "flash_v9", "flash_v10"};
+    tl_info.kernel = version < 0 ? "cpu" : version <= 10 ? names[version] : "none";
+    tl_info.version = version > 0 && version <= 10 ? version : 0;
     tl_info.num_splits = num_splits;
     tl_info.paged = a && a->block_table != NULL;
 }

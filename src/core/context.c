@@ -181,7 +181,7 @@ fp_status fp_context_set_option(fp_context *ctx, fp_context_option opt, int64_t 
         return FP_OK;
     }
     case FP_CTX_ATTENTION_KERNEL:
-        FP_CHECK_ARG(value >= 0 && value <= 9, "FP_CTX_ATTENTION_KERNEL must be in [0, 9] (got %lld)",
+        FP_CHECK_ARG(value >= 0 && value <= 10, "FP_CTX_ATTENTION_KERNEL must be in [0, 10] (got %lld)",
                      (long long)value);
         ctx->attn_kernel = (int)value; /* read by CUDA dispatch only */
         return FP_OK;

@@ -771,13 +771,14 @@ int main() {
     refusal("refuse_f32", 1, 1, F32, 64, FP_ERR_UNSUPPORTED, rng);
     refusal("refuse_splits_0", 1, 0, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
     refusal("refuse_v2_splits_1025", 2, 1025, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
-    refusal("refuse_version_10", 10, 1, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
+    refusal("refuse_version_11", 11, 1, BF, 64, FP_ERR_INVALID_ARGUMENT, rng);
     refusal("refuse_v7_head_dim_80", 7, 1, F16, 80, FP_ERR_UNSUPPORTED, rng);
     refusal("refuse_v6_head_dim_80", 6, 1, BF, 80, FP_ERR_UNSUPPORTED, rng);
     refusal("refuse_v6_splits_0", 6, 0, F16, 64, FP_ERR_INVALID_ARGUMENT, rng);
     refusal("refuse_v3_without_sm90a", 3, 1, BF, 64, FP_ERR_UNSUPPORTED, rng);
     refusal("refuse_v8_without_sm90a", 8, 1, BF, 64, FP_ERR_UNSUPPORTED, rng);
     refusal("refuse_v9_without_sm90a", 9, 1, BF, 64, FP_ERR_UNSUPPORTED, rng);
+    refusal("refuse_v10_without_sm90a", 10, 1, BF, 64, FP_ERR_UNSUPPORTED, rng);
 
     printf("%d cases, %d failed, %ld launches, %.1f s\n", g_cases, g_fail, fp_emu::launches(), now_s() - t0);
     return g_fail ? 1 : 0;

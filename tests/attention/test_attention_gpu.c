@@ -70,10 +70,14 @@ static void dev_free(dev_case *D) {
  * the decode kernel, any device, with n - IMPL_V6 splits, n >= IMPL_V7: v7,
  * v1 over 8 warps, with n - IMPL_V7 splits, n >= IMPL_V8: v8, v5 with
  * ping-pong consumer warpgroups, with n - IMPL_V8 splits, n >= IMPL_V9:
- * v9, v8 in persistent CTAs, with n - IMPL_V9 splits) on poisoned outputs
- * and downloads them. */
-enum { IMPL_V3 = 1000, IMPL_V4 = 2000, IMPL_V5 = 3000, IMPL_V6 = 4000, IMPL_V7 = 5000, IMPL_V8 = 6000, IMPL_V9 = 7000 };
-/* a TMA kernel (v5, v8, v9): Hopper only, refuses varlen and what TMA cannot describe */
+ * v9, v8 in persistent CTAs, with n - IMPL_V9 splits, n >= IMPL_V10: v10,
+ * v8 with three consumer warpgroups, head_dim 64 only, with n - IMPL_V10
+ * splits) on poisoned outputs and downloads them. */
+enum {
+    IMPL_V3 = 1000, IMPL_V4 = 2000, IMPL_V5 = 3000, IMPL_V6 = 4000, IMPL_V7 = 5000, IMPL_V8 = 6000, IMPL_V9 = 7000,
+    IMPL_V10 = 8000
+};
+/* a TMA kernel (v5, v8, v9, v10): Hopper only, refuses varlen and what TMA cannot describe */
 static int impl_tma(int impl) { return (impl >= IMPL_V5 && impl < IMPL_V6) || impl >= IMPL_V8; }
 /* v3 / v4 exist only in sm_90a builds on compute capability 9.0 devices;
  * they answer FP_ERR_UNSUPPORTED elsewhere, which skips them (said once).
@@ -94,11 +98,17 @@ static int v3_unsupported(fp_status st, int impl) {
         /* v5 also refuses varlen and K / V layouts TMA cannot describe (it says which) */
         if (impl_tma(impl)) paged_or_shape |= strstr(why, "varlen") || strstr(why, "(TMA)");
         CHECK_MSG(paged_or_shape, "flash kernel v%d refused on an sm_90a build and a 9.0 device: %s",
-                  impl >= IMPL_V9 ? 9 : impl >= IMPL_V8 ? 8 : impl >= IMPL_V5 ? 5 : impl >= IMPL_V4 ? 4 : 3, why);
+                  impl >= IMPL_V10  ? 10
+                  : impl >= IMPL_V9 ? 9
+                  : impl >= IMPL_V8 ? 8
+                  : impl >= IMPL_V5 ? 5
+                  : impl >= IMPL_V4 ? 4
+                                    : 3,
+                  why);
     }
 #endif
     if (!(said & (impl_tma(impl) ? 2 : 1)))
-        printf("flash kernel v%s skipped: %s\n", impl_tma(impl) ? "5/8/9" : "3/4", fp_last_error());
+        printf("flash kernel v%s skipped: %s\n", impl_tma(impl) ? "5/8/9/10" : "3/4", fp_last_error());
     said |= impl_tma(impl) ? 2 : 1;
     return 1;
 }
@@ -110,6 +120,9 @@ static void impl_version(int impl, int *version, int *splits) {
     if (impl == 0 || impl == 1) {
         *version = impl == 0 ? ATTN_RUN_FORWARD : ATTN_RUN_BASELINE;
         *splits = 0;
+    } else if (impl >= IMPL_V10) {
+        *version = 10;
+        *splits = impl - IMPL_V10;
     } else if (impl >= IMPL_V9) {
         *version = 9;
         *splits = impl - IMPL_V9;
@@ -177,12 +190,12 @@ static const char *ran_kernel(const attn_case *c, int impl, char *buf, size_t n)
                   "%s: the default on this Hopper device should be v%d / v3, ran %s", c->name, tma_default, k.kernel);
     } else if (k.preferred >= 2) {
         /* v2 / v7: every such case; v6: at most 64 packed query rows per KV
-         * head; v3 / v4 / v5 / v8 / v9: a Hopper build and device, the TMA
-         * ones (v5, v8, v9) not paged */
+         * head; v3 / v4 / v5 / v8 / v9 / v10: a Hopper build and device, the
+         * TMA ones (v5, v8, v9, v10) not paged, v10 head_dim 64 only */
         const int sm90_version = k.preferred == 3 || k.preferred == 4 || k.preferred == 5 || k.preferred == 8 ||
-                                 k.preferred == 9;
-        const int tma_version = k.preferred == 5 || k.preferred == 8 || k.preferred == 9;
-        const int fits = c->dtype != FP_F32 && (c->d == 64 || c->d == 128) &&
+                                 k.preferred == 9 || k.preferred == 10;
+        const int tma_version = k.preferred == 5 || k.preferred == 8 || k.preferred == 9 || k.preferred == 10;
+        const int fits = c->dtype != FP_F32 && (c->d == 64 || (c->d == 128 && k.preferred != 10)) &&
                          (k.preferred == 2 || k.preferred == 7 ||
                           (k.preferred == 6 && (int64_t)c->sq * (c->hq / c->hkv) <= 64) ||
                           (sm90_version && must_run_sm90() && !(tma_version && k.paged)));
@@ -216,7 +229,7 @@ static void run_case(const attn_case *c, int extra_splits) {
     const double slack = 4.0 * attn_eps(c->dtype) * (Eb.max_ref > 0 ? Eb.max_ref : 1.0) + 1e-6;
     const double allowed = 2.0 * Eb.max_abs + slack;
     CHECK_MSG(Eb.bad == 0, "%s/baseline: NaN or padding written", c->name);
-    int impls[24], n_impl = 0;
+    int impls[28], n_impl = 0;
     impls[n_impl++] = 0;
     if (extra_splits) {
         impls[n_impl++] = 3; /* v1, 2 splits */
@@ -239,6 +252,10 @@ static void run_case(const attn_case *c, int extra_splits) {
         if (extra_splits) impls[n_impl++] = IMPL_V8 + 3; /* v8, 3 splits */
         impls[n_impl++] = IMPL_V9 + 1; /* v9: v8 in persistent CTAs */
         if (extra_splits) impls[n_impl++] = IMPL_V9 + 3; /* v9, 3 splits */
+        if (c->d == 64) {
+            impls[n_impl++] = IMPL_V10 + 1; /* v10: v8 with three consumer warpgroups */
+            if (extra_splits) impls[n_impl++] = IMPL_V10 + 3; /* v10, 3 splits */
+        }
     }
     if (c->dtype != FP_F32 && (c->d == 32 || c->d == 64 || c->d == 96 || c->d == 128 || c->d == 256)) {
         impls[n_impl++] = IMPL_V6 + 1; /* v6, the decode kernel (on prefill shapes too: correct, not fast) */
@@ -331,7 +348,7 @@ static void test_huge_window_gpu(void) {
         const size_t n_lse = (size_t)c->batch * c->hq * c->sq;
         void *o_big = malloc(D.H.o_bytes);
         float *lse_big = malloc(n_lse * sizeof(float));
-        int impls[8], n_impl = 0;
+        int impls[10], n_impl = 0;
         impls[n_impl++] = 1; /* baseline */
         impls[n_impl++] = 0; /* forward: flash or rowwise */
         if (fp_attn_cuda_flash_supported(c->dtype, c->d)) impls[n_impl++] = 3; /* v1, 2 splits */
@@ -341,6 +358,7 @@ static void test_huge_window_gpu(void) {
             impls[n_impl++] = IMPL_V5 + 1; /* v5 */
             impls[n_impl++] = IMPL_V8 + 1; /* v8 */
             impls[n_impl++] = IMPL_V9 + 1; /* v9 */
+            if (c->d == 64) impls[n_impl++] = IMPL_V10 + 1; /* v10 */
         }
         for (int t = 0; t < n_impl && o_big && lse_big; ++t) {
             D.dp.window_left = c->wl;
@@ -915,7 +933,7 @@ static void test_preferred_kernel_gpu(void) {
         {"pref_decode_mqa",  1, 1,   1500, 16, 1, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
         {"pref_spec4_c",     2, 4,   2000, 16, 4, 64,  FP_F16,  1, -1, -1, 0, 1, 1, 0},
     };
-    for (int v = 2; v <= 9; ++v) {
+    for (int v = 2; v <= 10; ++v) {
         CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, v));
         printf("FP_CTX_ATTENTION_KERNEL = %d\n", v);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i], 0);

@@ -876,7 +876,12 @@ static void check_dispatch() {
     if (fp_attn_cuda_flash_version(&af32, 3, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
     if (fp_attn_cuda_flash_version(&a, 3, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
     if (fp_attn_cuda_flash_version(&a96, 4, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
-    if (fp_attn_cuda_flash_version(&a, 10, 1, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
+    if (fp_attn_cuda_flash_version(&a, 11, 1, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
+    // v10: head_dim 64 only (a is 128), the rest as v8
+    if (fp_attn_cuda_flash_version(&a, 10, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "64 only"))
+        bad++;
+    if (fp_attn_cuda_flash_version(&a96, 10, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
+    if (fp_attn_cuda_flash_version(&a, 10, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
     if (fp_attn_cuda_flash_version(&a96, 8, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
     if (fp_attn_cuda_flash_version(&a, 8, 0, nullptr) != FP_ERR_INVALID_ARGUMENT) bad++;
     if (fp_attn_cuda_flash_version(&a96, 9, 1, nullptr) != FP_ERR_UNSUPPORTED) bad++;
@@ -892,6 +897,10 @@ static void check_dispatch() {
     if (fp_attn_cuda_flash_version(&avar, 8, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "varlen"))
         bad++;
     if (fp_attn_cuda_flash_version(&avar, 9, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "varlen"))
+        bad++;
+    fp_attn_args avar64 = avar;
+    avar64.head_dim = 64;
+    if (fp_attn_cuda_flash_version(&avar64, 10, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "varlen"))
         bad++;
     fp_attn_args aodd = a;
     aodd.k_ss = 128 + 4; // 264 bytes: not a multiple of 16

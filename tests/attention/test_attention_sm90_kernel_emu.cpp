@@ -5,8 +5,10 @@
 // both head dims) and v5 / v8 / v9 (attention_flash_tma_sm90.cu: TMA
 // producer, mbarrier ring; v8's consumer warpgroups take turns through named
 // barriers; v9 runs v8 in persistent CTAs, also on emulated devices of 2 and
-// 3 SMs so that each CTA runs several items) called through their launcher
-// fp_attn_cuda_flash_sm90,
+// 3 SMs so that each CTA runs several items; v10 is v8 with three consumer
+// warpgroups, head_dim 64 only: its 192-row tiles run with one, two and
+// three warpgroups active, and it refuses head_dim 128 before writing
+// anything) called through their launcher fp_attn_cuda_flash_sm90,
 // every output element checked against fp_attn_reference (double
 // accumulation). Unlike test_attention_sm90_emu (which re-implements the
 // kernels' index math and schedule on an independent model), this runs the
@@ -98,16 +100,21 @@ int main(int argc, char **argv) {
         {"bf16_d64_rows129",   1, 129, 256, 1, 1, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 0},
         {"f16_d64_empty_split",2, 3,   128, 2, 1, 64,  FP_F16,  0, -1, -1, 0, 4, 0, 0},
         {"bf16_d128_diag_s3",  1, 40,  300, 2, 2, 128, FP_BF16, 0, 0,  0,  0, 3, 8, 0},
+        // v10's 192-row tiles: a full one and one row more (a second tile
+        // with one warpgroup active), GQA groups packed across them
+        {"bf16_d64_rows193_c", 1, 193, 300, 1, 1, 64,  FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        {"f16_d64_gqa8_s2",    2, 40,  333, 16, 2, 64, FP_F16,  0, -1, -1, 1, 2, 8, 0},
     };
     // argv[1]: run only the cases whose name contains it
     const char *only = argc > 1 ? argv[1] : nullptr;
     emu_rng rng = {0x5eed90a7c0ffee01ull};
     int failures = 0, ran = 0;
-    static const int versions[] = {3, 4, 5, 8, 9};
+    static const int versions[] = {3, 4, 5, 8, 9, 10};
     for (int version : versions)
         for (const emu_case &c : cases) {
             if (only && !std::strstr(c.name, only)) continue;
             if (version >= 5 && c.varlen) continue; // refused (tensor maps per sequence): checked below
+            if (version == 10 && c.d != 64) continue; // refused (head_dim 64 only): checked below
             ran++;
             if (!run_case(c, version, rng)) failures++;
         }
@@ -131,14 +138,14 @@ int main(int argc, char **argv) {
     // (each pass runs the consumers before the producer, warpgroup 1 before
     // 0): other interleavings of the mbarrier rings and of the turns.
     setenv("FP_EMU_REVERSE", "1", 1);
-    static const int reversed[] = {5, 8, 9};
+    static const int reversed[] = {5, 8, 9, 10};
     for (int version : reversed) {
         fp_emu::DeviceProfile dev = h100;
         if (version == 9) dev.sm_count = 2;
         fp_emu::set_device(dev);
         for (const emu_case &c : cases) {
             if (c.varlen || !(c.ragged || c.splits > 1 || (version >= 8 && c.causal)) ||
-                (only && !std::strstr(c.name, only)))
+                (version == 10 && c.d != 64) || (only && !std::strstr(c.name, only)))
                 continue;
             ran++;
             if (!run_case(c, version, rng)) failures++;
@@ -178,16 +185,16 @@ int main(int argc, char **argv) {
         pthread_mutex_destroy(&ctx.ws_mu);
         fp_emu::set_device(h100);
     }
-    // v5, v8 and v9 refuse varlen (a tensor map per sequence is not done)
-    // before writing anything.
+    // v5, v8, v9 and v10 refuse varlen (a tensor map per sequence is not
+    // done), v10 head_dim 128, before writing anything.
     for (int version : reversed)
         for (const emu_case &c : cases) {
-            if (!c.varlen || (only && !std::strstr(c.name, only))) continue;
+            if (!(c.varlen || (version == 10 && c.d != 64)) || (only && !std::strstr(c.name, only))) continue;
             emu_data X;
             emu_args E;
             ran++;
             if (!emu_setup(c, rng, X, E) || fp_attn_cuda_flash_sm90(&E.a, version, 1, nullptr) != FP_ERR_UNSUPPORTED) {
-                fprintf(stderr, "v%d %s: varlen not refused\n", version, c.name);
+                fprintf(stderr, "v%d %s: %s not refused\n", version, c.name, c.varlen ? "varlen" : "head_dim");
                 failures++;
                 continue;
             }

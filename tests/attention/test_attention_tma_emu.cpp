@@ -39,7 +39,10 @@
 // warpgroup's turn, the turns alternate (0, 1, 0, 1, ...: never two
 // warpgroups in a turn at once), and every named barrier is at rest at
 // exit. Its broken variants (no first turn handed over, the turn passed to
-// oneself, a pass after warpgroup 1's last issue) must be caught too.
+// oneself, a pass after the last warpgroup's last issue) must be caught too.
+// v10's (the same schedule with three consumer warpgroups, the turn going
+// round 0, 1, 2, 0, ...; one, two or three of them active) runs on the same
+// model and checks, at head_dim 64 (its only one).
 // v9's (fp_tma::producer_items / consumer_items: persistent CTAs, the K / V
 // ring running on across a CTA's items, tickets through a two-slot ring
 // guarded by item_full / item_empty mbarriers, Q double-buffered) runs on
@@ -92,9 +95,10 @@ enum bug {
     BUG_EMPTY_COUNT,      // empty barriers expect one warpgroup's arrivals with two active
     BUG_NO_PHASE_FLIP,    // every wait uses parity 0 / 1 as if each stage were used once
     BUG_STAGE_SHIFT,      // consumer reads V from the next stage
-    BUG_TURN_NO_START,    // (turns) warpgroup 1 does not hand warpgroup 0 the first turn
+    BUG_TURN_NO_START,    // (turns) the last warpgroup does not hand warpgroup 0 the first turn
     BUG_TURN_SELF,        // (turns) a warpgroup passes the turn to itself
-    BUG_TURN_LAST_PASS,   // (turns) warpgroup 1 passes the turn after its last issue too
+    BUG_TURN_LAST_PASS,   // (turns) the last warpgroup passes the turn after its last issue too
+    BUG_TURN_TWO_WAY,     // (turns, v10) v8's hand-over (to 1 - cw) with three warpgroups
     BUG_ITEM_NO_EMPTY,    // (v9) the producer publishes a ticket without waiting for the slot's readers
     BUG_ITEM_NO_FULL,     // (v9) a consumer reads a ticket slot without waiting for it
     BUG_RING_RESTART,     // (v9) the producer starts the K / V ring over at each item
@@ -103,10 +107,11 @@ enum bug {
 static const char *bug_name[BUG_COUNT] = {"none",          "producer parity", "consumer parity",
                                           "expect_tx half", "early K release", "empty count",
                                           "no phase flip", "stage shift",     "turn: no start",
-                                          "turn: to itself", "turn: last pass", "item: no empty wait",
-                                          "item: no full wait", "ring restart"};
+                                          "turn: to itself", "turn: last pass", "turn: two-way",
+                                          "item: no empty wait", "item: no full wait", "ring restart"};
 static bool turn_bug(int b) { return b >= BUG_TURN_NO_START; }
 static bool item_bug(int b) { return b >= BUG_ITEM_NO_EMPTY; }
+static bool three_wg_bug(int b) { return b == BUG_TURN_TWO_WAY; } // harmless with two warpgroups
 
 // v9's items as the model runs them: ticket t's key tiles [begin, end)
 // (none: a no-work item), and the CTA's ticket sequence (the last one >=
@@ -203,6 +208,7 @@ template <int D> struct consumer_rec {
     std::vector<op> ops;
     bug b;
     int cw = 0;          // consumer warpgroup (turns)
+    int nturn = 0;       // warpgroups taking turns
     bool synced = false; // has waited for a turn
     int tag = 0;         // the current item's ticket (v9)
     void wait(int kind, int st, uint32_t par, int t) {
@@ -238,8 +244,9 @@ template <int D> struct consumer_rec {
         ops.push_back({OP_NB_SYNC, id, n, 0, 0, false});
     }
     void nb_arrive(int id, int n) {
-        if (b == BUG_TURN_NO_START && cw == 1 && !synced) return;
+        if (b == BUG_TURN_NO_START && cw == nturn - 1 && !synced) return;
         if (b == BUG_TURN_SELF) id = fp_tma::turn_bar(cw);
+        if (b == BUG_TURN_TWO_WAY && synced) id = fp_tma::turn_bar(1 - cw < 0 ? 0 : 1 - cw);
         ops.push_back({OP_NB_ARRIVE, id, n, 0, 0, false});
     }
     // v9's items (fp_tma::consumer_items)
@@ -325,9 +332,10 @@ struct model_result {
 };
 
 // Runs the recorded ops of one producer and `nc` consumers with random
-// interleaving (seed): a CTA's tiles [s_begin, s_end) (v5; turns: v8), or,
-// with `items` (v9: two consumers, turns), the CTA's items.
-template <int D>
+// interleaving (seed): a CTA's tiles [s_begin, s_end) (v5; turns: v8, and
+// v10 with W = 3: up to three consumers), or, with `items` (v9: two
+// consumers, turns), the CTA's items.
+template <int D, int W = 2>
 static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t seed, bool turns,
                               const items_cfg *items = nullptr) {
     constexpr int S = fp_tma::traits_v5<D>::kStages;
@@ -367,18 +375,22 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
         for (int t = s_begin; t < s_end; ++t) expect.push_back(t);
         fp_tma::producer_schedule<S>(s_begin, s_end, P);
     }
+    // warpgroups taking turns, as the kernel passes it: v8 (W = 2) 2 or 0,
+    // v10 the active ones (fewer than 2: none)
+    const int nturn = !turns ? 0 : W == 2 ? (nc == 2 ? 2 : 0) : nc;
     std::vector<consumer_rec<D>> C(nc);
     for (int c = 0; c < nc; ++c) {
         C[c].b = b;
         C[c].cw = c;
+        C[c].nturn = items ? 2 : nturn;
         C[c].cfg = items;
         if (items) {
             fp_tma::consumer_items<S>(c, C[c]);
             if (b == BUG_TURN_LAST_PASS && c == 1)
                 C[c].ops.push_back({OP_NB_ARRIVE, fp_tma::turn_bar(0), fp_tma::kTurnThreads, 0, 0, false});
         } else if (turns) {
-            fp_tma::consumer_schedule_turns<S>(s_begin, s_end, c, nc == 2, C[c]);
-            if (b == BUG_TURN_LAST_PASS && c == 1 && nc == 2)
+            fp_tma::consumer_schedule_turns<S, W>(s_begin, s_end, c, nturn, C[c]);
+            if (b == BUG_TURN_LAST_PASS && nturn >= 2 && c == nturn - 1)
                 C[c].ops.push_back({OP_NB_ARRIVE, fp_tma::turn_bar(0), fp_tma::kTurnThreads, 0, 0, false});
         } else {
             fp_tma::consumer_schedule<S>(s_begin, s_end, C[c]);
@@ -570,7 +582,7 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
                 if (t != want) fail(std::string(v ? "P V" : "Q K^T") + " of tile " + std::to_string(want) +
                                     " reads a stage holding tile " + std::to_string(t));
             groups[c].push_back({o.arg, v});
-            if (turns && nc == 2 && turn_owner != c) fail("wgmma issued outside the warpgroup's turn");
+            if (C[c].nturn >= 2 && turn_owner != c) fail("wgmma issued outside the warpgroup's turn");
             break;
         }
         case OP_WGMMA_WAIT:
@@ -578,7 +590,7 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
             break;
         case OP_NB_SYNC:
         case OP_NB_ARRIVE: {
-            if (o.bar < fp_tma::kTurnBar0 || o.bar > fp_tma::kTurnBar0 + 1 || o.bar > 15 ||
+            if (o.bar < fp_tma::kTurnBar0 || o.bar > fp_tma::kTurnBar0 + nc - 1 || o.bar > 15 ||
                 o.arg != fp_tma::kTurnThreads) {
                 fail("named barrier " + std::to_string(o.bar) + " with " + std::to_string(o.arg) +
                      " threads: not a turn barrier");
@@ -604,9 +616,11 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
             }
             if (N.phase <= nb_wait[a]) return false; // bar.sync: the phase has not completed
             nb_wait[a] = -1;
-            // a turn begins: nobody else in one, and not the same warpgroup twice
+            // a turn begins: nobody else in one, and the turn going round
+            // (0 first, then each warpgroup after the one before it)
             if (turn_owner >= 0) fail("two warpgroups in their turns at once");
-            if (last_turn == c) fail("warpgroup " + std::to_string(c) + " took two turns in a row");
+            if (c != (last_turn < 0 ? 0 : (last_turn + 1) % C[c].nturn))
+                fail("warpgroup " + std::to_string(c) + " took the turn after warpgroup " + std::to_string(last_turn));
             turn_owner = last_turn = c;
             ++turns_taken;
             break;
@@ -682,9 +696,9 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
                 if (it.work && it.end > it.begin) want_turns += 2L * (it.end - it.begin + 1);
             }
         } else {
-            want_turns = 2L * (s_end - s_begin + 1);
+            want_turns = (long)nturn * (s_end - s_begin + 1);
         }
-        if (turns && nc == 2 && turns_taken != want_turns) fail("turns missing");
+        if ((items || nturn >= 2) && turns_taken != want_turns) fail("turns missing");
         const int n = (int)expect.size();
         for (int s = 0; s < S; ++s) { // fills and releases balance
             const int64_t fills = n / S + (s < n % S ? 1 : 0);
@@ -696,17 +710,18 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
     return R;
 }
 
-template <int D> static void run_all(bug b, bool turns, long &runs, long &bad_runs, std::string &first) {
+template <int D, int W = 2> static void run_all(bug b, bool turns, long &runs, long &bad_runs, std::string &first) {
     for (int n = 1; n <= 13; ++n)
-        for (int nc = 1; nc <= 2; ++nc)
+        for (int nc = 1; nc <= W; ++nc)
             for (uint64_t seed = 1; seed <= 12; ++seed) {
                 const int s_begin = (int)(seed % 3);
                 const model_result r =
-                    run_model<D>(s_begin, s_begin + n, nc, b, seed * 131 + (uint64_t)n * 7 + nc, turns);
+                    run_model<D, W>(s_begin, s_begin + n, nc, b, seed * 131 + (uint64_t)n * 7 + nc, turns);
                 ++runs;
                 if (r.violations) {
                     if (!bad_runs && first.empty())
-                        first = std::string(turns ? "turns " : "") + "D=" + std::to_string(D) + " tiles " + std::to_string(n) + " consumers " +
+                        first = std::string(turns ? "turns " : "") + "D=" + std::to_string(D) + " W=" +
+                                std::to_string(W) + " tiles " + std::to_string(n) + " consumers " +
                                 std::to_string(nc) + ": " + r.first;
                     ++bad_runs;
                 }
@@ -751,6 +766,47 @@ int main() {
                bad, bad ? ": " : "", first.c_str());
         if (bad || !runs) g_failures++;
     }
+    { // v10: three consumer warpgroups taking turns in a round (head_dim 64)
+        long runs = 0, bad = 0;
+        std::string first;
+        run_all<64, 3>(BUG_NONE, true, runs, bad, first);
+        // its shared-memory layout: the barriers where the model's ids put
+        // them (v5's relative layout after a larger Q tile), K / V tiles on
+        // 1024-byte boundaries (the 128-byte swizzle), within the opt-in
+        // limit; the named barriers of its Q publication (2 + cw) below the
+        // turns'
+        int layout = 0;
+        for (int k = 0; k < 4; ++k)
+            for (int x = 0; x < fp_tma::traits_v5<64, 3>::kStages; ++x)
+                if (fp_tma::bar_offset<64, 1, 3>(k, x) - fp_tma::bar_offset<64, 1, 3>(0, 0) !=
+                    fp_tma::bar_offset<64>(k, x) - fp_tma::bar_offset<64>(0, 0))
+                    layout++;
+        for (int x = 0; x < fp_tma::traits_v5<64, 3>::kStages; ++x)
+            if (fp_tma::k_offset<64, 1, 3>(x) % 1024 || fp_tma::v_offset<64, 1, 3>(x) % 1024) layout++;
+        if (fp_tma::q_tile_bytes<64, 3>() != 192 * 64 * 2 || fp_tma::smem_bytes<64, 1, 3>() > 232448 ||
+            2 + fp_tma::traits_v5<64, 3>::kConsumerWGs > fp_tma::kTurnBar0 ||
+            fp_tma::kTurnBar0 + fp_tma::kMaxTurnWGs > 16)
+            layout++;
+        // active warpgroups of a CTA: one per 64 rows left, at most W
+        const int act[][3] = {{1, 3, 1}, {64, 3, 1}, {65, 3, 2}, {128, 3, 2}, {129, 3, 3}, {192, 3, 3},
+                              {1000, 3, 3}, {65, 2, 2}, {64, 2, 1}, {0, 3, 1}};
+        for (const auto &a : act)
+            if (fp_tma::active_consumer_wgs(a[0], a[1]) != a[2]) layout++;
+        printf("mbarrier/TMA model, v10 schedule (three consumer warpgroups, turns in a round, %d stages): %ld "
+               "runs, %ld with violations%s%s; layout / active warpgroups: %d wrong (%u bytes of shared memory)\n",
+               fp_tma::traits_v5<64, 3>::kStages, runs, bad, bad ? ": " : "", first.c_str(), layout,
+               fp_tma::smem_bytes<64, 1, 3>());
+        if (bad || !runs || layout) g_failures++;
+        for (int b = 1; b < BUG_COUNT; ++b) {
+            if (item_bug(b)) continue;
+            long bruns = 0, bbad = 0;
+            std::string bfirst;
+            run_all<64, 3>((bug)b, true, bruns, bbad, bfirst);
+            printf("broken variant %-16s (v10): caught in %ld of %ld runs (%s)\n", bug_name[b], bbad, bruns,
+                   bbad ? bfirst.c_str() : "NOT CAUGHT");
+            if (!bbad) g_failures++;
+        }
+    }
     { // v9's items: the ring across items, the ticket slots, the Q buffers
         long runs = 0, bad = 0;
         std::string first;
@@ -761,6 +817,7 @@ int main() {
         if (bad || !runs) g_failures++;
     }
     for (int b = 1; b < BUG_COUNT; ++b) {
+        if (three_wg_bug(b)) continue;
         long runs = 0, bad = 0;
         std::string first;
         run_all_v9<128>((bug)b, runs, bad, first);
@@ -773,7 +830,7 @@ int main() {
     // schedules, the turns' in v8's)
     for (int turns = 0; turns < 2; ++turns)
         for (int b = 1; b < BUG_COUNT; ++b) {
-            if ((turn_bug(b) && !turns) || item_bug(b)) continue;
+            if ((turn_bug(b) && !turns) || item_bug(b) || three_wg_bug(b)) continue;
             long runs = 0, bad = 0;
             std::string first;
             run_all<128>((bug)b, turns, runs, bad, first);
@@ -939,9 +996,25 @@ int main() {
             wrong++;
         for (int n = 1; n <= 255; ++n)
             if (fp_tma::split_check<128, 8>(n) != fp_tma::v5_reg_split_check<128>(n)) wrong++;
+        // v10's split (512 threads, producer 32, consumers 3 x 128 x 160 =
+        // the whole file): exactly the counts that allocate 128 a thread
+        // (what __launch_bounds__(512, 1) gives ptxas)
+        int v10_lo = 0, v10_hi = 0, v10_n = 0;
+        for (int n = 1; n <= 255; ++n)
+            if (fp_tma::split_check<64, 10>(n) == fp_tma::REG_SPLIT_OK) {
+                if (!v10_n++) v10_lo = n;
+                v10_hi = n;
+            }
+        if (v10_lo != 121 || v10_hi != 128 || v10_n != 8 || fp_tma::entry_regs<64, 10>() != 128 ||
+            fp_tma::threads_of<10>() != 512 || fp_tma::consumer_wgs<10>() != 3 || fp_tma::producer_regs<64, 10>() != 32 ||
+            fp_tma::consumer_regs<64, 10>() != 160 || fp_tma::threads_of<8>() != fp_tma::kThreads)
+            wrong++;
+        if (fp_tma::split_check<64, 10>(136) != fp_tma::REG_SPLIT_LAUNCH ||
+            fp_tma::split_check<64, 10>(120) != fp_tma::REG_SPLIT_POOL_SHORT)
+            wrong++;
         printf("register split check: %d cases, v5 / v8 accept numRegs %d..%d (allocated 168 a thread), v9 (32 + "
-               "232) %d..%d; %d wrong\n",
-               (int)(sizeof cases / sizeof cases[0]), accepted_lo, accepted_hi, v9_lo, v9_hi, wrong);
+               "232) %d..%d, v10 (512 threads: 32 + 3 x 160) %d..%d; %d wrong\n",
+               (int)(sizeof cases / sizeof cases[0]), accepted_lo, accepted_hi, v9_lo, v9_hi, v10_lo, v10_hi, wrong);
         if (wrong) g_failures++;
     }
     if (g_failures) fprintf(stderr, "%d check(s) failed\n", g_failures);

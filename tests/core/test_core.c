@@ -147,7 +147,7 @@ static void test_cpu_context(void) {
     CHECK_OK(fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0));
     CHECK_OK(fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 7));
     CHECK_OK(fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 9));
-    CHECK_STATUS(fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 10), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 11), FP_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, -1), FP_ERR_INVALID_ARGUMENT);
 
     void *p = NULL;

@@ -137,7 +137,7 @@ static void options(cz *z) {
         {(fp_context_option)0, 1, "option"},      {(fp_context_option)99, 1, "option"},
         {(fp_context_option)-1, 0, "option"},     {FP_CTX_CPU_THREADS, -1, "FP_CTX_CPU_THREADS"},
         {FP_CTX_CPU_THREADS, 4097, "FP_CTX_CPU_THREADS"}, {FP_CTX_CPU_THREADS, INT64_MIN, "FP_CTX_CPU_THREADS"},
-        {FP_CTX_WORKSPACE_BYTES, -1, "FP_CTX_WORKSPACE_BYTES"}, {FP_CTX_ATTENTION_KERNEL, 10, "FP_CTX_ATTENTION_KERNEL"},
+        {FP_CTX_WORKSPACE_BYTES, -1, "FP_CTX_WORKSPACE_BYTES"}, {FP_CTX_ATTENTION_KERNEL, 11, "FP_CTX_ATTENTION_KERNEL"},
         {FP_CTX_ATTENTION_KERNEL, -1, "FP_CTX_ATTENTION_KERNEL"}, {FP_CTX_SCRATCH_KEEP_BYTES, -2, "FP_CTX_SCRATCH_KEEP_BYTES"},
     };
     const int k = (int)fz_range(s, 0, (int64_t)(sizeof bad / sizeof bad[0]) - 1);
@@ -149,7 +149,7 @@ static void options(cz *z) {
     switch (fz_range(s, 0, 3)) {
     case 0: FZ_CHECK_CALL(&z->run, "FP_CTX_CPU_THREADS", fp_context_set_option(z->ctx, FP_CTX_CPU_THREADS, fz_range(s, 0, 3)), FP_OK, NULL); break;
     case 1: FZ_CHECK_CALL(&z->run, "FP_CTX_WORKSPACE_BYTES", fp_context_set_option(z->ctx, FP_CTX_WORKSPACE_BYTES, fz_range(s, 0, 1 << 30)), FP_OK, NULL); break;
-    case 2: FZ_CHECK_CALL(&z->run, "FP_CTX_ATTENTION_KERNEL", fp_context_set_option(z->ctx, FP_CTX_ATTENTION_KERNEL, fz_range(s, 0, 9)), FP_OK, NULL); break;
+    case 2: FZ_CHECK_CALL(&z->run, "FP_CTX_ATTENTION_KERNEL", fp_context_set_option(z->ctx, FP_CTX_ATTENTION_KERNEL, fz_range(s, 0, 10)), FP_OK, NULL); break;
     default: FZ_CHECK_CALL(&z->run, "FP_CTX_SCRATCH_KEEP_BYTES", fp_context_set_option(z->ctx, FP_CTX_SCRATCH_KEEP_BYTES, fz_range(s, -1, 1 << 30)), FP_OK, NULL); break;
     }
 }

@@ -47,9 +47,9 @@ def test_context_options_by_name():
             ctx.set_option("launch_pdl", 2)
         # the library's range check, with its message
         with pytest.raises(fastpath.FastpathError) as e:
-            ctx.set_option("attention_kernel", 10)
+            ctx.set_option("attention_kernel", 11)
         assert e.value.status == fastpath.Status.INVALID_ARGUMENT
-        assert "FP_CTX_ATTENTION_KERNEL must be in [0, 9]" in e.value.detail
+        assert "FP_CTX_ATTENTION_KERNEL must be in [0, 10]" in e.value.detail
         with pytest.raises(ValueError, match="unknown context option 'attn_kernel'"):
             ctx.set_option("attn_kernel", 1)
         for bad in ("6", 6.0, True, None):

@@ -85,6 +85,12 @@ RULES = [
     ("flash fwd v9 (wgmma + TMA, ping-pong, persistent)", "attention", r"attention_flash_fwd_v9<", ("sm_90a",),
      {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2, r"^ATOMG\.E\.ADD": 1},
      ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
+    # v10: v8 with three consumer warpgroups (head_dim 64); the register
+    # split (USETMAXREG: the producer's .dec, the consumers' .inc) is what
+    # the 512-thread launch's 128 registers a thread rest on
+    ("flash fwd v10 (wgmma + TMA, three consumer warpgroups)", "attention", r"attention_flash_fwd_v10<",
+     ("sm_90a",), {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2, r"^USETMAXREG": 2},
+     ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     ("split-KV combine", "attention", r"attention_split_combine_v1<", BASE + ("sm_90a",), {}, ("pdl",)),
     # materialized baseline and helpers (the GEMMs are cuBLAS)
     ("attention baseline helpers", "attention",

@@ -175,7 +175,7 @@ def flops(**kw):
 
 def last_kernel():
     """What the calling thread's last attention call ran (fp_attention_last_kernel):
-    a dict with "kernel" ("flash_v1".."flash_v9", "rowwise", "cpu" or "none"),
+    a dict with "kernel" ("flash_v1".."flash_v10", "rowwise", "cpu" or "none"),
     "version", "num_splits" (> 1: split-KV + combine), "paged", "preferred" (the
     context's FP_CTX_ATTENTION_KERNEL) and "fallback" (why the preferred version
     did not run, "" if it did). The drop-ins in fastpath.torch call from the
