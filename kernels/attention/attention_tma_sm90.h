@@ -365,10 +365,12 @@ template <int W, class C> SM90_HD void turn_pass(C &c, int cw, int n, bool last)
 // and issues P V of t; then, after the turn, waits for Q K^T of t + 1, runs
 // its softmax and waits for P V of t (P and O are P V's operands until
 // then). The waits for full stages stay outside the turns: wait_full_v may
-// clear V rows behind a barrier of both warpgroups (named barrier 1), which
-// inside a turn would wait for a warpgroup waiting for the turn.
+// clear V rows behind a barrier of the active warpgroups (named barrier 1),
+// which inside a turn would wait for a warpgroup waiting for the turn.
 // C provides what consumer_schedule uses (rescale_pack split into pack()
 // and rescale()) plus nb_sync / nb_arrive (named barrier id, threads).
+// W: the kernel's consumer warpgroups (v8, v9: 2; v10: 3); turns: how many
+// take turns (turns_start's n).
 // i0: as producer_schedule's (v9 passes the loads of the CTA's earlier
 // items; the turns start and end at rest within each call, so calls
 // compose).
