@@ -371,6 +371,9 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     // A consumer warpgroup whose 64 rows are all padding takes no part: the
     // empty barriers count the active ones' threads (the first warpgroup is
     // always active: the CTA has a row).
+    // (W = 2: the same count written as v5 / v8 always had it, which keeps
+    // their measured SASS instruction for instruction; test_attention_tma_emu
+    // checks active_consumer_wgs agrees at W = 2)
     const int active_wgs = W == 2 ? (m0 + 64 < rows ? 2 : 1) : fp_tma::active_consumer_wgs(rows - m0, W);
     if (tid == 0) {
         for (int s = 0; s < Stages; ++s) {
