@@ -309,6 +309,10 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # v8, the head_dim 64 default, interleaved: 1k / 4k / 16k keys, causal
     # and not (NOTES.md, session 23)
     "ab-v10|attention/flash_versions --head_dim 64 --version 10 --dtype bf16"
+    # varlen (8 packed sequences of 512..4096 tokens, 16k in all) without
+    # total_k (v3, what every varlen call ran before session 24) against the
+    # same call given total_k (v5 at head_dim 128, v8 at 64), interleaved
+    "ab-varlen|attention/varlen --dtype bf16"
     # what bounds each (the five-dimension verdict, fastbench --profile):
     # "prof-" runs trace their timed samples; their lines go to extra.txt
     "prof-mix|attention/prefill attention/decode norm/layernorm_fwd graph/op_host_cost --dtype bf16"

@@ -22,6 +22,9 @@
  *                      read GB/s and % of HBM bandwidth.
  *   attention/decode_versions  the default decode kernel (v1) vs the
  *                      decode kernel v6 on decode shapes, CUDA only.
+ *   attention/varlen   packed sequences of mixed lengths (cu_seqlens):
+ *                      the call without total_k (v3 on Hopper) vs with it
+ *                      (v5 / v8), CUDA only.
  * Options: --seqlen N, --head_dim N, --causal 0|1, --batch N, --kv N restrict
  * the grids (flash_versions: --seqlen N runs any length N, --batch N sets its
  * batch); --dtype picks dtypes; --kernel N (prefill, gqa, decode) times
@@ -137,6 +140,27 @@ static void run_shape(fb_run *run, const shape *s, int decode) {
 }
 
 static int small_run(fb_run *run) { return fb_quick(run) || fb_kind(run) != FP_DEVICE_CUDA; }
+
+/* One interleaved A/B of two callables that write o1 / o2 (n elements of
+ * dt), outputs compared, on tensor cores (flops, bytes: the roofline
+ * figures). */
+static fp_status ab_outputs(fb_run *run, fp_timed_fn base, void *base_user, fp_timed_fn opt, void *opt_user, void *o1,
+                            void *o2, size_t n, fp_dtype dt, double bytes, double flops, fp_ab_report *rep) {
+    fp_ab_spec spec;
+    fp_ab_spec_init(&spec);
+    spec.baseline = base;
+    spec.baseline_user = base_user;
+    spec.optimized = opt;
+    spec.optimized_user = opt_user;
+    spec.baseline_out = o1;
+    spec.optimized_out = o2;
+    spec.out_count = n;
+    spec.out_dtype = dt;
+    spec.bytes = bytes;
+    spec.flops = flops;
+    spec.flops_on_tensor_cores = 1;
+    return fp_ab_run(fb_ctx(run), NULL, &spec, fb_timing(run), rep);
+}
 
 static int dtypes_or(fb_run *run, fp_dtype *dts, int ndef) {
     int n = fb_dtypes(run, dts, 4);
@@ -353,22 +377,9 @@ static fp_status run_versions(fb_run *run) {
                             }
                         }
                         fp_ab_report rep;
-                        if (st == FP_OK) {
-                            fp_ab_spec spec;
-                            fp_ab_spec_init(&spec);
-                            spec.baseline = version_fn;
-                            spec.baseline_user = &v1;
-                            spec.optimized = version_fn;
-                            spec.optimized_user = &vx;
-                            spec.baseline_out = o1;
-                            spec.optimized_out = o2;
-                            spec.out_count = n;
-                            spec.out_dtype = dts[t];
-                            spec.bytes = 4.0 * (double)n * (double)elt;
-                            spec.flops = fp_attention_flops(&p);
-                            spec.flops_on_tensor_cores = 1;
-                            st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
-                        }
+                        if (st == FP_OK)
+                            st = ab_outputs(run, version_fn, &v1, version_fn, &vx, o1, o2, n, dts[t],
+                                            4.0 * (double)n * (double)elt, fp_attention_flops(&p), &rep);
                         if (st == FP_OK) {
                             fb_result_set_ab(r, &rep);
                             fb_result_metric(r, metric[ver], rep.achieved_tflops);
@@ -408,13 +419,17 @@ static fp_status pref_fn(void *user, fp_stream stream) {
     return st == FP_OK ? fp_attention_forward(r->ctx, stream, r->p) : st;
 }
 
-/* What pref_fn ran (one more call): "flash_v1 x16". */
-static void ran_with(pref_run *r, char *buf, size_t n) {
+/* What a call that returned st ran, from fp_attention_last_kernel:
+ * "flash_v1 x16" ("?" when it failed). */
+static void ran_text(fp_status st, char *buf, size_t n) {
     fp_attention_kernel_info k;
     snprintf(buf, n, "?");
-    if (pref_fn(r, NULL) == FP_OK && fp_attention_last_kernel(&k) == FP_OK)
+    if (st == FP_OK && fp_attention_last_kernel(&k) == FP_OK)
         snprintf(buf, n, "%s x%d%s%s", k.kernel, k.num_splits, k.fallback[0] ? ", fallback: " : "", k.fallback);
 }
+
+/* What pref_fn ran (one more call): "flash_v1 x16". */
+static void ran_with(pref_run *r, char *buf, size_t n) { ran_text(pref_fn(r, NULL), buf, n); }
 
 static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt) {
     fp_context *ctx = fb_ctx(run);
@@ -445,22 +460,9 @@ static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt) 
     pref_run base = {ctx, &p1, 0}, v6 = {ctx, &p2, 6};
     fp_ab_report rep;
     const double kv_bytes = 2.0 * (double)nk * (double)elt;
-    if (st == FP_OK) {
-        fp_ab_spec spec;
-        fp_ab_spec_init(&spec);
-        spec.baseline = pref_fn;
-        spec.baseline_user = &base;
-        spec.optimized = pref_fn;
-        spec.optimized_user = &v6;
-        spec.baseline_out = o1;
-        spec.optimized_out = o2;
-        spec.out_count = nq;
-        spec.out_dtype = dt;
-        spec.bytes = kv_bytes + 2.0 * (double)nq * (double)elt;
-        spec.flops = fp_attention_flops(&p1);
-        spec.flops_on_tensor_cores = 1;
-        st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
-    }
+    if (st == FP_OK)
+        st = ab_outputs(run, pref_fn, &base, pref_fn, &v6, o1, o2, nq, dt, kv_bytes + 2.0 * (double)nq * (double)elt,
+                        fp_attention_flops(&p1), &rep);
     if (st == FP_OK) {
         char b[320], o[320];
         ran_with(&base, b, sizeof b);
@@ -506,6 +508,98 @@ static fp_status run_decode_versions(fb_run *run) {
     return FP_OK;
 }
 
+/* attention/varlen: a packed batch of sequences of mixed lengths
+ * (cu_seqlens: 4096, 1024, 2048, 512, 3072, 1536, 2560, 1536 = 16384 tokens,
+ * --quick 150, 37, 0, 90), 2048 / head_dim heads (--quick 2), head_dim 64
+ * and 128, causal and not, bf16: fp_attention_forward without total_k as the
+ * baseline (on Hopper v3, the cp.async wgmma kernel: what every varlen call
+ * ran before total_k) against the same call given total_k (on Hopper v5 at
+ * head_dim 128, v8 at 64: the TMA kernels, which need the packed extent for
+ * their tensor maps), outputs compared; elsewhere both run v1. TFLOP/s over
+ * the sequences' own lengths (4 h Lq Lk d each, halved when causal); the
+ * note says which kernels ran. CUDA only. */
+static void run_varlen_shape(fb_run *run, const int *lens, int nseq, int d, int hq, int causal, fp_dtype dt) {
+    fp_context *ctx = fb_ctx(run);
+    int32_t cu[16] = {0};
+    int maxlen = 1;
+    double flops = 0.0;
+    for (int b = 0; b < nseq; ++b) {
+        cu[b + 1] = cu[b] + lens[b];
+        if (lens[b] > maxlen) maxlen = lens[b];
+        flops += 4.0 * hq * (double)lens[b] * lens[b] * d * (causal ? 0.5 : 1.0);
+    }
+    const int64_t total = cu[nseq];
+    fb_result *r = fb_result_new(run);
+    fb_param_str(r, "versions", "no_total_k_vs_total_k");
+    fb_param_str(r, "dtype", fp_dtype_name(dt));
+    fb_param_int(r, "sequences", nseq);
+    fb_param_int(r, "tokens", total);
+    fb_param_int(r, "max_seqlen", maxlen);
+    fb_param_int(r, "heads", hq);
+    fb_param_int(r, "head_dim", d);
+    fb_param_int(r, "causal", causal);
+    const size_t elt = fp_dtype_size(dt), n = (size_t)total * hq * d;
+    void *q = NULL, *k = NULL, *v = NULL, *o1 = NULL, *o2 = NULL, *cu_d = NULL;
+    fp_status st = fb_alloc_random(ctx, n, dt, 1, -1.0f, 1.0f, &q);
+    if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, 2, -1.0f, 1.0f, &k);
+    if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, 3, -1.0f, 1.0f, &v);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, n * elt, &o1);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, n * elt, &o2);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, sizeof cu, &cu_d);
+    if (st == FP_OK) st = fp_mem_upload(ctx, cu_d, cu, sizeof cu, NULL);
+    if (st == FP_OK) st = fp_context_synchronize(ctx, NULL); /* cu lives on this frame */
+    fp_attention_params p1, p2;
+    fp_attention_params_default(&p1);
+    p1.batch = nseq; p1.seqlen_q = p1.seqlen_k = maxlen; p1.heads_q = p1.heads_kv = hq;
+    p1.head_dim = d; p1.dtype = dt; p1.causal = causal;
+    p1.q = q; p1.k = k; p1.v = v; p1.o = o1;
+    p1.cu_seqlens_q = p1.cu_seqlens_k = cu_d;
+    p2 = p1;
+    p2.o = o2;
+    p2.total_k = total;
+    flash_only base = {ctx, &p1}, opt = {ctx, &p2};
+    fp_ab_report rep;
+    if (st == FP_OK)
+        st = ab_outputs(run, flash_fn, &base, flash_fn, &opt, o1, o2, n, dt, 4.0 * (double)n * (double)elt, flops, &rep);
+    if (st == FP_OK) {
+        char b[320], o[320];
+        ran_text(fp_attention_forward(ctx, NULL, &p1), b, sizeof b);
+        ran_text(fp_attention_forward(ctx, NULL, &p2), o, sizeof o);
+        fb_result_set_ab(r, &rep);
+        fb_result_metric(r, "no_total_k_tflops", spec_flops_tflops(flops, rep.baseline.median_ms));
+        fb_result_metric(r, "total_k_tflops", spec_flops_tflops(flops, rep.optimized.median_ms));
+        fb_result_note(r, "baseline %s, optimized %s", b, o);
+    } else {
+        fb_result_fail(r, st, fp_last_error());
+    }
+    fp_mem_free(ctx, q);
+    fp_mem_free(ctx, k);
+    fp_mem_free(ctx, v);
+    fp_mem_free(ctx, o1);
+    fp_mem_free(ctx, o2);
+    fp_mem_free(ctx, cu_d);
+}
+
+static fp_status run_varlen(fb_run *run) {
+    if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "needs a CUDA device");
+    static const int full[] = {4096, 1024, 2048, 512, 3072, 1536, 2560, 1536};
+    static const int quick[] = {150, 37, 0, 90};
+    static const int dim_defs[] = {64, 128}, causal_defs[] = {0, 1};
+    int dims[2], causals[2];
+    const int nd = values_of(run, "head_dim", dim_defs, 2, 1, 1024, dims);
+    const int nc = values_of(run, "causal", causal_defs, 2, 0, 1, causals);
+    if (!nd || !nc) return fb_skip(run, "%s", !nd ? "--head_dim must be in [1, 1024]" : "--causal must be 0 or 1");
+    fp_dtype dts[4] = {FP_BF16};
+    const int ndt = dtypes_or(run, dts, 1);
+    const int q = fb_quick(run);
+    for (int di = 0; di < nd; ++di)
+        for (int ci = 0; ci < nc; ++ci)
+            for (int t = 0; t < ndt; ++t)
+                run_varlen_shape(run, q ? quick : full, q ? 4 : 8, dims[di], q ? 2 : 2048 / dims[di], causals[ci],
+                                 dts[t]);
+    return FP_OK;
+}
+
 FB_SCENARIO(fb_attention_prefill, "attention/prefill",
             "flash attention vs materialized (cuBLAS + softmax): FlashAttention's seqlen/head_dim grid",
             run_prefill)
@@ -517,6 +611,10 @@ FB_SCENARIO(fb_attention_flash_versions, "attention/flash_versions",
             "flash kernel v1 (16 rows/warp) vs v2 (32 rows/warp), v3 / v4 (Hopper wgmma), v5 (TMA + mbarrier), v7 "
             "(8 warps); v5 vs v8 (ping-pong warpgroups); v8 vs v9 (persistent CTAs) on prefill shapes (CUDA only)",
             run_versions)
+FB_SCENARIO(fb_attention_varlen, "attention/varlen",
+            "varlen prefill (cu_seqlens, mixed lengths): the call without total_k (v3 on Hopper) vs with it (the TMA "
+            "kernels v5 / v8), TFLOP/s (CUDA only)",
+            run_varlen)
 FB_SCENARIO(fb_attention_decode_versions, "attention/decode_versions",
             "decode: the default kernel (v1, split-KV) vs the decode kernel v6 (16-row tiles, K/V ring), KV GB/s "
             "(CUDA only)",

@@ -181,6 +181,27 @@ typedef struct fp_attention_params {
     int block_table_stride;      /* entries per sequence, >= ceil(seqlen_k / page_size) */
     int page_size;               /* keys per page, >= 1 (any value; 16..256 typical) */
     int num_pages;               /* pages in the K and V pools, >= 1 */
+
+    /* ---- Added in 0.3 (a struct_size from 0.1 or 0.2 is still accepted:
+     * the field below then reads as 0). ---- */
+
+    /* Optional, with cu_seqlens only: the rows of K and V along their packed
+     * sequence dimension, flash_attn_varlen_func's total_k (K, V [total_k,
+     * heads_kv, head_dim]). At least cu_seqlens_k[batch]; more (the rows
+     * allocated: a fixed capacity) is fine. 0: not given.
+     * On a CUDA context the offsets are in device memory, so without it the
+     * library does not know where K and V end. With it:
+     *   - Hopper's TMA kernels (v5 at head_dim 128, v8 at 64) take varlen
+     *     calls: they describe K and V to the hardware as tensor maps, which
+     *     need that extent (without it varlen runs v3, their cp.async form);
+     *   - K's and V's strides are checked against it (without it the
+     *     sequence stride must be the outermost).
+     * Too small a value is FP_ERR_INVALID_ARGUMENT on a CPU context (the
+     * offsets are host memory there). On a CUDA context it cannot be
+     * checked: keys at or past row total_k read as zeros on the TMA kernels
+     * (never a read outside [0, total_k)) and that sequence's result is
+     * unspecified. */
+    int64_t total_k;
 } fp_attention_params;
 
 /* Zeroes the first struct_size bytes of p and sets struct_size, dtype =
@@ -215,9 +236,11 @@ FP_API void(fp_attention_params_default)(fp_attention_params *p);
  * per (batch, KV head) (seqlen_q x heads_q / heads_kv) run the wgmma kernel
  * fed by TMA loads instead (v5 at head_dim 128, v8 at 64: v5 with its two
  * consumer warpgroups taking turns on the tensor cores; v3, their cp.async
- * form, where TMA cannot describe the K / V layout or with varlen offsets):
- * 2.3-3.6x faster than v1 on an H200 at seqlen 4k-16k, v8 1.08-1.14x faster
- * than v5 at head_dim 64 on an H100. fp_attention_last_kernel says which ran. When the grid would not fill the GPU (decode: small seqlen_q,
+ * form, where TMA cannot describe the K / V layout or with varlen offsets
+ * but no total_k): 2.3-3.6x faster than v1 on an H200 at seqlen 4k-16k, v8
+ * 1.08-1.14x faster than v5 at head_dim 64 on an H100 (v5 / v8 on varlen
+ * calls, given total_k, is not yet measured on a GPU).
+ * fp_attention_last_kernel says which ran. When the grid would not fill the GPU (decode: small seqlen_q,
  * few heads, long seqlen_k) the keys are split over several thread blocks
  * whose partial results are merged through their log-sum-exp (split-KV).
  * With the default kernel (v1) the merge happens inside the split kernel:
@@ -240,7 +263,8 @@ FP_API void(fp_attention_params_default)(fp_attention_params *p);
  *     two rows of a tensor overlap; pointers not aligned to the element size
  *     (CPU) or to 16 bytes, with row strides not multiples of 16 bytes (CUDA);
  *     block_table with page_size, num_pages or block_table_stride out of
- *     range, with cu_seqlens, or (CPU) with an entry outside [0, num_pages).
+ *     range, with cu_seqlens, or (CPU) with an entry outside [0, num_pages);
+ *     total_k < 0, without cu_seqlens, or (CPU) below cu_seqlens_k[batch].
  *     The message names the argument.
  *   FP_ERR_OUT_OF_MEMORY: scratch for split-KV partials or CPU tiles.
  *   FP_ERR_UNSUPPORTED: also when the stream is being captured and its

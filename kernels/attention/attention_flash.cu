@@ -1144,7 +1144,8 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
     // + mbarrier ring) ran 2.3-3.6x faster than v1 on every prefill shape
     // measured (head_dim 64 / 128, seqlen 4k / 16k, causal and not; 602-661
     // TFLOP/s at head_dim 128 non-causal), v3 1.65-2.1x. So: v5, else v3
-    // where v5 refuses (varlen, K / V layouts TMA cannot describe), else v1
+    // where v5 refuses (varlen without total_k, K / V layouts TMA cannot
+    // describe), else v1
     // (paged KV, other head dims, other devices answer FP_ERR_UNSUPPORTED).
     // At head_dim 64, v8 (v5 with its consumer warpgroups taking turns) ran
     // 1.08-1.14x faster than v5 on every shape measured (H100, session 20:

@@ -36,6 +36,8 @@ struct flash_params {
     float *lse;         // [batch, hq, sq] or NULL
     const int32_t *seqlens_k;
     const int32_t *cu_q, *cu_k; // varlen offsets [batch + 1] or NULL
+    int kv_rows;        // the TMA kernels' K / V tensor maps: rows along the sequence dimension
+                        // (seqlen_k; varlen: total_k, the packed tensor; fp_tma::kv_seq_rows)
     int num_splits;
     int b_off;          // batch of blockIdx.z = 0 (the launcher splits batch > 65535 over launches)
     float *o_part;      // [num_splits, batch, hq, sq, D] when num_splits > 1
@@ -112,6 +114,9 @@ inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_spl
     p.seqlens_k = a->seqlens_k;
     p.cu_q = a->cu_q;
     p.cu_k = a->cu_k;
+    // varlen: total_k where given (the TMA launchers refuse varlen without
+    // it, and above INT_MAX - seqlen_k - 256), else seqlen_k
+    p.kv_rows = a->cu_k && a->total_k > 0 && a->total_k <= 2147483647 ? (int)a->total_k : a->seqlen_k;
     p.num_splits = num_splits;
     p.b_off = 0;
     p.o_part = nullptr;

@@ -49,9 +49,12 @@
 //                               opt-in (version 10) until a GPU run compares
 //                               it with v8.
 // Same contract as v3: f16 / bf16, head_dim 64 / 128, causal / windows, GQA
-// packing, seqlens_k, LSE, split-KV partials (run_with_partials).
-// FP_ERR_UNSUPPORTED: varlen (cu_seqlens: a tensor map per sequence is a
-// later step), paged KV, K / V layouts TMA cannot describe (base not 16-byte
+// packing, seqlens_k, LSE, split-KV partials (run_with_partials), varlen
+// given fp_attention_params.total_k (one tensor map over the packed K / V,
+// each sequence's tiles at its offset: fp_tma::kv_seq_rows).
+// FP_ERR_UNSUPPORTED: varlen without total_k (the map's extent is then
+// unknown: the offsets are device memory), paged KV, K / V layouts TMA
+// cannot describe (base not 16-byte
 // aligned, a seq / head / batch stride not a multiple of 16 bytes), devices
 // other than compute capability 9.0, a driver without
 // cuTensorMapEncodeTiled (looked up at run time through
@@ -71,9 +74,11 @@
 // emulated: tests/attention/test_attention_sm90_kernel_emu.cpp), reached
 // only through FP_CTX_ATTENTION_KERNEL 10 and fp_attn_cuda_flash_version(a,
 // 10, ...) until a GPU run times it against v8 (fastbench
-// attention/flash_versions, rows v8_vs_v10: gpu-check's ab-v10 run). Not
-// yet done: an epilogue through shared memory + TMA store, varlen / paged
-// tensor maps.
+// attention/flash_versions, rows v8_vs_v10: gpu-check's ab-v10 run).
+// Varlen (session 24) is likewise checked on the emulation only, not yet
+// timed on a GPU (fastbench attention/varlen: v3, what varlen calls ran
+// before, against v5 / v8). Not yet done: an epilogue through shared memory
+// + TMA store, paged tensor maps.
 // The PTX wrappers, the softmax helpers, the Q K^T / P V stages and the
 // epilogue are v3's, shared through attention_sm90_common.cuh.
 #include <atomic>
@@ -218,7 +223,7 @@ __device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
 template <int D, int QB = 1, int W = 2> struct producer_ops {
     const CUtensorMap *tm_k, *tm_v;
     uint32_t smem0;
-    int hk, b;
+    int hk, bz, row0; // the sequence's place in the maps (fp_tma::kv_seq_rows)
     __device__ __forceinline__ void wait_empty_k(int st, uint32_t parity) {
         mbar_wait(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_EMPTY_K, st), parity, fp_tma::BAR_EMPTY_K, st);
     }
@@ -231,7 +236,7 @@ template <int D, int QB = 1, int W = 2> struct producer_ops {
 #pragma unroll
         for (int c = 0; c < fp_tma::boxes_per_tile<D>(); ++c) {
             int xyzw[4];
-            fp_tma::box_coords<D>(c, t, hk, b, xyzw);
+            fp_tma::box_coords<D>(c, t, hk, bz, xyzw, row0);
             tma_load_4d(tile + fp_tma::box_smem_offset(c, Bc), map, xyzw[0], xyzw[1], xyzw[2], xyzw[3], bar);
         }
     }
@@ -257,7 +262,8 @@ template <typename T, int D, int QB = 1, int W = 2> struct consumer_ops {
     uint32_t q_smem; // the Q tile this item's Q K^T reads (fp_tma::q_offset)
     int wrow, lane;
     int ctid, nthreads; // index among, and number of, the active consumer threads
-    int map_rows;       // rows of the tensor maps (seqlen_k): V rows in [L, map_rows) are cleared
+    int map_rows;       // the maps' rows from the sequence's first (fp_tma::kv_seq_rows): V rows in
+                        // [L, map_rows) are cleared
 
     __device__ __forceinline__ void wait_full_k(int st, uint32_t parity, int) {
         mbar_wait(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_K, st), parity, fp_tma::BAR_FULL_K, st);
@@ -366,6 +372,7 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     if (!cta_work_of(p, Br, Bc, 0, w)) return; // CTA-uniform, before any barrier
     const int split = w.split, hk = w.hk, b = w.b, m0 = w.m0, rows = w.rows;
     const fp_flash::seq_view &S = w.S;
+    const fp_tma::seq_rows kv = fp_tma::kv_seq_rows(p.cu_k, b, p.sk, p.kv_rows);
     const fp_flash::block_plan &plan = w.plan;
     const int s_begin = plan.s_begin, s_end = plan.s_end;
     // A consumer warpgroup whose 64 rows are all padding takes no part: the
@@ -391,7 +398,7 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
         if (tid == 0 && s_begin < s_end) {
             prefetch_tensormap(&tm_k);
             prefetch_tensormap(&tm_v);
-            producer_ops<D, 1, W> ops = {&tm_k, &tm_v, smem0, hk, b};
+            producer_ops<D, 1, W> ops = {&tm_k, &tm_v, smem0, hk, kv.bz, kv.row0};
             fp_tma::producer_schedule<Stages>(s_begin, s_end, ops);
         }
         return;
@@ -408,7 +415,7 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     c.lane = lane;
     c.ctid = ctid;
     c.nthreads = 128 * active_wgs;
-    c.map_rows = p.sk;
+    c.map_rows = kv.map_rows;
     c.rc = {m0 + wrow + fp_sm90::acc_row(warp, lane, 0), p.group, S.L, S.sq, p.wl, p.wr, p.scale_log2, plan};
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) c.o_acc[i] = 0.0f;
@@ -495,7 +502,7 @@ __device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
 }
 
 // Item (ticket) r of the order: false when it has no work (a varlen tile
-// past its sequence; v9 takes no varlen, kept for the contract).
+// past its sequence's rows).
 template <int D>
 __device__ __forceinline__ bool item_work(const flash_params &p, const fp_tma::tile_order &o, int r, cta_work &w) {
     int m_tile, unit, split, hk, b;
@@ -525,8 +532,10 @@ template <int D> struct producer_item_ops : producer_ops<D, 2> {
     __device__ __forceinline__ bool item(int t, int *sb, int *se) {
         cta_work w;
         if (!item_work<D>(*p, *ord, t, w)) return false;
+        const fp_tma::seq_rows kv = fp_tma::kv_seq_rows(p->cu_k, w.b, p->sk, p->kv_rows);
         this->hk = w.hk;
-        this->b = w.b;
+        this->bz = kv.bz;
+        this->row0 = kv.row0;
         *sb = w.plan.s_begin;
         *se = w.plan.s_end;
         return true;
@@ -570,6 +579,7 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
         cta_work w;
         if (!item_work<D>(*p, *ord, t, w)) return false;
         ticket = t;
+        this->map_rows = fp_tma::kv_seq_rows(p->cu_k, w.b, p->sk, p->kv_rows).map_rows;
         fence_proxy_async();
         named_barrier(2 + cw, 128); // Q published to this warpgroup's wgmmas
         this->q_smem = this->smem0 + fp_tma::q_offset<D, 2>(qb);
@@ -636,7 +646,7 @@ __device__ __forceinline__ void flash_tma_persistent_body(const flash_params &p,
             ops.tm_k = &tm_k;
             ops.tm_v = &tm_v;
             ops.smem0 = smem0;
-            ops.hk = ops.b = 0;
+            ops.hk = ops.bz = ops.row0 = 0;
             ops.p = &p;
             ops.ord = &ord;
             fp_tma::producer_items<Stages>(ops);
@@ -653,7 +663,7 @@ __device__ __forceinline__ void flash_tma_persistent_body(const flash_params &p,
     c.wtid = tid % 128;
     c.ctid = tid - 128;
     c.nthreads = 256;
-    c.map_rows = p.sk;
+    c.map_rows = p.sk; // per item: begin_item
     c.p = &p;
     c.ord = &ord;
     fp_tma::consumer_items<Stages>(c.cw, c);
@@ -705,11 +715,29 @@ encode_tiled_fn encode_tiled(fp_status *st) {
 // The TMA layout checks for K or V (`which`), without a device: what
 // kv_map_geometry refuses becomes FP_ERR_UNSUPPORTED naming the tensor.
 // The box rows are kBc, the same at both head dims.
+// Varlen: one map over the packed sequence dimension, whose extent only
+// the caller knows (the offsets are device memory): refused without
+// fp_attention_params.total_k (the dispatch then runs v3), and where
+// total_k + seqlen_k + 2 kBc would not stay below 2^31 (the int
+// coordinates of fp_tma::kv_seq_rows / box_coords).
 static_assert(fp_tma::traits_v5<64>::kBc == fp_tma::traits_v5<128>::kBc, "one box height for both head dims");
 fp_status kv_layout(const fp_attn_args *a, int version, const void *base, int64_t ss, int64_t hs, int64_t bs,
                     const char *which, fp_tma::kv_map *m) {
-    const int s = fp_tma::kv_map_geometry(reinterpret_cast<uintptr_t>(base), a->head_dim, a->seqlen_k, a->heads_kv,
-                                          a->batch, ss, hs, bs, fp_tma::traits_v5<128>::kBc, m);
+    const bool varlen = a->cu_k != nullptr;
+    constexpr int Bc = fp_tma::traits_v5<128>::kBc;
+    if (varlen && a->total_k <= 0)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v%d (TMA): varlen (cu_seqlens) without total_k: a tensor map "
+                            "needs the rows of K / V (set fp_attention_params.total_k)",
+                            version);
+    if (varlen && a->total_k > 2147483647LL - a->seqlen_k - 2 * Bc)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v%d (TMA): varlen total_k %lld + seqlen_k %d above 2^31 - %d "
+                            "(int tensor-map coordinates)",
+                            version, (long long)a->total_k, a->seqlen_k, 2 * Bc + 1);
+    const int rows = varlen ? (int)a->total_k : a->seqlen_k, nb = varlen ? 1 : a->batch;
+    const int s = fp_tma::kv_map_geometry(reinterpret_cast<uintptr_t>(base), a->head_dim, rows, a->heads_kv, nb, ss,
+                                          hs, varlen ? 0 : bs, Bc, m);
     if (s != fp_tma::KV_MAP_OK)
         return fp_set_error(FP_ERR_UNSUPPORTED,
                             "attention flash kernel v%d (TMA): %s: %s (seq stride %lld, head stride %lld, batch "
@@ -973,7 +1001,7 @@ extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, i
     if (version != 5 && version != 8 && version != 9 && version != 10)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "flash kernel version %d (the TMA kernels are 5, 8, 9 and 10)", version);
-    FP_TRY(sm90_check_args(a, version, num_splits, false));
+    FP_TRY(sm90_check_args(a, version, num_splits, true)); // varlen: with total_k (kv_layout)
     if (version == 10 && a->head_dim != 64)
         return fp_set_error(FP_ERR_UNSUPPORTED,
                             "attention flash kernel v10 (three consumer warpgroups) takes head_dim 64 only (got "

@@ -174,12 +174,42 @@ template <int D, int V> inline int split_check(int num_regs) {
 constexpr int kBoxCols = 64;
 template <int D> SM90_HD int boxes_per_tile() { return D / kBoxCols; }
 // Tensor-map coordinates (innermost first) of box c of K / V tile t of kv
-// head hk, batch b.
-template <int D> SM90_HD void box_coords(int c, int t, int hk, int b, int (&xyzw)[4]) {
+// head hk, for the sequence whose keys start at map row row0 of map batch
+// bz (seq_rows below: batched calls row0 0, bz the batch; varlen calls one
+// packed map, row0 cu_seqlens_k[b], bz 0).
+template <int D> SM90_HD void box_coords(int c, int t, int hk, int bz, int (&xyzw)[4], int row0 = 0) {
     xyzw[0] = c * kBoxCols;
-    xyzw[1] = t * traits_v5<D>::kBc;
+    xyzw[1] = row0 + t * traits_v5<D>::kBc;
     xyzw[2] = hk;
-    xyzw[3] = b;
+    xyzw[3] = bz;
+}
+
+// Where sequence b's keys lie in the K / V tensor maps (kv_map_geometry):
+// row0, the map batch bz, and map_rows, the map's rows from row0 on (the
+// rows a tile may load before TMA fills zeros; v_tail_rows' bound).
+//   batched (cu_k NULL): one map batch per sequence of sk rows: 0, b, sk;
+//   varlen: one packed map of kv_rows rows (fp_attention_params.total_k):
+//     cu_k[b], 0, kv_rows - cu_k[b]. An offset outside [0, kv_rows] (bad
+//     device input, which the host cannot check) reads as a sequence at
+//     kv_rows: every row TMA's zeros, none cleared, nothing read outside
+//     the map, and no int overflow in row0 + t * kBc (the launcher keeps
+//     kv_rows + seqlen_k + 2 kBc below 2^31).
+struct seq_rows {
+    int row0, bz, map_rows;
+};
+SM90_HD seq_rows kv_seq_rows(const int32_t *cu_k, int b, int sk, int kv_rows) {
+    seq_rows r;
+    if (!cu_k) {
+        r.row0 = 0;
+        r.bz = b;
+        r.map_rows = sk;
+        return r;
+    }
+    const int o = cu_k[b];
+    r.row0 = o >= 0 && o <= kv_rows ? o : kv_rows;
+    r.bz = 0;
+    r.map_rows = kv_rows - r.row0;
+    return r;
 }
 SM90_HD uint32_t box_smem_offset(int c, int rows) { return (uint32_t)(c * rows * 128); }
 // Bytes the producer announces (expect_tx) for one K or V stage.
@@ -566,7 +596,11 @@ template <int Stages, class C> SM90_HD void consumer_items(int cw, C &c) {
 // (head_dim, seqlen_k, heads_kv, batch), byte strides (seq, head, batch).
 // Tile t of kv head hk, batch b, column box c is the box at coordinates
 // (64 c, t kBc, hk, b); rows >= seqlen_k are out of bounds (zero-filled by
-// TMA), so a tile never reads another batch's rows.
+// TMA), so a tile never reads another batch's rows. Varlen: one packed
+// sequence dimension of total_k rows, batch 1; sequence b's tile t is at
+// (64 c, cu_k[b] + t kBc, hk, 0) (kv_seq_rows), so its last tile may read
+// the next sequence's first rows: masked for K, cleared for V
+// (v_tail_rows with map_rows = total_k - cu_k[b]), zeros past total_k.
 struct kv_map {
     uint64_t dims[4];
     uint64_t strides[3]; // bytes, of dims 1..3
@@ -596,6 +630,8 @@ inline bool tma_stride_ok(int64_t elems) {
 // 16-bit elements. A dimension of extent 1 never steps: its stride is
 // replaced by a harmless valid one (any multiple of 16) so broadcast / odd
 // strides of unit dimensions are not refused.
+// seqlen_k: the map's rows per batch (varlen: the packed total_k, batch 1,
+// kv_seq_rows placing each sequence).
 inline int kv_map_geometry(uintptr_t base, int head_dim, int seqlen_k, int heads_kv, int batch, int64_t ss,
                            int64_t hs, int64_t bs, int box_rows, kv_map *m) {
     if (base % 16) return KV_MAP_BASE_ALIGN;

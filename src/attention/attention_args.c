@@ -161,6 +161,11 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
                      "along the sequence dimension)");
         FP_CHECK_ARG((uintptr_t)p->cu_seqlens_q % 4 == 0 && (uintptr_t)p->cu_seqlens_k % 4 == 0,
                      "arguments 'cu_seqlens_q' / 'cu_seqlens_k' are not 4-byte aligned");
+        FP_CHECK_ARG(p->total_k >= 0, "argument 'total_k' must be >= 0 (got %lld; 0: not given)",
+                     (long long)p->total_k);
+        FP_CHECK_ARG(cuda || !p->total_k || p->total_k >= p->cu_seqlens_k[p->batch],
+                     "argument 'total_k' (%lld rows of K / V) is below cu_seqlens_k[batch] (%d)",
+                     (long long)p->total_k, p->cu_seqlens_k[p->batch]);
         if (!cuda) /* host memory: the offsets can be checked */
             for (int b = 0; b < p->batch; ++b) {
                 int64_t nq = (int64_t)p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b];
@@ -175,6 +180,8 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
                              b, (long long)nk, p->seqlen_k);
             }
     }
+    FP_CHECK_ARG(varlen || !p->total_k, "argument 'total_k' (%lld) is for varlen calls: give it with "
+                 "cu_seqlens_q / cu_seqlens_k, or 0", (long long)p->total_k);
     const int paged = p->block_table != NULL;
     if (paged) {
         FP_CHECK_ARG(!varlen, "argument 'block_table' cannot be combined with cu_seqlens_q / cu_seqlens_k");
@@ -242,8 +249,10 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
      * so it is the packed total (host offsets), not seqlen_q / seqlen_k (the
      * per-sequence maximum); unknown (-1) for device offsets. */
     int64_t q_seq = p->seqlen_q, k_seq = kv_seq;
-    if (varlen && cuda) q_seq = k_seq = -1;
-    else if (varlen) {
+    if (varlen && cuda) {
+        q_seq = -1;
+        k_seq = p->total_k ? p->total_k : -1; /* the caller's extent where given */
+    } else if (varlen) {
         q_seq = (int64_t)p->cu_seqlens_q[p->batch] - p->cu_seqlens_q[0];
         k_seq = (int64_t)p->cu_seqlens_k[p->batch] - p->cu_seqlens_k[0];
     }
@@ -265,6 +274,7 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
     a->seqlens_k = p->seqlens_k;
     a->cu_q = p->cu_seqlens_q;
     a->cu_k = p->cu_seqlens_k;
+    a->total_k = varlen ? p->total_k : 0;
     a->block_table = p->block_table;
     a->bt_stride = paged ? p->block_table_stride : 0;
     a->page_size = paged ? p->page_size : 0;

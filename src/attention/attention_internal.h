@@ -31,6 +31,8 @@ typedef struct fp_attn_args {
     float *lse;                       /* [batch, heads_q, seqlen_q] or NULL */
     const int32_t *seqlens_k;         /* [batch] or NULL */
     const int32_t *cu_q, *cu_k;       /* [batch + 1] varlen offsets, or NULL */
+    int64_t total_k;                  /* varlen: rows of K / V along the packed sequence
+                                       * dimension (fp_attention_params.total_k), 0 not given */
     /* Paged KV (block_table != NULL): k_bs / v_bs are the page strides. */
     const int32_t *block_table;       /* [batch, bt_stride] or NULL */
     int bt_stride, page_size, num_pages;
@@ -194,7 +196,7 @@ fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaS
 /* A numbered version of the flash kernel (1 = the default, 2 = two 16-row
  * blocks per warp, head_dim 64 / 128, 3 = Hopper wgmma kernel, 4 = the same
  * with its other schedule (pipelined <-> plain), 5 = Hopper TMA + mbarrier
- * pipeline (no varlen either), 6 = the decode kernel, 7 = v1 over 8 warps,
+ * pipeline (varlen only given total_k), 6 = the decode kernel, 7 = v1 over 8 warps,
  * 8 = v5 with ping-pong consumer warpgroups, 9 = v8 in persistent CTAs,
  * 10 = v8 with three consumer warpgroups, head_dim 64 only
  * (3-5, 8-10: sm_90a builds on compute
@@ -210,8 +212,9 @@ fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_sp
  * sm_90a builds: TMA producer + mbarrier ring; 8 = 5 with its consumer
  * warpgroups taking turns (ping-pong); 9 = 8 in persistent CTAs (one per
  * SM, items drawn by tickets over a causal-aware order); 10 = 8 with three
- * consumer warpgroups (192-row query tiles, head_dim 64 only); no varlen /
- * paged KV; reached through fp_attn_cuda_flash_sm90(a, 5, 8, 9 or 10, ...)). */
+ * consumer warpgroups (192-row query tiles, head_dim 64 only); varlen only
+ * given total_k (one tensor map over the packed K / V); no paged KV;
+ * reached through fp_attn_cuda_flash_sm90(a, 5, 8, 9 or 10, ...)). */
 fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
 /* Simple CUDA-core kernel: one warp per query row, any dtype and head_dim. */
 fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t stream);

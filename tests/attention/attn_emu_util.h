@@ -10,6 +10,7 @@
 #ifndef ATTN_EMU_UTIL_H
 #define ATTN_EMU_UTIL_H
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -87,7 +88,9 @@ struct emu_case {
     int batch, sq, sk, hq, hkv, d;
     fp_dtype dtype;
     int causal, wl, wr, ragged, splits, pad; // pad: extra elements per seq row (strided)
-    int varlen; // packed sequences of lengths cycling through (sq|sk, 5, 0, 17) via cu_seqlens
+    int varlen; // packed sequences of lengths cycling through (sq|sk, 5, 0, 17) via cu_seqlens;
+                // 2: the full sequences hold 40 keys more than seqlen_k (clipped: rows the
+                // kernels must not read into the result); total_k given (the packed rows)
 };
 
 // xorshift64 in [-1, 1), never 0; each test seeds its own.
@@ -132,7 +135,8 @@ static inline bool emu_setup(const emu_case &c, emu_rng &rng, emu_data &X, emu_a
     for (int b = 0; b < c.batch; ++b) {
         static const int pat[4] = {-1, 5, 0, 17}; /* -1: full */
         const int nq = c.varlen ? (pat[b % 4] < 0 ? c.sq : (pat[b % 4] > c.sq ? c.sq : pat[b % 4])) : c.sq;
-        const int nk = c.varlen ? (pat[(b + 1) % 4] < 0 ? c.sk : (pat[(b + 1) % 4] > c.sk ? c.sk : pat[(b + 1) % 4]))
+        const int nk = c.varlen ? (pat[(b + 1) % 4] < 0 ? c.sk + (c.varlen == 2 ? 40 : 0)
+                                                        : (pat[(b + 1) % 4] > c.sk ? c.sk : pat[(b + 1) % 4]))
                                 : c.sk;
         X.cu_q[b + 1] = X.cu_q[b] + nq;
         X.cu_k[b + 1] = X.cu_k[b] + nk;
@@ -158,6 +162,7 @@ static inline bool emu_setup(const emu_case &c, emu_rng &rng, emu_data &X, emu_a
     if (c.varlen) {
         p.cu_seqlens_q = X.cu_q.data();
         p.cu_seqlens_k = X.cu_k.data();
+        p.total_k = X.rows_k; // the packed rows and the spare one (the TMA kernels' map extent)
     } else {
         p.q_batch_stride = X.q_ss * c.sq; p.k_batch_stride = p.v_batch_stride = X.kv_ss * c.sk;
         p.o_batch_stride = X.o_ss * c.sq;
@@ -169,6 +174,27 @@ static inline bool emu_setup(const emu_case &c, emu_rng &rng, emu_data &X, emu_a
     }
     E.num_splits = c.splits;
     return true;
+}
+
+// The K / V rows no sequence owns become NaN: past each ragged sequence's
+// length (seqlens_k), and with varlen the rows of a sequence past seqlen_k
+// (clipped) and the spare row after the last. Another part of a caller's
+// cache may hold anything there; no kernel may let it into the result (P =
+// 0 does not help: 0 * NaN = NaN).
+static inline void emu_poison_unowned_kv(const emu_case &c, emu_data &X) {
+    auto poison = [&](int64_t row) {
+        for (int64_t x = 0; x < X.kv_ss; ++x) {
+            X.k[(size_t)(row * X.kv_ss + x)] = 0xFFFF;
+            X.v[(size_t)(row * X.kv_ss + x)] = 0xFFFF;
+        }
+    };
+    if (c.varlen) {
+        for (int b = 0; b < c.batch; ++b)
+            for (int64_t j = X.cu_k[b] + std::min(X.cu_k[b + 1] - X.cu_k[b], c.sk); j < X.cu_k[b + 1]; ++j) poison(j);
+        for (int64_t j = X.cu_k[c.batch]; j < X.rows_k; ++j) poison(j);
+    } else if (c.ragged)
+        for (int b = 0; b < c.batch; ++b)
+            for (int j = X.seqlens[b]; j < c.sk; ++j) poison((int64_t)b * c.sk + j);
 }
 
 // The emulated O and lse against fp_attn_reference: O within a few ulps of

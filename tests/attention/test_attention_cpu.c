@@ -437,6 +437,41 @@ static void test_varlen_strides(void) {
     CHECK_STATUS(fp_attn_check(&hm, 1, &a), FP_ERR_INVALID_ARGUMENT);
     CHECK(strstr(fp_last_error(), "outermost") != NULL);
     CHECK_OK(fp_attn_check(&p, 1, &a));
+    CHECK(a.total_k == 0);
+
+    /* total_k: the rows of the packed K / V (varlen only, >= 0; on a CPU
+     * context at least cu_seqlens_k[batch], which CUDA cannot check). On
+     * CUDA it bounds K's and V's stride check: a head-major K (rows of one
+     * head 8 apart, heads 16 apart: the sequence stride not the outermost),
+     * refused without it, is checked against total_k rows instead. */
+    fp_attention_params tk = p;
+    tk.total_k = TQ;
+    CHECK_OK(fp_attn_check(&tk, 0, &a));
+    CHECK(a.total_k == TQ);
+    CHECK_OK(fp_attn_check(&tk, 1, &a));
+    tk.total_k = TQ - 1;
+    CHECK_STATUS(fp_attn_check(&tk, 0, &a), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "total_k") != NULL && strstr(fp_last_error(), "cu_seqlens_k") != NULL);
+    CHECK_OK(fp_attn_check(&tk, 1, &a)); /* device offsets: not checkable */
+    tk.total_k = -1;
+    CHECK_STATUS(fp_attn_check(&tk, 0, &a), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "total_k") != NULL);
+    CHECK_STATUS(fp_attn_check(&tk, 1, &a), FP_ERR_INVALID_ARGUMENT);
+    fp_attention_params dense = tk; /* total_k without cu_seqlens */
+    dense.cu_seqlens_q = dense.cu_seqlens_k = NULL;
+    dense.total_k = SQ;
+    CHECK_STATUS(fp_attn_check(&dense, 0, &a), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "total_k") != NULL && strstr(fp_last_error(), "varlen") != NULL);
+    fp_attention_params khm = p; /* K head-major: seq stride 8, head stride 16 */
+    khm.k_seq_stride = 8;
+    khm.k_head_stride = 16;
+    CHECK_STATUS(fp_attn_check(&khm, 1, &a), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "outermost") != NULL);
+    khm.total_k = TQ; /* 2 rows x 8 inside a head's 16: no overlap */
+    CHECK_OK(fp_attn_check(&khm, 1, &a));
+    khm.total_k = 3; /* 3 rows x 8 = 24 > 16: rows of heads 0 and 1 coincide */
+    CHECK_STATUS(fp_attn_check(&khm, 1, &a), FP_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "k strides") != NULL);
 
     /* Two sequences of one query: O rows (s = 1, h = 0) and (s = 0, h = 1)
      * are the same memory with seq stride 8 = head stride 8. */

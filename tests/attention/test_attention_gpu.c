@@ -77,7 +77,7 @@ enum {
     IMPL_V3 = 1000, IMPL_V4 = 2000, IMPL_V5 = 3000, IMPL_V6 = 4000, IMPL_V7 = 5000, IMPL_V8 = 6000, IMPL_V9 = 7000,
     IMPL_V10 = 8000
 };
-/* a TMA kernel (v5, v8, v9, v10): Hopper only, refuses varlen and what TMA cannot describe */
+/* a TMA kernel (v5, v8, v9, v10): Hopper only, refuses varlen without total_k and what TMA cannot describe */
 static int impl_tma(int impl) { return (impl >= IMPL_V5 && impl < IMPL_V6) || impl >= IMPL_V8; }
 /* v3 / v4 exist only in sm_90a builds on compute capability 9.0 devices;
  * they answer FP_ERR_UNSUPPORTED elsewhere, which skips them (said once).
@@ -95,8 +95,8 @@ static int v3_unsupported(fp_status st, int impl) {
     if (major == 9 && minor == 0) {
         const char *why = fp_last_error();
         int paged_or_shape = strstr(why, "paged") || strstr(why, "head_dim") || strstr(why, "dtype");
-        /* v5 also refuses varlen and K / V layouts TMA cannot describe (it says which) */
-        if (impl_tma(impl)) paged_or_shape |= strstr(why, "varlen") || strstr(why, "(TMA)");
+        /* v5 also refuses varlen without total_k and K / V layouts TMA cannot describe (it says which) */
+        if (impl_tma(impl)) paged_or_shape |= strstr(why, "(TMA)") != NULL;
         CHECK_MSG(paged_or_shape, "flash kernel v%d refused on an sm_90a build and a 9.0 device: %s",
                   impl >= IMPL_V10  ? 10
                   : impl >= IMPL_V9 ? 9
@@ -390,23 +390,34 @@ static void test_huge_window_gpu(void) {
     }
 }
 
-/* Varlen on the device: flash (plain and forced 3 splits) and the baseline
- * against each sequence's reference computed as a batch of one. */
+/* Varlen on the device: flash (plain and forced 3 splits), v3, and with
+ * total_k the TMA kernels (v5, v8, v9, v10 and fp_attention_forward's
+ * choice, v5 / v8 on Hopper) and the baseline against each sequence's
+ * reference computed as a batch of one. Sequence 0 holds 340 keys, clipped
+ * to seqlen_k = 300: its rows 300..339 hold NaN, as do SPARE rows after the
+ * packed ones (inside total_k: the TMA kernels' last tiles load them). */
 static void test_varlen_gpu(fp_dtype dt, int d, int causal) {
-    enum { B = 5, SQ = 200, SK = 300, HQ = 4, HKV = 2 };
-    static const int nq[B] = {200, 5, 0, 17, 1}, nk[B] = {300, 40, 17, 0, 260};
+    enum { B = 5, SQ = 200, SK = 300, HQ = 4, HKV = 2, SPARE = 3 };
+    static const int nq[B] = {200, 5, 0, 17, 1}, nk[B] = {340, 40, 17, 0, 260};
     int32_t cu_q[B + 1] = {0}, cu_k[B + 1] = {0};
     for (int b = 0; b < B; ++b) {
         cu_q[b + 1] = cu_q[b] + nq[b];
         cu_k[b + 1] = cu_k[b] + nk[b];
     }
+    const int64_t total_k = cu_k[B] + SPARE;
     const size_t elt = fp_dtype_size(dt);
-    const size_t nq_el = (size_t)cu_q[B] * HQ * d, nk_el = (size_t)cu_k[B] * HKV * d;
+    const size_t nq_el = (size_t)cu_q[B] * HQ * d, nk_el = (size_t)total_k * HKV * d;
     const size_t bytes = (nq_el + 2 * nk_el) * elt, o_bytes = nq_el * elt, lse_bytes = sizeof(float) * B * HQ * SQ;
     void *h = malloc(bytes), *h_o = malloc(o_bytes);
     float *h_lse = malloc(lse_bytes);
     uint64_t st = 5;
     for (size_t i = 0; i < nq_el + 2 * nk_el; ++i) attn_store(h, i, dt, (float)fp_test_rand_uniform(&st, -1, 1));
+    for (int kv = 0; kv < 2; ++kv) { /* K, V rows no sequence owns: NaN */
+        for (int64_t r = SK; r < nk[0]; ++r)
+            for (int x = 0; x < HKV * d; ++x) attn_store(h, nq_el + kv * nk_el + (size_t)r * HKV * d + x, dt, NAN);
+        for (int64_t r = cu_k[B]; r < total_k; ++r)
+            for (int x = 0; x < HKV * d; ++x) attn_store(h, nq_el + kv * nk_el + (size_t)r * HKV * d + x, dt, NAN);
+    }
     /* references, one sequence at a time */
     double *o_ref = calloc(nq_el, sizeof(double)), *lse_ref = malloc(sizeof(double) * B * HQ * SQ);
     for (int i = 0; i < B * HQ * SQ; ++i) lse_ref[i] = -INFINITY;
@@ -417,7 +428,7 @@ static void test_varlen_gpu(fp_dtype dt, int d, int causal) {
     for (int b = 0; b < B; ++b) {
         if (nq[b] == 0 || nk[b] == 0) continue;
         fp_attention_params one = p;
-        one.batch = 1; one.seqlen_q = nq[b]; one.seqlen_k = nk[b];
+        one.batch = 1; one.seqlen_q = nq[b]; one.seqlen_k = nk[b] < SK ? nk[b] : SK;
         one.q = (const char *)h + (size_t)cu_q[b] * HQ * d * elt;
         one.k = (const char *)h + (nq_el + (size_t)cu_k[b] * HKV * d) * elt;
         one.v = (const char *)h + (nq_el + nk_el + (size_t)cu_k[b] * HKV * d) * elt;
@@ -447,25 +458,51 @@ static void test_varlen_gpu(fp_dtype dt, int d, int causal) {
     p.cu_seqlens_q = d_cu;
     p.cu_seqlens_k = (const int32_t *)((char *)d_cu + sizeof cu_q);
     double err_base = 0.0;
-    /* 1 baseline, 0 forward, -1 forced 3 splits, -2 / -3: v3 with 1 / 3 splits */
-    for (int impl = 1; impl >= -3; --impl) {
+    /* 1 baseline, 0 forward, -1 forced 3 splits, -2 / -3: v3 with 1 / 3
+     * splits; given total_k: -4 forward (v5 / v8 on Hopper), -5 / -6 v5
+     * with 1 / 3 splits, -7 / -8 v8, -9 v9 with 2, -10 v10 with 1 (head_dim
+     * 64) */
+    static const int tma_version[11] = {0, 0, 0, 0, 0, 5, 5, 8, 8, 9, 10};
+    static const int tma_splits[11] = {0, 0, 0, 0, 0, 1, 3, 1, 3, 2, 1};
+    int fwd_version = 0; /* the kernel fp_attention_forward ran without total_k */
+    for (int impl = 1; impl >= -10; --impl) {
         if (impl == -1 && !fp_attn_cuda_flash_supported(dt, d)) continue;
         if (impl <= -2 && (dt == FP_F32 || (d != 64 && d != 128))) continue;
+        if (impl == -10 && d != 64) continue;
         fp_mem_fill(g_ctx, d_o, 0xFF, o_bytes, NULL);
         fp_mem_fill(g_ctx, d_lse, 0xFF, lse_bytes, NULL);
+        p.total_k = impl <= -4 ? total_k : 0;
         fp_status rs;
         if (impl == 1) {
             rs = fp_attention_forward_baseline(g_ctx, NULL, &p);
-        } else if (impl == 0) {
+        } else if (impl == 0 || impl == -4) {
             rs = fp_attention_forward(g_ctx, NULL, &p);
+            fp_attention_kernel_info k;
+            if (rs == FP_OK && fp_attention_last_kernel(&k) == FP_OK) {
+                if (impl == 0) fwd_version = k.version;
+                /* where v3 ran without total_k (Hopper, an sm_90a build), the TMA kernel of the head dim */
+                else if (fwd_version == 3)
+                    CHECK_MSG(k.version == (d == 64 ? 8 : 5), "varlen forward given total_k ran %s, not v%d",
+                              k.kernel, d == 64 ? 8 : 5);
+            }
         } else {
             fp_attn_args a;
             rs = fp_attn_check(&p, 1, &a);
             if (rs == FP_OK && impl == -1)
                 rs = fp_attn_cuda_flash_splits(&a, 3, (cudaStream_t)fp_context_stream(g_ctx));
-            else if (rs == FP_OK)
+            else if (rs == FP_OK && impl >= -3)
                 rs = fp_attn_cuda_flash_version(&a, 3, impl == -2 ? 1 : 3, (cudaStream_t)fp_context_stream(g_ctx));
-            if (impl <= -2 && v3_unsupported(rs, IMPL_V3)) continue;
+            else if (rs == FP_OK)
+                rs = fp_attn_cuda_flash_version(&a, tma_version[-impl], tma_splits[-impl],
+                                                (cudaStream_t)fp_context_stream(g_ctx));
+            const int iv = impl >= -3 ? IMPL_V3 : tma_version[-impl] == 5 ? IMPL_V5
+                                                : tma_version[-impl] == 8 ? IMPL_V8
+                                                : tma_version[-impl] == 9 ? IMPL_V9
+                                                                          : IMPL_V10;
+            /* given total_k, no TMA kernel may refuse the call for varlen */
+            CHECK_MSG(impl >= -3 || rs != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "total_k"),
+                      "varlen v%d given total_k: %s", tma_version[-impl], fp_last_error());
+            if (impl <= -2 && v3_unsupported(rs, iv)) continue;
         }
         CHECK_MSG(rs == FP_OK, "varlen impl %d: %s (%s)", impl, fp_status_string(rs), fp_last_error());
         fp_context_synchronize(g_ctx, NULL);

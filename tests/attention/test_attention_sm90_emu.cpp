@@ -235,6 +235,46 @@ template <int D> static void check_tma_boxes() {
     if (fp_tma::kv_map_geometry(base, D, sk, hkv, batch, ss, hs, 0, Bc, &m2) != fp_tma::KV_MAP_BATCH_STRIDE) bad++;
     if (fp_tma::kv_map_geometry(base, D, sk, 1, 1, ss, 3, 5, Bc, &m2) != fp_tma::KV_MAP_OK) bad++;
     if (fp_tma::smem_bytes<D>() > 232448) bad++; // 227 KiB: the opt-in limit of a 9.0 device
+    // varlen: one map over the packed rows (total_k, batch 1); sequence b's
+    // tile t is the box at (64 c, cu[b] + t kBc, hk, 0) (kv_seq_rows,
+    // box_coords): its own rows, then the next sequence's, TMA's zeros past
+    // total_k. Offsets outside [0, total_k] read as a sequence at total_k.
+    {
+        const int total = 300, cu[4] = {0, 150, 150, 290}; // lengths 150, 0, 140; 10 spare rows
+        fp_tma::kv_map mp;
+        if (fp_tma::kv_map_geometry(base, D, total, hkv, 1, ss, hs, 0, Bc, &mp) != fp_tma::KV_MAP_OK) bad++;
+        if (mp.dims[1] != (uint64_t)total || mp.dims[3] != 1) bad++;
+        for (int b = 0; b < 3; ++b) {
+            const fp_tma::seq_rows r = fp_tma::kv_seq_rows(cu, b, sk, total);
+            if (r.row0 != cu[b] || r.bz != 0 || r.map_rows != total - cu[b]) bad++;
+            for (int t = 0; t < 3; ++t)
+                for (int hk = 0; hk < hkv; ++hk)
+                    for (int c = 0; c < fp_tma::boxes_per_tile<D>(); ++c) {
+                        int xyzw[4];
+                        fp_tma::box_coords<D>(c, t, hk, r.bz, xyzw, r.row0);
+                        for (uint32_t y = 0; y < mp.box[1]; ++y)
+                            for (uint32_t x = 0; x < mp.box[0]; x += 7) {
+                                const uint64_t g0 = (uint64_t)xyzw[0] + x, g1 = (uint64_t)xyzw[1] + y;
+                                const bool in = g0 < mp.dims[0] && g1 < mp.dims[1] && (uint64_t)xyzw[2] < mp.dims[2] &&
+                                                (uint64_t)xyzw[3] < mp.dims[3];
+                                const int64_t got = in ? (int64_t)(g0 + g1 * (mp.strides[0] / 2) +
+                                                                   (uint64_t)xyzw[2] * (mp.strides[1] / 2)) + 1
+                                                       : 0;
+                                const int64_t row = (int64_t)cu[b] + (int64_t)t * Bc + y;
+                                const int64_t want = row < total ? row * ss + hk * hs + 64 * c + x + 1 : 0;
+                                checked++;
+                                if (got != want) bad++;
+                            }
+                    }
+        }
+        const int cu_bad[3] = {-5, 400, 300};
+        for (int b = 0; b < 3; ++b) {
+            const fp_tma::seq_rows r = fp_tma::kv_seq_rows(cu_bad, b, sk, total);
+            if (r.row0 != (b == 0 ? total : b == 1 ? total : 300) || r.map_rows != 0 || r.bz != 0) bad++;
+        }
+        const fp_tma::seq_rows rb = fp_tma::kv_seq_rows(nullptr, 1, sk, total); // batched: its own map batch
+        if (rb.row0 != 0 || rb.bz != 1 || rb.map_rows != sk) bad++;
+    }
     printf("(e) D=%d: v5 TMA boxes -> wgmma descriptors: %ld elements read, %ld wrong\n", D, checked, bad);
     if (bad) g_failures++;
 }
@@ -681,13 +721,14 @@ template <int D> struct v5_cta {
     uint32_t smem0;
     fp_tma::kv_map mk, mv;
     int hk, b, m0, L, sq, rows, wl, wr;
+    fp_tma::seq_rows kv; // where the sequence's keys lie in the maps (varlen: one packed map)
     float scale_log2;
     fp_flash::block_plan plan;
     // TMA: tile t of K or V into the stage at `tile`
     void tma_tile(const fp_tma::kv_map &m, const void *base, uint32_t tile, int t) {
         for (int c = 0; c < fp_tma::boxes_per_tile<D>(); ++c) {
             int xyzw[4];
-            fp_tma::box_coords<D>(c, t, hk, b, xyzw);
+            fp_tma::box_coords<D>(c, t, hk, kv.bz, xyzw, kv.row0);
             const uint32_t dst = tile + fp_tma::box_smem_offset(c, Bc);
             for (uint32_t y = 0; y < m.box[1]; ++y)
                 for (uint32_t x = 0; x < m.box[0]; ++x) {
@@ -720,7 +761,7 @@ template <int D> struct v5_consumer_emu {
         F.store(v_tile(st), v_tile(st) + fp_tma::kv_tile_bytes<D>(), "TMA V load");
         C->tma_tile(C->mv, C->a->v, v_tile(st), t);
         int r0, r1;
-        fp_tma::v_tail_rows(C->L, C->a->seqlen_k, t, Bc, &r0, &r1);
+        fp_tma::v_tail_rows(C->L, C->kv.map_rows, t, Bc, &r0, &r1);
         for (int r = r0; r < r1; ++r)
             for (int c = 0; c < D / 8; ++c)
                 for (int x = 0; x < 8; ++x)
@@ -785,9 +826,12 @@ template <int D> static void emulate_cta_v5(emu_args &E, int bx, int hk, int b) 
     C.wr = E.wr;
     C.scale_log2 = a.scale * 1.4426950408889634f;
     if (C.m0 >= C.rows) return;
-    if (fp_tma::kv_map_geometry((uintptr_t)a.k, D, a.seqlen_k, a.heads_kv, a.batch, a.k_ss, a.k_hs, a.k_bs, Bc,
+    // varlen: one map over the packed rows (total_k), batch 1
+    const int map_rows = a.cu_k ? (int)a.total_k : a.seqlen_k, map_batch = a.cu_k ? 1 : a.batch;
+    C.kv = fp_tma::kv_seq_rows(a.cu_k, b, a.seqlen_k, map_rows);
+    if (fp_tma::kv_map_geometry((uintptr_t)a.k, D, map_rows, a.heads_kv, map_batch, a.k_ss, a.k_hs, a.k_bs, Bc,
                                 &C.mk) ||
-        fp_tma::kv_map_geometry((uintptr_t)a.v, D, a.seqlen_k, a.heads_kv, a.batch, a.v_ss, a.v_hs, a.v_bs, Bc,
+        fp_tma::kv_map_geometry((uintptr_t)a.v, D, map_rows, a.heads_kv, map_batch, a.v_ss, a.v_hs, a.v_bs, Bc,
                                 &C.mv)) {
         fprintf(stderr, "v5 emulation: layout refused\n");
         g_failures++;
@@ -832,8 +876,9 @@ template <int D> static void emulate_cta_v5(emu_args &E, int bx, int hk, int b) 
     }
 }
 
-// Version 5 on one case: K / V rows past each ragged sequence's length
-// become NaN first (the reference never reads them).
+// Version 5 on one case: K / V rows past each ragged sequence's length, and
+// the varlen rows no sequence owns, become NaN first (the reference never
+// reads them).
 static void launch_v5(emu_args &E, int d, int) {
     fp_attn_args &a = E.a;
     if (a.seqlens_k)
@@ -844,6 +889,22 @@ static void launch_v5(emu_args &E, int d, int) {
                         ((h16 *)a.k)[b * a.k_bs + j * a.k_ss + h * a.k_hs + x] = 0xFFFF;
                         ((h16 *)a.v)[b * a.v_bs + j * a.v_ss + h * a.v_hs + x] = 0xFFFF;
                     }
+    // varlen: a sequence's rows past seqlen_k (clipped) and the rows after
+    // the last sequence up to total_k (the spare row), which its last tiles
+    // load
+    if (a.cu_k) {
+        auto poison = [&](int64_t j) {
+            for (int h = 0; h < a.heads_kv; ++h)
+                for (int x = 0; x < d; ++x) {
+                    ((h16 *)a.k)[j * a.k_ss + h * a.k_hs + x] = 0xFFFF;
+                    ((h16 *)a.v)[j * a.v_ss + h * a.v_hs + x] = 0xFFFF;
+                }
+        };
+        for (int b = 0; b < a.batch; ++b)
+            for (int64_t j = a.cu_k[b] + std::min(a.cu_k[b + 1] - a.cu_k[b], a.seqlen_k); j < a.cu_k[b + 1]; ++j)
+                poison(j);
+        for (int64_t j = a.cu_k[a.batch]; j < a.total_k; ++j) poison(j);
+    }
     if (d == 64) emulate_grid<64>(E, fp_tma::traits_v5<64>::kBr, emulate_cta_v5<64>);
     else emulate_grid<128>(E, fp_tma::traits_v5<128>::kBr, emulate_cta_v5<128>);
 }
@@ -902,6 +963,15 @@ static void check_dispatch() {
     avar64.head_dim = 64;
     if (fp_attn_cuda_flash_version(&avar64, 10, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "varlen"))
         bad++;
+    // varlen is refused for want of total_k (the map's extent), and where
+    // total_k + seqlen_k + 256 would not fit the int tensor-map coordinates
+    if (fp_attn_cuda_flash_version(&avar, 5, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "total_k"))
+        bad++;
+    fp_attn_args abig = avar;
+    abig.total_k = 2147483648LL - abig.seqlen_k - 256; // one above the largest accepted
+    for (int v : {5, 8, 9})
+        if (fp_attn_cuda_flash_version(&abig, v, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "2^31"))
+            bad++;
     fp_attn_args aodd = a;
     aodd.k_ss = 128 + 4; // 264 bytes: not a multiple of 16
     if (fp_attn_cuda_flash_version(&aodd, 5, 1, nullptr) != FP_ERR_UNSUPPORTED || !strstr(fp_last_error(), "K: seq"))
@@ -945,6 +1015,9 @@ int main() {
         {"f16_prefill_split2",1, 100, 300, 1, 1, 64,  FP_F16,  1, -1, -1, 0, 2, 0, 0},
         {"bf16_varlen",       5, 70,  140, 2, 2, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 1},
         {"f16_varlen_causal", 4, 100, 60,  4, 2, 128, FP_F16,  1, -1, -1, 0, 1, 8, 1},
+        /* varlen 2: 340 keys clipped to 300 (NaN rows), the next sequence's rows and the NaN spare row in a last tile */
+        {"bf16_varlen2_c",    5, 100, 300, 2, 1, 64,  FP_BF16, 1, -1, -1, 0, 1, 0, 2},
+        {"f16_d128_varlen2_s2",5, 40, 300, 2, 2, 128, FP_F16,  0, -1, -1, 0, 2, 8, 2},
         {"f16_window_intmax", 1, 70,  150, 2, 2, 64,  FP_F16,  0, 2147483647, 2147483647, 0, 1, 0, 0},
         /* D = 128 runs the pipelined schedule: several tiles, masks mid-way */
         {"f16_d128_win_5t",   1, 300, 600, 1, 1, 128, FP_F16,  0, 150, 20, 0, 1, 0, 0},
@@ -955,8 +1028,7 @@ int main() {
     for (const emu_case &c : cases) {
         if (!emu_run_case(c, rng, "(c) ", 3, launch)) g_failures++;
         if (!emu_run_case(c, rng, "(c) ", 4, launch)) g_failures++; /* v4: the other schedule */
-        if (c.varlen) continue; /* v5 refuses varlen (FP_ERR_UNSUPPORTED) */
-        if (!emu_run_case(c, rng, "(c) ", 5, launch_v5)) g_failures++;
+        if (!emu_run_case(c, rng, "(c) ", 5, launch_v5)) g_failures++; /* varlen: given total_k */
     }
     printf("(d) wgmma in-flight rules (v3 / v4 schedules, v5's consumer schedule, all cases): %ld register / "
            "shared-memory accesses checked, "

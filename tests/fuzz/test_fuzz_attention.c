@@ -128,6 +128,9 @@ static void acase_make(az_ctx *z, acase *c) {
         fz_buf_snapshot(&c->buf[A_CUK]);
         p->cu_seqlens_q = cq;
         p->cu_seqlens_k = ck;
+        /* total_k (the packed K / V rows) given half the time: the packed
+         * keys or more (a capacity), which the CPU path never reads past */
+        if (fz_chance(s, 1, 2)) p->total_k = c->total_k + fz_range(s, 0, 3);
         const int tq = c->total_q > 0 ? c->total_q : 1, tk = c->total_k > 0 ? c->total_k : 1;
         /* Strides are checked against the packed totals (any non-overlapping
          * layout of them, head-major included, is valid on a CPU context). */
@@ -364,7 +367,7 @@ static void check_success(az_ctx *z, acase *c, const char *what) {
 static const char *break_one(az_ctx *z, acase *c, fp_context **ctx, const fp_attention_params **pp) {
     uint64_t *s = &z->rng;
     fp_attention_params *p = &c->p;
-    switch (fz_range(s, 0, 27)) {
+    switch (fz_range(s, 0, 28)) {
     case 0: *pp = NULL; return "params";
     case 1: *ctx = NULL; return "ctx";
     case 2: p->struct_size = fz_chance(s, 1, 2) ? 0 : sizeof *p + 8; return "struct_size";
@@ -516,6 +519,17 @@ static const char *break_one(az_ctx *z, acase *c, fp_context **ctx, const fp_att
         p->o_batch_stride = p->o_seq_stride = p->o_head_stride = 0;
         p->lse = NULL;
         return "seqlen_q";
+    case 28: /* total_k: negative, below the packed keys, or without cu_seqlens */
+        if (c->mode != 2) {
+            p->total_k = fz_range(s, 1, 1000);
+            return "total_k";
+        }
+        if (fz_chance(s, 1, 2) || c->total_k < 1) {
+            p->total_k = fz_chance(s, 1, 2) ? -1 : INT64_MIN;
+            return "total_k";
+        }
+        p->total_k = c->total_k - fz_range(s, 1, c->total_k);
+        return p->total_k ? "total_k" : ""; /* 0: not given, valid */
     default: return "";
     }
 }

@@ -218,6 +218,43 @@ def test_paged_kv_cache(ctx):
     assert (o == 7.0).all()
 
 
+def test_varlen_with_total_k(ctx):
+    # packed sequences through cu_seqlens, total_k = the rows of the packed
+    # k / v (what Hopper's TMA kernels need on a GPU): each sequence's result
+    # is attention over its own rows; total_k below cu_seqlens_k[batch], or
+    # without cu_seqlens, is refused before anything is written
+    rng = np.random.default_rng(17)
+    Hq, Hkv, D = 4, 2, 16
+    lq, lk = [5, 0, 9], [7, 3, 12]
+    cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    spare = 4  # rows past the last sequence (capacity): never read into a result
+    q = rand(rng, int(cu_q[-1]), Hq, D)
+    k, v = rand(rng, int(cu_k[-1]) + spare, Hkv, D), rand(rng, int(cu_k[-1]) + spare, Hkv, D)
+    k[cu_k[-1]:] = np.nan
+    v[cu_k[-1]:] = np.nan
+    o = np.full_like(q, np.nan)
+    kw = dict(batch=3, seqlen_q=max(lq), seqlen_k=max(lk), heads_q=Hq, heads_kv=Hkv, head_dim=D,
+              dtype="f32", causal=True, q=q.ctypes.data, k=k.ctypes.data, v=v.ctypes.data,
+              o=o.ctypes.data, cu_seqlens_q=cu_q.ctypes.data, cu_seqlens_k=cu_k.ctypes.data,
+              total_k=k.shape[0])
+    attention.forward(ctx, **kw)
+    for b in (0, 2):  # sequence 1 has no queries
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        ro, _ = ref_attention(*(t[None, s].astype(np.float64) for t, s in ((q, qs), (k, ks), (v, ks))),
+                              causal=True)
+        assert np.abs(o[qs] - ro[0]).max() <= TOL["f32"]
+    o[:] = 7.0
+    for bad_kw in (dict(total_k=int(cu_k[-1]) - 1), dict(total_k=-1)):
+        with pytest.raises(fastpath.FastpathError) as e:
+            attention.forward(ctx, **{**kw, **bad_kw})
+        assert e.value.status == fastpath.Status.INVALID_ARGUMENT and "total_k" in e.value.detail
+    with pytest.raises(fastpath.FastpathError) as e:
+        attention.forward(ctx, **{**kw, "cu_seqlens_q": None, "cu_seqlens_k": None})
+    assert e.value.status == fastpath.Status.INVALID_ARGUMENT and "total_k" in e.value.detail
+    assert (o == 7.0).all()
+
+
 def test_last_kernel_reports_what_ran(ctx):
     # fastpath.attention.last_kernel: "cpu" after a CPU forward, "none" after a call
     # refused before any launch, per thread

@@ -200,7 +200,9 @@ class AttentionParams(ctypes.Structure):
                 ("cu_seqlens_k", c_void_p),
                 # added in 0.2: paged KV cache
                 ("block_table", c_void_p), ("block_table_stride", c_int), ("page_size", c_int),
-                ("num_pages", c_int)]
+                ("num_pages", c_int),
+                # added in 0.3: the rows of a varlen call's packed K / V
+                ("total_k", i64)]
 
 
 class AttentionKernelInfo(ctypes.Structure):

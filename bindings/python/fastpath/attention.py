@@ -69,13 +69,15 @@ _TEMPLATE = None
 
 def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, heads_kv=None,
                 dtype="bf16", softmax_scale=0.0, causal=False, window_left=-1, window_right=-1,
-                lse=None, seqlens_k=None, cu_seqlens_q=None, cu_seqlens_k=None, block_table=None,
-                block_table_stride=0, page_size=0, num_pages=0, **strides):
+                lse=None, seqlens_k=None, cu_seqlens_q=None, cu_seqlens_k=None, total_k=0,
+                block_table=None, block_table_stride=0, page_size=0, num_pages=0, **strides):
     """An fp_attention_params from keyword arguments: the shape, the q, k, v, o
     pointers, dtype, softmax_scale (0 or None: 1/sqrt(head_dim)), causal,
     window_left / window_right (-1: unbounded), lse (f32 [batch, heads_q,
     seqlen_q]), seqlens_k (int32 [batch]), cu_seqlens_q / cu_seqlens_k (int32
-    [batch+1]) pointers, a paged KV cache (block_table: int32 [batch,
+    [batch+1]) pointers, total_k (with them: the rows of the packed k / v,
+    k.shape[0] of a [total_k, heads_kv, head_dim] tensor; on Hopper the TMA
+    kernels need it for varlen calls), a paged KV cache (block_table: int32 [batch,
     block_table_stride] pointer, page_size, num_pages; k and v are then pools
     [num_pages, page_size, heads_kv, head_dim]), and any of q_batch_stride,
     q_seq_stride, q_head_stride (likewise k_, v_, o_) in elements."""
@@ -88,7 +90,7 @@ def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, hea
                   heads_kv=heads_q if heads_kv is None else heads_kv, head_dim=head_dim,
                   window_left=window_left, window_right=window_right,
                   block_table_stride=block_table_stride, page_size=page_size, num_pages=num_pages,
-                  **strides)
+                  total_k=total_k or 0, **strides)
     d = fp.DTYPES.get(dtype) if type(dtype) is str else None
     p.dtype = fp.dtype_id(dtype) if d is None else d
     opt_ptr = fp._opt_ptr
@@ -133,7 +135,7 @@ def _params(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, q, qs
     packer.pack_into(p, 0, size, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype,
                      q, *qs, k, *ks, v, *vs, o, *(os_ or (0, 0, 0)),
                      ctypes.c_float(softmax_scale).value, causal, window_left, window_right,
-                     lse, seqlens_k, 0, 0, block_table, block_table_stride, page_size, num_pages)
+                     lse, seqlens_k, 0, 0, block_table, block_table_stride, page_size, num_pages, 0)
     return p
 
 
