@@ -109,13 +109,15 @@ _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 
 def _params(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, q, qs, k, ks, v, vs, o,
             os_, softmax_scale, causal, window_left, window_right, lse=0, seqlens_k=0,
-            block_table=0, block_table_stride=0, page_size=0, num_pages=0):
+            block_table=0, block_table_stride=0, page_size=0, num_pages=0, cu_seqlens_q=0,
+            cu_seqlens_k=0, total_k=0):
     """make_params for callers whose arguments are known good (fastpath.torch,
     on every call): dtype an id, pointers ints (0 = NULL), strides (batch,
     seq, head) triples of int64 ints (os_ None: packed), softmax_scale a
     float, causal 0 / 1. The same struct as make_params, filled in one
     pack_into. The int fields are range-checked in one go; one out of range
-    goes through make_params for its error naming the argument."""
+    goes through make_params for its error naming the argument (total_k: an
+    int64 the caller keeps in range)."""
     if not (_INT_MIN <= min(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, window_left,
                             window_right, block_table_stride, page_size, num_pages)
             and max(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, window_left,
@@ -126,7 +128,8 @@ def _params(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, q, qs
                            softmax_scale=softmax_scale, causal=causal, window_left=window_left,
                            window_right=window_right, lse=lse, seqlens_k=seqlens_k,
                            block_table=block_table, block_table_stride=block_table_stride,
-                           page_size=page_size, num_pages=num_pages, **strides)
+                           page_size=page_size, num_pages=num_pages, cu_seqlens_q=cu_seqlens_q,
+                           cu_seqlens_k=cu_seqlens_k, total_k=total_k, **strides)
     global _PACKER
     if _PACKER is None:
         _PACKER = (_template().struct_size, _lib.struct_packer(_lib.AttentionParams))
@@ -135,7 +138,8 @@ def _params(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, q, qs
     packer.pack_into(p, 0, size, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype,
                      q, *qs, k, *ks, v, *vs, o, *(os_ or (0, 0, 0)),
                      ctypes.c_float(softmax_scale).value, causal, window_left, window_right,
-                     lse, seqlens_k, 0, 0, block_table, block_table_stride, page_size, num_pages, 0)
+                     lse, seqlens_k, cu_seqlens_q, cu_seqlens_k, block_table, block_table_stride,
+                     page_size, num_pages, total_k)
     return p
 
 

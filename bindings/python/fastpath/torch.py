@@ -7,6 +7,8 @@
     o = fpt.scaled_dot_product_attention(q, k, v, is_causal=True)   # F.scaled_dot_product_attention
     o = fpt.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, causal=True)
                                                   # flash_attn_with_kvcache (decode, paged)
+    o = fpt.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal=True)
+                                                  # flash_attn_varlen_func (packed sequences)
 
 CUDA tensors run on the fastpath CUDA context of their device (one cached
 per device), enqueued on torch.cuda.current_stream(); CPU tensors on a cached
@@ -20,7 +22,10 @@ heads_q, head_dim] against a dense [batch, seqlen_k, heads_kv, head_dim] or
 paged [num_pages, page_size, heads_kv, head_dim] (int32 block_table) KV
 cache, int32 cache_seqlens, bottom-right causal mask, sliding window, lse.
 What it cannot run (see its docstring) raises TypeError / ValueError rather
-than falling back; it counts in fastpath_count / last_path.
+than falling back; it counts in fastpath_count / last_path. attention_varlen
+likewise: packed q [total_q, heads_q, head_dim], k / v [total_k, heads_kv,
+head_dim], int32 cu_seqlens_q / cu_seqlens_k (on Hopper it runs the TMA
+kernels: it passes total_k).
 
 Cases the drop-ins do not cover fall back to the torch implementation,
 silently: fallback_count, fallback_reasons (reason -> count) and
@@ -31,7 +36,7 @@ differentiable (backward by fp_norm_backward; under create_graph by torch ops,
 so double backward works); attention falls back to torch when a gradient is
 needed. Under torch.autocast the SDPA drop-in casts q, k, v as torch does.
 torch.compile: while Dynamo traces, the drop-ins emit the custom operators
-fastpath::norm_fwd / norm_bwd / sdpa / attention_kvcache (no graph break; see the section at the
+fastpath::norm_fwd / norm_bwd / sdpa / attention_kvcache / attention_varlen (no graph break; see the section at the
 end of this file).
 """
 import collections
@@ -48,7 +53,8 @@ from fastpath import attention as _attn
 from fastpath._lib import lib as _clib
 
 __all__ = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
-           "scaled_dot_product_attention", "attention_with_kvcache", "context_for", "reset_stats",
+           "scaled_dot_product_attention", "attention_with_kvcache", "attention_varlen", "context_for",
+           "reset_stats",
            "fallback_count", "fastpath_count", "fallback_reasons", "last_fallback_reason",
            "last_path"]
 
@@ -663,6 +669,69 @@ def _int32_table(t, name, device, dims):
         raise ValueError(f"{name}: last dimension must be contiguous")
 
 
+def _check_attn_tensors(fn, names, q, k, v):
+    """The checks attention_with_kvcache and attention_varlen share: tensors,
+    one supported dtype and device, no gradient. Returns q's device."""
+    for name, t in zip(names, (q, k, v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not _attn.available():
+        raise RuntimeError("libfastpath was built without the attention capability")
+    if q.dtype not in _DTYPES:
+        raise TypeError(f"q dtype {q.dtype} not supported (float16, bfloat16, float32)")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"{', '.join(names)} dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+    dev = q.device
+    if not _supported_device(q):
+        raise ValueError(f"device {dev} not supported (cpu or cuda)")
+    if k.device != dev or v.device != dev:
+        raise ValueError(f"{', '.join(names)} on different devices ({dev}, {k.device}, {v.device})")
+    if _needs_grad(q, k, v):
+        raise ValueError(f"{fn} has no backward: inputs require grad "
+                         "(use torch.no_grad() or detach them)")
+    return dev
+
+
+def _check_head_dims(D, Dk, Hq, Hkv, what):
+    if Dk != D:
+        raise ValueError(f"head_dim of q ({D}) and of {what} ({Dk}) differ")
+    if D % 8 or not 8 <= D <= 256:
+        raise ValueError(f"head_dim {D} not supported (a multiple of 8 in [8, 256])")
+    if Hkv < 1 or Hq % Hkv:
+        raise ValueError(f"heads_q ({Hq}) must be a multiple of heads_kv ({Hkv})")
+
+
+def _mask_scale(window_size, causal, softmax_scale):
+    """(window_left, window_right, scale for the library: 0 = default) from
+    the FlashAttention-style arguments, or raises TypeError / ValueError."""
+    try:
+        wl, wr = (int(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise TypeError(f"window_size must be a pair of ints, got {window_size!r}") from None
+    if wl < -1 or wr < -1:
+        raise ValueError(f"window_size entries must be >= -1, got {window_size!r}")
+    if causal:
+        wr = 0
+    sm_scale = 0.0
+    if softmax_scale is not None:
+        sm_scale = float(softmax_scale)
+        if not (sm_scale > 0 and math.isfinite(sm_scale)):
+            raise ValueError(f"softmax_scale must be > 0 and finite, got {softmax_scale!r}")
+    return wl, wr, sm_scale
+
+
+def _forward_or_value_error(fn, q, p):
+    """fp_attention_forward(p) on q's context; the library's argument errors
+    as ValueError naming fn."""
+    try:
+        _call(q, _clib.fp_attention_forward, p)
+    except fastpath.FastpathError as e:
+        if e.status in (fastpath.Status.INVALID_ARGUMENT, fastpath.Status.UNSUPPORTED):
+            raise ValueError(f"{fn}: {e.detail}") from None
+        raise
+    _ran()
+
+
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None,
                            softmax_scale=None, causal=False, window_size=(-1, -1),
                            return_lse=False):
@@ -707,25 +776,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     if _compiling():
         return _compiled_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal,
                                  window_size, return_lse)
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if not _attn.available():
-        raise RuntimeError("libfastpath was built without the attention capability")
-    if q.dtype not in _DTYPES:
-        raise TypeError(f"q dtype {q.dtype} not supported (float16, bfloat16, float32)")
-    if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
-        raise TypeError(f"q, k_cache, v_cache dtypes differ ({q.dtype}, {k_cache.dtype}, "
-                        f"{v_cache.dtype})")
-    dev = q.device
-    if not _supported_device(q):
-        raise ValueError(f"device {dev} not supported (cpu or cuda)")
-    if k_cache.device != dev or v_cache.device != dev:
-        raise ValueError(f"q, k_cache, v_cache on different devices ({dev}, {k_cache.device}, "
-                         f"{v_cache.device})")
-    if _needs_grad(q, k_cache, v_cache):
-        raise ValueError("attention_with_kvcache has no backward: inputs require grad "
-                         "(use torch.no_grad() or detach them)")
+    dev = _check_attn_tensors("attention_with_kvcache", ("q", "k_cache", "v_cache"), q, k_cache, v_cache)
     if q.dim() != 4 or k_cache.dim() != 4 or v_cache.dim() != 4:
         raise ValueError("q, k_cache, v_cache must be 4-d")
     if k_cache.shape != v_cache.shape:
@@ -733,27 +784,10 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
                          "shapes differ")
     B, Lq, Hq, D = q.shape
     n0, n1, Hkv, Dk = k_cache.shape
-    if Dk != D:
-        raise ValueError(f"head_dim of q ({D}) and of the cache ({Dk}) differ")
-    if D % 8 or not 8 <= D <= 256:
-        raise ValueError(f"head_dim {D} not supported (a multiple of 8 in [8, 256])")
-    if Hkv < 1 or Hq % Hkv:
-        raise ValueError(f"heads_q ({Hq}) must be a multiple of heads_kv ({Hkv})")
+    _check_head_dims(D, Dk, Hq, Hkv, "the cache")
     if n1 < 1 or (n0 < 1 and (block_table is not None or B > 0)):
         raise ValueError(f"empty KV cache {tuple(k_cache.shape)}")
-    try:
-        wl, wr = (int(w) for w in window_size)
-    except (TypeError, ValueError):
-        raise TypeError(f"window_size must be a pair of ints, got {window_size!r}") from None
-    if wl < -1 or wr < -1:
-        raise ValueError(f"window_size entries must be >= -1, got {window_size!r}")
-    if causal:
-        wr = 0
-    sm_scale = 0.0
-    if softmax_scale is not None:
-        sm_scale = float(softmax_scale)
-        if not (sm_scale > 0 and math.isfinite(sm_scale)):
-            raise ValueError(f"softmax_scale must be > 0 and finite, got {softmax_scale!r}")
+    wl, wr, sm_scale = _mask_scale(window_size, causal, softmax_scale)
 
     paged = block_table is not None
     bt_kw = {}
@@ -808,13 +842,113 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
                       k_cache.data_ptr(), ks, v_cache.data_ptr(), vs, out.data_ptr(), os_,
                       sm_scale, int(bool(causal)), wl, wr, lse=_ptr(lse), seqlens_k=_ptr(seqlens),
                       **bt_kw)
-    try:
-        _call(q, _clib.fp_attention_forward, p)
-    except fastpath.FastpathError as e:
-        if e.status in (fastpath.Status.INVALID_ARGUMENT, fastpath.Status.UNSUPPORTED):
-            raise ValueError(f"attention_with_kvcache: {e.detail}") from None
-        raise
-    _ran()
+    _forward_or_value_error("attention_with_kvcache", q, p)
+    return (out, lse) if return_lse else out
+
+
+# ---------------------------------------------------------------------------
+# Varlen attention (flash_attn_varlen_func style)
+# ---------------------------------------------------------------------------
+
+def _packed_strides(t, what):
+    """(batch 0, seq, head) strides in elements of a 3-d [total, heads, dim]
+    tensor (0 for an extent-1 dimension: the library's packed value), or
+    raises ValueError."""
+    shape, stride = t.shape, t.stride()
+    if stride[2] != 1 and shape[2] > 1:
+        raise ValueError(f"{what}: head_dim must be contiguous (stride(-1) == 1, got {stride[2]})")
+    out = [0, 0 if shape[0] == 1 else stride[0], 0 if shape[1] == 1 else stride[1]]
+    for dim in (0, 1):
+        if out[dim + 1] == 0 and shape[dim] != 1:
+            raise ValueError(f"{what}: broadcast (stride 0) dimension {dim} is not supported")
+    return out
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     softmax_scale=None, causal=False, window_size=(-1, -1), return_lse=False):
+    """Attention over a batch of packed sequences of different lengths, in the
+    style of FlashAttention's flash_attn_varlen_func (forward only), by
+    libfastpath's fp_attention_forward.
+
+    q        [total_q, heads_q, head_dim]: sequence b's queries are rows
+             cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1
+    k, v     [total_k, heads_kv, head_dim]: its keys rows cu_seqlens_k[b] ..
+             cu_seqlens_k[b + 1] - 1 (total_k, k.shape[0], is passed to the
+             library: on Hopper the TMA kernels need it)
+    cu_seqlens_q, cu_seqlens_k
+             int32 [batch + 1], non-decreasing, on q's device
+    max_seqlen_q, max_seqlen_k
+             ints >= 1: the longest sequence's queries / keys (a longer
+             sequence is clipped to them)
+    softmax_scale   None: 1 / sqrt(head_dim)
+    causal   bottom-right aligned within each sequence (query i of a sequence
+             of Lq queries and Lk keys sees keys j <= i + Lk - Lq), as
+             flash_attn_varlen_func; forces window_size[1] to 0
+    window_size     (left, right) sliding window around that diagonal, -1 =
+             unbounded
+    Returns out [total_q, heads_q, head_dim] in q's dtype (rows outside
+    every sequence are left as torch.empty leaves them), and with
+    return_lse lse [batch, heads_q, max_seqlen_q] float32 (natural log;
+    positions past a sequence's queries unspecified). A query row that keeps
+    no key gets out = 0 and lse = -inf.
+
+    Supported: CPU or CUDA tensors on one device; q, k, v of one dtype among
+    float16 / bfloat16 / float32; head_dim a multiple of 8 in [8, 256];
+    heads_q a multiple of heads_kv; any strides with head_dim contiguous
+    (e.g. slices of a fused QKV tensor), 16-byte aligned on CUDA; on CUDA the
+    sequence stride of q must be its outermost. The offsets are checked on
+    the CPU (within [0, total], non-decreasing, each length at most its
+    maximum); on CUDA they are not read back (no synchronization) and must
+    be right: an offset past the tensors is undefined behaviour there. No
+    autograd (inputs requiring grad are refused). Anything else raises
+    TypeError (types, dtypes) or ValueError (shapes, strides, devices,
+    values); there is no fallback to torch."""
+    if _compiling():
+        return _compiled_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                softmax_scale, causal, window_size, return_lse)
+    dev = _check_attn_tensors("attention_varlen", ("q", "k", "v"), q, k, v)
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        raise ValueError("q, k, v must be 3-d [total, heads, head_dim]")
+    if k.shape != v.shape:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} shapes differ")
+    total_q, Hq, D = q.shape
+    total_k, Hkv, Dk = k.shape
+    _check_head_dims(D, Dk, Hq, Hkv, "k")
+    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(m, bool) or not isinstance(m, numbers.Integral) or not 1 <= m <= _attn._INT_MAX:
+            raise ValueError(f"{name} must be an int in [1, 2^31 - 1], got {m!r}")
+    _int32_table(cu_seqlens_q, "cu_seqlens_q", dev, 1)
+    _int32_table(cu_seqlens_k, "cu_seqlens_k", dev, 1)
+    B = cu_seqlens_q.shape[0] - 1
+    if B < 1 or cu_seqlens_k.shape[0] != B + 1:
+        raise ValueError(f"cu_seqlens_q ({cu_seqlens_q.shape[0]}) and cu_seqlens_k "
+                         f"({cu_seqlens_k.shape[0]}) must both hold batch + 1 >= 2 offsets")
+    if dev.type == "cpu":  # host memory: check what the library cannot (the totals)
+        for name, cu, total in (("cu_seqlens_q", cu_seqlens_q, total_q),
+                                ("cu_seqlens_k", cu_seqlens_k, total_k)):
+            lo, hi = int(cu[0]), int(cu[-1])
+            if lo < 0 or hi > total or bool((cu[1:] < cu[:-1]).any()):
+                raise ValueError(f"{name} must be non-decreasing offsets within [0, {total}] "
+                                 f"(got {lo} .. {hi})")
+    wl, wr, sm_scale = _mask_scale(window_size, causal, softmax_scale)
+    out = q.new_empty(total_q, Hq, D)
+    lse = torch.empty((B, Hq, max_seqlen_q), dtype=torch.float32, device=dev) if return_lse else None
+    if total_q == 0 or Hq == 0:
+        return (out, lse) if return_lse else out
+    if total_k == 0:  # no key anywhere (an empty k has no data pointer): every row keeps none
+        out.zero_()
+        if return_lse:
+            lse.fill_(-math.inf)
+        _ran()
+        return (out, lse) if return_lse else out
+    qs, ks = _packed_strides(q, "q"), _packed_strides(k, "k")
+    vs, os_ = _packed_strides(v, "v"), _packed_strides(out, "out")
+    p = _attn._params(B, int(max_seqlen_q), int(max_seqlen_k), Hq, Hkv, D, _DTYPE_IDS[q.dtype],
+                      q.data_ptr(), qs, k.data_ptr(), ks, v.data_ptr(), vs, out.data_ptr(), os_,
+                      sm_scale, int(bool(causal)), wl, wr, lse=_ptr(lse),
+                      cu_seqlens_q=cu_seqlens_q.data_ptr(), cu_seqlens_k=cu_seqlens_k.data_ptr(),
+                      total_k=total_k)
+    _forward_or_value_error("attention_varlen", q, p)
     return (out, lse) if return_lse else out
 
 
@@ -956,6 +1090,43 @@ if _COMPILE_OPS:
         B, Lq, Hq, D = q.shape
         lse = q.new_empty(B, Hq, Lq, dtype=torch.float32) if return_lse else _no_tensor(q, torch.float32)
         return q.new_empty(B, Lq, Hq, D), lse
+
+    @torch.library.custom_op("fastpath::attention_varlen", mutates_args=())
+    def _op_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                   cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                   softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
+                   return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        """attention_varlen; lse empty unless asked."""
+        r = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                             causal, (window_left, window_right), return_lse)
+        return r if return_lse else (r, _no_tensor(q, torch.float32))
+
+    @_op_varlen.register_fake
+    def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left,
+          window_right, return_lse):
+        B, Hq = cu_seqlens_q.shape[0] - 1, q.shape[1]
+        lse = q.new_empty(B, Hq, max_seqlen_q, dtype=torch.float32) if return_lse else _no_tensor(q, torch.float32)
+        return q.new_empty(q.shape), lse
+
+
+def _compiled_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                     window_size, return_lse):
+    """While Dynamo traces: fastpath::attention_varlen (the argument types
+    checked here, the rest by the eager body when the graph runs)."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+                    ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dim() != 3:
+        raise ValueError("q, k, v must be 3-d [total, heads, head_dim]")
+    try:
+        wl, wr = (int(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise TypeError(f"window_size must be a pair of ints, got {window_size!r}") from None
+    out, lse = torch.ops.fastpath.attention_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+        None if softmax_scale is None else float(softmax_scale), bool(causal), wl, wr, bool(return_lse))
+    return (out, lse) if return_lse else out
 
 
 def _compiled_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, window_size,
