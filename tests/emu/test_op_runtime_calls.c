@@ -15,7 +15,8 @@
  * Ops: norm forward v0..v3 and backward v0..v3 (incl. the v3 shapes above
  * 48 KiB of shared memory), attention prefill v1..v5, split-KV decode with
  * forced splits (v1, v3, v5), paged decode (automatic and forced splits),
- * varlen, and the materialized baseline (dense, paged); and the refusals: an
+ * varlen (v3 on the emulated Hopper; given total_k v8, the TMA kernel, its
+ * tensor maps cached), and the materialized baseline (dense, paged); and the refusals: an
  * op whose workspace would have to grow inside a capture, the baseline with
  * ragged lengths (it reads them back) during a capture.
  * Run: ctest -R test_op_runtime_calls_emu (label emu). */
@@ -515,6 +516,31 @@ int main(int argc, char **argv) {
     }
     o.run = run_attn;
     check_op(&o);
+    {
+        fp_attention_kernel_info k;
+        CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 3); /* Hopper, no total_k: v3 */
+    }
+    /* the same given total_k (the packed K / V rows): Hopper's TMA kernel,
+     * v8 at head_dim 64 (its tensor maps encoded once, then cached) */
+    {
+        const fp_attention_params prev = o.ap;
+        const int32_t cu[3] = {0, 40, 100};
+        memset(&o, 0, sizeof o);
+        attn_op(&o, "attention varlen total_k", 1, 100, 100, 2, 1, 1);
+        o.ap.batch = prev.batch;
+        o.ap.seqlen_q = o.ap.seqlen_k = prev.seqlen_q;
+        o.ap.cu_seqlens_q = add_table(&o, cu, 3);
+        o.ap.cu_seqlens_k = add_table(&o, cu, 3);
+        o.ap.lse = NULL;
+        o.ap.total_k = 100;
+        o.nout = 1;
+    }
+    o.run = run_attn;
+    check_op(&o);
+    {
+        fp_attention_kernel_info k;
+        CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 8);
+    }
 
     /* the materialized baseline: dense, paged */
     memset(&o, 0, sizeof o);
