@@ -154,7 +154,11 @@ typedef struct fp_attention_params {
      * (checked on a CPU context; on CUDA a decreasing pair reads as an empty
      * sequence). Strides are checked against the packed total
      * cu_seqlens[batch]; on a CUDA context, where the offsets are in device
-     * memory, the sequence stride must be the outermost (largest) one. */
+     * memory, the sequence stride must be the outermost (largest) one (for K
+     * and V, unless total_k is given), and offsets past the tensors' rows are
+     * not detected: the kernels would access outside Q / O (and K / V, except
+     * on the TMA kernels, which total_k bounds), as FlashAttention's varlen
+     * kernels do. */
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
 
