@@ -250,6 +250,44 @@ template <int D, int QB = 1, int W = 2> struct producer_ops {
     }
 };
 
+// Paged KV: the producer warp (32 threads) instead of one thread. A tile is
+// kBc / B boxes of B rows per 64 columns (fp_tma::paged_box_rows), each in
+// its own page: lane j finds box j's page in the block table
+// (fp_tma::paged_box_at, once per tile: K's load looks it up, V's reuses
+// it) and issues that box's loads itself, so a tile's table reads are one
+// round trip whatever the page size. Lane 0 announces the stage's bytes
+// first (__syncwarp orders it before the other lanes' loads).
+template <int D, int W = 2> struct producer_ops_paged : producer_ops<D, 1, W> {
+    static constexpr int Bc = fp_tma::traits_v5<D>::kBc;
+    const int32_t *bt; // the sequence's block-table row
+    int L, page_size, page_shift, num_pages, box_rows, lane;
+    int cur_t;         // the tile `box` was looked up for (-1: none yet)
+    fp_tma::paged_box box;
+    __device__ __forceinline__ void load(const CUtensorMap *map, uint32_t tile, uint32_t bar, int t) {
+        if (lane == 0) mbar_arrive_expect_tx(bar, fp_tma::stage_tx_bytes<D>()); // before any box's bytes
+        __syncwarp();
+        const bool mine = lane * box_rows < Bc; // this lane has a box
+        if (t != cur_t) {
+            cur_t = t;
+            if (mine) box = fp_tma::paged_box_at(bt, page_size, page_shift, num_pages, L, t, lane, box_rows);
+        }
+        if (mine) {
+#pragma unroll
+            for (int c = 0; c < fp_tma::boxes_per_tile<D>(); ++c)
+                tma_load_4d(tile + fp_tma::box_smem_offset(c, Bc) + (uint32_t)(lane * box_rows * 128), map,
+                            c * fp_tma::kBoxCols, box.row, this->hk, box.page, bar);
+        }
+    }
+    __device__ __forceinline__ void load_k(int st, int t) {
+        load(this->tm_k, this->smem0 + fp_tma::k_offset<D, 1, W>(st),
+             this->smem0 + fp_tma::bar_offset<D, 1, W>(fp_tma::BAR_FULL_K, st), t);
+    }
+    __device__ __forceinline__ void load_v(int st, int t) {
+        load(this->tm_v, this->smem0 + fp_tma::v_offset<D, 1, W>(st),
+             this->smem0 + fp_tma::bar_offset<D, 1, W>(fp_tma::BAR_FULL_V, st), t);
+    }
+};
+
 // One consumer warpgroup's thread: its registers (S, O, P, softmax state)
 // and the operations of the consumer schedule. Every member array is
 // indexed by constants only, so the struct lives in registers.
@@ -393,9 +431,31 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     }
     __syncthreads(); // the only CTA-wide barrier
 
-    if (wg == 0) { // producer warpgroup: one thread issues everything
+    if (wg == 0) { // producer warpgroup: one thread issues everything (paged: one warp)
         setmaxnreg_dec<Tr::kProducerRegs>();
-        if (tid == 0 && s_begin < s_end) {
+        if (p.block_table) {
+            if (tid < 32 && s_begin < s_end) {
+                if (tid == 0) {
+                    prefetch_tensormap(&tm_k);
+                    prefetch_tensormap(&tm_v);
+                }
+                producer_ops_paged<D, W> ops;
+                ops.tm_k = &tm_k;
+                ops.tm_v = &tm_v;
+                ops.smem0 = smem0;
+                ops.hk = hk;
+                ops.bz = ops.row0 = 0;
+                ops.bt = p.block_table + (int64_t)b * p.bt_stride;
+                ops.L = S.L;
+                ops.page_size = p.page_size;
+                ops.page_shift = p.page_shift;
+                ops.num_pages = p.num_pages;
+                ops.box_rows = fp_tma::paged_box_rows(p.page_size);
+                ops.lane = tid;
+                ops.cur_t = -1;
+                fp_tma::producer_schedule<Stages>(s_begin, s_end, ops);
+            }
+        } else if (tid == 0 && s_begin < s_end) {
             prefetch_tensormap(&tm_k);
             prefetch_tensormap(&tm_v);
             producer_ops<D, 1, W> ops = {&tm_k, &tm_v, smem0, hk, kv.bz, kv.row0};
@@ -415,7 +475,8 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     c.lane = lane;
     c.ctid = ctid;
     c.nthreads = 128 * active_wgs;
-    c.map_rows = kv.map_rows;
+    // paged: rows past L of the last real box are cleared, the boxes after it are zeros
+    c.map_rows = p.block_table ? fp_tma::paged_map_rows(S.L, fp_tma::paged_box_rows(p.page_size)) : kv.map_rows;
     c.rc = {m0 + wrow + fp_sm90::acc_row(warp, lane, 0), p.group, S.L, S.sq, p.wl, p.wr, p.scale_log2, plan};
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) c.o_acc[i] = 0.0f;
@@ -721,10 +782,35 @@ encode_tiled_fn encode_tiled(fp_status *st) {
 // total_k + seqlen_k + 2 kBc would not stay below 2^31 (the int
 // coordinates of fp_tma::kv_seq_rows / box_coords).
 static_assert(fp_tma::traits_v5<64>::kBc == fp_tma::traits_v5<128>::kBc, "one box height for both head dims");
+// Paged KV: one map over the pool, (D, page_size, heads_kv, num_pages),
+// boxes of fp_tma::paged_box_rows(page_size) rows; page sizes that are not
+// multiples of 8 are refused (a box must fill whole 8-row swizzle groups),
+// and seqlen_k above 2^31 - 2 kBc - 1 (fp_tma::paged_box_at's int keys).
 fp_status kv_layout(const fp_attn_args *a, int version, const void *base, int64_t ss, int64_t hs, int64_t bs,
                     const char *which, fp_tma::kv_map *m) {
     const bool varlen = a->cu_k != nullptr;
     constexpr int Bc = fp_tma::traits_v5<128>::kBc;
+    if (a->block_table) {
+        if (a->page_size % 8)
+            return fp_set_error(FP_ERR_UNSUPPORTED,
+                                "attention flash kernel v%d (TMA): paged KV with page_size %d, not a multiple of 8 "
+                                "(a page's rows load as TMA boxes of whole 8-row swizzle groups)",
+                                version, a->page_size);
+        if (a->seqlen_k > 2147483647 - 2 * Bc)
+            return fp_set_error(FP_ERR_UNSUPPORTED,
+                                "attention flash kernel v%d (TMA): paged seqlen_k %d above 2^31 - %d (int keys)",
+                                version, a->seqlen_k, 2 * Bc + 1);
+        const int s = fp_tma::kv_map_geometry(reinterpret_cast<uintptr_t>(base), a->head_dim, a->page_size,
+                                              a->heads_kv, a->num_pages, ss, hs, bs,
+                                              fp_tma::paged_box_rows(a->page_size), m);
+        if (s != fp_tma::KV_MAP_OK)
+            return fp_set_error(FP_ERR_UNSUPPORTED,
+                                "attention flash kernel v%d (TMA): paged %s: %s (the batch stride is the page "
+                                "stride; seq stride %lld, head stride %lld, page stride %lld elements)",
+                                version, which, fp_tma::kv_map_status_text(s), (long long)ss, (long long)hs,
+                                (long long)bs);
+        return FP_OK;
+    }
     if (varlen && a->total_k <= 0)
         return fp_set_error(FP_ERR_UNSUPPORTED,
                             "attention flash kernel v%d (TMA): varlen (cu_seqlens) without total_k: a tensor map "
@@ -1001,7 +1087,8 @@ extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, i
     if (version != 5 && version != 8 && version != 9 && version != 10)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "flash kernel version %d (the TMA kernels are 5, 8, 9 and 10)", version);
-    FP_TRY(sm90_check_args(a, version, num_splits, true)); // varlen: with total_k (kv_layout)
+    // varlen: with total_k; paged: page sizes of multiples of 8 (kv_layout)
+    FP_TRY(sm90_check_args(a, version, num_splits, true, version != 9));
     if (version == 10 && a->head_dim != 64)
         return fp_set_error(FP_ERR_UNSUPPORTED,
                             "attention flash kernel v10 (three consumer warpgroups) takes head_dim 64 only (got "

@@ -321,10 +321,11 @@ inline int device_cc(int dev, fp_status *st, int version) {
 // out of [1, 1024], paged KV, varlen where `varlen_ok` is false (v5: a
 // tensor map per sequence is not done), dtypes other than f16 / bf16, head
 // dims other than 64 / 128.
-inline fp_status sm90_check_args(const fp_attn_args *a, int version, int num_splits, bool varlen_ok) {
+inline fp_status sm90_check_args(const fp_attn_args *a, int version, int num_splits, bool varlen_ok,
+                                 bool paged_ok = false) {
     if (num_splits < 1 || num_splits > 1024)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
-    if (a->block_table)
+    if (a->block_table && !paged_ok)
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: paged KV cache not supported", version);
     if (!varlen_ok && (a->cu_q || a->cu_k))
         return fp_set_error(FP_ERR_UNSUPPORTED,

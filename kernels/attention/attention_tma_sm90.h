@@ -212,6 +212,57 @@ SM90_HD seq_rows kv_seq_rows(const int32_t *cu_k, int b, int sk, int kv_rows) {
     return r;
 }
 SM90_HD uint32_t box_smem_offset(int c, int rows) { return (uint32_t)(c * rows * 128); }
+
+// ---- paged KV (fp_attention_params.block_table) ------------------------------
+// K and V are pools of pages [num_pages, page_size, heads_kv, D]: one 4-D
+// map each, (D, page_size, heads_kv, num_pages) with byte strides (seq,
+// head, page) (kv_map_geometry with the page as the batch). A tile's kBc
+// keys cover several pages (or part of one), so it loads as kBc / B boxes
+// of B = paged_box_rows(page_size) rows per 64 columns: B is the largest
+// power of two dividing both page_size and kBc. The launcher takes page
+// sizes that are multiples of 8 only, so B >= 8 and every box starts on an
+// 8-row (1024-byte) boundary of the tile: the 128-byte swizzle TMA applies
+// to a box is then the whole tile's (the pattern repeats every 8 rows).
+// The box of keys [k, k + B) lies in one page (B divides k and
+// page_size): row k % page_size of page block_table[k / page_size].
+SM90_HD int paged_box_rows(int page_size) {
+    const int low = page_size & -page_size; // the largest power of two dividing page_size
+    return low < traits_v5<128>::kBc ? low : traits_v5<128>::kBc;
+}
+struct paged_box {
+    int row, page; // map coordinates 1 (row in the page) and 3 (page)
+};
+// Box j (rows [j B, j B + B) of the tile) of tile t of a sequence of L keys
+// whose block-table row is bt (page_shift: log2(page_size) for a power of
+// two, else -1). A box at or past L is not looked up (entries past the
+// first ceil(L / page_size) may hold anything) and an entry outside [0,
+// num_pages) (device memory the host cannot check) is not followed: both
+// read page num_pages, outside the map, which TMA fills with zeros. The
+// launcher keeps seqlen_k + 2 kBc below 2^31 (no int overflow in k).
+SM90_HD paged_box paged_box_at(const int32_t *bt, int page_size, int page_shift, int num_pages, int L, int t, int j,
+                               int box_rows) {
+    const int k = t * traits_v5<128>::kBc + j * box_rows;
+    paged_box r;
+    r.row = 0;
+    r.page = num_pages;
+    if (k >= L) return r;
+    int pi;
+    if (page_shift >= 0) {
+        pi = k >> page_shift;
+        r.row = k & (page_size - 1);
+    } else {
+        pi = k / page_size;
+        r.row = k - pi * page_size;
+    }
+    const int pg = bt[pi];
+    if ((unsigned)pg < (unsigned)num_pages) r.page = pg;
+    return r;
+}
+// The rows from the sequence's first that the loads of a paged sequence of
+// L keys bring from real pages: L rounded up to a whole box (v_tail_rows'
+// map_rows: V rows [L, that) of the box holding key L - 1 are another part
+// of the pool and are cleared; boxes past it are TMA's zeros).
+SM90_HD int paged_map_rows(int L, int box_rows) { return L <= 0 ? 0 : (L + box_rows - 1) / box_rows * box_rows; }
 // Bytes the producer announces (expect_tx) for one K or V stage.
 template <int D> SM90_HD uint32_t stage_tx_bytes() { return (uint32_t)(traits_v5<D>::kBc * D * 2); }
 

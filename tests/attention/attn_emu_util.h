@@ -91,6 +91,9 @@ struct emu_case {
     int varlen; // packed sequences of lengths cycling through (sq|sk, 5, 0, 17) via cu_seqlens;
                 // 2: the full sequences hold 40 keys more than seqlen_k (clipped: rows the
                 // kernels must not read into the result); total_k given (the packed rows)
+    int page = 0; // paged KV: page_size (0: dense K / V): a pool of shuffled pages, K / V rows no
+                // sequence owns NaN, table entries past a sequence's pages pointing at a NaN page
+                // or out of range, sequence 1 sharing sequence 0's first page where both fill it
 };
 
 // xorshift64 in [-1, 1), never 0; each test seeds its own.
@@ -116,6 +119,9 @@ struct emu_rng {
 struct emu_data {
     int64_t q_ss, kv_ss, o_ss, rows_q, rows_k;
     std::vector<int32_t> cu_q, cu_k, seqlens;
+    std::vector<int32_t> bt; // paged: [batch, bt_stride]
+    int bt_stride = 0, num_pages = 0;
+    int64_t page_stride = 0;
     std::vector<h16> q, k, v, o;
     std::vector<float> lse;
 };
@@ -145,9 +151,30 @@ static inline bool emu_setup(const emu_case &c, emu_rng &rng, emu_data &X, emu_a
     }
     X.rows_q = c.varlen ? X.cu_q[c.batch] + 1 : (int64_t)c.batch * c.sq; /* +1: never empty */
     X.rows_k = c.varlen ? X.cu_k[c.batch] + 1 : (int64_t)c.batch * c.sk;
+    size_t kv_elems = (size_t)(X.rows_k * X.kv_ss);
+    if (c.page) { /* a pool of pages: the sequences' in shuffled order, 3 spare; gaps between pages with pad */
+        const int per_seq = (c.sk + c.page - 1) / c.page;
+        X.bt_stride = per_seq + 1;
+        X.num_pages = c.batch * per_seq + 3;
+        X.page_stride = (int64_t)c.page * X.kv_ss + (c.pad ? 8 : 0);
+        kv_elems = (size_t)(X.num_pages * X.page_stride);
+        std::vector<int32_t> perm((size_t)X.num_pages);
+        for (int i = 0; i < X.num_pages; ++i) perm[(size_t)i] = i;
+        for (int i = X.num_pages - 1; i > 0; --i) std::swap(perm[(size_t)i], perm[rng.step() % (uint64_t)(i + 1)]);
+        const int spare = perm[(size_t)c.batch * per_seq]; /* a page no sequence owns: NaN */
+        X.bt.assign((size_t)c.batch * X.bt_stride, 0);
+        for (int b = 0; b < c.batch; ++b) {
+            const int L = c.ragged ? X.seqlens[b] : c.sk, used = (L + c.page - 1) / c.page;
+            for (int j = 0; j < X.bt_stride; ++j)
+                X.bt[(size_t)b * X.bt_stride + j] =
+                    j < used ? perm[(size_t)b * per_seq + j] : (j % 2 ? spare : j % 4 ? X.num_pages + j : -1 - j);
+        }
+        const int L0 = c.ragged ? X.seqlens[0] : c.sk, L1 = c.batch > 1 ? (c.ragged ? X.seqlens[1] : c.sk) : 0;
+        if (L0 >= c.page && L1 >= c.page) X.bt[(size_t)X.bt_stride] = X.bt[0]; /* a shared prefix page */
+    }
     X.q.assign((size_t)(X.rows_q * X.q_ss), 0);
-    X.k.assign((size_t)(X.rows_k * X.kv_ss), 0);
-    X.v.assign((size_t)(X.rows_k * X.kv_ss), 0);
+    X.k.assign(kv_elems, 0);
+    X.v.assign(kv_elems, 0);
     X.o.assign((size_t)(X.rows_q * X.o_ss), 0xFFFF);
     for (auto &x : X.q) x = from_f(rng.next(), c.dtype);
     for (auto &x : X.k) x = from_f(rng.next(), c.dtype);
@@ -167,6 +194,13 @@ static inline bool emu_setup(const emu_case &c, emu_rng &rng, emu_data &X, emu_a
         p.q_batch_stride = X.q_ss * c.sq; p.k_batch_stride = p.v_batch_stride = X.kv_ss * c.sk;
         p.o_batch_stride = X.o_ss * c.sq;
     }
+    if (c.page) {
+        p.k_batch_stride = p.v_batch_stride = X.page_stride;
+        p.block_table = X.bt.data();
+        p.block_table_stride = X.bt_stride;
+        p.page_size = c.page;
+        p.num_pages = X.num_pages;
+    }
     p.seqlens_k = c.ragged ? X.seqlens.data() : nullptr;
     if (fp_attn_check(&p, 1, &E.a) != FP_OK) {
         fprintf(stderr, "%s: bad params: %s\n", c.name, fp_last_error());
@@ -178,7 +212,8 @@ static inline bool emu_setup(const emu_case &c, emu_rng &rng, emu_data &X, emu_a
 
 // The K / V rows no sequence owns become NaN: past each ragged sequence's
 // length (seqlens_k), and with varlen the rows of a sequence past seqlen_k
-// (clipped) and the spare row after the last. Another part of a caller's
+// (clipped) and the spare row after the last; paged, every pool element
+// outside the sequences' keys. Another part of a caller's
 // cache may hold anything there; no kernel may let it into the result (P =
 // 0 does not help: 0 * NaN = NaN).
 static inline void emu_poison_unowned_kv(const emu_case &c, emu_data &X) {
@@ -188,7 +223,19 @@ static inline void emu_poison_unowned_kv(const emu_case &c, emu_data &X) {
             X.v[(size_t)(row * X.kv_ss + x)] = 0xFFFF;
         }
     };
-    if (c.varlen) {
+    if (c.page) { /* every pool element no sequence's key owns (gaps, spare pages, rows past L) */
+        std::vector<char> owned(X.k.size(), 0);
+        for (int b = 0; b < c.batch; ++b) {
+            const int L = c.ragged ? X.seqlens[b] : c.sk;
+            for (int j = 0; j < L; ++j) {
+                const int64_t r = X.bt[(size_t)b * X.bt_stride + j / c.page] * X.page_stride +
+                                  (int64_t)(j % c.page) * X.kv_ss;
+                std::fill(owned.begin() + r, owned.begin() + r + X.kv_ss, 1);
+            }
+        }
+        for (size_t i = 0; i < owned.size(); ++i)
+            if (!owned[i]) X.k[i] = X.v[i] = 0xFFFF;
+    } else if (c.varlen) {
         for (int b = 0; b < c.batch; ++b)
             for (int64_t j = X.cu_k[b] + std::min(X.cu_k[b + 1] - X.cu_k[b], c.sk); j < X.cu_k[b + 1]; ++j) poison(j);
         for (int64_t j = X.cu_k[c.batch]; j < X.rows_k; ++j) poison(j);

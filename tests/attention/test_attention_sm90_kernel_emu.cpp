@@ -19,8 +19,9 @@
 // Outputs start poisoned (NaN) and are followed by guard elements that must
 // stay untouched. Cases: head_dim 64 / 128, f16 / bf16, causal, windows,
 // GQA, seqlen_k / seqlen_q not multiples of the tiles, ragged seqlens_k,
-// varlen (the TMA kernels given total_k; refused without it), split-KV (the
-// combine kernel runs too), LSE. The K / V rows no sequence owns hold NaN.
+// varlen (the TMA kernels given total_k; refused without it), paged KV (v5,
+// v8, v10: page sizes that are multiples of 8, boxes per page; the others
+// refuse), split-KV (the combine kernel runs too), LSE. The K / V rows no sequence owns hold NaN.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -105,6 +106,16 @@ int main(int argc, char **argv) {
         // rows (GQA 4) in 192- and 128-row tiles; splits over packed keys
         {"bf16_d64_varlen2_gqa4_c",5, 200, 300, 8, 2, 64, FP_BF16, 1, -1, -1, 0, 1, 0, 2},
         {"f16_d128_varlen2_s3",5, 30,  400, 2, 1, 128, FP_F16,  0, -1, -1, 0, 3, 8, 2},
+        // paged KV (v5, v8, v10; v3, v4, v9 refuse): pages of 16 (8 boxes a
+        // tile, ragged: a sequence of 17 keys whose second page is 1 key,
+        // one of none, a shared first page), 48 (16-row boxes, pages found
+        // by division), 256 (tiles inside a page: 128-row boxes), 8 (16
+        // boxes of 8 rows) with a window, 64 over 3 splits
+        {"bf16_d64_paged16_rag_c", 3, 70, 300, 4, 2, 64, FP_BF16, 1, -1, -1, 1, 1, 0, 0, 16},
+        {"f16_d128_paged48_pad",   2, 130, 333, 2, 1, 128, FP_F16, 0, -1, -1, 0, 1, 8, 0, 48},
+        {"bf16_d128_paged256_rag", 2, 40,  600, 8, 2, 128, FP_BF16, 1, -1, -1, 1, 1, 0, 0, 256},
+        {"f16_d64_paged8_win",     1, 200, 270, 1, 1, 64,  FP_F16, 0, 30, 5,  0, 1, 8, 0, 8},
+        {"bf16_d64_paged64_s3",    2, 20,  500, 6, 2, 64,  FP_BF16, 0, -1, -1, 1, 3, 0, 0, 64},
     };
     // argv[1]: run only the cases whose name contains it
     const char *only = argc > 1 ? argv[1] : nullptr;
@@ -115,6 +126,7 @@ int main(int argc, char **argv) {
         for (const emu_case &c : cases) {
             if (only && !std::strstr(c.name, only)) continue;
             if (version == 10 && c.d != 64) continue; // refused (head_dim 64 only): checked below
+            if (c.page && (version < 5 || version == 9)) continue; // paged: refused, checked below
             ran++;
             if (!run_case(c, version, rng)) failures++;
         }
@@ -128,7 +140,7 @@ int main(int argc, char **argv) {
         small.sm_count = sms;
         fp_emu::set_device(small);
         for (const emu_case &c : cases) {
-            if (only && !std::strstr(c.name, only)) continue;
+            if (c.page || (only && !std::strstr(c.name, only))) continue;
             ran++;
             if (!run_case(c, 9, rng)) failures++;
         }
@@ -144,8 +156,8 @@ int main(int argc, char **argv) {
         if (version == 9) dev.sm_count = 2;
         fp_emu::set_device(dev);
         for (const emu_case &c : cases) {
-            if (!(c.ragged || c.varlen || c.splits > 1 || (version >= 8 && c.causal)) ||
-                (version == 10 && c.d != 64) || (only && !std::strstr(c.name, only)))
+            if (!(c.ragged || c.varlen || c.page || c.splits > 1 || (version >= 8 && c.causal)) ||
+                (version == 10 && c.d != 64) || (version == 9 && c.page) || (only && !std::strstr(c.name, only)))
                 continue;
             ran++;
             if (!run_case(c, version, rng)) failures++;
@@ -167,7 +179,7 @@ int main(int argc, char **argv) {
         small.sm_count = 2;
         fp_emu::set_device(small);
         for (const emu_case &c : cases) {
-            if (only && !std::strstr(c.name, only)) continue;
+            if (c.page || (only && !std::strstr(c.name, only))) continue;
             ran++;
             bool ok = run_case(c, 9, rng, &ctx);
             cudaDeviceSynchronize();
@@ -209,6 +221,37 @@ int main(int argc, char **argv) {
                     break;
                 }
         }
+    // Paged KV: v3, v4 and v9 refuse it; v5, v8 and v10 refuse page sizes
+    // that are not multiples of 8 (a TMA box of whole 8-row swizzle
+    // groups); nothing written.
+    for (const emu_case &pc : cases) {
+        if (!pc.page || (only && !std::strstr(pc.name, only))) continue;
+        static const int all[] = {3, 4, 5, 8, 9, 10};
+        for (int version : all) {
+            if (version == 10 && pc.d != 64) continue;
+            emu_case c = pc;
+            const bool odd = version == 5 || version == 8 || version == 10;
+            if (odd) c.page = 12;
+            emu_data X;
+            emu_args E;
+            ran++;
+            const bool setup = emu_setup(c, rng, X, E);
+            const char *want = odd ? "page_size 12" : "paged";
+            if (!setup || fp_attn_cuda_flash_sm90(&E.a, version, 1, nullptr) != FP_ERR_UNSUPPORTED ||
+                !std::strstr(fp_last_error(), want)) {
+                fprintf(stderr, "v%d %s (page_size %d): not refused (%s)\n", version, c.name, c.page,
+                        fp_last_error());
+                failures++;
+                continue;
+            }
+            for (h16 x : X.o)
+                if (x != 0xFFFF) {
+                    fprintf(stderr, "v%d %s: refused, but O written\n", version, c.name);
+                    failures++;
+                    break;
+                }
+        }
+    }
     if (failures) fprintf(stderr, "test_attention_sm90_kernel_emu: %d of %d cases failed\n", failures, ran);
     else printf("test_attention_sm90_kernel_emu: %d cases ok (%ld launches)\n", ran, fp_emu::launches());
     return failures ? 1 : 0;
