@@ -279,6 +279,108 @@ template <int D> static void check_tma_boxes() {
     if (bad) g_failures++;
 }
 
+// Paged KV: one map over the page pool, (D, page_size, heads_kv, pages),
+// boxes of B = paged_box_rows(page_size) rows; tile t of sequence b is
+// kBc / B boxes, box j at coordinates (64 c, row, hk, page) of
+// fp_tma::paged_box_at(.., j, B), landing at row j B of the tile. Loaded
+// as the hardware would (each box swizzled at its own destination) and
+// read back through v3's descriptors, the tile must be K / V [b][key t kBc
+// + n] as the block table maps it: keys past the sequence's length L
+// rounded up to a box (paged_map_rows) and entries outside [0, pages)
+// zeros. The table's entries past a sequence's
+// pages hold a valid page, so a lookup there would show. Page sizes: 8,
+// 16 (several boxes a tile), 48 (16-row boxes, found by division), 256 (a
+// tile inside a page); pow2 sizes both by shift and by division.
+template <int D> static void check_tma_paged_boxes() {
+    constexpr int Bc = fp_tma::traits_v5<D>::kBc;
+    const int batch = 2, sk = 300, hkv = 2, Ls[2] = {sk, 17};
+    const int64_t ss = hkv * D + 8, hs = D;
+    const uintptr_t base = 4096;
+    const uint32_t smem0 = 1024;
+    long bad = 0, checked = 0;
+    for (int P : {8, 16, 48, 256})
+        for (int by_div = 0; by_div < 2; ++by_div) {
+            const int shift = by_div || (P & (P - 1)) ? -1 : __builtin_ctz((unsigned)P);
+            const int B = fp_tma::paged_box_rows(P);
+            if (B < 8 || Bc % B || P % B) bad++;
+            const int per = (sk + P - 1) / P, np = batch * per + 1;
+            const int64_t ps = (int64_t)P * ss + 8; // page stride, a gap between pages
+            std::vector<int32_t> pool((size_t)(np * ps));
+            for (size_t i = 0; i < pool.size(); ++i) pool[i] = (int32_t)i + 1;
+            std::vector<int32_t> bt((size_t)batch * per, 0); // unused entries: page 0, valid
+            for (int b = 0; b < batch; ++b) {
+                const int used = (Ls[b] + P - 1) / P;
+                for (int e = 0; e < used; ++e) bt[(size_t)b * per + e] = np - 1 - (b * per + e);
+            }
+            if (per > 2) bt[1] = np + 5; // sequence 0's second page out of range: zeros
+            fp_tma::kv_map m = {};
+            if (fp_tma::kv_map_geometry(base, D, P, hkv, np, ss, hs, ps, B, &m) != fp_tma::KV_MAP_OK) bad++;
+            if (m.box[1] != (uint32_t)B || m.dims[1] != (uint64_t)P || m.dims[3] != (uint64_t)np) bad++;
+            for (int b = 0; b < batch; ++b)
+                for (int t = 0; t * Bc < sk; ++t)
+                    for (int hk = 0; hk < hkv; ++hk)
+                        for (int is_v = 0; is_v < 2; ++is_v) {
+                            const uint32_t tile = smem0 + (is_v ? fp_tma::v_offset<D>(1) : fp_tma::k_offset<D>(1));
+                            tag_smem sm(smem0 + fp_tma::smem_bytes<D>());
+                            for (int c = 0; c < fp_tma::boxes_per_tile<D>(); ++c)
+                                for (int j = 0; j < Bc / B; ++j) {
+                                    const fp_tma::paged_box x0 = fp_tma::paged_box_at(
+                                        bt.data() + (size_t)b * per, P, shift, np, Ls[b], t, j, B);
+                                    const uint32_t dst = tile + fp_tma::box_smem_offset(c, Bc) + (uint32_t)(j * B * 128);
+                                    if (dst % 1024) bad++;
+                                    for (int y = 0; y < B; ++y)
+                                        for (int x = 0; x < 64; ++x) {
+                                            const uint64_t g[4] = {(uint64_t)(64 * c + x), (uint64_t)(x0.row + y),
+                                                                   (uint64_t)hk, (uint64_t)x0.page};
+                                            int32_t v = 0;
+                                            if (g[0] < m.dims[0] && g[1] < m.dims[1] && g[2] < m.dims[2] &&
+                                                g[3] < m.dims[3])
+                                                v = pool[(size_t)((g[0] * 2 + g[1] * m.strides[0] +
+                                                                   g[2] * m.strides[1] + g[3] * m.strides[2]) / 2)];
+                                            sm.slot[swizzle128(dst + y * 128 + x * 2) / 2] = v;
+                                        }
+                                }
+                            auto want = [&](int key, int col) {
+                                // rows past L up to the end of its box are the page's own (the
+                                // kernel masks K there and clears V: paged_map_rows); then zeros
+                                const int j = t * Bc + key;
+                                if (j >= fp_tma::paged_map_rows(Ls[b], B)) return 0;
+                                const int pg = bt[(size_t)b * per + j / P];
+                                if (pg < 0 || pg >= np) return 0;
+                                return (int)(pg * ps + (j % P) * ss + hk * hs + col) + 1;
+                            };
+                            auto expect = [&](uint32_t addr, int32_t w) {
+                                checked++;
+                                if (addr / 2 >= sm.slot.size() || sm.slot[addr / 2] != w) {
+                                    if (bad < 5)
+                                        fprintf(stderr, "(e) D=%d paged %d: addr %u holds %d, the table means %d\n",
+                                                D, P, addr, addr / 2 < sm.slot.size() ? sm.slot[addr / 2] : -2, w);
+                                    bad++;
+                                }
+                            };
+                            if (!is_v) {
+                                for (int kk = 0; kk < D / 16; ++kk) {
+                                    const uint64_t db = fp_sm90::k_desc<D>(tile, Bc, kk);
+                                    for (int n = 0; n < Bc; ++n)
+                                        for (int k = 0; k < 16; ++k)
+                                            expect(kmajor_addr(db, n, k), want(n, 16 * kk + k));
+                                }
+                            } else {
+                                for (int kk = 0; kk < Bc / 16; ++kk) {
+                                    const uint64_t db = fp_sm90::v_desc<D>(tile, Bc, kk);
+                                    for (int k = 0; k < 16; ++k)
+                                        for (int n = 0; n < D; ++n)
+                                            expect(mnmajor_addr(db, k, n), want(16 * kk + k, n));
+                                }
+                            }
+                        }
+            // the rows the loads bring from real pages: L rounded up to a box
+            if (fp_tma::paged_map_rows(17, B) != (17 + B - 1) / B * B || fp_tma::paged_map_rows(0, B) != 0) bad++;
+        }
+    printf("(e) D=%d: v5 paged TMA boxes -> wgmma descriptors: %ld elements read, %ld wrong\n", D, checked, bad);
+    if (bad) g_failures++;
+}
+
 // ---- (b) fragment maps ------------------------------------------------------
 
 static void check_fragments() {
@@ -998,6 +1100,8 @@ int main() {
     check_descriptors<128>();
     check_tma_boxes<64>();
     check_tma_boxes<128>();
+    check_tma_paged_boxes<64>();
+    check_tma_paged_boxes<128>();
     check_fragments();
     static const emu_case cases[] = {
         /* name               b  sq   sk   hq hkv d    dtype    causal wl  wr rag splits pad varlen */
