@@ -313,6 +313,11 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # total_k (v3, what every varlen call ran before session 24) against the
     # same call given total_k (v5 at head_dim 128, v8 at 64), interleaved
     "ab-varlen|attention/varlen --dtype bf16"
+    # prefill over a paged cache (4 x 4096 over 4096, 4 x 1024 over 8192;
+    # pages of 16 and 64; head_dim 128 / 64; causal): the default (v1, the
+    # page gather) against the TMA kernel preferred (v5 / v8, a box per page
+    # run, session 25), and the TMA kernel dense vs paged, interleaved
+    "ab-paged|attention/paged_prefill --dtype bf16"
     # what bounds each (the five-dimension verdict, fastbench --profile):
     # "prof-" runs trace their timed samples; their lines go to extra.txt
     "prof-mix|attention/prefill attention/decode norm/layernorm_fwd graph/op_host_cost --dtype bf16"

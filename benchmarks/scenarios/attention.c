@@ -25,6 +25,9 @@
  *   attention/varlen   packed sequences of mixed lengths (cu_seqlens):
  *                      the call without total_k (v3 on Hopper) vs with it
  *                      (v5 / v8), CUDA only.
+ *   attention/paged_prefill  prefill over a paged KV cache: the default
+ *                      (v1) vs the TMA kernel preferred (v5 / v8), and the
+ *                      TMA kernel dense vs paged, CUDA only.
  * Options: --seqlen N, --head_dim N, --causal 0|1, --batch N, --kv N restrict
  * the grids (flash_versions: --seqlen N runs any length N, --batch N sets its
  * batch); --dtype picks dtypes; --kernel N (prefill, gqa, decode) times
@@ -600,6 +603,173 @@ static fp_status run_varlen(fb_run *run) {
     return FP_OK;
 }
 
+/* attention/paged_prefill: prefill over a paged KV cache (vLLM-style block
+ * tables: chunked prefill, prefix caching), the rows a serving engine's
+ * prefill runs. B sequences of sk cached keys each, the last sq of them the
+ * chunk's own queries (causal: bottom-right aligned), K / V in a pool of
+ * pages of page_size keys handed out in shuffled order. Two rows per shape:
+ *   v1_vs_tma       fp_attention_forward's default (v1, the row-by-row
+ *                   page gather: what every paged call runs) against the
+ *                   same call preferring the TMA kernel (v5 at head_dim 128,
+ *                   v8 at 64: FP_CTX_ATTENTION_KERNEL, one box per page run);
+ *   dense_vs_paged  the TMA kernel on the same keys gathered into a dense
+ *                   cache (fp_attn_cuda_gather_pages) against it paged: what
+ *                   the block table costs the TMA kernel.
+ * Outputs compared. Shapes (batch x chunk over cache): 4 x 4096 over 4096
+ * and 4 x 1024 over 8192; 32 query / 8 KV heads; head_dim 128 and 64;
+ * pages of 16 and 64 keys; causal; bf16 (--head_dim, --dtype, --causal
+ * narrow them; --quick: 2 x 130 over 300, 4 / 2 heads, head_dim 64). TFLOP/s
+ * count the keys each query sees (4 h d per query-key pair); the note says
+ * which kernels ran. CUDA only. */
+typedef struct paged_shape {
+    int batch, sq, sk, hq, hkv, d, page, causal;
+    fp_dtype dt;
+} paged_shape;
+
+static double paged_flops(const paged_shape *s) {
+    /* query i (0-based) of the chunk sees sk - sq + i + 1 keys when causal */
+    const double pairs = s->causal ? (double)s->sq * (s->sk - s->sq) + 0.5 * (double)s->sq * (s->sq + 1)
+                                   : (double)s->sq * s->sk;
+    return 4.0 * s->batch * s->hq * (double)s->d * pairs;
+}
+
+static void paged_row(fb_run *run, const paged_shape *s, const char *versions, fb_result **out) {
+    fb_result *r = fb_result_new(run);
+    fb_param_str(r, "versions", versions);
+    fb_param_str(r, "dtype", fp_dtype_name(s->dt));
+    fb_param_int(r, "batch", s->batch);
+    fb_param_int(r, "seqlen_q", s->sq);
+    fb_param_int(r, "seqlen_k", s->sk);
+    fb_param_int(r, "heads_q", s->hq);
+    fb_param_int(r, "heads_kv", s->hkv);
+    fb_param_int(r, "head_dim", s->d);
+    fb_param_int(r, "page_size", s->page);
+    fb_param_int(r, "causal", s->causal);
+    *out = r;
+}
+
+static void run_paged_shape(fb_run *run, const paged_shape *s) {
+    fp_context *ctx = fb_ctx(run);
+    const int per_seq = (s->sk + s->page - 1) / s->page, num_pages = s->batch * per_seq;
+    const size_t elt = fp_dtype_size(s->dt), nq = (size_t)s->batch * s->sq * s->hq * s->d;
+    const size_t n_pool = (size_t)num_pages * s->page * s->hkv * s->d, n_dense = (size_t)s->batch * s->sk * s->hkv * s->d;
+    const double flops = paged_flops(s);
+    fb_result *r1 = NULL, *r2 = NULL;
+    paged_row(run, s, "v1_vs_tma", &r1);
+    paged_row(run, s, "dense_vs_paged", &r2);
+    /* the table: sequence b's page j is a shuffled page of the pool */
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)num_pages);
+    void *q = NULL, *kp = NULL, *vp = NULL, *kd = NULL, *vd = NULL, *o1 = NULL, *o2 = NULL, *bt = NULL;
+    fp_status st = table ? FP_OK : FP_ERR_OUT_OF_MEMORY;
+    if (st == FP_OK) {
+        for (int i = 0; i < num_pages; ++i) table[i] = i;
+        uint64_t x = 0x9e3779b97f4a7c15ull;
+        for (int i = num_pages - 1; i > 0; --i) { /* Fisher-Yates, xorshift */
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            const int j = (int)(x % (uint64_t)(i + 1));
+            const int32_t t = table[i];
+            table[i] = table[j];
+            table[j] = t;
+        }
+        st = fb_alloc_random(ctx, nq, s->dt, 1, -1.0f, 1.0f, &q);
+    }
+    if (st == FP_OK) st = fb_alloc_random(ctx, n_pool, s->dt, 2, -1.0f, 1.0f, &kp);
+    if (st == FP_OK) st = fb_alloc_random(ctx, n_pool, s->dt, 3, -1.0f, 1.0f, &vp);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, n_dense * elt, &kd);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, n_dense * elt, &vd);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * elt, &o1);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * elt, &o2);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, sizeof(int32_t) * (size_t)num_pages, &bt);
+    if (st == FP_OK) st = fp_mem_upload(ctx, bt, table, sizeof(int32_t) * (size_t)num_pages, NULL);
+    fp_attention_params pp, pd;
+    fp_attention_params_default(&pp);
+    pp.batch = s->batch; pp.seqlen_q = s->sq; pp.seqlen_k = s->sk; pp.heads_q = s->hq; pp.heads_kv = s->hkv;
+    pp.head_dim = s->d; pp.dtype = s->dt; pp.causal = s->causal;
+    pp.q = q; pp.k = kp; pp.v = vp; pp.o = o1;
+    pp.block_table = bt; pp.block_table_stride = per_seq; pp.page_size = s->page; pp.num_pages = num_pages;
+    pd = pp;
+    pd.k = kd; pd.v = vd;
+    pd.block_table = NULL; pd.block_table_stride = pd.page_size = pd.num_pages = 0;
+    if (st == FP_OK) { /* the dense copy of the same keys */
+        fp_attn_args a;
+        st = fp_attn_check(&pp, 1, &a);
+        if (st == FP_OK) st = fp_attn_cuda_gather_pages(&a, kd, vd, (cudaStream_t)fp_context_stream(ctx));
+        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL); /* table lives on the heap until then */
+    }
+    const int tma = s->d == 64 ? 8 : 5;
+    fp_attention_params pp2 = pp, pd1 = pd;
+    pp2.o = o2;
+    pd1.o = o1;
+    pref_run v1 = {ctx, &pp, 0}, opt = {ctx, &pp2, tma}, dense = {ctx, &pd1, tma};
+    const double bytes = 2.0 * (double)nq * elt + 2.0 * (double)n_dense * elt;
+    fp_ab_report rep;
+    fp_status st1 = st, st2 = st;
+    if (st1 == FP_OK) st1 = ab_outputs(run, pref_fn, &v1, pref_fn, &opt, o1, o2, nq, s->dt, bytes, flops, &rep);
+    if (st1 == FP_OK) {
+        char b[320], o[320];
+        ran_with(&v1, b, sizeof b);
+        ran_with(&opt, o, sizeof o);
+        fb_result_set_ab(r1, &rep);
+        fb_result_metric(r1, "v1_tflops", spec_flops_tflops(flops, rep.baseline.median_ms));
+        fb_result_metric(r1, "tma_tflops", spec_flops_tflops(flops, rep.optimized.median_ms));
+        fb_result_note(r1, "baseline %s, optimized %s", b, o);
+    } else {
+        fb_result_fail(r1, st1, fp_last_error());
+    }
+    if (st2 == FP_OK) st2 = ab_outputs(run, pref_fn, &dense, pref_fn, &opt, o1, o2, nq, s->dt, bytes, flops, &rep);
+    if (st2 == FP_OK) {
+        char b[320], o[320];
+        ran_with(&dense, b, sizeof b);
+        ran_with(&opt, o, sizeof o);
+        fb_result_set_ab(r2, &rep);
+        fb_result_metric(r2, "dense_tflops", spec_flops_tflops(flops, rep.baseline.median_ms));
+        fb_result_metric(r2, "paged_tflops", spec_flops_tflops(flops, rep.optimized.median_ms));
+        fb_result_note(r2, "baseline %s (dense), optimized %s", b, o);
+    } else {
+        fb_result_fail(r2, st2, fp_last_error());
+    }
+    fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
+    free(table);
+    fp_mem_free(ctx, q);
+    fp_mem_free(ctx, kp);
+    fp_mem_free(ctx, vp);
+    fp_mem_free(ctx, kd);
+    fp_mem_free(ctx, vd);
+    fp_mem_free(ctx, o1);
+    fp_mem_free(ctx, o2);
+    fp_mem_free(ctx, bt);
+}
+
+static fp_status run_paged_prefill(fb_run *run) {
+    if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "needs a CUDA device");
+    const int q = fb_quick(run);
+    static const int dim_defs[] = {128, 64}, causal_defs[] = {1}, page_defs[] = {16, 64};
+    static const int shapes[2][3] = {{4, 4096, 4096}, {4, 1024, 8192}}; /* batch, chunk, cache */
+    int dims[2], causals[2], pages[2];
+    const int dim_q[] = {64};
+    const int nd = values_of(run, "head_dim", q ? dim_q : dim_defs, q ? 1 : 2, 1, 1024, dims);
+    const int nc = values_of(run, "causal", causal_defs, 1, 0, 1, causals);
+    const int np = values_of(run, "page_size", page_defs, q ? 1 : 2, 1, 1 << 20, pages);
+    if (!nd || !nc || !np)
+        return fb_skip(run, "%s", !nd   ? "--head_dim must be in [1, 1024]"
+                                  : !nc ? "--causal must be 0 or 1"
+                                        : "--page_size must be in [1, 1048576]");
+    fp_dtype dts[4] = {FP_BF16};
+    const int ndt = dtypes_or(run, dts, 1);
+    for (int si = 0; si < (q ? 1 : 2); ++si)
+        for (int di = 0; di < nd; ++di)
+            for (int pi = 0; pi < np; ++pi)
+                for (int ci = 0; ci < nc; ++ci)
+                    for (int t = 0; t < ndt; ++t) {
+                        paged_shape sh = {q ? 2 : shapes[si][0], q ? 130 : shapes[si][1], q ? 300 : shapes[si][2],
+                                          q ? 4 : 32, q ? 2 : 8, dims[di], pages[pi], causals[ci], dts[t]};
+                        run_paged_shape(run, &sh);
+                    }
+    return FP_OK;
+}
+
 FB_SCENARIO(fb_attention_prefill, "attention/prefill",
             "flash attention vs materialized (cuBLAS + softmax): FlashAttention's seqlen/head_dim grid",
             run_prefill)
@@ -615,6 +785,10 @@ FB_SCENARIO(fb_attention_varlen, "attention/varlen",
             "varlen prefill (cu_seqlens, mixed lengths): the call without total_k (v3 on Hopper) vs with it (the TMA "
             "kernels v5 / v8), TFLOP/s (CUDA only)",
             run_varlen)
+FB_SCENARIO(fb_attention_paged_prefill, "attention/paged_prefill",
+            "prefill over a paged KV cache (chunked prefill): the default (v1, page gather) vs the TMA kernel (v5 / "
+            "v8, a box per page run), and the TMA kernel dense vs paged, TFLOP/s (CUDA only)",
+            run_paged_prefill)
 FB_SCENARIO(fb_attention_decode_versions, "attention/decode_versions",
             "decode: the default kernel (v1, split-KV) vs the decode kernel v6 (16-row tiles, K/V ring), KV GB/s "
             "(CUDA only)",
