@@ -229,7 +229,10 @@ typedef enum fp_context_option {
                                       runs where it supports the call (dtype, head_dim,
                                       layout, build, device, rows), the default kernel
                                       elsewhere; fp_attention_last_kernel says which ran
-                                      and why.
+                                      and why. 5, 8 and 10 also take paged KV caches
+                                      (page sizes that are multiples of 8), which the
+                                      default runs on v1 until a GPU run has timed them
+                                      there (attention.h).
                                       v1-v9 passed the GPU tests on H100s and H200s
                                       (benchmarks/results); v10 is tested on the CUDA
                                       emulation and awaits its first GPU run. */

@@ -1153,9 +1153,12 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
     // ran 0.98-1.01x (benchmarks/NOTES.md), so v5 stays.
     // Only with at least one full 128-row tile per (batch, KV head): decode
     // (a few query rows) keeps v1's 64-row tiles and split-KV, measured there.
-    // What the Hopper kernels refuse for any layout (another device, paged
-    // KV, other head dims) is ruled out here, so such calls do not pay two
-    // refusals per call on their way to v1.
+    // What the Hopper kernels refuse for any layout (another device, other
+    // head dims) is ruled out here, so such calls do not pay two refusals
+    // per call on their way to v1. Paged KV stays on v1 by default: v5 / v8
+    // / v10 take it (page sizes that are multiples of 8, session 25) when
+    // preferred, but no GPU run has timed them there yet (fastbench
+    // attention/paged_prefill, gpu-check's ab-paged run).
     if (version == 0 && cc == 90 && !a->block_table && (a->head_dim == 64 || a->head_dim == 128) &&
         (int64_t)a->seqlen_q * a->group >= 128) {
         // v8 refuses what v5 refuses: v3 next either way

@@ -51,9 +51,14 @@
 // Same contract as v3: f16 / bf16, head_dim 64 / 128, causal / windows, GQA
 // packing, seqlens_k, LSE, split-KV partials (run_with_partials), varlen
 // given fp_attention_params.total_k (one tensor map over the packed K / V,
-// each sequence's tiles at its offset: fp_tma::kv_seq_rows).
+// each sequence's tiles at its offset: fp_tma::kv_seq_rows), paged KV on
+// v5 / v8 / v10 (one map over the page pool; a tile loads as boxes of
+// gcd(page_size, 128) rows, box j issued by lane j of the producer warp
+// from the page its block-table entry names: producer_ops_paged,
+// fp_tma::paged_box_at).
 // FP_ERR_UNSUPPORTED: varlen without total_k (the map's extent is then
-// unknown: the offsets are device memory), paged KV, K / V layouts TMA
+// unknown: the offsets are device memory), paged KV on v9 or with a
+// page_size that is not a multiple of 8, K / V layouts TMA
 // cannot describe (base not 16-byte
 // aligned, a seq / head / batch stride not a multiple of 16 bytes), devices
 // other than compute capability 9.0, a driver without
@@ -75,10 +80,11 @@
 // only through FP_CTX_ATTENTION_KERNEL 10 and fp_attn_cuda_flash_version(a,
 // 10, ...) until a GPU run times it against v8 (fastbench
 // attention/flash_versions, rows v8_vs_v10: gpu-check's ab-v10 run).
-// Varlen (session 24) is likewise checked on the emulation only, not yet
-// timed on a GPU (fastbench attention/varlen: v3, what varlen calls ran
-// before, against v5 / v8). Not yet done: an epilogue through shared memory
-// + TMA store, paged tensor maps.
+// Varlen (session 24) and paged KV (session 25) are likewise checked on the
+// emulation only, not yet timed on a GPU (fastbench attention/varlen: v3,
+// what varlen calls ran before, against v5 / v8; attention/paged_prefill: v1
+// against v5 / v8 on a paged cache). Not yet done: an epilogue through
+// shared memory + TMA store, paged KV on v9.
 // The PTX wrappers, the softmax helpers, the Q K^T / P V stages and the
 // epilogue are v3's, shared through attention_sm90_common.cuh.
 #include <atomic>

@@ -187,7 +187,9 @@ int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim);
  * default (v5 at head_dim 128, v8 at 64, else v3, on Hopper (cc 90, the
  * device's compute capability x 10) in an sm_90a build for head_dim 64 / 128
  * with >= 128 query rows per (batch, KV head) and no paged KV; v1
- * otherwise); 1: v1; 2..10: that version where it supports the call (dtype,
+ * otherwise: paged calls reach v5 / v8 / v10 only as a preferred version
+ * until a GPU run has timed them); 1: v1; 2..10: that version where it
+ * supports the call (dtype,
  * head_dim, layout, build, device), else the default choice, with the
  * reason noted (fp_attention_last_kernel). */
 fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc, cudaStream_t stream);
@@ -200,7 +202,8 @@ fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaS
  * 8 = v5 with ping-pong consumer warpgroups, 9 = v8 in persistent CTAs,
  * 10 = v8 with three consumer warpgroups, head_dim 64 only
  * (3-5, 8-10: sm_90a builds on compute
- * capability 9.0 devices only, head_dim 64 / 128, no paged KV, else
+ * capability 9.0 devices only, head_dim 64 / 128, paged KV only on 5, 8
+ * and 10 with page sizes that are multiples of 8, else
  * FP_ERR_UNSUPPORTED; v5 (v8 at head_dim 64) / v3 are the Hopper default: fp_attn_cuda_flash)
  * with an explicit split count. */
 fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
@@ -213,7 +216,9 @@ fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_sp
  * warpgroups taking turns (ping-pong); 9 = 8 in persistent CTAs (one per
  * SM, items drawn by tickets over a causal-aware order); 10 = 8 with three
  * consumer warpgroups (192-row query tiles, head_dim 64 only); varlen only
- * given total_k (one tensor map over the packed K / V); no paged KV;
+ * given total_k (one tensor map over the packed K / V); paged KV (not 9)
+ * with page sizes that are multiples of 8 (one map over the page pool,
+ * a tile loaded as boxes of gcd(page_size, 128) rows, each from its page);
  * reached through fp_attn_cuda_flash_sm90(a, 5, 8, 9 or 10, ...)). */
 fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
 /* Simple CUDA-core kernel: one warp per query row, any dtype and head_dim. */

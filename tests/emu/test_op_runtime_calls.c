@@ -15,6 +15,7 @@
  * Ops: norm forward v0..v3 and backward v0..v3 (incl. the v3 shapes above
  * 48 KiB of shared memory), attention prefill v1..v5, split-KV decode with
  * forced splits (v1, v3, v5), paged decode (automatic and forced splits),
+ * paged prefill (v1 by default, v8 preferred),
  * varlen (v3 on the emulated Hopper; given total_k v8, the TMA kernel, its
  * tensor maps cached), and the materialized baseline (dense, paged); and the refusals: an
  * op whose workspace would have to grow inside a capture, the baseline with
@@ -501,6 +502,35 @@ int main(int argc, char **argv) {
     o.splits = 3;
     o.launches = 1;
     check_op(&o);
+
+    /* paged prefill preferring v8 (the TMA kernel on the page pool: its
+     * tensor maps cached, the block table read by the kernel; 12 CTAs on
+     * the emulated H100's 132 SMs take 2 splits: the kernel and the
+     * combine), no allocation, sync or query per call; and the default
+     * (v1) */
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention v8 paged prefill", 2, 150, 256, 4, 2, 1);
+    make_paged(&o, 256);
+    with_seqlens(&o, 256, 150);
+    o.run = run_attn;
+    o.attn_kernel = 8;
+    o.launches = 2;
+    check_op(&o);
+    {
+        fp_attention_kernel_info k;
+        CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 8 && k.paged == 1 && k.num_splits == 2 &&
+              !k.fallback[0]);
+    }
+    fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, 0);
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention paged prefill default", 2, 150, 256, 4, 2, 1);
+    make_paged(&o, 256);
+    o.run = run_attn;
+    check_op(&o);
+    {
+        fp_attention_kernel_info k;
+        CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 1 && k.paged == 1);
+    }
 
     /* varlen: two packed sequences of 40 and 60 rows */
     memset(&o, 0, sizeof o);
