@@ -617,8 +617,9 @@ static fp_status run_varlen(fb_run *run) {
  *                   the block table costs the TMA kernel.
  * Outputs compared. Shapes (batch x chunk over cache): 4 x 4096 over 4096
  * and 4 x 1024 over 8192; 32 query / 8 KV heads; head_dim 128 and 64;
- * pages of 16 and 64 keys; causal; bf16 (--head_dim, --dtype, --causal
- * narrow them; --quick: 2 x 130 over 300, 4 / 2 heads, head_dim 64). TFLOP/s
+ * pages of 16 and 64 keys; causal; bf16 (--head_dim, --page_size, --dtype,
+ * --causal narrow them; --quick: 2 x 130 over 300, 4 / 2 heads, head_dim 64,
+ * pages of 16). TFLOP/s
  * count the keys each query sees (4 h d per query-key pair); the note says
  * which kernels ran. CUDA only. */
 typedef struct paged_shape {
