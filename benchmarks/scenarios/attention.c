@@ -634,7 +634,13 @@ static double paged_flops(const paged_shape *s) {
     return 4.0 * s->batch * s->hq * (double)s->d * pairs;
 }
 
-static void paged_row(fb_run *run, const paged_shape *s, const char *versions, fb_result **out) {
+/* One row of the scenario: base against opt (pref_fn, outputs o1 / o2
+ * compared) unless setup failed (st), the TFLOP/s of each side under
+ * base_metric / opt_metric, the kernels that ran in the note (base_tag after
+ * the baseline's). */
+static void paged_ab(fb_run *run, const paged_shape *s, const char *versions, fp_status st, pref_run *base,
+                     pref_run *opt, void *o1, void *o2, size_t n, double bytes, double flops, const char *base_metric,
+                     const char *opt_metric, const char *base_tag) {
     fb_result *r = fb_result_new(run);
     fb_param_str(r, "versions", versions);
     fb_param_str(r, "dtype", fp_dtype_name(s->dt));
@@ -646,7 +652,19 @@ static void paged_row(fb_run *run, const paged_shape *s, const char *versions, f
     fb_param_int(r, "head_dim", s->d);
     fb_param_int(r, "page_size", s->page);
     fb_param_int(r, "causal", s->causal);
-    *out = r;
+    fp_ab_report rep;
+    if (st == FP_OK) st = ab_outputs(run, pref_fn, base, pref_fn, opt, o1, o2, n, s->dt, bytes, flops, &rep);
+    if (st != FP_OK) {
+        fb_result_fail(r, st, fp_last_error());
+        return;
+    }
+    char b[320], o[320];
+    ran_with(base, b, sizeof b);
+    ran_with(opt, o, sizeof o);
+    fb_result_set_ab(r, &rep);
+    fb_result_metric(r, base_metric, spec_flops_tflops(flops, rep.baseline.median_ms));
+    fb_result_metric(r, opt_metric, spec_flops_tflops(flops, rep.optimized.median_ms));
+    fb_result_note(r, "baseline %s%s, optimized %s", b, base_tag, o);
 }
 
 static void run_paged_shape(fb_run *run, const paged_shape *s) {
@@ -655,9 +673,6 @@ static void run_paged_shape(fb_run *run, const paged_shape *s) {
     const size_t elt = fp_dtype_size(s->dt), nq = (size_t)s->batch * s->sq * s->hq * s->d;
     const size_t n_pool = (size_t)num_pages * s->page * s->hkv * s->d, n_dense = (size_t)s->batch * s->sk * s->hkv * s->d;
     const double flops = paged_flops(s);
-    fb_result *r1 = NULL, *r2 = NULL;
-    paged_row(run, s, "v1_vs_tma", &r1);
-    paged_row(run, s, "dense_vs_paged", &r2);
     /* the table: sequence b's page j is a shuffled page of the pool */
     int32_t *table = malloc(sizeof(int32_t) * (size_t)num_pages);
     void *q = NULL, *kp = NULL, *vp = NULL, *kd = NULL, *vd = NULL, *o1 = NULL, *o2 = NULL, *bt = NULL;
@@ -705,32 +720,9 @@ static void run_paged_shape(fb_run *run, const paged_shape *s) {
     pd1.o = o1;
     pref_run v1 = {ctx, &pp, 0}, opt = {ctx, &pp2, tma}, dense = {ctx, &pd1, tma};
     const double bytes = 2.0 * (double)nq * elt + 2.0 * (double)n_dense * elt;
-    fp_ab_report rep;
-    fp_status st1 = st, st2 = st;
-    if (st1 == FP_OK) st1 = ab_outputs(run, pref_fn, &v1, pref_fn, &opt, o1, o2, nq, s->dt, bytes, flops, &rep);
-    if (st1 == FP_OK) {
-        char b[320], o[320];
-        ran_with(&v1, b, sizeof b);
-        ran_with(&opt, o, sizeof o);
-        fb_result_set_ab(r1, &rep);
-        fb_result_metric(r1, "v1_tflops", spec_flops_tflops(flops, rep.baseline.median_ms));
-        fb_result_metric(r1, "tma_tflops", spec_flops_tflops(flops, rep.optimized.median_ms));
-        fb_result_note(r1, "baseline %s, optimized %s", b, o);
-    } else {
-        fb_result_fail(r1, st1, fp_last_error());
-    }
-    if (st2 == FP_OK) st2 = ab_outputs(run, pref_fn, &dense, pref_fn, &opt, o1, o2, nq, s->dt, bytes, flops, &rep);
-    if (st2 == FP_OK) {
-        char b[320], o[320];
-        ran_with(&dense, b, sizeof b);
-        ran_with(&opt, o, sizeof o);
-        fb_result_set_ab(r2, &rep);
-        fb_result_metric(r2, "dense_tflops", spec_flops_tflops(flops, rep.baseline.median_ms));
-        fb_result_metric(r2, "paged_tflops", spec_flops_tflops(flops, rep.optimized.median_ms));
-        fb_result_note(r2, "baseline %s (dense), optimized %s", b, o);
-    } else {
-        fb_result_fail(r2, st2, fp_last_error());
-    }
+    paged_ab(run, s, "v1_vs_tma", st, &v1, &opt, o1, o2, nq, bytes, flops, "v1_tflops", "tma_tflops", "");
+    paged_ab(run, s, "dense_vs_paged", st, &dense, &opt, o1, o2, nq, bytes, flops, "dense_tflops", "paged_tflops",
+             " (dense)");
     fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
     free(table);
     fp_mem_free(ctx, q);

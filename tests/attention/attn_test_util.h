@@ -352,6 +352,16 @@ static inline fp_status attn_dev_run(fp_context *ctx, const fp_attention_params 
     return fp_context_synchronize(ctx, NULL);
 }
 
+/* Whether the current CUDA device is compute capability 9.0 (where an
+ * sm_90a build runs the Hopper kernels). */
+static inline int attn_device_cc90(void) {
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    return major == 9 && minor == 0;
+}
+
 /* Output rounding of the dtype (relative). */
 static inline double attn_eps(fp_dtype dt) {
     return dt == FP_F32 ? 1.2e-7 : dt == FP_F16 ? 4.9e-4 : 3.9e-3;

@@ -88,11 +88,7 @@ static int v3_unsupported(fp_status st, int impl) {
     if (impl < IMPL_V3 || (impl >= IMPL_V6 && impl < IMPL_V8) || st != FP_ERR_UNSUPPORTED)
         return 0; /* v6, v7: every device */
 #ifdef FASTPATH_HAVE_SM90A
-    int dev = 0, major = 0, minor = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    if (major == 9 && minor == 0) {
+    if (attn_device_cc90()) {
         const char *why = fp_last_error();
         int paged_or_shape = strstr(why, "paged") || strstr(why, "head_dim") || strstr(why, "dtype");
         /* v5 also refuses varlen without total_k and K / V layouts TMA cannot describe (it says which) */
@@ -156,11 +152,7 @@ static fp_status dev_run(dev_case *D, int impl) {
  * on a compute capability 9.0 device). */
 static int must_run_sm90(void) {
 #ifdef FASTPATH_HAVE_SM90A
-    int dev = 0, major = 0, minor = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    return major == 9 && minor == 0;
+    return attn_device_cc90();
 #else
     return 0;
 #endif

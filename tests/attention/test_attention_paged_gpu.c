@@ -90,11 +90,7 @@ static fp_status dev_run(dev_paged *D, run_kind r) {
  * a compute capability 9.0 device). */
 static int hopper(void) {
 #if defined(FASTPATH_HAVE_SM90A) || defined(FP_CUDA_EMU) /* the emulation's library has them (an H100 profile) */
-    int dev = 0, major = 0, minor = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    return major == 9 && minor == 0;
+    return attn_device_cc90();
 #else
     return 0;
 #endif
