@@ -47,7 +47,7 @@
  *   Q [batch, seqlen_q, heads_q,  head_dim]   dtype
  *   K [batch, seqlen_k, heads_kv, head_dim]   dtype
  *   V [batch, seqlen_k, heads_kv, head_dim]   dtype
- *   O [batch, seqlen_q, heads_q,  head_dim]   dtype (written)
+ *   O [batch, seqlen_q, heads_q,  head_dim]   dtype, bf16 for fp8 inputs (written)
  *   lse [batch, heads_q, seqlen_q]            f32, dense (optional, written)
  *   seqlens_k [batch]                         int32 (optional, read)
  *   cu_seqlens_q, cu_seqlens_k [batch + 1]    int32 (optional, read: varlen)
@@ -63,6 +63,18 @@
  *   as a slice of a fused QKV tensor or a (batch, heads, seq, dim) transpose
  *   are passed without copies by giving their strides.
  *
+ * fp8 inputs (FlashAttention-3's fp8 forward)
+ *   dtype FP_FP8_E4M3: Q, K and V hold e4m3 values (1 byte; core.h) whose
+ *   real values are stored x q_descale / k_descale / v_descale (one float
+ *   per tensor, fp_attention_params' 0.4 fields; 0 = 1). The scores use
+ *   softmax_scale x q_descale x k_descale (lse is that of these real
+ *   scores), O = softmax(...) V_stored x v_descale is written as bf16 (its
+ *   strides in bf16 elements). On a CUDA context it runs on Hopper
+ *   (compute capability 9.0, an sm_90a build) at head_dim 128 without
+ *   cu_seqlens or block_table (else FP_ERR_UNSUPPORTED); on a CPU context
+ *   every shape and option runs (values decoded exactly to f32). FP_FP8_E5M2
+ *   is refused.
+ *
  * Precision
  *   f16 / bf16: products on tensor cores with f32 accumulation, softmax in
  *   f32, P rounded to the input dtype before P V (as FlashAttention), O
@@ -74,6 +86,8 @@
  *   attention) whose error is that of f32 accumulation (~1e-6 relative).
  *   The CPU implementation converts every dtype to f32 on load and accumulates
  *   in f32.
+ *   fp8 e4m3: the values are exact in f32; O is rounded once to bf16, so
+ *   expect bf16's error relative to max |V| x v_descale.
  *
  * Supported shapes
  *   head_dim: a multiple of 8 in [8, 256]. On the GPU, f16/bf16 with head_dim
@@ -111,7 +125,9 @@ typedef struct fp_attention_params {
     int heads_q;
     int heads_kv;            /* heads_q % heads_kv == 0 */
     int head_dim;
-    fp_dtype dtype;          /* FP_F16, FP_BF16 or FP_F32, for Q, K, V and O */
+    /* FP_F16, FP_BF16 or FP_F32 for Q, K, V and O; or FP_FP8_E4M3 for Q, K,
+     * V (with the descales below), O then bf16 (see "fp8 inputs" above). */
+    fp_dtype dtype;
 
     /* Tensors and their strides in elements (0 = packed, see the intro). */
     const void *q;
@@ -206,6 +222,16 @@ typedef struct fp_attention_params {
      * (never a read outside [0, total_k)) and that sequence's result is
      * unspecified. */
     int64_t total_k;
+
+    /* ---- Added in 0.4 (a struct_size from 0.1 to 0.3 is still accepted:
+     * the fields below then read as 0). ---- */
+
+    /* Per-tensor descales of fp8 inputs (FlashAttention-3's descale_q /
+     * descale_k / descale_v): with dtype FP_FP8_E4M3 the real value of a
+     * stored element of Q is stored x q_descale (K: k_descale, V:
+     * v_descale). 0 means 1; otherwise finite and > 0. With any other dtype
+     * each must be 0 or 1 (FP_ERR_INVALID_ARGUMENT otherwise). */
+    float q_descale, k_descale, v_descale;
 } fp_attention_params;
 
 /* Zeroes the first struct_size bytes of p and sets struct_size, dtype =
@@ -265,21 +291,25 @@ FP_API void(fp_attention_params_default)(fp_attention_params *p);
  *   FP_ERR_INVALID_ARGUMENT: NULL ctx / params / q / k / v / o; struct_size
  *     mismatch; batch, seqlen_q, seqlen_k, heads <= 0; heads_q not a multiple
  *     of heads_kv; head_dim not a multiple of 8 in [8, 256]; an unknown dtype;
- *     softmax_scale < 0 or not finite; window_left / window_right < -1, or
+ *     FP_FP8_E5M2; softmax_scale < 0 or not finite; a descale negative, not
+ *     finite, or (not fp8) other than 0 / 1; softmax_scale x q_descale x
+ *     k_descale not a finite float > 0; window_left / window_right < -1, or
  *     window_right > 0 with causal; only one of cu_seqlens_q / _k given, or
  *     them with seqlens_k or non-zero batch strides, or (CPU) decreasing
  *     offsets / a sequence longer than seqlen_q / seqlen_k; negative strides
  *     or strides under which
  *     two rows of a tensor overlap; pointers not aligned to the element size
- *     (CPU) or to 16 bytes, with row strides not multiples of 16 bytes (CUDA);
+ *     (CPU) or to 16 bytes, with row strides not multiples of 16 bytes (CUDA;
+ *     16 elements of fp8 Q / K / V, 8 of their bf16 O);
  *     block_table with page_size, num_pages or block_table_stride out of
  *     range, with cu_seqlens, or (CPU) with an entry outside [0, num_pages);
  *     total_k < 0, without cu_seqlens, or (CPU) below cu_seqlens_k[batch].
  *     The message names the argument.
  *   FP_ERR_OUT_OF_MEMORY: scratch for split-KV partials or CPU tiles.
- *   FP_ERR_UNSUPPORTED: also when the stream is being captured and its
- *     workspace is too small for the split partials (run the call once on
- *     that stream first).
+ *   FP_ERR_UNSUPPORTED: fp8 inputs on a CUDA context other than Hopper at
+ *     head_dim 128 without cu_seqlens / block_table; also when the stream
+ *     is being captured and its workspace is too small for the split
+ *     partials (run the call once on that stream first).
  *   FP_ERR_CUDA: a launch failed.
  * CUDA graphs: capturable. Scratch (split partials and counters; the baseline's scores)
  * lives in the context's workspace of the call's stream, grown on first
@@ -304,6 +334,9 @@ FP_API fp_status fp_attention_forward(fp_context *ctx, fp_stream stream,
  * refuses with FP_ERR_UNSUPPORTED). With a paged KV cache on
  * CUDA it first gathers the pages into dense K and V scratch tensors (2 x
  * batch * seqlen_k * heads_kv * head_dim elements more), then runs as dense.
+ * fp8 inputs (FP_FP8_E4M3) run on a CPU context (the CPU version decodes
+ * them to f32); on a CUDA context they are FP_ERR_UNSUPPORTED (cuBLAS runs
+ * the baseline in bf16 / f16 / f32), nothing written.
  * Errors: as fp_attention_forward, plus FP_ERR_OUT_OF_MEMORY when the score
  * buffer (it grows as seqlen_q * seqlen_k) or the gathered K / V do not fit,
  * FP_ERR_CUBLAS. */
@@ -345,10 +378,13 @@ FP_API fp_status fp_attention_last_kernel(fp_attention_kernel_info *info);
 
 /* Runs the baseline and fp_attention_forward on params' inputs through
  * fp_ab_run: both outputs go to packed scratch buffers (params->o and
- * params->lse are not written), are compared with the dtype's default
- * tolerance, then both are timed interleaved. FLOPs declared:
+ * params->lse are not written), are compared with the default tolerance of
+ * O's dtype (bf16 for fp8 inputs: both sides decode the same e4m3 values
+ * and round O to bf16), then both are timed interleaved. FLOPs declared:
  * 4 * batch * heads_q * seqlen_q * seqlen_k * head_dim, halved with causal,
- * on tensor cores; bytes: Q, K, V read and O written once.
+ * on tensor cores; bytes: Q, K, V read and O written once (fp8: 1 byte per
+ * element of Q, K, V and 2 per element of O). fp8 inputs on a CUDA context:
+ * FP_ERR_UNSUPPORTED (no baseline there), nothing run.
  * cfg NULL = timing defaults. FP_OK means the measurement ran: read
  * report->agreement.passed for the numerical verdict.
  * Errors: those of the two implementations (FP_ERR_OUT_OF_MEMORY when the

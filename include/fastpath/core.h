@@ -113,7 +113,7 @@ typedef enum fp_dtype {
     FP_F32 = 0,
     FP_F16 = 1,
     FP_BF16 = 2,
-    FP_FP8_E4M3 = 3, /* reserved: no op accepts it yet */
+    FP_FP8_E4M3 = 3, /* Q, K, V of fp_attention_forward (attention.h); no other op yet */
     FP_FP8_E5M2 = 4  /* reserved: no op accepts it yet */
 } fp_dtype;
 

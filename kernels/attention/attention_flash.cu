@@ -987,7 +987,9 @@ fp_status flash_sm80(const fp_attn_args *a, int version, int num_splits, cudaStr
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
     const bool bf = a->dtype == FP_BF16;
     if (!bf && a->dtype != FP_F16)
-        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel: dtype %s", fp_dtype_name(a->dtype));
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: dtype %s (f16, bf16%s)", version,
+                            fp_dtype_name(a->dtype),
+                            a->dtype == FP_FP8_E4M3 ? "; fp8 e4m3 runs on the Hopper kernels v5 / v8" : "");
     fp_status st;
     switch (version) {
     case 1: st = bf ? dispatch_all_dims<__nv_bfloat16, 1>(a, num_splits, stream)
@@ -1024,6 +1026,7 @@ extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int versi
 }
 
 extern "C" int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim) {
+    if (dtype == FP_FP8_E4M3) return head_dim == 128; // v5 / v8 on Hopper (fp_attn_cuda_flash)
     return (dtype == FP_F16 || dtype == FP_BF16) &&
            (head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256);
 }
@@ -1125,6 +1128,24 @@ static fp_status flash_version_auto(const fp_attn_args *a, int version, int sm_c
 
 extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc,
                                         cudaStream_t stream) {
+    // fp8 (e4m3) runs on v5, or v8 when preferred, at one split: no other
+    // kernel takes it, so a refusal is the call's answer (no fallback).
+    if (a->dtype == FP_FP8_E4M3) {
+        (void)sm_count;
+        if (version != 0 && version != 5 && version != 8)
+            fp_attn_note_fallback("fp8 e4m3 runs on the Hopper kernels v5 / v8 only");
+#ifdef FASTPATH_HAVE_SM90A
+        if (cc != 90)
+            return fp_set_error(FP_ERR_UNSUPPORTED,
+                                "attention: fp8 e4m3 inputs need a compute capability 9.0 device (Hopper; this "
+                                "device is %d.%d)",
+                                cc / 10, cc % 10);
+        return fp_attn_cuda_flash_version(a, version == 8 ? 8 : 5, 1, stream);
+#else
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention: fp8 e4m3 inputs need an sm_90a build (90 was not among "
+                                                "CMAKE_CUDA_ARCHITECTURES) and a Hopper device");
+#endif
+    }
     if (version >= 2 && version <= 10) {
         // A preferred version (FP_CTX_ATTENTION_KERNEL), where it supports the call.
         fp_error_saved saved; // a refusal then v1's success must not leave a message

@@ -56,6 +56,7 @@ struct flash_params {
                         // 14); 0 = every thread's __threadfence (fence.sc.gpu, with an L1
                         // invalidate) before and after it (FP_ATTN_MERGE_FENCE=sc, for A/B runs)
     int *tickets;       // v9's item tickets ([2] ints, zero between launches: fp_tma::producer_items), else NULL
+    float o_scale;      // fp8 inputs: O is multiplied by it (v_descale; fp_attn_args.o_scale)
 };
 
 // Whether environment variable `name` is set to exactly `want` (the A/B
@@ -91,6 +92,7 @@ inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_spl
     flash_params p;
     p.merge_release = merge_release_env();
     p.flat_loads = flat_loads_env();
+    p.o_scale = a->o_scale;
     p.q = a->q;
     p.k = a->k;
     p.v = a->v;

@@ -225,8 +225,11 @@ __device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
 
 // The producer thread: one TMA box per 64 columns of a K / V tile. QB: the
 // Q buffers of the shared-memory layout (fp_tma::k_offset; v9 has two); W:
-// the consumer warpgroups (the Q tile's size: v10 has three).
-template <int D, int QB = 1, int W = 2> struct producer_ops {
+// the consumer warpgroups (the Q tile's size: v10 has three). D: the
+// layout's width in 16-bit columns (layout_cols: fp8 at head_dim 128 is 64,
+// one 128-element box a row). kVt (fp8): tm_v is V^T (fp8_transpose_v), a
+// tile one box of kBc keys (inner) x D rows at (t kBc, 0, hk, b).
+template <int D, int QB = 1, int W = 2, bool kVt = false> struct producer_ops {
     const CUtensorMap *tm_k, *tm_v;
     uint32_t smem0;
     int hk, bz, row0; // the sequence's place in the maps (fp_tma::kv_seq_rows)
@@ -251,8 +254,14 @@ template <int D, int QB = 1, int W = 2> struct producer_ops {
              t);
     }
     __device__ __forceinline__ void load_v(int st, int t) {
-        load(tm_v, smem0 + fp_tma::v_offset<D, QB, W>(st), smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_V, st),
-             t);
+        if constexpr (kVt) {
+            const uint32_t bar = smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_V, st);
+            mbar_arrive_expect_tx(bar, fp_tma::stage_tx_bytes<D>());
+            tma_load_4d(smem0 + fp_tma::v_offset<D, QB, W>(st), tm_v, t * fp_tma::traits_v5<D>::kBc, 0, hk, bz, bar);
+        } else {
+            load(tm_v, smem0 + fp_tma::v_offset<D, QB, W>(st),
+                 smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_V, st), t);
+        }
     }
 };
 
@@ -297,10 +306,12 @@ template <int D, int W = 2> struct producer_ops_paged : producer_ops<D, 1, W> {
 // One consumer warpgroup's thread: its registers (S, O, P, softmax state)
 // and the operations of the consumer schedule. Every member array is
 // indexed by constants only, so the struct lives in registers.
+// D: the head dim; DL: the shared-memory layout's width (layout_cols).
 template <typename T, int D, int QB = 1, int W = 2> struct consumer_ops {
-    static constexpr int Br = fp_tma::traits_v5<D, W>::kBr, Bc = fp_tma::traits_v5<D, W>::kBc;
+    static constexpr int DL = layout_cols<T, D>();
+    static constexpr int Br = fp_tma::traits_v5<DL, W>::kBr, Bc = fp_tma::traits_v5<DL, W>::kBc;
     float s_acc[Bc / 2], o_acc[D / 2], corr[2], m_run[2], l_run[2];
-    uint32_t p_frag[Bc / 16][4];
+    uint32_t p_frag[Bc / wgmma_k<T>()][4];
     row_ctx rc;
     uint32_t smem0;
     uint32_t q_smem; // the Q tile this item's Q K^T reads (fp_tma::q_offset)
@@ -310,31 +321,31 @@ template <typename T, int D, int QB = 1, int W = 2> struct consumer_ops {
                         // [L, map_rows) are cleared
 
     __device__ __forceinline__ void wait_full_k(int st, uint32_t parity, int) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_K, st), parity, fp_tma::BAR_FULL_K, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<DL, QB, W>(fp_tma::BAR_FULL_K, st), parity, fp_tma::BAR_FULL_K, st);
     }
     // V rows past a ragged sequence's length (fp_tma::v_tail_rows: at
     // most one tile per CTA) are cleared by all active consumer threads
     // before either warpgroup issues P V on the tile.
     __device__ __forceinline__ void wait_full_v(int st, uint32_t parity, int t) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_V, st), parity, fp_tma::BAR_FULL_V, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<DL, QB, W>(fp_tma::BAR_FULL_V, st), parity, fp_tma::BAR_FULL_V, st);
         int r0, r1;
         fp_tma::v_tail_rows(rc.L, map_rows, t, Bc, &r0, &r1);
         if (r0 < r1) { // CTA-uniform
-            const uint32_t tile = smem0 + fp_tma::v_offset<D, QB, W>(st);
-            constexpr int CH = D / 8; // 16-byte chunks per row; a row keeps its chunks under the swizzle
+            const uint32_t tile = smem0 + fp_tma::v_offset<DL, QB, W>(st);
+            constexpr int CH = DL / 8; // 16-byte chunks per row; a row keeps its chunks under the swizzle
             for (int idx = ctid; idx < (r1 - r0) * CH; idx += nthreads) {
                 const int r = r0 + idx / CH, c = idx % CH;
-                st_shared_zero16(tile + fp_sm90::tile_chunk_offset<D>(r, c, Bc));
+                st_shared_zero16(tile + fp_sm90::tile_chunk_offset<DL>(r, c, Bc));
             }
             fence_proxy_async(); // generic-proxy stores before the wgmmas' async-proxy reads
             named_barrier(1, nthreads);
         }
     }
     __device__ __forceinline__ void qk(int st) {
-        issue_qk<T, D>(s_acc, q_smem, Br, wrow, smem0 + fp_tma::k_offset<D, QB, W>(st), Bc);
+        issue_qk<T, D>(s_acc, q_smem, Br, wrow, smem0 + fp_tma::k_offset<DL, QB, W>(st), Bc);
     }
     __device__ __forceinline__ void pv(int st) {
-        issue_pv<T, D, Bc>(o_acc, p_frag, smem0 + fp_tma::v_offset<D, QB, W>(st));
+        issue_pv<T, D, Bc>(o_acc, p_frag, smem0 + fp_tma::v_offset<DL, QB, W>(st));
     }
     __device__ __forceinline__ void wgmma_wait0() {
         wgmma_wait<0>();
@@ -346,10 +357,10 @@ template <typename T, int D, int QB = 1, int W = 2> struct consumer_ops {
         fence_regs(s_acc);
     }
     __device__ __forceinline__ void release_k(int st) {
-        mbar_arrive(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_EMPTY_K, st));
+        mbar_arrive(smem0 + fp_tma::bar_offset<DL, QB, W>(fp_tma::BAR_EMPTY_K, st));
     }
     __device__ __forceinline__ void release_v(int st) {
-        mbar_arrive(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_EMPTY_V, st));
+        mbar_arrive(smem0 + fp_tma::bar_offset<DL, QB, W>(fp_tma::BAR_EMPTY_V, st));
     }
     __device__ __forceinline__ void softmax(int t) {
         mask_tile<Bc>(s_acc, rc, t * Bc, lane);
@@ -372,7 +383,8 @@ template <typename T, int D, int QB = 1, int W = 2> struct consumer_ops {
 template <typename T, int D, int W = 2>
 __device__ __forceinline__ void load_q_rows(const flash_params &p, const cta_work &w, uint32_t q_smem, int wrow,
                                             int wtid) {
-    constexpr int Br = fp_tma::traits_v5<D, W>::kBr, CH = D / 8;
+    // CH 16-byte chunks of EC elements a row
+    constexpr int DL = layout_cols<T, D>(), Br = fp_tma::traits_v5<DL, W>::kBr, EC = 16 / (int)sizeof(T), CH = D / EC;
 #pragma unroll 1
     for (int idx = wtid; idx < 64 * CH; idx += 128) {
         const int r = wrow + idx / CH, ch = idx % CH, gr = w.m0 + r;
@@ -380,8 +392,8 @@ __device__ __forceinline__ void load_q_rows(const flash_params &p, const cta_wor
         const T *src = static_cast<const T *>(p.q);
         if (ok)
             src += w.S.q0 + (int64_t)(gr / p.group) * p.q_ss + (int64_t)(w.hk * p.group + gr % p.group) * p.q_hs +
-                   ch * 8;
-        cp_async16(q_smem + fp_sm90::tile_chunk_offset<D>(r, ch, Br), src, ok);
+                   ch * EC;
+        cp_async16(q_smem + fp_sm90::tile_chunk_offset<DL>(r, ch, Br), src, ok);
     }
 }
 
@@ -394,7 +406,11 @@ __device__ __forceinline__ void load_q_rows(const flash_params &p, const cta_wor
 template <typename T, int D, bool kTurns, int W = 2>
 __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUtensorMap &tm_k,
                                                const CUtensorMap &tm_v) {
-    using Tr = fp_tma::traits_v5<D, W>;
+    // fp8 (e4m3, head_dim 128): the layout of a 16-bit tile of DL = 64
+    // columns (128-byte rows), V as V^T (fp8_transpose_v), O bf16
+    constexpr bool kFp8 = sizeof(T) == 1;
+    constexpr int DL = layout_cols<T, D>();
+    using Tr = fp_tma::traits_v5<DL, W>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, Stages = Tr::kStages;
     static_assert(Br == 64 * Tr::kConsumerWGs && Bc == 128, "one m64 row block per consumer warpgroup, m64n128 Q K^T");
     static_assert(Tr::kThreads == 128 * (1 + Tr::kConsumerWGs) && Tr::kConsumerWGs == W,
@@ -428,10 +444,10 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     const int active_wgs = W == 2 ? (m0 + 64 < rows ? 2 : 1) : fp_tma::active_consumer_wgs(rows - m0, W);
     if (tid == 0) {
         for (int s = 0; s < Stages; ++s) {
-            mbar_init(smem0 + fp_tma::bar_offset<D, 1, W>(fp_tma::BAR_FULL_K, s), 1);
-            mbar_init(smem0 + fp_tma::bar_offset<D, 1, W>(fp_tma::BAR_FULL_V, s), 1);
-            mbar_init(smem0 + fp_tma::bar_offset<D, 1, W>(fp_tma::BAR_EMPTY_K, s), fp_tma::empty_count(active_wgs));
-            mbar_init(smem0 + fp_tma::bar_offset<D, 1, W>(fp_tma::BAR_EMPTY_V, s), fp_tma::empty_count(active_wgs));
+            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W>(fp_tma::BAR_FULL_K, s), 1);
+            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W>(fp_tma::BAR_FULL_V, s), 1);
+            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W>(fp_tma::BAR_EMPTY_K, s), fp_tma::empty_count(active_wgs));
+            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W>(fp_tma::BAR_EMPTY_V, s), fp_tma::empty_count(active_wgs));
         }
         fence_mbar_init();
     }
@@ -439,13 +455,13 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
 
     if (wg == 0) { // producer warpgroup: one thread issues everything (paged: one warp)
         setmaxnreg_dec<Tr::kProducerRegs>();
-        if (p.block_table) {
+        if (!kFp8 && p.block_table) {
             if (tid < 32 && s_begin < s_end) {
                 if (tid == 0) {
                     prefetch_tensormap(&tm_k);
                     prefetch_tensormap(&tm_v);
                 }
-                producer_ops_paged<D, W> ops;
+                producer_ops_paged<DL, W> ops;
                 ops.tm_k = &tm_k;
                 ops.tm_v = &tm_v;
                 ops.smem0 = smem0;
@@ -464,7 +480,7 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
         } else if (tid == 0 && s_begin < s_end) {
             prefetch_tensormap(&tm_k);
             prefetch_tensormap(&tm_v);
-            producer_ops<D, 1, W> ops = {&tm_k, &tm_v, smem0, hk, kv.bz, kv.row0};
+            producer_ops<DL, 1, W, kFp8> ops = {&tm_k, &tm_v, smem0, hk, kv.bz, kv.row0};
             fp_tma::producer_schedule<Stages>(s_begin, s_end, ops);
         }
         return;
@@ -476,13 +492,16 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
 
     consumer_ops<T, D, 1, W> c;
     c.smem0 = smem0;
-    c.q_smem = smem0 + fp_tma::q_offset<D, 1, W>();
+    c.q_smem = smem0 + fp_tma::q_offset<DL, 1, W>();
     c.wrow = wrow;
     c.lane = lane;
     c.ctid = ctid;
     c.nthreads = 128 * active_wgs;
     // paged: rows past L of the last real box are cleared, the boxes after it are zeros
-    c.map_rows = p.block_table ? fp_tma::paged_map_rows(S.L, fp_tma::paged_box_rows(p.page_size)) : kv.map_rows;
+    // fp8: V^T holds zeros past each sequence's length (fp8_transpose_v): nothing to clear
+    c.map_rows = kFp8           ? 0
+                 : p.block_table ? fp_tma::paged_map_rows(S.L, fp_tma::paged_box_rows(p.page_size))
+                                 : kv.map_rows;
     c.rc = {m0 + wrow + fp_sm90::acc_row(warp, lane, 0), p.group, S.L, S.sq, p.wl, p.wr, p.scale_log2, plan};
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) c.o_acc[i] = 0.0f;
@@ -547,6 +566,55 @@ __global__ void __launch_bounds__(fp_tma::threads_of<10>(), 1)
 #else
     __trap();
 #endif
+}
+
+// ---- fp8 (e4m3): V^T ---------------------------------------------------------
+// Hopper's fp8 wgmma reads B K-major only, and P V's B is V with the keys as
+// its k dimension: V [keys][head_dim] is MN-major there (what the transpose
+// bit serves for 16-bit types). So before the attention kernel, V is
+// written transposed into scratch, Vt [batch][heads_kv][head_dim][skp]
+// (skp: seqlen_k rounded up to kBc), each sequence's keys at or past its
+// length L (seqlens_k) as zeros (the attention kernel then clears nothing:
+// P = 0 there times 0), and the columns of each group of 16 keys in
+// fp_sm90::vt_key's order, the order of P's bytes in its registers
+// (pack_p). The attention kernel loads a V^T tile as one TMA box of kBc
+// keys x head_dim rows, the layout of a K tile. One CTA per 128 keys x 128
+// columns of one (batch, KV head): 16 KiB in through 16-byte loads, 16 KiB
+// out in 16-byte stores. FlashAttention-3 transposes in the kernel
+// (LDSM.T / STSM in the producer warpgroup); this pass costs a read and a
+// write of V (NOTES.md, session 26).
+constexpr int kVtThreads = 256, kVtPitch = 144; // tile rows of 128 bytes + 16 (a staggered bank start a row)
+__global__ void __launch_bounds__(kVtThreads)
+    fp8_transpose_v(const uint8_t *v, int64_t v_bs, int64_t v_ss, int64_t v_hs, const int32_t *seqlens_k, int sk,
+                    int skp, int b_off, uint8_t *vt) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    extern __shared__ __align__(16) unsigned char vt_smem[];
+    const int k0 = blockIdx.x * 128, hk = blockIdx.y, hkv = gridDim.y, b = b_off + blockIdx.z;
+    int L = sk;
+    if (seqlens_k) L = min(max(seqlens_k[b], 0), sk);
+    // in: key row r (k0 + r), 16-byte chunk c of its 128 columns
+    for (int idx = threadIdx.x; idx < 128 * 8; idx += kVtThreads) {
+        const int r = idx / 8, c = idx % 8, key = k0 + r;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (key < L) x = *reinterpret_cast<const uint4 *>(v + b * v_bs + (int64_t)key * v_ss + hk * v_hs + 16 * c);
+        *reinterpret_cast<uint4 *>(vt_smem + r * kVtPitch + 16 * c) = x;
+    }
+    __syncthreads();
+    // out: row d of V^T, 16 key slots from slot 16 c: keys vt_key(slot)
+    uint8_t *out = vt + (((int64_t)b * hkv + hk) * 128) * skp + k0;
+    for (int idx = threadIdx.x; idx < 128 * 8; idx += kVtThreads) {
+        const int d = idx / 8, c = idx % 8;
+        uint32_t w[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            uint32_t x = 0;
+#pragma unroll
+            for (int y = 0; y < 4; ++y)
+                x |= (uint32_t)vt_smem[fp_sm90::vt_key(16 * c + 4 * q + y) * kVtPitch + d] << (8 * y);
+            w[q] = x;
+        }
+        *reinterpret_cast<uint4 *>(out + (int64_t)d * skp + 16 * c) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
 }
 
 // ---- v9: persistent CTAs (fp_tma::producer_items / consumer_items) ------------
@@ -829,7 +897,7 @@ fp_status kv_layout(const fp_attn_args *a, int version, const void *base, int64_
                             version, (long long)a->total_k, a->seqlen_k, 2 * Bc + 1);
     const int rows = varlen ? (int)a->total_k : a->seqlen_k, nb = varlen ? 1 : a->batch;
     const int s = fp_tma::kv_map_geometry(reinterpret_cast<uintptr_t>(base), a->head_dim, rows, a->heads_kv, nb, ss,
-                                          hs, varlen ? 0 : bs, Bc, m);
+                                          hs, varlen ? 0 : bs, Bc, m, a->dtype == FP_FP8_E4M3 ? 1 : 2);
     if (s != fp_tma::KV_MAP_OK)
         return fp_set_error(FP_ERR_UNSUPPORTED,
                             "attention flash kernel v%d (TMA): %s: %s (seq stride %lld, head stride %lld, batch "
@@ -848,8 +916,9 @@ fp_status encode_kv(encode_tiled_fn enc, const fp_attn_args *a, const void *base
         box[i] = m.box[i];
     }
     for (int i = 0; i < 3; ++i) strides[i] = m.strides[i];
-    const CUtensorMapDataType dt =
-        a->dtype == FP_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    const CUtensorMapDataType dt = a->dtype == FP_BF16        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : a->dtype == FP_FP8_E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const CUresult r = enc(out, dt, 4, const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -910,7 +979,7 @@ fp_status encode_kv_cached(encode_tiled_fn enc, const fp_attn_args *a, const voi
 // setmaxnreg.inc (USETMAXREG.TRY_ALLOC in the SASS: a retry loop of the
 // hardware, which no watchdog in the source can bound) or a launch failure.
 template <auto Kernel, typename T, int D, int V> fp_status check_entry_regs() {
-    const char *dt = std::is_same<T, __half>::value ? "f16" : "bf16";
+    const char *dt = std::is_same<T, __half>::value ? "f16" : sizeof(T) == 1 ? "fp8e4m3" : "bf16";
     static std::atomic<int> cache[64]; // numRegs per device, 0: not asked yet
     int dev = 0;
     FP_CUDA_TRY(cudaGetDevice(&dev));
@@ -1087,12 +1156,113 @@ fp_status dispatch_tma(const fp_attn_args *a, int num_splits, const fp_tma::kv_m
     }
 }
 
+// fp8 (e4m3) inputs, head_dim 128, v5 or v8 (V): V^T into the stream's
+// workspace (fp8_transpose_v), then the kernel with K by TMA as for 16-bit
+// types (128-element boxes: 128 bytes a row) and V^T tiles of one box.
+// One split (no split-KV partials for fp8 yet). O bf16.
+template <int V>
+fp_status launch_fp8(const fp_attn_args *a, const fp_tma::kv_map &mk, encode_tiled_fn enc, cudaStream_t stream) {
+    using T = __nv_fp8_e4m3;
+    constexpr int D = 128, DL = layout_cols<T, D>();
+    using Tr = fp_tma::traits_v5<DL>;
+    static_assert(Tr::kBc == 128 && DL == 64, "V^T tiles of 128 keys (bytes) x 128 rows");
+    const char *what = V == 8 ? "attention flash v8 (fp8)" : "attention flash v5 (fp8)";
+    flash_params p = make_flash_params(a, Tr::kBr, 1);
+    if ((int64_t)p.m_tiles > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "%s: grid too large (m_tiles %d, heads_kv %d, batch %d)", what,
+                            p.m_tiles, a->heads_kv, a->batch);
+    const int64_t skp = ((int64_t)a->seqlen_k + Tr::kBc - 1) / Tr::kBc * Tr::kBc;
+    const int64_t head_bytes = skp * D; // one (batch, KV head) of V^T
+    if (skp > 2147483647LL - 2 * Tr::kBc || head_bytes * a->heads_kv >= (int64_t(1) << 40))
+        return fp_set_error(FP_ERR_UNSUPPORTED, "%s: seqlen_k %d too long for V^T's tensor map", what, a->seqlen_k);
+    fp_tma::kv_map mv; // V^T: (skp keys, D rows, heads_kv, batch), byte strides
+    mv.dims[0] = (uint64_t)skp;
+    mv.dims[1] = (uint64_t)D;
+    mv.dims[2] = (uint64_t)a->heads_kv;
+    mv.dims[3] = (uint64_t)a->batch;
+    mv.strides[0] = (uint64_t)skp;
+    mv.strides[1] = (uint64_t)head_bytes;
+    mv.strides[2] = (uint64_t)(head_bytes * a->heads_kv);
+    mv.box[0] = (uint32_t)Tr::kBc;
+    mv.box[1] = (uint32_t)D;
+    mv.box[2] = mv.box[3] = 1;
+    constexpr auto kernel = V == 8 ? attention_flash_fwd_v8<T, D> : attention_flash_fwd_v5<T, D>;
+    FP_TRY((check_entry_regs<kernel, T, D, V>()));
+    const size_t smem = fp_tma::smem_bytes<DL>();
+    FP_TRY(smem_opt_in<kernel>(smem));
+    fp_scratch vt = {nullptr, nullptr, nullptr, nullptr};
+    FP_TRY(fp_ctx_scratch_get(a->ctx, stream, (size_t)(head_bytes * a->heads_kv * a->batch), what, &vt));
+    CUtensorMap tm_k, tm_v;
+    fp_status st = encode_kv_cached(enc, a, a->k, mk, "K", &tm_k);
+    if (st == FP_OK) st = encode_kv_cached(enc, a, vt.ptr, mv, "V^T", &tm_v);
+    if (st == FP_OK) {
+#if defined(FP_KERNEL_WATCHDOG) && !defined(FP_CUDA_EMU)
+        fp_watchdog::arm(stream);
+#endif
+        cudaError_t err = fp_pdl::launch<fp8_transpose_v>(
+            dim3((unsigned)(skp / Tr::kBc), (unsigned)a->heads_kv, (unsigned)a->batch), dim3(kVtThreads),
+            (size_t)128 * kVtPitch, stream, pdl_of(a), static_cast<const uint8_t *>(a->v), a->v_bs, a->v_ss,
+            a->v_hs, a->seqlens_k, a->seqlen_k, (int)skp, 0, static_cast<uint8_t *>(vt.ptr));
+        if (err != cudaSuccess)
+            st = fp_set_error(FP_ERR_CUDA, "%s: V^T launch: %s", what, cudaGetErrorString(err));
+        else
+            st = run_with_partials<__nv_bfloat16, D>(a, p, stream, what, false, [&](flash_params &q) {
+                dim3 grid((unsigned)q.m_tiles, (unsigned)a->heads_kv, (unsigned)a->batch);
+                return launch_smem<kernel>(grid, Tr::kThreads, smem, stream, pdl_of(a), q, tm_k, tm_v);
+            });
+    }
+    const fp_status put = fp_ctx_scratch_put(&vt); // stream-ordered: the kernels above still read it
+    return st != FP_OK ? st : put;
+}
+
+// fp8 (e4m3) calls: v5 / v8 at head_dim 128, dense or ragged (seqlens_k)
+// K / V, one split; the rest FP_ERR_UNSUPPORTED before any device work.
+fp_status fp8_check_args(const fp_attn_args *a, int version, int num_splits) {
+    if (version != 5 && version != 8)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v%d: fp8 e4m3 inputs run on v5 and v8 only (head_dim 128)",
+                            version);
+    if (a->head_dim != 128)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: fp8 e4m3 at head_dim %d (128 only)",
+                            version, a->head_dim);
+    if (a->block_table || a->cu_q || a->cu_k)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v%d: fp8 e4m3 with %s (dense or seqlens_k K / V only)", version,
+                            a->block_table ? "a paged KV cache" : "varlen (cu_seqlens)");
+    if (num_splits != 1)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v%d: fp8 e4m3 with %d KV splits (one only: no split-KV for fp8 "
+                            "yet)",
+                            version, num_splits);
+    // V is read by 16-byte loads (fp8_transpose_v): the TMA rules' alignment
+    fp_tma::kv_map unused;
+    const int s = fp_tma::kv_map_geometry(reinterpret_cast<uintptr_t>(a->v), a->head_dim, a->seqlen_k, a->heads_kv,
+                                          a->batch, a->v_ss, a->v_hs, a->v_bs, 128, &unused, 1);
+    if (s != fp_tma::KV_MAP_OK)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v%d (fp8): V: %s (seq stride %lld, head stride %lld, batch stride "
+                            "%lld elements)",
+                            version, fp_tma::kv_map_status_text(s), (long long)a->v_ss, (long long)a->v_hs,
+                            (long long)a->v_bs);
+    return FP_OK;
+}
+
 } // namespace
 
 extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
     if (version != 5 && version != 8 && version != 9 && version != 10)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "flash kernel version %d (the TMA kernels are 5, 8, 9 and 10)", version);
+    if (a->dtype == FP_FP8_E4M3) {
+        FP_TRY(fp8_check_args(a, version, num_splits));
+        fp_tma::kv_map mk;
+        FP_TRY(kv_layout(a, version, a->k, a->k_ss, a->k_hs, a->k_bs, "K", &mk));
+        FP_TRY(sm90_check_device(version, "wgmma, TMA"));
+        fp_status st = FP_OK;
+        const encode_tiled_fn enc = encode_tiled(&st);
+        if (!enc) return st;
+        return version == 8 ? launch_fp8<8>(a, mk, enc, stream) : launch_fp8<5>(a, mk, enc, stream);
+    }
     // varlen: with total_k; paged: page sizes of multiples of 8 (kv_layout)
     FP_TRY(sm90_check_args(a, version, num_splits, true, version != 9));
     if (version == 10 && a->head_dim != 64)

@@ -17,7 +17,9 @@
 #include <atomic>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
+#include <type_traits>
 
 #include "attention/attention_flash_common.cuh"
 #include "attention/attention_flash_layout.h"
@@ -86,7 +88,16 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 // scale-d (a predicate, here the constant 1: D += A B; the S accumulators
 // are zeroed first, which ptxas folds into the first HGMMA), imm-scale-a,
 // imm-scale-b (1: no negation), then imm-trans-a (shared-memory A only) and
-// imm-trans-b (1 for V: MN-major).
+// imm-trans-b (1 for V: MN-major). fp8 (e4m3): m64nNk32, no transpose
+// operands (the ISA takes K-major A and B only: V comes as V^T, see
+// fp_sm90::vt_key).
+// One wgmma's k extent for element type T: 16 (16-bit), 32 (8-bit).
+template <typename T> __host__ __device__ constexpr int wgmma_k() { return sizeof(T) == 1 ? 32 : 16; }
+// The shared-memory layout's width in 16-bit columns (attention_sm90_layout.h
+// and attention_tma_sm90.h count tiles in 16-bit elements): a row of D
+// elements of T is D sizeof(T) bytes, the row of a 16-bit tile of D_L
+// columns. fp8 at head_dim 128: 64 (one 128-byte swizzle span a row).
+template <typename T, int D> __host__ __device__ constexpr int layout_cols() { return D * (int)sizeof(T) / 2; }
 template <typename T> __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b);
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b);
@@ -134,13 +145,15 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #if defined(FP_CUDA_EMU) // the same operands, to the emulated wgmma (tests/emu/emu_sm90.h)
 template <typename T> __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
     fp_emu::wgmma_mma_async(d, 128, fp_emu::wgmma_type<T>(), desc_a, nullptr, 0, desc_b, 0,
-                            "wgmma.mma_async.m64n128k16 (A, B shared)");
+                            sizeof(T) == 1 ? "wgmma.mma_async.m64n128k32.e4m3 (A, B shared)"
+                                           : "wgmma.mma_async.m64n128k16 (A, B shared)");
 }
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) {
-    fp_emu::wgmma_mma_async(d, N, fp_emu::wgmma_type<T>(), 0, a, 0, desc_b, 1,
-                            N == 64 ? "wgmma.mma_async.m64n64k16 (A registers, B shared MN-major)"
-                                    : "wgmma.mma_async.m64n128k16 (A registers, B shared MN-major)");
+    fp_emu::wgmma_mma_async(d, N, fp_emu::wgmma_type<T>(), 0, a, 0, desc_b, sizeof(T) == 1 ? 0 : 1,
+                            sizeof(T) == 1 ? "wgmma.mma_async.m64n128k32.e4m3 (A registers, B shared K-major)"
+                            : N == 64      ? "wgmma.mma_async.m64n64k16 (A registers, B shared MN-major)"
+                                           : "wgmma.mma_async.m64n128k16 (A registers, B shared MN-major)");
 }
 #else
 FP_SM90_WGMMA_SS_N128(__nv_bfloat16, "bf16")
@@ -149,6 +162,25 @@ FP_SM90_WGMMA_RS(__nv_bfloat16, "bf16", 64, FP_SM90_ACC32, FP_SM90_D32, "{%32, %
 FP_SM90_WGMMA_RS(__half, "f16", 64, FP_SM90_ACC32, FP_SM90_D32, "{%32, %33, %34, %35}, %36")
 FP_SM90_WGMMA_RS(__nv_bfloat16, "bf16", 128, FP_SM90_ACC64, FP_SM90_D64, "{%64, %65, %66, %67}, %68")
 FP_SM90_WGMMA_RS(__half, "f16", 128, FP_SM90_ACC64, FP_SM90_D64, "{%64, %65, %66, %67}, %68")
+// e4m3: D[64 x 128] (+)= A[64 x 32] (shared, K-major) * B[32 x 128] (shared,
+// K-major), and A from registers (4 x 4 bytes) with B = V^T (K-major).
+template <>
+__device__ __forceinline__ void wgmma_ss_n128<__nv_fp8_e4m3>(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("{\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FP_SM90_ACC64 ", %64, %65, 1, 1, 1;\n"
+                 "}\n"
+                 : FP_SM90_D64
+                 : "l"(desc_a), "l"(desc_b));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<__nv_fp8_e4m3, 128>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile("{\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FP_SM90_ACC64
+                 ", {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+                 "}\n"
+                 : FP_SM90_D64
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
 #endif
 #undef FP_SM90_WGMMA_RS
 #undef FP_SM90_WGMMA_SS_N128
@@ -226,14 +258,32 @@ template <int D> __device__ __forceinline__ void rescale_o(float (&o)[D / 2], co
 }
 
 // P of keys 16 kk .. 16 kk + 15 (S accumulators in pairs) is the register
-// A fragment of P V's k step kk (attention_sm90_layout.h).
+// A fragment of P V's k step kk (attention_sm90_layout.h). fp8: k step kk
+// covers keys 32 kk .. 32 kk + 31; register r packs the 4 accumulators
+// fp_sm90::p8_src(kk, r, 0..3) (byte 0 lowest), rounded to e4m3 (round to
+// nearest even, saturating: P <= 1 never saturates). Those are the keys
+// fp_sm90::vt_key names for the register's k slots, which is why V^T's
+// columns are stored in that order (fp8_transpose_v).
 template <typename T, int Bc>
-__device__ __forceinline__ void pack_p(uint32_t (&p)[Bc / 16][4], const float (&s)[Bc / 2]) {
+__device__ __forceinline__ void pack_p(uint32_t (&p)[Bc / wgmma_k<T>()][4], const float (&s)[Bc / 2]) {
+    if constexpr (sizeof(T) == 1) {
 #pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk)
+        for (int kk = 0; kk < Bc / 32; ++kk)
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
-            p[kk][r] = pack_op<T>::pack(s[fp_sm90::p_src(kk, r)], s[fp_sm90::p_src(kk, r) + 1]);
+            for (int r = 0; r < 4; ++r) {
+                const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(
+                    make_float2(s[fp_sm90::p8_src(kk, r, 0)], s[fp_sm90::p8_src(kk, r, 1)]), __NV_SATFINITE, __NV_E4M3);
+                const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(
+                    make_float2(s[fp_sm90::p8_src(kk, r, 2)], s[fp_sm90::p8_src(kk, r, 3)]), __NV_SATFINITE, __NV_E4M3);
+                p[kk][r] = (uint32_t)lo | (uint32_t)hi << 16; // .x in the low byte of each pair
+            }
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; ++kk)
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+                p[kk][r] = pack_op<T>::pack(s[fp_sm90::p_src(kk, r)], s[fp_sm90::p_src(kk, r) + 1]);
+    }
 }
 
 // S = Q K^T for the warpgroup's 64 rows x 128 keys: issued, not waited.
@@ -243,24 +293,37 @@ __device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_smem, int q_
 #pragma unroll
     for (int i = 0; i < 64; ++i) s[i] = 0.0f;
     wgmma_fence(); // the zeroed accumulators (and any register the next wgmmas read) are written
+    // k steps of 32 bytes (16 bf16 / f16 or 32 e4m3 elements) through the
+    // rows of the 16-bit layout of layout_cols columns
+    constexpr int DL = layout_cols<T, D>();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-        wgmma_ss_n128<T>(s, fp_sm90::q_desc<D>(q_smem, q_rows, wrow, kk), fp_sm90::k_desc<D>(k_tile, k_rows, kk));
+    for (int kk = 0; kk < D / wgmma_k<T>(); ++kk)
+        wgmma_ss_n128<T>(s, fp_sm90::q_desc<DL>(q_smem, q_rows, wrow, kk), fp_sm90::k_desc<DL>(k_tile, k_rows, kk));
     wgmma_commit();
 }
 // O += P V: A = P from registers, B = V (MN-major): issued, not waited.
+// fp8: B = V^T, a K-major tile of D rows (head-dim columns of V) x Bc keys
+// (Bc bytes: one 128-byte swizzle span at Bc = 128), keys in vt_key order.
 template <typename T, int D, int Bc>
-__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&p)[Bc / 16][4], uint32_t v_tile) {
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&p)[Bc / wgmma_k<T>()][4],
+                                         uint32_t v_tile) {
     wgmma_fence(); // O (rescaled) and P were written by this thread
+    if constexpr (sizeof(T) == 1) {
+        static_assert(Bc == 128, "V^T rows of one 128-byte swizzle span");
 #pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk) wgmma_rs<T, D>(o, p[kk], fp_sm90::v_desc<D>(v_tile, Bc, kk));
+        for (int kk = 0; kk < Bc / 32; ++kk) wgmma_rs<T, D>(o, p[kk], fp_sm90::k_desc<64>(v_tile, D, kk));
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; ++kk) wgmma_rs<T, D>(o, p[kk], fp_sm90::v_desc<D>(v_tile, Bc, kk));
+    }
     wgmma_commit();
 }
 
 // Epilogue of one consumer thread: row sums over the quad, normalize, write
 // O (and lse) or the split partials. row_base: the packed row of the
 // warpgroup's first tile row (m0 + wrow); rows past `rows` are padding.
-template <typename T, int D>
+// fp8 inputs (T e4m3): O is bf16 and scaled by p.o_scale (v_descale).
+template <typename T, int D, typename To = typename std::conditional<sizeof(T) == 1, __nv_bfloat16, T>::type>
 __device__ __forceinline__ void store_rows(const flash_params &p, const fp_flash::seq_view &S,
                                            const float (&o_acc)[D / 2], const float (&m_run)[2],
                                            const float (&l_run)[2], int row_base, int rows, int warp, int lane, int hk,
@@ -272,15 +335,16 @@ __device__ __forceinline__ void store_rows(const flash_params &p, const fp_flash
         if (r >= rows) continue;
         const int qi = r / p.group, head = hk * p.group + r % p.group;
         // l == 0: no key kept; a NaN l (a NaN or +inf score) stays NaN
-        const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        if constexpr (sizeof(T) == 1) inv *= p.o_scale;
         const float lse = l == 0.0f ? -INFINITY : (m_run[h] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f;
         const int col0 = fp_sm90::acc_col(lane, 2 * h); // 2 t
         if (p.num_splits == 1) {
-            T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)head * p.o_hs;
+            To *o = static_cast<To *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)head * p.o_hs;
 #pragma unroll
             for (int j = 0; j < D / 8; ++j)
                 *reinterpret_cast<uint32_t *>(o + j * 8 + col0) =
-                    pack_op<T>::pack(o_acc[4 * j + 2 * h] * inv, o_acc[4 * j + 2 * h + 1] * inv);
+                    pack_op<To>::pack(o_acc[4 * j + 2 * h] * inv, o_acc[4 * j + 2 * h + 1] * inv);
             if (p.lse && (lane & 3) == 0) p.lse[((int64_t)b * p.hq + head) * p.sq + qi] = lse;
         } else {
             const int64_t prow = (((int64_t)split * p.batch + b) * p.hq + head) * p.sq + qi;

@@ -116,6 +116,25 @@ SM90_HD int acc_col(int lane, int i) { return 8 * (i >> 2) + 2 * (lane & 3) + (i
 // accumulators p_src(kk, r) (low half) and p_src(kk, r) + 1 (high half).
 SM90_HD int p_src(int kk, int r) { return 8 * kk + 2 * r; }
 
+// fp8 (e4m3, wgmma .m64nNk32): register A's byte x = 4 r + y of a thread
+// (quad lane t = lane % 4) holds (row g + 8 (r % 2), k 4 t + y + 16 (r / 2))
+// (the ISA's "m64nNk32 register fragment layout for matrix A"), while the
+// thread's S accumulators of keys 32 kk .. 32 kk + 31 are columns 8 j' + 2 t
+// + c. Instead of moving bytes between lanes, P's k slots are filled from
+// the thread's own accumulators: byte y of register r of k step kk is the
+// accumulator p8_src(kk, r, y), key 32 kk + vt_key(16 (r / 2) + 4 t + y);
+// V^T's columns (keys) are stored in that same order, so the product sums
+// matching keys. vt_key permutes each group of 16 keys: slot 4 t + y holds
+// key 2 t + (y % 2) + 8 (y / 2).
+SM90_HD int p8_src(int kk, int r, int y) {
+    const int j = 4 * kk + 2 * (r / 2) + y / 2; // the 8-column group of S
+    return 4 * j + 2 * (r % 2) + (y % 2);
+}
+SM90_HD int vt_key(int slot) {
+    const int s = slot % 16, t = s / 4, y = s % 4;
+    return slot - s + 2 * t + (y % 2) + 8 * (y / 2);
+}
+
 } // namespace fp_sm90
 
 #endif // FP_ATTENTION_SM90_LAYOUT_H

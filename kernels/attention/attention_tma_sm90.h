@@ -674,29 +674,30 @@ inline const char *kv_map_status_text(int s) {
     default: return "?";
     }
 }
-inline bool tma_stride_ok(int64_t elems) {
-    const int64_t bytes = elems * 2;
+inline bool tma_stride_ok(int64_t elems, int eb = 2) {
+    const int64_t bytes = elems * eb;
     return elems > 0 && bytes % 16 == 0 && bytes < (int64_t(1) << 40);
 }
-// 16-bit elements. A dimension of extent 1 never steps: its stride is
+// Elements of eb bytes (2: f16 / bf16, 64-element boxes; 1: fp8, 128-element
+// boxes: one 128-byte swizzle span a row either way). A dimension of extent 1 never steps: its stride is
 // replaced by a harmless valid one (any multiple of 16) so broadcast / odd
 // strides of unit dimensions are not refused.
 // seqlen_k: the map's rows per batch (varlen: the packed total_k, batch 1,
 // kv_seq_rows placing each sequence).
 inline int kv_map_geometry(uintptr_t base, int head_dim, int seqlen_k, int heads_kv, int batch, int64_t ss,
-                           int64_t hs, int64_t bs, int box_rows, kv_map *m) {
+                           int64_t hs, int64_t bs, int box_rows, kv_map *m, int eb = 2) {
     if (base % 16) return KV_MAP_BASE_ALIGN;
-    if (!tma_stride_ok(ss)) return KV_MAP_SEQ_STRIDE;
-    if (heads_kv > 1 && !tma_stride_ok(hs)) return KV_MAP_HEAD_STRIDE;
-    if (batch > 1 && !tma_stride_ok(bs)) return KV_MAP_BATCH_STRIDE;
+    if (!tma_stride_ok(ss, eb)) return KV_MAP_SEQ_STRIDE;
+    if (heads_kv > 1 && !tma_stride_ok(hs, eb)) return KV_MAP_HEAD_STRIDE;
+    if (batch > 1 && !tma_stride_ok(bs, eb)) return KV_MAP_BATCH_STRIDE;
     m->dims[0] = (uint64_t)head_dim;
     m->dims[1] = (uint64_t)seqlen_k;
     m->dims[2] = (uint64_t)heads_kv;
     m->dims[3] = (uint64_t)batch;
-    m->strides[0] = (uint64_t)ss * 2;
-    m->strides[1] = heads_kv > 1 ? (uint64_t)hs * 2 : 16;
-    m->strides[2] = batch > 1 ? (uint64_t)bs * 2 : 16;
-    m->box[0] = kBoxCols;
+    m->strides[0] = (uint64_t)ss * eb;
+    m->strides[1] = heads_kv > 1 ? (uint64_t)hs * eb : 16;
+    m->strides[2] = batch > 1 ? (uint64_t)bs * eb : 16;
+    m->box[0] = (uint32_t)(kBoxCols * 2 / eb);
     m->box[1] = (uint32_t)box_rows;
     m->box[2] = 1;
     m->box[3] = 1;

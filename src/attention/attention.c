@@ -22,6 +22,11 @@ static fp_status forward_run(fp_context *ctx, fp_stream stream, fp_attn_args *a)
     if (fp_attn_cuda_flash_supported(a->dtype, a->head_dim))
         return fp_attn_cuda_flash(a, ctx->attn_kernel, ctx->info.sm_count,
                                   10 * ctx->info.cc_major + ctx->info.cc_minor, s);
+    if (a->dtype == FP_FP8_E4M3)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention: fp8 e4m3 inputs at head_dim %d on a CUDA context (the fp8 kernel takes "
+                            "head_dim 128)",
+                            a->head_dim);
     if (ctx->attn_kernel >= 2)
         fp_attn_note_fallback(a->dtype == FP_F32 ? "f32 runs the row-wise kernel (no flash kernel for f32)"
                                                  : "this head_dim has no flash kernel (32, 64, 96, 128, 256)");
@@ -241,11 +246,23 @@ static fp_status baseline_run_cuda(fp_context *ctx, fp_stream stream, const fp_a
     return st != FP_OK ? st : put;
 }
 
+/* The CUDA baseline's GEMMs are cuBLAS's in the inputs' dtype: fp8 inputs
+ * (with their bf16 O and descales) have none there. */
+static fp_status baseline_dtype_check(int cuda, const fp_attn_args *a) {
+    if (cuda && a->dtype == FP_FP8_E4M3)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention baseline: dtype fp8e4m3 is not supported on a CUDA context (the "
+                            "cuBLAS baseline runs bf16, f16 or f32: dequantize Q, K, V to bf16 for a "
+                            "baseline; a CPU context runs fp8)");
+    return FP_OK;
+}
+
 fp_status fp_attention_forward_baseline(fp_context *ctx, fp_stream stream, const fp_attention_params *params) {
     FP_TRY(fp_ctx_check(ctx, -1));
     fp_attn_args a;
     const int cuda = ctx->kind == FP_DEVICE_CUDA;
     FP_TRY(fp_attn_check(params, cuda, &a));
+    FP_TRY(baseline_dtype_check(cuda, &a));
     const uint64_t span =
         fp_ctx_trace_begin(ctx, stream, "attention_fwd_baseline", "op", fp_attn_bytes(&a), fp_attention_flops(params));
     const fp_status st = cuda ? baseline_run_cuda(ctx, stream, &a) : fp_attn_cpu_naive(ctx->pool, &a);
@@ -278,6 +295,7 @@ fp_status fp_attention_validate(fp_context *ctx, fp_stream stream, const fp_atte
     FP_CHECK_NOT_NULL(report);
     fp_attn_args a;
     FP_TRY(fp_attn_check(params, ctx->kind == FP_DEVICE_CUDA, &a));
+    FP_TRY(baseline_dtype_check(ctx->kind == FP_DEVICE_CUDA, &a)); /* before any allocation */
     /* packed scratch rows: batch * seqlen_q, or with varlen the rows up to
      * the last offset (read back from the device: validate is not an
      * enqueue-only call) */
@@ -305,7 +323,7 @@ fp_status fp_attention_validate(fp_context *ctx, fp_stream stream, const fp_atte
         FP_TRY(st);
         rows = (size_t)end;
     }
-    const size_t elt = fp_dtype_size(a.dtype);
+    const size_t elt = fp_dtype_size(a.o_dtype); /* the outputs: bf16 for fp8 inputs */
     FP_CHECK_ARG(rows <= SIZE_MAX / elt / (size_t)a.heads_q / (size_t)a.head_dim,
                  "attention validate: output of %zu rows x %d heads x %d overflows", rows, a.heads_q,
                  a.head_dim);
@@ -335,7 +353,7 @@ fp_status fp_attention_validate(fp_context *ctx, fp_stream stream, const fp_atte
         spec.baseline_out = o_base;
         spec.optimized_out = o_flash;
         spec.out_count = n_out;
-        spec.out_dtype = a.dtype;
+        spec.out_dtype = a.o_dtype; /* its default tolerance: bf16's for fp8 inputs */
         spec.bytes = fp_attn_bytes(&a);
         spec.flops = fp_attention_flops(params);
         spec.flops_on_tensor_cores = ctx->kind == FP_DEVICE_CUDA && a.dtype != FP_F32;

@@ -11,6 +11,12 @@
 /* struct_size of the 0.1 layout, which ended at cu_seqlens_k. */
 #define FP_ATTN_PARAMS_V1_SIZE (offsetof(fp_attention_params, cu_seqlens_k) + sizeof(const int32_t *))
 
+/* 0.4's fields start where 0.3's layout ended (struct_size.c's rule: an
+ * older caller's struct never covers part of a newer field). */
+_Static_assert(offsetof(fp_attention_params, q_descale) ==
+                   offsetof(fp_attention_params, total_k) + sizeof(int64_t),
+               "fp_attention_params: the 0.4 fields must follow 0.3's last field");
+
 fp_status fp_attention_params_init(fp_attention_params *p, size_t struct_size) {
     FP_CHECK_NOT_NULL(p);
     FP_TRY(fp_struct_size_check(struct_size, FP_ATTN_PARAMS_V1_SIZE, sizeof *p, "fp_attention_params"));
@@ -131,11 +137,29 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
     FP_CHECK_ARG(p->head_dim >= 8 && p->head_dim <= 256 && p->head_dim % 8 == 0,
                  "argument 'head_dim' (%d) is unsupported: a multiple of 8 in [8, 256] is required",
                  p->head_dim);
-    FP_CHECK_ARG(p->dtype == FP_F32 || p->dtype == FP_F16 || p->dtype == FP_BF16,
-                 "argument 'dtype' (%s) is unsupported: f32, f16 or bf16", fp_dtype_name(p->dtype));
+    FP_CHECK_ARG(p->dtype == FP_F32 || p->dtype == FP_F16 || p->dtype == FP_BF16 || p->dtype == FP_FP8_E4M3,
+                 "argument 'dtype' (%s) is unsupported: f32, f16, bf16 or fp8e4m3 (FP_FP8_E4M3: Q, K, V "
+                 "with descales, O bf16)", fp_dtype_name(p->dtype));
     FP_CHECK_ARG(isfinite(p->softmax_scale) && p->softmax_scale >= 0.0f,
                  "argument 'softmax_scale' (%g) must be finite and > 0 (0 = 1/sqrt(head_dim))",
                  (double)p->softmax_scale);
+    const int fp8 = p->dtype == FP_FP8_E4M3;
+    const float descale[3] = {p->q_descale, p->k_descale, p->v_descale};
+    static const char *const descale_name[3] = {"q_descale", "k_descale", "v_descale"};
+    for (int i = 0; i < 3; ++i) {
+        FP_CHECK_ARG(isfinite(descale[i]) && descale[i] >= 0.0f,
+                     "argument '%s' (%g) must be finite and > 0 (0 = 1)", descale_name[i], (double)descale[i]);
+        FP_CHECK_ARG(fp8 || descale[i] == 0.0f || descale[i] == 1.0f,
+                     "argument '%s' (%g) is for fp8 inputs: with dtype %s it must be 0 or 1", descale_name[i],
+                     (double)descale[i], fp_dtype_name(p->dtype));
+    }
+    /* scores use softmax_scale x q_descale x k_descale, rounded once */
+    const double base_scale = p->softmax_scale > 0.0f ? p->softmax_scale : 1.0 / sqrt((double)p->head_dim);
+    const double qk_descale = (double)RESOLVE(p->q_descale, 1.0f) * (double)RESOLVE(p->k_descale, 1.0f);
+    const float scale = (float)(base_scale * qk_descale);
+    FP_CHECK_ARG(isfinite(scale) && scale > 0.0f,
+                 "softmax_scale (%g) x q_descale (%g) x k_descale (%g) = %g is not a finite float > 0",
+                 base_scale, (double)p->q_descale, (double)p->k_descale, base_scale * qk_descale);
     FP_CHECK_ARG(p->causal == 0 || p->causal == 1, "argument 'causal' must be 0 or 1 (got %d)",
                  p->causal);
     FP_CHECK_ARG(p->window_left >= -1, "argument 'window_left' must be >= -1 (got %d)",
@@ -261,13 +285,17 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
     FP_TRY(check_strides("k", a->k_bs, a->k_ss, a->k_hs, kv_nb, k_seq, p->heads_kv, p->head_dim));
     FP_TRY(check_strides("v", a->v_bs, a->v_ss, a->v_hs, kv_nb, k_seq, p->heads_kv, p->head_dim));
     FP_TRY(check_strides("o", a->o_bs, a->o_ss, a->o_hs, nb, q_seq, p->heads_q, p->head_dim));
-    size_t elt = fp_dtype_size(p->dtype);
+    /* fp8: Q, K, V of 1 byte, O bf16 of 2 */
+    const fp_dtype o_dtype = fp8 ? FP_BF16 : p->dtype;
+    const size_t elt = fp_dtype_size(p->dtype), o_elt = fp_dtype_size(o_dtype);
     FP_TRY(check_align("q", p->q, a->q_bs, a->q_ss, a->q_hs, elt, cuda));
     FP_TRY(check_align("k", p->k, a->k_bs, a->k_ss, a->k_hs, elt, cuda));
     FP_TRY(check_align("v", p->v, a->v_bs, a->v_ss, a->v_hs, elt, cuda));
-    FP_TRY(check_align("o", p->o, a->o_bs, a->o_ss, a->o_hs, elt, cuda));
+    FP_TRY(check_align("o", p->o, a->o_bs, a->o_ss, a->o_hs, o_elt, cuda));
 
-    a->scale = p->softmax_scale > 0.0f ? p->softmax_scale : (float)(1.0 / sqrt((double)p->head_dim));
+    a->o_dtype = o_dtype;
+    a->o_scale = fp8 ? RESOLVE(p->v_descale, 1.0f) : 1.0f;
+    a->scale = scale;
     a->window_left = p->window_left;
     a->window_right = p->causal ? 0 : p->window_right;
     a->lse = p->lse;
@@ -284,8 +312,9 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
 }
 
 double fp_attn_bytes(const fp_attn_args *a) {
-    const double elt = (double)fp_dtype_size(a->dtype);
-    return elt * a->head_dim * (2.0 * a->batch * a->seqlen_q * a->heads_q + 2.0 * a->batch * a->seqlen_k * a->heads_kv);
+    const double elt = (double)fp_dtype_size(a->dtype), o_elt = (double)fp_dtype_size(a->o_dtype);
+    const double q_o = (double)a->batch * a->seqlen_q * a->heads_q * a->head_dim;
+    return (elt + o_elt) * q_o + elt * 2.0 * a->batch * a->seqlen_k * a->heads_kv * a->head_dim;
 }
 
 double fp_attention_flops(const fp_attention_params *p) {

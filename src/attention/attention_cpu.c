@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "attention/attention_internal.h"
+#include "half.h"
 
 #define CPU_BR 32 /* query rows per tile */
 #define CPU_BC 64 /* keys per tile */
@@ -43,6 +44,7 @@ static inline float dot8(const float *a, const float *b, int n) {
 
 static inline float elt_f32(const void *base, int64_t idx, fp_dtype dt) {
     if (dt == FP_F32) return ((const float *)base)[idx];
+    if (dt == FP_FP8_E4M3) return fp_e4m3_to_f32(((const uint8_t *)base)[idx]);
     uint16_t u = ((const uint16_t *)base)[idx];
     return dt == FP_F16 ? fp_f16_to_f32(u) : fp_bf16_to_f32(u);
 }
@@ -102,7 +104,7 @@ static void ref_rows(void *arg, size_t begin, size_t end) {
         }
         if (J->o_ref) {
             double *o = J->o_ref + (((size_t)b * a->seqlen_q + i) * a->heads_q + h) * D;
-            for (int d = 0; d < D; ++d) o[d] = sum == 0.0 ? 0.0 : acc[d] / sum;
+            for (int d = 0; d < D; ++d) o[d] = sum == 0.0 ? 0.0 : acc[d] / sum * (double)a->o_scale;
         }
         if (J->lse_ref)
             J->lse_ref[((size_t)b * a->heads_q + h) * a->seqlen_q + i] = sum == 0.0 ? -INFINITY : mx + log(sum);
@@ -190,7 +192,7 @@ static void naive_heads(const fp_attn_args *a, float *S, size_t begin, size_t en
                 fp_attn_cvt_row(a->v, fp_attn_kv_row(a, b, Q.v0, j, a->v_ss, a->v_bs) + hk * a->v_hs, a->dtype, D, kv);
                 for (int d = 0; d < D; ++d) ov[d] += p[j] * kv[d];
             }
-            fp_attn_store_row(a->o, Q.o0 + i * a->o_ss + h * a->o_hs, a->dtype, D, ov);
+            fp_attn_store_o(a, Q.o0 + i * a->o_ss + h * a->o_hs, ov);
         }
     }
 }
@@ -318,7 +320,7 @@ static void tiled_tasks(const fp_attn_args *a, float *mem, size_t begin, size_t 
             float *orow = T.o + r * D;
             float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
             for (int d = 0; d < D; ++d) orow[d] *= inv;
-            fp_attn_store_row(a->o, S.o0 + qi[r] * a->o_ss + hq[r] * a->o_hs, a->dtype, D, orow);
+            fp_attn_store_o(a, S.o0 + qi[r] * a->o_ss + hq[r] * a->o_hs, orow);
             if (a->lse)
                 a->lse[((size_t)b * a->heads_q + hq[r]) * SQ + qi[r]] =
                     l[r] == 0.0f ? -INFINITY : (m[r] + log2f(l[r])) * 0.69314718055994531f;

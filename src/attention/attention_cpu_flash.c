@@ -204,7 +204,7 @@ static void flash_tasks(const fp_attn_cpu_job *J, flash_slot *slot, size_t begin
             float *orow = T.o + (size_t)r * D;
             const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r]; /* NaN: a NaN / +inf score */
             for (int d = 0; d < D; ++d) orow[d] *= inv;
-            fp_attn_store_row(a->o, S.o0 + qi[r] * a->o_ss + hq[r] * a->o_hs, a->dtype, D, orow);
+            fp_attn_store_o(a, S.o0 + qi[r] * a->o_ss + hq[r] * a->o_hs, orow);
             if (a->lse)
                 a->lse[((size_t)b * a->heads_q + hq[r]) * SQ + qi[r]] =
                     l[r] == 0.0f ? -INFINITY : (m[r] + log2f(l[r])) * 0.69314718055994531f;
@@ -294,7 +294,7 @@ static void naive_blas_heads(const fp_attn_args *a, float *mem, size_t begin, si
         else
             memset(of, 0, sizeof(float) * (size_t)Q.sq * D);
         for (int i = 0; i < Q.sq; ++i)
-            fp_attn_store_row(a->o, Q.o0 + i * a->o_ss + h * a->o_hs, a->dtype, D, of + (size_t)i * D);
+            fp_attn_store_o(a, Q.o0 + i * a->o_ss + h * a->o_hs, of + (size_t)i * D);
     }
 }
 

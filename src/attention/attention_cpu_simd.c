@@ -1,5 +1,5 @@
-/* The CPU attention's elementwise kernels: tile loads (bf16 / f16 -> f32),
- * output stores (f32 -> bf16 / f16), the row max and the online-softmax exponentials. Each has a portable C
+/* The CPU attention's elementwise kernels: tile loads (bf16 / f16 / fp8 e4m3
+ * -> f32), output stores (f32 -> bf16 / f16), the row max and the online-softmax exponentials. Each has a portable C
  * version and, on x86-64 with GCC or Clang, an AVX2 + FMA (+ F16C) version
  * compiled with a target attribute (the rest of the build stays baseline
  * x86-64) and chosen at run time by the CPU's feature bits. Both versions
@@ -72,6 +72,21 @@ static float exp2_sum_scalar(float *s, int n, float mx) {
     }
     return sum;
 }
+
+/* fp8 e4m3 -> f32 for all 256 codes, a constant table (no initialization
+ * to race on): S.EEEE.MMM is (8 + M) 2^(E - 10) for E > 0, M 2^-9 for E = 0
+ * (subnormals), NaN for S.1111.111 (e4m3fn has no infinity). Checked
+ * against half.h's fp_e4m3_to_f32 for every code by
+ * tests/attention/test_attention_fp8.c. */
+#define E4M3_POS(c)                                                                                  \
+    (((c) & 0x7f) == 0x7f ? NAN                                                                      \
+     : ((c) & 0x78)       ? (float)(8 + ((c) & 7)) * (float)(1u << (((c) >> 3) & 15)) / 1024.0f     \
+                          : (float)((c) & 7) / 512.0f)
+#define E4M3(c) ((c) & 0x80 ? -E4M3_POS(c) : E4M3_POS(c))
+#define E4M3_4(c) E4M3(c), E4M3((c) + 1), E4M3((c) + 2), E4M3((c) + 3)
+#define E4M3_16(c) E4M3_4(c), E4M3_4((c) + 4), E4M3_4((c) + 8), E4M3_4((c) + 12)
+#define E4M3_64(c) E4M3_16(c), E4M3_16((c) + 16), E4M3_16((c) + 32), E4M3_16((c) + 48)
+static const float e4m3_f32[256] = {E4M3_64(0), E4M3_64(64), E4M3_64(128), E4M3_64(192)};
 
 static void cvt_f16_scalar(const uint16_t *src, int n, float *dst) {
     for (int i = 0; i < n; ++i) dst[i] = fp_h2f(src[i]);
@@ -206,6 +221,11 @@ void fp_attn_cvt_row(const void *base, int64_t off, fp_dtype dt, int n, float *d
         cvt_f16_scalar(s, n, dst);
         break;
     }
+    case FP_FP8_E4M3: {
+        const uint8_t *s = (const uint8_t *)base + off;
+        for (int i = 0; i < n; ++i) dst[i] = e4m3_f32[s[i]];
+        break;
+    }
     default: { /* bf16: the top half of an f32 (vectorizes as is) */
         const uint16_t *s = (const uint16_t *)base + off;
         for (int i = 0; i < n; ++i) {
@@ -233,4 +253,11 @@ void fp_attn_store_row(void *base, int64_t off, fp_dtype dt, int n, const float 
     }
     default: store_bf16((uint16_t *)base + off, src, n); break;
     }
+}
+
+void fp_attn_store_o(const fp_attn_args *a, int64_t off, float *row) {
+    const int n = a->head_dim;
+    if (a->o_scale != 1.0f) /* fp8's v_descale; other dtypes are stored unchanged */
+        for (int d = 0; d < n; ++d) row[d] *= a->o_scale;
+    fp_attn_store_row(a->o, off, a->o_dtype, n, row);
 }

@@ -19,14 +19,16 @@ extern "C" {
 typedef struct fp_attn_args {
     int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
     int group;                        /* heads_q / heads_kv */
-    fp_dtype dtype;
+    fp_dtype dtype;                   /* Q, K, V */
+    fp_dtype o_dtype;                 /* O: dtype, or FP_BF16 for FP_FP8_E4M3 inputs */
+    float o_scale;                    /* O is multiplied by this (v_descale; 1 unless fp8) */
     const void *q, *k, *v;
     void *o;
     int64_t q_bs, q_ss, q_hs;
     int64_t k_bs, k_ss, k_hs;
     int64_t v_bs, v_ss, v_hs;
     int64_t o_bs, o_ss, o_hs;
-    float scale;                      /* > 0 */
+    float scale;                      /* > 0: softmax_scale x q_descale x k_descale */
     int window_left, window_right;    /* -1 = unbounded; causal -> right = 0 */
     float *lse;                       /* [batch, heads_q, seqlen_q] or NULL */
     const int32_t *seqlens_k;         /* [batch] or NULL */
@@ -128,8 +130,9 @@ fp_status fp_attn_cpu_naive_portable(fp_thread_pool *pool, const fp_attn_args *a
 /* Its two GEMMs on BLIS (FP_ERR_UNSUPPORTED in a build without BLIS). */
 fp_status fp_attn_cpu_naive_blas(fp_thread_pool *pool, const fp_attn_args *a);
 /* The oracle: double accumulation, two-pass softmax. Writes o_ref packed
- * [batch, seqlen_q, heads_q, head_dim] and lse_ref [batch, heads_q, seqlen_q]
- * (either may be NULL); ignores a->o and a->lse. pool may be NULL. */
+ * [batch, seqlen_q, heads_q, head_dim] (times a->o_scale) and lse_ref
+ * [batch, heads_q, seqlen_q] (either may be NULL); ignores a->o and a->lse.
+ * pool may be NULL. */
 fp_status fp_attn_reference(fp_thread_pool *pool, const fp_attn_args *a, double *o_ref,
                             double *lse_ref);
 
@@ -162,7 +165,12 @@ int fp_attn_simd_available(void);
 /* Stores n f32 values to element offset off of base in dtype dt (rounded
  * to nearest even). */
 void fp_attn_store_row(void *base, int64_t off, fp_dtype dt, int n, const float *src);
-/* n elements at element offset off of base (dtype dt) to f32. */
+/* Row `row` (head_dim floats, scaled in place) as O's: multiplied by
+ * a->o_scale where that is not 1, stored at element offset off of a->o in
+ * a->o_dtype. Every CPU implementation stores O through it. */
+void fp_attn_store_o(const fp_attn_args *a, int64_t off, float *row);
+/* n elements at element offset off of base (dtype dt: f32, f16, bf16 or
+ * fp8 e4m3) to f32. */
 void fp_attn_cvt_row(const void *base, int64_t off, fp_dtype dt, int n, float *dst);
 /* max of s[0..n) (-inf when n = 0). */
 float fp_attn_row_max(const float *s, int n, int simd);

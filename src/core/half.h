@@ -4,6 +4,7 @@
 #ifndef FASTPATH_HALF_H
 #define FASTPATH_HALF_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -55,6 +56,35 @@ static inline uint16_t fp_f2b(float f) {
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
     x += 0x7fffu + ((x >> 16) & 1u);
     return (uint16_t)(x >> 16);
+}
+
+/* fp8 e4m3 ("e4m3fn", OCP FP8 / PTX .e4m3): sign, 4 exponent bits (bias 7),
+ * 3 mantissa bits; no infinity, S.1111.111 is NaN, the largest finite value
+ * 448, subnormals m * 2^-9. fp_e4m3_to_f32 is exact; fp_f2e4m3 rounds to
+ * nearest even and saturates to +-448 (infinities included), NaN -> 0x7f
+ * with the sign kept: PTX's cvt.rn.satfinite.e4m3x2.f32. */
+static inline float fp_e4m3_to_f32(uint8_t v) {
+    const int e = (v >> 3) & 0xf, m = v & 7;
+    float f;
+    if (e == 15 && m == 7) f = NAN;
+    else if (e == 0) f = ldexpf((float)m, -9);
+    else f = ldexpf((float)(8 + m), e - 10);
+    return (v & 0x80u) ? -f : f;
+}
+
+static inline uint8_t fp_f2e4m3(float f) {
+    const uint8_t sign = signbit(f) ? 0x80u : 0;
+    float a = fabsf(f);
+    if (a != a) return (uint8_t)(sign | 0x7fu);
+    if (a >= 448.0f) return (uint8_t)(sign | 0x7eu);
+    if (a < 0.015625f) return (uint8_t)(sign | (uint8_t)rintf(a * 512.0f)); /* below 2^-6: 8 -> 2^-6 itself */
+    int e;
+    (void)frexpf(a, &e); /* a = f 2^e, f in [0.5, 1): a in [2^(e-1), 2^e) */
+    int q = (int)rintf((ldexpf(a, 1 - e) - 1.0f) * 8.0f), ue = e - 1;
+    if (q == 8) { q = 0; ++ue; }
+    unsigned code = (unsigned)(ue + 7) << 3 | (unsigned)q;
+    if (code > 0x7eu) code = 0x7eu;
+    return (uint8_t)(sign | code);
 }
 
 /* Element i of an f32/f16/bf16 array as f32, and stored from f32. */

@@ -252,7 +252,7 @@ static void test_bad_input(void) {
         case 11: p.o_seq_stride = 64; break;           /* seq rows overlap heads */
         case 12: p.q = NULL; break;
         case 13: p.o = NULL; break;
-        case 14: p.dtype = FP_FP8_E4M3; break;
+        case 14: p.dtype = FP_FP8_E5M2; break;
         case 15: p.struct_size = 8; break;
         case 16: p.k = (const char *)p.k + 1; break;   /* misaligned */
         case 17: p.heads_kv = 0; break;

@@ -82,11 +82,24 @@
 
 namespace fp_emu {
 
-enum WgmmaType { WGMMA_F16 = 0, WGMMA_BF16 = 1 };
+enum WgmmaType { WGMMA_F16 = 0, WGMMA_BF16 = 1, WGMMA_E4M3 = 2 };
 
 template <typename T> constexpr WgmmaType wgmma_type();
 template <> constexpr WgmmaType wgmma_type<__half>() { return WGMMA_F16; }
 template <> constexpr WgmmaType wgmma_type<__nv_bfloat16>() { return WGMMA_BF16; }
+template <> constexpr WgmmaType wgmma_type<__nv_fp8_e4m3>() { return WGMMA_E4M3; }
+// Element bytes and the k extent of one wgmma: 16-bit types k16, 8-bit k32.
+inline int wgmma_elem_bytes(WgmmaType ty) { return ty == WGMMA_E4M3 ? 1 : 2; }
+inline int wgmma_k(WgmmaType ty) { return 32 / wgmma_elem_bytes(ty); }
+
+// e4m3 (PTX ".e4m3", OCP FP8 E4M3): 1 sign, 4 exponent (bias 7), 3
+// mantissa bits; exponent 0 subnormal (m x 2^-9); no infinities; S.1111.111
+// NaN.
+inline float e4m3_value(uint8_t v) {
+    const int e = (v >> 3) & 15, m = v & 7;
+    const float mag = (e == 15 && m == 7) ? NAN : e == 0 ? (float)m / 512.0f : std::ldexp(1.0f + m / 8.0f, e - 7);
+    return (v & 0x80) ? -mag : mag;
+}
 
 inline float wgmma_elem(uint16_t h, WgmmaType ty) {
     uint32_t bits;
@@ -116,8 +129,8 @@ struct WgmmaOp {
     uint32_t quad_a[4][4]; // register A: the fragments of this thread's quad (A rows of this thread)
     const uint32_t *a_mine;
     uint32_t a_saved[4];
-    std::vector<uint32_t> a_addr; // shared A: [2 rows][16 k]
-    std::vector<uint32_t> b_addr; // K-major: [col][16 k]; MN-major: [k][col] (N / 4 columns)
+    std::vector<uint32_t> a_addr; // shared A: [2 rows][K k] (K = wgmma_k: 16, or 32 for 8-bit types)
+    std::vector<uint32_t> b_addr; // K-major: [col][K k]; MN-major: [k][col] (N / 4 columns)
 };
 struct WgmmaChain {
     float *d;
@@ -134,13 +147,13 @@ struct WgmmaState {
 
 inline unsigned warpgroup_first() { return cur()->linear / 128 * 128; }
 
-// Runs of consecutive 2-byte element addresses: f(start, bytes).
-template <typename F> inline void wgmma_runs(const std::vector<uint32_t> &addr, F f) {
+// Runs of consecutive eb-byte element addresses: f(start, bytes).
+template <typename F> inline void wgmma_runs(const std::vector<uint32_t> &addr, int eb, F f) {
     size_t i = 0;
     while (i < addr.size()) {
         size_t j = i + 1;
-        while (j < addr.size() && addr[j] == addr[j - 1] + 2) ++j;
-        f(addr[i], (size_t)(j - i) * 2);
+        while (j < addr.size() && addr[j] == addr[j - 1] + (uint32_t)eb) ++j;
+        f(addr[i], (size_t)(j - i) * (size_t)eb);
         i = j;
     }
 }
@@ -164,10 +177,12 @@ inline void wgmma_check_desc(uint64_t desc, const char *what, const char *which)
                     what, which, (unsigned long long)desc, f.mode, f.base_offset);
 }
 
-// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}: D (+)= A B with
-// scale-d = 1, imm-scale-a = imm-scale-b = 1. A from shared memory (a_regs
-// null: descriptor desc_a, trans_a) or from the thread's 4 registers a_regs;
-// B from shared memory (desc_b, trans_b). `what`: the instruction, the same
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16} and
+// .m64nNk32.f32.e4m3.e4m3: D (+)= A B with scale-d = 1 (and, 16-bit,
+// imm-scale-a = imm-scale-b = 1). A from shared memory (a_regs null:
+// descriptor desc_a, trans_a) or from the thread's 4 registers a_regs; B
+// from shared memory (desc_b, trans_b). 8-bit types: K-major A and B only
+// (the ISA has no transpose for them). `what`: the instruction, the same
 // string literal for every thread of the warpgroup.
 inline void wgmma_mma_async(float *d, int n, WgmmaType ty, uint64_t desc_a, const uint32_t *a_regs, int trans_a,
                             uint64_t desc_b, int trans_b, const char *what) {
@@ -191,6 +206,9 @@ inline void wgmma_mma_async(float *d, int n, WgmmaType ty, uint64_t desc_a, cons
     if (!a_regs) wgmma_check_desc(desc_a, what, "A");
     wgmma_check_desc(desc_b, what, "B");
     if (n % 8 || n < 8 || n > 256) kernel_fail("%s: N = %d", what, n);
+    const int eb = wgmma_elem_bytes(ty), K = wgmma_k(ty);
+    if (eb == 1 && (trans_b || (!a_regs && trans_a)))
+        kernel_fail("%s: an 8-bit type with a transposed (MN-major) operand: the ISA allows K-major only", what);
 
     WgmmaOp op;
     op.d = d;
@@ -206,25 +224,25 @@ inline void wgmma_mma_async(float *d, int n, WgmmaType ty, uint64_t desc_a, cons
         for (int q = 0; q < 4; ++q)
             std::memcpy(op.quad_a[q], slots + (32 * w + 4 * g + q) * kSlotBytes + 16, 16);
     } else {
-        op.a_addr.resize(32);
+        op.a_addr.resize((size_t)2 * K);
         for (int r = 0; r < 2; ++r)
-            for (int k = 0; k < 16; ++k)
-                op.a_addr[r * 16 + k] = trans_a ? sm90_isa::mnmajor_addr(desc_a, k, row0 + 8 * r)
-                                                : sm90_isa::kmajor_addr(desc_a, row0 + 8 * r, k);
+            for (int k = 0; k < K; ++k)
+                op.a_addr[r * K + k] = trans_a ? sm90_isa::mnmajor_addr(desc_a, k, row0 + 8 * r)
+                                               : sm90_isa::kmajor_addr(desc_a, row0 + 8 * r, k, eb);
     }
     const int nc = n / 4;
-    op.b_addr.resize((size_t)nc * 16);
+    op.b_addr.resize((size_t)nc * K);
     for (int ci = 0; ci < nc; ++ci) {
         const int col = sm90_isa::doc_d_col((int)t, 4 * (ci / 2) + ci % 2);
-        for (int k = 0; k < 16; ++k) {
+        for (int k = 0; k < K; ++k) {
             if (trans_b) op.b_addr[(size_t)k * nc + ci] = sm90_isa::mnmajor_addr(desc_b, k, col);
-            else op.b_addr[(size_t)ci * 16 + k] = sm90_isa::kmajor_addr(desc_b, col, k);
+            else op.b_addr[(size_t)ci * K + k] = sm90_isa::kmajor_addr(desc_b, col, k, eb);
         }
     }
     for (uint32_t a : op.a_addr)
-        if (a % 2) kernel_fail("%s: misaligned A element address %u", what, a);
-    wgmma_runs(op.a_addr, [](uint32_t a, size_t b) { smem_note_pending_read(a, b, +1); });
-    wgmma_runs(op.b_addr, [](uint32_t a, size_t b) { smem_note_pending_read(a, b, +1); });
+        if (a % (uint32_t)eb) kernel_fail("%s: misaligned A element address %u", what, a);
+    wgmma_runs(op.a_addr, eb, [](uint32_t a, size_t b) { smem_note_pending_read(a, b, +1); });
+    wgmma_runs(op.b_addr, eb, [](uint32_t a, size_t b) { smem_note_pending_read(a, b, +1); });
 
     // The accumulator chain.
     WgmmaChain *c = nullptr;
@@ -249,24 +267,34 @@ inline void wgmma_perform(WgmmaState &s, WgmmaOp &op) {
     const unsigned tid = cur()->linear, t = tid - warpgroup_first();
     if (op.a_regs && std::memcmp(op.a_mine, op.a_saved, sizeof op.a_saved) != 0)
         kernel_fail("thread %u: register-A fragment rewritten while its wgmma was in flight", tid);
+    const int eb = wgmma_elem_bytes(op.ty), K = wgmma_k(op.ty);
     auto rd = [&](uint32_t a) {
+        if (eb == 1) return e4m3_value(*static_cast<const uint8_t *>(smem_at(a, 1)));
         uint16_t h;
         std::memcpy(&h, smem_at(a, 2), 2);
         return wgmma_elem(h, op.ty);
     };
-    wgmma_runs(op.a_addr, [](uint32_t a, size_t b) {
+    wgmma_runs(op.a_addr, eb, [](uint32_t a, size_t b) {
         smem_note_read_wgmma(a, b);
         smem_note_pending_read(a, b, -1);
     });
-    wgmma_runs(op.b_addr, [](uint32_t a, size_t b) {
+    wgmma_runs(op.b_addr, eb, [](uint32_t a, size_t b) {
         smem_note_read_wgmma(a, b);
         smem_note_pending_read(a, b, -1);
     });
     const int w = (int)t / 32, g = ((int)t % 32) / 4, row0 = 16 * w + g;
-    float A[2][16];
+    float A[2][32];
     if (op.a_regs) {
         for (int q = 0; q < 4; ++q) {
             const int tq = 32 * w + 4 * g + q;
+            if (eb == 1) {
+                for (int x = 0; x < 16; ++x) {
+                    const uint32_t r = op.quad_a[q][x / 4];
+                    const int row = sm90_isa::doc_a8_row(tq, x) - row0;
+                    A[row / 8][sm90_isa::doc_a8_col(tq, x)] = e4m3_value((uint8_t)(r >> (8 * (x % 4))));
+                }
+                continue;
+            }
             for (int x = 0; x < 8; ++x) {
                 const uint32_t r = op.quad_a[q][x / 2];
                 const int row = sm90_isa::doc_a_row(tq, x) - row0;
@@ -275,13 +303,13 @@ inline void wgmma_perform(WgmmaState &s, WgmmaOp &op) {
         }
     } else {
         for (int r = 0; r < 2; ++r)
-            for (int k = 0; k < 16; ++k) A[r][k] = rd(op.a_addr[r * 16 + k]);
+            for (int k = 0; k < K; ++k) A[r][k] = rd(op.a_addr[r * K + k]);
     }
     const int nc = op.nregs / 2;
-    std::vector<float> B((size_t)nc * 16);
+    std::vector<float> B((size_t)nc * K);
     for (int ci = 0; ci < nc; ++ci)
-        for (int k = 0; k < 16; ++k)
-            B[(size_t)ci * 16 + k] = rd(op.trans_b ? op.b_addr[(size_t)k * nc + ci] : op.b_addr[(size_t)ci * 16 + k]);
+        for (int k = 0; k < K; ++k)
+            B[(size_t)ci * K + k] = rd(op.trans_b ? op.b_addr[(size_t)k * nc + ci] : op.b_addr[(size_t)ci * K + k]);
     WgmmaChain *c = nullptr;
     size_t ci_chain = 0;
     for (size_t x = 0; x < s.chains.size(); ++x)
@@ -292,7 +320,7 @@ inline void wgmma_perform(WgmmaState &s, WgmmaOp &op) {
         const int col = sm90_isa::doc_d_col((int)t, i);
         const int ci = 2 * (col / 8) + col % 2; // columns 8 j + 2 t + c of this thread, in order
         double acc = 0.0;
-        for (int k = 0; k < 16; ++k) acc += (double)A[r][k] * (double)B[(size_t)ci * 16 + k];
+        for (int k = 0; k < K; ++k) acc += (double)A[r][k] * (double)B[(size_t)ci * K + k];
         c->value[i] = (float)((double)c->value[i] + acc);
     }
     if (--c->pending == 0) {

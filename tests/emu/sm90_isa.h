@@ -16,7 +16,10 @@
 //     its pattern starting on a 1024-byte boundary when the base offset is 0.
 //   - Fragments (figures "WGMMA .m64nNk16 register fragment layout"), thread
 //     tid (0..127) of the warpgroup: accumulator D register i, register A
-//     half x (x = 0..7: register x / 2, low half when x is even).
+//     half x (x = 0..7: register x / 2, low half when x is even); for 8-bit
+//     types (.m64nNk32) register A byte x.
+//   - 8-bit elements (e4m3, k32): the same canonical K-major layout in
+//     bytes (T = 16 elements); the ISA allows only K-major for them.
 #ifndef FP_TESTS_EMU_SM90_ISA_H
 #define FP_TESTS_EMU_SM90_ISA_H
 
@@ -44,11 +47,14 @@ inline uint64_t desc_reserved_bits(uint64_t d) {
 inline uint32_t swizzle128(uint32_t addr) { return addr ^ (((addr >> 7) & 7) << 4); }
 
 // Byte address read for element (mn, k) of a K-major operand (A: mn = row
-// m; B: mn = column n), 16-bit elements, 128B swizzle.
-inline uint32_t kmajor_addr(uint64_t desc, int mn, int k) {
+// m; B: mn = column n), elements of eb bytes (2: f16 / bf16, k16; 1: e4m3,
+// k32), 128B swizzle.
+inline uint32_t kmajor_addr(uint64_t desc, int mn, int k, int eb = 2) {
     const desc_fields f = decode_desc(desc);
-    // ((8,m),(T,2k)):((8T,SBO),(1,T)) in elements, SBO in bytes; T = 8
-    const uint32_t off = (uint32_t)((mn % 8) * 64 * 2 + (mn / 8) * f.sbo + (k % 8) * 2 + (k / 8) * 8 * 2);
+    // ((8,m),(T,2k)):((8T,SBO),(1,T)) in elements, SBO in bytes; T = 16 / eb
+    // elements (16 bytes), a row of the swizzle atom 8T elements (128 bytes)
+    const int T = 16 / eb;
+    const uint32_t off = (uint32_t)((mn % 8) * 128 + (mn / 8) * f.sbo + (k % T) * eb + (k / T) * 16);
     return swizzle128(f.start + off);
 }
 // ... of an MN-major operand: element (k, mn).
@@ -73,6 +79,12 @@ inline int doc_d_col(int tid, int i) { return 8 * (i / 4) + 2 * (tid % 4) + (i %
 // tile.
 inline int doc_a_row(int tid, int x) { return 16 * (tid / 32) + (tid % 32) / 4 + 8 * ((x / 2) % 2); }
 inline int doc_a_col(int tid, int x) { return 2 * (tid % 4) + (x % 2) + 8 * (x / 4); }
+// Register A of m64nNk32 (.e4m3 / .e5m2: 4 registers of 4 bytes), byte x
+// (0..15: register x / 4, byte x % 4 from the least significant): (row,
+// col) in the 64 x 32 A tile (figure "WGMMA .m64nNk32 register fragment
+// layout for matrix A").
+inline int doc_a8_row(int tid, int x) { return 16 * (tid / 32) + (tid % 32) / 4 + 8 * ((x / 4) % 2); }
+inline int doc_a8_col(int tid, int x) { return 4 * (tid % 4) + (x % 4) + 16 * (x / 8); }
 
 } // namespace sm90_isa
 

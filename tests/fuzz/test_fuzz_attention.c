@@ -367,7 +367,7 @@ static void check_success(az_ctx *z, acase *c, const char *what) {
 static const char *break_one(az_ctx *z, acase *c, fp_context **ctx, const fp_attention_params **pp) {
     uint64_t *s = &z->rng;
     fp_attention_params *p = &c->p;
-    switch (fz_range(s, 0, 28)) {
+    switch (fz_range(s, 0, 29)) {
     case 0: *pp = NULL; return "params";
     case 1: *ctx = NULL; return "ctx";
     case 2: p->struct_size = fz_chance(s, 1, 2) ? 0 : sizeof *p + 8; return "struct_size";
@@ -386,7 +386,7 @@ static const char *break_one(az_ctx *z, acase *c, fp_context **ctx, const fp_att
         return "head_dim";
     }
     case 10: {
-        const fp_dtype bad[] = {FP_FP8_E4M3, FP_FP8_E5M2, (fp_dtype)5, (fp_dtype)-1};
+        const fp_dtype bad[] = {(fp_dtype)7, FP_FP8_E5M2, (fp_dtype)5, (fp_dtype)-1};
         p->dtype = bad[fz_range(s, 0, 3)];
         return "dtype";
     }
@@ -530,6 +530,15 @@ static const char *break_one(az_ctx *z, acase *c, fp_context **ctx, const fp_att
         }
         p->total_k = c->total_k - fz_range(s, 1, c->total_k);
         return p->total_k ? "total_k" : ""; /* 0: not given, valid */
+    case 29: { /* a descale: fp8 only (f32 / f16 / bf16 take 0 or 1), finite and >= 0 */
+        const float bad[] = {2.0f, 0.5f, -1.0f, NAN, INFINITY, -1e-30f};
+        const float v = bad[fz_range(s, 0, 5)];
+        const int k = (int)fz_range(s, 0, 2);
+        if (k == 0) { p->q_descale = v; return "q_descale"; }
+        if (k == 1) { p->k_descale = v; return "k_descale"; }
+        p->v_descale = v;
+        return "v_descale";
+    }
     default: return "";
     }
 }

@@ -255,6 +255,55 @@ def test_varlen_with_total_k(ctx):
     assert (o == 7.0).all()
 
 
+def e4m3_decode(codes):
+    """float64 values of fp8 e4m3 codes (uint8): this test's own decoder
+    (S.EEEE.MMM, bias 7, S.1111.111 NaN)."""
+    c = codes.astype(np.int64)
+    e, m = (c >> 3) & 15, c & 7
+    v = np.where(e == 0, np.ldexp(m / 8.0, -6), np.ldexp(1.0 + m / 8.0, e - 7))
+    v = np.where((e == 15) & (m == 7), np.nan, v)
+    return np.where(c & 0x80, -v, v)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_e4m3_with_descales(ctx, causal):
+    # fp8 e4m3 Q / K / V (random codes up to |16|, both signs) with
+    # per-tensor descales, O bf16: the float64 reference on the dequantized
+    # values (stored x descale) to one bf16 rounding, lse to f32 accuracy
+    rng = np.random.default_rng(18)
+    B, Lq, Lk, Hq, Hkv, D = 2, 9, 21, 4, 2, 32
+    qd, kd, vd = 0.02, 0.05, 0.1
+
+    def codes(*shape):
+        return (rng.integers(0, 0x59, shape) | (rng.integers(0, 2, shape) << 7)).astype(np.uint8)
+
+    q8, k8, v8 = codes(B, Lq, Hq, D), codes(B, Lk, Hkv, D), codes(B, Lk, Hkv, D)
+    o = np.full((B, Lq, Hq, D), 0xFFFF, np.uint16)  # bf16 NaN
+    lse = np.full((B, Hq, Lq), np.nan, np.float32)
+    kw = dict(batch=B, seqlen_q=Lq, seqlen_k=Lk, heads_q=Hq, heads_kv=Hkv, head_dim=D,
+              dtype="fp8e4m3", causal=causal, q=q8.ctypes.data, k=k8.ctypes.data,
+              v=v8.ctypes.data, o=o.ctypes.data, lse=lse.ctypes.data, q_descale=qd,
+              k_descale=kd, v_descale=vd)
+    attention.forward(ctx, **kw)
+    real = [e4m3_decode(t) * np.float64(np.float32(s)) for t, s in ((q8, qd), (k8, kd), (v8, vd))]
+    ro, rl = ref_attention(*real, causal=causal)
+    got = norm.from_buffer(o, "bf16").astype(np.float64)
+    vmax = np.abs(real[2]).max()
+    assert (np.abs(got - ro) <= np.abs(ro) / 256 + 1e-5 * vmax).all()
+    assert np.abs(lse - rl).max() <= 1e-4
+    # the same through the baseline, and refusals naming the descale, O untouched
+    o2 = np.full_like(o, 0xFFFF)
+    attention.forward_baseline(ctx, **{**kw, "o": o2.ctypes.data, "dtype": 3})
+    assert (np.abs(norm.from_buffer(o2, "bf16") - ro) <= np.abs(ro) / 256 + 1e-5 * vmax).all()
+    o[:] = 7
+    for bad_kw, name in ((dict(q_descale=-1.0), "q_descale"), (dict(k_descale=float("nan")), "k_descale"),
+                         (dict(dtype="bf16", q_descale=0, k_descale=1, v_descale=2.0), "v_descale")):
+        with pytest.raises(fastpath.FastpathError) as e:
+            attention.forward(ctx, **{**kw, **bad_kw})
+        assert e.value.status == fastpath.Status.INVALID_ARGUMENT and name in e.value.detail
+    assert (o == 7).all()
+
+
 def test_last_kernel_reports_what_ran(ctx):
     # fastpath.attention.last_kernel: "cpu" after a CPU forward, "none" after a call
     # refused before any launch, per thread

@@ -57,13 +57,14 @@ def test_attention_params_match_make_params(seed):
     strides = [tuple(_ints(rng, 3)) for _ in range(4)]
     q, k, v, o, lse, sk, bt, cq, ck = _ptrs(rng, 9)
     total_k = rng.randrange(0, 1 << 40)
+    descales = dict(zip(("q_descale", "k_descale", "v_descale"), rng.choice([(0.0, 0.0, 0.0), EPS[2:5]])))
     os_ = rng.choice([None, strides[3]])
-    scale, causal, dtype = rng.choice(EPS + [0.0]), rng.choice([0, 1]), rng.choice([0, 1, 2])
+    scale, causal, dtype = rng.choice(EPS + [0.0]), rng.choice([0, 1]), rng.choice([0, 1, 2, 3])
     B, Lq, Lk, Hq, Hkv, D, wl, wr, bts, ps, npg = ints
     fast = attention._params(B, Lq, Lk, Hq, Hkv, D, dtype, q, strides[0], k, strides[1], v,
                              strides[2], o, os_, scale, causal, wl, wr, lse=lse, seqlens_k=sk,
                              block_table=bt, block_table_stride=bts, page_size=ps, num_pages=npg,
-                             cu_seqlens_q=cq, cu_seqlens_k=ck, total_k=total_k)
+                             cu_seqlens_q=cq, cu_seqlens_k=ck, total_k=total_k, **descales)
     kw = {f"{t}_{d}_stride": s[i] for t, s in zip("qkv", strides)
           for i, d in enumerate(("batch", "seq", "head"))}
     if os_ is not None:
@@ -73,6 +74,7 @@ def test_attention_params_match_make_params(seed):
                                 causal=causal, window_left=wl, window_right=wr, lse=lse,
                                 seqlens_k=sk, block_table=bt, block_table_stride=bts, page_size=ps,
                                 num_pages=npg, cu_seqlens_q=cq, cu_seqlens_k=ck, total_k=total_k,
+                                **descales,
                                 **kw)
     assert bytes(fast) == bytes(ref)
 

@@ -202,7 +202,9 @@ class AttentionParams(ctypes.Structure):
                 ("block_table", c_void_p), ("block_table_stride", c_int), ("page_size", c_int),
                 ("num_pages", c_int),
                 # added in 0.3: the rows of a varlen call's packed K / V
-                ("total_k", i64)]
+                ("total_k", i64),
+                # added in 0.4: per-tensor descales of fp8 e4m3 inputs (0 = 1)
+                ("q_descale", c_float), ("k_descale", c_float), ("v_descale", c_float)]
 
 
 class AttentionKernelInfo(ctypes.Structure):

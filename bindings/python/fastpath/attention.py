@@ -12,6 +12,13 @@ is passed without a copy by giving its strides.
 
 Array layer (CPU contexts, numpy): forward_arrays takes float arrays in
 "bshd" (batch, seq, heads, dim) or "bhsd" layout and returns float32 arrays.
+
+fp8 e4m3 inputs (FlashAttention-3's fp8 forward) go through the raw layer:
+dtype="fp8e4m3" (FP_FP8_E4M3; also "float8_e4m3fn" or 3), q / k / v holding
+e4m3 codes (1 byte), o bf16 (2 bytes, its strides in bf16 elements), and
+q_descale / k_descale / v_descale (the real value of a stored element is
+stored x descale; 0 = 1). The fastpath.torch drop-ins and forward_arrays do
+not take fp8 yet.
 """
 import ctypes
 
@@ -43,6 +50,11 @@ def _fp():
 
 
 _STRIDES = [f"{t}_{d}_stride" for t in "qkvo" for d in ("batch", "seq", "head")]
+
+# Attention's own dtype names beyond fastpath.DTYPES: fp8 e4m3 is an input
+# dtype of this op only (FP_FP8_E4M3, core.h), not a dtype of the package.
+_FP8_E4M3 = 3
+_OWN_DTYPES = {"fp8e4m3": _FP8_E4M3, "float8_e4m3fn": _FP8_E4M3, _FP8_E4M3: _FP8_E4M3}
 _STRIDE_SET = frozenset(_STRIDES)
 
 
@@ -70,7 +82,8 @@ _TEMPLATE = None
 def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, heads_kv=None,
                 dtype="bf16", softmax_scale=0.0, causal=False, window_left=-1, window_right=-1,
                 lse=None, seqlens_k=None, cu_seqlens_q=None, cu_seqlens_k=None, total_k=0,
-                block_table=None, block_table_stride=0, page_size=0, num_pages=0, **strides):
+                block_table=None, block_table_stride=0, page_size=0, num_pages=0, q_descale=0.0,
+                k_descale=0.0, v_descale=0.0, **strides):
     """An fp_attention_params from keyword arguments: the shape, the q, k, v, o
     pointers, dtype, softmax_scale (0 or None: 1/sqrt(head_dim)), causal,
     window_left / window_right (-1: unbounded), lse (f32 [batch, heads_q,
@@ -79,8 +92,10 @@ def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, hea
     k.shape[0] of a [total_k, heads_kv, head_dim] tensor; on Hopper the TMA
     kernels need it for varlen calls), a paged KV cache (block_table: int32 [batch,
     block_table_stride] pointer, page_size, num_pages; k and v are then pools
-    [num_pages, page_size, heads_kv, head_dim]), and any of q_batch_stride,
-    q_seq_stride, q_head_stride (likewise k_, v_, o_) in elements."""
+    [num_pages, page_size, heads_kv, head_dim]), q_descale / k_descale /
+    v_descale (fp8 inputs, dtype "fp8e4m3": see the module's docstring; 0 =
+    1, other dtypes 0 or 1), and any of q_batch_stride, q_seq_stride,
+    q_head_stride (likewise k_, v_, o_) in elements."""
     _need()
     fp = _pkg
     if not _STRIDE_SET.issuperset(strides):
@@ -92,7 +107,10 @@ def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, hea
                   block_table_stride=block_table_stride, page_size=page_size, num_pages=num_pages,
                   total_k=total_k or 0, **strides)
     d = fp.DTYPES.get(dtype) if type(dtype) is str else None
+    if d is None:
+        d = _OWN_DTYPES.get(dtype) if isinstance(dtype, (str, int)) else None
     p.dtype = fp.dtype_id(dtype) if d is None else d
+    p.q_descale, p.k_descale, p.v_descale = float(q_descale), float(k_descale), float(v_descale)
     opt_ptr = fp._opt_ptr
     p.q, p.k, p.v, p.o = opt_ptr(q), opt_ptr(k), opt_ptr(v), opt_ptr(o)
     p.softmax_scale = float(softmax_scale or 0.0)
@@ -110,11 +128,11 @@ _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 def _params(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, q, qs, k, ks, v, vs, o,
             os_, softmax_scale, causal, window_left, window_right, lse=0, seqlens_k=0,
             block_table=0, block_table_stride=0, page_size=0, num_pages=0, cu_seqlens_q=0,
-            cu_seqlens_k=0, total_k=0):
+            cu_seqlens_k=0, total_k=0, q_descale=0.0, k_descale=0.0, v_descale=0.0):
     """make_params for callers whose arguments are known good (fastpath.torch,
     on every call): dtype an id, pointers ints (0 = NULL), strides (batch,
     seq, head) triples of int64 ints (os_ None: packed), softmax_scale a
-    float, causal 0 / 1. The same struct as make_params, filled in one
+    float, causal 0 / 1, descales floats. The same struct as make_params, filled in one
     pack_into. The int fields are range-checked in one go; one out of range
     goes through make_params for its error naming the argument (total_k: an
     int64 the caller keeps in range)."""
@@ -129,7 +147,8 @@ def _params(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, q, qs
                            window_right=window_right, lse=lse, seqlens_k=seqlens_k,
                            block_table=block_table, block_table_stride=block_table_stride,
                            page_size=page_size, num_pages=num_pages, cu_seqlens_q=cu_seqlens_q,
-                           cu_seqlens_k=cu_seqlens_k, total_k=total_k, **strides)
+                           cu_seqlens_k=cu_seqlens_k, total_k=total_k, q_descale=q_descale,
+                           k_descale=k_descale, v_descale=v_descale, **strides)
     global _PACKER
     if _PACKER is None:
         _PACKER = (_template().struct_size, _lib.struct_packer(_lib.AttentionParams))
@@ -139,7 +158,8 @@ def _params(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, q, qs
                      q, *qs, k, *ks, v, *vs, o, *(os_ or (0, 0, 0)),
                      ctypes.c_float(softmax_scale).value, causal, window_left, window_right,
                      lse, seqlens_k, cu_seqlens_q, cu_seqlens_k, block_table, block_table_stride,
-                     page_size, num_pages, total_k)
+                     page_size, num_pages, total_k, ctypes.c_float(q_descale).value,
+                     ctypes.c_float(k_descale).value, ctypes.c_float(v_descale).value)
     return p
 
 
