@@ -317,7 +317,11 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # pages of 16 and 64; head_dim 128 / 64; causal): the default (v1, the
     # page gather) against the TMA kernel preferred (v5 / v8, a box per page
     # run, session 25), and the TMA kernel dense vs paged, interleaved
-    "ab-paged|attention/paged_prefill --dtype bf16"
+    "ab-pprefill|attention/paged_prefill --dtype bf16"
+    # fp8 (e4m3, head_dim 128, session 26): bf16 against fp8 on the same
+    # values (both v5; fp8 adds its V^T pass), and fp8 on v5 against v8:
+    # seqlen 1k / 4k / 16k, causal and not, interleaved
+    "ab-fp8|attention/fp8"
     # what bounds each (the five-dimension verdict, fastbench --profile):
     # "prof-" runs trace their timed samples; their lines go to extra.txt
     "prof-mix|attention/prefill attention/decode norm/layernorm_fwd graph/op_host_cost --dtype bf16"

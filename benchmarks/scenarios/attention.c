@@ -28,6 +28,9 @@
  *   attention/paged_prefill  prefill over a paged KV cache: the default
  *                      (v1) vs the TMA kernel preferred (v5 / v8), and the
  *                      TMA kernel dense vs paged, CUDA only.
+ *   attention/fp8      fp8 (e4m3) inputs: bf16 on the same values vs fp8
+ *                      (both v5), and fp8 on v5 vs v8, head_dim 128, CUDA
+ *                      only (Hopper).
  * Options: --seqlen N, --head_dim N, --causal 0|1, --batch N, --kv N restrict
  * the grids (flash_versions: --seqlen N runs any length N, --batch N sets its
  * batch); --dtype picks dtypes; --kernel N (prefill, gqa, decode) times
@@ -40,6 +43,7 @@
 #include <string.h>
 
 #include "attention/attention_internal.h" /* flash kernel versions (static link) */
+#include "half.h"                         /* e4m3 <-> f32 (the fp8 scenario's host data) */
 #include "fastpath/attention.h"
 #include "scenario.h"
 
@@ -145,10 +149,11 @@ static void run_shape(fb_run *run, const shape *s, int decode) {
 static int small_run(fb_run *run) { return fb_quick(run) || fb_kind(run) != FP_DEVICE_CUDA; }
 
 /* One interleaved A/B of two callables that write o1 / o2 (n elements of
- * dt), outputs compared, on tensor cores (flops, bytes: the roofline
- * figures). */
-static fp_status ab_outputs(fb_run *run, fp_timed_fn base, void *base_user, fp_timed_fn opt, void *opt_user, void *o1,
-                            void *o2, size_t n, fp_dtype dt, double bytes, double flops, fp_ab_report *rep) {
+ * dt), outputs compared within atol / rtol (< 0: dt's default), on tensor
+ * cores (flops, bytes: the roofline figures). */
+static fp_status ab_outputs_tol(fb_run *run, fp_timed_fn base, void *base_user, fp_timed_fn opt, void *opt_user,
+                                void *o1, void *o2, size_t n, fp_dtype dt, double atol, double rtol, double bytes,
+                                double flops, fp_ab_report *rep) {
     fp_ab_spec spec;
     fp_ab_spec_init(&spec);
     spec.baseline = base;
@@ -159,10 +164,17 @@ static fp_status ab_outputs(fb_run *run, fp_timed_fn base, void *base_user, fp_t
     spec.optimized_out = o2;
     spec.out_count = n;
     spec.out_dtype = dt;
+    spec.atol = atol;
+    spec.rtol = rtol;
     spec.bytes = bytes;
     spec.flops = flops;
     spec.flops_on_tensor_cores = 1;
     return fp_ab_run(fb_ctx(run), NULL, &spec, fb_timing(run), rep);
+}
+/* ... within dt's default tolerance */
+static fp_status ab_outputs(fb_run *run, fp_timed_fn base, void *base_user, fp_timed_fn opt, void *opt_user, void *o1,
+                            void *o2, size_t n, fp_dtype dt, double bytes, double flops, fp_ab_report *rep) {
+    return ab_outputs_tol(run, base, base_user, opt, opt_user, o1, o2, n, dt, -1.0, -1.0, bytes, flops, rep);
 }
 
 static int dtypes_or(fb_run *run, fp_dtype *dts, int ndef) {
@@ -638,6 +650,28 @@ static double paged_flops(const paged_shape *s) {
  * compared) unless setup failed (st), the TFLOP/s of each side under
  * base_metric / opt_metric, the kernels that ran in the note (base_tag after
  * the baseline's). */
+/* The A/B of a row r: base against opt (pref_fn, outputs o1 / o2 of dt
+ * compared within atol / rtol, < 0: dt's default) unless setup failed (st),
+ * the TFLOP/s of each side under base_metric / opt_metric, the kernels that
+ * ran in the note (base_tag after the baseline's). */
+static void pref_ab(fb_run *run, fb_result *r, fp_status st, pref_run *base, pref_run *opt, void *o1, void *o2,
+                    size_t n, fp_dtype dt, double atol, double rtol, double bytes, double flops,
+                    const char *base_metric, const char *opt_metric, const char *base_tag) {
+    fp_ab_report rep;
+    if (st == FP_OK) st = ab_outputs_tol(run, pref_fn, base, pref_fn, opt, o1, o2, n, dt, atol, rtol, bytes, flops, &rep);
+    if (st != FP_OK) {
+        fb_result_fail(r, st, fp_last_error());
+        return;
+    }
+    char b[320], o[320];
+    ran_with(base, b, sizeof b);
+    ran_with(opt, o, sizeof o);
+    fb_result_set_ab(r, &rep);
+    fb_result_metric(r, base_metric, spec_flops_tflops(flops, rep.baseline.median_ms));
+    fb_result_metric(r, opt_metric, spec_flops_tflops(flops, rep.optimized.median_ms));
+    fb_result_note(r, "baseline %s%s, optimized %s", b, base_tag, o);
+}
+
 static void paged_ab(fb_run *run, const paged_shape *s, const char *versions, fp_status st, pref_run *base,
                      pref_run *opt, void *o1, void *o2, size_t n, double bytes, double flops, const char *base_metric,
                      const char *opt_metric, const char *base_tag) {
@@ -652,19 +686,7 @@ static void paged_ab(fb_run *run, const paged_shape *s, const char *versions, fp
     fb_param_int(r, "head_dim", s->d);
     fb_param_int(r, "page_size", s->page);
     fb_param_int(r, "causal", s->causal);
-    fp_ab_report rep;
-    if (st == FP_OK) st = ab_outputs(run, pref_fn, base, pref_fn, opt, o1, o2, n, s->dt, bytes, flops, &rep);
-    if (st != FP_OK) {
-        fb_result_fail(r, st, fp_last_error());
-        return;
-    }
-    char b[320], o[320];
-    ran_with(base, b, sizeof b);
-    ran_with(opt, o, sizeof o);
-    fb_result_set_ab(r, &rep);
-    fb_result_metric(r, base_metric, spec_flops_tflops(flops, rep.baseline.median_ms));
-    fb_result_metric(r, opt_metric, spec_flops_tflops(flops, rep.optimized.median_ms));
-    fb_result_note(r, "baseline %s%s, optimized %s", b, base_tag, o);
+    pref_ab(run, r, st, base, opt, o1, o2, n, s->dt, -1.0, -1.0, bytes, flops, base_metric, opt_metric, base_tag);
 }
 
 static void run_paged_shape(fb_run *run, const paged_shape *s) {
@@ -763,6 +785,106 @@ static fp_status run_paged_prefill(fb_run *run) {
     return FP_OK;
 }
 
+/* attention/fp8: fp8 (e4m3) inputs with per-tensor descales, FlashAttention-3's
+ * fp8 forward. Q, K, V random e4m3 codes (Q, K in [-4, 4], V in [-1, 1]:
+ * scores of a few units, a peaked softmax), descales 1; the bf16 side holds
+ * the same values exactly (e4m3 fits in bf16). Two rows per shape:
+ *   bf16_vs_fp8  fp_attention_forward on the bf16 copy (v5) against the fp8
+ *                call (v5 + its V^T pass): what fp8 buys at the same math;
+ *                outputs compared within 0.04 + 2% (fp8 rounds P to e4m3
+ *                before P V, 2^-4 relative at most);
+ *   v5_vs_v8     fp8 on v5 (the default) against fp8 preferring v8.
+ * Shapes: FlashAttention's grid at head_dim 128: seqlen 1k, 4k, 16k, batch
+ * 16384 / seqlen, 16 heads, causal and not (--seqlen, --causal narrow it;
+ * --quick: 2 x 200, 2 heads). TFLOP/s count as attention/prefill; % of peak
+ * is of the bf16 tensor peak (fp8's is twice it). The note says which
+ * kernels ran. CUDA only. */
+static void fp8_fill(uint8_t *x, size_t n, float amp, uint64_t seed) {
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; ++i) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        x[i] = fp_f2e4m3(((float)((s >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f) * amp);
+    }
+}
+
+static void fp8_row(fb_run *run, const char *versions, const shape *s, fp_status st, pref_run *base, pref_run *opt,
+                    void *o1, void *o2, size_t n, double bytes, double flops, const char *bm, const char *om) {
+    fb_result *r = fb_result_new(run);
+    fb_param_str(r, "versions", versions);
+    fb_param_int(r, "batch", s->batch);
+    fb_param_int(r, "seqlen", s->sq);
+    fb_param_int(r, "heads", s->hq);
+    fb_param_int(r, "head_dim", s->d);
+    fb_param_int(r, "causal", s->causal);
+    /* |V| <= 1: P's e4m3 rounding moves O by at most 2^-4 */
+    pref_ab(run, r, st, base, opt, o1, o2, n, FP_BF16, 0.04, 0.02, bytes, flops, bm, om, "");
+}
+
+static void run_fp8_shape(fb_run *run, const shape *s) {
+    fp_context *ctx = fb_ctx(run);
+    const size_t n = (size_t)s->batch * s->sq * s->hq * s->d;
+    uint8_t *h8 = malloc(n);
+    uint16_t *h16 = malloc(n * 2);
+    void *q8 = NULL, *k8 = NULL, *v8 = NULL, *q16 = NULL, *k16 = NULL, *v16 = NULL, *o1 = NULL, *o2 = NULL;
+    fp_status st = h8 && h16 ? FP_OK : FP_ERR_OUT_OF_MEMORY;
+    void **d8[3] = {&q8, &k8, &v8}, **d16[3] = {&q16, &k16, &v16};
+    for (int t = 0; t < 3 && st == FP_OK; ++t) { /* Q, K, V: e4m3 codes and their bf16 copies */
+        fp8_fill(h8, n, t == 2 ? 1.0f : 4.0f, 0x9e3779b97f4a7c15ull + (uint64_t)t);
+        for (size_t i = 0; i < n; ++i) h16[i] = fp_f32_to_bf16(fp_e4m3_to_f32(h8[i]));
+        st = fp_mem_alloc(ctx, n, d8[t]);
+        if (st == FP_OK) st = fp_mem_alloc(ctx, n * 2, d16[t]);
+        if (st == FP_OK) st = fp_mem_upload(ctx, *d8[t], h8, n, NULL);
+        if (st == FP_OK) st = fp_mem_upload(ctx, *d16[t], h16, n * 2, NULL);
+        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL); /* the host buffers are reused */
+    }
+    if (st == FP_OK) st = fp_mem_alloc(ctx, n * 2, &o1);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, n * 2, &o2);
+    fp_attention_params p8, p16;
+    fp_attention_params_default(&p8);
+    p8.batch = s->batch; p8.seqlen_q = s->sq; p8.seqlen_k = s->sk; p8.heads_q = s->hq; p8.heads_kv = s->hkv;
+    p8.head_dim = s->d; p8.causal = s->causal; p8.dtype = FP_FP8_E4M3;
+    p8.q = q8; p8.k = k8; p8.v = v8; p8.o = o2;
+    p16 = p8;
+    p16.dtype = FP_BF16;
+    p16.q = q16; p16.k = k16; p16.v = v16; p16.o = o1;
+    fp_attention_params p8b = p8;
+    p8b.o = o1;
+    const double flops = fp_attention_flops(&p8);
+    pref_run bf = {ctx, &p16, 0}, f8 = {ctx, &p8, 0}, f8_v5 = {ctx, &p8b, 0}, f8_v8 = {ctx, &p8, 8};
+    fp8_row(run, "bf16_vs_fp8", s, st, &bf, &f8, o1, o2, n, 4.0 * 2.0 * (double)n, flops, "bf16_tflops",
+            "fp8_tflops");
+    fp8_row(run, "v5_vs_v8", s, st, &f8_v5, &f8_v8, o1, o2, n, 5.0 * (double)n, flops, "v5_tflops", "v8_tflops");
+    fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
+    free(h8);
+    free(h16);
+    for (int t = 0; t < 3; ++t) {
+        fp_mem_free(ctx, *d8[t]);
+        fp_mem_free(ctx, *d16[t]);
+    }
+    fp_mem_free(ctx, o1);
+    fp_mem_free(ctx, o2);
+}
+
+static fp_status run_fp8(fb_run *run) {
+    if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "needs a CUDA device");
+    const int q = fb_quick(run);
+    static const int seq_defs[] = {1024, 4096, 16384}, causal_defs[] = {0, 1};
+    int seqs[3], causals[2];
+    const int ns = values_of(run, "seqlen", seq_defs, 3, 1, 1 << 20, seqs);
+    const int nc = values_of(run, "causal", causal_defs, 2, 0, 1, causals);
+    if (!ns || !nc) return fb_skip(run, "%s", !ns ? "--seqlen must be in [1, 1048576]" : "--causal must be 0 or 1");
+    for (int si = 0; si < (q ? 1 : ns); ++si)
+        for (int ci = 0; ci < nc; ++ci) {
+            const int sl = q ? 200 : seqs[si];
+            const shape sh = {q ? 2 : (sl < 16384 ? 16384 / sl : 1), sl, sl, q ? 2 : 16, q ? 2 : 16, 128, causals[ci],
+                              FP_FP8_E4M3};
+            run_fp8_shape(run, &sh);
+        }
+    return FP_OK;
+}
+
 FB_SCENARIO(fb_attention_prefill, "attention/prefill",
             "flash attention vs materialized (cuBLAS + softmax): FlashAttention's seqlen/head_dim grid",
             run_prefill)
@@ -782,6 +904,10 @@ FB_SCENARIO(fb_attention_paged_prefill, "attention/paged_prefill",
             "prefill over a paged KV cache (chunked prefill): the default (v1, page gather) vs the TMA kernel (v5 / "
             "v8, a box per page run), and the TMA kernel dense vs paged, TFLOP/s (CUDA only)",
             run_paged_prefill)
+FB_SCENARIO(fb_attention_fp8, "attention/fp8",
+            "fp8 (e4m3) inputs with descales: bf16 vs fp8 on the same values (v5), fp8 on v5 vs v8, head_dim 128, "
+            "TFLOP/s (CUDA only: Hopper)",
+            run_fp8)
 FB_SCENARIO(fb_attention_decode_versions, "attention/decode_versions",
             "decode: the default kernel (v1, split-KV) vs the decode kernel v6 (16-row tiles, K/V ring), KV GB/s "
             "(CUDA only)",

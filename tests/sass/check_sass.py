@@ -73,12 +73,13 @@ RULES = [
      {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "ex2_ftz", "pdl")),
     ("flash fwd v3 pipelined (wgmma)", "attention", r"attention_flash_fwd_v3<[^,]+, \d+, true>", ("sm_90a",),
      {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
+    # (fp8 instantiations: QGMMA, the e4m3 wgmma)
     ("flash fwd v5 (wgmma + TMA)", "attention", r"attention_flash_fwd_v5<", ("sm_90a",),
-     {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
+     {r"^[HQ]GMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     # v8: v5 whose consumer warpgroups take turns (bar.sync on its own turn
     # barrier, bar.arrive on the other's: BAR.ARV in SASS)
     ("flash fwd v8 (wgmma + TMA, ping-pong)", "attention", r"attention_flash_fwd_v8<", ("sm_90a",),
-     {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2},
+     {r"^[HQ]GMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2},
      ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     # v9: v8 in persistent CTAs; the producer draws the next item's ticket
     # with a global atomic add (fp_tma::producer_items)
@@ -92,6 +93,9 @@ RULES = [
      ("sm_90a",), {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2, r"^USETMAXREG": 2},
      ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     ("split-KV combine", "attention", r"attention_split_combine_v1<", BASE + ("sm_90a",), {}, ("pdl",)),
+    # fp8's V^T pass before v5 / v8: 16-byte loads and stores
+    ("fp8 V transpose", "attention", r"fp8_transpose_v\(", ("sm_90a",), {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1},
+     ("pdl",)),
     # materialized baseline and helpers (the GEMMs are cuBLAS)
     ("attention baseline helpers", "attention",
      r"attention_(zero_rows|masked_softmax|rowwise|gather_pages)_v0<", BASE, {}, ()),
@@ -278,7 +282,7 @@ def check(lib, archs, modules, rules, tools, report=None):
         hits = [r for r in rules if re.search(r[2], name)]
         entry = {"arch": arch, "kernel": name, "instructions": len(insns),
                  "counts": {k: v for k, v in sorted(ops.items())
-                            if re.match(r"^(HMMA|HGMMA|LDSM|LDGSTS|UTMALDG|LDG|STG|LDS|STS|LDL|STL|MUFU)", k)}}
+                            if re.match(r"^(HMMA|HGMMA|QGMMA|LDSM|LDGSTS|UTMALDG|LDG|STG|LDS|STS|LDL|STL|MUFU)", k)}}
         kernels.append(entry)
         if len(hits) != 1:
             failures.append(f"[{arch}] {name}: matches {len(hits)} rules ({[h[0] for h in hits]}); "
@@ -320,7 +324,7 @@ def check(lib, archs, modules, rules, tools, report=None):
                 failures.append(f"[{arch}] {name}: {len(early)} global memory instructions {sorted(set(early))} "
                                 f"before the first griddepcontrol.wait (ACQBULK): they may see the previous "
                                 f"kernel's output before it is written")
-        hgmma = [rest for op, rest in insns if op.startswith("HGMMA")]
+        hgmma = [rest for op, rest in insns if op.startswith(("HGMMA", "QGMMA"))]  # QGMMA: fp8 (e4m3)
         if "hgmma_batched" in extra:
             ends = sum(1 for rest in hgmma if "gsb0" in rest)
             if not hgmma or ends * 4 > len(hgmma):
