@@ -55,7 +55,13 @@
 // v5 / v8 / v10 (one map over the page pool; a tile loads as boxes of
 // gcd(page_size, 128) rows, box j issued by lane j of the producer warp
 // from the page its block-table entry names: producer_ops_paged,
-// fp_tma::paged_box_at).
+// fp_tma::paged_box_at); fp8 (e4m3) on v5 / v8 at head_dim 128 (dense or
+// seqlens_k K / V, one split): Q K^T and P V on wgmma .m64n128k32.e4m3, the
+// tiles laid out as 16-bit tiles of 64 columns (128-byte rows: layout_cols),
+// three ring stages, P rounded to e4m3 in registers (pack_p), V transposed
+// first into the stream's workspace by fp8_transpose_v (the fp8 wgmma
+// takes K-major B only), O bf16 scaled by v_descale (session 26; checked on
+// the emulation only: tests/attention/test_attention_fp8_emu.cpp).
 // FP_ERR_UNSUPPORTED: varlen without total_k (the map's extent is then
 // unknown: the offsets are device memory), paged KV on v9 or with a
 // page_size that is not a multiple of 8, K / V layouts TMA

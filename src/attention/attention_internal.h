@@ -188,7 +188,8 @@ void fp_attn_note_kernel(const fp_attn_args *a, int version, int num_splits);
 void fp_attn_note_fallback(const char *why);
 
 /* ---- CUDA launchers (kernels/attention) ---- */
-/* 1 if the tensor-core flash kernel handles this dtype / head_dim. */
+/* 1 if the tensor-core flash kernel handles this dtype / head_dim (fp8
+ * e4m3: head_dim 128, on Hopper only: fp_attn_cuda_flash). */
 int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim);
 /* Flash attention: picks the number of KV splits from the grid size and
  * sm_count, the partials in a->ctx's workspace when splitting. version 0: the
@@ -199,7 +200,9 @@ int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim);
  * until a GPU run has timed them); 1: v1; 2..10: that version where it
  * supports the call (dtype,
  * head_dim, layout, build, device), else the default choice, with the
- * reason noted (fp_attention_last_kernel). */
+ * reason noted (fp_attention_last_kernel). fp8 (e4m3) inputs: v5, or v8
+ * when preferred, at one split, on a 9.0 device in an sm_90a build; any
+ * refusal is returned (no other kernel takes fp8). */
 fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc, cudaStream_t stream);
 /* Same with an explicit split count (>= 1; tests force split-KV with it). */
 fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream);

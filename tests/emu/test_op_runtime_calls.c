@@ -15,7 +15,7 @@
  * Ops: norm forward v0..v3 and backward v0..v3 (incl. the v3 shapes above
  * 48 KiB of shared memory), attention prefill v1..v5, split-KV decode with
  * forced splits (v1, v3, v5), paged decode (automatic and forced splits),
- * paged prefill (v1 by default, v8 preferred),
+ * paged prefill (v1 by default, v8 preferred), fp8 prefill (v5 and its V^T pass),
  * varlen (v3 on the emulated Hopper; given total_k v8, the TMA kernel, its
  * tensor maps cached), and the materialized baseline (dense, paged); and the refusals: an
  * op whose workspace would have to grow inside a capture, the baseline with
@@ -28,6 +28,7 @@
 #include "attention/attention_internal.h"
 #include "emu_runtime_counts.h"
 #include "fp_test.h"
+#include "half.h" /* fp_f2e4m3: fp8 inputs */
 #include "norm/norm_launch.h"
 
 static fp_context *g_ctx;
@@ -103,6 +104,9 @@ static void fill_bytes(void *h, size_t bytes, fp_dtype dt, uint64_t seed, float 
     fp_test_fill(f, n, seed, lo, hi);
     if (dt == FP_F32) {
         memcpy(h, f, bytes);
+    } else if (dt == FP_FP8_E4M3) {
+        uint8_t *u = h;
+        for (size_t i = 0; i < n; ++i) u[i] = fp_f2e4m3(f[i]);
     } else {
         uint16_t *u = h;
         for (size_t i = 0; i < n; ++i) {
@@ -530,6 +534,34 @@ int main(int argc, char **argv) {
     {
         fp_attention_kernel_info k;
         CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 1 && k.paged == 1);
+    }
+
+    /* fp8 (e4m3) prefill at head_dim 128 with descales: v5 on the emulated
+     * Hopper, V^T into the stream's workspace first (2 launches: the
+     * transpose and the kernel), its tensor maps cached: no allocation,
+     * sync or query per call */
+    memset(&o, 0, sizeof o);
+    {
+        fp_attention_params *p = &o.ap;
+        const int b = 2, sq = 150, sk = 256, hq = 4, hkv = 2, d = 128;
+        snprintf(o.name, sizeof o.name, "attention fp8 prefill b%d sq%d sk%d h%d/%d", b, sq, sk, hq, hkv);
+        fp_attention_params_default(p);
+        p->batch = b; p->seqlen_q = sq; p->seqlen_k = sk; p->heads_q = hq; p->heads_kv = hkv; p->head_dim = d;
+        p->dtype = FP_FP8_E4M3;
+        p->causal = 1;
+        p->q_descale = 0.5f; p->k_descale = 0.25f; p->v_descale = 2.0f;
+        p->q = add_in(&o, (size_t)b * sq * hq * d, FP_FP8_E4M3);
+        p->k = add_in(&o, (size_t)b * sk * hkv * d, FP_FP8_E4M3);
+        p->v = add_in(&o, (size_t)b * sk * hkv * d, FP_FP8_E4M3);
+        p->o = add_out(&o, (size_t)b * sq * hq * d, FP_BF16);
+        p->lse = add_out(&o, (size_t)b * hq * sq, FP_F32);
+    }
+    o.run = run_attn;
+    o.launches = 2;
+    check_op(&o);
+    {
+        fp_attention_kernel_info k;
+        CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 5 && k.num_splits == 1 && !k.fallback[0]);
     }
 
     /* varlen: two packed sequences of 40 and 60 rows */

@@ -17,8 +17,9 @@ fp8 e4m3 inputs (FlashAttention-3's fp8 forward) go through the raw layer:
 dtype="fp8e4m3" (FP_FP8_E4M3; also "float8_e4m3fn" or 3), q / k / v holding
 e4m3 codes (1 byte), o bf16 (2 bytes, its strides in bf16 elements), and
 q_descale / k_descale / v_descale (the real value of a stored element is
-stored x descale; 0 = 1). The fastpath.torch drop-ins and forward_arrays do
-not take fp8 yet.
+stored x descale; 0 = 1). fastpath.torch.attention_with_kvcache takes
+float8_e4m3fn tensors (descale_q / descale_k / descale_v); the other
+fastpath.torch drop-ins and forward_arrays do not take fp8 yet.
 """
 import ctypes
 

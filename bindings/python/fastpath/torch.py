@@ -20,7 +20,9 @@ view of a (batch, seq, heads, dim) buffer, as PyTorch's flash backend).
 attention_with_kvcache is a new API, not a drop-in: q [batch, seqlen_q,
 heads_q, head_dim] against a dense [batch, seqlen_k, heads_kv, head_dim] or
 paged [num_pages, page_size, heads_kv, head_dim] (int32 block_table) KV
-cache, int32 cache_seqlens, bottom-right causal mask, sliding window, lse.
+cache, int32 cache_seqlens, bottom-right causal mask, sliding window, lse;
+float8_e4m3fn q / k_cache / v_cache with descale_q / descale_k / descale_v
+(FlashAttention-3's fp8 forward; out bfloat16).
 What it cannot run (see its docstring) raises TypeError / ValueError rather
 than falling back; it counts in fastpath_count / last_path. attention_varlen
 likewise: packed q [total_q, heads_q, head_dim], k / v [total_k, heads_kv,
@@ -66,6 +68,9 @@ last_path = None
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _DTYPE_IDS = {t: fastpath.DTYPES[name] for t, name in _DTYPES.items()}
+# fp8 e4m3 (FP_FP8_E4M3): an input dtype of attention_with_kvcache only (its
+# output is bfloat16); None when this torch has no float8_e4m3fn.
+_FP8 = getattr(torch, "float8_e4m3fn", None)
 _CUDA_STREAM_LEGACY = 0x1  # cudaStreamLegacy
 _contexts = {}
 _lock = threading.Lock()
@@ -669,16 +674,18 @@ def _int32_table(t, name, device, dims):
         raise ValueError(f"{name}: last dimension must be contiguous")
 
 
-def _check_attn_tensors(fn, names, q, k, v):
+def _check_attn_tensors(fn, names, q, k, v, fp8=False):
     """The checks attention_with_kvcache and attention_varlen share: tensors,
-    one supported dtype and device, no gradient. Returns q's device."""
+    one supported dtype (fp8: float8_e4m3fn too) and device, no gradient.
+    Returns q's device."""
     for name, t in zip(names, (q, k, v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if not _attn.available():
         raise RuntimeError("libfastpath was built without the attention capability")
-    if q.dtype not in _DTYPES:
-        raise TypeError(f"q dtype {q.dtype} not supported (float16, bfloat16, float32)")
+    if q.dtype not in _DTYPES and not (fp8 and _FP8 is not None and q.dtype == _FP8):
+        raise TypeError(f"q dtype {q.dtype} not supported (float16, bfloat16, float32"
+                        f"{', float8_e4m3fn' if fp8 and _FP8 is not None else ''})")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"{', '.join(names)} dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
     dev = q.device
@@ -720,6 +727,30 @@ def _mask_scale(window_size, causal, softmax_scale):
     return wl, wr, sm_scale
 
 
+def _descale(x, name, fp8):
+    """A descale argument as a float (None: 1.0): a Python real or a
+    1-element CPU tensor (a CUDA tensor would need a synchronization to read).
+    Other than 1 without fp8 inputs: ValueError. Its range (finite, > 0; 0
+    means 1) is the library's check."""
+    if x is None:
+        return 1.0
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "cpu":
+            raise TypeError(f"{name} is a tensor on {x.device}: reading it would synchronize; "
+                            "pass a Python float (or a 1-element CPU tensor)")
+        if x.numel() != 1:
+            raise ValueError(f"{name} must hold one element, got shape {tuple(x.shape)}")
+        x = float(x.item())
+    elif isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {type(x).__name__}")
+    else:
+        x = float(x)
+    if not fp8 and x != 1.0:
+        raise ValueError(f"{name} = {x!r}: descales apply to float8_e4m3fn inputs only "
+                         "(other dtypes take None or 1)")
+    return x
+
+
 def _forward_or_value_error(fn, q, p):
     """fp_attention_forward(p) on q's context; the library's argument errors
     as ValueError naming fn."""
@@ -734,10 +765,12 @@ def _forward_or_value_error(fn, q, p):
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None,
                            softmax_scale=None, causal=False, window_size=(-1, -1),
-                           return_lse=False):
+                           return_lse=False, *, descale_q=None, descale_k=None, descale_v=None):
     """Decode / chunked-prefill attention of q against a KV cache, in the style
     of FlashAttention's flash_attn_with_kvcache (without appending new keys:
-    write them into the cache first), by libfastpath's fp_attention_forward.
+    write them into the cache first), by libfastpath's fp_attention_forward;
+    fp8 inputs with per-tensor descales as FlashAttention-3's
+    flash_attn_func(..., descale_q, descale_k, descale_v).
 
     q        [batch, seqlen_q, heads_q, head_dim]
     k_cache, v_cache
@@ -757,15 +790,30 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
              window_size[1] to 0
     window_size     (left, right) sliding window around that diagonal, -1 =
              unbounded
-    Returns out [batch, seqlen_q, heads_q, head_dim] in q's dtype (and with
-    return_lse, lse [batch, heads_q, seqlen_q] float32, natural log). A query
-    row that keeps no key (e.g. cache_seqlens 0) gets out = 0 and lse = -inf.
+    descale_q, descale_k, descale_v   (keyword-only)
+             with float8_e4m3fn q / k_cache / v_cache: the real value of a
+             stored element is stored x descale (one per tensor); Python
+             numbers or 1-element CPU tensors (a CUDA tensor is a TypeError:
+             reading it would synchronize, pass a float; under torch.compile
+             a tensor of any device is, as its value cannot become the
+             operator's float argument), None = 1.0; finite and > 0 (the
+             library's check: ValueError; 0 is taken as 1, as it does). With
+             the other dtypes None or 1 only (else ValueError).
+    Returns out [batch, seqlen_q, heads_q, head_dim] in q's dtype, bfloat16
+    for float8_e4m3fn inputs (and with return_lse, lse [batch, heads_q,
+    seqlen_q] float32, natural log, of the scores softmax_scale x descale_q x
+    descale_k x q k^T). A query row that keeps no key (e.g. cache_seqlens 0)
+    gets out = 0 and lse = -inf.
 
     Supported: CPU or CUDA tensors, all on one device; q, k_cache, v_cache of
-    one dtype among float16 / bfloat16 / float32; head_dim a multiple of 8 in
-    [8, 256]; heads_q a multiple of heads_kv (GQA / MQA). Any strides with
-    head_dim contiguous are passed without copies (e.g. q a slice of a fused
-    QKV tensor); on CUDA pointers and strides must be 16-byte aligned.
+    one dtype among float16 / bfloat16 / float32, or all float8_e4m3fn (when
+    torch has it); head_dim a multiple of 8 in [8, 256]; heads_q a multiple
+    of heads_kv (GQA / MQA). Any strides with head_dim contiguous are passed
+    without copies (e.g. q a slice of a fused QKV tensor); on CUDA pointers
+    and strides must be 16-byte aligned. float8_e4m3fn runs every shape and
+    option on the CPU; on CUDA only on Hopper (sm_90) at head_dim 128 with a
+    dense cache (no block_table): elsewhere the library refuses it, which
+    raises ValueError as its other refusals do (no fallback).
     cache_seqlens and block_table are checked on the CPU; on CUDA they are
     not read back (no synchronization): an out-of-range value there gives an
     unspecified result for that sequence (never an access outside the
@@ -775,8 +823,14 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     values); there is no fallback to torch."""
     if _compiling():
         return _compiled_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal,
-                                 window_size, return_lse)
-    dev = _check_attn_tensors("attention_with_kvcache", ("q", "k_cache", "v_cache"), q, k_cache, v_cache)
+                                 window_size, return_lse, descale_q, descale_k, descale_v)
+    dev = _check_attn_tensors("attention_with_kvcache", ("q", "k_cache", "v_cache"), q, k_cache, v_cache,
+                              fp8=True)
+    fp8 = q.dtype == _FP8  # all three (checked): descales, bf16 out
+    if fp8 or descale_q is not None or descale_k is not None or descale_v is not None:
+        dq = _descale(descale_q, "descale_q", fp8)
+        dk = _descale(descale_k, "descale_k", fp8)
+        dv = _descale(descale_v, "descale_v", fp8)
     if q.dim() != 4 or k_cache.dim() != 4 or v_cache.dim() != 4:
         raise ValueError("q, k_cache, v_cache must be 4-d")
     if k_cache.shape != v_cache.shape:
@@ -832,16 +886,18 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
                                      f"[{lo}, {hi}])")
             seqlens = cache_seqlens
 
-    out = q.new_empty(B, Lq, Hq, D)  # q's dtype and device
+    # q's dtype (fp8: bfloat16, strides in its elements) and device
+    out = q.new_empty(B, Lq, Hq, D, dtype=torch.bfloat16 if fp8 else None)
     lse = torch.empty((B, Hq, Lq), dtype=torch.float32, device=dev) if return_lse else None
     if B == 0 or Lq == 0 or Hq == 0:
         return (out, lse) if return_lse else out
     qs, ks = _kv_strides(q, "q"), _kv_strides(k_cache, "k_cache")
     vs, os_ = _kv_strides(v_cache, "v_cache"), _kv_strides(out, "out")
-    p = _attn._params(B, Lq, Lk, Hq, Hkv, D, _DTYPE_IDS[q.dtype], q.data_ptr(), qs,
-                      k_cache.data_ptr(), ks, v_cache.data_ptr(), vs, out.data_ptr(), os_,
-                      sm_scale, int(bool(causal)), wl, wr, lse=_ptr(lse), seqlens_k=_ptr(seqlens),
-                      **bt_kw)
+    fp8_kw = dict(q_descale=dq, k_descale=dk, v_descale=dv) if fp8 else {}
+    p = _attn._params(B, Lq, Lk, Hq, Hkv, D, _attn._FP8_E4M3 if fp8 else _DTYPE_IDS[q.dtype],
+                      q.data_ptr(), qs, k_cache.data_ptr(), ks, v_cache.data_ptr(), vs,
+                      out.data_ptr(), os_, sm_scale, int(bool(causal)), wl, wr, lse=_ptr(lse),
+                      seqlens_k=_ptr(seqlens), **bt_kw, **fp8_kw)
     _forward_or_value_error("attention_with_kvcache", q, p)
     return (out, lse) if return_lse else out
 
@@ -1077,19 +1133,23 @@ if _COMPILE_OPS:
     def _op_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     cache_seqlens: Optional[torch.Tensor], cache_seqlen: int, block_table: Optional[torch.Tensor],
                     softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
-                    return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-        """attention_with_kvcache (cache_seqlen >= 0: one length for every sequence); lse empty unless asked."""
+                    return_lse: bool, descale_q: float = 1.0, descale_k: float = 1.0,
+                    descale_v: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
+        """attention_with_kvcache (cache_seqlen >= 0: one length for every sequence); lse empty unless asked;
+        the descales of float8_e4m3fn inputs (1.0 with the other dtypes), out then bfloat16."""
         lens = cache_seqlens if cache_seqlens is not None else (cache_seqlen if cache_seqlen >= 0 else None)
         r = attention_with_kvcache(q, k_cache, v_cache, lens, block_table, softmax_scale, causal,
-                                   (window_left, window_right), return_lse)
+                                   (window_left, window_right), return_lse, descale_q=descale_q,
+                                   descale_k=descale_k, descale_v=descale_v)
         return r if return_lse else (r, _no_tensor(q, torch.float32))
 
     @_op_kvcache.register_fake
     def _(q, k_cache, v_cache, cache_seqlens, cache_seqlen, block_table, softmax_scale, causal, window_left,
-          window_right, return_lse):
+          window_right, return_lse, descale_q=1.0, descale_k=1.0, descale_v=1.0):
         B, Lq, Hq, D = q.shape
         lse = q.new_empty(B, Hq, Lq, dtype=torch.float32) if return_lse else _no_tensor(q, torch.float32)
-        return q.new_empty(B, Lq, Hq, D), lse
+        fp8 = _FP8 is not None and q.dtype == _FP8
+        return q.new_empty(B, Lq, Hq, D, dtype=torch.bfloat16 if fp8 else None), lse
 
     @torch.library.custom_op("fastpath::attention_varlen", mutates_args=())
     def _op_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -1129,10 +1189,26 @@ def _compiled_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     return (out, lse) if return_lse else out
 
 
+def _compiled_descale(x, name):
+    """A descale as the operator's float argument while Dynamo traces (None:
+    1.0). A tensor is refused: a CUDA one would need a synchronization, and
+    a CPU one's value (.item()) would break the graph or, under
+    fullgraph=True, reach the operator as a symbolic float it cannot take."""
+    if x is None:
+        return 1.0
+    if isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: pass a Python float under torch.compile, not a tensor on "
+                        f"{x.device} (its value cannot be a float argument of the graph)")
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {type(x).__name__}")
+    return float(x)
+
+
 def _compiled_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, window_size,
-                      return_lse):
+                      return_lse, descale_q=None, descale_k=None, descale_v=None):
     """While Dynamo traces: fastpath::attention_kvcache (the argument types
-    checked here, the rest by the eager body when the graph runs)."""
+    checked here, the rest, descale values included, by the eager body when
+    the graph runs)."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -1153,7 +1229,9 @@ def _compiled_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, softmax_s
         lens_i = int(cache_seqlens)
     out, lse = torch.ops.fastpath.attention_kvcache(
         q, k_cache, v_cache, lens_t, lens_i, block_table,
-        None if softmax_scale is None else float(softmax_scale), bool(causal), wl, wr, bool(return_lse))
+        None if softmax_scale is None else float(softmax_scale), bool(causal), wl, wr, bool(return_lse),
+        _compiled_descale(descale_q, "descale_q"), _compiled_descale(descale_k, "descale_k"),
+        _compiled_descale(descale_v, "descale_v"))
     return (out, lse) if return_lse else out
 
 
