@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "attention/attention_internal.h"
-#include "attention/attention_sm90_layout.h"
 #include "attn_emu_util.h"
 #include "cuda_emu.h"
 #include "half.h"
