@@ -446,6 +446,50 @@ static void ran_text(fp_status st, char *buf, size_t n) {
 /* What pref_fn ran (one more call): "flash_v1 x16". */
 static void ran_with(pref_run *r, char *buf, size_t n) { ran_text(pref_fn(r, NULL), buf, n); }
 
+/* The A/B of a row r: base against opt (pref_fn, outputs o1 / o2 of dt
+ * compared within atol / rtol, < 0: dt's default) unless setup failed (st),
+ * the TFLOP/s of each side under base_metric / opt_metric, the kernels that
+ * ran in the note (base_tag after the baseline's). */
+static void pref_ab(fb_run *run, fb_result *r, fp_status st, pref_run *base, pref_run *opt, void *o1, void *o2,
+                    size_t n, fp_dtype dt, double atol, double rtol, double bytes, double flops,
+                    const char *base_metric, const char *opt_metric, const char *base_tag) {
+    fp_ab_report rep;
+    if (st == FP_OK) st = ab_outputs_tol(run, pref_fn, base, pref_fn, opt, o1, o2, n, dt, atol, rtol, bytes, flops, &rep);
+    if (st != FP_OK) {
+        fb_result_fail(r, st, fp_last_error());
+        return;
+    }
+    char b[320], o[320];
+    ran_with(base, b, sizeof b);
+    ran_with(opt, o, sizeof o);
+    fb_result_set_ab(r, &rep);
+    fb_result_metric(r, base_metric, spec_flops_tflops(flops, rep.baseline.median_ms));
+    fb_result_metric(r, opt_metric, spec_flops_tflops(flops, rep.optimized.median_ms));
+    fb_result_note(r, "baseline %s%s, optimized %s", b, base_tag, o);
+}
+
+/* A shape's tensors: Q (nq elements) and K, V (nkv) random in [-1, 1) of
+ * dt, two outputs of nq elements. attn_bufs_free frees what was allocated. */
+typedef struct attn_bufs {
+    void *q, *k, *v, *o1, *o2;
+} attn_bufs;
+static fp_status attn_bufs_alloc(fp_context *ctx, fp_dtype dt, size_t nq, size_t nkv, attn_bufs *b) {
+    memset(b, 0, sizeof *b);
+    fp_status st = fb_alloc_random(ctx, nq, dt, 1, -1.0f, 1.0f, &b->q);
+    if (st == FP_OK) st = fb_alloc_random(ctx, nkv, dt, 2, -1.0f, 1.0f, &b->k);
+    if (st == FP_OK) st = fb_alloc_random(ctx, nkv, dt, 3, -1.0f, 1.0f, &b->v);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * fp_dtype_size(dt), &b->o1);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * fp_dtype_size(dt), &b->o2);
+    return st;
+}
+static void attn_bufs_free(fp_context *ctx, attn_bufs *b) {
+    fp_mem_free(ctx, b->q);
+    fp_mem_free(ctx, b->k);
+    fp_mem_free(ctx, b->v);
+    fp_mem_free(ctx, b->o1);
+    fp_mem_free(ctx, b->o2);
+}
+
 static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt) {
     fp_context *ctx = fb_ctx(run);
     const fp_device_info *dev = fb_device(run);
@@ -459,17 +503,14 @@ static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt) 
     fb_param_int(r, "heads_kv", hkv);
     fb_param_int(r, "head_dim", d);
     const size_t elt = fp_dtype_size(dt), nq = (size_t)batch * hq * d, nk = (size_t)batch * sk * hkv * d;
-    void *q = NULL, *k = NULL, *v = NULL, *o1 = NULL, *o2 = NULL;
-    fp_status st = fb_alloc_random(ctx, nq, dt, 1, -1.0f, 1.0f, &q);
-    if (st == FP_OK) st = fb_alloc_random(ctx, nk, dt, 2, -1.0f, 1.0f, &k);
-    if (st == FP_OK) st = fb_alloc_random(ctx, nk, dt, 3, -1.0f, 1.0f, &v);
-    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * elt, &o1);
-    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * elt, &o2);
+    attn_bufs B;
+    fp_status st = attn_bufs_alloc(ctx, dt, nq, nk, &B);
+    void *o1 = B.o1, *o2 = B.o2;
     fp_attention_params p1, p2;
     fp_attention_params_default(&p1);
     p1.batch = batch; p1.seqlen_q = 1; p1.seqlen_k = sk;
     p1.heads_q = hq; p1.heads_kv = hkv; p1.head_dim = d; p1.dtype = dt;
-    p1.q = q; p1.k = k; p1.v = v; p1.o = o1;
+    p1.q = B.q; p1.k = B.k; p1.v = B.v; p1.o = o1;
     p2 = p1;
     p2.o = o2;
     pref_run base = {ctx, &p1, 0}, v6 = {ctx, &p2, 6};
@@ -493,11 +534,7 @@ static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt) 
         fb_result_fail(r, st, fp_last_error());
     }
     fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
-    fp_mem_free(ctx, q);
-    fp_mem_free(ctx, k);
-    fp_mem_free(ctx, v);
-    fp_mem_free(ctx, o1);
-    fp_mem_free(ctx, o2);
+    attn_bufs_free(ctx, &B);
 }
 
 static fp_status run_decode_versions(fb_run *run) {
@@ -554,12 +591,9 @@ static void run_varlen_shape(fb_run *run, const int *lens, int nseq, int d, int 
     fb_param_int(r, "head_dim", d);
     fb_param_int(r, "causal", causal);
     const size_t elt = fp_dtype_size(dt), n = (size_t)total * hq * d;
-    void *q = NULL, *k = NULL, *v = NULL, *o1 = NULL, *o2 = NULL, *cu_d = NULL;
-    fp_status st = fb_alloc_random(ctx, n, dt, 1, -1.0f, 1.0f, &q);
-    if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, 2, -1.0f, 1.0f, &k);
-    if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, 3, -1.0f, 1.0f, &v);
-    if (st == FP_OK) st = fp_mem_alloc(ctx, n * elt, &o1);
-    if (st == FP_OK) st = fp_mem_alloc(ctx, n * elt, &o2);
+    attn_bufs B;
+    void *cu_d = NULL;
+    fp_status st = attn_bufs_alloc(ctx, dt, n, n, &B);
     if (st == FP_OK) st = fp_mem_alloc(ctx, sizeof cu, &cu_d);
     if (st == FP_OK) st = fp_mem_upload(ctx, cu_d, cu, sizeof cu, NULL);
     if (st == FP_OK) st = fp_context_synchronize(ctx, NULL); /* cu lives on this frame */
@@ -567,31 +601,15 @@ static void run_varlen_shape(fb_run *run, const int *lens, int nseq, int d, int 
     fp_attention_params_default(&p1);
     p1.batch = nseq; p1.seqlen_q = p1.seqlen_k = maxlen; p1.heads_q = p1.heads_kv = hq;
     p1.head_dim = d; p1.dtype = dt; p1.causal = causal;
-    p1.q = q; p1.k = k; p1.v = v; p1.o = o1;
+    p1.q = B.q; p1.k = B.k; p1.v = B.v; p1.o = B.o1;
     p1.cu_seqlens_q = p1.cu_seqlens_k = cu_d;
     p2 = p1;
-    p2.o = o2;
+    p2.o = B.o2;
     p2.total_k = total;
-    flash_only base = {ctx, &p1}, opt = {ctx, &p2};
-    fp_ab_report rep;
-    if (st == FP_OK)
-        st = ab_outputs(run, flash_fn, &base, flash_fn, &opt, o1, o2, n, dt, 4.0 * (double)n * (double)elt, flops, &rep);
-    if (st == FP_OK) {
-        char b[320], o[320];
-        ran_text(fp_attention_forward(ctx, NULL, &p1), b, sizeof b);
-        ran_text(fp_attention_forward(ctx, NULL, &p2), o, sizeof o);
-        fb_result_set_ab(r, &rep);
-        fb_result_metric(r, "no_total_k_tflops", spec_flops_tflops(flops, rep.baseline.median_ms));
-        fb_result_metric(r, "total_k_tflops", spec_flops_tflops(flops, rep.optimized.median_ms));
-        fb_result_note(r, "baseline %s, optimized %s", b, o);
-    } else {
-        fb_result_fail(r, st, fp_last_error());
-    }
-    fp_mem_free(ctx, q);
-    fp_mem_free(ctx, k);
-    fp_mem_free(ctx, v);
-    fp_mem_free(ctx, o1);
-    fp_mem_free(ctx, o2);
+    pref_run base = {ctx, &p1, 0}, opt = {ctx, &p2, 0};
+    pref_ab(run, r, st, &base, &opt, B.o1, B.o2, n, dt, -1.0, -1.0, 4.0 * (double)n * (double)elt, flops,
+            "no_total_k_tflops", "total_k_tflops", "");
+    attn_bufs_free(ctx, &B);
     fp_mem_free(ctx, cu_d);
 }
 
@@ -650,28 +668,6 @@ static double paged_flops(const paged_shape *s) {
  * compared) unless setup failed (st), the TFLOP/s of each side under
  * base_metric / opt_metric, the kernels that ran in the note (base_tag after
  * the baseline's). */
-/* The A/B of a row r: base against opt (pref_fn, outputs o1 / o2 of dt
- * compared within atol / rtol, < 0: dt's default) unless setup failed (st),
- * the TFLOP/s of each side under base_metric / opt_metric, the kernels that
- * ran in the note (base_tag after the baseline's). */
-static void pref_ab(fb_run *run, fb_result *r, fp_status st, pref_run *base, pref_run *opt, void *o1, void *o2,
-                    size_t n, fp_dtype dt, double atol, double rtol, double bytes, double flops,
-                    const char *base_metric, const char *opt_metric, const char *base_tag) {
-    fp_ab_report rep;
-    if (st == FP_OK) st = ab_outputs_tol(run, pref_fn, base, pref_fn, opt, o1, o2, n, dt, atol, rtol, bytes, flops, &rep);
-    if (st != FP_OK) {
-        fb_result_fail(r, st, fp_last_error());
-        return;
-    }
-    char b[320], o[320];
-    ran_with(base, b, sizeof b);
-    ran_with(opt, o, sizeof o);
-    fb_result_set_ab(r, &rep);
-    fb_result_metric(r, base_metric, spec_flops_tflops(flops, rep.baseline.median_ms));
-    fb_result_metric(r, opt_metric, spec_flops_tflops(flops, rep.optimized.median_ms));
-    fb_result_note(r, "baseline %s%s, optimized %s", b, base_tag, o);
-}
-
 static void paged_ab(fb_run *run, const paged_shape *s, const char *versions, fp_status st, pref_run *base,
                      pref_run *opt, void *o1, void *o2, size_t n, double bytes, double flops, const char *base_metric,
                      const char *opt_metric, const char *base_tag) {
@@ -697,7 +693,8 @@ static void run_paged_shape(fb_run *run, const paged_shape *s) {
     const double flops = paged_flops(s);
     /* the table: sequence b's page j is a shuffled page of the pool */
     int32_t *table = malloc(sizeof(int32_t) * (size_t)num_pages);
-    void *q = NULL, *kp = NULL, *vp = NULL, *kd = NULL, *vd = NULL, *o1 = NULL, *o2 = NULL, *bt = NULL;
+    attn_bufs B = {NULL, NULL, NULL, NULL, NULL}; /* K, V: the page pools */
+    void *kd = NULL, *vd = NULL, *bt = NULL;
     fp_status st = table ? FP_OK : FP_ERR_OUT_OF_MEMORY;
     if (st == FP_OK) {
         for (int i = 0; i < num_pages; ++i) table[i] = i;
@@ -711,21 +708,18 @@ static void run_paged_shape(fb_run *run, const paged_shape *s) {
             table[i] = table[j];
             table[j] = t;
         }
-        st = fb_alloc_random(ctx, nq, s->dt, 1, -1.0f, 1.0f, &q);
+        st = attn_bufs_alloc(ctx, s->dt, nq, n_pool, &B);
     }
-    if (st == FP_OK) st = fb_alloc_random(ctx, n_pool, s->dt, 2, -1.0f, 1.0f, &kp);
-    if (st == FP_OK) st = fb_alloc_random(ctx, n_pool, s->dt, 3, -1.0f, 1.0f, &vp);
     if (st == FP_OK) st = fp_mem_alloc(ctx, n_dense * elt, &kd);
     if (st == FP_OK) st = fp_mem_alloc(ctx, n_dense * elt, &vd);
-    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * elt, &o1);
-    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * elt, &o2);
+    void *o1 = B.o1, *o2 = B.o2;
     if (st == FP_OK) st = fp_mem_alloc(ctx, sizeof(int32_t) * (size_t)num_pages, &bt);
     if (st == FP_OK) st = fp_mem_upload(ctx, bt, table, sizeof(int32_t) * (size_t)num_pages, NULL);
     fp_attention_params pp, pd;
     fp_attention_params_default(&pp);
     pp.batch = s->batch; pp.seqlen_q = s->sq; pp.seqlen_k = s->sk; pp.heads_q = s->hq; pp.heads_kv = s->hkv;
     pp.head_dim = s->d; pp.dtype = s->dt; pp.causal = s->causal;
-    pp.q = q; pp.k = kp; pp.v = vp; pp.o = o1;
+    pp.q = B.q; pp.k = B.k; pp.v = B.v; pp.o = o1;
     pp.block_table = bt; pp.block_table_stride = per_seq; pp.page_size = s->page; pp.num_pages = num_pages;
     pd = pp;
     pd.k = kd; pd.v = vd;
@@ -747,13 +741,9 @@ static void run_paged_shape(fb_run *run, const paged_shape *s) {
              " (dense)");
     fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
     free(table);
-    fp_mem_free(ctx, q);
-    fp_mem_free(ctx, kp);
-    fp_mem_free(ctx, vp);
+    attn_bufs_free(ctx, &B);
     fp_mem_free(ctx, kd);
     fp_mem_free(ctx, vd);
-    fp_mem_free(ctx, o1);
-    fp_mem_free(ctx, o2);
     fp_mem_free(ctx, bt);
 }
 

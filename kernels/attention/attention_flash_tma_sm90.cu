@@ -1024,13 +1024,29 @@ template <auto Kernel, typename T, int D, int V> fp_status check_entry_regs() {
 #endif
 }
 
+// The kernel of version V (5, 8, 10) for T, D (v10: head_dim 64 only;
+// if constexpr: fp8 has no v10 instantiation).
+template <typename T, int D, int V> constexpr auto tma_kernel() {
+    static_assert(V == 5 || V == 8 || (V == 10 && D == 64), "v5, v8 and v10 (head_dim 64)");
+    if constexpr (V == 10) return attention_flash_fwd_v10<T, 64>;
+    else if constexpr (V == 8) return attention_flash_fwd_v8<T, D>;
+    else return attention_flash_fwd_v5<T, D>;
+}
+// What a launch runs before the kernel (after every check): nothing.
+struct no_prologue {
+    cudaError_t operator()() const { return cudaSuccess; }
+};
+
 // v5, v8 or v10 (V), the same launch (v10: three consumer warpgroups,
-// 192-row query tiles, 512 threads).
-template <typename T, int D, int V>
+// 192-row query tiles, 512 threads). fp8 (T e4m3): V is V^T at v_base (its
+// map mv), which `prologue` writes first (launch_fp8); O bf16.
+template <typename T, int D, int V, class Prologue = no_prologue>
 fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
-                    encode_tiled_fn enc, cudaStream_t stream) {
+                    encode_tiled_fn enc, cudaStream_t stream, const void *v_base = nullptr,
+                    Prologue prologue = {}) {
     constexpr int W = fp_tma::consumer_wgs<V>();
-    using Tr = fp_tma::traits_v5<D, W>;
+    using Tr = fp_tma::traits_v5<layout_cols<T, D>(), W>;
+    using To = typename std::conditional<sizeof(T) == 1, __nv_bfloat16, T>::type;
     flash_params p = make_flash_params(a, Tr::kBr, num_splits);
     if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
         return fp_set_error(FP_ERR_UNSUPPORTED,
@@ -1038,19 +1054,21 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
                             p.m_tiles, num_splits, a->heads_kv, a->batch);
     CUtensorMap tm_k, tm_v;
     FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
-    FP_TRY(encode_kv_cached(enc, a, a->v, mv, "V", &tm_v));
-    const size_t smem = fp_tma::smem_bytes<D, 1, W>();
-    static_assert(V == 5 || V == 8 || (V == 10 && D == 64), "launch_v5 runs v5, v8 and v10 (head_dim 64)");
-    constexpr auto kernel = V == 10 ? attention_flash_fwd_v10<T, 64>
-                            : V == 8 ? attention_flash_fwd_v8<T, D>
-                                     : attention_flash_fwd_v5<T, D>;
+    FP_TRY(encode_kv_cached(enc, a, v_base ? v_base : a->v, mv, v_base ? "V^T" : "V", &tm_v));
+    const size_t smem = fp_tma::smem_bytes<layout_cols<T, D>(), 1, W>();
+    constexpr auto kernel = tma_kernel<T, D, V>();
     FP_TRY((check_entry_regs<kernel, T, D, V>()));
     FP_TRY(smem_opt_in<kernel>(smem));
 #if defined(FP_KERNEL_WATCHDOG) && !defined(FP_CUDA_EMU)
     fp_watchdog::arm(stream); // the checked build: where a timed-out wait reports (kernel_watchdog.cuh)
 #endif
-    const char *what = V == 10 ? "attention flash v10" : V == 8 ? "attention flash v8" : "attention flash v5";
-    return run_with_partials<T, D>(a, p, stream, what, false, [&](flash_params &q) {
+    const char *what = sizeof(T) == 1 ? (V == 8 ? "attention flash v8 (fp8)" : "attention flash v5 (fp8)")
+                       : V == 10      ? "attention flash v10"
+                       : V == 8       ? "attention flash v8"
+                                      : "attention flash v5";
+    const cudaError_t pe = prologue();
+    if (pe != cudaSuccess) return fp_set_error(FP_ERR_CUDA, "%s: V^T launch: %s", what, cudaGetErrorString(pe));
+    return run_with_partials<To, D>(a, p, stream, what, false, [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
         return launch_smem<kernel>(grid, Tr::kThreads, smem, stream, pdl_of(a), q, tm_k, tm_v);
     });
@@ -1172,15 +1190,11 @@ fp_status launch_fp8(const fp_attn_args *a, const fp_tma::kv_map &mk, encode_til
     constexpr int D = 128, DL = layout_cols<T, D>();
     using Tr = fp_tma::traits_v5<DL>;
     static_assert(Tr::kBc == 128 && DL == 64, "V^T tiles of 128 keys (bytes) x 128 rows");
-    const char *what = V == 8 ? "attention flash v8 (fp8)" : "attention flash v5 (fp8)";
-    flash_params p = make_flash_params(a, Tr::kBr, 1);
-    if ((int64_t)p.m_tiles > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
-        return fp_set_error(FP_ERR_UNSUPPORTED, "%s: grid too large (m_tiles %d, heads_kv %d, batch %d)", what,
-                            p.m_tiles, a->heads_kv, a->batch);
     const int64_t skp = ((int64_t)a->seqlen_k + Tr::kBc - 1) / Tr::kBc * Tr::kBc;
     const int64_t head_bytes = skp * D; // one (batch, KV head) of V^T
     if (skp > 2147483647LL - 2 * Tr::kBc || head_bytes * a->heads_kv >= (int64_t(1) << 40))
-        return fp_set_error(FP_ERR_UNSUPPORTED, "%s: seqlen_k %d too long for V^T's tensor map", what, a->seqlen_k);
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash v%d (fp8): seqlen_k %d too long for V^T's tensor map",
+                            V, a->seqlen_k);
     fp_tma::kv_map mv; // V^T: (skp keys, D rows, heads_kv, batch), byte strides
     mv.dims[0] = (uint64_t)skp;
     mv.dims[1] = (uint64_t)D;
@@ -1192,31 +1206,15 @@ fp_status launch_fp8(const fp_attn_args *a, const fp_tma::kv_map &mk, encode_til
     mv.box[0] = (uint32_t)Tr::kBc;
     mv.box[1] = (uint32_t)D;
     mv.box[2] = mv.box[3] = 1;
-    constexpr auto kernel = V == 8 ? attention_flash_fwd_v8<T, D> : attention_flash_fwd_v5<T, D>;
-    FP_TRY((check_entry_regs<kernel, T, D, V>()));
-    const size_t smem = fp_tma::smem_bytes<DL>();
-    FP_TRY(smem_opt_in<kernel>(smem));
     fp_scratch vt = {nullptr, nullptr, nullptr, nullptr};
-    FP_TRY(fp_ctx_scratch_get(a->ctx, stream, (size_t)(head_bytes * a->heads_kv * a->batch), what, &vt));
-    CUtensorMap tm_k, tm_v;
-    fp_status st = encode_kv_cached(enc, a, a->k, mk, "K", &tm_k);
-    if (st == FP_OK) st = encode_kv_cached(enc, a, vt.ptr, mv, "V^T", &tm_v);
-    if (st == FP_OK) {
-#if defined(FP_KERNEL_WATCHDOG) && !defined(FP_CUDA_EMU)
-        fp_watchdog::arm(stream);
-#endif
-        cudaError_t err = fp_pdl::launch<fp8_transpose_v>(
+    FP_TRY(fp_ctx_scratch_get(a->ctx, stream, (size_t)(head_bytes * a->heads_kv * a->batch),
+                              "attention flash (fp8 V^T)", &vt));
+    const fp_status st = launch_v5<T, D, V>(a, 1, mk, mv, enc, stream, vt.ptr, [&] {
+        return fp_pdl::launch<fp8_transpose_v>(
             dim3((unsigned)(skp / Tr::kBc), (unsigned)a->heads_kv, (unsigned)a->batch), dim3(kVtThreads),
             (size_t)128 * kVtPitch, stream, pdl_of(a), static_cast<const uint8_t *>(a->v), a->v_bs, a->v_ss,
             a->v_hs, a->seqlens_k, a->seqlen_k, (int)skp, 0, static_cast<uint8_t *>(vt.ptr));
-        if (err != cudaSuccess)
-            st = fp_set_error(FP_ERR_CUDA, "%s: V^T launch: %s", what, cudaGetErrorString(err));
-        else
-            st = run_with_partials<__nv_bfloat16, D>(a, p, stream, what, false, [&](flash_params &q) {
-                dim3 grid((unsigned)q.m_tiles, (unsigned)a->heads_kv, (unsigned)a->batch);
-                return launch_smem<kernel>(grid, Tr::kThreads, smem, stream, pdl_of(a), q, tm_k, tm_v);
-            });
-    }
+    });
     const fp_status put = fp_ctx_scratch_put(&vt); // stream-ordered: the kernels above still read it
     return st != FP_OK ? st : put;
 }
@@ -1259,30 +1257,26 @@ extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, i
     if (version != 5 && version != 8 && version != 9 && version != 10)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "flash kernel version %d (the TMA kernels are 5, 8, 9 and 10)", version);
-    if (a->dtype == FP_FP8_E4M3) {
+    const bool fp8 = a->dtype == FP_FP8_E4M3; // V as V^T (launch_fp8): its own checks
+    if (fp8) {
         FP_TRY(fp8_check_args(a, version, num_splits));
-        fp_tma::kv_map mk;
-        FP_TRY(kv_layout(a, version, a->k, a->k_ss, a->k_hs, a->k_bs, "K", &mk));
-        FP_TRY(sm90_check_device(version, "wgmma, TMA"));
-        fp_status st = FP_OK;
-        const encode_tiled_fn enc = encode_tiled(&st);
-        if (!enc) return st;
-        return version == 8 ? launch_fp8<8>(a, mk, enc, stream) : launch_fp8<5>(a, mk, enc, stream);
+    } else {
+        // varlen: with total_k; paged: page sizes of multiples of 8 (kv_layout)
+        FP_TRY(sm90_check_args(a, version, num_splits, true, version != 9));
+        if (version == 10 && a->head_dim != 64)
+            return fp_set_error(FP_ERR_UNSUPPORTED,
+                                "attention flash kernel v10 (three consumer warpgroups) takes head_dim 64 only (got "
+                                "%d): at 128 a consumer thread's S, O and P do not fit its 160 registers",
+                                a->head_dim);
     }
-    // varlen: with total_k; paged: page sizes of multiples of 8 (kv_layout)
-    FP_TRY(sm90_check_args(a, version, num_splits, true, version != 9));
-    if (version == 10 && a->head_dim != 64)
-        return fp_set_error(FP_ERR_UNSUPPORTED,
-                            "attention flash kernel v10 (three consumer warpgroups) takes head_dim 64 only (got "
-                            "%d): at 128 a consumer thread's S, O and P do not fit its 160 registers",
-                            a->head_dim);
     fp_tma::kv_map mk, mv;
     FP_TRY(kv_layout(a, version, a->k, a->k_ss, a->k_hs, a->k_bs, "K", &mk));
-    FP_TRY(kv_layout(a, version, a->v, a->v_ss, a->v_hs, a->v_bs, "V", &mv));
+    if (!fp8) FP_TRY(kv_layout(a, version, a->v, a->v_ss, a->v_hs, a->v_bs, "V", &mv));
     FP_TRY(sm90_check_device(version, "wgmma, TMA"));
     fp_status st = FP_OK;
     const encode_tiled_fn enc = encode_tiled(&st);
     if (!enc) return st;
+    if (fp8) return version == 8 ? launch_fp8<8>(a, mk, enc, stream) : launch_fp8<5>(a, mk, enc, stream);
     if (version == 9) return dispatch_tma<9>(a, num_splits, mk, mv, enc, stream);
     if (version == 10) return dispatch_tma<10>(a, num_splits, mk, mv, enc, stream);
     return version == 8 ? dispatch_tma<8>(a, num_splits, mk, mv, enc, stream)

@@ -33,6 +33,16 @@
 
 static const int kGuard = 64; // elements after O and lse that must stay untouched
 
+// After a refusal: whether O lost its poison (said on stderr).
+static bool o_written(const emu_data &X, int version, const char *name) {
+    for (h16 x : X.o)
+        if (x != 0xFFFF) {
+            fprintf(stderr, "v%d %s: refused, but O written\n", version, name);
+            return true;
+        }
+    return false;
+}
+
 static bool run_case(const emu_case &c, int version, emu_rng &rng, fp_context *ctx = nullptr) {
     emu_data X;
     emu_args E;
@@ -214,12 +224,7 @@ int main(int argc, char **argv) {
                 failures++;
                 continue;
             }
-            for (h16 x : X.o)
-                if (x != 0xFFFF) {
-                    fprintf(stderr, "v%d %s: refused, but O written\n", version, c.name);
-                    failures++;
-                    break;
-                }
+            if (o_written(X, version, c.name)) failures++;
         }
     // Paged KV: v3, v4 and v9 refuse it; v5, v8 and v10 refuse page sizes
     // that are not multiples of 8 (a TMA box of whole 8-row swizzle
@@ -244,12 +249,7 @@ int main(int argc, char **argv) {
                 failures++;
                 continue;
             }
-            for (h16 x : X.o)
-                if (x != 0xFFFF) {
-                    fprintf(stderr, "v%d %s: refused, but O written\n", version, c.name);
-                    failures++;
-                    break;
-                }
+            if (o_written(X, version, c.name)) failures++;
         }
     }
     if (failures) fprintf(stderr, "test_attention_sm90_kernel_emu: %d of %d cases failed\n", failures, ran);
