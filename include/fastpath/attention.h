@@ -45,8 +45,8 @@
  *
  * Tensors
  *   Q [batch, seqlen_q, heads_q,  head_dim]   dtype
- *   K [batch, seqlen_k, heads_kv, head_dim]   dtype
- *   V [batch, seqlen_k, heads_kv, head_dim]   dtype
+ *   K [batch, seqlen_k, heads_kv, head_dim]   dtype (or kv_dtype)
+ *   V [batch, seqlen_k, heads_kv, head_dim]   dtype (or kv_dtype)
  *   O [batch, seqlen_q, heads_q,  head_dim]   dtype, bf16 for fp8 inputs (written)
  *   lse [batch, heads_q, seqlen_q]            f32, dense (optional, written)
  *   seqlens_k [batch]                         int32 (optional, read)
@@ -74,6 +74,18 @@
  *   cu_seqlens or block_table (else FP_ERR_UNSUPPORTED); on a CPU context
  *   every shape and option runs (values decoded exactly to f32). FP_FP8_E5M2
  *   is refused.
+ *
+ * fp8 KV cache (vLLM's kv_cache_dtype "fp8", e4m3)
+ *   kv_dtype FP_FP8_E4M3 with dtype FP_F16, FP_BF16 or FP_F32 (0.5 field):
+ *   K and V hold e4m3 values (real = stored x k_descale / v_descale), Q and
+ *   O keep dtype, q_descale must be 0 or 1. Half the bytes of a 16-bit
+ *   cache, which is what a decode step reads. On a CUDA context (f16 / bf16,
+ *   head_dim 64, 128 or 256, compute capability 8.0 and up) the tensor-core
+ *   kernel v1 runs it, dense or paged, split-KV included: each K / V tile
+ *   lands in shared memory as e4m3 and is widened exactly to dtype there, so
+ *   the products are dtype's (the e4m3 values are exact in f16 / bf16) and
+ *   the error is the 16-bit path's; other head dims and f32 answer
+ *   FP_ERR_UNSUPPORTED on CUDA. On a CPU context every shape and option runs.
  *
  * Precision
  *   f16 / bf16: products on tensor cores with f32 accumulation, softmax in
@@ -232,6 +244,16 @@ typedef struct fp_attention_params {
      * v_descale). 0 means 1; otherwise finite and > 0. With any other dtype
      * each must be 0 or 1 (FP_ERR_INVALID_ARGUMENT otherwise). */
     float q_descale, k_descale, v_descale;
+
+    /* ---- Added in 0.5 (a struct_size from 0.1 to 0.4 is still accepted:
+     * the field below then reads as 0). ---- */
+
+    /* K's and V's dtype when it differs from Q's: FP_FP8_E4M3 with dtype
+     * FP_F16 / FP_BF16 / FP_F32 is an fp8 KV cache (see "fp8 KV cache"
+     * above; k_descale / v_descale apply, O has dtype). 0 (what a zeroed or
+     * older struct holds) or dtype itself: K and V have dtype. Any other
+     * value is FP_ERR_INVALID_ARGUMENT. */
+    fp_dtype kv_dtype;
 } fp_attention_params;
 
 /* Zeroes the first struct_size bytes of p and sets struct_size, dtype =
@@ -291,8 +313,10 @@ FP_API void(fp_attention_params_default)(fp_attention_params *p);
  *   FP_ERR_INVALID_ARGUMENT: NULL ctx / params / q / k / v / o; struct_size
  *     mismatch; batch, seqlen_q, seqlen_k, heads <= 0; heads_q not a multiple
  *     of heads_kv; head_dim not a multiple of 8 in [8, 256]; an unknown dtype;
- *     FP_FP8_E5M2; softmax_scale < 0 or not finite; a descale negative, not
- *     finite, or (not fp8) other than 0 / 1; softmax_scale x q_descale x
+ *     FP_FP8_E5M2; kv_dtype other than 0, dtype or FP_FP8_E4M3 (with
+ *     dtype f16 / bf16 / f32); softmax_scale < 0 or not finite; a descale
+ *     negative, not finite, or (not fp8) other than 0 / 1 (with an fp8 KV
+ *     cache: q_descale 0 / 1); softmax_scale x q_descale x
  *     k_descale not a finite float > 0; window_left / window_right < -1, or
  *     window_right > 0 with causal; only one of cu_seqlens_q / _k given, or
  *     them with seqlens_k or non-zero batch strides, or (CPU) decreasing

@@ -64,6 +64,7 @@
 // FP_CUDA_EMU branches).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -260,6 +261,83 @@ __device__ __forceinline__ void load_kv_tile(T *tile, const flash_params &p, con
                                   n0, rows, valid, tid);
     else
         load_tile<T, D, NT>(tile, base + (int64_t)n0 * row_stride, row_stride, rows, valid, tid, p.flat_loads);
+}
+
+// ---- fp8 KV cache (kv_fp8_cache: K / V e4m3 under an f16 / bf16 Q) ----
+// A K or V tile lands as e4m3 bytes in a staging buffer (key r at r * D,
+// not swizzled), and after its cp.async group completed each thread widens
+// the 16-byte chunks it copied itself into the swizzled 16-bit tile the
+// MMA path reads (16 e4m3 -> two 16-byte chunks of T). The chunk -> thread
+// map is the same in both (chunk idx = r * D / 16 + c, thread idx % NT), so
+// no barrier sits between a thread's copy and its widening, and one staging
+// buffer each for K and V suffices: the next tile's copies into it are
+// issued after the barrier every thread reaches only once it has widened
+// its chunks of this one. e4m3 values are exact in f16 and bf16, so the
+// products are those of a 16-bit cache holding the same values.
+using kv8_t = __nv_fp8_e4m3;
+template <typename TK> constexpr bool kIsKv8 = sizeof(TK) == 1;
+
+template <int D, int NT, int BC>
+__device__ __forceinline__ void load_kv_tile8(uint8_t *stage, const flash_params &p, const uint8_t *base,
+                                              int64_t page_stride, int64_t row_stride, const int32_t *bt, int n0,
+                                              int valid, int tid) {
+    constexpr int CH = D / 16; // 16-byte chunks per key row
+    static_assert(BC * CH % NT == 0, "every thread copies the same number of chunks");
+#pragma unroll 1
+    for (int idx = tid; idx < BC * CH; idx += NT) {
+        const int r = idx / CH, c = idx % CH;
+        bool ok = r < valid;
+        const uint8_t *src = base;
+        if (ok) {
+            if (bt) {
+                int page, in_page;
+                page_of(n0 + r, p.page_size, p.page_shift, &page, &in_page);
+                const int pg = __ldg(bt + page);
+                ok = (unsigned)pg < (unsigned)p.num_pages;
+                if (ok) src = base + (int64_t)pg * page_stride + (int64_t)in_page * row_stride + c * 16;
+            } else {
+                src = base + (int64_t)(n0 + r) * row_stride + c * 16;
+            }
+        }
+        cp_async16(smem_u32(stage + r * D + c * 16), src, ok); // !ok: zeros (e4m3 0 = +0)
+    }
+}
+
+// Two e4m3 (byte 0 the lower element) as a packed pair of T (low half the
+// lower element): exact (cvt.rn.f16x2.e4m3x2 on sm_89+, cuda_fp8.h's
+// integer form before).
+template <typename T> __device__ __forceinline__ uint32_t e4m3x2_to(uint32_t two);
+template <> __device__ __forceinline__ uint32_t e4m3x2_to<__half>(uint32_t two) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+    return (uint32_t)h.x | ((uint32_t)h.y << 16);
+}
+template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint32_t two) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+    __half_raw lo, hi;
+    lo.x = h.x;
+    hi.x = h.y;
+    return pack_op<__nv_bfloat16>::pack(__half2float(__half(lo)), __half2float(__half(hi)));
+}
+
+template <typename T, int D, int NT, int BC>
+__device__ __forceinline__ void widen_kv_tile8(T *tile, const uint8_t *stage, int tid) {
+    constexpr int CH = D / 16;
+#pragma unroll 1
+    for (int idx = tid; idx < BC * CH; idx += NT) {
+        const int r = idx / CH, c = idx % CH;
+        const uint4 in = *reinterpret_cast<const uint4 *>(stage + r * D + c * 16);
+        uint4 lo, hi;
+        lo.x = e4m3x2_to<T>(in.x);
+        lo.y = e4m3x2_to<T>(in.x >> 16);
+        lo.z = e4m3x2_to<T>(in.y);
+        lo.w = e4m3x2_to<T>(in.y >> 16);
+        hi.x = e4m3x2_to<T>(in.z);
+        hi.y = e4m3x2_to<T>(in.z >> 16);
+        hi.z = e4m3x2_to<T>(in.w);
+        hi.w = e4m3x2_to<T>(in.w >> 16);
+        *reinterpret_cast<uint4 *>(tile + swz<D>(r, 2 * c)) = lo;
+        *reinterpret_cast<uint4 *>(tile + swz<D>(r, 2 * c + 1)) = hi;
+    }
 }
 
 // atom.acq_rel.gpu: a fetch-add that is both a release and an acquire at GPU
@@ -469,9 +547,12 @@ __device__ __forceinline__ void online_softmax(float (*s)[4], float (*o)[4], flo
 }
 
 // The body of both versions; Tr = traits<D> (v1) or traits_v2<D> (v2).
+// TK: K's and V's storage, T or kv8_t (an fp8 KV cache, v1 only: staged
+// and widened, load_kv_tile8 / widen_kv_tile8; O x p.o_scale).
 // grid: (m_tiles * num_splits, heads_kv, batch); block: kWarps * 32.
-template <typename T, int D, typename Tr>
+template <typename T, int D, typename Tr, typename TK = T>
 __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
+    constexpr bool kKv8 = kIsKv8<TK>;
     using Mma = mma_op<T>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, NT = Tr::kWarps * 32, MT = Tr::kMT;
     constexpr int RW = 16 * MT; // rows per warp
@@ -481,6 +562,11 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
     T *q_smem = reinterpret_cast<T *>(smem_raw); // [Br][P]
     T *k_smem = q_smem + Br * P;                 // [2][Bc][P]
     T *v_smem = k_smem + 2 * Bc * P;             // [2][Bc][P]
+    // fp8 KV cache: one e4m3 staging tile each for K and V ([Bc][D] bytes)
+    uint8_t *k8 = reinterpret_cast<uint8_t *>(v_smem + 2 * Bc * P);
+    uint8_t *v8 = k8 + Bc * D;
+    (void)k8;
+    (void)v8;
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     cta_work w;
@@ -500,8 +586,24 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
 
     // Paged: the pools at this head and the sequence's block-table row.
     const int32_t *bt = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : nullptr;
-    const T *k_base = static_cast<const T *>(p.k) + (bt ? 0 : S.k0) + hk * p.k_hs;
-    const T *v_base = static_cast<const T *>(p.v) + (bt ? 0 : S.v0) + hk * p.v_hs;
+    const TK *k_base = static_cast<const TK *>(p.k) + (bt ? 0 : S.k0) + hk * p.k_hs;
+    const TK *v_base = static_cast<const TK *>(p.v) + (bt ? 0 : S.v0) + hk * p.v_hs;
+    // K / V tile of keys [n0, n0 + Bc) into a 16-bit stage (fp8: into the
+    // staging tile, widened into `stage` by widen_k / widen_v once landed)
+    auto load_k = [&](T *stage, int n0) {
+        if constexpr (kKv8)
+            load_kv_tile8<D, NT, Bc>(k8, p, reinterpret_cast<const uint8_t *>(k_base), p.k_bs, p.k_ss, bt, n0,
+                                     L - n0, tid);
+        else
+            load_kv_tile<T, D, NT, Bc>(stage, p, k_base, p.k_bs, p.k_ss, bt, n0, L - n0, tid);
+    };
+    auto load_v = [&](T *stage, int n0) {
+        if constexpr (kKv8)
+            load_kv_tile8<D, NT, Bc>(v8, p, reinterpret_cast<const uint8_t *>(v_base), p.v_bs, p.v_ss, bt, n0,
+                                     L - n0, tid);
+        else
+            load_kv_tile<T, D, NT, Bc>(stage, p, v_base, p.v_bs, p.v_ss, bt, n0, L - n0, tid);
+    };
 
     float o_acc[MT][D / 8][4];
 #pragma unroll
@@ -524,9 +626,9 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
         // Stage 0: Q (rows unpacked from the GQA group) and K[first] in one
         // group, V[first] in a second, so Q K^T can start before V lands.
         load_q_tile<T, D, NT, Br>(q_smem, p, S, hk, m0, rows, tid);
-        load_kv_tile<T, D, NT, Bc>(k_smem, p, k_base, p.k_bs, p.k_ss, bt, s_begin * Bc, L - s_begin * Bc, tid);
+        load_k(k_smem, s_begin * Bc);
         cp_async_commit();
-        load_kv_tile<T, D, NT, Bc>(v_smem, p, v_base, p.v_bs, p.v_ss, bt, s_begin * Bc, L - s_begin * Bc, tid);
+        load_v(v_smem, s_begin * Bc);
         cp_async_commit();
 
         cp_async_wait<1>(); // all but the newest group (V[first]): Q and K landed
@@ -545,6 +647,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             const int n0 = t * Bc;
             const bool has_next = t + 1 < s_end;
             cp_async_wait<1>(); // all but the newest group (V[t]): K[t] landed
+            if constexpr (kKv8) widen_kv_tile8<T, D, NT, Bc>(k_smem + buf * Bc * P, k8, tid); // this thread's chunks
             __syncthreads();
 
             // S = Q K^T: B fragments are K rows (keys) read non-transposed;
@@ -587,9 +690,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             // Prefetch K[t+1] into the other stage (its last reader, Q K^T of
             // t-1, finished before the barrier above). Always commit so the
             // group count stays fixed.
-            if (has_next)
-                load_kv_tile<T, D, NT, Bc>(k_smem + (buf ^ 1) * Bc * P, p, k_base, p.k_bs, p.k_ss, bt, n0 + Bc,
-                                           L - (n0 + Bc), tid);
+            if (has_next) load_k(k_smem + (buf ^ 1) * Bc * P, n0 + Bc);
             cp_async_commit();
 
             if (warp_active) {
@@ -605,6 +706,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             }
 
             cp_async_wait<1>(); // all but K[t+1]: V[t] landed
+            if constexpr (kKv8) widen_kv_tile8<T, D, NT, Bc>(v_smem + buf * Bc * P, v8, tid);
             __syncthreads();
 
             // O += P V: the S accumulator layout of two n8 key blocks is the
@@ -637,9 +739,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             }
 
             // Prefetch V[t+1] (its stage was last read by P V of t-1).
-            if (has_next)
-                load_kv_tile<T, D, NT, Bc>(v_smem + (buf ^ 1) * Bc * P, p, v_base, p.v_bs, p.v_ss, bt, n0 + Bc,
-                                           L - (n0 + Bc), tid);
+            if (has_next) load_v(v_smem + (buf ^ 1) * Bc * P, n0 + Bc);
             cp_async_commit();
         }
         cp_async_wait<0>();
@@ -657,7 +757,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             const int qi = r / p.group, h = hk * p.group + r % p.group;
             // l == 0: no key kept (or all scores -inf); a NaN l (a NaN or
             // +inf score) stays NaN in O and lse, as in torch
-            const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+            const float inv = (l == 0.0f ? 0.0f : 1.0f / l) * (kKv8 ? p.o_scale : 1.0f); // fp8: x v_descale
             const float lse =
                 l == 0.0f ? -INFINITY : (m_run[mt][e] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f;
             const int col0 = 2 * (lane & 3);
@@ -877,11 +977,11 @@ __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
                                       reinterpret_cast<int *>(smem_raw));
 }
 
-template <typename T, int D>
+template <typename T, int D, typename TK = T>
 __global__ void __launch_bounds__(traits<D>::kWarps * 32, 2)
     attention_flash_fwd_v1(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
-    flash_fwd_body<T, D, traits<D>>(p);
+    flash_fwd_body<T, D, traits<D>, TK>(p);
 }
 
 template <typename T, int D>
@@ -929,7 +1029,17 @@ template <typename T, int D> struct flash_version<T, D, 6> {
     static constexpr void (*kernel)(flash_params) = attention_decode_fwd_v6<T, D>;
 };
 
-template <typename T, int D, int V = 1>
+// Version V's kernel, or with TK = kv8_t (an fp8 KV cache) v1's fp8 form.
+template <typename T, int D, int V, typename TK> constexpr auto flash_kernel() {
+    if constexpr (kIsKv8<TK>) {
+        static_assert(V == 1, "the fp8 KV cache runs on v1");
+        return attention_flash_fwd_v1<T, D, TK>;
+    } else {
+        return flash_version<T, D, V>::kernel;
+    }
+}
+
+template <typename T, int D, int V = 1, typename TK = T>
 fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
     using Tr = typename flash_version<T, D, V>::Tr;
     flash_params p = make_flash_params(a, Tr::kBr, num_splits);
@@ -938,10 +1048,13 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
     if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535)
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention: grid too large (m_tiles %d x splits %d, heads_kv %d)",
                             p.m_tiles, num_splits, a->heads_kv);
-    const size_t smem = (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * fp_flash::smem_layout<D>::kPitch * sizeof(T);
-    constexpr auto kernel = flash_version<T, D, V>::kernel;
+    // fp8 KV cache: + the e4m3 staging tiles of K and V (Bc x D bytes each)
+    const size_t smem = (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * fp_flash::smem_layout<D>::kPitch * sizeof(T) +
+                        (kIsKv8<TK> ? 2 * (size_t)Tr::kBc * D : 0);
+    constexpr auto kernel = flash_kernel<T, D, V, TK>();
     FP_TRY(smem_opt_in<kernel>(smem));
-    return run_with_partials<T, D>(a, p, stream, "attention flash", true, [&](flash_params &q) {
+    return run_with_partials<T, D>(a, p, stream, kIsKv8<TK> ? "attention flash (fp8 KV cache)" : "attention flash",
+                                   true, [&](flash_params &q) {
         cudaError_t err = cudaSuccess;
         for (int64_t b0 = 0; b0 < a->batch && err == cudaSuccess; b0 += 65535) {
             q.b_off = (int)b0;
@@ -980,12 +1093,39 @@ fp_status dispatch_all_dims(const fp_attn_args *a, int num_splits, cudaStream_t 
                         a->head_dim);
 }
 
+// An fp8 KV cache (a->kv_fp8_cache): v1 at head_dim 64, 128 and 256, f16 /
+// bf16 Q. Recorded as v1 by the caller.
+fp_status flash_kv8(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
+    if (version != 1)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: an fp8 KV cache runs on v1 only", version);
+    const bool bf = a->dtype == FP_BF16;
+    if (!bf && a->dtype != FP_F16)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v1: an fp8 KV cache under %s Q (f16, bf16)",
+                            fp_dtype_name(a->dtype));
+    switch (a->head_dim) {
+    case 64: return bf ? launch_flash<__nv_bfloat16, 64, 1, kv8_t>(a, num_splits, stream)
+                       : launch_flash<__half, 64, 1, kv8_t>(a, num_splits, stream);
+    case 128: return bf ? launch_flash<__nv_bfloat16, 128, 1, kv8_t>(a, num_splits, stream)
+                        : launch_flash<__half, 128, 1, kv8_t>(a, num_splits, stream);
+    case 256: return bf ? launch_flash<__nv_bfloat16, 256, 1, kv8_t>(a, num_splits, stream)
+                        : launch_flash<__half, 256, 1, kv8_t>(a, num_splits, stream);
+    default: break;
+    }
+    return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v1: an fp8 KV cache at head_dim %d (64, 128, 256)",
+                        a->head_dim);
+}
+
 // An sm_80-path version (1, 2, 6 or 7) with num_splits KV splits, recorded
 // for fp_attention_last_kernel when it launched.
 fp_status flash_sm80(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
     if (num_splits < 1 || num_splits > 1024)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "num_splits %d out of [1, 1024]", num_splits);
     const bool bf = a->dtype == FP_BF16;
+    if (a->kv_fp8_cache) {
+        const fp_status st = flash_kv8(a, version, num_splits, stream);
+        if (st == FP_OK) fp_attn_note_kernel(a, version, num_splits);
+        return st;
+    }
     if (!bf && a->dtype != FP_F16)
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: dtype %s (f16, bf16%s)", version,
                             fp_dtype_name(a->dtype),
@@ -1010,6 +1150,8 @@ fp_status flash_sm80(const fp_attn_args *a, int version, int num_splits, cudaStr
 extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits,
                                                 cudaStream_t stream) {
     if (version == 1) return fp_attn_cuda_flash_splits(a, num_splits, stream);
+    if (a->kv_fp8_cache && version >= 2 && version <= 10) // no other kernel reads e4m3 K / V under a 16-bit Q
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: an fp8 KV cache runs on v1 only", version);
     if ((version >= 3 && version <= 5) || (version >= 8 && version <= 10)) { // Hopper kernels (attention_flash_sm90.cu, _tma_sm90.cu)
 #ifdef FASTPATH_HAVE_SM90A
         const fp_status st = fp_attn_cuda_flash_sm90(a, version, num_splits, stream);
@@ -1029,6 +1171,10 @@ extern "C" int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim) {
     if (dtype == FP_FP8_E4M3) return head_dim == 128; // v5 / v8 on Hopper (fp_attn_cuda_flash)
     return (dtype == FP_F16 || dtype == FP_BF16) &&
            (head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256);
+}
+
+extern "C" int fp_attn_cuda_flash_kv8_supported(int head_dim) {
+    return head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 
 extern "C" fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
@@ -1145,6 +1291,12 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention: fp8 e4m3 inputs need an sm_90a build (90 was not among "
                                                 "CMAKE_CUDA_ARCHITECTURES) and a Hopper device");
 #endif
+    }
+    // An fp8 KV cache runs on v1 (every device from compute capability 8.0):
+    // a preferred version falls back to it, as for a shape it refuses.
+    if (a->kv_fp8_cache) {
+        if (version >= 2 && version <= 10) fp_attn_note_fallback("an fp8 KV cache runs on v1 only");
+        return flash_v1_auto(a, sm_count, stream);
     }
     if (version >= 2 && version <= 10) {
         // A preferred version (FP_CTX_ATTENTION_KERNEL), where it supports the call.

@@ -264,6 +264,9 @@ extern "C" fp_status fp_attn_cuda_gather_pages(const fp_attn_args *a, void *k_de
 }
 
 extern "C" fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t stream) {
+    if (a->kv_fp8_cache)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention rowwise kernel: an fp8 KV cache (the flash kernel v1 "
+                                                "takes it)");
     if (a->head_dim > kMaxDim)
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention rowwise kernel: head_dim %d > %d", a->head_dim, kMaxDim);
     simple_params p = make_params(a);

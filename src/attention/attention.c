@@ -19,6 +19,15 @@ static fp_status forward_run(fp_context *ctx, fp_stream stream, fp_attn_args *a)
     FP_TRY(fp_ctx_activate(ctx));
     cudaStream_t s = fp_ctx_stream(ctx, stream);
     a->ctx = ctx;
+    if (a->kv_fp8_cache) {
+        if ((a->dtype == FP_F16 || a->dtype == FP_BF16) && fp_attn_cuda_flash_kv8_supported(a->head_dim))
+            return fp_attn_cuda_flash(a, ctx->attn_kernel, ctx->info.sm_count,
+                                      10 * ctx->info.cc_major + ctx->info.cc_minor, s);
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention: an fp8 KV cache with %s Q at head_dim %d on a CUDA context (the kernel "
+                            "takes f16 / bf16 Q at head_dim 64, 128 or 256; a CPU context runs every shape)",
+                            fp_dtype_name(a->dtype), a->head_dim);
+    }
     if (fp_attn_cuda_flash_supported(a->dtype, a->head_dim))
         return fp_attn_cuda_flash(a, ctx->attn_kernel, ctx->info.sm_count,
                                   10 * ctx->info.cc_major + ctx->info.cc_minor, s);
@@ -249,6 +258,11 @@ static fp_status baseline_run_cuda(fp_context *ctx, fp_stream stream, const fp_a
 /* The CUDA baseline's GEMMs are cuBLAS's in the inputs' dtype: fp8 inputs
  * (with their bf16 O and descales) have none there. */
 static fp_status baseline_dtype_check(int cuda, const fp_attn_args *a) {
+    if (cuda && a->kv_fp8_cache)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention baseline: an fp8 KV cache (kv_dtype fp8e4m3) is not supported on a CUDA "
+                            "context (the cuBLAS baseline runs Q, K, V in one dtype: dequantize K, V for a "
+                            "baseline; a CPU context runs it)");
     if (cuda && a->dtype == FP_FP8_E4M3)
         return fp_set_error(FP_ERR_UNSUPPORTED,
                             "attention baseline: dtype fp8e4m3 is not supported on a CUDA context (the "

@@ -17,6 +17,10 @@ _Static_assert(offsetof(fp_attention_params, q_descale) ==
                    offsetof(fp_attention_params, total_k) + sizeof(int64_t),
                "fp_attention_params: the 0.4 fields must follow 0.3's last field");
 
+_Static_assert(offsetof(fp_attention_params, kv_dtype) ==
+                   offsetof(fp_attention_params, v_descale) + sizeof(float),
+               "fp_attention_params: the 0.5 field must follow 0.4's last field");
+
 fp_status fp_attention_params_init(fp_attention_params *p, size_t struct_size) {
     FP_CHECK_NOT_NULL(p);
     FP_TRY(fp_struct_size_check(struct_size, FP_ATTN_PARAMS_V1_SIZE, sizeof *p, "fp_attention_params"));
@@ -144,14 +148,20 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
                  "argument 'softmax_scale' (%g) must be finite and > 0 (0 = 1/sqrt(head_dim))",
                  (double)p->softmax_scale);
     const int fp8 = p->dtype == FP_FP8_E4M3;
+    /* an fp8 KV cache: K / V e4m3 under a 16-bit or f32 Q */
+    const int kv8 = !fp8 && p->kv_dtype == FP_FP8_E4M3;
+    FP_CHECK_ARG(p->kv_dtype == FP_F32 || p->kv_dtype == p->dtype || kv8,
+                 "argument 'kv_dtype' (%s) is unsupported with dtype %s: 0 or dtype (K, V in dtype), or "
+                 "fp8e4m3 (an fp8 KV cache under f32 / f16 / bf16 Q)",
+                 fp_dtype_name(p->kv_dtype), fp_dtype_name(p->dtype));
     const float descale[3] = {p->q_descale, p->k_descale, p->v_descale};
     static const char *const descale_name[3] = {"q_descale", "k_descale", "v_descale"};
     for (int i = 0; i < 3; ++i) {
         FP_CHECK_ARG(isfinite(descale[i]) && descale[i] >= 0.0f,
                      "argument '%s' (%g) must be finite and > 0 (0 = 1)", descale_name[i], (double)descale[i]);
-        FP_CHECK_ARG(fp8 || descale[i] == 0.0f || descale[i] == 1.0f,
-                     "argument '%s' (%g) is for fp8 inputs: with dtype %s it must be 0 or 1", descale_name[i],
-                     (double)descale[i], fp_dtype_name(p->dtype));
+        FP_CHECK_ARG(fp8 || (kv8 && i > 0) || descale[i] == 0.0f || descale[i] == 1.0f,
+                     "argument '%s' (%g) is for fp8 inputs: with dtype %s%s it must be 0 or 1", descale_name[i],
+                     (double)descale[i], fp_dtype_name(p->dtype), kv8 ? " (Q not fp8)" : "");
     }
     /* scores use softmax_scale x q_descale x k_descale, rounded once */
     const double base_scale = p->softmax_scale > 0.0f ? p->softmax_scale : 1.0 / sqrt((double)p->head_dim);
@@ -247,6 +257,8 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
     a->head_dim = p->head_dim;
     a->group = p->heads_q / p->heads_kv;
     a->dtype = p->dtype;
+    a->kv_dtype = kv8 ? FP_FP8_E4M3 : p->dtype;
+    a->kv_fp8_cache = kv8;
     a->q = p->q;
     a->k = p->k;
     a->v = p->v;
@@ -288,13 +300,14 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
     /* fp8: Q, K, V of 1 byte, O bf16 of 2 */
     const fp_dtype o_dtype = fp8 ? FP_BF16 : p->dtype;
     const size_t elt = fp_dtype_size(p->dtype), o_elt = fp_dtype_size(o_dtype);
+    const size_t kv_elt = fp_dtype_size(a->kv_dtype);
     FP_TRY(check_align("q", p->q, a->q_bs, a->q_ss, a->q_hs, elt, cuda));
-    FP_TRY(check_align("k", p->k, a->k_bs, a->k_ss, a->k_hs, elt, cuda));
-    FP_TRY(check_align("v", p->v, a->v_bs, a->v_ss, a->v_hs, elt, cuda));
+    FP_TRY(check_align("k", p->k, a->k_bs, a->k_ss, a->k_hs, kv_elt, cuda));
+    FP_TRY(check_align("v", p->v, a->v_bs, a->v_ss, a->v_hs, kv_elt, cuda));
     FP_TRY(check_align("o", p->o, a->o_bs, a->o_ss, a->o_hs, o_elt, cuda));
 
     a->o_dtype = o_dtype;
-    a->o_scale = fp8 ? RESOLVE(p->v_descale, 1.0f) : 1.0f;
+    a->o_scale = fp8 || kv8 ? RESOLVE(p->v_descale, 1.0f) : 1.0f;
     a->scale = scale;
     a->window_left = p->window_left;
     a->window_right = p->causal ? 0 : p->window_right;
@@ -313,8 +326,9 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
 
 double fp_attn_bytes(const fp_attn_args *a) {
     const double elt = (double)fp_dtype_size(a->dtype), o_elt = (double)fp_dtype_size(a->o_dtype);
+    const double kv_elt = (double)fp_dtype_size(a->kv_dtype);
     const double q_o = (double)a->batch * a->seqlen_q * a->heads_q * a->head_dim;
-    return (elt + o_elt) * q_o + elt * 2.0 * a->batch * a->seqlen_k * a->heads_kv * a->head_dim;
+    return (elt + o_elt) * q_o + kv_elt * 2.0 * a->batch * a->seqlen_k * a->heads_kv * a->head_dim;
 }
 
 double fp_attention_flops(const fp_attention_params *p) {

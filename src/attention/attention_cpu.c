@@ -87,7 +87,7 @@ static void ref_rows(void *arg, size_t begin, size_t end) {
             double dot = 0.0;
             for (int d = 0; d < D; ++d)
                 dot += (double)elt_f32(a->q, qrow + d, a->dtype) *
-                       (double)elt_f32(a->k, fp_attn_kv_row(a, b, S.k0, j, a->k_ss, a->k_bs) + hk * a->k_hs + d, a->dtype);
+                       (double)elt_f32(a->k, fp_attn_kv_row(a, b, S.k0, j, a->k_ss, a->k_bs) + hk * a->k_hs + d, a->kv_dtype);
             s[j] = dot * (double)a->scale;
             if (s[j] > mx) mx = s[j];
         }
@@ -100,7 +100,7 @@ static void ref_rows(void *arg, size_t begin, size_t end) {
             double p = exp(s[j] - mx);
             sum += p;
             for (int d = 0; d < D; ++d)
-                acc[d] += p * (double)elt_f32(a->v, fp_attn_kv_row(a, b, S.v0, j, a->v_ss, a->v_bs) + hk * a->v_hs + d, a->dtype);
+                acc[d] += p * (double)elt_f32(a->v, fp_attn_kv_row(a, b, S.v0, j, a->v_ss, a->v_bs) + hk * a->v_hs + d, a->kv_dtype);
         }
         if (J->o_ref) {
             double *o = J->o_ref + (((size_t)b * a->seqlen_q + i) * a->heads_q + h) * D;
@@ -170,7 +170,7 @@ static void naive_heads(const fp_attn_args *a, float *S, size_t begin, size_t en
             fp_attn_cvt_row(a->q, Q.q0 + i * a->q_ss + h * a->q_hs, a->dtype, D, qv);
             for (int j = 0; j < SK; ++j) {
                 if (j < lo || j > hi) { s[j] = -INFINITY; continue; }
-                fp_attn_cvt_row(a->k, fp_attn_kv_row(a, b, Q.k0, j, a->k_ss, a->k_bs) + hk * a->k_hs, a->dtype, D, kv);
+                fp_attn_cvt_row(a->k, fp_attn_kv_row(a, b, Q.k0, j, a->k_ss, a->k_bs) + hk * a->k_hs, a->kv_dtype, D, kv);
                 s[j] = dot8(qv, kv, D) * a->scale;
             }
             float mx = -INFINITY;
@@ -189,7 +189,7 @@ static void naive_heads(const fp_attn_args *a, float *S, size_t begin, size_t en
             memset(ov, 0, sizeof(float) * (size_t)D);
             for (int j = 0; j < SK; ++j) {
                 if (p[j] == 0.0f) continue;
-                fp_attn_cvt_row(a->v, fp_attn_kv_row(a, b, Q.v0, j, a->v_ss, a->v_bs) + hk * a->v_hs, a->dtype, D, kv);
+                fp_attn_cvt_row(a->v, fp_attn_kv_row(a, b, Q.v0, j, a->v_ss, a->v_bs) + hk * a->v_hs, a->kv_dtype, D, kv);
                 for (int d = 0; d < D; ++d) ov[d] += p[j] * kv[d];
             }
             fp_attn_store_o(a, Q.o0 + i * a->o_ss + h * a->o_hs, ov);
@@ -283,8 +283,8 @@ static void tiled_tasks(const fp_attn_args *a, float *mem, size_t begin, size_t 
         for (int j0 = klo; j0 <= khi; j0 += CPU_BC) {
             int nk = khi + 1 - j0 < CPU_BC ? khi + 1 - j0 : CPU_BC;
             for (int j = 0; j < nk; ++j) {
-                fp_attn_cvt_row(a->k, fp_attn_kv_row(a, b, S.k0, j0 + j, a->k_ss, a->k_bs) + hk * a->k_hs, a->dtype, D, T.k + j * D);
-                fp_attn_cvt_row(a->v, fp_attn_kv_row(a, b, S.v0, j0 + j, a->v_ss, a->v_bs) + hk * a->v_hs, a->dtype, D, T.v + j * D);
+                fp_attn_cvt_row(a->k, fp_attn_kv_row(a, b, S.k0, j0 + j, a->k_ss, a->k_bs) + hk * a->k_hs, a->kv_dtype, D, T.k + j * D);
+                fp_attn_cvt_row(a->v, fp_attn_kv_row(a, b, S.v0, j0 + j, a->v_ss, a->v_bs) + hk * a->v_hs, a->kv_dtype, D, T.v + j * D);
             }
             for (int r = 0; r < rows; ++r) {
                 /* keys of this tile kept by row r */

@@ -69,12 +69,12 @@ static size_t flash_scratch_floats(const fp_attn_args *a) {
 static const float *kv_tile(const fp_attn_args *a, const void *base, int b, int64_t seq0, int64_t ss,
                             int64_t page_stride, int64_t hoff, int j0, int nk, float *buf, int64_t *ld) {
     const int D = a->head_dim;
-    if (a->dtype == FP_F32 && !a->block_table) {
+    if (a->kv_dtype == FP_F32 && !a->block_table) {
         *ld = ss;
         return (const float *)base + seq0 + (int64_t)j0 * ss + hoff;
     }
     for (int j = 0; j < nk; ++j)
-        fp_attn_cvt_row(base, fp_attn_kv_row(a, b, seq0, j0 + j, ss, page_stride) + hoff, a->dtype, D,
+        fp_attn_cvt_row(base, fp_attn_kv_row(a, b, seq0, j0 + j, ss, page_stride) + hoff, a->kv_dtype, D,
                         buf + (size_t)j * D);
     *ld = D;
     return buf;
@@ -101,9 +101,9 @@ static void kv_cache_cover(const fp_attn_args *a, flash_slot *c, int b, int hk, 
         c->lo = c->hi = j0;
     }
     for (int j = c->hi; j < j0 + nk; ++j) {
-        fp_attn_cvt_row(a->k, fp_attn_kv_row(a, b, S->k0, j, a->k_ss, a->k_bs) + hk * a->k_hs, a->dtype, D,
+        fp_attn_cvt_row(a->k, fp_attn_kv_row(a, b, S->k0, j, a->k_ss, a->k_bs) + hk * a->k_hs, a->kv_dtype, D,
                         c->kc + (size_t)j * D);
-        fp_attn_cvt_row(a->v, fp_attn_kv_row(a, b, S->v0, j, a->v_ss, a->v_bs) + hk * a->v_hs, a->dtype, D,
+        fp_attn_cvt_row(a->v, fp_attn_kv_row(a, b, S->v0, j, a->v_ss, a->v_bs) + hk * a->v_hs, a->kv_dtype, D,
                         c->vc + (size_t)j * D);
     }
     if (j0 + nk > c->hi) c->hi = j0 + nk;
@@ -265,9 +265,9 @@ static void naive_blas_heads(const fp_attn_args *a, float *mem, size_t begin, si
         for (int i = 0; i < Q.sq; ++i)
             fp_attn_cvt_row(a->q, Q.q0 + i * a->q_ss + h * a->q_hs, a->dtype, D, qf + (size_t)i * D);
         for (int j = 0; j < Q.L; ++j) {
-            fp_attn_cvt_row(a->k, fp_attn_kv_row(a, b, Q.k0, j, a->k_ss, a->k_bs) + hk * a->k_hs, a->dtype, D,
+            fp_attn_cvt_row(a->k, fp_attn_kv_row(a, b, Q.k0, j, a->k_ss, a->k_bs) + hk * a->k_hs, a->kv_dtype, D,
                             kf + (size_t)j * D);
-            fp_attn_cvt_row(a->v, fp_attn_kv_row(a, b, Q.v0, j, a->v_ss, a->v_bs) + hk * a->v_hs, a->dtype, D,
+            fp_attn_cvt_row(a->v, fp_attn_kv_row(a, b, Q.v0, j, a->v_ss, a->v_bs) + hk * a->v_hs, a->kv_dtype, D,
                             vf + (size_t)j * D);
         }
         if (Q.L > 0) /* S [sq x L] = scale Q K^T */
@@ -314,7 +314,7 @@ fp_status fp_attn_cpu_flash_blas(fp_thread_pool *pool, const fp_attn_args *a) {
     /* the K / V cache pays when a (batch, kv head) has several query tiles
      * and the keys need converting; capped at 2 MiB per thread */
     const size_t kv_floats = 2 * (size_t)a->seqlen_k * (size_t)a->head_dim;
-    if (qtiles > 1 && (a->dtype != FP_F32 || a->block_table) && kv_floats <= FL_KV_CACHE_FLOATS)
+    if (qtiles > 1 && (a->kv_dtype != FP_F32 || a->block_table) && kv_floats <= FL_KV_CACHE_FLOATS)
         F.cache_rows = (size_t)a->seqlen_k;
     F.J.per = flash_scratch_floats(a) + 2 * F.cache_rows * (size_t)a->head_dim;
     FP_TRY(fp_attn_job_alloc(&F.J, "attention CPU flash tile scratch"));

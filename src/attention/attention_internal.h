@@ -19,7 +19,9 @@ extern "C" {
 typedef struct fp_attn_args {
     int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
     int group;                        /* heads_q / heads_kv */
-    fp_dtype dtype;                   /* Q, K, V */
+    fp_dtype dtype;                   /* Q (and K, V unless kv_dtype says otherwise) */
+    fp_dtype kv_dtype;                /* K, V: dtype, or FP_FP8_E4M3 (an fp8 KV cache with
+                                       * 16-bit / f32 Q: kv_fp8_cache below) */
     fp_dtype o_dtype;                 /* O: dtype, or FP_BF16 for FP_FP8_E4M3 inputs */
     float o_scale;                    /* O is multiplied by this (v_descale; 1 unless fp8) */
     const void *q, *k, *v;
@@ -29,6 +31,8 @@ typedef struct fp_attn_args {
     int64_t v_bs, v_ss, v_hs;
     int64_t o_bs, o_ss, o_hs;
     float scale;                      /* > 0: softmax_scale x q_descale x k_descale */
+    int kv_fp8_cache;                 /* 1: K, V e4m3 with Q / O in dtype (f16 / bf16 / f32);
+                                       * o_scale is then v_descale, scale includes k_descale */
     int window_left, window_right;    /* -1 = unbounded; causal -> right = 0 */
     float *lse;                       /* [batch, heads_q, seqlen_q] or NULL */
     const int32_t *seqlens_k;         /* [batch] or NULL */
@@ -191,6 +195,9 @@ void fp_attn_note_fallback(const char *why);
 /* 1 if the tensor-core flash kernel handles this dtype / head_dim (fp8
  * e4m3: head_dim 128, on Hopper only: fp_attn_cuda_flash). */
 int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim);
+/* 1 if the flash kernel v1 takes an fp8 KV cache (kv_fp8_cache, f16 / bf16
+ * Q) at this head_dim. */
+int fp_attn_cuda_flash_kv8_supported(int head_dim);
 /* Flash attention: picks the number of KV splits from the grid size and
  * sm_count, the partials in a->ctx's workspace when splitting. version 0: the
  * default (v5 at head_dim 128, v8 at 64, else v3, on Hopper (cc 90, the

@@ -30,6 +30,9 @@ static fp_status no_kernels(const char *launcher) {
 int fp_attn_cuda_flash_supported(fp_dtype dtype, int head_dim) {
     return 0;
 }
+int fp_attn_cuda_flash_kv8_supported(int head_dim) {
+    return 0;
+}
 fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc, cudaStream_t stream) {
     return no_kernels("fp_attn_cuda_flash");
 }
