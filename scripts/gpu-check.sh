@@ -322,6 +322,10 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # values (both v5; fp8 adds its V^T pass), and fp8 on v5 against v8:
     # seqlen 1k / 4k / 16k, causal and not, interleaved
     "ab-fp8|attention/fp8"
+    # decode over an fp8 (e4m3) KV cache against a bf16 cache of the same
+    # values (v1, split-KV, outputs compared exactly): dense 1 x 4k .. 8 x
+    # 32k keys, paged (16-key pages) 1 x 32k and 8 x 32k
+    "ab-kv8|attention/kv8"
     # what bounds each (the five-dimension verdict, fastbench --profile):
     # "prof-" runs trace their timed samples; their lines go to extra.txt
     "prof-mix|attention/prefill attention/decode norm/layernorm_fwd graph/op_host_cost --dtype bf16"

@@ -31,6 +31,9 @@
  *   attention/fp8      fp8 (e4m3) inputs: bf16 on the same values vs fp8
  *                      (both v5), and fp8 on v5 vs v8, head_dim 128, CUDA
  *                      only (Hopper).
+ *   attention/kv8      decode over an fp8 (e4m3) KV cache (kv_dtype) vs a
+ *                      bf16 cache of the same values, dense and paged, KV
+ *                      GB/s, CUDA only.
  * Options: --seqlen N, --head_dim N, --causal 0|1, --batch N, --kv N restrict
  * the grids (flash_versions: --seqlen N runs any length N, --batch N sets its
  * batch); --dtype picks dtypes; --kernel N (prefill, gqa, decode) times
@@ -875,6 +878,111 @@ static fp_status run_fp8(fb_run *run) {
     return FP_OK;
 }
 
+/* attention/kv8: decode (seqlen_q 1, 32 query / 8 KV heads of 128, bf16 Q)
+ * over an fp8 (e4m3) KV cache against a bf16 cache holding the same values
+ * (e4m3 is exact in bf16), both on v1 with split-KV and its fused combine:
+ * the same math on half the bytes, so the outputs must agree bit for bit
+ * (compared exactly). Rows: batch x keys 1 x 4k, 1 x 32k, 1 x 128k, 8 x 4k,
+ * 8 x 32k dense, and 1 x 32k, 8 x 32k paged (16-key pages in reverse pool
+ * order); --batch / --kv give one shape (dense and paged), --quick 1 x 1024
+ * with 8 / 2 heads. Metrics: each side's KV read rate (its own bytes over
+ * its median), the fp8 side's % of the HBM datasheet. CUDA only. */
+static void run_kv8_shape(fb_run *run, int batch, int sk, int page) {
+    fp_context *ctx = fb_ctx(run);
+    const fp_device_info *dev = fb_device(run);
+    const int hq = fb_quick(run) ? 8 : 32, hkv = fb_quick(run) ? 2 : 8, d = 128;
+    fb_result *r = fb_result_new(run);
+    fb_param_str(r, "versions", "bf16_kv_vs_fp8_kv");
+    fb_param_int(r, "batch", batch);
+    fb_param_int(r, "seqlen_k", sk);
+    fb_param_int(r, "heads_q", hq);
+    fb_param_int(r, "heads_kv", hkv);
+    fb_param_int(r, "head_dim", d);
+    fb_param_int(r, "page_size", page);
+    const int pps = page ? (sk + page - 1) / page : 0, npages = batch * pps;
+    const size_t nq = (size_t)batch * hq * d, nkv = (size_t)(page ? (int64_t)npages * page : (int64_t)batch * sk) * hkv * d;
+    uint8_t *h8 = malloc(nkv);
+    uint16_t *h16 = malloc(nkv * 2);
+    int32_t *bt = page ? malloc(sizeof(int32_t) * (size_t)npages) : NULL;
+    void *q = NULL, *k8 = NULL, *v8 = NULL, *k16 = NULL, *v16 = NULL, *o1 = NULL, *o2 = NULL, *dbt = NULL;
+    fp_status st = h8 && h16 && (!page || bt) ? FP_OK : FP_ERR_OUT_OF_MEMORY;
+    if (st == FP_OK) st = fb_alloc_random(ctx, nq, FP_BF16, 1, -1.0f, 1.0f, &q);
+    void **d8[2] = {&k8, &v8}, **d16[2] = {&k16, &v16};
+    for (int t = 0; t < 2 && st == FP_OK; ++t) { /* K, V: e4m3 codes in [-1, 1] and their bf16 copies */
+        fp8_fill(h8, nkv, 1.0f, 0x2545f4914f6cdd1dull + (uint64_t)t);
+        for (size_t i = 0; i < nkv; ++i) h16[i] = fp_f32_to_bf16(fp_e4m3_to_f32(h8[i]));
+        st = fp_mem_alloc(ctx, nkv, d8[t]);
+        if (st == FP_OK) st = fp_mem_alloc(ctx, nkv * 2, d16[t]);
+        if (st == FP_OK) st = fp_mem_upload(ctx, *d8[t], h8, nkv, NULL);
+        if (st == FP_OK) st = fp_mem_upload(ctx, *d16[t], h16, nkv * 2, NULL);
+        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL); /* the host buffers are reused */
+    }
+    if (st == FP_OK && page) {
+        for (int i = 0; i < npages; ++i) bt[i] = npages - 1 - i;
+        st = fp_mem_alloc(ctx, sizeof(int32_t) * (size_t)npages, &dbt);
+        if (st == FP_OK) st = fp_mem_upload(ctx, dbt, bt, sizeof(int32_t) * (size_t)npages, NULL);
+        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
+    }
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * 2, &o1);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * 2, &o2);
+    fp_attention_params p16, p8;
+    fp_attention_params_default(&p16);
+    p16.batch = batch; p16.seqlen_q = 1; p16.seqlen_k = sk; p16.heads_q = hq; p16.heads_kv = hkv; p16.head_dim = d;
+    p16.q = q; p16.k = k16; p16.v = v16; p16.o = o1;
+    if (page) {
+        p16.block_table = dbt; p16.block_table_stride = pps; p16.page_size = page; p16.num_pages = npages;
+    }
+    p8 = p16;
+    p8.kv_dtype = FP_FP8_E4M3;
+    p8.k = k8; p8.v = v8; p8.o = o2;
+    pref_run base = {ctx, &p16, 0}, opt = {ctx, &p8, 0};
+    const double kv16 = 2.0 * 2.0 * (double)batch * sk * hkv * d, kv8 = kv16 / 2.0;
+    fp_ab_report rep;
+    if (st == FP_OK)
+        st = ab_outputs_tol(run, pref_fn, &base, pref_fn, &opt, o1, o2, nq, FP_BF16, 0.0, 0.0, kv8 + 4.0 * (double)nq,
+                            fp_attention_flops(&p8), &rep);
+    if (st == FP_OK) {
+        char b[320], o[320];
+        ran_with(&base, b, sizeof b);
+        ran_with(&opt, o, sizeof o);
+        fb_result_set_ab(r, &rep);
+        const double gb16 = kv16 / (rep.baseline.median_ms * 1e-3) / 1e9, gb8 = kv8 / (rep.optimized.median_ms * 1e-3) / 1e9;
+        fb_result_metric(r, "bf16_kv_gbps", gb16);
+        fb_result_metric(r, "fp8_kv_gbps", gb8);
+        if (dev && dev->peak_gbps > 0) fb_result_metric(r, "fp8_pct_hbm", 100.0 * gb8 / dev->peak_gbps);
+        fb_result_note(r, "baseline %s, optimized %s", b, o);
+    } else {
+        fb_result_fail(r, st, fp_last_error());
+    }
+    free(h8);
+    free(h16);
+    free(bt);
+    void *bufs[8] = {q, k8, v8, k16, v16, o1, o2, dbt};
+    for (int i = 0; i < 8; ++i) fp_mem_free(ctx, bufs[i]);
+}
+
+static fp_status run_kv8(fb_run *run) {
+    if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "needs a CUDA device");
+    const int kv_opt = fb_opt_given(run, "kv") ? (int)fb_opt_int(run, "kv", 0) : 0;
+    const int b_opt = fb_opt_given(run, "batch") ? (int)fb_opt_int(run, "batch", 0) : 0;
+    if (fb_opt_given(run, "kv") && (kv_opt < 1 || kv_opt > (1 << 22))) return fb_skip(run, "--kv must be in [1, 4194304]");
+    if (fb_opt_given(run, "batch") && (b_opt < 1 || b_opt > 256)) return fb_skip(run, "--batch must be in [1, 256]");
+    if (fb_quick(run)) {
+        run_kv8_shape(run, 1, 1024, 0);
+        run_kv8_shape(run, 1, 1024, 16);
+        return FP_OK;
+    }
+    if (kv_opt || b_opt) {
+        run_kv8_shape(run, b_opt ? b_opt : 1, kv_opt ? kv_opt : 32768, 0);
+        run_kv8_shape(run, b_opt ? b_opt : 1, kv_opt ? kv_opt : 32768, 16);
+        return FP_OK;
+    }
+    static const int rows[7][3] = {{1, 4096, 0}, {1, 32768, 0}, {1, 131072, 0}, {8, 4096, 0},
+                                   {8, 32768, 0}, {1, 32768, 16}, {8, 32768, 16}}; /* batch, keys, page */
+    for (int i = 0; i < 7; ++i) run_kv8_shape(run, rows[i][0], rows[i][1], rows[i][2]);
+    return FP_OK;
+}
+
 FB_SCENARIO(fb_attention_prefill, "attention/prefill",
             "flash attention vs materialized (cuBLAS + softmax): FlashAttention's seqlen/head_dim grid",
             run_prefill)
@@ -898,6 +1006,10 @@ FB_SCENARIO(fb_attention_fp8, "attention/fp8",
             "fp8 (e4m3) inputs with descales: bf16 vs fp8 on the same values (v5), fp8 on v5 vs v8, head_dim 128, "
             "TFLOP/s (CUDA only: Hopper)",
             run_fp8)
+FB_SCENARIO(fb_attention_kv8, "attention/kv8",
+            "decode over an fp8 (e4m3) KV cache vs a bf16 cache of the same values (v1, split-KV), dense and paged, "
+            "KV GB/s (CUDA only)",
+            run_kv8)
 FB_SCENARIO(fb_attention_decode_versions, "attention/decode_versions",
             "decode: the default kernel (v1, split-KV) vs the decode kernel v6 (16-row tiles, K/V ring), KV GB/s "
             "(CUDA only)",

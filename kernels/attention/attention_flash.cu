@@ -319,12 +319,16 @@ template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint32_
     return pack_op<__nv_bfloat16>::pack(__half2float(__half(lo)), __half2float(__half(hi)));
 }
 
+// Unrolled: a thread's chunks are rows tid / CH + i NT / CH of one chunk
+// column, so every address after the first is an immediate offset (the
+// swizzle depends on the row mod 8, which NT / CH keeps).
 template <typename T, int D, int NT, int BC>
 __device__ __forceinline__ void widen_kv_tile8(T *tile, const uint8_t *stage, int tid) {
     constexpr int CH = D / 16;
-#pragma unroll 1
-    for (int idx = tid; idx < BC * CH; idx += NT) {
-        const int r = idx / CH, c = idx % CH;
+    static_assert(BC * CH % NT == 0 && (NT / CH) % 8 == 0, "fixed chunk column, row step a multiple of 8");
+#pragma unroll
+    for (int i = 0; i < BC * CH / NT; ++i) {
+        const int idx = tid + i * NT, r = idx / CH, c = idx % CH;
         const uint4 in = *reinterpret_cast<const uint4 *>(stage + r * D + c * 16);
         uint4 lo, hi;
         lo.x = e4m3x2_to<T>(in.x);
