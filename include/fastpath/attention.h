@@ -248,6 +248,10 @@ typedef struct fp_attention_params {
     /* ---- Added in 0.5 (a struct_size from 0.1 to 0.4 is still accepted:
      * the field below then reads as 0). ---- */
 
+    /* 0.4's tail padding, named so that no 0.5 field lies inside a 0.4
+     * caller's struct_size; never read. */
+    int reserved_0_4;
+
     /* K's and V's dtype when it differs from Q's: FP_FP8_E4M3 with dtype
      * FP_F16 / FP_BF16 / FP_F32 is an fp8 KV cache (see "fp8 KV cache"
      * above; k_descale / v_descale apply, O has dtype). 0 (what a zeroed or

@@ -17,9 +17,13 @@ _Static_assert(offsetof(fp_attention_params, q_descale) ==
                    offsetof(fp_attention_params, total_k) + sizeof(int64_t),
                "fp_attention_params: the 0.4 fields must follow 0.3's last field");
 
-_Static_assert(offsetof(fp_attention_params, kv_dtype) ==
-                   offsetof(fp_attention_params, v_descale) + sizeof(float),
-               "fp_attention_params: the 0.5 field must follow 0.4's last field");
+/* 0.4's sizeof: its fields end at v_descale, the struct at the next size_t
+ * boundary; 0.5's kv_dtype starts there (after the named pad). */
+#define FP_ATTN_PARAMS_V04_SIZE                                                                          \
+    ((offsetof(fp_attention_params, v_descale) + sizeof(float) + _Alignof(size_t) - 1) /                  \
+     _Alignof(size_t) * _Alignof(size_t))
+_Static_assert(offsetof(fp_attention_params, kv_dtype) == FP_ATTN_PARAMS_V04_SIZE,
+               "fp_attention_params: the 0.5 field must start at 0.4's sizeof");
 
 fp_status fp_attention_params_init(fp_attention_params *p, size_t struct_size) {
     FP_CHECK_NOT_NULL(p);

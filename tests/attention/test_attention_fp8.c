@@ -8,7 +8,8 @@
  * whose unused elements hold NaN (code 0x7f), and O's unwritten elements
  * must keep their poison. Also: the e4m3 conversions for all 256 codes,
  * refusals with nothing written, O's element size in the alignment rules
- * and the bytes counted, 0.3-sized params, validate. */
+ * and the bytes counted, 0.3-sized params, validate. And every case again
+ * as an fp8 KV cache (kv_dtype): bf16 / f32 Q over the same e4m3 K / V. */
 #include <stddef.h>
 #include <string.h>
 
@@ -373,6 +374,84 @@ static void run_case(const fp8_case *c, uint64_t seed) {
     host_free(&H);
 }
 
+/* The fp8 KV cache form of a case (kv_dtype FP_FP8_E4M3): Q in bf16 (the
+ * twin's values rounded to bf16, unused elements NaN), K / V the case's e4m3
+ * codes with their descales, O bf16; the reference is the f32 run on those
+ * bf16 Q values and the K / V twins. Every CPU implementation, then the
+ * same with an f32 Q (O f32, to f32 accumulation). */
+static void run_case_kv8(const fp8_case *c, uint64_t seed) {
+    fp8_host H;
+    uint16_t *q16 = NULL;
+    float *q32 = NULL, *o32b = NULL;
+    if (!host_make(c, &H, seed) || !(q16 = malloc(H.q.n * 2)) || !(q32 = malloc(H.q.n * 4)) ||
+        !(o32b = malloc(H.n_o * 4))) {
+        CHECK_MSG(0, "%s (kv8): host allocation", c->name);
+        goto out;
+    }
+    for (size_t i = 0; i < H.q.n; ++i) {
+        q16[i] = fp_f32_to_bf16(H.q.f[i]);
+        q32[i] = fp_bf16_to_f32(q16[i]);
+    }
+    fp_attention_params pk = H.p8;
+    pk.dtype = FP_BF16;
+    pk.kv_dtype = FP_FP8_E4M3;
+    pk.q_descale = 0.0f;
+    pk.q = q16;
+    H.p32.q = q32;
+    memset(H.o32, 0xA5, H.n_o * sizeof(float));
+    CHECK_OK(fp_attention_forward(g_ctx, NULL, &H.p32));
+    fp_attn_args a;
+    CHECK_OK(fp_attn_check(&pk, 0, &a));
+    CHECK(a.kv_fp8_cache && a.kv_dtype == FP_FP8_E4M3 && a.o_dtype == FP_BF16 &&
+          a.o_scale == (c->vd > 0 ? c->vd : 1.0f));
+    const size_t n_lse = (size_t)a.batch * a.heads_q * a.seqlen_q;
+    struct { const char *name; impl_fn fn; int api; } impls[] = {
+        {"kv8 fp_attention_forward", NULL, 1},
+        {"kv8 fp_attention_forward_baseline", NULL, 2},
+        {"kv8 tiled_portable", fp_attn_cpu_tiled_portable, 0},
+        {"kv8 naive_portable", fp_attn_cpu_naive_portable, 0},
+        {"kv8 flash_blas", fp_attn_cpu_flash_blas, 0},
+        {"kv8 naive_blas", fp_attn_cpu_naive_blas, 0},
+    };
+    for (size_t i = 0; i < sizeof impls / sizeof impls[0]; ++i) {
+        if (!impls[i].api && (impls[i].fn == fp_attn_cpu_flash_blas || impls[i].fn == fp_attn_cpu_naive_blas) &&
+            !fp_attn_cpu_have_blas())
+            continue;
+        memset(H.o8, 0xA5, H.n_o * sizeof(uint16_t));
+        memset(H.lse8, 0xA5, n_lse * sizeof(float));
+        fp_status st;
+        if (impls[i].api == 1) st = fp_attention_forward(g_ctx, NULL, &pk);
+        else if (impls[i].api == 2) st = fp_attention_forward_baseline(g_ctx, NULL, &pk);
+        else st = impls[i].fn(g_ctx->pool, &a);
+        CHECK_MSG(st == FP_OK, "%s/%s: %s (%s)", c->name, impls[i].name, fp_status_string(st), fp_last_error());
+        if (st == FP_OK) compare(c, &H, impls[i].name);
+    }
+    /* f32 Q over the same fp8 cache: O f32, against the f32 run */
+    fp_attention_params pf = pk;
+    pf.dtype = FP_F32;
+    pf.q = q32;
+    pf.o = o32b;
+    memset(o32b, 0xA5, H.n_o * sizeof(float));
+    CHECK_OK(fp_attention_forward(g_ctx, NULL, &pf));
+    size_t bad = 0;
+    for (size_t i = 0; i < H.n_o; ++i) {
+        if (!H.written[i]) {
+            uint32_t u;
+            memcpy(&u, &o32b[i], 4);
+            bad += u != 0xA5A5A5A5u;
+            continue;
+        }
+        const double got = o32b[i], ref = H.o32[i];
+        bad += ref != ref ? got == got : !(fabs(got - ref) <= 2e-5 * H.vmax + 1e-6 * fabs(ref));
+    }
+    CHECK_MSG(bad == 0, "%s: f32 Q over the fp8 cache: %zu elements differ from the f32 run", c->name, bad);
+out:
+    free(q16);
+    free(q32);
+    free(o32b);
+    host_free(&H);
+}
+
 static void test_cases(void) {
     /* name, b, sq, sk, hq, hkv, d, causal, wl, wr, ragged, varlen, page, strided, nan,
      * qd, kd, vd, q amp, k amp, v amp */
@@ -393,6 +472,7 @@ static void test_cases(void) {
         {"long window d64", 1, 150, 700, 2, 2, 64, 0, 300, 40, 0, 0, 0, 0, 0, 0.02f, 0.05f, 0.1f, 2, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i], 100 + i);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case_kv8(&cases[i], 200 + i);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -543,6 +623,72 @@ static void test_struct_size_0_3(void) {
     host_free(&H);
 }
 
+/* kv_dtype's rules: 0 or dtype mean dtype; FP_FP8_E4M3 under f32 / f16 /
+ * bf16 Q is the fp8 cache (q_descale then 0 / 1); anything else refused,
+ * naming kv_dtype, nothing written. A 0.4-sized struct (ending at
+ * v_descale) reads kv_dtype as 0; the bytes counted use K / V's size. */
+static void test_kv8_args(void) {
+    fp8_host H;
+    CHECK(host_make(&SMALL, &H, 45));
+    fp_attention_params p = H.p32; /* f32 Q, K, V */
+    fp_attn_args a;
+    p.kv_dtype = FP_F32;
+    CHECK_OK(fp_attn_check(&p, 0, &a));
+    CHECK(!a.kv_fp8_cache && a.kv_dtype == FP_F32);
+    fp_attention_params f8 = H.p8; /* all fp8: kv_dtype fp8 is "the same" */
+    f8.kv_dtype = FP_FP8_E4M3;
+    CHECK_OK(fp_attn_check(&f8, 0, &a));
+    CHECK(!a.kv_fp8_cache && a.kv_dtype == FP_FP8_E4M3 && a.dtype == FP_FP8_E4M3);
+    struct { const char *what; fp_dtype dt, kv; float qd; } bad[] = {
+        {"kv_dtype", FP_BF16, FP_F16, 0},        {"kv_dtype", FP_BF16, FP_FP8_E5M2, 0},
+        {"kv_dtype", FP_BF16, (fp_dtype)99, 0},  {"kv_dtype", FP_FP8_E4M3, FP_BF16, 0},
+        {"q_descale", FP_BF16, FP_FP8_E4M3, 2.0f},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        fp_attention_params t = H.p8;
+        t.dtype = bad[i].dt;
+        t.kv_dtype = bad[i].kv;
+        t.q_descale = bad[i].qd;
+        memset(H.o8, 0x5A, H.n_o * sizeof(uint16_t));
+        const fp_status st = fp_attention_forward(g_ctx, NULL, &t);
+        int untouched = 1;
+        for (size_t b = 0; b < H.n_o * sizeof(uint16_t); ++b) untouched &= ((unsigned char *)H.o8)[b] == 0x5A;
+        CHECK_MSG(st == FP_ERR_INVALID_ARGUMENT && strstr(fp_last_error(), bad[i].what) && untouched,
+                  "kv_dtype case %zu: %s (%s), O %s", i, fp_status_string(st), fp_last_error(),
+                  untouched ? "untouched" : "written");
+    }
+    /* bytes: Q bf16 + O bf16 (2 + 2 per element), K and V 1 byte each */
+    fp_attention_params k8 = H.p8;
+    k8.dtype = FP_BF16;
+    k8.kv_dtype = FP_FP8_E4M3;
+    k8.q_descale = 0;
+    k8.q_head_stride = k8.q_seq_stride = k8.q_batch_stride = 0;
+    CHECK_OK(fp_attn_check(&k8, 0, &a));
+    const double q_o = (double)SMALL.batch * SMALL.sq * SMALL.hq * SMALL.d,
+                 kv = (double)SMALL.batch * SMALL.sk * SMALL.hkv * SMALL.d;
+    CHECK_NEAR(fp_attn_bytes(&a), 4.0 * q_o + 2.0 * kv, 0.5);
+    /* a 0.4 caller (its sizeof: the fields end at v_descale, padded to 8
+     * bytes): kv_dtype past its struct (garbage here) is never read */
+    const size_t v04 = offsetof(fp_attention_params, kv_dtype);
+    CHECK(v04 == (offsetof(fp_attention_params, v_descale) + sizeof(float) + 7) / 8 * 8);
+    unsigned char *buf = malloc(sizeof(fp_attention_params));
+    CHECK(buf != NULL);
+    if (buf) {
+        memset(buf, 0x7B, sizeof(fp_attention_params));
+        memcpy(buf, &H.p32, v04);
+        ((fp_attention_params *)buf)->struct_size = v04;
+        CHECK_OK(fp_attn_check((const fp_attention_params *)buf, 0, &a));
+        CHECK(a.kv_dtype == FP_F32 && !a.kv_fp8_cache);
+        memset(buf, 0x7B, sizeof(fp_attention_params));
+        CHECK_OK(fp_attention_params_init((fp_attention_params *)buf, v04));
+        int untouched = 1;
+        for (size_t i = v04; i < sizeof(fp_attention_params); ++i) untouched &= buf[i] == 0x7B;
+        CHECK(untouched);
+        free(buf);
+    }
+    host_free(&H);
+}
+
 /* fp_attention_validate on fp8: baseline and forward compared as bf16. */
 static void test_validate(void) {
     fp8_host H;
@@ -574,6 +720,7 @@ int main(void) {
     test_cases();
     test_refusals();
     test_struct_size_0_3();
+    test_kv8_args();
     test_validate();
     fp_context_destroy(g_ctx);
     TEST_END();

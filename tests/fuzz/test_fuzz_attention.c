@@ -367,7 +367,7 @@ static void check_success(az_ctx *z, acase *c, const char *what) {
 static const char *break_one(az_ctx *z, acase *c, fp_context **ctx, const fp_attention_params **pp) {
     uint64_t *s = &z->rng;
     fp_attention_params *p = &c->p;
-    switch (fz_range(s, 0, 29)) {
+    switch (fz_range(s, 0, 30)) {
     case 0: *pp = NULL; return "params";
     case 1: *ctx = NULL; return "ctx";
     case 2: p->struct_size = fz_chance(s, 1, 2) ? 0 : sizeof *p + 8; return "struct_size";
@@ -538,6 +538,11 @@ static const char *break_one(az_ctx *z, acase *c, fp_context **ctx, const fp_att
         if (k == 1) { p->k_descale = v; return "k_descale"; }
         p->v_descale = v;
         return "v_descale";
+    }
+    case 30: { /* kv_dtype: another 16-bit type, e5m2, out of range, or a 16-bit one under fp8 */
+        const fp_dtype bad[] = {p->dtype == FP_F16 ? FP_BF16 : FP_F16, FP_FP8_E5M2, (fp_dtype)5, (fp_dtype)-1};
+        p->kv_dtype = bad[fz_range(s, 0, 3)];
+        return "kv_dtype";
     }
     default: return "";
     }
