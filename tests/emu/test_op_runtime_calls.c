@@ -16,6 +16,7 @@
  * 48 KiB of shared memory), attention prefill v1..v5, split-KV decode with
  * forced splits (v1, v3, v5), paged decode (automatic and forced splits),
  * paged prefill (v1 by default, v8 preferred), fp8 prefill (v5 and its V^T pass),
+ * an fp8 KV cache (paged decode, automatic and forced splits),
  * varlen (v3 on the emulated Hopper; given total_k v8, the TMA kernel, its
  * tensor maps cached), and the materialized baseline (dense, paged); and the refusals: an
  * op whose workspace would have to grow inside a capture, the baseline with
@@ -242,8 +243,8 @@ static void attn_op(op *o, const char *what, int batch, int sq, int sk, int hq, 
 }
 
 /* K / V as a paged cache: 2 sequences of up to sk keys in pages of 64,
- * their pages in reverse order. */
-static void make_paged(op *o, int sk) {
+ * their pages in reverse order; K / V in kv (bf16, or e4m3: an fp8 cache). */
+static void make_paged_kv(op *o, int sk, fp_dtype kv) {
     fp_attention_params *p = &o->ap;
     const int per = (sk + 63) / 64, pages = 2 * per;
     int32_t table[64];
@@ -252,10 +253,11 @@ static void make_paged(op *o, int sk) {
     p->block_table_stride = per;
     p->page_size = 64;
     p->num_pages = pages;
-    p->k = add_in(o, (size_t)pages * 64 * p->heads_kv * 64, FP_BF16);
-    p->v = add_in(o, (size_t)pages * 64 * p->heads_kv * 64, FP_BF16);
+    p->k = add_in(o, (size_t)pages * 64 * p->heads_kv * 64, kv);
+    p->v = add_in(o, (size_t)pages * 64 * p->heads_kv * 64, kv);
     o->in[1].fixed = o->in[2].fixed = 1; /* the dense K / V attn_op made: unused */
 }
+static void make_paged(op *o, int sk) { make_paged_kv(o, sk, FP_BF16); }
 
 static void with_seqlens(op *o, int32_t l0, int32_t l1) {
     const int32_t lens[2] = {l0, l1};
@@ -563,6 +565,36 @@ int main(int argc, char **argv) {
         fp_attention_kernel_info k;
         CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 5 && k.num_splits == 1 && !k.fallback[0]);
     }
+
+    /* an fp8 KV cache (kv_dtype e4m3 under bf16 Q, descales): paged decode
+     * on v1 with split-KV and the fused combine (one launch), the e4m3
+     * tiles widened in shared memory: no allocation, sync or query per
+     * call; and forced splits */
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention kv8 paged decode auto", 2, 1, 256, 4, 2, 0);
+    make_paged_kv(&o, 256, FP_FP8_E4M3);
+    with_seqlens(&o, 256, 150);
+    o.ap.kv_dtype = FP_FP8_E4M3;
+    o.ap.k_descale = 0.5f;
+    o.ap.v_descale = 2.0f;
+    o.run = run_attn;
+    o.launches = 1;
+    check_op(&o);
+    {
+        fp_attention_kernel_info k;
+        CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 1 && k.paged == 1 && k.num_splits > 1);
+    }
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention kv8 decode 3 splits", 2, 1, 256, 4, 2, 0);
+    o.in[1].fixed = o.in[2].fixed = 1; /* the bf16 K / V attn_op made: unused */
+    o.ap.k = add_in(&o, (size_t)2 * 256 * 2 * 64, FP_FP8_E4M3);
+    o.ap.v = add_in(&o, (size_t)2 * 256 * 2 * 64, FP_FP8_E4M3);
+    o.ap.kv_dtype = FP_FP8_E4M3;
+    o.run = run_attn_splits;
+    o.version = 1;
+    o.splits = 3;
+    o.launches = 1;
+    check_op(&o);
 
     /* varlen: two packed sequences of 40 and 60 rows */
     memset(&o, 0, sizeof o);

@@ -162,8 +162,8 @@ def test_fp8_refusals():
     # mixed dtypes
     with pytest.raises(TypeError, match="dtypes differ"):
         fpt.attention_with_kvcache(q, kb, v)
-    with pytest.raises(TypeError, match="dtypes differ"):
-        fpt.attention_with_kvcache(qb, k, v, descale_k=0.1)
+    with pytest.raises(TypeError, match="dtypes differ"):  # (bf16 q over fp8 k and v: an fp8 KV cache)
+        fpt.attention_with_kvcache(qb, k, vb, descale_k=0.1)
     e5 = getattr(torch, "float8_e5m2", None)
     if e5 is not None:  # e5m2: no op takes it
         with pytest.raises(TypeError, match="not supported"):

@@ -204,7 +204,12 @@ class AttentionParams(ctypes.Structure):
                 # added in 0.3: the rows of a varlen call's packed K / V
                 ("total_k", i64),
                 # added in 0.4: per-tensor descales of fp8 e4m3 inputs (0 = 1)
-                ("q_descale", c_float), ("k_descale", c_float), ("v_descale", c_float)]
+                ("q_descale", c_float), ("k_descale", c_float), ("v_descale", c_float),
+                # 0.4's tail padding, named in the header (reserved_0_4) so that 0.5's
+                # field starts at 0.4's sizeof; never read, always 0
+                ("reserved_0_4", c_int),
+                # added in 0.5: K / V dtype (fp8 KV cache)
+                ("kv_dtype", c_int)]
 
 
 class AttentionKernelInfo(ctypes.Structure):

@@ -20,6 +20,13 @@ q_descale / k_descale / v_descale (the real value of a stored element is
 stored x descale; 0 = 1). fastpath.torch.attention_with_kvcache takes
 float8_e4m3fn tensors (descale_q / descale_k / descale_v); the other
 fastpath.torch drop-ins and forward_arrays do not take fp8 yet.
+
+An fp8 KV cache (API 0.5, vLLM's kv_cache_dtype "fp8") likewise: dtype "f16",
+"bf16" or "f32" for q and o, kv_dtype="fp8e4m3" for k / v (e4m3 codes, their
+strides in their 1-byte elements), k_descale / v_descale applying to them and
+q_descale 0 or 1. kv_dtype 0 (the default) means k / v have dtype.
+fastpath.torch.attention_with_kvcache takes it as a float16 / bfloat16 /
+float32 q with float8_e4m3fn k_cache and v_cache.
 """
 import ctypes
 
@@ -59,6 +66,15 @@ _OWN_DTYPES = {"fp8e4m3": _FP8_E4M3, "float8_e4m3fn": _FP8_E4M3, _FP8_E4M3: _FP8
 _STRIDE_SET = frozenset(_STRIDES)
 
 
+def _dtype_value(dtype):
+    """The fp_dtype value of a dtype argument: a fastpath.DTYPES name, one of
+    _OWN_DTYPES (fp8 e4m3), or an id."""
+    d = _pkg.DTYPES.get(dtype) if type(dtype) is str else None
+    if d is None:
+        d = _OWN_DTYPES.get(dtype) if isinstance(dtype, (str, int)) else None
+    return _pkg.dtype_id(dtype) if d is None else d
+
+
 def _template():
     """A fresh fp_attention_params holding fp_attention_params_init's
     defaults (run once, then copied: this runs on every call of the PyTorch
@@ -84,7 +100,7 @@ def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, hea
                 dtype="bf16", softmax_scale=0.0, causal=False, window_left=-1, window_right=-1,
                 lse=None, seqlens_k=None, cu_seqlens_q=None, cu_seqlens_k=None, total_k=0,
                 block_table=None, block_table_stride=0, page_size=0, num_pages=0, q_descale=0.0,
-                k_descale=0.0, v_descale=0.0, **strides):
+                k_descale=0.0, v_descale=0.0, kv_dtype=0, **strides):
     """An fp_attention_params from keyword arguments: the shape, the q, k, v, o
     pointers, dtype, softmax_scale (0 or None: 1/sqrt(head_dim)), causal,
     window_left / window_right (-1: unbounded), lse (f32 [batch, heads_q,
@@ -95,8 +111,11 @@ def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, hea
     block_table_stride] pointer, page_size, num_pages; k and v are then pools
     [num_pages, page_size, heads_kv, head_dim]), q_descale / k_descale /
     v_descale (fp8 inputs, dtype "fp8e4m3": see the module's docstring; 0 =
-    1, other dtypes 0 or 1), and any of q_batch_stride, q_seq_stride,
-    q_head_stride (likewise k_, v_, o_) in elements."""
+    1, other dtypes 0 or 1), kv_dtype (k's and v's dtype: 0 or None, the
+    default, = dtype; "fp8e4m3" with dtype f16 / bf16 / f32 = an fp8 KV cache,
+    k_descale / v_descale then apply and q_descale is 0 or 1), and any of
+    q_batch_stride, q_seq_stride, q_head_stride (likewise k_, v_, o_) in
+    elements (k_ and v_ in kv_dtype's)."""
     _need()
     fp = _pkg
     if not _STRIDE_SET.issuperset(strides):
@@ -107,10 +126,17 @@ def make_params(*, batch, seqlen_q, seqlen_k, heads_q, head_dim, q, k, v, o, hea
                   window_left=window_left, window_right=window_right,
                   block_table_stride=block_table_stride, page_size=page_size, num_pages=num_pages,
                   total_k=total_k or 0, **strides)
-    d = fp.DTYPES.get(dtype) if type(dtype) is str else None
-    if d is None:
-        d = _OWN_DTYPES.get(dtype) if isinstance(dtype, (str, int)) else None
-    p.dtype = fp.dtype_id(dtype) if d is None else d
+    p.dtype = _dtype_value(dtype)
+    if kv_dtype is None or (type(kv_dtype) is int and kv_dtype == 0):
+        p.kv_dtype = 0
+    else:
+        kvd = _dtype_value(kv_dtype)
+        if kvd == 0 and p.dtype != 0:
+            # FP_F32 is 0, which the library reads as "dtype itself"
+            raise ValueError(f"kv_dtype {kv_dtype!r} with dtype {dtype!r}: K / V in f32 under "
+                             "16-bit Q is not a mode of the library (kv_dtype: 0, dtype or "
+                             "fp8e4m3)")
+        p.kv_dtype = kvd
     p.q_descale, p.k_descale, p.v_descale = float(q_descale), float(k_descale), float(v_descale)
     opt_ptr = fp._opt_ptr
     p.q, p.k, p.v, p.o = opt_ptr(q), opt_ptr(k), opt_ptr(v), opt_ptr(o)
@@ -129,14 +155,16 @@ _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 def _params(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, q, qs, k, ks, v, vs, o,
             os_, softmax_scale, causal, window_left, window_right, lse=0, seqlens_k=0,
             block_table=0, block_table_stride=0, page_size=0, num_pages=0, cu_seqlens_q=0,
-            cu_seqlens_k=0, total_k=0, q_descale=0.0, k_descale=0.0, v_descale=0.0):
+            cu_seqlens_k=0, total_k=0, q_descale=0.0, k_descale=0.0, v_descale=0.0,
+            kv_dtype=0):
     """make_params for callers whose arguments are known good (fastpath.torch,
     on every call): dtype an id, pointers ints (0 = NULL), strides (batch,
     seq, head) triples of int64 ints (os_ None: packed), softmax_scale a
-    float, causal 0 / 1, descales floats. The same struct as make_params, filled in one
-    pack_into. The int fields are range-checked in one go; one out of range
-    goes through make_params for its error naming the argument (total_k: an
-    int64 the caller keeps in range)."""
+    float, causal 0 / 1, descales floats, kv_dtype an id (0: dtype). The
+    same struct as make_params, filled in one pack_into (reserved_0_4 packed
+    as 0). The int fields are range-checked in one go; one out of range goes
+    through make_params for its error naming the argument (total_k: an int64
+    the caller keeps in range)."""
     if not (_INT_MIN <= min(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, window_left,
                             window_right, block_table_stride, page_size, num_pages)
             and max(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, window_left,
@@ -149,7 +177,8 @@ def _params(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, q, qs
                            block_table=block_table, block_table_stride=block_table_stride,
                            page_size=page_size, num_pages=num_pages, cu_seqlens_q=cu_seqlens_q,
                            cu_seqlens_k=cu_seqlens_k, total_k=total_k, q_descale=q_descale,
-                           k_descale=k_descale, v_descale=v_descale, **strides)
+                           k_descale=k_descale, v_descale=v_descale, kv_dtype=kv_dtype,
+                           **strides)
     global _PACKER
     if _PACKER is None:
         _PACKER = (_template().struct_size, _lib.struct_packer(_lib.AttentionParams))
@@ -160,7 +189,8 @@ def _params(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, q, qs
                      ctypes.c_float(softmax_scale).value, causal, window_left, window_right,
                      lse, seqlens_k, cu_seqlens_q, cu_seqlens_k, block_table, block_table_stride,
                      page_size, num_pages, total_k, ctypes.c_float(q_descale).value,
-                     ctypes.c_float(k_descale).value, ctypes.c_float(v_descale).value)
+                     ctypes.c_float(k_descale).value, ctypes.c_float(v_descale).value,
+                     0, kv_dtype)
     return p
 
 

@@ -22,7 +22,9 @@ heads_q, head_dim] against a dense [batch, seqlen_k, heads_kv, head_dim] or
 paged [num_pages, page_size, heads_kv, head_dim] (int32 block_table) KV
 cache, int32 cache_seqlens, bottom-right causal mask, sliding window, lse;
 float8_e4m3fn q / k_cache / v_cache with descale_q / descale_k / descale_v
-(FlashAttention-3's fp8 forward; out bfloat16).
+(FlashAttention-3's fp8 forward; out bfloat16), or an fp8 KV cache: float16 /
+bfloat16 / float32 q with float8_e4m3fn k_cache / v_cache and descale_k /
+descale_v (vLLM's kv_cache_dtype "fp8"; out in q's dtype).
 What it cannot run (see its docstring) raises TypeError / ValueError rather
 than falling back; it counts in fastpath_count / last_path. attention_varlen
 likewise: packed q [total_q, heads_q, head_dim], k / v [total_k, heads_kv,
@@ -68,8 +70,9 @@ last_path = None
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _DTYPE_IDS = {t: fastpath.DTYPES[name] for t, name in _DTYPES.items()}
-# fp8 e4m3 (FP_FP8_E4M3): an input dtype of attention_with_kvcache only (its
-# output is bfloat16); None when this torch has no float8_e4m3fn.
+# fp8 e4m3 (FP_FP8_E4M3): an input dtype of attention_with_kvcache only (q,
+# k_cache, v_cache all fp8: output bfloat16; k_cache and v_cache only, an fp8
+# KV cache: output in q's dtype); None when this torch has no float8_e4m3fn.
 _FP8 = getattr(torch, "float8_e4m3fn", None)
 _CUDA_STREAM_LEGACY = 0x1  # cudaStreamLegacy
 _contexts = {}
@@ -676,18 +679,24 @@ def _int32_table(t, name, device, dims):
 
 def _check_attn_tensors(fn, names, q, k, v, fp8=False):
     """The checks attention_with_kvcache and attention_varlen share: tensors,
-    one supported dtype (fp8: float8_e4m3fn too) and device, no gradient.
-    Returns q's device."""
+    one supported dtype (fp8: float8_e4m3fn too, or float8_e4m3fn k and v
+    under a float16 / bfloat16 / float32 q, an fp8 KV cache) and device, no
+    gradient. Returns q's device."""
     for name, t in zip(names, (q, k, v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if not _attn.available():
         raise RuntimeError("libfastpath was built without the attention capability")
-    if q.dtype not in _DTYPES and not (fp8 and _FP8 is not None and q.dtype == _FP8):
+    fp8 = fp8 and _FP8 is not None
+    if q.dtype not in _DTYPES and not (fp8 and q.dtype == _FP8):
         raise TypeError(f"q dtype {q.dtype} not supported (float16, bfloat16, float32"
-                        f"{', float8_e4m3fn' if fp8 and _FP8 is not None else ''})")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"{', '.join(names)} dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+                        f"{', float8_e4m3fn' if fp8 else ''})")
+    if (k.dtype != q.dtype or v.dtype != q.dtype) and not (
+            fp8 and k.dtype == _FP8 and v.dtype == _FP8):  # q in _DTYPES: an fp8 KV cache
+        raise TypeError(f"{', '.join(names)} dtypes differ ({q.dtype}, {k.dtype}, {v.dtype}): "
+                        + ("one dtype for all three, or float8_e4m3fn "
+                           f"{names[1]} and {names[2]} (an fp8 KV cache) under a float16 / "
+                           "bfloat16 / float32 q" if fp8 else "one dtype for all three"))
     dev = q.device
     if not _supported_device(q):
         raise ValueError(f"device {dev} not supported (cpu or cuda)")
@@ -798,22 +807,36 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
              a tensor of any device is, as its value cannot become the
              operator's float argument), None = 1.0; finite and > 0 (the
              library's check: ValueError; 0 is taken as 1, as it does). With
-             the other dtypes None or 1 only (else ValueError).
-    Returns out [batch, seqlen_q, heads_q, head_dim] in q's dtype, bfloat16
-    for float8_e4m3fn inputs (and with return_lse, lse [batch, heads_q,
-    seqlen_q] float32, natural log, of the scores softmax_scale x descale_q x
-    descale_k x q k^T). A query row that keeps no key (e.g. cache_seqlens 0)
-    gets out = 0 and lse = -inf.
+             an fp8 KV cache (float8_e4m3fn k_cache / v_cache only)
+             descale_k / descale_v likewise, descale_q None or 1 only (q is
+             not fp8; else ValueError). With the other dtypes None or 1 only
+             (else ValueError).
+    Returns out [batch, seqlen_q, heads_q, head_dim] in q's dtype (an fp8 KV
+    cache included), bfloat16 for float8_e4m3fn q / k_cache / v_cache (and
+    with return_lse, lse [batch, heads_q, seqlen_q] float32, natural log, of
+    the scores softmax_scale x descale_q x descale_k x q k^T). A query row
+    that keeps no key (e.g. cache_seqlens 0) gets out = 0 and lse = -inf.
 
-    Supported: CPU or CUDA tensors, all on one device; q, k_cache, v_cache of
-    one dtype among float16 / bfloat16 / float32, or all float8_e4m3fn (when
-    torch has it); head_dim a multiple of 8 in [8, 256]; heads_q a multiple
-    of heads_kv (GQA / MQA). Any strides with head_dim contiguous are passed
-    without copies (e.g. q a slice of a fused QKV tensor); on CUDA pointers
-    and strides must be 16-byte aligned. float8_e4m3fn runs every shape and
-    option on the CPU; on CUDA only on Hopper (sm_90) at head_dim 128 with a
-    dense cache (no block_table): elsewhere the library refuses it, which
-    raises ValueError as its other refusals do (no fallback).
+    Supported: CPU or CUDA tensors, all on one device; head_dim a multiple
+    of 8 in [8, 256]; heads_q a multiple of heads_kv (GQA / MQA); dtypes:
+      - q, k_cache, v_cache of one dtype among float16 / bfloat16 / float32;
+      - all three float8_e4m3fn (when torch has it; FlashAttention-3's fp8
+        forward, out bfloat16);
+      - an fp8 KV cache (vLLM's kv_cache_dtype "fp8"): q float16 / bfloat16
+        / float32 with k_cache and v_cache both float8_e4m3fn (e4m3 codes,
+        real value stored x descale_k / descale_v), out in q's dtype, dense
+        or paged;
+      anything else (e.g. k_cache float8_e4m3fn with v_cache bfloat16) is a
+      TypeError.
+    Any strides with head_dim contiguous are passed without copies (e.g. q a
+    slice of a fused QKV tensor); on CUDA pointers and strides must be
+    16-byte aligned (16 elements of a float8_e4m3fn tensor). float8_e4m3fn
+    q / k_cache / v_cache run every shape and option on the CPU; on CUDA
+    only on Hopper (sm_90) at head_dim 128 with a dense cache (no
+    block_table). An fp8 KV cache runs every shape and option on the CPU; on
+    CUDA with a float16 / bfloat16 q at head_dim 64, 128 or 256 (compute
+    capability 8.0 and up), dense or paged. Elsewhere the library refuses
+    them, which raises ValueError as its other refusals do (no fallback).
     cache_seqlens and block_table are checked on the CPU; on CUDA they are
     not read back (no synchronization): an out-of-range value there gives an
     unspecified result for that sequence (never an access outside the
@@ -827,10 +850,15 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     dev = _check_attn_tensors("attention_with_kvcache", ("q", "k_cache", "v_cache"), q, k_cache, v_cache,
                               fp8=True)
     fp8 = q.dtype == _FP8  # all three (checked): descales, bf16 out
-    if fp8 or descale_q is not None or descale_k is not None or descale_v is not None:
-        dq = _descale(descale_q, "descale_q", fp8)
-        dk = _descale(descale_k, "descale_k", fp8)
-        dv = _descale(descale_v, "descale_v", fp8)
+    kv8 = not fp8 and k_cache.dtype == _FP8  # k_cache and v_cache (checked): an fp8 KV cache
+    if fp8 or kv8 or descale_q is not None or descale_k is not None or descale_v is not None:
+        if kv8 and _descale(descale_q, "descale_q", True) != 1.0:
+            raise ValueError(f"descale_q = {descale_q!r}: with an fp8 KV cache (float8_e4m3fn "
+                             f"k_cache / v_cache, {q.dtype} q) q is not fp8: descale_q must be "
+                             "None or 1 (descale_k / descale_v apply to the cache)")
+        dq = 1.0 if kv8 else _descale(descale_q, "descale_q", fp8)
+        dk = _descale(descale_k, "descale_k", fp8 or kv8)
+        dv = _descale(descale_v, "descale_v", fp8 or kv8)
     if q.dim() != 4 or k_cache.dim() != 4 or v_cache.dim() != 4:
         raise ValueError("q, k_cache, v_cache must be 4-d")
     if k_cache.shape != v_cache.shape:
@@ -886,14 +914,16 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
                                      f"[{lo}, {hi}])")
             seqlens = cache_seqlens
 
-    # q's dtype (fp8: bfloat16, strides in its elements) and device
+    # q's dtype (fp8: bfloat16, strides in its elements; an fp8 KV cache: q's) and device
     out = q.new_empty(B, Lq, Hq, D, dtype=torch.bfloat16 if fp8 else None)
     lse = torch.empty((B, Hq, Lq), dtype=torch.float32, device=dev) if return_lse else None
     if B == 0 or Lq == 0 or Hq == 0:
         return (out, lse) if return_lse else out
     qs, ks = _kv_strides(q, "q"), _kv_strides(k_cache, "k_cache")
     vs, os_ = _kv_strides(v_cache, "v_cache"), _kv_strides(out, "out")
-    fp8_kw = dict(q_descale=dq, k_descale=dk, v_descale=dv) if fp8 else {}
+    # strides are in each tensor's own elements (1 byte for float8_e4m3fn k_cache / v_cache)
+    fp8_kw = (dict(q_descale=dq, k_descale=dk, v_descale=dv) if fp8 else
+              dict(k_descale=dk, v_descale=dv, kv_dtype=_attn._FP8_E4M3) if kv8 else {})
     p = _attn._params(B, Lq, Lk, Hq, Hkv, D, _attn._FP8_E4M3 if fp8 else _DTYPE_IDS[q.dtype],
                       q.data_ptr(), qs, k_cache.data_ptr(), ks, v_cache.data_ptr(), vs,
                       out.data_ptr(), os_, sm_scale, int(bool(causal)), wl, wr, lse=_ptr(lse),
@@ -1136,7 +1166,8 @@ if _COMPILE_OPS:
                     return_lse: bool, descale_q: float = 1.0, descale_k: float = 1.0,
                     descale_v: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
         """attention_with_kvcache (cache_seqlen >= 0: one length for every sequence); lse empty unless asked;
-        the descales of float8_e4m3fn inputs (1.0 with the other dtypes), out then bfloat16."""
+        the descales of float8_e4m3fn inputs (1.0 with the other dtypes), out then bfloat16; with an fp8 KV
+        cache (float8_e4m3fn k_cache / v_cache only) descale_k / descale_v, descale_q 1.0, out in q's dtype."""
         lens = cache_seqlens if cache_seqlens is not None else (cache_seqlen if cache_seqlen >= 0 else None)
         r = attention_with_kvcache(q, k_cache, v_cache, lens, block_table, softmax_scale, causal,
                                    (window_left, window_right), return_lse, descale_q=descale_q,
@@ -1148,7 +1179,7 @@ if _COMPILE_OPS:
           window_right, return_lse, descale_q=1.0, descale_k=1.0, descale_v=1.0):
         B, Lq, Hq, D = q.shape
         lse = q.new_empty(B, Hq, Lq, dtype=torch.float32) if return_lse else _no_tensor(q, torch.float32)
-        fp8 = _FP8 is not None and q.dtype == _FP8
+        fp8 = _FP8 is not None and q.dtype == _FP8  # all three fp8: bf16 out; an fp8 KV cache: q's dtype
         return q.new_empty(B, Lq, Hq, D, dtype=torch.bfloat16 if fp8 else None), lse
 
     @torch.library.custom_op("fastpath::attention_varlen", mutates_args=())
