@@ -57,10 +57,16 @@ VEC_LOAD = {r"^LDG\.E\.128": 1}
 VEC_LOAD_STORE = {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1}
 RULES = [
     # flash attention, sm_80 path (mma.sync m16n8k16, ldmatrix, cp.async 16 B)
-    ("flash fwd bf16 (mma.sync)", "attention", r"attention_flash_fwd_v[127]<__nv_bfloat16,", BASE,
+    ("flash fwd bf16 (mma.sync)", "attention", r"attention_flash_fwd_v[127]<__nv_bfloat16,(?!.*__nv_fp8)", BASE,
      {r"^HMMA\.16816\.F32\.BF16$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem", "pdl")),
-    ("flash fwd f16 (mma.sync)", "attention", r"attention_flash_fwd_v[127]<__half,", BASE,
+    ("flash fwd f16 (mma.sync)", "attention", r"attention_flash_fwd_v[127]<__half,(?!.*__nv_fp8)", BASE,
      {r"^HMMA\.16816\.F32$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem", "pdl")),
+    # v1 over an fp8 KV cache: the same math, its K / V tiles copied as e4m3
+    # (16-byte cp.async) and widened in shared memory (16-byte reads, two
+    # 16-byte stores per chunk; F2FP.F16.E4M3 on sm_90, integer ops on sm_80)
+    ("flash fwd v1 fp8 KV cache (mma.sync)", "attention", r"attention_flash_fwd_v1<[^,]+, \d+, __nv_fp8_e4m3>", BASE,
+     {r"^HMMA\.16816\.F32": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8, r"^LDS\.128": 2,
+      r"^STS\.128": 4}, ("ex2_ftz", "no_static_smem", "pdl")),
     # the decode kernel (v6): the same instructions at head_dim 32's minimum
     # (2 k-steps of Q K^T and 2 d-blocks of P V per warp and tile, x2 n8 halves)
     ("decode fwd v6 bf16 (mma.sync)", "attention", r"attention_decode_fwd_v6<__nv_bfloat16,", BASE,
