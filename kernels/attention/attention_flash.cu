@@ -13,7 +13,11 @@
 //                               edge/diagonal tiles only, no scores in global
 //                               memory. With num_splits > 1 each CTA takes a
 //                               slice of the KV tiles and writes an f32 partial
-//                               O and its log-sum-exp.
+//                               O and its log-sum-exp. An fp8 KV cache
+//                               (kv_fp8_cache: e4m3 K / V under f16 / bf16
+//                               Q, head_dim 64 / 128 / 256) runs v1 with each
+//                               tile copied as e4m3 and widened in shared
+//                               memory (load_kv_tile8, widen_kv_tile8).
 //   attention_flash_fwd_v2      the same body with two 16-row blocks per warp
 //                               (128 rows per CTA, head_dim 64 / 128): each
 //                               K / V fragment loaded from shared memory feeds
