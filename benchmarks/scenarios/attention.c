@@ -493,6 +493,23 @@ static void attn_bufs_free(fp_context *ctx, attn_bufs *b) {
     fp_mem_free(ctx, b->o2);
 }
 
+/* --kv and --batch of the decode A/B scenarios (0 where not given). Returns
+ * 0 when one is outside [1, max], its reason set by fb_skip: the scenario
+ * then returns FP_ERR_UNSUPPORTED. */
+static int decode_opts(fb_run *run, int kv_max, int b_max, int *kv, int *b) {
+    *kv = fb_opt_given(run, "kv") ? (int)fb_opt_int(run, "kv", 0) : 0;
+    *b = fb_opt_given(run, "batch") ? (int)fb_opt_int(run, "batch", 0) : 0;
+    if (fb_opt_given(run, "kv") && (*kv < 1 || *kv > kv_max)) {
+        fb_skip(run, "--kv must be in [1, %d]", kv_max);
+        return 0;
+    }
+    if (fb_opt_given(run, "batch") && (*b < 1 || *b > b_max)) {
+        fb_skip(run, "--batch must be in [1, %d]", b_max);
+        return 0;
+    }
+    return 1;
+}
+
 static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt) {
     fp_context *ctx = fb_ctx(run);
     const fp_device_info *dev = fb_device(run);
@@ -549,10 +566,8 @@ static fp_status run_decode_versions(fb_run *run) {
     if (!values_of(run, "head_dim", dim_defs, 1, 1, 1024, dims)) return fb_skip(run, "--head_dim must be in [1, 1024]");
     static const int pairs[4][2] = {{1, 1024}, {1, 4096}, {1, 32768}, {8, 4096}}; /* batch, keys */
     const int quick = fb_quick(run);
-    const int kv_opt = fb_opt_given(run, "kv") ? (int)fb_opt_int(run, "kv", 0) : 0;
-    const int b_opt = fb_opt_given(run, "batch") ? (int)fb_opt_int(run, "batch", 0) : 0;
-    if (fb_opt_given(run, "kv") && (kv_opt < 1 || kv_opt > (1 << 24))) return fb_skip(run, "--kv must be in [1, 16777216]");
-    if (fb_opt_given(run, "batch") && (b_opt < 1 || b_opt > 65536)) return fb_skip(run, "--batch must be in [1, 65536]");
+    int kv_opt, b_opt;
+    if (!decode_opts(run, 1 << 24, 65536, &kv_opt, &b_opt)) return FP_ERR_UNSUPPORTED; /* fb_skip said why */
     for (int t = 0; t < ndt; ++t) {
         if (kv_opt || b_opt) { /* the given shape only (the other from the first default pair) */
             run_decode_pair(run, b_opt ? b_opt : 1, kv_opt ? kv_opt : 1024, dims[0], dts[t]);
@@ -963,10 +978,8 @@ static void run_kv8_shape(fb_run *run, int batch, int sk, int page) {
 
 static fp_status run_kv8(fb_run *run) {
     if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "needs a CUDA device");
-    const int kv_opt = fb_opt_given(run, "kv") ? (int)fb_opt_int(run, "kv", 0) : 0;
-    const int b_opt = fb_opt_given(run, "batch") ? (int)fb_opt_int(run, "batch", 0) : 0;
-    if (fb_opt_given(run, "kv") && (kv_opt < 1 || kv_opt > (1 << 22))) return fb_skip(run, "--kv must be in [1, 4194304]");
-    if (fb_opt_given(run, "batch") && (b_opt < 1 || b_opt > 256)) return fb_skip(run, "--batch must be in [1, 256]");
+    int kv_opt, b_opt;
+    if (!decode_opts(run, 1 << 22, 256, &kv_opt, &b_opt)) return FP_ERR_UNSUPPORTED; /* fb_skip said why */
     if (fb_quick(run)) {
         run_kv8_shape(run, 1, 1024, 0);
         run_kv8_shape(run, 1, 1024, 16);

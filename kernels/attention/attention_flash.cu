@@ -596,22 +596,16 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
     const int32_t *bt = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : nullptr;
     const TK *k_base = static_cast<const TK *>(p.k) + (bt ? 0 : S.k0) + hk * p.k_hs;
     const TK *v_base = static_cast<const TK *>(p.v) + (bt ? 0 : S.v0) + hk * p.v_hs;
-    // K / V tile of keys [n0, n0 + Bc) into a 16-bit stage (fp8: into the
-    // staging tile, widened into `stage` by widen_k / widen_v once landed)
-    auto load_k = [&](T *stage, int n0) {
+    // K or V tile of keys [n0, n0 + Bc) into a 16-bit stage (fp8: into its
+    // staging tile k8 / v8, widened into `stage` by widen_kv_tile8 once landed)
+    auto load_kv = [&](T *stage, uint8_t *staging, const TK *base, int64_t bs, int64_t ss, int n0) {
         if constexpr (kKv8)
-            load_kv_tile8<D, NT, Bc>(k8, p, reinterpret_cast<const uint8_t *>(k_base), p.k_bs, p.k_ss, bt, n0,
-                                     L - n0, tid);
+            load_kv_tile8<D, NT, Bc>(staging, p, reinterpret_cast<const uint8_t *>(base), bs, ss, bt, n0, L - n0, tid);
         else
-            load_kv_tile<T, D, NT, Bc>(stage, p, k_base, p.k_bs, p.k_ss, bt, n0, L - n0, tid);
+            load_kv_tile<T, D, NT, Bc>(stage, p, base, bs, ss, bt, n0, L - n0, tid);
     };
-    auto load_v = [&](T *stage, int n0) {
-        if constexpr (kKv8)
-            load_kv_tile8<D, NT, Bc>(v8, p, reinterpret_cast<const uint8_t *>(v_base), p.v_bs, p.v_ss, bt, n0,
-                                     L - n0, tid);
-        else
-            load_kv_tile<T, D, NT, Bc>(stage, p, v_base, p.v_bs, p.v_ss, bt, n0, L - n0, tid);
-    };
+    auto load_k = [&](T *stage, int n0) { load_kv(stage, k8, k_base, p.k_bs, p.k_ss, n0); };
+    auto load_v = [&](T *stage, int n0) { load_kv(stage, v8, v_base, p.v_bs, p.v_ss, n0); };
 
     float o_acc[MT][D / 8][4];
 #pragma unroll
