@@ -894,26 +894,63 @@ static fp_status run_fp8(fb_run *run) {
 }
 
 /* attention/kv8: decode (seqlen_q 1, 32 query / 8 KV heads of 128, bf16 Q)
- * over an fp8 (e4m3) KV cache against a bf16 cache holding the same values
- * (e4m3 is exact in bf16), both on v1 with split-KV and its fused combine:
- * the same math on half the bytes, so the outputs must agree bit for bit
- * (compared exactly). Rows: batch x keys 1 x 4k, 1 x 32k, 1 x 128k, 8 x 4k,
+ * over an fp8 (e4m3) KV cache. Two rows a shape:
+ *   bf16_kv_vs_fp8_kv  a bf16 cache holding the same values (e4m3 is exact
+ *                      in bf16) against the fp8 cache, both on v1 with
+ *                      split-KV and its fused combine: the same math on
+ *                      half the bytes, so the outputs must agree bit for
+ *                      bit (compared exactly);
+ *   fp8_kv_v1_vs_v6    the fp8 cache on v1 against the decode kernel v6
+ *                      (each warp widening its own keys, no barrier per
+ *                      tile): which one the fp8 cache should default to
+ *                      (within bf16's tolerance: v6 sums in another order). Rows: batch x keys 1 x 4k, 1 x 32k, 1 x 128k, 8 x 4k,
  * 8 x 32k dense, and 1 x 32k, 8 x 32k paged (16-key pages in reverse pool
  * order); --batch / --kv give one shape (dense and paged), --quick 1 x 1024
  * with 8 / 2 heads. Metrics: each side's KV read rate (its own bytes over
- * its median), the fp8 side's % of the HBM datasheet. CUDA only. */
-static void run_kv8_shape(fb_run *run, int batch, int sk, int page) {
-    fp_context *ctx = fb_ctx(run);
-    const fp_device_info *dev = fb_device(run);
-    const int hq = fb_quick(run) ? 8 : 32, hkv = fb_quick(run) ? 2 : 8, d = 128;
+ * its median), the optimized side's % of the HBM datasheet. CUDA only. */
+static fb_result *kv8_row(fb_run *run, const char *versions, int batch, int sk, int hq, int hkv, int d, int page) {
     fb_result *r = fb_result_new(run);
-    fb_param_str(r, "versions", "bf16_kv_vs_fp8_kv");
+    fb_param_str(r, "versions", versions);
     fb_param_int(r, "batch", batch);
     fb_param_int(r, "seqlen_k", sk);
     fb_param_int(r, "heads_q", hq);
     fb_param_int(r, "heads_kv", hkv);
     fb_param_int(r, "head_dim", d);
     fb_param_int(r, "page_size", page);
+    return r;
+}
+
+/* The A/B of one kv8 row: base against opt (outputs compared within tol,
+ * 0: exactly; < 0: bf16's default), each side's KV read rate from its
+ * cache's bytes (kv_base, kv_opt) under bm / om, the optimized side's % of
+ * HBM. */
+static void kv8_ab(fb_run *run, fb_result *r, fp_status st, pref_run *base, pref_run *opt, void *o1, void *o2,
+                   size_t nq, double tol, double kv_base, double kv_opt, const char *bm, const char *om) {
+    const fp_device_info *dev = fb_device(run);
+    fp_ab_report rep;
+    if (st == FP_OK)
+        st = ab_outputs_tol(run, pref_fn, base, pref_fn, opt, o1, o2, nq, FP_BF16, tol, tol, kv_opt + 4.0 * (double)nq,
+                            fp_attention_flops(opt->p), &rep);
+    if (st != FP_OK) {
+        fb_result_fail(r, st, fp_last_error());
+        return;
+    }
+    char b[320], o[320];
+    ran_with(base, b, sizeof b);
+    ran_with(opt, o, sizeof o);
+    fb_result_set_ab(r, &rep);
+    const double gb_o = kv_opt / (rep.optimized.median_ms * 1e-3) / 1e9;
+    fb_result_metric(r, bm, kv_base / (rep.baseline.median_ms * 1e-3) / 1e9);
+    fb_result_metric(r, om, gb_o);
+    if (dev && dev->peak_gbps > 0) fb_result_metric(r, "opt_pct_hbm", 100.0 * gb_o / dev->peak_gbps);
+    fb_result_note(r, "baseline %s, optimized %s", b, o);
+}
+
+static void run_kv8_shape(fb_run *run, int batch, int sk, int page) {
+    fp_context *ctx = fb_ctx(run);
+    const int hq = fb_quick(run) ? 8 : 32, hkv = fb_quick(run) ? 2 : 8, d = 128;
+    fb_result *r = kv8_row(run, "bf16_kv_vs_fp8_kv", batch, sk, hq, hkv, d, page);
+    fb_result *r6 = kv8_row(run, "fp8_kv_v1_vs_v6", batch, sk, hq, hkv, d, page);
     const int pps = page ? (sk + page - 1) / page : 0, npages = batch * pps;
     const size_t nq = (size_t)batch * hq * d, nkv = (size_t)(page ? (int64_t)npages * page : (int64_t)batch * sk) * hkv * d;
     uint8_t *h8 = malloc(nkv);
@@ -950,25 +987,13 @@ static void run_kv8_shape(fb_run *run, int batch, int sk, int page) {
     p8 = p16;
     p8.kv_dtype = FP_FP8_E4M3;
     p8.k = k8; p8.v = v8; p8.o = o2;
-    pref_run base = {ctx, &p16, 0}, opt = {ctx, &p8, 0};
+    fp_attention_params p8b = p8;
+    p8b.o = o1;
+    pref_run base = {ctx, &p16, 0}, opt = {ctx, &p8, 0}, f8_v1 = {ctx, &p8b, 0}, f8_v6 = {ctx, &p8, 6};
     const double kv16 = 2.0 * 2.0 * (double)batch * sk * hkv * d, kv8 = kv16 / 2.0;
-    fp_ab_report rep;
-    if (st == FP_OK)
-        st = ab_outputs_tol(run, pref_fn, &base, pref_fn, &opt, o1, o2, nq, FP_BF16, 0.0, 0.0, kv8 + 4.0 * (double)nq,
-                            fp_attention_flops(&p8), &rep);
-    if (st == FP_OK) {
-        char b[320], o[320];
-        ran_with(&base, b, sizeof b);
-        ran_with(&opt, o, sizeof o);
-        fb_result_set_ab(r, &rep);
-        const double gb16 = kv16 / (rep.baseline.median_ms * 1e-3) / 1e9, gb8 = kv8 / (rep.optimized.median_ms * 1e-3) / 1e9;
-        fb_result_metric(r, "bf16_kv_gbps", gb16);
-        fb_result_metric(r, "fp8_kv_gbps", gb8);
-        if (dev && dev->peak_gbps > 0) fb_result_metric(r, "fp8_pct_hbm", 100.0 * gb8 / dev->peak_gbps);
-        fb_result_note(r, "baseline %s, optimized %s", b, o);
-    } else {
-        fb_result_fail(r, st, fp_last_error());
-    }
+    kv8_ab(run, r, st, &base, &opt, o1, o2, nq, 0.0, kv16, kv8, "bf16_kv_gbps", "fp8_kv_gbps");
+    kv8_ab(run, r6, st, &f8_v1, &f8_v6, o1, o2, nq, -1.0, kv8, kv8, "v1_kv_gbps", "v6_kv_gbps");
+    fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
     free(h8);
     free(h16);
     free(bt);

@@ -323,13 +323,14 @@ template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint32_
     return pack_op<__nv_bfloat16>::pack(__half2float(__half(lo)), __half2float(__half(hi)));
 }
 
-// Unrolled: a thread's chunks are rows tid / CH + i NT / CH of one chunk
-// column, so every address after the first is an immediate offset (the
-// swizzle depends on the row mod 8, which NT / CH keeps).
+// Unrolled: with NT / CH a multiple of 8 (v1: 128 threads) a thread's
+// chunks are rows tid / CH + i NT / CH of one chunk column, so every address
+// after the first is an immediate offset (the swizzle depends on the row
+// mod 8); v6 widens a warp's 16 keys (NT 32).
 template <typename T, int D, int NT, int BC>
 __device__ __forceinline__ void widen_kv_tile8(T *tile, const uint8_t *stage, int tid) {
     constexpr int CH = D / 16;
-    static_assert(BC * CH % NT == 0 && (NT / CH) % 8 == 0, "fixed chunk column, row step a multiple of 8");
+    static_assert(BC * CH % NT == 0, "every thread widens the same number of chunks");
 #pragma unroll
     for (int i = 0; i < BC * CH / NT; ++i) {
         const int idx = tid + i * NT, r = idx / CH, c = idx % CH;
@@ -792,20 +793,33 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
 // flash_fwd_body); after the KV loop the four (max, sum, O) states merge
 // through shared memory, and the result is written as flash_fwd_body writes
 // it (O and lse, or the split partials and the fused combine).
+// TK = kv8_t (an fp8 KV cache): the ring holds e4m3 tiles ([ST][K, V][Bc][D]
+// bytes) and each warp copies, widens (into one 16-bit K / V tile after the
+// ring) and reads only its own 16 keys of a tile, so past the first tile
+// (Q) the warps meet no barrier until the merge; O x p.o_scale.
 // grid: (m_tiles * num_splits, heads_kv, batch); block: 128.
-template <typename T, int D>
+template <typename T, int D> constexpr size_t decode_smem_bytes(bool kv8) {
+    using Tr = fp_flash::traits_decode<D>;
+    constexpr size_t P = fp_flash::smem_layout<D>::kPitch;
+    return kv8 ? (Tr::kBr * P + 2 * Tr::kBc * P) * sizeof(T) + (size_t)Tr::kStages * 2 * Tr::kBc * D
+               : (Tr::kBr + 2 * Tr::kStages * Tr::kBc) * P * sizeof(T);
+}
+template <typename T, int D, typename TK = T>
 __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
     using Tr = fp_flash::traits_decode<D>;
     using Mma = mma_op<T>;
+    constexpr bool kKv8 = kIsKv8<TK>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, NW = Tr::kWarps, NT = NW * 32, ST = Tr::kStages;
     static_assert(Br == 16 && Bc == 16 * NW, "one 16-row block; 16 keys per warp and tile");
     constexpr int P = fp_flash::smem_layout<D>::kPitch;
     constexpr int RP = D + 8; // merge rows (f32): float2 stores of 4 rows x 4 lanes per 32 banks
-    static_assert((size_t)(Br + 2 * ST * Bc) * P * sizeof(T) >= (size_t)NW * Br * (RP + 2) * sizeof(float),
+    static_assert(decode_smem_bytes<T, D>(kKv8) >= (size_t)NW * Br * (RP + 2) * sizeof(float),
                   "the merge fits in the dead ring");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *q_smem = reinterpret_cast<T *>(smem_raw); // [Br][P]
-    T *ring = q_smem + Br * P;                   // [ST][K, V][Bc][P]
+    T *ring = q_smem + Br * P;                   // [ST][K, V][Bc][P]; fp8: the 16-bit K, V tiles [2][Bc][P]
+    uint8_t *ring8 = reinterpret_cast<uint8_t *>(ring + 2 * Bc * P); // fp8: [ST][K, V][Bc][D] bytes
+    (void)ring8;
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     cta_work w;
@@ -815,8 +829,24 @@ __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
     const fp_flash::block_plan &plan = w.plan;
     const int s_begin = plan.s_begin, s_end = plan.s_end;
     const int32_t *bt = p.block_table ? p.block_table + (int64_t)b * p.bt_stride : nullptr;
-    const T *k_base = static_cast<const T *>(p.k) + (bt ? 0 : S.k0) + hk * p.k_hs;
-    const T *v_base = static_cast<const T *>(p.v) + (bt ? 0 : S.v0) + hk * p.v_hs;
+    const TK *k_base = static_cast<const TK *>(p.k) + (bt ? 0 : S.k0) + hk * p.k_hs;
+    const TK *v_base = static_cast<const TK *>(p.v) + (bt ? 0 : S.v0) + hk * p.v_hs;
+    // Tile t's K and V into ring stage st: all threads, or (fp8) each warp
+    // its own 16 keys as e4m3 (load_kv_tile8 over a warp)
+    auto load_stage = [&](int st, int t) {
+        if constexpr (kKv8) {
+            uint8_t *s8 = ring8 + (size_t)st * 2 * Bc * D + warp * 16 * D;
+            const int n0 = t * Bc + warp * 16;
+            load_kv_tile8<D, 32, 16>(s8, p, reinterpret_cast<const uint8_t *>(k_base), p.k_bs, p.k_ss, bt, n0,
+                                     L - n0, lane);
+            load_kv_tile8<D, 32, 16>(s8 + Bc * D, p, reinterpret_cast<const uint8_t *>(v_base), p.v_bs, p.v_ss, bt,
+                                     n0, L - n0, lane);
+        } else {
+            T *sp = ring + st * 2 * Bc * P;
+            load_kv_tile<T, D, NT, Bc>(sp, p, k_base, p.k_bs, p.k_ss, bt, t * Bc, L - t * Bc, tid);
+            load_kv_tile<T, D, NT, Bc>(sp + Bc * P, p, v_base, p.v_bs, p.v_ss, bt, t * Bc, L - t * Bc, tid);
+        }
+    };
 
     float o_acc[D / 8][4];
 #pragma unroll
@@ -832,11 +862,7 @@ __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
 #pragma unroll 1
         for (int i = 0; i < ST - 1; ++i) {
             const int t = s_begin + i;
-            if (t < s_end) {
-                T *st = ring + i * 2 * Bc * P;
-                load_kv_tile<T, D, NT, Bc>(st, p, k_base, p.k_bs, p.k_ss, bt, t * Bc, L - t * Bc, tid);
-                load_kv_tile<T, D, NT, Bc>(st + Bc * P, p, v_base, p.v_bs, p.v_ss, bt, t * Bc, L - t * Bc, tid);
-            }
+            if (t < s_end) load_stage(i, t);
             cp_async_commit();
         }
 
@@ -844,7 +870,16 @@ __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
         for (int t = s_begin; t < s_end; ++t) {
             const int i = t - s_begin;
             cp_async_wait<ST - 2>(); // groups 0 .. i landed: tile t (and Q)
-            __syncthreads();         // everyone's copies visible; tile t - 1's stage free
+            if constexpr (kKv8) {    // this warp's keys of tile t, widened where it reads them
+                __syncwarp();        // its reads of tile t - 1 there are done
+                const uint8_t *s8 = ring8 + (size_t)(i % ST) * 2 * Bc * D + warp * 16 * D;
+                widen_kv_tile8<T, D, 32, 16>(ring + warp * 16 * P, s8, lane);
+                widen_kv_tile8<T, D, 32, 16>(ring + Bc * P + warp * 16 * P, s8 + Bc * D, lane);
+                __syncwarp();
+            }
+            // everyone's copies visible; tile t - 1's stage free (fp8: only Q,
+            // at the first tile, is shared between warps)
+            if (!kKv8 || i == 0) __syncthreads();
             if (kQRegs && i == 0) {
 #pragma unroll
                 for (int kk = 0; kk < D / 16; ++kk)
@@ -853,15 +888,10 @@ __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
             }
             {
                 const int tn = t + ST - 1; // into the stage tile t - 1 used
-                if (tn < s_end) {
-                    T *st = ring + ((i + ST - 1) % ST) * 2 * Bc * P;
-                    load_kv_tile<T, D, NT, Bc>(st, p, k_base, p.k_bs, p.k_ss, bt, tn * Bc, L - tn * Bc, tid);
-                    load_kv_tile<T, D, NT, Bc>(st + Bc * P, p, v_base, p.v_bs, p.v_ss, bt, tn * Bc, L - tn * Bc,
-                                               tid);
-                }
+                if (tn < s_end) load_stage((i + ST - 1) % ST, tn);
                 cp_async_commit();
             }
-            const T *k_tile = ring + (i % ST) * 2 * Bc * P;
+            const T *k_tile = kKv8 ? ring : ring + (i % ST) * 2 * Bc * P;
             const T *v_tile = k_tile + Bc * P;
 
             // S = Q K^T over this warp's 16 keys (key block `warp` of the tile).
@@ -947,7 +977,7 @@ __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
         if (gr < rows) {
             const int qi = gr / p.group, h = hk * p.group + gr % p.group;
             // l == 0: no key kept; a NaN l stays NaN in O and lse (as flash_fwd_body)
-            const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+            const float inv = (l == 0.0f ? 0.0f : 1.0f / l) * (kKv8 ? p.o_scale : 1.0f); // fp8: x v_descale
             const float lse = l == 0.0f ? -INFINITY : (m_scaled + __log2f(l)) * 0.69314718055994531f;
             float acc[CW];
 #pragma unroll
@@ -1004,11 +1034,11 @@ __global__ void __launch_bounds__(fp_flash::traits_w8<D>::kWarps * 32, 1)
 
 // The decode kernel: two CTAs per SM up to head_dim 128 (100 KiB of shared
 // memory at 128 on an H100), one at 256.
-template <typename T, int D>
+template <typename T, int D, typename TK = T>
 __global__ void __launch_bounds__(fp_flash::traits_decode<D>::kWarps * 32, D <= 128 ? 2 : 1)
     attention_decode_fwd_v6(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
-    decode_fwd_body<T, D>(p);
+    decode_fwd_body<T, D, TK>(p);
 }
 
 // Version V of the flash kernel: its traits and entry point.
@@ -1031,11 +1061,13 @@ template <typename T, int D> struct flash_version<T, D, 6> {
     static constexpr void (*kernel)(flash_params) = attention_decode_fwd_v6<T, D>;
 };
 
-// Version V's kernel, or with TK = kv8_t (an fp8 KV cache) v1's fp8 form.
+// Version V's kernel, or with TK = kv8_t (an fp8 KV cache) v1's or v6's
+// fp8 form.
 template <typename T, int D, int V, typename TK> constexpr auto flash_kernel() {
     if constexpr (kIsKv8<TK>) {
-        static_assert(V == 1, "the fp8 KV cache runs on v1");
-        return attention_flash_fwd_v1<T, D, TK>;
+        static_assert(V == 1 || V == 6, "the fp8 KV cache runs on v1 and v6");
+        if constexpr (V == 6) return attention_decode_fwd_v6<T, D, TK>;
+        else return attention_flash_fwd_v1<T, D, TK>;
     } else {
         return flash_version<T, D, V>::kernel;
     }
@@ -1050,9 +1082,12 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
     if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535)
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention: grid too large (m_tiles %d x splits %d, heads_kv %d)",
                             p.m_tiles, num_splits, a->heads_kv);
-    // fp8 KV cache: + the e4m3 staging tiles of K and V (Bc x D bytes each)
-    const size_t smem = (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * fp_flash::smem_layout<D>::kPitch * sizeof(T) +
-                        (kIsKv8<TK> ? 2 * (size_t)Tr::kBc * D : 0);
+    // fp8 KV cache: v1 + the e4m3 staging tiles of K and V (Bc x D bytes
+    // each); v6 its own layout (decode_smem_bytes)
+    const size_t smem =
+        V == 6 ? decode_smem_bytes<T, D>(kIsKv8<TK>)
+               : (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * fp_flash::smem_layout<D>::kPitch * sizeof(T) +
+                     (kIsKv8<TK> ? 2 * (size_t)Tr::kBc * D : 0);
     constexpr auto kernel = flash_kernel<T, D, V, TK>();
     FP_TRY(smem_opt_in<kernel>(smem));
     return run_with_partials<T, D>(a, p, stream, kIsKv8<TK> ? "attention flash (fp8 KV cache)" : "attention flash",
@@ -1097,24 +1132,29 @@ fp_status dispatch_all_dims(const fp_attn_args *a, int num_splits, cudaStream_t 
 
 // An fp8 KV cache (a->kv_fp8_cache): v1 at head_dim 64, 128 and 256, f16 /
 // bf16 Q. Recorded as v1 by the caller.
-fp_status flash_kv8(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
-    if (version != 1)
-        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: an fp8 KV cache runs on v1 only", version);
+template <int V>
+fp_status flash_kv8_dims(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
     const bool bf = a->dtype == FP_BF16;
-    if (!bf && a->dtype != FP_F16)
-        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v1: an fp8 KV cache under %s Q (f16, bf16)",
-                            fp_dtype_name(a->dtype));
     switch (a->head_dim) {
-    case 64: return bf ? launch_flash<__nv_bfloat16, 64, 1, kv8_t>(a, num_splits, stream)
-                       : launch_flash<__half, 64, 1, kv8_t>(a, num_splits, stream);
-    case 128: return bf ? launch_flash<__nv_bfloat16, 128, 1, kv8_t>(a, num_splits, stream)
-                        : launch_flash<__half, 128, 1, kv8_t>(a, num_splits, stream);
-    case 256: return bf ? launch_flash<__nv_bfloat16, 256, 1, kv8_t>(a, num_splits, stream)
-                        : launch_flash<__half, 256, 1, kv8_t>(a, num_splits, stream);
+    case 64: return bf ? launch_flash<__nv_bfloat16, 64, V, kv8_t>(a, num_splits, stream)
+                       : launch_flash<__half, 64, V, kv8_t>(a, num_splits, stream);
+    case 128: return bf ? launch_flash<__nv_bfloat16, 128, V, kv8_t>(a, num_splits, stream)
+                        : launch_flash<__half, 128, V, kv8_t>(a, num_splits, stream);
+    case 256: return bf ? launch_flash<__nv_bfloat16, 256, V, kv8_t>(a, num_splits, stream)
+                        : launch_flash<__half, 256, V, kv8_t>(a, num_splits, stream);
     default: break;
     }
-    return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v1: an fp8 KV cache at head_dim %d (64, 128, 256)",
-                        a->head_dim);
+    return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: an fp8 KV cache at head_dim %d (64, 128, 256)",
+                        V, a->head_dim);
+}
+fp_status flash_kv8(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
+    if (version != 1 && version != 6)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: an fp8 KV cache runs on v1 and v6 only",
+                            version);
+    if (a->dtype != FP_BF16 && a->dtype != FP_F16)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: an fp8 KV cache under %s Q (f16, bf16)",
+                            version, fp_dtype_name(a->dtype));
+    return version == 6 ? flash_kv8_dims<6>(a, num_splits, stream) : flash_kv8_dims<1>(a, num_splits, stream);
 }
 
 // An sm_80-path version (1, 2, 6 or 7) with num_splits KV splits, recorded
@@ -1152,8 +1192,9 @@ fp_status flash_sm80(const fp_attn_args *a, int version, int num_splits, cudaStr
 extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits,
                                                 cudaStream_t stream) {
     if (version == 1) return fp_attn_cuda_flash_splits(a, num_splits, stream);
-    if (a->kv_fp8_cache && version >= 2 && version <= 10) // no other kernel reads e4m3 K / V under a 16-bit Q
-        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: an fp8 KV cache runs on v1 only", version);
+    if (a->kv_fp8_cache && version >= 2 && version <= 10 && version != 6) // no other kernel reads e4m3 K / V under a 16-bit Q
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: an fp8 KV cache runs on v1 and v6 only",
+                            version);
     if ((version >= 3 && version <= 5) || (version >= 8 && version <= 10)) { // Hopper kernels (attention_flash_sm90.cu, _tma_sm90.cu)
 #ifdef FASTPATH_HAVE_SM90A
         const fp_status st = fp_attn_cuda_flash_sm90(a, version, num_splits, stream);
@@ -1294,10 +1335,21 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
                                                 "CMAKE_CUDA_ARCHITECTURES) and a Hopper device");
 #endif
     }
-    // An fp8 KV cache runs on v1 (every device from compute capability 8.0):
-    // a preferred version falls back to it, as for a shape it refuses.
+    // An fp8 KV cache runs on v1 (every device from compute capability 8.0),
+    // or the decode kernel v6 when preferred (calls of at most 64 packed
+    // rows); another preferred version falls back to v1, as for a shape it
+    // refuses.
     if (a->kv_fp8_cache) {
-        if (version >= 2 && version <= 10) fp_attn_note_fallback("an fp8 KV cache runs on v1 only");
+        if (version == 6) {
+            fp_error_saved saved;
+            fp_error_save(&saved);
+            const fp_status st = flash_version_auto(a, 6, sm_count, stream);
+            if (st != FP_ERR_UNSUPPORTED) return st;
+            fp_attn_note_fallback(fp_last_error());
+            fp_error_restore(&saved);
+        } else if (version >= 2 && version <= 10) {
+            fp_attn_note_fallback("an fp8 KV cache runs on v1 and v6 only");
+        }
         return flash_v1_auto(a, sm_count, stream);
     }
     if (version >= 2 && version <= 10) {

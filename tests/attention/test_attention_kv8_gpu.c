@@ -14,8 +14,10 @@
  *     rounding of O16 x v_descale otherwise;
  *   - against the double reference (fp_attn_reference) and the CPU
  *     context's forward on the fp8 parameters;
+ *   - the decode kernel v6 (preferred, and asked with 3 splits) where it
+ *     takes the call (at most 64 packed rows), against v6 on the 16-bit cache;
  *   - preferring v5 (falls back to v1, said by fp_attention_last_kernel);
- *     v2 / v5 / v6 asked directly: FP_ERR_UNSUPPORTED, O untouched.
+ *     v2 / v5 / v7 asked directly: FP_ERR_UNSUPPORTED, O untouched.
  * And the refusals: head_dim 96, f32 Q, q_descale != 1, a kv_dtype of
  * another 16-bit type, the CUDA baseline. */
 #include <math.h>
@@ -161,20 +163,29 @@ static void run_case(const kv8_case *c) {
      * default fused combine), then v1 with 3 splits; each against the 16-bit
      * cache at the same split count (bitwise where both merge alike: the
      * fused combine sums a row over a warp, the kernel over a block) */
+    /* ... and the same through the decode kernel v6 (preferred: it takes
+     * calls of at most 64 packed rows, else v1 runs; asked directly with 3
+     * splits) */
+    const int v6_takes = (int64_t)c->sq * (c->hq / c->hkv) <= 64;
     static const struct {
-        int version, splits, combine;
-    } runs[3] = {{ATTN_RUN_FORWARD, 0, 1}, {ATTN_RUN_FORWARD, 0, 0}, {1, 3, 1}};
-    for (int r = 0; r < 3; ++r) {
+        int version, splits, combine, pref;
+    } runs[5] = {{ATTN_RUN_FORWARD, 0, 1, 0}, {ATTN_RUN_FORWARD, 0, 0, 0}, {1, 3, 1, 0}, {ATTN_RUN_FORWARD, 0, 0, 6},
+                 {6, 3, 1, 0}};
+    for (int r = 0; r < 5; ++r) {
+        if (runs[r].version == 6 && !v6_takes) continue;
         CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, runs[r].combine));
+        CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, runs[r].pref));
         fp_status st = attn_dev_run(g_ctx, &dp, runs[r].version, runs[r].splits, d.o, o8, nq * 2, d.lse, lse8);
         CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_SPLIT_COMBINE, 0));
+        CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, 0));
         CHECK_MSG(st == FP_OK, "%s/run %d: %s (%s)", c->name, r, fp_status_string(st), fp_last_error());
         if (st != FP_OK) continue;
         fp_attention_kernel_info info;
         CHECK_OK(fp_attention_last_kernel(&info));
-        CHECK_MSG(info.version == 1, "%s/run %d: ran %s, wanted v1", c->name, r, info.kernel);
+        const int want = runs[r].version == 6 || (runs[r].pref == 6 && v6_takes) ? 6 : 1;
+        CHECK_MSG(info.version == want, "%s/run %d: ran %s, wanted v%d", c->name, r, info.kernel, want);
         const int splits = info.num_splits;
-        st = attn_dev_run(g_ctx, &dp16, 1, splits, d.o, o16, nq * 2, d.lse, lse16);
+        st = attn_dev_run(g_ctx, &dp16, want, splits, d.o, o16, nq * 2, d.lse, lse16);
         CHECK_MSG(st == FP_OK, "%s/16-bit x%d: %s (%s)", c->name, splits, fp_status_string(st), fp_last_error());
         if (st != FP_OK) continue;
         const int bitwise = a.o_scale == 1.0f && (runs[r].combine || splits == 1);
@@ -214,7 +225,7 @@ static void run_case(const kv8_case *c) {
     CHECK_OK(fp_attention_last_kernel(&info));
     CHECK_MSG(st == FP_OK && info.version == 1 && strstr(info.fallback, "fp8 KV cache"),
               "%s preferring v5: %s, ran %s (%s)", c->name, fp_status_string(st), info.kernel, info.fallback);
-    static const int other[3] = {2, 5, 6};
+    static const int other[3] = {2, 5, 7};
     for (int i = 0; i < 3; ++i) {
         st = attn_dev_run(g_ctx, &dp, other[i], 1, d.o, o8, nq * 2, d.lse, lse8);
         CHECK_MSG(st == FP_ERR_UNSUPPORTED && untouched(d.o, o8, nq), "%s/v%d: %s (%s)", c->name, other[i],

@@ -16,7 +16,7 @@
  * 48 KiB of shared memory), attention prefill v1..v5, split-KV decode with
  * forced splits (v1, v3, v5), paged decode (automatic and forced splits),
  * paged prefill (v1 by default, v8 preferred), fp8 prefill (v5 and its V^T pass),
- * an fp8 KV cache (paged decode, automatic and forced splits),
+ * an fp8 KV cache (paged decode on v1 and v6, automatic and forced splits),
  * varlen (v3 on the emulated Hopper; given total_k v8, the TMA kernel, its
  * tensor maps cached), and the materialized baseline (dense, paged); and the refusals: an
  * op whose workspace would have to grow inside a capture, the baseline with
@@ -584,6 +584,22 @@ int main(int argc, char **argv) {
         fp_attention_kernel_info k;
         CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 1 && k.paged == 1 && k.num_splits > 1);
     }
+    /* the same preferring the decode kernel v6 (each warp widening its own keys) */
+    memset(&o, 0, sizeof o);
+    attn_op(&o, "attention kv8 v6 paged decode auto", 2, 1, 256, 4, 2, 0);
+    make_paged_kv(&o, 256, FP_FP8_E4M3);
+    with_seqlens(&o, 256, 150);
+    o.ap.kv_dtype = FP_FP8_E4M3;
+    o.ap.v_descale = 0.5f;
+    o.run = run_attn;
+    o.attn_kernel = 6;
+    o.launches = 1;
+    check_op(&o);
+    {
+        fp_attention_kernel_info k;
+        CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 6 && k.paged == 1 && !k.fallback[0]);
+    }
+    fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, 0);
     memset(&o, 0, sizeof o);
     attn_op(&o, "attention kv8 decode 3 splits", 2, 1, 256, 4, 2, 0);
     o.in[1].fixed = o.in[2].fixed = 1; /* the bf16 K / V attn_op made: unused */

@@ -69,10 +69,14 @@ RULES = [
       r"^STS\.128": 4}, ("ex2_ftz", "no_static_smem", "pdl")),
     # the decode kernel (v6): the same instructions at head_dim 32's minimum
     # (2 k-steps of Q K^T and 2 d-blocks of P V per warp and tile, x2 n8 halves)
-    ("decode fwd v6 bf16 (mma.sync)", "attention", r"attention_decode_fwd_v6<__nv_bfloat16,", BASE,
+    ("decode fwd v6 bf16 (mma.sync)", "attention", r"attention_decode_fwd_v6<__nv_bfloat16,(?!.*__nv_fp8)", BASE,
      {r"^HMMA\.16816\.F32\.BF16$": 8, r"^LDSM": 4, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem", "pdl")),
-    ("decode fwd v6 f16 (mma.sync)", "attention", r"attention_decode_fwd_v6<__half,", BASE,
+    ("decode fwd v6 f16 (mma.sync)", "attention", r"attention_decode_fwd_v6<__half,(?!.*__nv_fp8)", BASE,
      {r"^HMMA\.16816\.F32$": 8, r"^LDSM": 4, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem", "pdl")),
+    # v6 over an fp8 KV cache: each warp copies its keys as e4m3 and widens them (K and V)
+    ("decode fwd v6 fp8 KV cache (mma.sync)", "attention", r"attention_decode_fwd_v6<[^,]+, \d+, __nv_fp8_e4m3>", BASE,
+     {r"^HMMA\.16816\.F32": 8, r"^LDSM": 4, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8, r"^LDS\.128": 2,
+      r"^STS\.128": 4}, ("ex2_ftz", "no_static_smem", "pdl")),
     # Hopper paths: wgmma (HGMMA) with operands in shared memory; v5 loads by TMA
     # under mbarriers (SYNCS); the pipelined v3 and v5 overlap softmax and wgmma.
     ("flash fwd v3 (wgmma)", "attention", r"attention_flash_fwd_v3<[^,]+, \d+, false>", ("sm_90a",),
