@@ -451,24 +451,31 @@ static void ran_with(pref_run *r, char *buf, size_t n) { ran_text(pref_fn(r, NUL
 
 /* The A/B of a row r: base against opt (pref_fn, outputs o1 / o2 of dt
  * compared within atol / rtol, < 0: dt's default) unless setup failed (st),
- * the TFLOP/s of each side under base_metric / opt_metric, the kernels that
- * ran in the note (base_tag after the baseline's). */
-static void pref_ab(fb_run *run, fb_result *r, fp_status st, pref_run *base, pref_run *opt, void *o1, void *o2,
-                    size_t n, fp_dtype dt, double atol, double rtol, double bytes, double flops,
-                    const char *base_metric, const char *opt_metric, const char *base_tag) {
-    fp_ab_report rep;
-    if (st == FP_OK) st = ab_outputs_tol(run, pref_fn, base, pref_fn, opt, o1, o2, n, dt, atol, rtol, bytes, flops, &rep);
+ * the kernels that ran in the note (base_tag after the baseline's). Returns
+ * 1 with *rep filled when it ran, 0 with the row failed. */
+static int pref_ab_rep(fb_run *run, fb_result *r, fp_status st, pref_run *base, pref_run *opt, void *o1, void *o2,
+                       size_t n, fp_dtype dt, double atol, double rtol, double bytes, double flops,
+                       const char *base_tag, fp_ab_report *rep) {
+    if (st == FP_OK) st = ab_outputs_tol(run, pref_fn, base, pref_fn, opt, o1, o2, n, dt, atol, rtol, bytes, flops, rep);
     if (st != FP_OK) {
         fb_result_fail(r, st, fp_last_error());
-        return;
+        return 0;
     }
     char b[320], o[320];
     ran_with(base, b, sizeof b);
     ran_with(opt, o, sizeof o);
-    fb_result_set_ab(r, &rep);
+    fb_result_set_ab(r, rep);
+    fb_result_note(r, "baseline %s%s, optimized %s", b, base_tag, o);
+    return 1;
+}
+/* ... with the TFLOP/s of each side under base_metric / opt_metric */
+static void pref_ab(fb_run *run, fb_result *r, fp_status st, pref_run *base, pref_run *opt, void *o1, void *o2,
+                    size_t n, fp_dtype dt, double atol, double rtol, double bytes, double flops,
+                    const char *base_metric, const char *opt_metric, const char *base_tag) {
+    fp_ab_report rep;
+    if (!pref_ab_rep(run, r, st, base, opt, o1, o2, n, dt, atol, rtol, bytes, flops, base_tag, &rep)) return;
     fb_result_metric(r, base_metric, spec_flops_tflops(flops, rep.baseline.median_ms));
     fb_result_metric(r, opt_metric, spec_flops_tflops(flops, rep.optimized.median_ms));
-    fb_result_note(r, "baseline %s%s, optimized %s", b, base_tag, o);
 }
 
 /* A shape's tensors: Q (nq elements) and K, V (nkv) random in [-1, 1) of
@@ -928,22 +935,13 @@ static void kv8_ab(fb_run *run, fb_result *r, fp_status st, pref_run *base, pref
                    size_t nq, double tol, double kv_base, double kv_opt, const char *bm, const char *om) {
     const fp_device_info *dev = fb_device(run);
     fp_ab_report rep;
-    if (st == FP_OK)
-        st = ab_outputs_tol(run, pref_fn, base, pref_fn, opt, o1, o2, nq, FP_BF16, tol, tol, kv_opt + 4.0 * (double)nq,
-                            fp_attention_flops(opt->p), &rep);
-    if (st != FP_OK) {
-        fb_result_fail(r, st, fp_last_error());
+    if (!pref_ab_rep(run, r, st, base, opt, o1, o2, nq, FP_BF16, tol, tol, kv_opt + 4.0 * (double)nq,
+                     fp_attention_flops(opt->p), "", &rep))
         return;
-    }
-    char b[320], o[320];
-    ran_with(base, b, sizeof b);
-    ran_with(opt, o, sizeof o);
-    fb_result_set_ab(r, &rep);
     const double gb_o = kv_opt / (rep.optimized.median_ms * 1e-3) / 1e9;
     fb_result_metric(r, bm, kv_base / (rep.baseline.median_ms * 1e-3) / 1e9);
     fb_result_metric(r, om, gb_o);
     if (dev && dev->peak_gbps > 0) fb_result_metric(r, "opt_pct_hbm", 100.0 * gb_o / dev->peak_gbps);
-    fb_result_note(r, "baseline %s, optimized %s", b, o);
 }
 
 static void run_kv8_shape(fb_run *run, int batch, int sk, int page) {
