@@ -81,10 +81,12 @@
  *   O keep dtype, q_descale must be 0 or 1. Half the bytes of a 16-bit
  *   cache, which is what a decode step reads. On a CUDA context (f16 / bf16,
  *   head_dim 64, 128 or 256, compute capability 8.0 and up) the tensor-core
- *   kernel v1 runs it, dense or paged, split-KV included: each K / V tile
- *   lands in shared memory as e4m3 and is widened exactly to dtype there, so
- *   the products are dtype's (the e4m3 values are exact in f16 / bf16) and
- *   the error is the 16-bit path's; other head dims and f32 answer
+ *   kernel v1 runs it (the decode kernel v6 when preferred:
+ *   FP_CTX_ATTENTION_KERNEL 6, calls of at most 64 packed query rows), dense
+ *   or paged, split-KV included: each K / V tile lands in shared memory as
+ *   e4m3 and is widened exactly to dtype there, so the products are dtype's
+ *   (the e4m3 values are exact in f16 / bf16) and the error is the 16-bit
+ *   path's; other head dims and f32 answer
  *   FP_ERR_UNSUPPORTED on CUDA. On a CPU context every shape and option runs.
  *
  * Precision

@@ -39,7 +39,9 @@
 //                               CTA, the 4 warps splitting each 64-key tile,
 //                               K / V through a ring of 2 to 4 tiles, the
 //                               warps' softmax states merged at the end
-//                               (fp_flash::traits_decode). Selected only
+//                               (fp_flash::traits_decode); over an fp8 KV
+//                               cache each warp copies and widens its own
+//                               keys (no barrier a tile). Selected only
 //                               through FP_CTX_ATTENTION_KERNEL = 6 (calls of
 //                               at most 64 packed rows per KV head) and
 //                               fp_attn_cuda_flash_version until a GPU run
