@@ -824,6 +824,20 @@ static void fp8_fill(uint8_t *x, size_t n, float amp, uint64_t seed) {
     }
 }
 
+/* n e4m3 codes (fp8_fill with amp, seed) to a new device buffer *d8 and
+ * their bf16 values (exact) to a new *d16, through the host buffers h8 /
+ * h16, which are free again on return. */
+static fp_status fp8_twins_upload(fp_context *ctx, size_t n, float amp, uint64_t seed, uint8_t *h8, uint16_t *h16,
+                                  void **d8, void **d16) {
+    fp8_fill(h8, n, amp, seed);
+    for (size_t i = 0; i < n; ++i) h16[i] = fp_f32_to_bf16(fp_e4m3_to_f32(h8[i]));
+    fp_status st = fp_mem_alloc(ctx, n, d8);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, n * 2, d16);
+    if (st == FP_OK) st = fp_mem_upload(ctx, *d8, h8, n, NULL);
+    if (st == FP_OK) st = fp_mem_upload(ctx, *d16, h16, n * 2, NULL);
+    return st == FP_OK ? fp_context_synchronize(ctx, NULL) : st;
+}
+
 static void fp8_row(fb_run *run, const char *versions, const shape *s, fp_status st, pref_run *base, pref_run *opt,
                     void *o1, void *o2, size_t n, double bytes, double flops, const char *bm, const char *om) {
     fb_result *r = fb_result_new(run);
@@ -845,15 +859,9 @@ static void run_fp8_shape(fb_run *run, const shape *s) {
     void *q8 = NULL, *k8 = NULL, *v8 = NULL, *q16 = NULL, *k16 = NULL, *v16 = NULL, *o1 = NULL, *o2 = NULL;
     fp_status st = h8 && h16 ? FP_OK : FP_ERR_OUT_OF_MEMORY;
     void **d8[3] = {&q8, &k8, &v8}, **d16[3] = {&q16, &k16, &v16};
-    for (int t = 0; t < 3 && st == FP_OK; ++t) { /* Q, K, V: e4m3 codes and their bf16 copies */
-        fp8_fill(h8, n, t == 2 ? 1.0f : 4.0f, 0x9e3779b97f4a7c15ull + (uint64_t)t);
-        for (size_t i = 0; i < n; ++i) h16[i] = fp_f32_to_bf16(fp_e4m3_to_f32(h8[i]));
-        st = fp_mem_alloc(ctx, n, d8[t]);
-        if (st == FP_OK) st = fp_mem_alloc(ctx, n * 2, d16[t]);
-        if (st == FP_OK) st = fp_mem_upload(ctx, *d8[t], h8, n, NULL);
-        if (st == FP_OK) st = fp_mem_upload(ctx, *d16[t], h16, n * 2, NULL);
-        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL); /* the host buffers are reused */
-    }
+    for (int t = 0; t < 3 && st == FP_OK; ++t) /* Q, K, V: e4m3 codes and their bf16 copies */
+        st = fp8_twins_upload(ctx, n, t == 2 ? 1.0f : 4.0f, 0x9e3779b97f4a7c15ull + (uint64_t)t, h8, h16, d8[t],
+                              d16[t]);
     if (st == FP_OK) st = fp_mem_alloc(ctx, n * 2, &o1);
     if (st == FP_OK) st = fp_mem_alloc(ctx, n * 2, &o2);
     fp_attention_params p8, p16;
@@ -958,15 +966,8 @@ static void run_kv8_shape(fb_run *run, int batch, int sk, int page) {
     fp_status st = h8 && h16 && (!page || bt) ? FP_OK : FP_ERR_OUT_OF_MEMORY;
     if (st == FP_OK) st = fb_alloc_random(ctx, nq, FP_BF16, 1, -1.0f, 1.0f, &q);
     void **d8[2] = {&k8, &v8}, **d16[2] = {&k16, &v16};
-    for (int t = 0; t < 2 && st == FP_OK; ++t) { /* K, V: e4m3 codes in [-1, 1] and their bf16 copies */
-        fp8_fill(h8, nkv, 1.0f, 0x2545f4914f6cdd1dull + (uint64_t)t);
-        for (size_t i = 0; i < nkv; ++i) h16[i] = fp_f32_to_bf16(fp_e4m3_to_f32(h8[i]));
-        st = fp_mem_alloc(ctx, nkv, d8[t]);
-        if (st == FP_OK) st = fp_mem_alloc(ctx, nkv * 2, d16[t]);
-        if (st == FP_OK) st = fp_mem_upload(ctx, *d8[t], h8, nkv, NULL);
-        if (st == FP_OK) st = fp_mem_upload(ctx, *d16[t], h16, nkv * 2, NULL);
-        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL); /* the host buffers are reused */
-    }
+    for (int t = 0; t < 2 && st == FP_OK; ++t) /* K, V: e4m3 codes in [-1, 1] and their bf16 copies */
+        st = fp8_twins_upload(ctx, nkv, 1.0f, 0x2545f4914f6cdd1dull + (uint64_t)t, h8, h16, d8[t], d16[t]);
     if (st == FP_OK && page) {
         for (int i = 0; i < npages; ++i) bt[i] = npages - 1 - i;
         st = fp_mem_alloc(ctx, sizeof(int32_t) * (size_t)npages, &dbt);
