@@ -293,6 +293,12 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # run's rows (v4 with a dresidual, else v3)
     "ab-bwdring|FP_NORM_BWD_RING=1 norm/layernorm_bwd --rows 16384 --cols 4096 --dtype bf16"
     "ab-bwdv3|FP_NORM_BWD_RING=0 norm/layernorm_bwd --rows 16384 --cols 4096 --dtype bf16"
+    # the norm kernels before session 28 (GELU tanh / SiLU by tanhf / expf
+    # with the activation's switch per element; LayerNorm's forward
+    # statistics through two reductions) against today's, interleaved in one
+    # process, outputs compared (their difference: the fast forms' error on
+    # the device): 16384 x 4096, 4096 x 768, 8192 x 8192, fwd and bwd
+    "ab-normk|norm/kernel_ab --dtype bf16"
     # the decode kernel v6 (FP_CTX_ATTENTION_KERNEL 6: 16-row tiles, the
     # warps splitting each key tile, a K / V ring) against the default
     # decode (v1), interleaved: batch 1 x 1k / 4k / 32k keys, batch 8 x 4k;

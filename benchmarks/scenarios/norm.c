@@ -29,6 +29,14 @@
  *                        --baseline B --optimized O pick other versions
  *                        (1-4; e.g. 3 and 4: v3 against v3 with the prefetch
  *                        ring); params base_ran / opt_ran say which ran.
+ *   norm/kernel_ab       the kernels' earlier forms (GELU tanh / SiLU by
+ *                        tanhf / expf, LayerNorm's statistics through two
+ *                        reductions; before session 28) as the baseline vs
+ *                        today's, on the same inputs, interleaved, outputs
+ *                        compared: variants layernorm_fwd_fused,
+ *                        layernorm_fwd_plain, rmsnorm_fwd_fused,
+ *                        layernorm_bwd_fused, rmsnorm_bwd_fused (CUDA only;
+ *                        16384x4096, 4096x768, 8192x8192; bf16 unless --dtype).
  *
  * Shapes (GPU): 4096x768, 16384x4096, 8192x8192, 2048x12288, 1000x5120,
  * 333x1537, 2048x18432; --rows R --cols C for one shape. With --quick and on CPU
@@ -477,6 +485,133 @@ static fp_status run_bwd_versions(fb_run *run) {
     return FP_OK;
 }
 
+/* ---- the kernels' earlier forms against today's (session 28) ---- */
+
+/* Each row: one op on the same inputs twice, the earlier forms (version 0 |
+ * the FP_NORM_VOPT_* bits that bring them back: GELU (tanh) / SiLU by tanhf /
+ * expf and an IEEE division; LayerNorm's statistics through two reductions)
+ * as the baseline against today's (version 0), interleaved by the timing
+ * engine, outputs compared at the dtype's tolerance (their difference is
+ * the fast forms' error on this device). Rows:
+ *   layernorm_fwd_fused  residual + LayerNorm + bias + GELU (tanh), residual_out,
+ *                        stats: both changes
+ *   layernorm_fwd_plain  LayerNorm with gamma, beta, stats: the one reduction
+ *   rmsnorm_fwd_fused    residual + RMSNorm + bias + SiLU: the fast SiLU
+ *   layernorm_bwd_fused  through GELU (tanh), bias, dresidual_out, dgamma /
+ *                        dbeta: the fast GELU derivative, the activation's switch per vector
+ *   rmsnorm_bwd_fused    through SiLU, dresidual_out, dgamma */
+typedef struct kab_job {
+    fp_context *ctx;
+    int bwd, version;
+    fp_norm_params fp;
+    fp_norm_backward_params bp;
+} kab_job;
+
+static fp_status kab_job_run(void *user, fp_stream stream) {
+    kab_job *j = user;
+    return j->bwd ? fp_norm_backward_version(j->ctx, stream, &j->bp, j->version)
+                  : fp_norm_forward_version(j->ctx, stream, &j->fp, j->version);
+}
+
+static const int64_t k_gpu_shapes_kernel_ab[][2] = {{16384, 4096}, {4096, 768}, {8192, 8192}};
+
+/* Forward params of row variant v (0 LayerNorm fused, 1 LayerNorm plain, 2
+ * RMSNorm fused) over bb's inputs (x, dres as the residual, g, b) into out /
+ * sum / stats. */
+static void kab_fwd_params(int v, const bwd_bufs *bb, int64_t rows, int64_t cols, fp_dtype dt, void *out, void *sum,
+                           fp_norm_params *p) {
+    const fp_norm_kind kind = v == 2 ? FP_NORM_RMSNORM : FP_NORM_LAYERNORM;
+    fwd_params(kind, rows, cols, dt, bb->x, p);
+    p->gamma = bb->g;
+    p->beta = kind == FP_NORM_LAYERNORM ? bb->b : NULL;
+    p->mean = kind == FP_NORM_LAYERNORM ? (float *)bb->stats : NULL;
+    p->rstd = (float *)bb->stats + rows;
+    p->out = out;
+    if (v != 1) {
+        p->residual = bb->dres;
+        p->residual_out = sum;
+        p->bias = bb->b;
+        p->activation = kind == FP_NORM_LAYERNORM ? FP_NORM_ACT_GELU_TANH : FP_NORM_ACT_SILU;
+    }
+}
+
+static fp_status run_kernel_ab(fb_run *run) {
+    if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "CUDA only: compares CUDA kernel forms");
+    static const char *const names[] = {"layernorm_fwd_fused", "layernorm_fwd_plain", "rmsnorm_fwd_fused",
+                                        "layernorm_bwd_fused", "rmsnorm_bwd_fused"};
+    static const int base_bits[] = {FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS,
+                                    FP_NORM_VOPT_TWO_REDUCTIONS, FP_NORM_VOPT_ACCURATE_ACT,
+                                    FP_NORM_VOPT_ACCURATE_ACT, FP_NORM_VOPT_ACCURATE_ACT};
+    fp_context *ctx = fb_ctx(run);
+    shape_list sl;
+    fp_dtype dts[3];
+    const int ndt = versions_setup(run, k_gpu_shapes_kernel_ab,
+                                   (int)(sizeof k_gpu_shapes_kernel_ab / sizeof k_gpu_shapes_kernel_ab[0]), &sl,
+                                   dts);
+    double copy_gbps = measure_copy_gbps(run);
+    for (int si = 0; si < sl.n; ++si)
+        for (int di = 0; di < ndt; ++di)
+            for (int v = 0; v < 5; ++v) {
+                const int64_t rows = sl.shapes[si][0], cols = sl.shapes[si][1];
+                const fp_dtype dt = dts[di];
+                const size_t n = (size_t)rows * (size_t)cols, es = fp_dtype_size(dt);
+                const int bwd = v >= 3;
+                const fp_norm_kind kind = v == 2 || v == 4 ? FP_NORM_RMSNORM : FP_NORM_LAYERNORM;
+                fb_result *r = new_row(run, rows, cols, dt, names[v]);
+                bwd_bufs bb;
+                void *out[2] = {NULL, NULL}, *sum[2] = {NULL, NULL}, *dpar[2] = {NULL, NULL};
+                fp_status st = bwd_bufs_alloc(ctx, rows, cols, dt, 41, 1, &bb);
+                for (int k = 0; k < 2 && st == FP_OK; ++k) {
+                    st = fp_mem_alloc(ctx, n * es, &out[k]);
+                    if (st == FP_OK && !bwd) st = fp_mem_alloc(ctx, n * es, &sum[k]);
+                    if (st == FP_OK && bwd) st = fp_mem_alloc(ctx, 2 * (size_t)cols * es, &dpar[k]);
+                }
+                if (st == FP_OK && bwd) st = forward_stats(ctx, kind, rows, cols, dt, bb.x, bb.tmp, (float *)bb.stats);
+                fp_ab_report rep;
+                if (st == FP_OK) {
+                    kab_job job[2];
+                    for (int k = 0; k < 2; ++k) {
+                        memset(&job[k], 0, sizeof job[k]);
+                        job[k].ctx = ctx;
+                        job[k].bwd = bwd;
+                        job[k].version = k == 0 ? base_bits[v] : 0;
+                        if (!bwd) {
+                            kab_fwd_params(v, &bb, rows, cols, dt, out[k], sum[k], &job[k].fp);
+                        } else {
+                            fp_norm_backward_params *p = &job[k].bp;
+                            bwd_bufs_params(&bb, kind, rows, cols, dt, p);
+                            p->dx = out[k];
+                            p->dgamma = dpar[k];
+                            p->activation = kind == FP_NORM_LAYERNORM ? FP_NORM_ACT_GELU_TANH : FP_NORM_ACT_SILU;
+                            p->bias = bb.b;
+                            p->dresidual_out = bb.dres;
+                            if (kind == FP_NORM_LAYERNORM) {
+                                p->beta = bb.b;
+                                p->dbeta = (char *)dpar[k] + (size_t)cols * es;
+                            }
+                        }
+                    }
+                    fp_ab_spec spec;
+                    fp_ab_spec_init(&spec);
+                    spec.baseline = kab_job_run;
+                    spec.baseline_user = &job[0];
+                    spec.optimized = kab_job_run;
+                    spec.optimized_user = &job[1];
+                    spec.baseline_out = out[0];
+                    spec.optimized_out = out[1];
+                    spec.out_count = n;
+                    spec.out_dtype = dt;
+                    spec.bytes = bwd ? fp_norm_backward_bytes(&job[1].bp) : fp_norm_forward_bytes(&job[1].fp);
+                    st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+                }
+                report(r, st, &rep, copy_gbps);
+                bwd_bufs_free(ctx, &bb);
+                void *ptrs[] = {out[0], out[1], sum[0], sum[1], dpar[0], dpar[1]};
+                for (int k = 0; k < 6; ++k) fp_mem_free(ctx, ptrs[k]);
+            }
+    return FP_OK;
+}
+
 static fp_status run_layernorm_fwd(fb_run *run) { return run_sweep(run, FP_NORM_LAYERNORM, fwd_cell); }
 static fp_status run_rmsnorm_fwd(fb_run *run) { return run_sweep(run, FP_NORM_RMSNORM, fwd_cell); }
 static fp_status run_layernorm_bwd(fb_run *run) { return run_sweep(run, FP_NORM_LAYERNORM, bwd_cell); }
@@ -494,5 +629,9 @@ FB_SCENARIO(norm_fwd_versions, "norm/fwd_versions",
             "norm forward v1 vs the automatic kernel (v3: the row staged in shared memory) on rows past v2's "
             "registers; CUDA only",
             run_fwd_versions)
+FB_SCENARIO(norm_kernel_ab, "norm/kernel_ab",
+            "norm kernels' earlier forms (accurate GELU / SiLU, LayerNorm's two reductions) vs today's, "
+            "interleaved, outputs compared; CUDA only",
+            run_kernel_ab)
 FB_SCENARIO(norm_bwd_versions, "norm/bwd_versions",
             "norm backward v2 (dx + separate dgamma/dbeta pass) vs v3 (one pass); CUDA only", run_bwd_versions)

@@ -17,6 +17,7 @@
 
 #include "attention/attention_flash_layout.h"
 #include "attention/attention_internal.h"
+#include "common/fast_exp2.cuh"
 #include "common/pdl.cuh"
 #if defined(FP_CUDA_EMU) // the CPU emulation (tests/emu): the PTX below as C++
 #include "emu_sm80.h"
@@ -157,15 +158,7 @@ template <> struct pack_op<__half> {
 // quarter of the instructions of v3's softmax); the probabilities the
 // fix-up keeps are below 2^-126 of the row maximum's and cannot change an
 // f32 row sum.
-__device__ __forceinline__ float fast_exp2(float x) {
-#if defined(FP_CUDA_EMU)
-    return fp_emu::ex2_approx_ftz(x);
-#else
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-#endif
-}
+__device__ __forceinline__ float fast_exp2(float x) { return fp_fast::ex2_ftz(x); }
 
 // Max / sum over the quad of lanes that share an accumulator row.
 __device__ __forceinline__ float quad_max(float x) {

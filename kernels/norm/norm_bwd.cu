@@ -50,6 +50,9 @@
 //                        every 8th chunk, then lane 0 adds the 8 in order).
 //   unfused              baseline: activation backward (g to dx); the same
 //                        norm backward on g, in place; dx += dres.
+// The vector kernels take the activation's switch once per 16-byte vector
+// (grad_vec; the staged-row v3 per element: grad_elem), and GELU (tanh) /
+// SiLU in their fast forms (norm_common.cuh, sigmoid_fast; session 28).
 // Versions (fp_norm_bwd_launch(desc, version, ...)): 1 = dx v1 + dparams v1;
 // 2 = dx v2 (dx staged for rows v2 cannot hold) + dparams v2 where aligned,
 // else 1; 3 = v3 (any of its modes)
@@ -90,6 +93,24 @@ __device__ __forceinline__ void grad_elem(const fp_norm_bwd_desc &d, float mean,
     dn = g * gam;
 }
 
+// The same for the N elements of a vector, the activation's switch taken
+// once for the vector (dact_mul_vec): the vector kernels' form.
+template <int N>
+__device__ __forceinline__ void grad_vec(const fp_norm_bwd_desc &d, float mean, float rstd, const float (&xv)[N],
+                                         const float (&dy)[N], const float (&gam)[N], const float (&sh)[N],
+                                         float (&xn)[N], float (&g)[N], float (&dn)[N]) {
+    float h[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+        xn[e] = (xv[e] - mean) * rstd;
+        g[e] = dy[e];
+        h[e] = xn[e] * gam[e] + sh[e];
+    }
+    if (d.act != ACT_NONE) dact_mul_vec<N>(d.act, h, g);
+#pragma unroll
+    for (int e = 0; e < N; ++e) dn[e] = g[e] * gam[e];
+}
+
 // Per-row backward state: mean, rstd and the per-column vectors.
 template <typename T>
 struct RowGrad {
@@ -99,6 +120,13 @@ struct RowGrad {
     __device__ __forceinline__ void at(float xv, float dy, float gam, float sh, float &xn, float &dn) const {
         float g;
         grad_elem(d, mean, rstd, xv, dy, gam, sh, xn, g, dn);
+    }
+    // n, dn of a vector's N elements.
+    template <int N>
+    __device__ __forceinline__ void vec(const float (&xv)[N], const float (&dy)[N], const float (&gam)[N],
+                                        const float (&sh)[N], float (&xn)[N], float (&dn)[N]) const {
+        float g[N];
+        grad_vec<N>(d, mean, rstd, xv, dy, gam, sh, xn, g, dn);
     }
 };
 
@@ -250,9 +278,9 @@ __global__ void __launch_bounds__(kBwdV2MaxThreads) norm_bwd_dx_v2(const fp_norm
             unpack<T>(ldg16(x + (int64_t)j * V), xv);
             unpack<T>(ldg16(dy + (int64_t)j * V), dv);
             load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
+            rg.template vec<V>(xv, dv, gam, sh, xn_reg[k], dn_reg[k]);
 #pragma unroll
             for (int e = 0; e < V; ++e) {
-                rg.at(xv[e], dv[e], gam[e], sh[e], xn_reg[k][e], dn_reg[k][e]);
                 sa += dn_reg[k][e];
                 sb += dn_reg[k][e] * xn_reg[k][e];
             }
@@ -315,8 +343,7 @@ __global__ void __launch_bounds__(kBwdStagedThreads) norm_bwd_dx_staged(const fp
             unpack<T>(xr, xv);
             unpack<T>(dr, dv);
             load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
-#pragma unroll
-            for (int e = 0; e < V; ++e) rg.at(xv[e], dv[e], gam[e], sh[e], xn[e], dn[e]);
+            rg.template vec<V>(xv, dv, gam, sh, xn, dn);
         };
         float sa = 0.0f, sb = 0.0f;
 #pragma unroll 2
@@ -398,13 +425,12 @@ __global__ void __launch_bounds__(kParamTileCols * kParamRowThreads)
             float xv[W], dv[W];
             load(d.x, r * d.x_stride + col0, xv);
             load(d.dout, r * d.dout_stride + col0, dv);
+            float xn[W], g[W], dn[W];
+            grad_vec<W>(d, mean, rstd, xv, dv, gam, sh, xn, g, dn);
 #pragma unroll
             for (int e = 0; e < W; ++e) {
-                const float xn = (xv[e] - mean) * rstd;
-                float g = dv[e];
-                if (d.act != ACT_NONE) g *= dact_f(d.act, xn * gam[e] + sh[e]);
-                acc_g[e] += g * xn;
-                acc_b[e] += g;
+                acc_g[e] += g[e] * xn[e];
+                acc_b[e] += g[e];
             }
         }
     }
@@ -636,19 +662,19 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
             unpack<T>(xraw, xv);
             unpack<T>(draw, dv);
             load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
+            float xn[V], g[V], dn[V];
+            grad_vec<V>(d, mean, rstd, xv, dv, gam, sh, xn, g, dn);
 #pragma unroll
             for (int e = 0; e < V; ++e) {
-                float xn, g, dn;
-                grad_elem(d, mean, rstd, xv[e], dv[e], gam[e], sh[e], xn, g, dn);
-                xn_reg[k][e] = xn;
-                sa += dn;
-                sb += dn * xn;
+                xn_reg[k][e] = xn[e];
+                sa += dn[e];
+                sb += dn[e] * xn[e];
                 if constexpr (kSmemAcc) {
-                    dn_reg[k][e] = g;  // g kept: the sums are added in the second pass
+                    dn_reg[k][e] = g[e];  // g kept: the sums are added in the second pass
                 } else {
-                    dn_reg[k][e] = dn;
-                    acc_g_reg[k][e] += g * xn;
-                    acc_b_reg[k][e] += g;
+                    dn_reg[k][e] = dn[e];
+                    acc_g_reg[k][e] += g[e] * xn[e];
+                    acc_b_reg[k][e] += g[e];
                 }
             }
         };
@@ -881,6 +907,9 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
                     unpack<T>(xr[i], xv);
                     unpack<T>(dr[i], dv);
                     load_gamma_shift<T, V>(gamma, beta, bias, d.act, j, gam, sh);
+                    // Per element (grad_elem), not grad_vec: its vector of
+                    // pre-activations spilled the f32 kernel at its 128-register
+                    // bound (ptxas sm_90).
 #pragma unroll
                     for (int e = 0; e < V; ++e) {
                         float xn, dn;
@@ -1346,6 +1375,7 @@ static cudaError_t bwd_unfused_dispatch(const fp_norm_bwd_desc &d, float *partia
 using namespace fpnorm;
 
 extern "C" size_t fp_norm_bwd_partial_floats(const fp_norm_bwd_desc *d, int version, int sm_count) {
+    version &= FP_NORM_VERSION_MASK;
     switch (d->dtype) {
     case DT_F32: return bwd_partial_floats<float>(*d, version, sm_count);
     case DT_F16: return bwd_partial_floats<__half>(*d, version, sm_count);
@@ -1355,6 +1385,7 @@ extern "C" size_t fp_norm_bwd_partial_floats(const fp_norm_bwd_desc *d, int vers
 }
 
 extern "C" int fp_norm_bwd_version_used(const fp_norm_bwd_desc *d, int version) {
+    version &= FP_NORM_VERSION_MASK;
     switch (d->dtype) {
     case DT_F32: return bwd_resolve<float>(*d, version);
     case DT_F16: return bwd_resolve<__half>(*d, version);
@@ -1366,16 +1397,19 @@ extern "C" int fp_norm_bwd_version_used(const fp_norm_bwd_desc *d, int version) 
 // FP_NORM_BWD_SEP_SUMS (read once): "1" reduces LayerNorm's two row sums
 // one after the other (two barrier pairs per row in a block per row), as
 // before session 15, for the GPU check's A/B; otherwise through row_sum2.
-static fp_norm_bwd_desc with_sums_mode(const fp_norm_bwd_desc *d) {
+// FP_NORM_VOPT_TWO_REDUCTIONS in a version request does the same for that
+// call. The activation becomes its kernel code for the request (kernel_act).
+static fp_norm_bwd_desc with_sums_mode(const fp_norm_bwd_desc *d, int version) {
     static const int sep = env_switch("FP_NORM_BWD_SEP_SUMS", 1) == 1;
     fp_norm_bwd_desc r = *d;
-    r.sep_sums = sep;
+    r.sep_sums = sep || (version & FP_NORM_VOPT_TWO_REDUCTIONS);
+    r.act = kernel_act(d->act, version);
     return r;
 }
 
 extern "C" cudaError_t fp_norm_bwd_unfused_launch(const fp_norm_bwd_desc *d, float *partial,
                                                   cudaStream_t stream) {
-    const fp_norm_bwd_desc dd = with_sums_mode(d);
+    const fp_norm_bwd_desc dd = with_sums_mode(d, 0);
     switch (dd.dtype) {
     case DT_F32: return bwd_unfused_dispatch<float>(dd, partial, stream);
     case DT_F16: return bwd_unfused_dispatch<__half>(dd, partial, stream);
@@ -1386,7 +1420,8 @@ extern "C" cudaError_t fp_norm_bwd_unfused_launch(const fp_norm_bwd_desc *d, flo
 
 extern "C" cudaError_t fp_norm_bwd_launch(const fp_norm_bwd_desc *d, int version, int sm_count, float *partial,
                                           cudaStream_t stream) {
-    const fp_norm_bwd_desc dd = with_sums_mode(d);
+    const fp_norm_bwd_desc dd = with_sums_mode(d, version);
+    version &= FP_NORM_VERSION_MASK;
     switch (dd.dtype) {
     case DT_F32: return bwd_versioned<float>(dd, version, sm_count, partial, stream);
     case DT_F16: return bwd_versioned<__half>(dd, version, sm_count, partial, stream);

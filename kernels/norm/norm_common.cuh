@@ -11,6 +11,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "common/fast_exp2.cuh"
 #include "norm/norm_launch.h"
 
 namespace fpnorm {
@@ -62,33 +63,152 @@ constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluC = 0.044715f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 
-// act is uniform across the grid: the switch costs a predictable branch.
+constexpr float kGeluKC = kGeluK * kGeluC;
+
+// Activation codes inside the kernels: the public ones (ACT_NONE ..
+// ACT_SILU), and the accurate forms of GELU (tanh) and SiLU that the fast
+// forms below replaced (session 28), kept for the GPU check's A/B: the
+// launchers map ACT_GELU_TANH / ACT_SILU to them under FP_NORM_ACT_FAST=0.
+enum { ACT_GELU_TANH_ACCURATE = 5, ACT_SILU_ACCURATE = 6 };
+
+// The fast forms: sigmoid(z) from e = exp(-|z|) <= 1 (nothing overflows)
+// and r = 1 / (1 + e), both MUFU approximations (ex2_ftz: ex2.approx of a
+// rounded z log2(e); __fdividef: rcp.approx), then sigmoid(z) = r for z >= 0,
+// e r below, and sigmoid(z) (1 - sigmoid(z)) = e r^2 for either sign, no
+// cancellation. Relative error: the rounding of z log2(e) in the exponent,
+// |z| 2^-24 in e, dominates (2^-19.7 at |z| = 20, where sigmoid is within
+// 2e-9 of 0 or 1), against ~2^-23 for tanhf / expf; the emulation's ex2 is
+// exp2f (tests/emu/emu_sm80.h), so CI checks the forms, the GPU check their
+// error. GELU (tanh) is y sigmoid(2u), u = sqrt(2/pi) (y + 0.044715 y^3):
+// exactly 0.5 y (1 + tanh(u)), without its cancellation for y < 0. Per
+// element (sm_90 SASS) about 12 instructions for act, 16 for act', against
+// ~36 for the tanhf forms.
+// 2^x by ex2.approx.ftz alone (kernels/common/fast_exp2.cuh): __expf would
+// add exp2f's denormal-range fix-up; here results below 2^-126 only decide
+// sigmoid values within 2^-126 of 0 or 1.
+using fp_fast::ex2_ftz;
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct SigmoidParts {
+    float s, e, r;  // sigmoid(z), exp(-|z|), 1 / (1 + e)
+};
+__device__ __forceinline__ SigmoidParts sigmoid_fast(float z) {
+    SigmoidParts p;
+    p.e = ex2_ftz(-fabsf(z) * kLog2e);
+    p.r = __fdividef(1.0f, 1.0f + p.e);
+    p.s = z >= 0.0f ? p.r : p.e * p.r;  // NaN: e * r, NaN
+    return p;
+}
+
+// act(y) for a compile-time activation A.
+template <int A> __device__ __forceinline__ float act_c(float y) {
+    if constexpr (A == ACT_GELU_ERF) {
+        return 0.5f * y * (1.0f + erff(y * kSqrtHalf));
+    } else if constexpr (A == ACT_GELU_TANH) {
+        return y * sigmoid_fast(2.0f * y * fmaf(kGeluKC, y * y, kGeluK)).s;
+    } else if constexpr (A == ACT_GELU_TANH_ACCURATE) {
+        return 0.5f * y * (1.0f + tanhf(kGeluK * (y + kGeluC * y * y * y)));
+    } else if constexpr (A == ACT_RELU) {
+        return y > 0.0f ? y : 0.0f;
+    } else if constexpr (A == ACT_SILU) {
+        return y * sigmoid_fast(y).s;
+    } else if constexpr (A == ACT_SILU_ACCURATE) {
+        return y / (1.0f + expf(-y));
+    } else {
+        return y;
+    }
+}
+// act'(y) for a compile-time activation A.
+template <int A> __device__ __forceinline__ float dact_c(float y) {
+    if constexpr (A == ACT_GELU_ERF) {
+        return 0.5f * (1.0f + erff(y * kSqrtHalf)) + y * kInvSqrt2Pi * expf(-0.5f * y * y);
+    } else if constexpr (A == ACT_GELU_TANH || A == ACT_GELU_TANH_ACCURATE) {
+        // |y| > 20 taken as 20: the derivative is 0 or 1 there to float
+        // precision, and y^2 stays finite (unclamped, y^2 = inf past 1.8e19
+        // met 1 - t^2 = 0, or e r^2 = 0: NaN). The compare keeps NaN.
+        if (fabsf(y) > 20.0f) y = copysignf(20.0f, y);
+        if constexpr (A == ACT_GELU_TANH) {
+            // d/dy y sigmoid(2u) = sigmoid(2u) + 2 y u' sigmoid(2u) (1 - sigmoid(2u)),
+            // u' = sqrt(2/pi) (1 + 3 0.044715 y^2)
+            const float y2 = y * y;
+            const SigmoidParts p = sigmoid_fast(2.0f * y * fmaf(kGeluKC, y2, kGeluK));
+            return fmaf(2.0f * y * fmaf(3.0f * kGeluKC, y2, kGeluK), p.e * p.r * p.r, p.s);
+        } else {
+            float t = tanhf(kGeluK * (y + kGeluC * y * y * y));
+            return 0.5f * (1.0f + t) + 0.5f * y * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * y * y);
+        }
+    } else if constexpr (A == ACT_RELU) {
+        return y > 0.0f ? 1.0f : 0.0f;
+    } else if constexpr (A == ACT_SILU) {
+        const SigmoidParts p = sigmoid_fast(y);  // sigmoid + y sigmoid (1 - sigmoid)
+        return fmaf(y, p.e * p.r * p.r, p.s);
+    } else if constexpr (A == ACT_SILU_ACCURATE) {
+        float sg = 1.0f / (1.0f + expf(-y));
+        return sg * (1.0f + y * (1.0f - sg));
+    } else {
+        return 1.0f;
+    }
+}
+
+// Per element with a runtime activation (act is uniform across the grid:
+// a predictable branch, but about 8 instructions per element: the scalar
+// kernels and the elementwise baseline).
 __device__ __forceinline__ float act_f(int act, float y) {
     switch (act) {
-    case ACT_GELU_ERF: return 0.5f * y * (1.0f + erff(y * kSqrtHalf));
-    case ACT_GELU_TANH: return 0.5f * y * (1.0f + tanhf(kGeluK * (y + kGeluC * y * y * y)));
-    case ACT_RELU: return y > 0.0f ? y : 0.0f;
-    case ACT_SILU: return y / (1.0f + expf(-y));
+    case ACT_GELU_ERF: return act_c<ACT_GELU_ERF>(y);
+    case ACT_GELU_TANH: return act_c<ACT_GELU_TANH>(y);
+    case ACT_GELU_TANH_ACCURATE: return act_c<ACT_GELU_TANH_ACCURATE>(y);
+    case ACT_RELU: return act_c<ACT_RELU>(y);
+    case ACT_SILU: return act_c<ACT_SILU>(y);
+    case ACT_SILU_ACCURATE: return act_c<ACT_SILU_ACCURATE>(y);
     default: return y;
     }
 }
 __device__ __forceinline__ float dact_f(int act, float y) {
     switch (act) {
-    case ACT_GELU_ERF: return 0.5f * (1.0f + erff(y * kSqrtHalf)) + y * kInvSqrt2Pi * expf(-0.5f * y * y);
-    case ACT_GELU_TANH: {
-        // |y| > 20 taken as 20: the derivative is 0 or 1 there to float
-        // precision, and y^2 stays finite (unclamped, y^2 = inf past 1.8e19
-        // met 1 - t^2 = 0: NaN). The compare keeps NaN.
-        if (fabsf(y) > 20.0f) y = copysignf(20.0f, y);
-        float t = tanhf(kGeluK * (y + kGeluC * y * y * y));
-        return 0.5f * (1.0f + t) + 0.5f * y * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * y * y);
-    }
-    case ACT_RELU: return y > 0.0f ? 1.0f : 0.0f;
-    case ACT_SILU: {
-        float sg = 1.0f / (1.0f + expf(-y));
-        return sg * (1.0f + y * (1.0f - sg));
-    }
+    case ACT_GELU_ERF: return dact_c<ACT_GELU_ERF>(y);
+    case ACT_GELU_TANH: return dact_c<ACT_GELU_TANH>(y);
+    case ACT_GELU_TANH_ACCURATE: return dact_c<ACT_GELU_TANH_ACCURATE>(y);
+    case ACT_RELU: return dact_c<ACT_RELU>(y);
+    case ACT_SILU: return dact_c<ACT_SILU>(y);
+    case ACT_SILU_ACCURATE: return dact_c<ACT_SILU_ACCURATE>(y);
     default: return 1.0f;
+    }
+}
+
+// The vector kernels take the activation's switch once per 16-byte vector
+// (issue 19: the activation a template parameter of the element code): each
+// case is its own unrolled loop of act_c<A> / dact_c<A>.
+template <int A, int N> __device__ __forceinline__ void act_loop(float (&y)[N]) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) y[e] = act_c<A>(y[e]);
+}
+// y[e] = act(y[e]) for the N values of a vector.
+template <int N> __device__ __forceinline__ void act_vec(int act, float (&y)[N]) {
+    switch (act) {
+    case ACT_GELU_ERF: act_loop<ACT_GELU_ERF>(y); break;
+    case ACT_GELU_TANH: act_loop<ACT_GELU_TANH>(y); break;
+    case ACT_GELU_TANH_ACCURATE: act_loop<ACT_GELU_TANH_ACCURATE>(y); break;
+    case ACT_RELU: act_loop<ACT_RELU>(y); break;
+    case ACT_SILU: act_loop<ACT_SILU>(y); break;
+    case ACT_SILU_ACCURATE: act_loop<ACT_SILU_ACCURATE>(y); break;
+    default: break;
+    }
+}
+template <int A, int N> __device__ __forceinline__ void dact_mul_loop(const float (&h)[N], float (&g)[N]) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) g[e] *= dact_c<A>(h[e]);
+}
+// g[e] *= act'(h[e]) for the N values of a vector (nothing for ACT_NONE).
+template <int N> __device__ __forceinline__ void dact_mul_vec(int act, const float (&h)[N], float (&g)[N]) {
+    switch (act) {
+    case ACT_GELU_ERF: dact_mul_loop<ACT_GELU_ERF>(h, g); break;
+    case ACT_GELU_TANH: dact_mul_loop<ACT_GELU_TANH>(h, g); break;
+    case ACT_GELU_TANH_ACCURATE: dact_mul_loop<ACT_GELU_TANH_ACCURATE>(h, g); break;
+    case ACT_RELU: dact_mul_loop<ACT_RELU>(h, g); break;
+    case ACT_SILU: dact_mul_loop<ACT_SILU>(h, g); break;
+    case ACT_SILU_ACCURATE: dact_mul_loop<ACT_SILU_ACCURATE>(h, g); break;
+    default: break;
     }
 }
 
@@ -146,12 +266,69 @@ __device__ __forceinline__ void row_sum2(float &a, float &b, float *red_smem /* 
     }
 }
 
+// LayerNorm's row mean and sum of squared deviations through one reduction
+// (a block per row then pays one barrier pair, where a row_sum of the values
+// and then one of the squared deviations pay two): each thread's moments
+// (count n, mean m, sum q of squared deviations about m) merged pairwise
+// (Chan, Golub and LeVeque): with d = mb - ma, m = ma + d nb / n and
+// q = qa + qb + d^2 na nb / n, no cancellation. Counts are exact in float.
+// A merge is not symmetric in its operands, so the two lanes of an xor pair
+// may differ in the last bit: lane 0's result is broadcast, and every warp
+// merges the warps' moments in the same order, so every thread of the row
+// gets the same m and q. red_smem: [48] floats (blockDim.x <= 512).
+__device__ __forceinline__ void moments_merge(float &n, float &m, float &q, float nb, float mb, float qb) {
+    const float nt = n + nb;
+    const float w = nt > 0.0f ? __fdividef(nb, nt) : 0.0f;
+    const float d = mb - m;
+    m = fmaf(d, w, m);
+    q = q + qb + d * d * n * w;
+    n = nt;
+}
+__device__ __forceinline__ void warp_moments(float &n, float &m, float &q) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float nb = __shfl_xor_sync(0xffffffffu, n, o);
+        const float mb = __shfl_xor_sync(0xffffffffu, m, o);
+        const float qb = __shfl_xor_sync(0xffffffffu, q, o);
+        moments_merge(n, m, q, nb, mb, qb);
+    }
+    n = __shfl_sync(0xffffffffu, n, 0);
+    m = __shfl_sync(0xffffffffu, m, 0);
+    q = __shfl_sync(0xffffffffu, q, 0);
+}
+__device__ __forceinline__ void row_moments(float &n, float &m, float &q, float *red_smem /* [48] */) {
+    warp_moments(n, m, q);
+    if (blockDim.x == 32) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    __syncthreads();  // red_smem may still be read by a previous reduction
+    if (lane == 0) {
+        red_smem[warp] = n;
+        red_smem[16 + warp] = m;
+        red_smem[32 + warp] = q;
+    }
+    __syncthreads();
+    n = lane < nwarps ? red_smem[lane] : 0.0f;
+    m = lane < nwarps ? red_smem[16 + lane] : 0.0f;
+    q = lane < nwarps ? red_smem[32 + lane] : 0.0f;
+    warp_moments(n, m, q);
+}
+
 // An A/B switch of the GPU check: the value 0 to max that environment
 // variable `name` holds as one digit, else -1 (unset or anything else).
 // Callers read it once into a static.
 static inline int env_switch(const char *name, int max) {
     const char *e = getenv(name);
     return e && e[0] >= '0' && e[0] <= '0' + max && e[1] == 0 ? e[0] - '0' : -1;
+}
+
+// The activation code the kernels run for a public one: ACT_GELU_TANH and
+// ACT_SILU take their accurate forms when a version request carries
+// FP_NORM_VOPT_ACCURATE_ACT, or under FP_NORM_ACT_FAST=0 (read once): the
+// A/B of the fast forms.
+static inline int kernel_act(int act, int version) {
+    static const bool env_accurate = env_switch("FP_NORM_ACT_FAST", 1) == 0;
+    if (!env_accurate && !(version & FP_NORM_VOPT_ACCURATE_ACT)) return act;
+    return act == ACT_GELU_TANH ? (int)ACT_GELU_TANH_ACCURATE : act == ACT_SILU ? (int)ACT_SILU_ACCURATE : act;
 }
 
 __host__ __device__ __forceinline__ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }

@@ -13,7 +13,10 @@
 //                thread, blockDim.x threads per row: a warp per row (4 rows
 //                per block) when the row fits 32 threads x 4 vectors, else a
 //                block per row (<= 512 threads). Two-pass variance over the
-//                registers; one read of x/residual, one write of out/res_out.
+//                registers (a block per row: each thread's mean and squared
+//                deviations, merged in one reduction: row_moments); one read
+//                of x/residual, one write of out/res_out. The activation's
+//                switch is taken once per 16-byte vector (act_vec).
 //   norm_fwd_v3  rows beyond v2's registers (aligned, > 512 threads x 32
 //                elements): the row's s = x (+ residual) staged in shared
 //                memory in T (exact: s is rounded to T), 16-byte vectors, a
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_d
     // per vector and parameter; past NV = 4 (f32 rows of > 4 vectors per
     // thread) they would spill, and load after the reduction as in kOrder 2.
     constexpr bool kParamsEarly = kOrder == 1 && NV <= 4;
-    __shared__ float red_smem[32];
+    __shared__ float red_smem[48];  // row_moments: 48; row_sum: 32
     const int64_t row = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
     // Warp-per-row: a whole warp leaves together (no block barrier in that
     // mode). Block-per-row: blockDim.y == 1 and the whole block leaves.
@@ -189,20 +192,45 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_d
     }
     const float inv_n = 1.0f / (float)d.cols;
     float mean = 0.0f;  // of s - shift
-    if (d.kind == KIND_LAYERNORM) mean = row_sum(acc, red_smem) * inv_n;
-    // Second pass over registers: sum of squared deviations (no cancellation).
-    acc = 0.0f;
+    float sq;           // sum of squared deviations from mean
+    if (d.kind == KIND_LAYERNORM && tpr > 32 && !d.ln_two_reductions) {
+        // A block per row: this thread's moments (its mean, then squared
+        // deviations from it over the registers), merged across the row in
+        // one reduction (row_moments).
+        int own = 0;
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        if (threadIdx.x + k * tpr < nvec) {
+        for (int k = 0; k < NV; ++k) own += threadIdx.x + k * tpr < nvec;
+        float n = (float)(own * V), m = own ? __fdividef(acc, n) : 0.0f, q = 0.0f;
 #pragma unroll
-            for (int e = 0; e < V; ++e) {
-                float t = s_reg[k][e] - mean;
-                acc += t * t;
+        for (int k = 0; k < NV; ++k) {
+            if (threadIdx.x + k * tpr < nvec) {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    float t = s_reg[k][e] - m;
+                    q += t * t;
+                }
             }
         }
+        row_moments(n, m, q, red_smem);
+        mean = m;
+        sq = q;
+    } else {
+        if (d.kind == KIND_LAYERNORM) mean = row_sum(acc, red_smem) * inv_n;
+        // Second pass over registers: sum of squared deviations (no cancellation).
+        acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            if (threadIdx.x + k * tpr < nvec) {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    float t = s_reg[k][e] - mean;
+                    acc += t * t;
+                }
+            }
+        }
+        sq = row_sum(acc, red_smem);
     }
-    const float rstd = rsqrtf(row_sum(acc, red_smem) * inv_n + d.eps);
+    const float rstd = rsqrtf(sq * inv_n + d.eps);
     if (threadIdx.x == 0) {
         if (d.mean) d.mean[row] = shift + mean;
         if (d.rstd) d.rstd[row] = rstd;
@@ -237,10 +265,7 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_d
 #pragma unroll
                 for (int e = 0; e < V; ++e) y[e] += sh[e];
             }
-            if (d.act != ACT_NONE) {
-#pragma unroll
-                for (int e = 0; e < V; ++e) y[e] = act_f(d.act, y[e]);
-            }
+            act_vec<V>(d.act, y);
             stg16(out + (int64_t)j * V, pack<T>(y));
         }
     }
@@ -339,10 +364,7 @@ __global__ void __launch_bounds__(kV3Threads) norm_fwd_v3(const fp_norm_fwd_desc
 #pragma unroll
                 for (int e = 0; e < V; ++e) y[e] += sh[e];
             }
-            if (d.act != ACT_NONE) {
-#pragma unroll
-                for (int e = 0; e < V; ++e) y[e] = act_f(d.act, y[e]);
-            }
+            act_vec<V>(d.act, y);
             stg16(out + (int64_t)j * V, pack<T>(y));
         }
     }
@@ -586,20 +608,37 @@ static cudaError_t unfused_dispatch(const fp_norm_fwd_desc &d, cudaStream_t stre
 
 using namespace fpnorm;
 
+// The desc the kernels get for a version request (its FP_NORM_VOPT_* bits):
+// the activation's kernel code (kernel_act), and LayerNorm's statistics in
+// v2's block per row through one reduction of the threads' moments
+// (row_moments), or through two (the mean, then the squared deviations: two
+// barrier pairs, as before session 28) under FP_NORM_VOPT_TWO_REDUCTIONS or
+// FP_NORM_FWD_LN_STATS=2 (read once).
+static fp_norm_fwd_desc kernel_desc(const fp_norm_fwd_desc *d, int version) {
+    static const bool env_two = env_switch("FP_NORM_FWD_LN_STATS", 2) == 2;
+    fp_norm_fwd_desc r = *d;
+    r.act = kernel_act(d->act, version);
+    r.ln_two_reductions = env_two || (version & FP_NORM_VOPT_TWO_REDUCTIONS);
+    return r;
+}
+
 extern "C" cudaError_t fp_norm_fwd_launch(const fp_norm_fwd_desc *d, int version, cudaStream_t stream) {
-    switch (d->dtype) {
-    case DT_F32: return fwd_dispatch<float>(*d, version, stream);
-    case DT_F16: return fwd_dispatch<__half>(*d, version, stream);
-    case DT_BF16: return fwd_dispatch<__nv_bfloat16>(*d, version, stream);
+    const fp_norm_fwd_desc dd = kernel_desc(d, version);
+    version &= FP_NORM_VERSION_MASK;
+    switch (dd.dtype) {
+    case DT_F32: return fwd_dispatch<float>(dd, version, stream);
+    case DT_F16: return fwd_dispatch<__half>(dd, version, stream);
+    case DT_BF16: return fwd_dispatch<__nv_bfloat16>(dd, version, stream);
     }
     return cudaErrorInvalidValue;
 }
 
 extern "C" cudaError_t fp_norm_fwd_unfused_launch(const fp_norm_fwd_desc *d, cudaStream_t stream) {
-    switch (d->dtype) {
-    case DT_F32: return unfused_dispatch<float>(*d, stream);
-    case DT_F16: return unfused_dispatch<__half>(*d, stream);
-    case DT_BF16: return unfused_dispatch<__nv_bfloat16>(*d, stream);
+    const fp_norm_fwd_desc dd = kernel_desc(d, 0);
+    switch (dd.dtype) {
+    case DT_F32: return unfused_dispatch<float>(dd, stream);
+    case DT_F16: return unfused_dispatch<__half>(dd, stream);
+    case DT_BF16: return unfused_dispatch<__nv_bfloat16>(dd, stream);
     }
     return cudaErrorInvalidValue;
 }

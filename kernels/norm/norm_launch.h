@@ -28,6 +28,9 @@ typedef struct fp_norm_fwd_desc {
                           (norm_fwd.cu, launch_v2) */
     int pdl;           /* 1: launch with programmatic dependent launch (the
                           context's FP_CTX_LAUNCH_PDL; kernels/common/pdl.cuh) */
+    int ln_two_reductions; /* set by the launchers: 1 = LayerNorm's mean and
+                          variance as two reductions in v2's block per row
+                          (before session 28; FP_NORM_FWD_LN_STATS=2) */
 } fp_norm_fwd_desc;
 
 typedef struct fp_norm_bwd_desc {
@@ -42,6 +45,19 @@ typedef struct fp_norm_bwd_desc {
                      reductions (before session 15; FP_NORM_BWD_SEP_SUMS=1) */
 } fp_norm_bwd_desc;
 
+/* Option bits a version request may carry next to the version (tests' and
+ * fastbench's A/B, in one process; not API): a kernel's earlier form.
+ *   FP_NORM_VOPT_ACCURATE_ACT    GELU (tanh) and SiLU by tanhf / expf and an
+ *                                IEEE division, as before session 28 (the
+ *                                environment's FP_NORM_ACT_FAST=0 does the
+ *                                same for every call)
+ *   FP_NORM_VOPT_TWO_REDUCTIONS  LayerNorm's row statistics through two
+ *                                reductions: forward v2, the mean and then the
+ *                                squared deviations (before session 28;
+ *                                FP_NORM_FWD_LN_STATS=2); backward, its two
+ *                                row sums one after the other (before session
+ *                                15; FP_NORM_BWD_SEP_SUMS=1) */
+enum { FP_NORM_VERSION_MASK = 0xff, FP_NORM_VOPT_ACCURATE_ACT = 0x100, FP_NORM_VOPT_TWO_REDUCTIONS = 0x200 };
 /* Kernel versions (see the header comments of the .cu files):
  *   0 = automatic (best for the shape), 1 = scalar/any-shape, 2 = vectorized
  *   row in registers (falls back to 1 where it does not apply). */
@@ -92,9 +108,10 @@ cudaError_t fp_norm_bwd_unfused_launch(const fp_norm_bwd_desc *d, float *partial
 extern "C" {
 #endif
 fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params,
-                                   int version);
+                                   int version);  /* version: 0-4, | FP_NORM_VOPT_* bits */
 /* As fp_norm_forward with `version` passed to fp_norm_fwd_launch (0
- * automatic, 1 v1, 2 v2, 3 v3; v1 where the asked one does not apply). */
+ * automatic, 1 v1, 2 v2, 3 v3; v1 where the asked one does not apply; |
+ * FP_NORM_VOPT_* bits). */
 fp_status fp_norm_forward_version(fp_context *ctx, fp_stream stream, const fp_norm_params *params, int version);
 /* The dx kernel version (1, 2, 3, 4) a request for `version` runs on a CUDA
  * context for params; 0 if params are invalid (error cleared). */

@@ -288,7 +288,9 @@ fp_status fp_norm_forward(fp_context *ctx, fp_stream stream, const fp_norm_param
 
 fp_status fp_norm_forward_version(fp_context *ctx, fp_stream stream, const fp_norm_params *params, int version) {
     FP_TRY(fp_ctx_check(ctx, -1));
-    FP_CHECK_ARG(version >= 0 && version <= 3, "argument 'version' (%d) is not 0, 1, 2 or 3", version);
+    FP_CHECK_ARG(version >= 0 && (version & FP_NORM_VERSION_MASK) <= 3 &&
+                     !(version & ~(FP_NORM_VERSION_MASK | FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS)),
+                 "argument 'version' (%d) is not 0, 1, 2 or 3 (with FP_NORM_VOPT_* bits)", version);
     fp_norm_fwd_desc d;
     FP_TRY(fp_norm_check_fwd(params, &d));
     return fwd_op(ctx, stream, &d, 0, version);
@@ -333,7 +335,9 @@ fp_status fp_norm_backward(fp_context *ctx, fp_stream stream, const fp_norm_back
 fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params,
                                    int version) {
     FP_TRY(fp_ctx_check(ctx, -1));
-    FP_CHECK_ARG(version >= 0 && version <= 4, "argument 'version' (%d) is not 0, 1, 2, 3 or 4", version);
+    FP_CHECK_ARG(version >= 0 && (version & FP_NORM_VERSION_MASK) <= 4 &&
+                     !(version & ~(FP_NORM_VERSION_MASK | FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS)),
+                 "argument 'version' (%d) is not 0, 1, 2, 3 or 4 (with FP_NORM_VOPT_* bits)", version);
     fp_norm_bwd_desc d;
     FP_TRY(fp_norm_check_bwd(params, &d));
     return bwd_op(ctx, stream, &d, 0, version);

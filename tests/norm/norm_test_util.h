@@ -27,6 +27,8 @@ typedef struct norm_case {
     int offset;          /* elements added to every pointer (misalignment) */
     int res, res_out, gamma, beta, bias, stats;
     float lo, hi;        /* x range (default [-2, 3) if lo == hi) */
+    float gamma_hi;      /* gamma in [0.5, gamma_hi) (1.5 if 0): 25 drives the
+                            activation into its tails (|y| up to ~50) */
 } norm_case;
 
 static void nc_describe(const norm_case *c, char *buf, size_t n) {
@@ -163,7 +165,7 @@ static int nt_run_fwd(fp_context *ctx, const norm_case *c, uint64_t seed, int ve
     const float lo = c->lo != c->hi ? c->lo : -2.0f, hi = c->lo != c->hi ? c->hi : 3.0f;
     void *h_x = nt_random(dt, tn, seed, lo, hi);
     void *h_res = c->res ? nt_random(dt, tn, seed + 1, -1.0f, 1.0f) : NULL;
-    void *h_gamma = c->gamma ? nt_random(dt, vn, seed + 2, 0.5f, 1.5f) : NULL;
+    void *h_gamma = c->gamma ? nt_random(dt, vn, seed + 2, 0.5f, c->gamma_hi > 0.0f ? c->gamma_hi : 1.5f) : NULL;
     void *h_beta = c->beta ? nt_random(dt, vn, seed + 3, -0.5f, 0.5f) : NULL;
     void *h_bias = c->bias ? nt_random(dt, vn, seed + 4, -0.3f, 0.3f) : NULL;
 
@@ -299,6 +301,7 @@ typedef struct norm_bwd_case {
     int64_t rows, cols, pad;
     int offset;
     int gamma, beta, bias, dres, dgamma, dbeta, dbias;
+    float gamma_hi; /* as norm_case's */
 } norm_bwd_case;
 
 /* A backward case at rows x cols (stride cols + pad, `offset` elements in)
@@ -340,7 +343,7 @@ static void nt_bwd_case_data_make(fp_context *ctx, const norm_bwd_case *c, uint6
     const size_t sn = (size_t)c->rows * sizeof(float);
     in->h_x = nt_random(dt, tn, seed, -2.0f, 3.0f);
     in->h_dy = nt_random(dt, tn, seed + 1, -1.0f, 1.0f);
-    in->h_gamma = c->gamma ? nt_random(dt, vn, seed + 2, 0.5f, 1.5f) : NULL;
+    in->h_gamma = c->gamma ? nt_random(dt, vn, seed + 2, 0.5f, c->gamma_hi > 0.0f ? c->gamma_hi : 1.5f) : NULL;
     in->h_beta = c->beta ? nt_random(dt, vn, seed + 3, -0.5f, 0.5f) : NULL;
     in->h_bias = c->bias ? nt_random(dt, vn, seed + 4, -0.3f, 0.3f) : NULL;
     in->h_dres = c->dres ? nt_random(dt, tn, seed + 5, -1.0f, 1.0f) : NULL;

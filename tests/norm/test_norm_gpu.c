@@ -49,6 +49,11 @@ static void test_forward(fp_context *ctx) {
         {9, 4096, 0, 0, 3},   /* v3 (row staged in shared memory) forced on a v2 shape */
         {3, 18432, 0, 0, -1}, /* past v2's registers: v3 (f32: 72 KB, the opt-in) */
         {3, 7, 0, 0, -1},     /* tiny */
+        /* the kernels' earlier forms (accurate GELU / SiLU, LayerNorm's two
+         * reductions), kept for the A/B: automatic version, block per row
+         * (16-bit) and warp per row / block per row (f32) */
+        {9, 4096, 0, 0, FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS},
+        {37, 768, 0, 0, FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS},
     };
     for (size_t i = 0; i < sizeof combos / sizeof combos[0]; ++i) {
         if (g_quick)
@@ -58,6 +63,32 @@ static void test_forward(fp_context *ctx) {
             nt_fwd_all_combos(ctx, combos[i][0], combos[i][1], combos[i][2], (int)combos[i][3], (int)combos[i][4],
                               1000 * (i + 1));
     }
+}
+
+/* The activations' tails: gamma up to 25 puts y = n gamma + beta + bias at
+ * |y| up to ~50 (GELU's sigmoid(2u) past exp's range, the derivative's
+ * clamp at 20), forward and backward, block and warp per row, every dtype;
+ * the fast forms (the default) and the accurate ones (FP_NORM_VOPT_*)
+ * against the double reference. */
+static void test_act_tails(fp_context *ctx) {
+    static const fp_dtype dts[] = {FP_F32, FP_F16, FP_BF16};
+    static const int64_t shapes[][2] = {{9, 4096}, {37, 768}};
+    static const fp_norm_activation acts[] = {FP_NORM_ACT_GELU_TANH, FP_NORM_ACT_SILU, FP_NORM_ACT_GELU_ERF};
+    uint64_t seed = 7000;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+        for (int kind = 0; kind < 2; ++kind)
+            for (size_t a = 0; a < sizeof acts / sizeof acts[0]; ++a)
+                for (int di = 0; di < 3; ++di) {
+                    norm_case c = nt_case_at((fp_norm_kind)kind, acts[a], dts[di], shapes[s][0], shapes[s][1], 0);
+                    c.res = c.res_out = c.gamma = c.beta = c.bias = c.stats = 1;
+                    c.gamma_hi = 25.0f;
+                    nt_run_fwd(ctx, &c, seed++, 0);
+                    nt_run_fwd(ctx, &c, seed++, FP_NORM_VOPT_ACCURATE_ACT);
+                    norm_bwd_case b = nt_bwd_case_opt((fp_norm_kind)kind, acts[a], dts[di], shapes[s][0],
+                                                      shapes[s][1], 0, 0, 3);
+                    b.gamma_hi = 25.0f;
+                    nt_run_bwd(ctx, &b, seed++);
+                }
 }
 
 static void test_forward_shapes(fp_context *ctx) {
@@ -189,8 +220,12 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
         CHECK_MSG(used4 == fp_norm_bwd_version_used(&dd, 3), "[%s] version 4 runs v%d", desc, used4);
     }
 
-    bwd_outs v3 = {0}, v3b = {0}, v2 = {0}, v1 = {0}, v4 = {0};
+    bwd_outs v3 = {0}, v3b = {0}, v2 = {0}, v1 = {0}, v4 = {0}, v4e = {0};
     fail |= !run_version(ctx, desc, &p, 4, c, tn, vn, 0, &v4);
+    /* v4 with the earlier forms kept for the A/B (accurate GELU / SiLU,
+     * LayerNorm's row sums one after the other) */
+    fail |= !run_version(ctx, desc, &p, 4 | FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS, c, tn, vn, 0,
+                         &v4e);
     fail |= !run_version(ctx, desc, &p, 3, c, tn, vn, 0, &v3);
     fail |= !run_version(ctx, desc, &p, 3, c, tn, vn, 0, &v3b);
     fail |= !run_version(ctx, desc, &p, 2, c, tn, vn, 0, &v2);
@@ -213,11 +248,13 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
         fail |= nt_compare_tensor("dx vs ref", desc, r_dx, v3.dx, dt, rows, cols, stride, 0, dx_atol, rtol);
         fail |= nt_compare_tensor("dx vs v2", desc, v2.dx, v3.dx, dt, rows, cols, stride, 0, dx_atol, rtol);
         fail |= nt_compare_tensor("dx v4 vs ref", desc, r_dx, v4.dx, dt, rows, cols, stride, 0, dx_atol, rtol);
+        fail |= nt_compare_tensor("dx v4 (earlier forms) vs ref", desc, r_dx, v4e.dx, dt, rows, cols, stride, 0,
+                                  dx_atol, rtol);
         fail |= nt_compare_tensor("dx v1 vs ref", desc, r_dx, v1.dx, dt, rows, cols, stride, 0, dx_atol, rtol);
         const void *refs[3] = {r_dg, r_db, r_dbi};
         const void *g3[3] = {v3.dgamma, v3.dbeta, v3.dbias}, *g3b[3] = {v3b.dgamma, v3b.dbeta, v3b.dbias};
         const void *g2[3] = {v2.dgamma, v2.dbeta, v2.dbias}, *g1[3] = {v1.dgamma, v1.dbeta, v1.dbias};
-        const void *g4[3] = {v4.dgamma, v4.dbeta, v4.dbias};
+        const void *g4[3] = {v4.dgamma, v4.dbeta, v4.dbias}, *g4e[3] = {v4e.dgamma, v4e.dbeta, v4e.dbias};
         const char *names[3] = {"dgamma", "dbeta", "dbias"};
         for (int k = 0; k < 3; ++k) {
             if (!g3[k]) continue;
@@ -230,6 +267,8 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
             fail |= nt_compare_tensor(what, desc, refs[k], g1[k], dt, 1, cols, cols, 0, p_atol, rtol);
             snprintf(what, sizeof what, "%s v4 vs ref", names[k]);
             fail |= nt_compare_tensor(what, desc, refs[k], g4[k], dt, 1, cols, cols, 0, p_atol, rtol);
+            snprintf(what, sizeof what, "%s v4 (earlier) vs ref", names[k]);
+            fail |= nt_compare_tensor(what, desc, refs[k], g4e[k], dt, 1, cols, cols, 0, p_atol, rtol);
             if (memcmp(g3[k], g3b[k], vn * es) != 0) {
                 fprintf(stderr, "[%s] %s differs between two v3 runs (not deterministic)\n", desc, names[k]);
                 fail = 1;
@@ -246,6 +285,7 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
     bwd_outs_free(&v2);
     bwd_outs_free(&v1);
     bwd_outs_free(&v4);
+    bwd_outs_free(&v4e);
     void *hs[] = {r_dx, r_dg, r_db, r_dbi};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; ++i) free(hs[i]);
     nt_bwd_case_data_free(ctx, &in);
@@ -429,6 +469,11 @@ static void test_bad_input_gpu(fp_context *ctx) {
     p.out = x;
     p.eps = -1.0f;
     CHECK_STATUS(fp_norm_forward(ctx, NULL, &p), FP_ERR_INVALID_ARGUMENT);
+    /* a version request with an unknown option bit, or past the versions */
+    p.eps = 1e-5f;
+    CHECK_STATUS(fp_norm_forward_version(ctx, NULL, &p, 0x400), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_norm_forward_version(ctx, NULL, &p, 4 | FP_NORM_VOPT_ACCURATE_ACT), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_norm_forward_version(ctx, NULL, &p, -1), FP_ERR_INVALID_ARGUMENT);
     fp_mem_free(ctx, x);
 }
 
@@ -510,6 +555,7 @@ int main(int argc, char **argv) {
     fp_context *ctx = fp_test_cuda_context_or_skip();
     test_bad_input_gpu(ctx);
     test_forward(ctx);
+    test_act_tails(ctx);
     if (!g_quick) test_forward_shapes(ctx);
     test_in_place(ctx);
     test_backward(ctx);

@@ -52,6 +52,18 @@ SKIP = 77
 # on sm_90 and later its SASS has the wait, ACQBULK; and for every kernel
 # that has one, no global memory instruction comes before the first: a read
 # there could see the previous kernel's output before it is written).
+# "act_fast_fwd" / "act_fast_bwd" (the norm kernels' GELU (tanh) and SiLU,
+# and their derivatives, in the fast form of session 28: the activation's
+# switch taken once per 16-byte vector, so each case is one straight block
+# over the vector's elements, the sigmoid by ex2.approx.ftz of -|z| log2(e)
+# (FMUL of an |operand| by -1.4427: only the fast form has it) and
+# rcp.approx): at least two such blocks (GELU and SiLU), each with a
+# MUFU.EX2 and a MUFU.RCP per element, no exp2f fix-up, and at most
+# ACT_BLOCKS' instructions per element (session 28, sm_80 / sm_90: forward
+# 11.25 GELU, 7-15.75 SiLU; backward 19.5-20 GELU, 10-16.75 SiLU (a block
+# may take in the code after the switch); the tanhf / expf
+# forms with the per-element switch took 33 and 42 for GELU).
+ACT_BLOCKS = {"act_fast_fwd": 18, "act_fast_bwd": 24}
 BASE = ("sm_80+",)  # every architecture from sm_80 on (sm_80, sm_90, sm_90a, sm_100, ...)
 VEC_LOAD = {r"^LDG\.E\.128": 1}
 VEC_LOAD_STORE = {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1}
@@ -110,7 +122,7 @@ RULES = [
     ("attention baseline helpers", "attention",
      r"attention_(zero_rows|masked_softmax|rowwise|gather_pages)_v0<", BASE, {}, ()),
     # norm: the vector kernels move rows in 16-byte loads and stores
-    ("norm fwd vector", "norm", r"fpnorm::norm_fwd_v2<", BASE, VEC_LOAD_STORE, ("pdl",)),
+    ("norm fwd vector", "norm", r"fpnorm::norm_fwd_v2<", BASE, VEC_LOAD_STORE, ("pdl", "act_fast_fwd")),
     ("norm fwd staged row", "norm", r"fpnorm::norm_fwd_v3<", BASE,
      dict(VEC_LOAD_STORE, **{r"^STS\.128": 1, r"^LDS\.128": 2}), ("no_narrow_lds", "pdl")),
     ("norm bwd dx vector", "norm", r"fpnorm::norm_bwd_dx_v2<", BASE, VEC_LOAD_STORE, ()),
@@ -120,7 +132,7 @@ RULES = [
      VEC_LOAD_STORE, ()),
     # v4: v3 fed by a cp.async ring (16-byte copies in, 16-byte shared reads out)
     ("norm bwd fused ring", "norm", r"fpnorm::norm_bwd_v3<[^>]*, [1-9]>", BASE,
-     {r"^LDGSTS\.E\.BYPASS\.128": 2, r"^LDS\.128": 2, r"^STG\.E\.128": 1}, ()),
+     {r"^LDGSTS\.E\.BYPASS\.128": 2, r"^LDS\.128": 2, r"^STG\.E\.128": 1}, ("act_fast_bwd",)),
     ("norm bwd dparams vector", "norm", r"fpnorm::norm_bwd_dparams<[^,]+, [248]>", BASE, VEC_LOAD, ()),
     ("norm unfused vector", "norm", r"fpnorm::norm_(bwd_)?unfused_elementwise<[^,]+, true>", BASE, VEC_LOAD_STORE, ()),
     # scalar paths (misaligned pointers, odd cols) and reductions
@@ -334,6 +346,32 @@ def check(lib, archs, modules, rules, tools, report=None):
                 failures.append(f"[{arch}] {name}: {len(early)} global memory instructions {sorted(set(early))} "
                                 f"before the first griddepcontrol.wait (ACQBULK): they may see the previous "
                                 f"kernel's output before it is written")
+        for check, per_elem in ACT_BLOCKS.items():
+            if check not in extra:
+                continue
+            blocks = set()
+            for k, (op, rest) in enumerate(insns):
+                if op == "FMUL" and re.search(r"\|R\d+\|(\.reuse)?, -1\.44269502", rest):
+                    lo = hi = k
+                    while lo > 0 and insns[lo - 1][0] not in ("BRA", "BRX"):
+                        lo -= 1
+                    while hi < len(insns) - 1 and insns[hi][0] != "BRA":
+                        hi += 1
+                    blocks.add((lo, hi))
+            elems = 4 if re.search(r"<float,", name) else 8  # a 16-byte vector's elements
+            if len(blocks) < 2:
+                failures.append(f"[{arch}] {name}: {len(blocks)} fast sigmoid blocks ({check}: FMUL |R|, "
+                                f"-1.4427 before a MUFU.EX2), needs GELU (tanh) and SiLU: the tanhf / expf forms?")
+            for lo, hi in sorted(blocks):
+                block = insns[lo:hi + 1]
+                ex2 = sum(1 for op, _ in block if op == "MUFU.EX2")
+                rcp = sum(1 for op, _ in block if op == "MUFU.RCP")
+                fix = sum(1 for op, rest in block if op.startswith("FSETP") and re.search(r"-126\b", rest))
+                if len(block) > per_elem * elems or ex2 < elems or rcp < elems or fix:
+                    failures.append(f"[{arch}] {name}: {check} block of {len(block)} instructions for {elems} "
+                                    f"elements (at most {per_elem * elems}), {ex2} MUFU.EX2, {rcp} MUFU.RCP "
+                                    f"(>= {elems} each), {fix} exp2f fix-ups (0): the activation's switch per "
+                                    f"element, or slower math")
         hgmma = [rest for op, rest in insns if op.startswith(("HGMMA", "QGMMA"))]  # QGMMA: fp8 (e4m3)
         if "hgmma_batched" in extra:
             ends = sum(1 for rest in hgmma if "gsb0" in rest)
@@ -371,6 +409,7 @@ SELFTEST_RULES = [
     ("a rule without kernel", "core", r"^selftest_missing", ("sm_80",), {}, ()),
     ("exp2 without fix-up", "core", r"^selftest_exp2f", ("sm_80",), {r"^MUFU\.EX2$": 1}, ("ex2_ftz",)),
     ("static shared flag", "core", r"^selftest_static_smem", ("sm_80",), {}, ("no_static_smem",)),
+    ("slow activation", "core", r"^selftest_act_slow", ("sm_80",), {}, ("act_fast_fwd",)),
 ]
 SELFTEST_EXPECTED = [  # substrings, each in some failure (selftest_kernels.cu, sm_80)
     "selftest_scalar_copy", "LDG\\.E\\.128", "STG\\.E\\.128",  # 4-byte accesses where 16-byte ones are required
@@ -381,6 +420,7 @@ SELFTEST_EXPECTED = [  # substrings, each in some failure (selftest_kernels.cu, 
     "no PTX for sm_80",  # built as code=sm_80 only
     "selftest_exp2f: ",  # exp2f's denormal fix-up where ex2.approx.ftz is required
     "selftest_static_smem: 4 bytes of static shared memory",  # a static __shared__ flag
+    "selftest_act_slow: 0 fast sigmoid blocks",  # GELU by tanhf where the fast form is required
 ]
 
 

@@ -49,5 +49,12 @@ extern "C" __global__ void selftest_static_smem(int *out) {
     out[threadIdx.x] = flag;
 }
 
+// Defect for its rule: GELU (tanh) by tanhf, where the rule asks for the
+// norm kernels' fast sigmoid blocks (ex2.approx.ftz of -|z| log2(e)).
+extern "C" __global__ void selftest_act_slow(float *out) {
+    const float y = out[threadIdx.x];
+    out[threadIdx.x] = 0.5f * y * (1.0f + tanhf(0.7978845608f * (y + 0.044715f * y * y * y)));
+}
+
 // Defect: no rule names it.
 extern "C" __global__ void selftest_unruled(float *out) { out[threadIdx.x] = 1.0f; }
