@@ -300,6 +300,24 @@ static int versions_setup(fb_run *run, const int64_t (*gpu_shapes)[2], int n_gpu
     return ndt;
 }
 
+/* One job function on two users, baseline then optimized, interleaved by
+ * the timing engine; their outputs (n elements of dt) compared. */
+static fp_status ab_jobs(fb_run *run, fp_timed_fn fn, void *base, void *opt, void *base_out, void *opt_out, size_t n,
+                         fp_dtype dt, double bytes, fp_ab_report *rep) {
+    fp_ab_spec spec;
+    fp_ab_spec_init(&spec);
+    spec.baseline = fn;
+    spec.baseline_user = base;
+    spec.optimized = fn;
+    spec.optimized_user = opt;
+    spec.baseline_out = base_out;
+    spec.optimized_out = opt_out;
+    spec.out_count = n;
+    spec.out_dtype = dt;
+    spec.bytes = bytes;
+    return fp_ab_run(fb_ctx(run), NULL, &spec, fb_timing(run), rep);
+}
+
 /* ---- forward kernel versions: v1 vs the automatic choice ---- */
 
 typedef struct fwd_version_job {
@@ -357,18 +375,9 @@ static fp_status run_fwd_versions(fb_run *run) {
                     job[k].ctx = ctx;
                     job[k].version = k == 0 ? 1 : 0;
                 }
-                fp_ab_spec spec;
-                fp_ab_spec_init(&spec);
-                spec.baseline = fwd_version_job_run;
-                spec.baseline_user = &job[0];
-                spec.optimized = fwd_version_job_run;
-                spec.optimized_user = &job[1];
-                spec.baseline_out = out[0];
-                spec.optimized_out = out[1];
-                spec.out_count = n;
-                spec.out_dtype = dt;
-                spec.bytes = (4 * n + 3 * (size_t)cols) * es; /* x, residual read; out, residual_out written */
-                st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+                /* x, residual read; out, residual_out written */
+                st = ab_jobs(run, fwd_version_job_run, &job[0], &job[1], out[0], out[1], n, dt,
+                             (double)((4 * n + 3 * (size_t)cols) * es), &rep);
             }
             report(r, st, &rep, copy_gbps);
             void *ptrs[] = {x, res, g, b, out[0], out[1], sum[0], sum[1]};
@@ -444,18 +453,8 @@ static fp_status run_bwd_versions(fb_run *run) {
                     fb_param_int(r, "v3", fp_norm_backward_version_used(&job[1].p, 3) == 3);
                     fb_param_int(r, "base_ran", fp_norm_backward_version_used(&job[0].p, (int)base_v));
                     fb_param_int(r, "opt_ran", fp_norm_backward_version_used(&job[1].p, (int)opt_v));
-                    fp_ab_spec spec;
-                    fp_ab_spec_init(&spec);
-                    spec.baseline = bwd_version_job_run;
-                    spec.baseline_user = &job[0];
-                    spec.optimized = bwd_version_job_run;
-                    spec.optimized_user = &job[1];
-                    spec.baseline_out = out[0];
-                    spec.optimized_out = out[1];
-                    spec.out_count = n;
-                    spec.out_dtype = dt;
-                    spec.bytes = fp_norm_backward_bytes(&job[1].p);
-                    st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+                    st = ab_jobs(run, bwd_version_job_run, &job[0], &job[1], out[0], out[1], n, dt,
+                                 fp_norm_backward_bytes(&job[1].p), &rep);
                 }
                 report(r, st, &rep, copy_gbps);
                 if (st == FP_OK) {
@@ -591,18 +590,8 @@ static fp_status run_kernel_ab(fb_run *run) {
                             }
                         }
                     }
-                    fp_ab_spec spec;
-                    fp_ab_spec_init(&spec);
-                    spec.baseline = kab_job_run;
-                    spec.baseline_user = &job[0];
-                    spec.optimized = kab_job_run;
-                    spec.optimized_user = &job[1];
-                    spec.baseline_out = out[0];
-                    spec.optimized_out = out[1];
-                    spec.out_count = n;
-                    spec.out_dtype = dt;
-                    spec.bytes = bwd ? fp_norm_backward_bytes(&job[1].bp) : fp_norm_forward_bytes(&job[1].fp);
-                    st = fp_ab_run(ctx, NULL, &spec, fb_timing(run), &rep);
+                    st = ab_jobs(run, kab_job_run, &job[0], &job[1], out[0], out[1], n, dt,
+                                 bwd ? fp_norm_backward_bytes(&job[1].bp) : fp_norm_forward_bytes(&job[1].fp), &rep);
                 }
                 report(r, st, &rep, copy_gbps);
                 bwd_bufs_free(ctx, &bb);
