@@ -67,8 +67,9 @@ constexpr float kGeluKC = kGeluK * kGeluC;
 
 // Activation codes inside the kernels: the public ones (ACT_NONE ..
 // ACT_SILU), and the accurate forms of GELU (tanh) and SiLU that the fast
-// forms below replaced (session 28), kept for the GPU check's A/B: the
-// launchers map ACT_GELU_TANH / ACT_SILU to them under FP_NORM_ACT_FAST=0.
+// forms below replaced (session 28), kept for the A/B: the launchers map
+// ACT_GELU_TANH / ACT_SILU to them (kernel_act) for a version request with
+// FP_NORM_VOPT_ACCURATE_ACT, or under FP_NORM_ACT_FAST=0.
 enum { ACT_GELU_TANH_ACCURATE = 5, ACT_SILU_ACCURATE = 6 };
 
 // The fast forms: sigmoid(z) from e = exp(-|z|) <= 1 (nothing overflows)
@@ -81,8 +82,10 @@ enum { ACT_GELU_TANH_ACCURATE = 5, ACT_SILU_ACCURATE = 6 };
 // exp2f (tests/emu/emu_sm80.h), so CI checks the forms, the GPU check their
 // error. GELU (tanh) is y sigmoid(2u), u = sqrt(2/pi) (y + 0.044715 y^3):
 // exactly 0.5 y (1 + tanh(u)), without its cancellation for y < 0. Per
-// element (sm_90 SASS) about 12 instructions for act, 16 for act', against
-// ~36 for the tanhf forms.
+// element (sm_90 SASS, the vector forms below) 11.25 instructions for GELU,
+// 19.5 for GELU', against 33 and 43 for the tanhf forms behind a switch per
+// element (tests/sass/check_sass.py bounds them: act_fast_fwd / _bwd).
+//
 // 2^x by ex2.approx.ftz alone (kernels/common/fast_exp2.cuh): __expf would
 // add exp2f's denormal-range fix-up; here results below 2^-126 only decide
 // sigmoid values within 2^-126 of 0 or 1.
