@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <type_traits>
 
 #include "common/fast_exp2.cuh"
 #include "norm/norm_launch.h"
@@ -153,66 +154,53 @@ template <int A> __device__ __forceinline__ float dact_c(float y) {
     }
 }
 
+// The one switch over the kernel activation codes: f(std::integral_constant<
+// int, A>{}) for act's A (ACT_NONE for any other code), so every runtime
+// form below is a compile-time activation behind this switch.
+template <typename F> __device__ __forceinline__ auto with_act(int act, F &&f) {
+    switch (act) {
+    case ACT_GELU_ERF: return f(std::integral_constant<int, ACT_GELU_ERF>{});
+    case ACT_GELU_TANH: return f(std::integral_constant<int, ACT_GELU_TANH>{});
+    case ACT_GELU_TANH_ACCURATE: return f(std::integral_constant<int, ACT_GELU_TANH_ACCURATE>{});
+    case ACT_RELU: return f(std::integral_constant<int, ACT_RELU>{});
+    case ACT_SILU: return f(std::integral_constant<int, ACT_SILU>{});
+    case ACT_SILU_ACCURATE: return f(std::integral_constant<int, ACT_SILU_ACCURATE>{});
+    default: return f(std::integral_constant<int, ACT_NONE>{});
+    }
+}
+
 // Per element with a runtime activation (act is uniform across the grid:
 // a predictable branch, but about 8 instructions per element: the scalar
 // kernels and the elementwise baseline).
 __device__ __forceinline__ float act_f(int act, float y) {
-    switch (act) {
-    case ACT_GELU_ERF: return act_c<ACT_GELU_ERF>(y);
-    case ACT_GELU_TANH: return act_c<ACT_GELU_TANH>(y);
-    case ACT_GELU_TANH_ACCURATE: return act_c<ACT_GELU_TANH_ACCURATE>(y);
-    case ACT_RELU: return act_c<ACT_RELU>(y);
-    case ACT_SILU: return act_c<ACT_SILU>(y);
-    case ACT_SILU_ACCURATE: return act_c<ACT_SILU_ACCURATE>(y);
-    default: return y;
-    }
+    return with_act(act, [&](auto a) { return act_c<decltype(a)::value>(y); });
 }
 __device__ __forceinline__ float dact_f(int act, float y) {
-    switch (act) {
-    case ACT_GELU_ERF: return dact_c<ACT_GELU_ERF>(y);
-    case ACT_GELU_TANH: return dact_c<ACT_GELU_TANH>(y);
-    case ACT_GELU_TANH_ACCURATE: return dact_c<ACT_GELU_TANH_ACCURATE>(y);
-    case ACT_RELU: return dact_c<ACT_RELU>(y);
-    case ACT_SILU: return dact_c<ACT_SILU>(y);
-    case ACT_SILU_ACCURATE: return dact_c<ACT_SILU_ACCURATE>(y);
-    default: return 1.0f;
-    }
+    return with_act(act, [&](auto a) { return dact_c<decltype(a)::value>(y); });
 }
 
 // The vector kernels take the activation's switch once per 16-byte vector
 // (issue 19: the activation a template parameter of the element code): each
 // case is its own unrolled loop of act_c<A> / dact_c<A>.
-template <int A, int N> __device__ __forceinline__ void act_loop(float (&y)[N]) {
-#pragma unroll
-    for (int e = 0; e < N; ++e) y[e] = act_c<A>(y[e]);
-}
 // y[e] = act(y[e]) for the N values of a vector.
 template <int N> __device__ __forceinline__ void act_vec(int act, float (&y)[N]) {
-    switch (act) {
-    case ACT_GELU_ERF: act_loop<ACT_GELU_ERF>(y); break;
-    case ACT_GELU_TANH: act_loop<ACT_GELU_TANH>(y); break;
-    case ACT_GELU_TANH_ACCURATE: act_loop<ACT_GELU_TANH_ACCURATE>(y); break;
-    case ACT_RELU: act_loop<ACT_RELU>(y); break;
-    case ACT_SILU: act_loop<ACT_SILU>(y); break;
-    case ACT_SILU_ACCURATE: act_loop<ACT_SILU_ACCURATE>(y); break;
-    default: break;
-    }
-}
-template <int A, int N> __device__ __forceinline__ void dact_mul_loop(const float (&h)[N], float (&g)[N]) {
+    with_act(act, [&](auto a) {
+        constexpr int A = decltype(a)::value;
+        if constexpr (A != ACT_NONE) {
 #pragma unroll
-    for (int e = 0; e < N; ++e) g[e] *= dact_c<A>(h[e]);
+            for (int e = 0; e < N; ++e) y[e] = act_c<A>(y[e]);
+        }
+    });
 }
 // g[e] *= act'(h[e]) for the N values of a vector (nothing for ACT_NONE).
 template <int N> __device__ __forceinline__ void dact_mul_vec(int act, const float (&h)[N], float (&g)[N]) {
-    switch (act) {
-    case ACT_GELU_ERF: dact_mul_loop<ACT_GELU_ERF>(h, g); break;
-    case ACT_GELU_TANH: dact_mul_loop<ACT_GELU_TANH>(h, g); break;
-    case ACT_GELU_TANH_ACCURATE: dact_mul_loop<ACT_GELU_TANH_ACCURATE>(h, g); break;
-    case ACT_RELU: dact_mul_loop<ACT_RELU>(h, g); break;
-    case ACT_SILU: dact_mul_loop<ACT_SILU>(h, g); break;
-    case ACT_SILU_ACCURATE: dact_mul_loop<ACT_SILU_ACCURATE>(h, g); break;
-    default: break;
-    }
+    with_act(act, [&](auto a) {
+        constexpr int A = decltype(a)::value;
+        if constexpr (A != ACT_NONE) {
+#pragma unroll
+            for (int e = 0; e < N; ++e) g[e] *= dact_c<A>(h[e]);
+        }
+    });
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
