@@ -1394,12 +1394,12 @@ extern "C" int fp_norm_bwd_version_used(const fp_norm_bwd_desc *d, int version) 
     return 0;
 }
 
-// FP_NORM_BWD_SEP_SUMS (read once): "1" reduces LayerNorm's two row sums
-// one after the other (two barrier pairs per row in a block per row), as
-// before session 15, for the GPU check's A/B; otherwise through row_sum2.
-// FP_NORM_VOPT_TWO_REDUCTIONS in a version request does the same for that
-// call. The activation becomes its kernel code for the request (kernel_act).
-static fp_norm_bwd_desc with_sums_mode(const fp_norm_bwd_desc *d, int version) {
+// The desc the kernels get for a version request (its FP_NORM_VOPT_* bits):
+// the activation's kernel code (kernel_act), and LayerNorm's two row sums
+// one after the other (two barrier pairs per row in a block per row, as
+// before session 15) under FP_NORM_VOPT_TWO_REDUCTIONS or
+// FP_NORM_BWD_SEP_SUMS=1 (read once), else through row_sum2.
+static fp_norm_bwd_desc kernel_desc(const fp_norm_bwd_desc *d, int version) {
     static const int sep = env_switch("FP_NORM_BWD_SEP_SUMS", 1) == 1;
     fp_norm_bwd_desc r = *d;
     r.sep_sums = sep || (version & FP_NORM_VOPT_TWO_REDUCTIONS);
@@ -1409,7 +1409,7 @@ static fp_norm_bwd_desc with_sums_mode(const fp_norm_bwd_desc *d, int version) {
 
 extern "C" cudaError_t fp_norm_bwd_unfused_launch(const fp_norm_bwd_desc *d, float *partial,
                                                   cudaStream_t stream) {
-    const fp_norm_bwd_desc dd = with_sums_mode(d, 0);
+    const fp_norm_bwd_desc dd = kernel_desc(d, 0);
     switch (dd.dtype) {
     case DT_F32: return bwd_unfused_dispatch<float>(dd, partial, stream);
     case DT_F16: return bwd_unfused_dispatch<__half>(dd, partial, stream);
@@ -1420,7 +1420,7 @@ extern "C" cudaError_t fp_norm_bwd_unfused_launch(const fp_norm_bwd_desc *d, flo
 
 extern "C" cudaError_t fp_norm_bwd_launch(const fp_norm_bwd_desc *d, int version, int sm_count, float *partial,
                                           cudaStream_t stream) {
-    const fp_norm_bwd_desc dd = with_sums_mode(d, version);
+    const fp_norm_bwd_desc dd = kernel_desc(d, version);
     version &= FP_NORM_VERSION_MASK;
     switch (dd.dtype) {
     case DT_F32: return bwd_versioned<float>(dd, version, sm_count, partial, stream);

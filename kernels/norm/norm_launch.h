@@ -57,7 +57,12 @@ typedef struct fp_norm_bwd_desc {
  *                                FP_NORM_FWD_LN_STATS=2); backward, its two
  *                                row sums one after the other (before session
  *                                15; FP_NORM_BWD_SEP_SUMS=1) */
-enum { FP_NORM_VERSION_MASK = 0xff, FP_NORM_VOPT_ACCURATE_ACT = 0x100, FP_NORM_VOPT_TWO_REDUCTIONS = 0x200 };
+enum {
+    FP_NORM_VERSION_MASK = 0xff,
+    FP_NORM_VOPT_ACCURATE_ACT = 0x100,
+    FP_NORM_VOPT_TWO_REDUCTIONS = 0x200,
+    FP_NORM_VOPT_ALL = FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS
+};
 /* Kernel versions (see the header comments of the .cu files):
  *   0 = automatic (best for the shape), 1 = scalar/any-shape, 2 = vectorized
  *   row in registers (falls back to 1 where it does not apply). */
