@@ -295,7 +295,9 @@ static fp_status run_decode(fb_run *run) {
  * kernel that would replace it), v8 as the baseline against v9 (v8 in
  * persistent CTAs: what the tile scheduler buys) and, at head_dim 64 (its
  * only one), against v10 (v8 with three consumer warpgroups: 192-row query
- * tiles), outputs compared: the measurement that
+ * tiles), and at head_dim 128 v2's earlier 128 x 32 tile (FP_ATTN_V2_NARROW)
+ * as the baseline against its 128 x 64 one (row "v2n_vs_v2"), outputs
+ * compared: the measurement that
  * decides which one fp_attention_forward should use (v5 / v3 on Hopper, v1
  * elsewhere). One result per shape and pair (param "versions"); where
  * v3 .. v5, v8, v9 or v10 are not available their result carries a note saying
@@ -351,23 +353,27 @@ static fp_status run_versions(fb_run *run) {
                     p.batch = batch; p.seqlen_q = p.seqlen_k = sl; p.heads_q = p.heads_kv = hq;
                     p.head_dim = d; p.dtype = dts[t]; p.causal = causal;
                     p.q = q; p.k = k; p.v = v;
-                    for (int ver = 2; ver <= 10; ++ver) {
-                        if (ver == 6) continue; /* the decode kernel: attention/decode_versions */
-                        if (ver == 10 && d != 64) continue; /* v10: head_dim 64 only */
-                        /* --version N: that version's row only */
+                    /* 11: v2 at head_dim 128 against its earlier 128 x 32 tile
+                     * (FP_ATTN_V2_NARROW), the row that decides the tile */
+                    for (int row = 2; row <= 11; ++row) {
+                        const int ver = row == 11 ? 2 : row;
+                        if (row == 6) continue; /* the decode kernel: attention/decode_versions */
+                        if (row == 10 && d != 64) continue; /* v10: head_dim 64 only */
+                        if (row == 11 && d != 128) continue; /* v2's tiles differ at head_dim 128 only */
+                        /* --version N: that version's rows only */
                         if (fb_opt_given(run, "version") && fb_opt_int(run, "version", ver) != ver) continue;
                         /* v8 against v5, v9 and v10 against v8 (each against the kernel it
                          * would replace: v8 is the head_dim 64 default); the others
                          * against v1 */
-                        static const char *pair[11] = {NULL,       NULL,       "v1_vs_v2", "v1_vs_v3",
+                        static const char *pair[12] = {NULL,       NULL,       "v1_vs_v2", "v1_vs_v3",
                                                        "v1_vs_v4", "v1_vs_v5", NULL,       "v1_vs_v7",
-                                                       "v5_vs_v8", "v8_vs_v9", "v8_vs_v10"};
-                        static const char *metric[11] = {NULL,        NULL,        "v2_tflops", "v3_tflops",
+                                                       "v5_vs_v8", "v8_vs_v9", "v8_vs_v10", "v2n_vs_v2"};
+                        static const char *metric[12] = {NULL,        NULL,        "v2_tflops", "v3_tflops",
                                                          "v4_tflops", "v5_tflops", NULL,        "v7_tflops",
-                                                         "v8_tflops", "v9_tflops", "v10_tflops"};
-                        const int base = ver >= 9 ? 8 : ver == 8 ? 5 : 1;
+                                                         "v8_tflops", "v9_tflops", "v10_tflops", "v2_tflops"};
+                        const int base = row == 11 ? FP_ATTN_V2_NARROW : ver >= 9 ? 8 : ver == 8 ? 5 : 1;
                         fb_result *r = fb_result_new(run);
-                        fb_param_str(r, "versions", pair[ver]);
+                        fb_param_str(r, "versions", pair[row]);
                         fb_param_str(r, "dtype", fp_dtype_name(dts[t]));
                         fb_param_int(r, "batch", batch);
                         fb_param_int(r, "seqlen", sl);
@@ -400,8 +406,12 @@ static fp_status run_versions(fb_run *run) {
                                             4.0 * (double)n * (double)elt, fp_attention_flops(&p), &rep);
                         if (st == FP_OK) {
                             fb_result_set_ab(r, &rep);
-                            fb_result_metric(r, metric[ver], rep.achieved_tflops);
-                            fb_result_metric(r, base == 8 ? "v8_tflops" : base == 5 ? "v5_tflops" : "v1_tflops",
+                            fb_result_metric(r, metric[row], rep.achieved_tflops);
+                            fb_result_metric(r,
+                                             base == 8                   ? "v8_tflops"
+                                             : base == 5                 ? "v5_tflops"
+                                             : base == FP_ATTN_V2_NARROW ? "v2n_tflops"
+                                                                         : "v1_tflops",
                                              spec_flops_tflops(fp_attention_flops(&p), rep.baseline.median_ms));
                         } else {
                             fb_result_fail(r, st, fp_last_error());

@@ -21,10 +21,15 @@
 //   attention_flash_fwd_v2      the same body with two 16-row blocks per warp
 //                               (128 rows per CTA, head_dim 64 / 128): each
 //                               K / V fragment loaded from shared memory feeds
-//                               two MMAs. Selected only through
+//                               two MMAs. At head_dim 128 FlashAttention-2's
+//                               forward tile (128 x 64 over 4 warps, O and S
+//                               in 192 registers: traits_v2<128>'s
+//                               kTightRegs); its earlier 128 x 32 tile
+//                               (attention_flash_fwd_v2n) stays for the A/B.
+//                               Selected only through
 //                               FP_CTX_ATTENTION_KERNEL = 2 and
 //                               fp_attn_cuda_flash_version: measured on an
-//                               H200 at 1.1-1.4x v1, below v3 / v5.
+//                               H200 at 1.1-1.4x v1 (128 x 32), below v3 / v5.
 //   attention_flash_fwd_v3, v4  Hopper only (sm_90a, wgmma + 128-byte
 //                               swizzled tiles): attention_flash_sm90.cu.
 //                               v3 is the Hopper default where v5 refuses
@@ -73,6 +78,7 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attention/attention_flash_common.cuh"
 #include "attention/attention_flash_layout.h"
@@ -505,21 +511,49 @@ __device__ __forceinline__ void load_q_tile(T *q_smem, const flash_params &p, co
 // The element mask of one 16-row block's scores over NJ n8 key blocks from
 // key n0: a score outside its row's kept keys becomes -inf. r0: the packed
 // row of this lane's first C-fragment row (lane / 4 of the block).
-template <int NJ>
+// kRel (kTightRegs): each test against an immediate, the column's offset
+// from this lane's first one (one subtraction and one unsigned compare per
+// score, two registers per row: with every register taken by O and S, the
+// absolute form's column values spilled).
+template <int NJ, bool kRel = false>
 __device__ __forceinline__ void mask_scores(float (*s)[4], const flash_params &p, const fp_flash::seq_view &S,
                                             int r0, int n0, int lane) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
         int lo, hi;
         fp_flash::row_keys(r0 + 8 * e, p.group, S.L, S.sq, p.wl, p.wr, &lo, &hi);
+        if constexpr (kRel) {
+            // kept: 0 <= col - lo <= hi - lo, as one unsigned compare; a row
+            // that keeps no key (hi < lo) masks every column (x - 2^31 > 0
+            // for the x < 2^31 here)
+            const bool none = hi < lo;
+            const unsigned lo_rel = none ? 0x80000000u : (unsigned)(lo - (n0 + 2 * (lane & 3)));
+            const unsigned span = none ? 0u : (unsigned)(hi - lo);
 #pragma unroll
-        for (int j = 0; j < NJ; ++j)
+            for (int j = 0; j < NJ; ++j)
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int col = n0 + j * 8 + 2 * (lane & 3) + c;
-                if (col < lo || col > hi) s[j][2 * e + c] = -INFINITY;
-            }
+                for (int c = 0; c < 2; ++c)
+                    if ((unsigned)(j * 8 + c) - lo_rel > span) s[j][2 * e + c] = -INFINITY;
+        } else {
+#pragma unroll
+            for (int j = 0; j < NJ; ++j)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int col = n0 + j * 8 + 2 * (lane & 3) + c;
+                    if (col < lo || col > hi) s[j][2 * e + c] = -INFINITY;
+                }
+        }
     }
+}
+
+// The A fragment of P V's k step kk (keys 16 kk .. 16 kk + 15): the S
+// accumulators of n8 key blocks 2 kk and 2 kk + 1, packed to T.
+template <typename T>
+__device__ __forceinline__ void pack_p(const float (*s)[4], int kk, uint32_t pa[4]) {
+    pa[0] = pack_op<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+    pa[1] = pack_op<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+    pa[2] = pack_op<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[3] = pack_op<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
 // One online-softmax step of a 16-row block over NJ n8 key blocks, per row
@@ -566,6 +600,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
     constexpr bool kKv8 = kIsKv8<TK>;
     using Mma = mma_op<T>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, NT = Tr::kWarps * 32, MT = Tr::kMT;
+    constexpr bool kTight = Tr::kTightRegs; // fp_flash::traits_v2<128>: see attention_flash_layout.h
     constexpr int RW = 16 * MT; // rows per warp
     static_assert(Br == RW * Tr::kWarps, "kMT 16-row MMA blocks per warp");
     constexpr int P = fp_flash::smem_layout<D>::kPitch; // tile row pitch (elements)
@@ -582,7 +617,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     cta_work w;
     if (!cta_work_of(p, Br, Bc, p.b_off, w)) return; // CTA-uniform, before any barrier
-    const int m_tile = w.m_tile, split = w.split, hk = w.hk, b = w.b, m0 = w.m0, rows = w.rows, L = w.S.L;
+    const int hk = w.hk, b = w.b, m0 = w.m0, rows = w.rows, L = w.S.L;
     const fp_flash::seq_view &S = w.S;
     const fp_flash::block_plan &plan = w.plan; // key tiles this CTA (and split) visits, the keys each row keeps
     const int s_begin = plan.s_begin, s_end = plan.s_end;
@@ -703,11 +738,25 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                 if (fp_flash::tile_needs_mask(plan, n0, Bc)) {
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt)
-                        mask_scores<Bc / 8>(s_acc[mt], p, S, m0 + wrow + mt * 16 + lane / 4, n0, lane);
+                        mask_scores<Bc / 8, kTight>(s_acc[mt], p, S, m0 + wrow + mt * 16 + lane / 4, n0, lane);
                 }
+                if constexpr (!kTight) {
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+                        online_softmax<Bc / 8, D>(s_acc[mt], o_acc[mt], m_run[mt], l_run[mt], p.scale_log2);
+                }
+            }
+            // kTight: every warp (a padding warp's zero scores are harmless:
+            // its rows are never written), P packed to 16 bits here
+            [[maybe_unused]] uint32_t p_frag[MT][kTight ? Bc / 16 : 1][4];
+            if constexpr (kTight) {
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
                     online_softmax<Bc / 8, D>(s_acc[mt], o_acc[mt], m_run[mt], l_run[mt], p.scale_log2);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int kk = 0; kk < Bc / 16; ++kk) pack_p<T>(s_acc[mt], kk, p_frag[mt][kk]);
             }
 
             cp_async_wait<1>(); // all but K[t+1]: V[t] landed
@@ -724,10 +773,11 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                     uint32_t pa[MT][4];
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt) {
-                        pa[mt][0] = pack_op<T>::pack(s_acc[mt][2 * kk][0], s_acc[mt][2 * kk][1]);
-                        pa[mt][1] = pack_op<T>::pack(s_acc[mt][2 * kk][2], s_acc[mt][2 * kk][3]);
-                        pa[mt][2] = pack_op<T>::pack(s_acc[mt][2 * kk + 1][0], s_acc[mt][2 * kk + 1][1]);
-                        pa[mt][3] = pack_op<T>::pack(s_acc[mt][2 * kk + 1][2], s_acc[mt][2 * kk + 1][3]);
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            if constexpr (kTight) pa[mt][i] = p_frag[mt][kk][i];
+                        }
+                        if constexpr (!kTight) pack_p<T>(s_acc[mt], kk, pa[mt]);
                     }
 #pragma unroll
                     for (int dp = 0; dp < D / 16; ++dp) {
@@ -751,41 +801,54 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
     }
 
     // Epilogue: row sums over the quad, normalize, write O (and lse) or the
-    // split partials. Rows past `rows` are padding.
+    // split partials. Rows past `rows` are padding. kTight: the CTA's
+    // coordinates derived again here (cta_work_of reads what it read at the
+    // start) rather than held in registers through the KV loop.
+    auto epilogue = [&](const cta_work &we) {
+        const int m_tile = we.m_tile, split = we.split, hk = we.hk, b = we.b, m0 = we.m0, rows = we.rows;
+        const fp_flash::seq_view &S = we.S;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const float l = quad_sum(l_run[mt][e]);
-            const int r = m0 + wrow + mt * 16 + lane / 4 + 8 * e;
-            if (r >= rows) continue;
-            const int qi = r / p.group, h = hk * p.group + r % p.group;
-            // l == 0: no key kept (or all scores -inf); a NaN l (a NaN or
-            // +inf score) stays NaN in O and lse, as in torch
-            const float inv = (l == 0.0f ? 0.0f : 1.0f / l) * (kKv8 ? p.o_scale : 1.0f); // fp8: x v_descale
-            const float lse =
-                l == 0.0f ? -INFINITY : (m_run[mt][e] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f;
-            const int col0 = 2 * (lane & 3);
-            if (p.num_splits == 1) {
-                T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
+            for (int e = 0; e < 2; ++e) {
+                const float l = quad_sum(l_run[mt][e]);
+                const int r = m0 + wrow + mt * 16 + lane / 4 + 8 * e;
+                if (r >= rows) continue;
+                const int qi = r / p.group, h = hk * p.group + r % p.group;
+                // l == 0: no key kept (or all scores -inf); a NaN l (a NaN or
+                // +inf score) stays NaN in O and lse, as in torch
+                const float inv = (l == 0.0f ? 0.0f : 1.0f / l) * (kKv8 ? p.o_scale : 1.0f); // fp8: x v_descale
+                const float lse =
+                    l == 0.0f ? -INFINITY : (m_run[mt][e] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f;
+                const int col0 = 2 * (lane & 3);
+                if (p.num_splits == 1) {
+                    T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
 #pragma unroll
-                for (int j = 0; j < D / 8; ++j)
-                    *reinterpret_cast<uint32_t *>(o + j * 8 + col0) =
-                        pack_op<T>::pack(o_acc[mt][j][2 * e] * inv, o_acc[mt][j][2 * e + 1] * inv);
-                if (p.lse && (lane & 3) == 0) p.lse[((int64_t)b * p.hq + h) * p.sq + qi] = lse;
-            } else {
-                const int64_t prow = (((int64_t)split * p.batch + b) * p.hq + h) * p.sq + qi;
-                float *o = p.o_part + prow * D;
+                    for (int j = 0; j < D / 8; ++j)
+                        *reinterpret_cast<uint32_t *>(o + j * 8 + col0) =
+                            pack_op<T>::pack(o_acc[mt][j][2 * e] * inv, o_acc[mt][j][2 * e + 1] * inv);
+                    if (p.lse && (lane & 3) == 0) p.lse[((int64_t)b * p.hq + h) * p.sq + qi] = lse;
+                } else {
+                    const int64_t prow = (((int64_t)split * p.batch + b) * p.hq + h) * p.sq + qi;
+                    float *o = p.o_part + prow * D;
 #pragma unroll
-                for (int j = 0; j < D / 8; ++j)
-                    *reinterpret_cast<float2 *>(o + j * 8 + col0) =
-                        make_float2(o_acc[mt][j][2 * e] * inv, o_acc[mt][j][2 * e + 1] * inv);
-                if ((lane & 3) == 0) p.lse_part[prow] = lse;
+                    for (int j = 0; j < D / 8; ++j)
+                        *reinterpret_cast<float2 *>(o + j * 8 + col0) =
+                            make_float2(o_acc[mt][j][2 * e] * inv, o_acc[mt][j][2 * e + 1] * inv);
+                    if ((lane & 3) == 0) p.lse_part[prow] = lse;
+                }
             }
-        }
-    if (p.num_splits > 1 && p.counters)
-        split_combine_fused<T, D, NT>(p, S, b, hk, m_tile, m0, rows < m0 + Br ? rows : m0 + Br,
-                                      reinterpret_cast<int *>(smem_raw));
+        if (p.num_splits > 1 && p.counters)
+            split_combine_fused<T, D, NT>(p, S, b, hk, m_tile, m0, rows < m0 + Br ? rows : m0 + Br,
+                                          reinterpret_cast<int *>(smem_raw));
+    };
+    if constexpr (kTight) {
+        cta_work again;
+        cta_work_of(p, Br, Bc, p.b_off, again);
+        epilogue(again);
+    } else {
+        epilogue(w);
+    }
 }
 
 // The decode kernel (v6; fp_flash::traits_decode): 16 packed query rows per
@@ -1025,6 +1088,15 @@ __global__ void __launch_bounds__(traits_v2<D>::kWarps * 32, 2)
     flash_fwd_body<T, D, traits_v2<D>>(p);
 }
 
+// v2's earlier 128 x 32 tile at head_dim 128 (fp_flash::traits_v2_narrow),
+// for the A/B: FP_ATTN_V2_TILE=128x32 (v2_tile_narrow).
+template <typename T, int D>
+__global__ void __launch_bounds__(fp_flash::traits_v2_narrow<D>::kWarps * 32, 2)
+    attention_flash_fwd_v2n(const __grid_constant__ flash_params p) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    flash_fwd_body<T, D, fp_flash::traits_v2_narrow<D>>(p);
+}
+
 // v1's body over 8 warps (fp_flash::traits_w8): one CTA of 256 threads per
 // SM (v1's registers per thread).
 template <typename T, int D>
@@ -1053,7 +1125,12 @@ template <typename T, int D> struct flash_version<T, D, 2> {
     using Tr = traits_v2<D>;
     static constexpr void (*kernel)(flash_params) = attention_flash_fwd_v2<T, D>;
 };
-
+// (FP_ATTN_V2_NARROW: v2 with its earlier tile; launches record v2)
+constexpr int kV2Narrow = FP_ATTN_V2_NARROW;
+template <typename T, int D> struct flash_version<T, D, kV2Narrow> {
+    using Tr = fp_flash::traits_v2_narrow<D>;
+    static constexpr void (*kernel)(flash_params) = attention_flash_fwd_v2n<T, D>;
+};
 template <typename T, int D> struct flash_version<T, D, 7> {
     using Tr = fp_flash::traits_w8<D>;
     static constexpr void (*kernel)(flash_params) = attention_flash_fwd_v7<T, D>;
@@ -1105,11 +1182,23 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
     });
 }
 
+// FP_ATTN_V2_TILE=128x32 (read once): v2 at head_dim 128 with its earlier
+// 128 x 32 tile instead of 128 x 64 (the GPU check's A/B, session 29).
+static bool v2_tile_narrow() {
+    static const bool v = [] {
+        const char *e = getenv("FP_ATTN_V2_TILE");
+        return e && strcmp(e, "128x32") == 0;
+    }();
+    return v;
+}
+
 template <typename T>
 fp_status dispatch_v2(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
     switch (a->head_dim) {
     case 64: return launch_flash<T, 64, 2>(a, num_splits, stream);
-    case 128: return launch_flash<T, 128, 2>(a, num_splits, stream);
+    case 128:
+        return v2_tile_narrow() ? launch_flash<T, 128, kV2Narrow>(a, num_splits, stream)
+                                : launch_flash<T, 128, 2>(a, num_splits, stream);
     default: break;
     }
     return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v2: head_dim %d not instantiated (64, 128)",
@@ -1159,7 +1248,7 @@ fp_status flash_kv8(const fp_attn_args *a, int version, int num_splits, cudaStre
     return version == 6 ? flash_kv8_dims<6>(a, num_splits, stream) : flash_kv8_dims<1>(a, num_splits, stream);
 }
 
-// An sm_80-path version (1, 2, 6 or 7) with num_splits KV splits, recorded
+// An sm_80-path version (1, 2, 6, 7 or FP_ATTN_V2_NARROW) with num_splits KV splits, recorded
 // for fp_attention_last_kernel when it launched.
 fp_status flash_sm80(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
     if (num_splits < 1 || num_splits > 1024)
@@ -1180,12 +1269,19 @@ fp_status flash_sm80(const fp_attn_args *a, int version, int num_splits, cudaStr
                     : dispatch_all_dims<__half, 1>(a, num_splits, stream); break;
     case 2: st = bf ? dispatch_v2<__nv_bfloat16>(a, num_splits, stream) : dispatch_v2<__half>(a, num_splits, stream);
         break;
+    case kV2Narrow:
+        st = a->head_dim != 128 ? fp_set_error(FP_ERR_UNSUPPORTED,
+                                               "attention flash kernel v2 (128 x 32 tile): head_dim %d (128 only)",
+                                               a->head_dim)
+             : bf               ? launch_flash<__nv_bfloat16, 128, kV2Narrow>(a, num_splits, stream)
+                                : launch_flash<__half, 128, kV2Narrow>(a, num_splits, stream);
+        break;
     case 6: st = bf ? dispatch_all_dims<__nv_bfloat16, 6>(a, num_splits, stream)
                     : dispatch_all_dims<__half, 6>(a, num_splits, stream); break;
     default: st = bf ? dispatch_all_dims<__nv_bfloat16, 7>(a, num_splits, stream)
                      : dispatch_all_dims<__half, 7>(a, num_splits, stream); break;
     }
-    if (st == FP_OK) fp_attn_note_kernel(a, version, num_splits);
+    if (st == FP_OK) fp_attn_note_kernel(a, version == kV2Narrow ? 2 : version, num_splits);
     return st;
 }
 
@@ -1207,7 +1303,7 @@ extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int versi
                                                 "CMAKE_CUDA_ARCHITECTURES)", version);
 #endif
     }
-    if (version != 2 && version != 6 && version != 7)
+    if (version != 2 && version != 6 && version != 7 && version != kV2Narrow)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "flash kernel version %d (1 to 10)", version);
     return flash_sm80(a, version, num_splits, stream);
 }
@@ -1298,7 +1394,10 @@ static fp_status flash_version_auto(const fp_attn_args *a, int version, int sm_c
     const int sm = sm_count > 0 ? sm_count : 1;
     int64_t splits;
     if (version == 2)
-        splits = split_count(a, traits_v2<128>::kBr, a->head_dim == 64 ? traits_v2<64>::kBc : traits_v2<128>::kBc,
+        splits = split_count(a, traits_v2<128>::kBr,
+                             a->head_dim == 64   ? traits_v2<64>::kBc
+                             : v2_tile_narrow() ? fp_flash::traits_v2_narrow<128>::kBc
+                                                : traits_v2<128>::kBc,
                              2 * (int64_t)sm);
     else if (version == 6) {
         if ((int64_t)a->seqlen_q * a->group > kDecodeMaxRows)

@@ -38,24 +38,29 @@ template <int D> struct traits; // only the head dims below
 template <> struct traits<32> {
     static constexpr int kWarps = 4, kMT = 1, kBr = 64, kBc = 64, kStages = 2;
     static constexpr bool kQInRegisters = true;
+    static constexpr bool kTightRegs = false;
 };
 template <> struct traits<64> {
     static constexpr int kWarps = 4, kMT = 1, kBr = 64, kBc = 64, kStages = 2;
     static constexpr bool kQInRegisters = true;
+    static constexpr bool kTightRegs = false;
 };
 template <> struct traits<96> {
     static constexpr int kWarps = 4, kMT = 1, kBr = 64, kBc = 64, kStages = 2;
     static constexpr bool kQInRegisters = true;
+    static constexpr bool kTightRegs = false;
 };
 template <> struct traits<128> {
     static constexpr int kWarps = 4, kMT = 1, kBr = 64, kBc = 64, kStages = 2;
     static constexpr bool kQInRegisters = true;
+    static constexpr bool kTightRegs = false;
 };
 // D = 256: O alone takes 128 registers per thread, so Q is re-read from
 // shared memory at every k step, and 32-key tiles keep the CTA at 96 KiB.
 template <> struct traits<256> {
     static constexpr int kWarps = 4, kMT = 1, kBr = 64, kBc = 32, kStages = 2;
     static constexpr bool kQInRegisters = false;
+    static constexpr bool kTightRegs = false;
 };
 
 // attention_flash_fwd_v2 (D = 64, 128): each warp owns two 16-row blocks
@@ -63,17 +68,47 @@ template <> struct traits<256> {
 // MMAs: half the ldmatrix traffic per MMA of v1, whose 16 rows per warp make
 // shared-memory bandwidth, not the tensor cores, the likely limit on H100.
 // Costs: twice the accumulator registers (at D = 128: Q re-read from shared
-// memory and 32-key tiles), 48 / 64 KiB of shared memory, coarser query
-// tiles for short or causal sequences. Not selected by default: measured on an H200 at
-// 1.1-1.4x v1 and below the Hopper kernels (benchmarks/NOTES.md).
+// memory), 48 / 96 KiB of shared memory, coarser query tiles for short or
+// causal sequences. Not selected by default: measured on an H200 at 1.1-1.4x
+// v1 (with 128 x 32 tiles at D = 128) and below the Hopper kernels
+// (benchmarks/NOTES.md).
+//
+// kTightRegs (flash_fwd_body): O (D / 2 = 64 f32 registers per 16-row
+// block) and S (kBc / 2) of two row blocks fill most of the 255 registers a
+// thread may have, so the body keeps nothing else through the KV loop that
+// it can do without: P is packed to 16 bits right after the softmax (32
+// registers where S's f32 took 64, before the P V loop rather than inside
+// it), the softmax runs outside the active-warp branch (ptxas then has no
+// divergent fallback path for its shuffles, a path that carried as many live
+// registers as the loop plus its call), the epilogue derives the CTA's
+// coordinates again instead of holding them through the loop, and the mask
+// tests each score's column against an immediate.
 template <int D> struct traits_v2;
 template <> struct traits_v2<64> {
     static constexpr int kWarps = 4, kMT = 2, kBr = 128, kBc = 64, kStages = 2;
     static constexpr bool kQInRegisters = true;
+    static constexpr bool kTightRegs = false;
 };
-template <> struct traits_v2<128> { // 32-key tiles: S for 32 rows fits next to O without spilling
+// D = 128: FlashAttention-2's forward tile on mma.sync (128 x 64, 4 warps of
+// 32 rows): per warp and tile 256 HMMA against 80 ldmatrix (Q 16, K 32, V
+// 32), one K and one V barrier per 64 keys; O 128 + S 64 registers, so
+// kTightRegs (no spill on sm_80 / sm_90 with nvcc 13; checked by
+// tests/sass/check_sass.py). 2 x 48 KiB of K / V stages + 32 KiB of Q = 96
+// KiB: two CTAs per SM on an H100 (and an A100's 164 KiB holds one).
+template <> struct traits_v2<128> {
+    static constexpr int kWarps = 4, kMT = 2, kBr = 128, kBc = 64, kStages = 2;
+    static constexpr bool kQInRegisters = false;
+    static constexpr bool kTightRegs = true;
+};
+// v2's earlier tile at D = 128 (128 x 32: S for 32 rows fits next to O
+// without the tight-register measures), kept for the A/B
+// (FP_ATTN_V2_TILE=128x32): measured at 241 TFLOP/s on an H100 at 4k
+// (session 14), 1.08x v1.
+template <int D> struct traits_v2_narrow {
+    static_assert(D == 128, "the 128 x 32 tile is v2's at head_dim 128 only");
     static constexpr int kWarps = 4, kMT = 2, kBr = 128, kBc = 32, kStages = 2;
     static constexpr bool kQInRegisters = false;
+    static constexpr bool kTightRegs = false;
 };
 
 // attention_flash_fwd_v7 (every head dim of v1): v1's body over 8 warps,
@@ -89,6 +124,7 @@ template <> struct traits_v2<128> { // 32-key tiles: S for 32 rows fits next to 
 template <int D> struct traits_w8 {
     static constexpr int kWarps = 8, kMT = 1, kBr = 128, kBc = traits<D>::kBc, kStages = 2;
     static constexpr bool kQInRegisters = traits<D>::kQInRegisters;
+    static constexpr bool kTightRegs = false;
 };
 
 // attention_decode_fwd_v6, the decode kernel (any head dim of v1): one
@@ -107,6 +143,7 @@ template <int D> struct traits_decode {
     static constexpr int kWarps = 4, kMT = 1, kBr = 16, kBc = 16 * kWarps;
     static constexpr int kStages = D <= 64 ? 4 : D <= 128 ? 3 : 2;
     static constexpr bool kQInRegisters = D <= 128;
+    static constexpr bool kTightRegs = false;
 };
 
 FLASH_HD int imin(int a, int b) { return a < b ? a : b; }

@@ -213,6 +213,10 @@ int fp_attn_cuda_flash_kv8_supported(int head_dim);
 fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc, cudaStream_t stream);
 /* Same with an explicit split count (>= 1; tests force split-KV with it). */
 fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaStream_t stream);
+/* v2 with its earlier 128 x 32 tile at head_dim 128 (the A/B of fastbench
+ * attention/flash_versions against the 128 x 64 tile v2 has there since
+ * session 29); recorded as v2. Only fp_attn_cuda_flash_version takes it. */
+#define FP_ATTN_V2_NARROW 102
 /* A numbered version of the flash kernel (1 = the default, 2 = two 16-row
  * blocks per warp, head_dim 64 / 128, 3 = Hopper wgmma kernel, 4 = the same
  * with its other schedule (pipelined <-> plain), 5 = Hopper TMA + mbarrier

@@ -20,6 +20,7 @@
 // emulated cudaMallocAsync: NaN-filled, guarded, checked at cudaFreeAsync.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -395,6 +396,7 @@ static void run_case(const Case &c, emu_rng &rng, int nonfinite = 0) {
     const std::string earlier_error = fp_last_error();
     fp_status st;
     fp_attn_note_begin(c.kernel == FLASH_AUTO ? c.version : 0);
+    fp_emu::clear_launch_log();
     if (c.kernel == FLASH) st = fp_attn_cuda_flash_version(&a, c.version, c.splits, 0);
     else if (c.kernel == FLASH_AUTO) st = fp_attn_cuda_flash(&a, c.version, c.splits, 80, 0);
     else st = fp_attn_cuda_rowwise(&a, 0);
@@ -424,6 +426,23 @@ static void run_case(const Case &c, emu_rng &rng, int nonfinite = 0) {
         printf("FAIL      %-28s %-11s fp_attention_last_kernel: %s, %d splits, fallback '%s'\n", c.name, kernel_name(c),
                k.kernel, k.num_splits, k.fallback);
         g_fail++;
+    }
+    // v2 at head_dim 128: the 128 x 64 tile, or the 128 x 32 one under
+    // FP_ATTN_V2_TILE=128x32, told apart by the launch's shared memory (Q
+    // and two stages of K and V: (128 + 4 Bc) rows of 256 bytes; the kernels
+    // have internal linkage, so the launch log cannot name them)
+    if (c.kernel == FLASH && c.version == 2 && c.d == 128) {
+        const char *tile = getenv("FP_ATTN_V2_TILE");
+        const bool narrow = tile && strcmp(tile, "128x32") == 0;
+        const size_t want = (size_t)(128 + 4 * (narrow ? 32 : 64)) * 128 * 2;
+        bool seen = false;
+        for (const fp_emu::LaunchRecord &r : fp_emu::launch_log()) seen |= r.block.x == 128 && r.smem == want;
+        if (!seen) {
+            printf("FAIL      %-28s %-11s no launch of 128 threads with %zu bytes of shared memory (the %s tile; "
+                   "FP_ATTN_V2_TILE %s)\n",
+                   c.name, kernel_name(c), want, narrow ? "128 x 32" : "128 x 64", tile ? tile : "unset");
+            g_fail++;
+        }
     }
     if (earlier_error != fp_last_error()) {
         printf("FAIL      %-28s %-11s a successful call changed fp_last_error to '%s' (fallback '%s')\n", c.name,
@@ -619,6 +638,12 @@ int main() {
         {"v1_win_causal_40_bf16",     FLASH,    1, 1,   1, 90,  150, 2, 1, 128, BF,  1, 40, NO, 0, 0,  0,  1,  1, 1.0f},
         {"v2_win_20_20_bf16",         FLASH,    2, 1,   1, 130, 130, 1, 1,  64, BF,  0, 20, 20, 0, 0,  0,  0,  1, 0},
         {"v2_win_causal_50_f16",      FLASH,    2, 1,   1, 70,  140, 2, 2, 128, F16, 1, 50, NO, 0, 0,  0,  0,  1, 0},
+        // v2 at head_dim 128 (128 x 64 tiles, kTightRegs' relative mask):
+        // both-sided windows (rows whose keys lie inside one tile, rows that
+        // keep none past the last key), paged, a scale
+        {"v2_win_30_5_d128_bf16",     FLASH,    2, 1,   1, 150, 200, 1, 1, 128, BF,  0, 30, 5,  0, 0,  0,  1,  1, 0},
+        {"v2_win_0_0_d128_s2",        FLASH,    2, 2,   1, 70,  150, 2, 2, 128, F16, 0, 0,  0,  0, 0,  0,  0,  1, 2.0f},
+        {"v2_paged16_d128_rag",       FLASH,    2, 1,   3, 40,  140, 4, 2, 128, BF,  1, NO, NO, 1, 0, 16,  0,  1, 0},
         {"v1_win_right_only_d32",     FLASH,    1, 1,   1, 64,  64,  2, 2,  32, BF,  0, NO, 3,  0, 0,  0,  0,  1, 0},
         {"v1_win_intmax_d96",         FLASH,    1, 1,   1, 40,  90,  2, 2,  96, F16, 0, 2147483647, 2147483647, 0, 0, 0, 0, 1, 0},
         {"v1_win_reach_edge",         FLASH,    1, 2,   1, 37,  150, 2, 2,  64, F16, 0, 148, 35, 0, 0,  0,  0,  1, 0},

@@ -69,10 +69,23 @@ VEC_LOAD = {r"^LDG\.E\.128": 1}
 VEC_LOAD_STORE = {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1}
 RULES = [
     # flash attention, sm_80 path (mma.sync m16n8k16, ldmatrix, cp.async 16 B)
-    ("flash fwd bf16 (mma.sync)", "attention", r"attention_flash_fwd_v[127]<__nv_bfloat16,(?!.*__nv_fp8)", BASE,
+    # (v1, v7, v2 at head_dim 64, v2n: v2's earlier 128 x 32 tile at 128)
+    ("flash fwd bf16 (mma.sync)", "attention",
+     r"attention_flash_fwd_v(?:[17]|2n|2(?=<[^,]+, 64>))<__nv_bfloat16,(?!.*__nv_fp8)", BASE,
      {r"^HMMA\.16816\.F32\.BF16$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem", "pdl")),
-    ("flash fwd f16 (mma.sync)", "attention", r"attention_flash_fwd_v[127]<__half,(?!.*__nv_fp8)", BASE,
+    ("flash fwd f16 (mma.sync)", "attention", r"attention_flash_fwd_v(?:[17]|2n|2(?=<[^,]+, 64>))<__half,(?!.*__nv_fp8)",
+     BASE,
      {r"^HMMA\.16816\.F32$": 16, r"^LDSM": 8, r"^LDGSTS\.E\.BYPASS\.128": 2, r"^MUFU\.EX2$": 8}, ("ex2_ftz", "no_static_smem", "pdl")),
+    # v2 at head_dim 128: FlashAttention-2's 128 x 64 tile, O and S of two
+    # row blocks in registers (traits_v2<128>::kTightRegs). Its P V fully
+    # unrolled (4 k-steps x 8 d-pairs x 2 row blocks x 2 = 128 HMMA, 32
+    # ldmatrix.trans) plus Q K^T unrolled by 2 k-steps (32 HMMA): 160 with
+    # nvcc 13 on sm_80 / sm_90 (a 32-key tile has 80). The no-spill check
+    # above is this kernel's real guard: at 252-255 registers any growth
+    # spills.
+    ("flash fwd v2 head_dim 128 (mma.sync, 128 x 64)", "attention", r"attention_flash_fwd_v2<[^,]+, 128>", BASE,
+     {r"^HMMA\.16816\.F32": 160, r"^LDSM\.16\.MT88": 32, r"^LDSM": 44, r"^LDGSTS\.E\.BYPASS\.128": 2,
+      r"^MUFU\.EX2$": 64}, ("ex2_ftz", "no_static_smem", "pdl")),
     # v1 over an fp8 KV cache: the same math, its K / V tiles copied as e4m3
     # (16-byte cp.async) and widened in shared memory (16-byte reads, two
     # 16-byte stores per chunk; F2FP.F16.E4M3 on sm_90, integer ops on sm_80)
