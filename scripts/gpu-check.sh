@@ -332,6 +332,11 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # values (v1, split-KV, outputs compared exactly): dense 1 x 4k .. 8 x
     # 32k keys, paged (16-key pages) 1 x 32k and 8 x 32k
     "ab-kv8|attention/kv8"
+    # v2 at head_dim 128 (session 29): FlashAttention-2's 128 x 64 tile on
+    # mma.sync against its earlier 128 x 32 tile (row v2n_vs_v2) and against
+    # v1, the mma.sync default (row v1_vs_v2), interleaved: 1k / 4k / 16k
+    # keys, causal and not (issue 19's 350 TFLOP/s on the mma.sync path)
+    "ab-v2tile|attention/flash_versions --head_dim 128 --version 2 --dtype bf16"
     # what bounds each (the five-dimension verdict, fastbench --profile):
     # "prof-" runs trace their timed samples; their lines go to extra.txt
     "prof-mix|attention/prefill attention/decode norm/layernorm_fwd graph/op_host_cost --dtype bf16"

@@ -661,6 +661,29 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
     // memory, where Q stays for the CTA's lifetime.
     constexpr bool kQRegs = Tr::kQInRegisters;
     uint32_t q_frag[MT][kQRegs ? D / 16 : 1][4];
+    // ldmatrix addresses: swz per k step, or under kTight a lane offset XOR
+    // the step (fp_flash::ldsm_off: one LOP3 an ldmatrix; Q, K, V)
+    [[maybe_unused]] uint32_t xoff[3] = {0, 0, 0};
+    if constexpr (kTight) {
+        xoff[0] = fp_flash::q_ldsm_off<D>(lane);
+        xoff[1] = fp_flash::k_ldsm_off<D>(lane);
+        xoff[2] = fp_flash::v_ldsm_off<D>(lane);
+    }
+    constexpr uint32_t kRowBytes = D * sizeof(T);
+    // Q's 16-row block at tile row r0, K's key block np of a stage, V's k
+    // step kk of a stage
+    auto q_addr = [&](int r0, int kk) -> uint32_t {
+        if constexpr (kTight) return smem_u32(q_smem) + r0 * kRowBytes + fp_flash::ldsm_step(xoff[0], kk);
+        else return smem_u32(q_smem + swz<D>(fp_flash::q_ldsm_row(r0, lane), fp_flash::q_ldsm_chunk(kk, lane)));
+    };
+    auto k_addr = [&](const T *tile, int np, int kk) -> uint32_t {
+        if constexpr (kTight) return smem_u32(tile) + np * 16 * kRowBytes + fp_flash::ldsm_step(xoff[1], kk);
+        else return smem_u32(tile + swz<D>(fp_flash::k_ldsm_row(np, lane), fp_flash::k_ldsm_chunk(kk, lane)));
+    };
+    auto v_addr = [&](const T *tile, int kk, int dp) -> uint32_t {
+        if constexpr (kTight) return smem_u32(tile) + kk * 16 * kRowBytes + fp_flash::ldsm_step(xoff[2], dp);
+        else return smem_u32(tile + swz<D>(fp_flash::v_ldsm_row(kk, lane), fp_flash::v_ldsm_chunk(dp, lane)));
+    };
 
     if (s_begin < s_end) {
         // Stage 0: Q (rows unpacked from the GQA group) and K[first] in one
@@ -678,8 +701,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int kk = 0; kk < D / 16; ++kk)
-                    ldmatrix_x4(q_frag[mt][kk], smem_u32(q_smem + swz<D>(fp_flash::q_ldsm_row(wrow + mt * 16, lane),
-                                                                         fp_flash::q_ldsm_chunk(kk, lane))));
+                    ldmatrix_x4(q_frag[mt][kk], q_addr(wrow + mt * 16, kk));
         }
 
         for (int t = s_begin; t < s_end; ++t) {
@@ -708,16 +730,12 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                     const int qk = kQRegs ? kk : 0;
                     if constexpr (!kQRegs) {
 #pragma unroll
-                        for (int mt = 0; mt < MT; ++mt)
-                            ldmatrix_x4(q_frag[mt][0],
-                                        smem_u32(q_smem + swz<D>(fp_flash::q_ldsm_row(wrow + mt * 16, lane),
-                                                                 fp_flash::q_ldsm_chunk(kk, lane))));
+                        for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(q_frag[mt][0], q_addr(wrow + mt * 16, kk));
                     }
 #pragma unroll
                     for (int np = 0; np < Bc / 16; ++np) {
                         uint32_t bf[4];
-                        ldmatrix_x4(bf, smem_u32(k_tile + swz<D>(fp_flash::k_ldsm_row(np, lane),
-                                                                 fp_flash::k_ldsm_chunk(kk, lane))));
+                        ldmatrix_x4(bf, k_addr(k_tile, np, kk));
 #pragma unroll
                         for (int mt = 0; mt < MT; ++mt) {
                             Mma::run(s_acc[mt][2 * np], q_frag[mt][qk], bf[0], bf[1]);
@@ -782,8 +800,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
 #pragma unroll
                     for (int dp = 0; dp < D / 16; ++dp) {
                         uint32_t bf[4];
-                        ldmatrix_x4_trans(bf, smem_u32(v_tile + swz<D>(fp_flash::v_ldsm_row(kk, lane),
-                                                                       fp_flash::v_ldsm_chunk(dp, lane))));
+                        ldmatrix_x4_trans(bf, v_addr(v_tile, kk, dp));
 #pragma unroll
                         for (int mt = 0; mt < MT; ++mt) {
                             Mma::run(o_acc[mt][2 * dp], pa[mt], bf[0], bf[1]);

@@ -81,8 +81,11 @@ template <> struct traits<256> {
 // it), the softmax runs outside the active-warp branch (ptxas then has no
 // divergent fallback path for its shuffles, a path that carried as many live
 // registers as the loop plus its call), the epilogue derives the CTA's
-// coordinates again instead of holding them through the loop, and the mask
-// tests each score's column against an immediate.
+// coordinates again instead of holding them through the loop, the mask
+// tests each score's column against an immediate, and the ldmatrix
+// addresses are a lane offset XOR the step (ldsm_off below: v2's P V at
+// D = 128 took ~124 address instructions per warp and tile on sm_90 with
+// the swizzle recomputed per ldmatrix, 23 in this form).
 template <int D> struct traits_v2;
 template <> struct traits_v2<64> {
     static constexpr int kWarps = 4, kMT = 2, kBr = 128, kBc = 64, kStages = 2;
@@ -182,6 +185,30 @@ FLASH_HD int k_ldsm_chunk(int kk, int lane) { return kk * 2 + ((lane >> 3) & 1);
 // b0, (keys 8-15, d 0-7) = b1 of block 2dp, then d 8-15 for block 2dp+1.
 FLASH_HD int v_ldsm_row(int kk, int lane) { return kk * 16 + (lane & 15); }
 FLASH_HD int v_ldsm_chunk(int dp, int lane) { return dp * 2 + (lane >> 4); }
+
+// The same addresses in bytes as a lane's offset XOR the step (kTightRegs,
+// D % 64 == 0, the XOR swizzle): with c = 2 s + b (b = the lane's 0 / 1
+// half) and x = r & 7 fixed per lane, c ^ x = 2 s ^ (b ^ x), so
+//   2 * swz<D>(r, c) = r 2D + ((c ^ x) << 4) = (r 2D + ((b ^ x) << 4)) ^ (s << 5)
+// as long as s << 5 < 2D (only chunk bits change; the row term r 2D has
+// none of bits 4 .. log2(2D) - 1 set). One LOP3 per ldmatrix where the
+// swizzle's per-step chunks took an address register each, or their
+// recomputation (~4 instructions per ldmatrix in v2's P V at D = 128, with
+// no register to spare). The kernel adds the 16-row block's first row
+// (Q: the warp's rows; K: the key block np * 16; V: the k step's first
+// key kk * 16) times 2D as an immediate: a multiple of 8 rows, so x is
+// the lane's.
+template <int D> FLASH_HD uint32_t ldsm_off(int r, int b) {
+    static_assert(smem_layout<D>::kSwizzle, "the XOR form needs the XOR swizzle (D = 64, 128, 256)");
+    return (uint32_t)(r * 2 * D + ((b ^ (r & 7)) << 4));
+}
+FLASH_HD uint32_t ldsm_step(uint32_t off, int s) { return off ^ ((uint32_t)s << 5); }
+// A lane's offsets (first row 0) for Q (step kk), K (step kk), V (step dp).
+template <int D> FLASH_HD uint32_t q_ldsm_off(int lane) { return ldsm_off<D>(lane & 15, lane >> 4); }
+template <int D> FLASH_HD uint32_t k_ldsm_off(int lane) {
+    return ldsm_off<D>((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+}
+template <int D> FLASH_HD uint32_t v_ldsm_off(int lane) { return ldsm_off<D>(lane & 15, lane >> 4); }
 
 // blockIdx.x -> (query tile, KV split). Query tiles run last-first: with a
 // causal mask the last tiles see the most keys, and starting them first

@@ -333,9 +333,30 @@ template <int D> static int decode_budget() {
     return ok ? 0 : 1;
 }
 
+// The XOR form of the ldmatrix addresses (kTightRegs: attention_flash_layout.h,
+// ldsm_off) against swz for every lane, step and row block: Q (16-row
+// blocks of a 128-row tile), K (key blocks np), V (k steps kk).
+template <int D> static int xor_offsets() {
+    int bad = 0;
+    for (int lane = 0; lane < 32; ++lane)
+        for (int s = 0; s < D / 16; ++s)
+            for (int blk = 0; blk < 8; ++blk) {
+                const uint32_t row0 = (uint32_t)(blk * 16 * 2 * D);
+                bad += 2u * (uint32_t)swz<D>(q_ldsm_row(blk * 16, lane), q_ldsm_chunk(s, lane)) !=
+                       row0 + ldsm_step(q_ldsm_off<D>(lane), s);
+                bad += 2u * (uint32_t)swz<D>(k_ldsm_row(blk, lane), k_ldsm_chunk(s, lane)) !=
+                       row0 + ldsm_step(k_ldsm_off<D>(lane), s);
+                bad += 2u * (uint32_t)swz<D>(v_ldsm_row(blk, lane), v_ldsm_chunk(s, lane)) !=
+                       row0 + ldsm_step(v_ldsm_off<D>(lane), s);
+            }
+    printf("%-4s ldmatrix XOR offsets, head_dim %d: %d differ from swz\n", bad ? "FAIL" : "ok", D, bad);
+    return bad != 0;
+}
+
 int main() {
     g_failures += decode_budget<32>() + decode_budget<64>() + decode_budget<96>() + decode_budget<128>() +
                   decode_budget<256>();
+    g_failures += xor_offsets<64>() + xor_offsets<128>() + xor_offsets<256>();
     static const emu_case cases[] = {
         /* name              b  sq   sk   hq hkv d    dtype    causal wl  wr rag splits pad varlen */
         {"bf16_d64_17x17",   1, 17,  17,  2, 2, 64,  FP_BF16, 0, -1, -1, 0, 1, 0, 0},
