@@ -213,7 +213,11 @@ typedef enum fp_context_option {
                                       fp_attention_forward prefers: 0 = the default (v5
                                       at head_dim 128 and v8 at 64, else v3, on Hopper
                                       where they apply; v1 elsewhere: attention.h), 1 = v1 (mma.sync, 64 rows per CTA),
-                                      2 = v1 with 128 rows per CTA, 3 / 4 = Hopper wgmma
+                                      2 = v1 with 128 rows per CTA (32 per warp; at
+                                      head_dim 128 FlashAttention-2's 128 x 64 tile,
+                                      FP_ATTN_V2_TILE=128x32 its earlier 128 x 32 one;
+                                      96 KiB of shared memory: one CTA per SM on an
+                                      A100), 3 / 4 = Hopper wgmma
                                       (pipelined / plain schedule), 5 = Hopper wgmma fed
                                       by TMA, 6 = the decode kernel (16 query rows per
                                       CTA, warps split the keys, a 2-4 tile K/V ring;
