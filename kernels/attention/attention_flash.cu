@@ -261,9 +261,6 @@ __device__ __forceinline__ void load_tile_paged(T *tile, const T *base, int64_t 
     }
 }
 
-// K or V tile of keys [n0, n0 + BC): dense (base = the sequence's row 0 of
-// this head) or paged (base = the pool at this head, bt = the sequence's
-// block-table row).
 // A stride the compiler must take as computed here: kept from being hoisted
 // out of the KV loop, where multiples of it would hold registers.
 __device__ __forceinline__ int64_t opaque_stride(int64_t x) {
@@ -273,6 +270,9 @@ __device__ __forceinline__ int64_t opaque_stride(int64_t x) {
     return x;
 }
 
+// K or V tile of keys [n0, n0 + BC): dense (base = the sequence's row 0 of
+// this head) or paged (base = the pool at this head, bt = the sequence's
+// block-table row).
 // kUnrolled (kTightRegs): a tile whose BC keys all exist (every tile but a
 // sequence's last) is copied by an unrolled column loop: the thread's rows
 // tid / CH + i RS all have the same row mod 8 (RS a multiple of 8), hence
@@ -822,11 +822,12 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                     uint32_t pa[MT][4];
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt) {
+                        if constexpr (kTight) {
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-                            if constexpr (kTight) pa[mt][i] = p_frag[mt][kk][i];
+                            for (int i = 0; i < 4; ++i) pa[mt][i] = p_frag[mt][kk][i]; // packed after the softmax
+                        } else {
+                            pack_p<T>(s_acc[mt], kk, pa[mt]);
                         }
-                        if constexpr (!kTight) pack_p<T>(s_acc[mt], kk, pa[mt]);
                     }
 #pragma unroll
                     for (int dp = 0; dp < D / 16; ++dp) {
