@@ -193,42 +193,35 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_d
     const float inv_n = 1.0f / (float)d.cols;
     float mean = 0.0f;  // of s - shift
     float sq;           // sum of squared deviations from mean
-    if (d.kind == KIND_LAYERNORM && tpr > 32 && !d.ln_two_reductions) {
-        // A block per row: this thread's moments (its mean, then squared
-        // deviations from it over the registers), merged across the row in
-        // one reduction (row_moments).
-        int own = 0;
-#pragma unroll
-        for (int k = 0; k < NV; ++k) own += threadIdx.x + k * tpr < nvec;
-        float n = (float)(own * V), m = own ? __fdividef(acc, n) : 0.0f, q = 0.0f;
+    // this thread's squared deviations from c over its registers (no cancellation)
+    auto sq_dev = [&](float c) {
+        float q = 0.0f;
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
             if (threadIdx.x + k * tpr < nvec) {
 #pragma unroll
                 for (int e = 0; e < V; ++e) {
-                    float t = s_reg[k][e] - m;
+                    const float t = s_reg[k][e] - c;
                     q += t * t;
                 }
             }
         }
+        return q;
+    };
+    if (d.kind == KIND_LAYERNORM && tpr > 32 && !d.ln_two_reductions) {
+        // A block per row: this thread's moments (its mean, then squared
+        // deviations from it), merged across the row in one reduction
+        // (row_moments).
+        int own = 0;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) own += threadIdx.x + k * tpr < nvec;
+        float n = (float)(own * V), m = own ? __fdividef(acc, n) : 0.0f, q = sq_dev(m);
         row_moments(n, m, q, red_smem);
         mean = m;
         sq = q;
     } else {
         if (d.kind == KIND_LAYERNORM) mean = row_sum(acc, red_smem) * inv_n;
-        // Second pass over registers: sum of squared deviations (no cancellation).
-        acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            if (threadIdx.x + k * tpr < nvec) {
-#pragma unroll
-                for (int e = 0; e < V; ++e) {
-                    float t = s_reg[k][e] - mean;
-                    acc += t * t;
-                }
-            }
-        }
-        sq = row_sum(acc, red_smem);
+        sq = row_sum(sq_dev(mean), red_smem); // a second pass over the registers
     }
     const float rstd = rsqrtf(sq * inv_n + d.eps);
     if (threadIdx.x == 0) {
