@@ -430,7 +430,7 @@ if [ $built -eq 1 ] && want python && phase_time python 130; then
       stamp "python bench NOT RUN: phase out of time"
       not_reached+=("python bench")
     else
-      PYTHONUNBUFFERED=1 timeout "$t" python3 benchmarks/python/bench_torch.py --quick --compiled --only sdpa,norm,rms \
+      PYTHONUNBUFFERED=1 timeout "$t" python3 benchmarks/python/bench_torch.py --quick --compiled --only sdpa,decode,norm,rms \
         --max-seconds $(( t - 20 )) --json "$out/python-bench.json" > "$out/python-bench.txt" 2>&1
       r=$?
       [ $r -ne 0 ] && rc=1

@@ -9,7 +9,9 @@ benchmarks/results/<date>-<device>-<commit>/ and rewrites the table in
 benchmarks/results/README.md (between the TARGETS markers) from
 benchmarks/results/targets.json: each target's figure from the newest filed
 run that measured it (so a narrowed run keeps the others' rows). Prints the
-table.
+table. Targets with "source": "python-bench" read the cases of
+benchmarks/python/bench_torch.py's python-bench.json (name: the case's op;
+params and field: the case's own keys), the others fastbench's results.
 """
 import datetime
 import json
@@ -35,7 +37,7 @@ def field(result, name):
 
 
 def matches(result, name, params):
-    if result.get("name") != name:
+    if result.get("name") not in (name if isinstance(name, list) else [name]):
         return False
     got = result.get("params") or {}
     for k, want in params.items():
@@ -45,14 +47,42 @@ def matches(result, name, params):
     return True
 
 
+PYTHON_SCHEMA = "fastbench-python/1"
+
+
+def is_python(doc):
+    """A benchmarks/python/bench_torch.py document (python-bench.json)."""
+    return doc.get("schema") == PYTHON_SCHEMA
+
+
+def doc_kind(doc):
+    if is_python(doc):  # its device is torch's name for the GPU, or "cpu (smoke run)"
+        return "cpu" if str(doc.get("device") or "cpu").startswith("cpu") else "cuda"
+    return (doc.get("device") or {}).get("kind")
+
+
+def doc_results(doc):
+    """fastbench results, or bench_torch's cases as results: name = the op,
+    params and fields = the case's own keys, failed when it has an error."""
+    if not is_python(doc):
+        return doc.get("results", [])
+    return [{**c, "name": c.get("op"), "params": c, "status": "error" if "error" in c else "ok"}
+            for c in doc.get("cases", [])]
+
+
 def evaluate(doc, targets):
-    kind = (doc.get("device") or {}).get("kind")
+    kind = doc_kind(doc)
     rows = []
     for t in targets:
+        # "source": "python-bench": the target reads bench_torch's cases (the
+        # comparisons with PyTorch on the same GPU), else fastbench's results
+        if (t.get("source") == "python-bench") != is_python(doc):
+            rows.append((t, None, "not measured (other source)"))
+            continue
         if t.get("device") and t["device"] != kind:
             rows.append((t, None, f"not measured ({kind} run)"))
             continue
-        hits = [r for r in doc.get("results", []) if matches(r, t["name"], t.get("params", {}))]
+        hits = [r for r in doc_results(doc) if matches(r, t["name"], t.get("params", {}))]
         if t.get("needs"):
             # a target this run cannot decide (another machine, or a bound
             # measured by another tool): the figures it has, not judged
@@ -97,11 +127,13 @@ def unmeasured(status):
 
 
 def newest_rows(targets):
-    """Per target, the row of the newest filed run (fastbench.json's date;
-    GPU runs and CPU runs under cpu/, each counting only for the targets of
-    its device) that has a result for it, and that run's folder."""
+    """Per target, the row of the newest filed run (the JSON's date; GPU runs
+    and CPU runs under cpu/, each counting only for the targets of its
+    device; python-bench.json only for the targets of source python-bench)
+    that has a result for it, and that run's folder."""
     docs = []
-    for f in list(RESULTS.glob("*/fastbench.json")) + list(RESULTS.glob("cpu/*/fastbench.json")):
+    for f in (list(RESULTS.glob("*/fastbench.json")) + list(RESULTS.glob("cpu/*/fastbench.json"))
+              + list(RESULTS.glob("*/python-bench.json"))):
         try:
             docs.append((json.loads(f.read_text()), str(f.parent.relative_to(RESULTS))))
         except ValueError:
@@ -134,12 +166,16 @@ def main(argv):
     if not src.is_dir():
         print(f"gpu-results: {src} is not a directory written by scripts/gpu-check.sh", file=sys.stderr)
         return 2
-    bench = src / "fastbench.json"
-    try:
-        doc = json.loads(bench.read_text()) if bench.exists() else None
-    except ValueError as e:  # cut short while being written
-        print(f"gpu-results: {bench} is not valid JSON ({e})", file=sys.stderr)
-        doc = None
+    doc = None
+    # fastbench's results name the run; a run of the python phase alone, its python-bench.json
+    for bench in (src / "fastbench.json", src / "python-bench.json"):
+        try:
+            doc = json.loads(bench.read_text()) if bench.exists() else None
+        except ValueError as e:  # cut short while being written
+            print(f"gpu-results: {bench} is not valid JSON ({e})", file=sys.stderr)
+            doc = None
+        if doc is not None:
+            break
     if doc is None:
         # A run that failed before fastbench (build or tests): file the
         # summary and logs so the failure is on record; the table stays.
@@ -157,7 +193,8 @@ def main(argv):
         print(f"no fastbench results in {src}: filed the summary and logs under {dest}; "
               "the targets table is unchanged")
         return 1
-    dev = re.sub(r"[^A-Za-z0-9]+", "-", (doc.get("device") or {}).get("name") or "unknown").strip("-").lower()
+    dev_name = doc.get("device") if is_python(doc) else (doc.get("device") or {}).get("name")
+    dev = re.sub(r"[^A-Za-z0-9]+", "-", dev_name or "unknown").strip("-").lower()
     dest = RESULTS / f"{str(doc.get('date') or 'undated')[:10]}-{dev}-{str(doc.get('git_commit') or 'unknown')[:7]}"
     dest.mkdir(parents=True, exist_ok=True)
     for name in KEEP:
@@ -165,7 +202,7 @@ def main(argv):
             shutil.copy2(src / name, dest / name)
     partial = "" if doc.get("complete", True) else ", incomplete run: stopped before every scenario finished"
     rows, runs = newest_rows(targets)
-    text = table(rows, f"`{dest.relative_to(RESULTS)}/` ({(doc.get('device') or {}).get('name')}, "
+    text = table(rows, f"`{dest.relative_to(RESULTS)}/` ({dev_name}, "
                        f"{doc.get('date')}, commit {str(doc.get('git_commit'))[:12]}{partial})", runs)
     readme = RESULTS / "README.md"
     body = readme.read_text()

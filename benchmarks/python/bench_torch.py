@@ -3,7 +3,7 @@
 
     PYTHONPATH=bindings/python FASTPATH_LIB=build/libfastpath.so \\
         python3 benchmarks/python/bench_torch.py --json results.json [--quick] [--compiled] \\
-        [--only norm,rms,sdpa] [--max-seconds N]
+        [--only norm,rms,sdpa,decode] [--max-seconds N]
 
 Cases (bf16):
   norm  residual add + LayerNorm + GELU: fastpath.torch.add_layer_norm (one
@@ -19,6 +19,11 @@ Cases (bf16):
         inputs; hidden 2048 (head_dim 64: 32 heads, 128: 16 heads), seqlen
         1k..8k with batch * seqlen = 16k tokens, causal and not; q, k, v are
         (batch, heads, seq, dim) views of (batch, seq, heads, dim) buffers.
+  decode one query token against a KV cache (issue 19's decode target):
+        batch x keys 1 x 32768 and 8 x 4096, 32 query / 8 KV heads of 128
+        (enable_gqa=True), the same backends one at a time (op "sdpa_decode",
+        shape [batch, heads_q, heads_kv, keys, head_dim]; kv_gbps: the K and V
+        bytes over the time).
         A backend that torch lacks or that refuses the inputs ("No available
         kernel", any exception) is recorded with its reason (the exception and
         torch's warnings) in the row's "backends", and the run goes on.
@@ -69,6 +74,9 @@ SDPA_SEQLENS = [1024, 2048, 4096, 8192]
 SDPA_QUICK_SEQLENS = [1024, 4096]
 SDPA_HEAD_DIMS = (64, 128)
 SDPA_TOKENS = 16384
+# decode: (batch, keys), heads (q, kv), head_dim
+DECODE_SHAPES = [(1, 32768), (8, 4096)]
+DECODE_HEADS, DECODE_HEAD_DIM = (32, 8), 128
 HIDDEN = 2048
 # JSON name -> torch.nn.attention.SDPBackend member, in table order
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
@@ -324,13 +332,16 @@ def sdpa_reference(torch, q, k, v, causal, heads_chunk=4):
     return out
 
 
-def sdpa_backend(torch, F, name, q, k, v, causal, ref, flops, args):
+def sdpa_backend(torch, F, name, q, k, v, causal, ref, flops, args, gqa=False):
     """F.scaled_dot_product_attention with backend name alone: ({"median_ms",
     "tflops", "max_err"}, output) or ({"error": reason}, None); never raises
-    (except on SIGTERM / Ctrl-C)."""
+    (except on SIGTERM / Ctrl-C). gqa: fewer KV heads than query heads
+    (enable_gqa=True)."""
+    kw = {"enable_gqa": True} if gqa else {}
+
     def call():
         with sdpa_backend_ctx(torch, name):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
 
     failed = None
     with warnings.catch_warnings(record=True) as caught:
@@ -357,19 +368,15 @@ def _sdpa_flash_source(F):
     return sdpa_flash
 
 
-def sdpa_case(torch, F, fpt, args, D, L, causal):
-    dt = torch.bfloat16
-    H = args.hidden // D
-    B = max(1, args.tokens // L)
-    g = torch.Generator(device=DEVICE).manual_seed(L * 7 + D)  # same inputs for causal and not
-    # (batch, seq, heads, dim) buffers as a model produces them, viewed as
-    # (batch, heads, seq, dim) for SDPA
-    q, k, v = (torch.randn(B, L, H, D, device=DEVICE, dtype=dt, generator=g).transpose(1, 2)
-               for _ in range(3))
-    flops = 4.0 * B * H * L * L * D * (0.5 if causal else 1.0)
+def attention_row(torch, F, fpt, args, q, k, v, causal, ref, flops, gqa=False, math_skip=None):
+    """The drop-in and each SDPA backend alone on the same q, k, v: the row
+    fields an sdpa and a decode case share (times, errors against ref, the
+    fastest backend, which libfastpath kernel ran). math_skip: why the math
+    backend is not run (None: run it)."""
+    kw = {"enable_gqa": True} if gqa else {}
 
     def fast():
-        return fpt.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return fpt.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
 
     fpt.reset_stats()
     o_fast = fast()
@@ -381,15 +388,14 @@ def sdpa_case(torch, F, fpt, args, D, L, causal):
             kernel = fpa.last_kernel()
         except (ImportError, RuntimeError):
             pass
-    ref = sdpa_reference(torch, q, k, v, causal)
     fast_err = max_err(o_fast[0], ref)
     t_fast = median_ms(torch, fast, args.warmup, args.iters)
     backends, diff = {}, None
     for name in SDPA_BACKENDS:
-        if name == "math" and L > args.math_max_seqlen:
-            backends[name] = {"skipped": f"seqlen {L} > --math-max-seqlen {args.math_max_seqlen}"}
+        if name == "math" and math_skip:
+            backends[name] = {"skipped": math_skip}
             continue
-        backends[name], out = sdpa_backend(torch, F, name, q, k, v, causal, ref, flops, args)
+        backends[name], out = sdpa_backend(torch, F, name, q, k, v, causal, ref, flops, args, gqa)
         if name == "flash" and out is not None:
             diff = max_err(o_fast, out)
         del out
@@ -399,8 +405,7 @@ def sdpa_case(torch, F, fpt, args, D, L, causal):
     flash = backends["flash"]
     t_flash = flash.get("median_ms")
     t_best = ran[best]["median_ms"] if best else None
-    row = {
-        "op": "sdpa", "shape": [B, H, L, D], "causal": causal, "dtype": "bf16",
+    return {
         "fastpath_median_ms": t_fast, "torch_median_ms": t_flash,
         "speedup": t_flash / t_fast if t_flash and t_fast > 0 else None,
         "fastpath_tflops": flops / (t_fast * 1e9) if t_fast > 0 else None,
@@ -412,6 +417,23 @@ def sdpa_case(torch, F, fpt, args, D, L, causal):
         "path": path, "fallback_reason": reason if path != "fastpath" else None,
         "kernel": kernel,
     }
+
+
+def sdpa_case(torch, F, fpt, args, D, L, causal):
+    dt = torch.bfloat16
+    H = args.hidden // D
+    B = max(1, args.tokens // L)
+    g = torch.Generator(device=DEVICE).manual_seed(L * 7 + D)  # same inputs for causal and not
+    # (batch, seq, heads, dim) buffers as a model produces them, viewed as
+    # (batch, heads, seq, dim) for SDPA
+    q, k, v = (torch.randn(B, L, H, D, device=DEVICE, dtype=dt, generator=g).transpose(1, 2)
+               for _ in range(3))
+    flops = 4.0 * B * H * L * L * D * (0.5 if causal else 1.0)
+    ref = sdpa_reference(torch, q, k, v, causal)
+    math_skip = f"seqlen {L} > --math-max-seqlen {args.math_max_seqlen}" if L > args.math_max_seqlen else None
+    row = {"op": "sdpa", "shape": [B, H, L, D], "causal": causal, "dtype": "bf16",
+           **attention_row(torch, F, fpt, args, q, k, v, causal, ref, flops, math_skip=math_skip)}
+    t_fast = row["fastpath_median_ms"]
     if args.compiled and over_time(args):
         row["torch_compiled_skipped"] = time_skip(args)
     elif args.compiled:
@@ -424,6 +446,42 @@ def sdpa_case(torch, F, fpt, args, D, L, causal):
         except Exception as e:
             row["torch_compiled_error"] = _reason(e)
             _free(torch)
+    return row
+
+
+def decode_reference(torch, q, k, v, heads_chunk=4):
+    """float32 reference for batch entry 0 of a decode call: q [B, Hq, 1, D],
+    k / v [B, Hkv, L, D], query head h reading KV head h // (Hq / Hkv)."""
+    q, k, v = q[0].float(), k[0].float(), v[0].float()
+    Hq, D, group = q.shape[0], q.shape[-1], q.shape[0] // k.shape[0]
+    out = torch.empty_like(q)
+    for h in range(0, Hq, heads_chunk):
+        kv = [h2 // group for h2 in range(h, min(h + heads_chunk, Hq))]
+        s = (q[h:h + heads_chunk] @ k[kv].transpose(-1, -2)) / math.sqrt(D)
+        out[h:h + heads_chunk] = torch.softmax(s, -1) @ v[kv]
+        del s
+    return out
+
+
+def decode_case(torch, F, fpt, args, B, L):
+    """One query token per sequence against L cached keys (GQA), the drop-in
+    against each SDPA backend alone: an sdpa case's fields plus kv_gbps (K
+    and V bytes over the median time; per backend too)."""
+    dt = torch.bfloat16
+    (Hq, Hkv), D = args.decode_heads, args.decode_head_dim
+    g = torch.Generator(device=DEVICE).manual_seed(L * 3 + B)
+    q = torch.randn(B, 1, Hq, D, device=DEVICE, dtype=dt, generator=g).transpose(1, 2)
+    # the cache as (batch, keys, heads, dim), viewed as (batch, heads, keys, dim)
+    k, v = (torch.randn(B, L, Hkv, D, device=DEVICE, dtype=dt, generator=g).transpose(1, 2)
+            for _ in range(2))
+    kv_bytes = 2.0 * B * L * Hkv * D * k.element_size()
+    row = {"op": "sdpa_decode", "shape": [B, Hq, Hkv, L, D], "dtype": "bf16",
+           **attention_row(torch, F, fpt, args, q, k, v, False, decode_reference(torch, q, k, v),
+                           4.0 * B * Hq * L * D, gqa=True)}
+    for b in [row, *row["backends"].values()]:
+        t = b.get("fastpath_median_ms", b.get("median_ms"))
+        if t:
+            b["kv_gbps"] = kv_bytes / (t * 1e6)
     return row
 
 
@@ -445,6 +503,11 @@ def plan_cases(torch, F, fpt, fastpath, args, order):
                         plan.append(({"op": "sdpa", "shape": shape, "causal": causal, "dtype": "bf16"},
                                      lambda D=D, L=L, causal=causal:
                                      sdpa_case(torch, F, fpt, args, D, L, causal)))
+        elif name == "decode" and fastpath.attention.available():
+            for B, L in args.decode_shapes:
+                shape = [B, *args.decode_heads, L, args.decode_head_dim]
+                plan.append(({"op": "sdpa_decode", "shape": shape, "dtype": "bf16"},
+                             lambda B=B, L=L: decode_case(torch, F, fpt, args, B, L)))
     return plan
 
 
@@ -469,8 +532,7 @@ def _note(reason, limit=200):
 
 
 def print_table(cases):
-    norms = [c for c in cases if c["op"] != "sdpa"]
-    sdpas = [c for c in cases if c["op"] == "sdpa"]
+    norms = [c for c in cases if not c["op"].startswith("sdpa")]
     if norms:
         hdr = f"{'op':<20} {'shape':<12} {'fastpath ms':>12} {'torch ms':>10} " \
               f"{'speedup':>8} {'fp err':>9} {'torch err':>9}  path"
@@ -493,22 +555,30 @@ def print_table(cases):
         elif "torch_compiled_error" in c or "torch_compiled_skipped" in c:
             why = c.get("torch_compiled_error") or c.get("torch_compiled_skipped")
             print(f"{'  compiled':<20} {shape:<12} not timed: {_oneline(why, 90)}")
-    if not sdpas:
+    _print_attention([c for c in cases if c["op"] == "sdpa"], "sdpa BxHxLxD", True)
+    _print_attention([c for c in cases if c["op"] == "sdpa_decode"], "decode BxHqxHkvxLxD", False)
+
+
+def _print_attention(rows, title, causal_col):
+    """One line a case: each backend's ms (err: refused, skip: not run), the
+    compiled flash call (sdpa), the fastest backend and fastpath's speedup
+    over it, then the reasons of the backends that did not run."""
+    if not rows:
         return
-    # one line a case: each backend's ms (err: refused, skip: not run), the
-    # compiled flash call, the fastest backend and fastpath's speedup over it
     cols = [("flash", "flash"), ("efficient", "effic"), ("cudnn", "cudnn"), ("math", "math")]
-    hdr = (f"{'sdpa BxHxLxD':<15} {'causal':<6} {'fastpath':>8} "
+    w = max(15, len(title))
+    hdr = (f"{title:<{w}} " + (f"{'causal':<6} " if causal_col else "") + f"{'fastpath':>8} "
            + " ".join(f"{h:>7}" for _, h in cols)
-           + f" {'compile':>7} {'best':>9} {'vs best':>7} {'vs flash':>8} {'fp err':>8}  path")
+           + (f" {'compile':>7}" if causal_col else f" {'GB/s':>7}")
+           + f" {'best':>9} {'vs best':>7} {'vs flash':>8} {'fp err':>8}  path")
     print(hdr)
     print("-" * len(hdr))
     notes = {}
-    for c in sdpas:
+    for c in rows:
         shape = "x".join(str(s) for s in c["shape"])
-        causal = "yes" if c["causal"] else "no"
+        causal = f"{'yes' if c['causal'] else 'no':<6} " if causal_col else ""
         if "error" in c:
-            print(f"{shape:<15} {causal:<6} ERROR {_oneline(c['error'], 100)}")
+            print(f"{shape:<{w}} {causal}ERROR {_oneline(c['error'], 100)}")
             continue
         cells = []
         for name, _ in cols:
@@ -520,7 +590,9 @@ def print_table(cases):
                 cells.append(f"{tag:>7}")
                 notes.setdefault(f"{name} {tag}: {_note(b.get('error') or b.get('skipped'))}",
                                  []).append(shape)
-        if "torch_compiled_median_ms" in c:
+        if not causal_col:
+            comp = _f(c.get("kv_gbps"), ".0f", 7)
+        elif "torch_compiled_median_ms" in c:
             comp = f"{c['torch_compiled_median_ms']:>7.3f}"
         else:
             tag = "err" if "torch_compiled_error" in c else ("skip" if "torch_compiled_skipped" in c else "-")
@@ -532,7 +604,7 @@ def print_table(cases):
         if c.get("kernel"):
             k = c["kernel"]
             path += f" {k['kernel']}" + (f" x{k['num_splits']}" if k["num_splits"] > 1 else "")
-        print(f"{shape:<15} {causal:<6} {c['fastpath_median_ms']:>8.3f} " + " ".join(cells)
+        print(f"{shape:<{w}} {causal}{c['fastpath_median_ms']:>8.3f} " + " ".join(cells)
               + f" {comp} {c['best_torch_backend'] or '-':>9} {_f(c['speedup_vs_best'], '.2f', 6)}x"
               f" {_f(c['speedup'], '.2f', 7)}x {c['fastpath_max_err']:>8.1e}  {path}")
     for note, where in list(notes.items())[:6]:
@@ -548,8 +620,8 @@ class _Stop(BaseException):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the results to this path")
-    ap.add_argument("--only", default="norm,rms,sdpa",
-                    help="comma list of norm, rms, sdpa, run in this order")
+    ap.add_argument("--only", default="norm,rms,sdpa,decode",
+                    help="comma list of norm, rms, sdpa, decode, run in this order")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--quick", action="store_true",
@@ -568,6 +640,7 @@ def main(argv=None):
     args.start = _clock()
     args.norm_shapes, args.seqlens, args.head_dims = NORM_SHAPES, SDPA_SEQLENS, SDPA_HEAD_DIMS
     args.hidden, args.tokens = HIDDEN, SDPA_TOKENS
+    args.decode_shapes, args.decode_heads, args.decode_head_dim = DECODE_SHAPES, DECODE_HEADS, DECODE_HEAD_DIM
     if args.quick:
         args.warmup, args.iters = min(args.warmup, 3), min(args.iters, 20)
         args.seqlens = SDPA_QUICK_SEQLENS
@@ -578,6 +651,7 @@ def main(argv=None):
         args.warmup, args.iters = 1, 2
         args.norm_shapes, args.seqlens = [(33, 256), (7, 1537)], [64]
         args.hidden, args.tokens = 256, 128
+        args.decode_shapes, args.decode_heads, args.decode_head_dim = [(2, 96)], (4, 2), 64
 
     try:
         import torch

@@ -488,6 +488,72 @@ def test_gpu_results_takes_each_row_from_the_newest_run_that_measured_it(tmp_pat
     assert "Latest: `2026-01-03-gpu-z-bbbbbbb/`" in table
 
 
+def test_gpu_results_reads_python_bench_targets(tmp_path):
+    """Targets of source python-bench read bench_torch's cases
+    (python-bench.json): name = the op (a list: any of), params and field =
+    the case's keys; a case with an error and a CPU smoke run count for
+    nothing; fastbench targets ignore python-bench.json and the other way
+    round; a run of the python phase alone is filed under its own name."""
+    root = Path(__file__).resolve().parents[2]
+    res = tmp_path / "results"
+    res.mkdir()
+    targets = [
+        {"issue": 1, "what": "attn", "source": "python-bench", "name": "sdpa",
+         "params": {"dtype": "bf16", "shape": [[4, 16, 4096, 128]]}, "field": "speedup_vs_best", "op": ">=",
+         "value": 1, "device": "cuda"},
+        {"issue": 1, "what": "norms", "source": "python-bench", "name": ["add_layer_norm_gelu", "rms_norm"],
+         "params": {"shape": [[16384, 4096]]}, "field": "speedup_vs_compiled", "op": ">=", "value": 1,
+         "device": "cuda"},
+        {"issue": 1, "what": "decode", "source": "python-bench", "name": "sdpa_decode", "params": {},
+         "field": "speedup_vs_best", "op": ">=", "value": 1, "device": "cuda"},
+        {"issue": 2, "what": "fb", "name": "sdpa", "params": {}, "field": "speedup_vs_best", "op": ">=",
+         "value": 1, "device": "cuda"},
+    ]
+    (res / "targets.json").write_text(json.dumps({"targets": targets}))
+    (res / "README.md").write_text("# r\n<!-- TARGETS -->\nold\n<!-- /TARGETS -->\n")
+
+    def pydoc(date, commit, device, cases):
+        return {"schema": "fastbench-python/1", "date": date, "git_commit": commit, "device": device,
+                "complete": True, "cases": cases}
+
+    cases = [
+        {"op": "sdpa", "shape": [4, 16, 4096, 128], "causal": False, "dtype": "bf16", "speedup_vs_best": 0.9},
+        {"op": "sdpa", "shape": [4, 16, 4096, 128], "causal": True, "dtype": "bf16", "speedup_vs_best": 1.2},
+        {"op": "sdpa", "shape": [16, 16, 1024, 128], "causal": False, "dtype": "bf16", "speedup_vs_best": 0.1},
+        {"op": "sdpa", "shape": [4, 16, 4096, 128], "causal": False, "dtype": "f16", "speedup_vs_best": 0.2},
+        {"op": "add_layer_norm_gelu", "shape": [16384, 4096], "dtype": "bf16", "speedup_vs_compiled": 1.5},
+        {"op": "rms_norm", "shape": [16384, 4096], "dtype": "bf16", "speedup_vs_compiled": 1.25},
+        {"op": "rms_norm", "shape": [4096, 768], "dtype": "bf16", "speedup_vs_compiled": 0.5},
+        {"op": "sdpa_decode", "shape": [1, 32, 8, 32768, 128], "dtype": "bf16", "error": "boom",
+         "speedup_vs_best": 9.0},
+    ]
+    smoke = res / "cpu-smoke"
+    smoke.mkdir()  # a CPU smoke run filed by hand: never counts for a cuda target
+    (smoke / "python-bench.json").write_text(json.dumps(pydoc("2026-02-01T00:00:00+00:00", "s" * 40,
+                                                              "cpu (smoke run)", [dict(c) for c in cases[4:6]])))
+    out = tmp_path / "out"
+    out.mkdir()  # the python phase alone: no fastbench.json
+    (out / "python-bench.json").write_text(json.dumps(pydoc("2026-01-05T00:00:00+00:00", "c" * 40,
+                                                            "NVIDIA H200", cases)))
+    p = subprocess.run([sys.executable, str(root / "scripts" / "gpu-results.py"), str(out)],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "FASTPATH_RESULTS_DIR": str(res)})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (res / "2026-01-05-nvidia-h200-ccccccc" / "python-bench.json").exists()
+    table = (res / "README.md").read_text()
+    rows = {line.split("|")[2].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    assert "0.9, 1.2 | NOT met (worst 0.9 vs 1)" in rows["attn"], rows["attn"]
+    assert "1.5, 1.25 | met" in rows["norms"] and "nvidia-h200-ccccccc" in rows["norms"], rows["norms"]
+    assert "no matching result" in rows["decode"]  # its only case failed
+    assert "no matching result" in rows["fb"]  # a fastbench target does not read python-bench.json
+    # --check on a python-bench document
+    p = subprocess.run([sys.executable, str(root / "scripts" / "gpu-results.py"), "--check",
+                        str(out / "python-bench.json")], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "FASTPATH_RESULTS_DIR": str(res)})
+    assert p.returncode == 0, p.stderr
+    assert "| attn | 0.9, 1.2 | NOT met" in p.stdout and "not measured (other source)" in p.stdout
+
+
 def test_ncu_top_stalls_ranks_each_kernel_of_a_report_on_its_own(tmp_path):
     """scripts/ncu-top-stalls.py reads ncu's source page (CSV): text before
     the first table is skipped, and a report of two kernels gives two

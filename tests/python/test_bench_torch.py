@@ -62,9 +62,22 @@ def test_smoke_cpu_writes_json(tmp_path):
     assert doc["schema"] == "fastbench-python/1" and doc["git_commit"] and doc["date"]
     assert doc["complete"] is True and doc["stopped_reason"] is None and doc["not_run"] == []
     ops = {c["op"] for c in doc["cases"]}
-    assert ops == {"add_layer_norm_gelu", "rms_norm", "sdpa"}
-    assert len(doc["cases"]) == 8
+    assert ops == {"add_layer_norm_gelu", "rms_norm", "sdpa", "sdpa_decode"}
+    assert len(doc["cases"]) == 9
+    decode = [c for c in doc["cases"] if c["op"] == "sdpa_decode"]
+    assert len(decode) == 1 and decode[0]["shape"] == [2, 4, 2, 96, 64], decode
+    for c in decode:  # GQA: 4 query heads on 2 KV heads, every backend asked with enable_gqa
+        assert "error" not in c and c["path"] == "fastpath" and c["kernel"]["kernel"] == "cpu", c
+        assert c["fastpath_max_err"] < 0.05
+        check_sdpa_row(c)
+        kv_bytes = 2 * 2 * 96 * 2 * 64 * 2
+        assert c["kv_gbps"] == pytest.approx(kv_bytes / (c["fastpath_median_ms"] * 1e6))
+        for b in c["backends"].values():
+            if "median_ms" in b:
+                assert b["kv_gbps"] == pytest.approx(kv_bytes / (b["median_ms"] * 1e6))
     for c in doc["cases"]:
+        if c["op"] == "sdpa_decode":
+            continue
         assert "error" not in c, c
         assert c["path"] == "fastpath", c
         assert c["fastpath_median_ms"] > 0 and c["speedup"] > 0
@@ -86,7 +99,10 @@ def test_smoke_cpu_writes_json(tmp_path):
     for col in ("fastpath", "flash", "effic", "cudnn", "math", "compile", "best", "vs best"):
         assert col in hdr, hdr
     assert sum(line.startswith(("2x4x64x64 ", "2x2x64x128 ")) for line in lines) == 4, r.stdout
-    assert "8 of 8 cases" in r.stdout
+    hdr = next(line for line in lines if line.startswith("decode BxHqxHkvxLxD"))
+    assert "GB/s" in hdr and "vs best" in hdr, hdr
+    assert sum(line.startswith("2x4x2x96x64 ") for line in lines) == 1, r.stdout
+    assert "9 of 9 cases" in r.stdout
 
 
 def load_bench():
