@@ -337,6 +337,9 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # v1, the mma.sync default (row v1_vs_v2), interleaved: 1k / 4k / 16k
     # keys, causal and not (issue 19's 350 TFLOP/s on the mma.sync path)
     "ab-v2tile|attention/flash_versions --head_dim 128 --version 2 --dtype bf16"
+    # v5 (the Hopper default at head_dim 128) against FlashAttention-3's
+    # 128 x 176 tile (row v5_vs_v5w; v1_vs_v5 rides along), 1k / 4k / 16k
+    "ab-v5wide|attention/flash_versions --head_dim 128 --version 5 --dtype bf16"
     # what bounds each (the five-dimension verdict, fastbench --profile):
     # "prof-" runs trace their timed samples; their lines go to extra.txt
     "prof-mix|attention/prefill attention/decode norm/layernorm_fwd graph/op_host_cost --dtype bf16"

@@ -296,7 +296,8 @@ static fp_status run_decode(fb_run *run) {
  * persistent CTAs: what the tile scheduler buys) and, at head_dim 64 (its
  * only one), against v10 (v8 with three consumer warpgroups: 192-row query
  * tiles), and at head_dim 128 v2's earlier 128 x 32 tile (FP_ATTN_V2_NARROW)
- * as the baseline against its 128 x 64 one (row "v2n_vs_v2"), outputs
+ * as the baseline against its 128 x 64 one (row "v2n_vs_v2") and v5 against
+ * its 128 x 176 tile (FP_ATTN_V5_WIDE, row "v5_vs_v5w"), outputs
  * compared: the measurement that
  * decides which one fp_attention_forward should use (v5 / v3 on Hopper, v1
  * elsewhere). One result per shape and pair (param "versions"); where
@@ -354,24 +355,32 @@ static fp_status run_versions(fb_run *run) {
                     p.head_dim = d; p.dtype = dts[t]; p.causal = causal;
                     p.q = q; p.k = k; p.v = v;
                     /* 11: v2 at head_dim 128 against its earlier 128 x 32 tile
-                     * (FP_ATTN_V2_NARROW), the row that decides the tile */
-                    for (int row = 2; row <= 11; ++row) {
-                        const int ver = row == 11 ? 2 : row;
+                     * (FP_ATTN_V2_NARROW), the row that decides the tile; 12: v5
+                     * against its 128 x 176 tile (FP_ATTN_V5_WIDE), head_dim 128 */
+                    for (int row = 2; row <= 12; ++row) {
+                        const int ver = row == 11 ? 2 : row == 12 ? FP_ATTN_V5_WIDE : row;
                         if (row == 6) continue; /* the decode kernel: attention/decode_versions */
                         if (row == 10 && d != 64) continue; /* v10: head_dim 64 only */
-                        if (row == 11 && d != 128) continue; /* v2's tiles differ at head_dim 128 only */
+                        if (row >= 11 && d != 128) continue; /* the tiles differ at head_dim 128 only */
                         /* --version N: that version's rows only */
-                        if (fb_opt_given(run, "version") && fb_opt_int(run, "version", ver) != ver) continue;
+                        if (fb_opt_given(run, "version") &&
+                            fb_opt_int(run, "version", ver) != (ver == FP_ATTN_V5_WIDE ? 5 : ver))
+                            continue;
                         /* v8 against v5, v9 and v10 against v8 (each against the kernel it
                          * would replace: v8 is the head_dim 64 default); the others
                          * against v1 */
-                        static const char *pair[12] = {NULL,       NULL,       "v1_vs_v2", "v1_vs_v3",
-                                                       "v1_vs_v4", "v1_vs_v5", NULL,       "v1_vs_v7",
-                                                       "v5_vs_v8", "v8_vs_v9", "v8_vs_v10", "v2n_vs_v2"};
-                        static const char *metric[12] = {NULL,        NULL,        "v2_tflops", "v3_tflops",
-                                                         "v4_tflops", "v5_tflops", NULL,        "v7_tflops",
-                                                         "v8_tflops", "v9_tflops", "v10_tflops", "v2_tflops"};
-                        const int base = row == 11 ? FP_ATTN_V2_NARROW : ver >= 9 ? 8 : ver == 8 ? 5 : 1;
+                        static const char *pair[13] = {NULL,       NULL,       "v1_vs_v2",  "v1_vs_v3", "v1_vs_v4",
+                                                       "v1_vs_v5", NULL,       "v1_vs_v7",  "v5_vs_v8", "v8_vs_v9",
+                                                       "v8_vs_v10", "v2n_vs_v2", "v5_vs_v5w"};
+                        static const char *metric[13] = {NULL,        NULL,        "v2_tflops",  "v3_tflops",
+                                                         "v4_tflops", "v5_tflops", NULL,         "v7_tflops",
+                                                         "v8_tflops", "v9_tflops", "v10_tflops", "v2_tflops",
+                                                         "v5w_tflops"};
+                        const int base = row == 11   ? FP_ATTN_V2_NARROW
+                                         : row == 12 ? 5
+                                         : ver >= 9  ? 8
+                                         : ver == 8  ? 5
+                                                     : 1;
                         fb_result *r = fb_result_new(run);
                         fb_param_str(r, "versions", pair[row]);
                         fb_param_str(r, "dtype", fp_dtype_name(dts[t]));
@@ -396,7 +405,8 @@ static fp_status run_versions(fb_run *run) {
                             /* v3 .. v5, v8 .. v10 exist only in sm_90a builds on 9.0 devices: one probe call */
                             st = version_fn(&vx, fp_context_stream(ctx));
                             if (st == FP_ERR_UNSUPPORTED) {
-                                fb_result_note(r, "v%d not available: %s", ver, fp_last_error());
+                                fb_result_note(r, "v%d%s not available: %s", ver == FP_ATTN_V5_WIDE ? 5 : ver,
+                                               ver == FP_ATTN_V5_WIDE ? " (128 x 176 tile)" : "", fp_last_error());
                                 continue;
                             }
                         }

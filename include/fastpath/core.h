@@ -219,7 +219,10 @@ typedef enum fp_context_option {
                                       96 KiB of shared memory: one CTA per SM on an
                                       A100), 3 / 4 = Hopper wgmma
                                       (pipelined / plain schedule), 5 = Hopper wgmma fed
-                                      by TMA, 6 = the decode kernel (16 query rows per
+                                      by TMA (FP_ATTN_V5_TILE=128x176: at head_dim 128
+                                      FlashAttention-3's 128 x 176 tile where it
+                                      applies, 16-bit dense or varlen K / V; being
+                                      measured, not a default), 6 = the decode kernel (16 query rows per
                                       CTA, warps split the keys, a 2-4 tile K/V ring;
                                       calls of at most 64 packed query rows per KV
                                       head: seqlen_q x heads_q / heads_kv), 7 = v1 over

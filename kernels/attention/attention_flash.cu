@@ -1336,9 +1336,35 @@ fp_status flash_sm80(const fp_attn_args *a, int version, int num_splits, cudaStr
 
 } // namespace
 
+// v5's wide tile (FP_ATTN_V5_WIDE) where it takes the call: head_dim 128,
+// 16-bit Q / K / V, no paged KV; `version` as asked, or with
+// FP_ATTN_V5_TILE=128x176 (read once) any v5 call it takes.
+static bool v5_wide(const fp_attn_args *a, int version) {
+    static const bool env = [] {
+        const char *e = getenv("FP_ATTN_V5_TILE");
+        return e && strcmp(e, "128x176") == 0;
+    }();
+    if (version != FP_ATTN_V5_WIDE && !(version == 5 && env)) return false;
+    return a->head_dim == 128 && (a->dtype == FP_BF16 || a->dtype == FP_F16) && !a->block_table &&
+           !a->kv_fp8_cache;
+}
+
 extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits,
                                                 cudaStream_t stream) {
     if (version == 1) return fp_attn_cuda_flash_splits(a, num_splits, stream);
+    if (version == FP_ATTN_V5_WIDE || (version == 5 && v5_wide(a, version))) {
+#ifdef FASTPATH_HAVE_SM90A
+        if (a->kv_fp8_cache) // the rest of its refusals: fp_attn_cuda_flash_v5
+            return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v5 (128 x 176 tile): an fp8 KV cache "
+                                                    "runs on v1 and v6 only");
+        const fp_status st = fp_attn_cuda_flash_sm90(a, FP_ATTN_V5_WIDE, num_splits, stream);
+        if (st == FP_OK) fp_attn_note_kernel(a, 5, num_splits);
+        return st;
+#else
+        return fp_set_error(FP_ERR_UNSUPPORTED, "flash kernel version 5 (128 x 176 tile) needs an sm_90a build (90 "
+                                                "was not among CMAKE_CUDA_ARCHITECTURES)");
+#endif
+    }
     if (a->kv_fp8_cache && version >= 2 && version <= 10 && version != 6) // no other kernel reads e4m3 K / V under a 16-bit Q
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: an fp8 KV cache runs on v1 and v6 only",
                             version);
@@ -1460,6 +1486,8 @@ static fp_status flash_version_auto(const fp_attn_args *a, int version, int sm_c
                              sm);
     else if (version == 10)
         splits = split_count(a, 192, 128, sm);
+    else if (v5_wide(a, version))
+        splits = split_count(a, 128, 176, sm);
     else
         splits = split_count(a, 128, 128, sm);
     return fp_attn_cuda_flash_version(a, version, (int)splits, stream);

@@ -326,7 +326,7 @@ fp_status dispatch_v3(const fp_attn_args *a, int version, int num_splits, cudaSt
 
 extern "C" fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_splits,
                                              cudaStream_t stream) {
-    if (version == 5 || version == 8 || version == 9 || version == 10)
+    if (version == 5 || version == 8 || version == 9 || version == 10 || version == FP_ATTN_V5_WIDE)
         return fp_attn_cuda_flash_v5(a, version, num_splits, stream); // attention_flash_tma_sm90.cu
     if (version != 3 && version != 4)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,

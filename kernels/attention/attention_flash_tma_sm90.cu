@@ -235,38 +235,38 @@ __device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
 // layout's width in 16-bit columns (layout_cols: fp8 at head_dim 128 is 64,
 // one 128-element box a row). kVt (fp8): tm_v is V^T (fp8_transpose_v), a
 // tile one box of kBc keys (inner) x D rows at (t kBc, 0, hk, b).
-template <int D, int QB = 1, int W = 2, bool kVt = false> struct producer_ops {
+// BC: the tile's keys (176: v5's wide tile).
+template <int D, int QB = 1, int W = 2, bool kVt = false, int BC = 128> struct producer_ops {
     const CUtensorMap *tm_k, *tm_v;
     uint32_t smem0;
     int hk, bz, row0; // the sequence's place in the maps (fp_tma::kv_seq_rows)
     __device__ __forceinline__ void wait_empty_k(int st, uint32_t parity) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_EMPTY_K, st), parity, fp_tma::BAR_EMPTY_K, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<D, QB, W, BC>(fp_tma::BAR_EMPTY_K, st), parity, fp_tma::BAR_EMPTY_K, st);
     }
     __device__ __forceinline__ void wait_empty_v(int st, uint32_t parity) {
-        mbar_wait(smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_EMPTY_V, st), parity, fp_tma::BAR_EMPTY_V, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<D, QB, W, BC>(fp_tma::BAR_EMPTY_V, st), parity, fp_tma::BAR_EMPTY_V, st);
     }
     __device__ __forceinline__ void load(const CUtensorMap *map, uint32_t tile, uint32_t bar, int t) {
-        constexpr int Bc = fp_tma::traits_v5<D>::kBc;
-        mbar_arrive_expect_tx(bar, fp_tma::stage_tx_bytes<D>()); // before the loads: tx never runs ahead
+        mbar_arrive_expect_tx(bar, fp_tma::stage_tx_bytes<D, BC>()); // before the loads: tx never runs ahead
 #pragma unroll
         for (int c = 0; c < fp_tma::boxes_per_tile<D>(); ++c) {
             int xyzw[4];
-            fp_tma::box_coords<D>(c, t, hk, bz, xyzw, row0);
-            tma_load_4d(tile + fp_tma::box_smem_offset(c, Bc), map, xyzw[0], xyzw[1], xyzw[2], xyzw[3], bar);
+            fp_tma::box_coords<D, BC>(c, t, hk, bz, xyzw, row0);
+            tma_load_4d(tile + fp_tma::box_smem_offset(c, BC), map, xyzw[0], xyzw[1], xyzw[2], xyzw[3], bar);
         }
     }
     __device__ __forceinline__ void load_k(int st, int t) {
-        load(tm_k, smem0 + fp_tma::k_offset<D, QB, W>(st), smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_K, st),
+        load(tm_k, smem0 + fp_tma::k_offset<D, QB, W, BC>(st), smem0 + fp_tma::bar_offset<D, QB, W, BC>(fp_tma::BAR_FULL_K, st),
              t);
     }
     __device__ __forceinline__ void load_v(int st, int t) {
         if constexpr (kVt) {
-            const uint32_t bar = smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_V, st);
+            const uint32_t bar = smem0 + fp_tma::bar_offset<D, QB, W, BC>(fp_tma::BAR_FULL_V, st);
             mbar_arrive_expect_tx(bar, fp_tma::stage_tx_bytes<D>());
-            tma_load_4d(smem0 + fp_tma::v_offset<D, QB, W>(st), tm_v, t * fp_tma::traits_v5<D>::kBc, 0, hk, bz, bar);
+            tma_load_4d(smem0 + fp_tma::v_offset<D, QB, W, BC>(st), tm_v, t * BC, 0, hk, bz, bar);
         } else {
-            load(tm_v, smem0 + fp_tma::v_offset<D, QB, W>(st),
-                 smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_V, st), t);
+            load(tm_v, smem0 + fp_tma::v_offset<D, QB, W, BC>(st),
+                 smem0 + fp_tma::bar_offset<D, QB, W, BC>(fp_tma::BAR_FULL_V, st), t);
         }
     }
 };
@@ -312,10 +312,11 @@ template <int D, int W = 2> struct producer_ops_paged : producer_ops<D, 1, W> {
 // One consumer warpgroup's thread: its registers (S, O, P, softmax state)
 // and the operations of the consumer schedule. Every member array is
 // indexed by constants only, so the struct lives in registers.
-// D: the head dim; DL: the shared-memory layout's width (layout_cols).
-template <typename T, int D, int QB = 1, int W = 2> struct consumer_ops {
+// D: the head dim; DL: the shared-memory layout's width (layout_cols); BC:
+// the tile's keys (176: v5's wide tile).
+template <typename T, int D, int QB = 1, int W = 2, int BC = 128> struct consumer_ops {
     static constexpr int DL = layout_cols<T, D>();
-    static constexpr int Br = fp_tma::traits_v5<DL, W>::kBr, Bc = fp_tma::traits_v5<DL, W>::kBc;
+    static constexpr int Br = fp_tma::traits_v5<DL, W, BC>::kBr, Bc = fp_tma::traits_v5<DL, W, BC>::kBc;
     float s_acc[Bc / 2], o_acc[D / 2], corr[2], m_run[2], l_run[2];
     uint32_t p_frag[Bc / wgmma_k<T>()][4];
     row_ctx rc;
@@ -327,17 +328,17 @@ template <typename T, int D, int QB = 1, int W = 2> struct consumer_ops {
                         // [L, map_rows) are cleared
 
     __device__ __forceinline__ void wait_full_k(int st, uint32_t parity, int) {
-        mbar_wait(smem0 + fp_tma::bar_offset<DL, QB, W>(fp_tma::BAR_FULL_K, st), parity, fp_tma::BAR_FULL_K, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<DL, QB, W, BC>(fp_tma::BAR_FULL_K, st), parity, fp_tma::BAR_FULL_K, st);
     }
     // V rows past a ragged sequence's length (fp_tma::v_tail_rows: at
     // most one tile per CTA) are cleared by all active consumer threads
     // before either warpgroup issues P V on the tile.
     __device__ __forceinline__ void wait_full_v(int st, uint32_t parity, int t) {
-        mbar_wait(smem0 + fp_tma::bar_offset<DL, QB, W>(fp_tma::BAR_FULL_V, st), parity, fp_tma::BAR_FULL_V, st);
+        mbar_wait(smem0 + fp_tma::bar_offset<DL, QB, W, BC>(fp_tma::BAR_FULL_V, st), parity, fp_tma::BAR_FULL_V, st);
         int r0, r1;
         fp_tma::v_tail_rows(rc.L, map_rows, t, Bc, &r0, &r1);
         if (r0 < r1) { // CTA-uniform
-            const uint32_t tile = smem0 + fp_tma::v_offset<DL, QB, W>(st);
+            const uint32_t tile = smem0 + fp_tma::v_offset<DL, QB, W, BC>(st);
             constexpr int CH = DL / 8; // 16-byte chunks per row; a row keeps its chunks under the swizzle
             for (int idx = ctid; idx < (r1 - r0) * CH; idx += nthreads) {
                 const int r = r0 + idx / CH, c = idx % CH;
@@ -348,10 +349,10 @@ template <typename T, int D, int QB = 1, int W = 2> struct consumer_ops {
         }
     }
     __device__ __forceinline__ void qk(int st) {
-        issue_qk<T, D>(s_acc, q_smem, Br, wrow, smem0 + fp_tma::k_offset<DL, QB, W>(st), Bc);
+        issue_qk<T, D>(s_acc, q_smem, Br, wrow, smem0 + fp_tma::k_offset<DL, QB, W, BC>(st), Bc);
     }
     __device__ __forceinline__ void pv(int st) {
-        issue_pv<T, D, Bc>(o_acc, p_frag, smem0 + fp_tma::v_offset<DL, QB, W>(st));
+        issue_pv<T, D, Bc>(o_acc, p_frag, smem0 + fp_tma::v_offset<DL, QB, W, BC>(st));
     }
     __device__ __forceinline__ void wgmma_wait0() {
         wgmma_wait<0>();
@@ -363,10 +364,10 @@ template <typename T, int D, int QB = 1, int W = 2> struct consumer_ops {
         fence_regs(s_acc);
     }
     __device__ __forceinline__ void release_k(int st) {
-        mbar_arrive(smem0 + fp_tma::bar_offset<DL, QB, W>(fp_tma::BAR_EMPTY_K, st));
+        mbar_arrive(smem0 + fp_tma::bar_offset<DL, QB, W, BC>(fp_tma::BAR_EMPTY_K, st));
     }
     __device__ __forceinline__ void release_v(int st) {
-        mbar_arrive(smem0 + fp_tma::bar_offset<DL, QB, W>(fp_tma::BAR_EMPTY_V, st));
+        mbar_arrive(smem0 + fp_tma::bar_offset<DL, QB, W, BC>(fp_tma::BAR_EMPTY_V, st));
     }
     __device__ __forceinline__ void softmax(int t) {
         mask_tile<Bc>(s_acc, rc, t * Bc, lane);
@@ -409,16 +410,17 @@ __device__ __forceinline__ void load_q_rows(const flash_params &p, const cta_wor
 // warpgroup + W consumer warpgroups); dynamic shared memory
 // fp_tma::smem_bytes<D, 1, W>(). tm_k / tm_v: K and V as 4-D tensor maps
 // (fp_tma::kv_map_geometry), box 64 x kBc, 128-byte swizzle.
-template <typename T, int D, bool kTurns, int W = 2>
+template <typename T, int D, bool kTurns, int W = 2, int BC = 128>
 __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUtensorMap &tm_k,
                                                const CUtensorMap &tm_v) {
     // fp8 (e4m3, head_dim 128): the layout of a 16-bit tile of DL = 64
     // columns (128-byte rows), V as V^T (fp8_transpose_v), O bf16
     constexpr bool kFp8 = sizeof(T) == 1;
     constexpr int DL = layout_cols<T, D>();
-    using Tr = fp_tma::traits_v5<DL, W>;
+    using Tr = fp_tma::traits_v5<DL, W, BC>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, Stages = Tr::kStages;
-    static_assert(Br == 64 * Tr::kConsumerWGs && Bc == 128, "one m64 row block per consumer warpgroup, m64n128 Q K^T");
+    static_assert(Br == 64 * Tr::kConsumerWGs && Bc == BC && (Bc == 128 || (Bc == 176 && D == 128 && W == 2 && !kFp8 && !kTurns)),
+                  "one m64 row block per consumer warpgroup, m64n128 Q K^T (m64n176: v5's wide tile)");
     static_assert(Tr::kThreads == 128 * (1 + Tr::kConsumerWGs) && Tr::kConsumerWGs == W,
                   "one producer warpgroup + the consumers");
     static_assert(W <= fp_tma::kMaxTurnWGs && 2 + W <= fp_tma::kTurnBar0, "named barrier ids: Q per warpgroup, turns");
@@ -450,10 +452,10 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     const int active_wgs = W == 2 ? (m0 + 64 < rows ? 2 : 1) : fp_tma::active_consumer_wgs(rows - m0, W);
     if (tid == 0) {
         for (int s = 0; s < Stages; ++s) {
-            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W>(fp_tma::BAR_FULL_K, s), 1);
-            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W>(fp_tma::BAR_FULL_V, s), 1);
-            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W>(fp_tma::BAR_EMPTY_K, s), fp_tma::empty_count(active_wgs));
-            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W>(fp_tma::BAR_EMPTY_V, s), fp_tma::empty_count(active_wgs));
+            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W, BC>(fp_tma::BAR_FULL_K, s), 1);
+            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W, BC>(fp_tma::BAR_FULL_V, s), 1);
+            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W, BC>(fp_tma::BAR_EMPTY_K, s), fp_tma::empty_count(active_wgs));
+            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W, BC>(fp_tma::BAR_EMPTY_V, s), fp_tma::empty_count(active_wgs));
         }
         fence_mbar_init();
     }
@@ -461,7 +463,7 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
 
     if (wg == 0) { // producer warpgroup: one thread issues everything (paged: one warp)
         setmaxnreg_dec<Tr::kProducerRegs>();
-        if (!kFp8 && p.block_table) {
+        if (!kFp8 && BC == 128 && p.block_table) { // paged: 128-key tiles only (the launcher refuses the rest)
             if (tid < 32 && s_begin < s_end) {
                 if (tid == 0) {
                     prefetch_tensormap(&tm_k);
@@ -486,7 +488,7 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
         } else if (tid == 0 && s_begin < s_end) {
             prefetch_tensormap(&tm_k);
             prefetch_tensormap(&tm_v);
-            producer_ops<DL, 1, W, kFp8> ops = {&tm_k, &tm_v, smem0, hk, kv.bz, kv.row0};
+            producer_ops<DL, 1, W, kFp8, BC> ops = {&tm_k, &tm_v, smem0, hk, kv.bz, kv.row0};
             fp_tma::producer_schedule<Stages>(s_begin, s_end, ops);
         }
         return;
@@ -496,7 +498,7 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     if (cw >= active_wgs) return;
     const int ctid = tid - 128; // 0 .. 128 active_wgs - 1
 
-    consumer_ops<T, D, 1, W> c;
+    consumer_ops<T, D, 1, W, BC> c;
     c.smem0 = smem0;
     c.q_smem = smem0 + fp_tma::q_offset<DL, 1, W>();
     c.wrow = wrow;
@@ -555,6 +557,23 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     flash_tma_body<T, D, true>(p, tm_k, tm_v);
+#else
+    __trap();
+#endif
+}
+// v5 with FlashAttention-3's non-causal tile at head_dim 128, 128 x 176
+// (FP_ATTN_V5_WIDE, recorded as v5; NOTES.md, session 30): 16-bit types,
+// dense or varlen K / V (no paged KV, no fp8). v5's schedule, not v8's
+// turns: with turns ptxas spilled 28 bytes (196 in the checked build) at
+// the 240 registers a consumer thread has; without, none.
+template <typename T, int D>
+__global__ void __launch_bounds__(fp_tma::kThreads, 1)
+    attention_flash_fwd_v5w(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
+                            const __grid_constant__ CUtensorMap tm_v) {
+    static_assert(D == 128 && sizeof(T) == 2, "the wide tile: head_dim 128, 16-bit types");
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
+    flash_tma_body<T, D, false, 2, 176>(p, tm_k, tm_v);
 #else
     __trap();
 #endif
@@ -866,10 +885,11 @@ static_assert(fp_tma::traits_v5<64>::kBc == fp_tma::traits_v5<128>::kBc, "one bo
 // boxes of fp_tma::paged_box_rows(page_size) rows; page sizes that are not
 // multiples of 8 are refused (a box must fill whole 8-row swizzle groups),
 // and seqlen_k above 2^31 - 2 kBc - 1 (fp_tma::paged_box_at's int keys).
+// Bc: the tile's keys, the box rows of a dense / varlen map (176: v8's
+// wide tile, which takes no paged KV).
 fp_status kv_layout(const fp_attn_args *a, int version, const void *base, int64_t ss, int64_t hs, int64_t bs,
-                    const char *which, fp_tma::kv_map *m) {
+                    const char *which, fp_tma::kv_map *m, int Bc = fp_tma::traits_v5<128>::kBc) {
     const bool varlen = a->cu_k != nullptr;
-    constexpr int Bc = fp_tma::traits_v5<128>::kBc;
     if (a->block_table) {
         if (a->page_size % 8)
             return fp_set_error(FP_ERR_UNSUPPORTED,
@@ -1027,8 +1047,10 @@ template <auto Kernel, typename T, int D, int V> fp_status check_entry_regs() {
 // The kernel of version V (5, 8, 10) for T, D (v10: head_dim 64 only;
 // if constexpr: fp8 has no v10 instantiation).
 template <typename T, int D, int V> constexpr auto tma_kernel() {
-    static_assert(V == 5 || V == 8 || (V == 10 && D == 64), "v5, v8 and v10 (head_dim 64)");
-    if constexpr (V == 10) return attention_flash_fwd_v10<T, 64>;
+    static_assert(V == 5 || V == 8 || (V == 10 && D == 64) || (V == FP_ATTN_V5_WIDE && D == 128),
+                  "v5, v8, v10 (head_dim 64) and v5's wide tile (head_dim 128)");
+    if constexpr (V == FP_ATTN_V5_WIDE) return attention_flash_fwd_v5w<T, 128>;
+    else if constexpr (V == 10) return attention_flash_fwd_v10<T, 64>;
     else if constexpr (V == 8) return attention_flash_fwd_v8<T, D>;
     else return attention_flash_fwd_v5<T, D>;
 }
@@ -1044,8 +1066,8 @@ template <typename T, int D, int V, class Prologue = no_prologue>
 fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
                     encode_tiled_fn enc, cudaStream_t stream, const void *v_base = nullptr,
                     Prologue prologue = {}) {
-    constexpr int W = fp_tma::consumer_wgs<V>();
-    using Tr = fp_tma::traits_v5<layout_cols<T, D>(), W>;
+    constexpr int W = fp_tma::consumer_wgs<V>(), BC = V == FP_ATTN_V5_WIDE ? 176 : 128;
+    using Tr = fp_tma::traits_v5<layout_cols<T, D>(), W, BC>;
     using To = typename std::conditional<sizeof(T) == 1, __nv_bfloat16, T>::type;
     flash_params p = make_flash_params(a, Tr::kBr, num_splits);
     if ((int64_t)p.m_tiles * num_splits > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
@@ -1055,7 +1077,7 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     CUtensorMap tm_k, tm_v;
     FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
     FP_TRY(encode_kv_cached(enc, a, v_base ? v_base : a->v, mv, v_base ? "V^T" : "V", &tm_v));
-    const size_t smem = fp_tma::smem_bytes<layout_cols<T, D>(), 1, W>();
+    const size_t smem = fp_tma::smem_bytes<layout_cols<T, D>(), 1, W, BC>();
     constexpr auto kernel = tma_kernel<T, D, V>();
     FP_TRY((check_entry_regs<kernel, T, D, V>()));
     FP_TRY(smem_opt_in<kernel>(smem));
@@ -1063,6 +1085,7 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     fp_watchdog::arm(stream); // the checked build: where a timed-out wait reports (kernel_watchdog.cuh)
 #endif
     const char *what = sizeof(T) == 1 ? (V == 8 ? "attention flash v8 (fp8)" : "attention flash v5 (fp8)")
+                       : V == FP_ATTN_V5_WIDE ? "attention flash v5 (128 x 176 tile)"
                        : V == 10      ? "attention flash v10"
                        : V == 8       ? "attention flash v8"
                                       : "attention flash v5";
@@ -1171,6 +1194,9 @@ fp_status dispatch_tma(const fp_attn_args *a, int num_splits, const fp_tma::kv_m
     } else if constexpr (V == 10) { // head_dim 64 only: refused in fp_attn_cuda_flash_v5
         return bf ? launch_v5<__nv_bfloat16, 64, 10>(a, num_splits, mk, mv, enc, stream)
                   : launch_v5<__half, 64, 10>(a, num_splits, mk, mv, enc, stream);
+    } else if constexpr (V == FP_ATTN_V5_WIDE) { // head_dim 128 only: refused in fp_attn_cuda_flash_v5
+        return bf ? launch_v5<__nv_bfloat16, 128, V>(a, num_splits, mk, mv, enc, stream)
+                  : launch_v5<__half, 128, V>(a, num_splits, mk, mv, enc, stream);
     } else {
         if (a->head_dim == 64)
             return bf ? launch_v5<__nv_bfloat16, 64, V>(a, num_splits, mk, mv, enc, stream)
@@ -1254,10 +1280,26 @@ fp_status fp8_check_args(const fp_attn_args *a, int version, int num_splits) {
 } // namespace
 
 extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
-    if (version != 5 && version != 8 && version != 9 && version != 10)
+    if (version != 5 && version != 8 && version != 9 && version != 10 && version != FP_ATTN_V5_WIDE)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "flash kernel version %d (the TMA kernels are 5, 8, 9 and 10)", version);
     const bool fp8 = a->dtype == FP_FP8_E4M3; // V as V^T (launch_fp8): its own checks
+    if (version == FP_ATTN_V5_WIDE) { // v5's 128 x 176 tile: messages name v5
+        if (fp8 || a->block_table || a->head_dim != 128)
+            return fp_set_error(FP_ERR_UNSUPPORTED,
+                                "attention flash kernel v5 (128 x 176 tile): %s (16-bit types, head_dim 128, dense or "
+                                "varlen K / V only)",
+                                fp8 ? "fp8 e4m3 inputs" : a->block_table ? "a paged KV cache" : "another head_dim");
+        FP_TRY(sm90_check_args(a, 5, num_splits, true, false));
+        fp_tma::kv_map mk, mv;
+        FP_TRY(kv_layout(a, 5, a->k, a->k_ss, a->k_hs, a->k_bs, "K", &mk, 176));
+        FP_TRY(kv_layout(a, 5, a->v, a->v_ss, a->v_hs, a->v_bs, "V", &mv, 176));
+        FP_TRY(sm90_check_device(5, "wgmma, TMA"));
+        fp_status st = FP_OK;
+        const encode_tiled_fn enc = encode_tiled(&st);
+        if (!enc) return st;
+        return dispatch_tma<FP_ATTN_V5_WIDE>(a, num_splits, mk, mv, enc, stream);
+    }
     if (fp8) {
         FP_TRY(fp8_check_args(a, version, num_splits));
     } else {

@@ -99,6 +99,7 @@ template <typename T> __host__ __device__ constexpr int wgmma_k() { return sizeo
 // columns. fp8 at head_dim 128: 64 (one 128-byte swizzle span a row).
 template <typename T, int D> __host__ __device__ constexpr int layout_cols() { return D * (int)sizeof(T) / 2; }
 template <typename T> __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b);
+template <typename T> __device__ __forceinline__ void wgmma_ss_n176(float (&d)[88], uint64_t desc_a, uint64_t desc_b);
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b);
 
@@ -110,6 +111,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
         "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
 #define FP_SM90_D32 FP_SM90_D8(0), FP_SM90_D8(8), FP_SM90_D8(16), FP_SM90_D8(24)
 #define FP_SM90_D64 FP_SM90_D32, FP_SM90_D8(32), FP_SM90_D8(40), FP_SM90_D8(48), FP_SM90_D8(56)
+#define FP_SM90_D88 FP_SM90_D64, FP_SM90_D8(64), FP_SM90_D8(72), FP_SM90_D8(80)
 #define FP_SM90_ACC32                                                                                                  \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                          \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -118,7 +120,26 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                                 \
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                                 \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FP_SM90_ACC88                                                                                                  \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                          \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                                 \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                                 \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                                 \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                                 \
+    "%80, %81, %82, %83, %84, %85, %86, %87}"
 
+// D[64 x 176] (+)= A[64 x 16] (shared, K-major) * B[16 x 176] (shared,
+// K-major): v5's wide tile (176 keys).
+#define FP_SM90_WGMMA_SS_N176(T, TY)                                                                                   \
+    template <>                                                                                                        \
+    __device__ __forceinline__ void wgmma_ss_n176<T>(float(&d)[88], uint64_t desc_a, uint64_t desc_b) {                \
+        asm volatile("{\n"                                                                                             \
+                     "wgmma.mma_async.sync.aligned.m64n176k16.f32." TY "." TY " " FP_SM90_ACC88                        \
+                     ", %88, %89, 1, 1, 1, 0, 0;\n"                                                                    \
+                     "}\n"                                                                                             \
+                     : FP_SM90_D88                                                                                     \
+                     : "l"(desc_a), "l"(desc_b));                                                                      \
+    }
 // D[64 x 128] (+)= A[64 x 16] (shared, K-major) * B[16 x 128] (shared, K-major).
 #define FP_SM90_WGMMA_SS_N128(T, TY)                                                                                   \
     template <>                                                                                                        \
@@ -148,6 +169,11 @@ template <typename T> __device__ __forceinline__ void wgmma_ss_n128(float (&d)[6
                             sizeof(T) == 1 ? "wgmma.mma_async.m64n128k32.e4m3 (A, B shared)"
                                            : "wgmma.mma_async.m64n128k16 (A, B shared)");
 }
+template <typename T> __device__ __forceinline__ void wgmma_ss_n176(float (&d)[88], uint64_t desc_a, uint64_t desc_b) {
+    static_assert(sizeof(T) == 2, "16-bit types only");
+    fp_emu::wgmma_mma_async(d, 176, fp_emu::wgmma_type<T>(), desc_a, nullptr, 0, desc_b, 0,
+                            "wgmma.mma_async.m64n176k16 (A, B shared)");
+}
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) {
     fp_emu::wgmma_mma_async(d, N, fp_emu::wgmma_type<T>(), 0, a, 0, desc_b, sizeof(T) == 1 ? 0 : 1,
@@ -158,6 +184,8 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #else
 FP_SM90_WGMMA_SS_N128(__nv_bfloat16, "bf16")
 FP_SM90_WGMMA_SS_N128(__half, "f16")
+FP_SM90_WGMMA_SS_N176(__nv_bfloat16, "bf16")
+FP_SM90_WGMMA_SS_N176(__half, "f16")
 FP_SM90_WGMMA_RS(__nv_bfloat16, "bf16", 64, FP_SM90_ACC32, FP_SM90_D32, "{%32, %33, %34, %35}, %36")
 FP_SM90_WGMMA_RS(__half, "f16", 64, FP_SM90_ACC32, FP_SM90_D32, "{%32, %33, %34, %35}, %36")
 FP_SM90_WGMMA_RS(__nv_bfloat16, "bf16", 128, FP_SM90_ACC64, FP_SM90_D64, "{%64, %65, %66, %67}, %68")
@@ -184,6 +212,9 @@ __device__ __forceinline__ void wgmma_rs<__nv_fp8_e4m3, 128>(float (&d)[64], con
 #endif
 #undef FP_SM90_WGMMA_RS
 #undef FP_SM90_WGMMA_SS_N128
+#undef FP_SM90_WGMMA_SS_N176
+#undef FP_SM90_ACC88
+#undef FP_SM90_D88
 #undef FP_SM90_ACC64
 #undef FP_SM90_ACC32
 #undef FP_SM90_D64
@@ -286,19 +317,24 @@ __device__ __forceinline__ void pack_p(uint32_t (&p)[Bc / wgmma_k<T>()][4], cons
     }
 }
 
-// S = Q K^T for the warpgroup's 64 rows x 128 keys: issued, not waited.
-template <typename T, int D>
-__device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_smem, int q_rows, int wrow, uint32_t k_tile,
+// S = Q K^T for the warpgroup's 64 rows x 128 keys (NS = 64 accumulators a
+// thread; 88: 176 keys, v5's wide tile): issued, not waited.
+template <typename T, int D, int NS>
+__device__ __forceinline__ void issue_qk(float (&s)[NS], uint32_t q_smem, int q_rows, int wrow, uint32_t k_tile,
                                          int k_rows) {
+    static_assert(NS == 64 || (NS == 88 && sizeof(T) == 2), "m64n128 (any type) or m64n176 (16-bit) Q K^T");
 #pragma unroll
-    for (int i = 0; i < 64; ++i) s[i] = 0.0f;
+    for (int i = 0; i < NS; ++i) s[i] = 0.0f;
     wgmma_fence(); // the zeroed accumulators (and any register the next wgmmas read) are written
     // k steps of 32 bytes (16 bf16 / f16 or 32 e4m3 elements) through the
     // rows of the 16-bit layout of layout_cols columns
     constexpr int DL = layout_cols<T, D>();
 #pragma unroll
     for (int kk = 0; kk < D / wgmma_k<T>(); ++kk)
-        wgmma_ss_n128<T>(s, fp_sm90::q_desc<DL>(q_smem, q_rows, wrow, kk), fp_sm90::k_desc<DL>(k_tile, k_rows, kk));
+        if constexpr (NS == 64)
+            wgmma_ss_n128<T>(s, fp_sm90::q_desc<DL>(q_smem, q_rows, wrow, kk), fp_sm90::k_desc<DL>(k_tile, k_rows, kk));
+        else
+            wgmma_ss_n176<T>(s, fp_sm90::q_desc<DL>(q_smem, q_rows, wrow, kk), fp_sm90::k_desc<DL>(k_tile, k_rows, kk));
     wgmma_commit();
 }
 // O += P V: A = P from registers, B = V (MN-major): issued, not waited.

@@ -52,7 +52,14 @@ namespace fp_tma {
 // the tensor cores, so two softmaxes can run under one warpgroup's wgmmas
 // (at D = 64 a tile's softmax, 512 cycles of MUFU per warp, is as long as
 // its wgmmas: NOTES.md, session 23).
-template <int D, int W = 2> struct traits_v5; // D = 64, 128 with W = 2; D = 64 with W = 3
+// BC = 176 (v5's wide tile, FP_ATTN_V5_WIDE, head_dim 128 only):
+// FlashAttention-3's non-causal tile at head_dim 128, 128 x 176. Each tile
+// carries 1.375x the keys of a 128-key tile for the same per-tile costs
+// (stage waits, wgmma issue and waits, O's rescale: 64 FMUL a thread);
+// S grows to 88 f32 registers and P to 44 a consumer thread, within its
+// 240 under v5's schedule (with v8's turns ptxas spilled). Shared memory:
+// 1 + 32 + 2 x 88 KiB = 209 KiB (one CTA per SM, as the 128-key tile).
+template <int D, int W = 2, int BC = 128> struct traits_v5; // D = 64, 128 with W = 2; D = 64 with W = 3
 template <> struct traits_v5<64, 2> {
     static constexpr int kBr = 128, kBc = 128, kConsumerWGs = 2, kStages = 3;
     static constexpr int kProducerRegs = 24, kConsumerRegs = 240, kThreads = 384;
@@ -64,6 +71,10 @@ template <> struct traits_v5<128, 2> {
 template <> struct traits_v5<64, 3> {
     static constexpr int kBr = 192, kBc = 128, kConsumerWGs = 3, kStages = 3;
     static constexpr int kProducerRegs = 32, kConsumerRegs = 160, kThreads = 512;
+};
+template <> struct traits_v5<128, 2, 176> {
+    static constexpr int kBr = 128, kBc = 176, kConsumerWGs = 2, kStages = 2;
+    static constexpr int kProducerRegs = 24, kConsumerRegs = 240, kThreads = 384;
 };
 constexpr int kThreads = 128 * 3; // W = 2: producer warpgroup + 2 consumer warpgroups
 // Consumer warpgroups of kernel version V (10: three; 5, 8, 9: two), and
@@ -177,9 +188,9 @@ template <int D> SM90_HD int boxes_per_tile() { return D / kBoxCols; }
 // head hk, for the sequence whose keys start at map row row0 of map batch
 // bz (seq_rows below: batched calls row0 0, bz the batch; varlen calls one
 // packed map, row0 cu_seqlens_k[b], bz 0).
-template <int D> SM90_HD void box_coords(int c, int t, int hk, int bz, int (&xyzw)[4], int row0 = 0) {
+template <int D, int BC = 128> SM90_HD void box_coords(int c, int t, int hk, int bz, int (&xyzw)[4], int row0 = 0) {
     xyzw[0] = c * kBoxCols;
-    xyzw[1] = row0 + t * traits_v5<D>::kBc;
+    xyzw[1] = row0 + t * BC;
     xyzw[2] = hk;
     xyzw[3] = bz;
 }
@@ -264,7 +275,7 @@ SM90_HD paged_box paged_box_at(const int32_t *bt, int page_size, int page_shift,
 // of the pool and are cleared; boxes past it are TMA's zeros).
 SM90_HD int paged_map_rows(int L, int box_rows) { return L <= 0 ? 0 : (L + box_rows - 1) / box_rows * box_rows; }
 // Bytes the producer announces (expect_tx) for one K or V stage.
-template <int D> SM90_HD uint32_t stage_tx_bytes() { return (uint32_t)(traits_v5<D>::kBc * D * 2); }
+template <int D, int BC = 128> SM90_HD uint32_t stage_tx_bytes() { return (uint32_t)(BC * D * 2); }
 
 // Shared memory (offsets from the 1024-aligned base): QB Q buffers (v5 /
 // v8: one; v9: two, the next item's Q loads while this one's runs), K
@@ -273,12 +284,13 @@ template <int D, int W = 2> SM90_HD uint32_t q_tile_bytes() { return (uint32_t)(
 template <int D, int QB = 1, int W = 2> SM90_HD uint32_t q_offset(int qb = 0) {
     return (uint32_t)qb * q_tile_bytes<D, W>();
 }
-template <int D> SM90_HD uint32_t kv_tile_bytes() { return (uint32_t)(traits_v5<D>::kBc * D * 2); }
-template <int D, int QB = 1, int W = 2> SM90_HD uint32_t k_offset(int stage) {
-    return (uint32_t)QB * q_tile_bytes<D, W>() + (uint32_t)stage * kv_tile_bytes<D>();
+// BC: the tile's keys (traits_v5<D, W, BC>; 176 only for v5's wide tile).
+template <int D, int BC = 128> SM90_HD uint32_t kv_tile_bytes() { return (uint32_t)(BC * D * 2); }
+template <int D, int QB = 1, int W = 2, int BC = 128> SM90_HD uint32_t k_offset(int stage) {
+    return (uint32_t)QB * q_tile_bytes<D, W>() + (uint32_t)stage * kv_tile_bytes<D, BC>();
 }
-template <int D, int QB = 1, int W = 2> SM90_HD uint32_t v_offset(int stage) {
-    return k_offset<D, QB, W>(traits_v5<D, W>::kStages) + (uint32_t)stage * kv_tile_bytes<D>();
+template <int D, int QB = 1, int W = 2, int BC = 128> SM90_HD uint32_t v_offset(int stage) {
+    return k_offset<D, QB, W, BC>(traits_v5<D, W, BC>::kStages) + (uint32_t)stage * kv_tile_bytes<D, BC>();
 }
 enum barrier_kind { BAR_FULL_K = 0, BAR_EMPTY_K = 1, BAR_FULL_V = 2, BAR_EMPTY_V = 3 };
 SM90_HD const char *barrier_name(int kind) {
@@ -289,10 +301,13 @@ SM90_HD const char *barrier_name(int kind) {
            : kind == 4           ? "item_full"
                                  : "item_empty";
 }
-template <int D, int QB = 1, int W = 2> SM90_HD uint32_t bar_offset(int kind, int stage) {
-    return v_offset<D, QB, W>(traits_v5<D, W>::kStages) + (uint32_t)(8 * (kind * traits_v5<D, W>::kStages + stage));
+template <int D, int QB = 1, int W = 2, int BC = 128> SM90_HD uint32_t bar_offset(int kind, int stage) {
+    constexpr int S = traits_v5<D, W, BC>::kStages;
+    return v_offset<D, QB, W, BC>(S) + (uint32_t)(8 * (kind * S + stage));
 }
-template <int D, int QB = 1, int W = 2> SM90_HD uint32_t smem_bytes() { return 1024 + bar_offset<D, QB, W>(4, 0); }
+template <int D, int QB = 1, int W = 2, int BC = 128> SM90_HD uint32_t smem_bytes() {
+    return 1024 + bar_offset<D, QB, W, BC>(4, 0);
+}
 // v9 (two Q buffers) adds its item ring after the K / V ring's barriers:
 // item_full[2], item_empty[2] (8 bytes each), then the two ticket slots
 // (4 bytes each).

@@ -217,6 +217,13 @@ fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaS
  * attention/flash_versions against the 128 x 64 tile v2 has there since
  * session 29); recorded as v2. Only fp_attn_cuda_flash_version takes it. */
 #define FP_ATTN_V2_NARROW 102
+/* v5 with FlashAttention-3's 128 x 176 tile at head_dim 128 (16-bit types,
+ * dense or varlen K / V, sm_90a builds on 9.0 devices; the A/B of fastbench
+ * attention/flash_versions against v5's 128 x 128 tile, session 30);
+ * recorded as v5. Only fp_attn_cuda_flash_version takes it; with
+ * FP_ATTN_V5_TILE=128x176 in the environment every v5 call it supports runs
+ * it. */
+#define FP_ATTN_V5_WIDE 105
 /* A numbered version of the flash kernel (1 = the default, 2 = two 16-row
  * blocks per warp, head_dim 64 / 128, 3 = Hopper wgmma kernel, 4 = the same
  * with its other schedule (pipelined <-> plain), 5 = Hopper TMA + mbarrier

@@ -62,10 +62,26 @@ static bool run_case(const emu_case &c, int version, emu_rng &rng, fp_context *c
     for (int i = 0; i < kGuard; ++i) std::memcpy(&lse[X.lse.size() + i], &kLseGuard, 4);
     E.a.o = o.data();
     E.a.lse = lse.data();
+    fp_emu::clear_launch_log();
     const fp_status st = fp_attn_cuda_flash_sm90(&E.a, version, c.splits, nullptr);
     if (st != FP_OK) {
         fprintf(stderr, "v%d %s: %s (%s)\n", version, c.name, fp_last_error(), fp_emu::last_failure());
         return false;
+    }
+    // v5 and its 128 x 176 tile (FP_ATTN_V5_WIDE) told apart by the launch's
+    // shared memory (1 KiB slack + Q + S stages of K and V + 4 S barriers: S
+    // = 3 at head_dim 64, else 2; the kernels have internal linkage, so the
+    // launch log cannot name them)
+    if (version == 5 || version == FP_ATTN_V5_WIDE) {
+        const int bc = version == 5 ? 128 : 176, d = c.d, stages = d == 64 ? 3 : 2;
+        const size_t want = 1024 + (size_t)(128 + 2 * stages * bc) * d * 2 + 4 * stages * 8;
+        bool seen = false;
+        for (const fp_emu::LaunchRecord &r : fp_emu::launch_log()) seen |= r.block.x == 384 && r.smem == want;
+        if (!seen) {
+            fprintf(stderr, "v%d %s: no launch of 384 threads with %zu bytes of shared memory (the 128 x %d tile)\n",
+                    version, c.name, want, bc);
+            return false;
+        }
     }
     bool guards = true;
     for (int i = 0; i < kGuard; ++i) {
@@ -126,16 +142,23 @@ int main(int argc, char **argv) {
         {"bf16_d128_paged256_rag", 2, 40,  600, 8, 2, 128, FP_BF16, 1, -1, -1, 1, 1, 0, 0, 256},
         {"f16_d64_paged8_win",     1, 200, 270, 1, 1, 64,  FP_F16, 0, 30, 5,  0, 1, 8, 0, 8},
         {"bf16_d64_paged64_s3",    2, 20,  500, 6, 2, 64,  FP_BF16, 0, -1, -1, 1, 3, 0, 0, 64},
+        // v5's 128 x 176 tile (FP_ATTN_V5_WIDE): keys one whole tile, two
+        // whole tiles and one key more under a causal mask (diagonal tiles
+        // that 128-row query tiles cut across), three splits of one tile
+        {"bf16_d128_k176",     1, 70,  176, 2, 1, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"f16_d128_k353_c",    1, 353, 353, 1, 1, 128, FP_F16,  1, -1, -1, 0, 1, 8, 0},
+        {"bf16_d128_k528_s3",  2, 5,   528, 4, 2, 128, FP_BF16, 0, -1, -1, 1, 3, 0, 0},
     };
     // argv[1]: run only the cases whose name contains it
     const char *only = argc > 1 ? argv[1] : nullptr;
     emu_rng rng = {0x5eed90a7c0ffee01ull};
     int failures = 0, ran = 0;
-    static const int versions[] = {3, 4, 5, 8, 9, 10};
+    static const int versions[] = {3, 4, 5, 8, 9, 10, FP_ATTN_V5_WIDE};
     for (int version : versions)
         for (const emu_case &c : cases) {
             if (only && !std::strstr(c.name, only)) continue;
             if (version == 10 && c.d != 64) continue; // refused (head_dim 64 only): checked below
+            if (version == FP_ATTN_V5_WIDE && (c.d != 128 || c.page)) continue; // refused: checked below
             if (c.page && (version < 5 || version == 9)) continue; // paged: refused, checked below
             ran++;
             if (!run_case(c, version, rng)) failures++;
@@ -160,14 +183,15 @@ int main(int argc, char **argv) {
     // (each pass runs the consumers before the producer, warpgroup 1 before
     // 0): other interleavings of the mbarrier rings and of the turns.
     setenv("FP_EMU_REVERSE", "1", 1);
-    static const int reversed[] = {5, 8, 9, 10};
+    static const int reversed[] = {5, 8, 9, 10, FP_ATTN_V5_WIDE};
     for (int version : reversed) {
         fp_emu::DeviceProfile dev = h100;
         if (version == 9) dev.sm_count = 2;
         fp_emu::set_device(dev);
         for (const emu_case &c : cases) {
             if (!(c.ragged || c.varlen || c.page || c.splits > 1 || (version >= 8 && c.causal)) ||
-                (version == 10 && c.d != 64) || (version == 9 && c.page) || (only && !std::strstr(c.name, only)))
+                (version == 10 && c.d != 64) || (version == 9 && c.page) ||
+                (version == FP_ATTN_V5_WIDE && (c.d != 128 || c.page)) || (only && !std::strstr(c.name, only)))
                 continue;
             ran++;
             if (!run_case(c, version, rng)) failures++;
@@ -208,17 +232,19 @@ int main(int argc, char **argv) {
         fp_emu::set_device(h100);
     }
     // v5, v8, v9 and v10 refuse varlen without total_k (their tensor map
-    // would have no extent), v10 head_dim 128, before writing anything.
+    // would have no extent), v10 head_dim 128 and v5's wide tile head_dim
+    // 64, before writing anything.
     for (int version : reversed)
         for (const emu_case &c : cases) {
-            if (!(c.varlen || (version == 10 && c.d != 64)) || (only && !std::strstr(c.name, only))) continue;
+            const bool dim = (version == 10 && c.d != 64) || (version == FP_ATTN_V5_WIDE && c.d != 128);
+            if (!(c.varlen || dim) || (only && !std::strstr(c.name, only))) continue;
             emu_data X;
             emu_args E;
             ran++;
             const bool setup = emu_setup(c, rng, X, E);
             E.a.total_k = 0;
             if (!setup || fp_attn_cuda_flash_sm90(&E.a, version, 1, nullptr) != FP_ERR_UNSUPPORTED ||
-                !std::strstr(fp_last_error(), c.d != 64 && version == 10 ? "head_dim" : "total_k")) {
+                !std::strstr(fp_last_error(), dim ? "head_dim" : "total_k")) {
                 fprintf(stderr, "v%d %s: %s not refused (%s)\n", version, c.name,
                         c.varlen ? "varlen without total_k" : "head_dim", fp_last_error());
                 failures++;
@@ -226,14 +252,15 @@ int main(int argc, char **argv) {
             }
             if (o_written(X, version, c.name)) failures++;
         }
-    // Paged KV: v3, v4 and v9 refuse it; v5, v8 and v10 refuse page sizes
-    // that are not multiples of 8 (a TMA box of whole 8-row swizzle
-    // groups); nothing written.
+    // Paged KV: v3, v4, v9 and v5's wide tile refuse it; v5, v8 and v10
+    // refuse page sizes that are not multiples of 8 (a TMA box of whole
+    // 8-row swizzle groups); nothing written.
     for (const emu_case &pc : cases) {
         if (!pc.page || (only && !std::strstr(pc.name, only))) continue;
-        static const int all[] = {3, 4, 5, 8, 9, 10};
+        static const int all[] = {3, 4, 5, 8, 9, 10, FP_ATTN_V5_WIDE};
         for (int version : all) {
             if (version == 10 && pc.d != 64) continue;
+            if (version == FP_ATTN_V5_WIDE && pc.d != 128) continue;
             emu_case c = pc;
             const bool odd = version == 5 || version == 8 || version == 10;
             if (odd) c.page = 12;

@@ -111,6 +111,11 @@ RULES = [
     # (fp8 instantiations: QGMMA, the e4m3 wgmma)
     ("flash fwd v5 (wgmma + TMA)", "attention", r"attention_flash_fwd_v5<", ("sm_90a",),
      {r"^[HQ]GMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
+    # v5's 128 x 176 tile (head_dim 128): Q K^T is m64n176 (8 k steps), P V
+    # m64n128 over the 176 keys (11 k steps of 16)
+    ("flash fwd v5 128 x 176 (wgmma + TMA)", "attention", r"attention_flash_fwd_v5w<", ("sm_90a",),
+     {r"^HGMMA\.64x176x16\.F32": 8, r"^HGMMA\.64x128x16\.F32": 11, r"^UTMALDG": 2, r"^SYNCS\.": 4},
+     ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     # v8: v5 whose consumer warpgroups take turns (bar.sync on its own turn
     # barrier, bar.arrive on the other's: BAR.ARV in SASS)
     ("flash fwd v8 (wgmma + TMA, ping-pong)", "attention", r"attention_flash_fwd_v8<", ("sm_90a",),
