@@ -340,6 +340,9 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # v5 (the Hopper default at head_dim 128) against FlashAttention-3's
     # 128 x 176 tile (row v5_vs_v5w; v1_vs_v5 rides along), 1k / 4k / 16k
     "ab-v5wide|attention/flash_versions --head_dim 128 --version 5 --dtype bf16"
+    # v9 with its items chained (session 30) against v8 (rows v8_vs_v9),
+    # both head dims: 1k / 4k / 16k, causal and not
+    "ab-v9chain|attention/flash_versions --version 9 --dtype bf16"
     # what bounds each (the five-dimension verdict, fastbench --profile):
     # "prof-" runs trace their timed samples; their lines go to extra.txt
     "prof-mix|attention/prefill attention/decode norm/layernorm_fwd graph/op_host_cost --dtype bf16"

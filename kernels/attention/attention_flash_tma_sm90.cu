@@ -38,8 +38,16 @@
 //                               the ticket counters come from the context's
 //                               per-stream counters (a first call on a
 //                               stream allocates them: not inside a
-//                               capture); opt-in (version 9) until a GPU
-//                               run compares it with v8.
+//                               capture); consecutive items with tiles
+//                               chained (the next one's first Q K^T and
+//                               softmax under this one's last P V, the
+//                               epilogue after: session 30,
+//                               fp_tma::consumer_schedule_chain); opt-in
+//                               (version 9) until a GPU run compares it
+//                               with v8.
+//   attention_flash_fwd_v5w     v5 with a 128 x 176 tile (head_dim 128,
+//                               FP_ATTN_V5_WIDE: session 30), measured
+//                               against v5 before any default use.
 //   attention_flash_fwd_v10     v8 with three consumer warpgroups (head_dim
 //                               64 only: FlashAttention-3's tile there): a
 //                               192-row query tile, 512 threads, the turns
@@ -256,8 +264,8 @@ template <int D, int QB = 1, int W = 2, bool kVt = false, int BC = 128> struct p
         }
     }
     __device__ __forceinline__ void load_k(int st, int t) {
-        load(tm_k, smem0 + fp_tma::k_offset<D, QB, W, BC>(st), smem0 + fp_tma::bar_offset<D, QB, W, BC>(fp_tma::BAR_FULL_K, st),
-             t);
+        load(tm_k, smem0 + fp_tma::k_offset<D, QB, W, BC>(st),
+             smem0 + fp_tma::bar_offset<D, QB, W, BC>(fp_tma::BAR_FULL_K, st), t);
     }
     __device__ __forceinline__ void load_v(int st, int t) {
         if constexpr (kVt) {
@@ -419,7 +427,8 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     constexpr int DL = layout_cols<T, D>();
     using Tr = fp_tma::traits_v5<DL, W, BC>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, Stages = Tr::kStages;
-    static_assert(Br == 64 * Tr::kConsumerWGs && Bc == BC && (Bc == 128 || (Bc == 176 && D == 128 && W == 2 && !kFp8 && !kTurns)),
+    static_assert(Br == 64 * Tr::kConsumerWGs && Bc == BC &&
+                      (Bc == 128 || (Bc == 176 && D == 128 && W == 2 && !kFp8 && !kTurns)),
                   "one m64 row block per consumer warpgroup, m64n128 Q K^T (m64n176: v5's wide tile)");
     static_assert(Tr::kThreads == 128 * (1 + Tr::kConsumerWGs) && Tr::kConsumerWGs == W,
                   "one producer warpgroup + the consumers");
@@ -454,8 +463,10 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
         for (int s = 0; s < Stages; ++s) {
             mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W, BC>(fp_tma::BAR_FULL_K, s), 1);
             mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W, BC>(fp_tma::BAR_FULL_V, s), 1);
-            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W, BC>(fp_tma::BAR_EMPTY_K, s), fp_tma::empty_count(active_wgs));
-            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W, BC>(fp_tma::BAR_EMPTY_V, s), fp_tma::empty_count(active_wgs));
+            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W, BC>(fp_tma::BAR_EMPTY_K, s),
+                      fp_tma::empty_count(active_wgs));
+            mbar_init(smem0 + fp_tma::bar_offset<DL, 1, W, BC>(fp_tma::BAR_EMPTY_V, s),
+                      fp_tma::empty_count(active_wgs));
         }
         fence_mbar_init();
     }
@@ -719,6 +730,10 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
     const fp_tma::tile_order *ord;
     int ticket; // the current item (its work is recomputed for the epilogue: fewer live registers)
     int cw, warp, wtid;
+    // chained items (fp_tma::consumer_schedule_chain): the finishing item's
+    // softmax state, kept for its epilogue, and the next item's ticket
+    float end_m[2], end_l[2];
+    int next_ticket;
     __device__ __forceinline__ bool valid(int t) { return t < ord->items; }
     __device__ __forceinline__ int read_item(int s, uint32_t parity) {
         mbar_wait(this->smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_FULL, s), parity, fp_tma::BAR_ITEM_FULL,
@@ -733,35 +748,73 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
             load_q_rows<T, D>(*p, wn, this->smem0 + fp_tma::q_offset<D, 2>(qb), this->wrow, wtid);
         cp_async_commit();
     }
-    __device__ __forceinline__ bool begin_item(int t, int qb, bool more, int *sb, int *se) {
-        if (more) cp_async_wait<1>(); // this item's Q landed; the next one's may still fly
-        else cp_async_wait<0>();
+    __device__ __forceinline__ bool peek_item(int t, int *sb, int *se) {
         cta_work w;
         if (!item_work<D>(*p, *ord, t, w)) return false;
-        ticket = t;
+        *sb = w.plan.s_begin;
+        *se = w.plan.s_end;
+        return true;
+    }
+    // Item t's Q (buffer qb) published to this warpgroup's wgmmas, its rows'
+    // softmax context and V bound; `ticket` stays the finishing item's.
+    __device__ __forceinline__ void use_item(int t, int qb, const cta_work &w) {
         this->map_rows = fp_tma::kv_seq_rows(p->cu_k, w.b, p->sk, p->kv_rows).map_rows;
         fence_proxy_async();
         named_barrier(2 + cw, 128); // Q published to this warpgroup's wgmmas
         this->q_smem = this->smem0 + fp_tma::q_offset<D, 2>(qb);
         this->rc = {w.m0 + this->wrow + fp_sm90::acc_row(warp, this->lane, 0), p->group, w.S.L, w.S.sq, p->wl, p->wr,
                     p->scale_log2, w.plan};
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) this->o_acc[i] = 0.0f;
         this->m_run[0] = this->m_run[1] = -INFINITY;
         this->l_run[0] = this->l_run[1] = 0.0f;
+    }
+    __device__ __forceinline__ bool begin_item(int t, int qb, bool more, int *sb, int *se) {
+        if (more) cp_async_wait<1>(); // this item's Q landed; the next one's may still fly
+        else cp_async_wait<0>();
+        cta_work w;
+        if (!item_work<D>(*p, *ord, t, w)) return false;
+        ticket = t;
+        use_item(t, qb, w);
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) this->o_acc[i] = 0.0f;
         *sb = w.plan.s_begin;
         *se = w.plan.s_end;
         return true;
     }
-    __device__ __forceinline__ void end_item() {
+    // Chained: the next item (t, which has tiles: peek_item) begins inside
+    // this one's last iteration; no cp.async group was committed after its
+    // Q's. O is this item's until end_item(true).
+    __device__ __forceinline__ void begin_next(int t, int qb) {
+        cp_async_wait<0>();
         cta_work w;
-        item_work<D>(*p, *ord, ticket, w); // true: begin_item said so
-        store_rows<T, D>(*p, w.S, this->o_acc, this->m_run, this->l_run, w.m0 + this->wrow, w.rows, warp, this->lane,
-                         w.hk, w.b, w.split);
+        item_work<D>(*p, *ord, t, w); // true: peek_item said so
+        end_m[0] = this->m_run[0];
+        end_m[1] = this->m_run[1];
+        end_l[0] = this->l_run[0];
+        end_l[1] = this->l_run[1];
+        next_ticket = t;
+        use_item(t, qb, w);
+    }
+    __device__ __forceinline__ void end_item(bool chained) {
+        if (!chained) { // the state is this item's own
+            end_m[0] = this->m_run[0];
+            end_m[1] = this->m_run[1];
+            end_l[0] = this->l_run[0];
+            end_l[1] = this->l_run[1];
+        }
+        cta_work w;
+        item_work<D>(*p, *ord, ticket, w); // true: begin_item / peek_item said so
+        store_rows<T, D>(*p, w.S, this->o_acc, end_m, end_l, w.m0 + this->wrow, w.rows, warp, this->lane, w.hk, w.b,
+                         w.split);
+        if (chained) {
+#pragma unroll
+            for (int i = 0; i < D / 2; ++i) this->o_acc[i] = 0.0f;
+            ticket = next_ticket;
+        }
     }
 };
 
-// The body of v9: v8 (turns, O's rescale under Q K^T) in persistent CTAs.
+// The body of v9: v8 (turns, O's rescale under Q K^T) in persistent CTAs,
+// consecutive items chained (fp_tma::consumer_schedule_chain).
 // grid: fp_tma::persistent_ctas(items, SMs); block: 384; dynamic shared
 // memory fp_tma::smem_bytes_v9<D>() (two Q buffers, the item ring).
 // The barriers are initialized once; the producer runs the K / V ring on
@@ -1006,6 +1059,9 @@ fp_status encode_kv_cached(encode_tiled_fn enc, const fp_attn_args *a, const voi
 // hardware, which no watchdog in the source can bound) or a launch failure.
 template <auto Kernel, typename T, int D, int V> fp_status check_entry_regs() {
     const char *dt = std::is_same<T, __half>::value ? "f16" : sizeof(T) == 1 ? "fp8e4m3" : "bf16";
+    // the version and kernel names in the messages (FP_ATTN_V5_WIDE: v5, attention_flash_fwd_v5w)
+    constexpr int vn = V == FP_ATTN_V5_WIDE ? 5 : V;
+    const char *kw = V == FP_ATTN_V5_WIDE ? "w" : "";
     static std::atomic<int> cache[64]; // numRegs per device, 0: not asked yet
     int dev = 0;
     FP_CUDA_TRY(cudaGetDevice(&dev));
@@ -1015,8 +1071,8 @@ template <auto Kernel, typename T, int D, int V> fp_status check_entry_regs() {
         const cudaError_t e = cudaFuncGetAttributes(&fa, Kernel);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
-            return fp_set_error(FP_ERR_CUDA, "attention flash kernel v%d (attention_flash_fwd_v%d<%s, %d>): "
-                                "cudaFuncGetAttributes: %s", V, V, dt, D, cudaGetErrorString(e));
+            return fp_set_error(FP_ERR_CUDA, "attention flash kernel v%d (attention_flash_fwd_v%d%s<%s, %d>): "
+                                "cudaFuncGetAttributes: %s", vn, vn, kw, dt, D, cudaGetErrorString(e));
         }
         regs = fa.numRegs;
         if (dev >= 0 && dev < 64) cache[dev].store(regs, std::memory_order_relaxed);
@@ -1032,11 +1088,11 @@ template <auto Kernel, typename T, int D, int V> fp_status check_entry_regs() {
     const int s = fp_tma::split_check<D, V>(regs);
     if (s != fp_tma::REG_SPLIT_OK)
         return fp_set_error(FP_ERR_UNSUPPORTED,
-                            "attention flash kernel v%d (attention_flash_fwd_v%d<%s, %d>): the compiled kernel uses %d "
+                            "attention flash kernel v%d (attention_flash_fwd_v%d%s<%s, %d>): the compiled kernel uses %d "
                             "registers a thread, the setmaxnreg split expects %d "
                             "(%d threads x %d allocated must hold producer 128 x %d + consumers %d x %d within the "
                             "%d-register file; set by __launch_bounds__(%d, 1)): %s; not launched",
-                            V, V, dt, D, regs, fp_tma::entry_regs<D, V>(), fp_tma::threads_of<V>(),
+                            vn, vn, kw, dt, D, regs, fp_tma::entry_regs<D, V>(), fp_tma::threads_of<V>(),
                             fp_tma::reg_alloc_per_thread(regs), fp_tma::producer_regs<D, V>(),
                             128 * fp_tma::consumer_wgs<V>(), fp_tma::consumer_regs<D, V>(), fp_tma::kRegisterFile,
                             fp_tma::threads_of<V>(), fp_tma::reg_split_status_text(s));

@@ -627,30 +627,94 @@ template <int Stages, class P> SM90_HD void producer_items(P &p) {
     }
     p.done();
 }
+// v9's consumer schedule over one item's tiles [s_begin, s_end):
+// consumer_schedule_turns with two warpgroups always taking turns, where
+// items may be chained. started: the item's first tile was issued, waited
+// for and its softmax run by the previous item's last iteration (the turns
+// are then running: no turns_start). next_sb >= 0: the next item (ticket
+// next, its Q in buffer next_qb) is chained: this item's last iteration
+// issues the next item's first Q K^T (S is free once the last P is packed)
+// before this item's last P V, passes the turn on, and runs the next
+// item's first softmax while that P V executes; then the epilogue
+// (end_item(true)) runs while the other warpgroup issues. Unchained, the
+// consumers restarted at every item: the first Q K^T waited for alone and
+// the first softmax under nothing, both warpgroups at once (they share the
+// item's K / V), ~1.5 tiles an item by the count of NOTES.md, session 30.
+// C provides (besides consumer_schedule_turns'): begin_next(ticket, qbuf)
+// (waits for the next item's Q and publishes it, keeps this item's softmax
+// state for its epilogue and resets it for the next item's rows).
+template <int Stages, class C>
+SM90_HD void consumer_schedule_chain(int s_begin, int s_end, int cw, C &c, int i0, bool started, int next_sb,
+                                     int next, int next_qb) {
+    constexpr int W = 2;
+    if (!started) {
+        turns_start<W>(c, cw, 2);
+        c.wait_full_k(ring_stage(i0, Stages), full_parity(i0, Stages), s_begin);
+        turn_wait<W>(c, cw, 2);
+        c.qk(ring_stage(i0, Stages));
+        turn_pass<W>(c, cw, 2, false);
+        c.wgmma_wait0();
+        c.release_k(ring_stage(i0, Stages));
+        c.softmax(s_begin);
+    }
+    for (int t = s_begin; t < s_end; ++t) {
+        const int i = i0 + t - s_begin;
+        c.pack();
+        c.wait_full_v(ring_stage(i, Stages), full_parity(i, Stages), t);
+        if (t + 1 < s_end || next_sb >= 0) {
+            const bool last = t + 1 == s_end; // chained: the next item's first tile
+            if (last) c.begin_next(next, next_qb);
+            c.wait_full_k(ring_stage(i + 1, Stages), full_parity(i + 1, Stages), last ? next_sb : t + 1);
+            turn_wait<W>(c, cw, 2);
+            c.qk(ring_stage(i + 1, Stages));
+            c.rescale();
+            c.pv(ring_stage(i, Stages));
+            turn_pass<W>(c, cw, 2, false);
+            c.wgmma_wait1();
+            c.release_k(ring_stage(i + 1, Stages));
+            c.softmax(last ? next_sb : t + 1);
+        } else {
+            c.rescale();
+            turn_wait<W>(c, cw, 2);
+            c.pv(ring_stage(i, Stages));
+            turn_pass<W>(c, cw, 2, true);
+        }
+        c.wgmma_wait0();
+        c.release_v(ring_stage(i, Stages));
+    }
+}
 // One consumer warpgroup (cw): C provides (besides
-// consumer_schedule_turns'): read_item(slot, parity) (wait item_full, load
-// the ticket, arrive on item_empty), valid(ticket), prefetch_q(ticket,
-// qbuf) (cp.async of its rows + commit; a group even when there is nothing
-// to load), begin_item(ticket, qbuf, more, &s_begin, &s_end) (waits for its
-// Q: every cp.async group but the newest when `more`, all otherwise;
-// publishes it to the warpgroup's wgmmas, resets O and the softmax state;
-// false: no work), end_item() (the epilogue).
+// consumer_schedule_chain's): read_item(slot, parity) (wait item_full, load
+// the ticket, arrive on item_empty), valid(ticket), peek_item(ticket,
+// &s_begin, &s_end) (the item's tiles, nothing else; false: no work),
+// prefetch_q(ticket, qbuf) (cp.async of its rows + commit; a group even when
+// there is nothing to load), begin_item(ticket, qbuf, more, &s_begin,
+// &s_end) (waits for its Q: every cp.async group but the newest when
+// `more`, all otherwise; publishes it to the warpgroup's wgmmas, resets O
+// and the softmax state; false: no work), end_item(chained) (the epilogue;
+// chained: with the state begin_next kept, then O reset for the next item).
+// An item chains to the next when both have tiles.
 template <int Stages, class C> SM90_HD void consumer_items(int cw, C &c) {
     int cur = c.read_item(ring_stage(0, 2), full_parity(0, 2));
     if (!c.valid(cur)) return;
     c.prefetch_q(cur, 0);
-    int i0 = 0;
+    int i0 = 0, sb = 0, se = 0;
+    bool started = false; // cur chained from the previous item (sb, se: its tiles)
     for (int j = 0;; ++j) {
         const int nxt = c.read_item(ring_stage(j + 1, 2), full_parity(j + 1, 2));
         const bool more = c.valid(nxt);
         if (more) c.prefetch_q(nxt, (j + 1) & 1);
-        int sb = 0, se = 0;
-        if (c.begin_item(cur, j & 1, more, &sb, &se)) {
+        if (started || c.begin_item(cur, j & 1, more, &sb, &se)) {
+            int nsb = 0, nse = 0;
+            const bool chain = sb < se && more && c.peek_item(nxt, &nsb, &nse) && nsb < nse;
             if (sb < se) {
-                consumer_schedule_turns<Stages>(sb, se, cw, 2, c, i0);
+                consumer_schedule_chain<Stages>(sb, se, cw, c, i0, started, chain ? nsb : -1, nxt, (j + 1) & 1);
                 i0 += se - sb;
             }
-            c.end_item();
+            c.end_item(chain);
+            started = chain;
+            sb = nsb;
+            se = nse;
         }
         if (!more) return;
         cur = nxt;

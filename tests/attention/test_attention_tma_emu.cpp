@@ -273,8 +273,20 @@ template <int D> struct consumer_rec {
         *se = it.end;
         return true;
     }
+    bool peek_item(int t, int *sb, int *se) const {
+        const item_plan &it = cfg->items[(size_t)t];
+        *sb = it.begin;
+        *se = it.end;
+        return it.work;
+    }
+    int chained = 0; // items begun inside the previous one's last iteration
+    void begin_next(int t, int qb) {
+        q_uses.push_back(qb);
+        tag = t;
+        ++chained;
+    }
     int ended = 0;
-    void end_item() { ++ended; }
+    void end_item(bool) { ++ended; }
 };
 
 // ---- the hardware model ---------------------------------------------------------
@@ -688,13 +700,27 @@ static model_result run_model(int s_begin, int s_end, int nc, bug b, uint64_t se
         for (int i = 0; i < 16; ++i)
             if (nb[i].arrived) fail("named barrier " + std::to_string(i) + " not at rest at exit");
         // turns: one per issue section of each warpgroup (Q K^T of the first
-        // tile, then one per tile), all taken
+        // tile, then one per tile), all taken; v9 chains an item with tiles
+        // to the next draw when that has tiles too (the next item's first
+        // Q K^T issued in this one's last turn: one turn fewer each)
         long want_turns = 0;
         if (items) {
+            int chains = 0;
             for (size_t j = 0; j + 1 < items->tickets.size(); ++j) {
                 const item_plan &it = items->items[(size_t)items->tickets[j]];
-                if (it.work && it.end > it.begin) want_turns += 2L * (it.end - it.begin + 1);
+                if (!(it.work && it.end > it.begin)) continue;
+                want_turns += 2L * (it.end - it.begin + 1);
+                const int nt = items->tickets[j + 1];
+                if (nt < (int)items->items.size()) {
+                    const item_plan &nx = items->items[(size_t)nt];
+                    if (nx.work && nx.end > nx.begin) {
+                        want_turns -= 2;
+                        ++chains;
+                    }
+                }
             }
+            for (int c = 0; c < nc; ++c)
+                if (C[c].chained != chains) fail("items not chained where both have tiles");
         } else {
             want_turns = (long)nturn * (s_end - s_begin + 1);
         }
