@@ -1352,30 +1352,19 @@ static bool v5_wide(const fp_attn_args *a, int version) {
 extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits,
                                                 cudaStream_t stream) {
     if (version == 1) return fp_attn_cuda_flash_splits(a, num_splits, stream);
-    if (version == FP_ATTN_V5_WIDE || (version == 5 && v5_wide(a, version))) {
-#ifdef FASTPATH_HAVE_SM90A
-        if (a->kv_fp8_cache) // the rest of its refusals: fp_attn_cuda_flash_v5
-            return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v5 (128 x 176 tile): an fp8 KV cache "
-                                                    "runs on v1 and v6 only");
-        const fp_status st = fp_attn_cuda_flash_sm90(a, FP_ATTN_V5_WIDE, num_splits, stream);
-        if (st == FP_OK) fp_attn_note_kernel(a, 5, num_splits);
-        return st;
-#else
-        return fp_set_error(FP_ERR_UNSUPPORTED, "flash kernel version 5 (128 x 176 tile) needs an sm_90a build (90 "
-                                                "was not among CMAKE_CUDA_ARCHITECTURES)");
-#endif
-    }
-    if (a->kv_fp8_cache && version >= 2 && version <= 10 && version != 6) // no other kernel reads e4m3 K / V under a 16-bit Q
+    if (version == 5 && v5_wide(a, version)) version = FP_ATTN_V5_WIDE;
+    const int vn = version == FP_ATTN_V5_WIDE ? 5 : version; // the version messages and records name
+    if (a->kv_fp8_cache && vn >= 2 && vn <= 10 && vn != 6) // no other kernel reads e4m3 K / V under a 16-bit Q
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: an fp8 KV cache runs on v1 and v6 only",
-                            version);
-    if ((version >= 3 && version <= 5) || (version >= 8 && version <= 10)) { // Hopper kernels (attention_flash_sm90.cu, _tma_sm90.cu)
+                            vn);
+    if ((vn >= 3 && vn <= 5) || (vn >= 8 && vn <= 10)) { // Hopper kernels (attention_flash_sm90.cu, _tma_sm90.cu)
 #ifdef FASTPATH_HAVE_SM90A
         const fp_status st = fp_attn_cuda_flash_sm90(a, version, num_splits, stream);
-        if (st == FP_OK) fp_attn_note_kernel(a, version, num_splits);
+        if (st == FP_OK) fp_attn_note_kernel(a, vn, num_splits);
         return st;
 #else
         return fp_set_error(FP_ERR_UNSUPPORTED, "flash kernel version %d needs an sm_90a build (90 was not among "
-                                                "CMAKE_CUDA_ARCHITECTURES)", version);
+                                                "CMAKE_CUDA_ARCHITECTURES)", vn);
 #endif
     }
     if (version != 2 && version != 6 && version != 7 && version != kV2Narrow)

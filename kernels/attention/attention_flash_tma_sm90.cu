@@ -1340,40 +1340,33 @@ extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, i
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "flash kernel version %d (the TMA kernels are 5, 8, 9 and 10)", version);
     const bool fp8 = a->dtype == FP_FP8_E4M3; // V as V^T (launch_fp8): its own checks
-    if (version == FP_ATTN_V5_WIDE) { // v5's 128 x 176 tile: messages name v5
-        if (fp8 || a->block_table || a->head_dim != 128)
-            return fp_set_error(FP_ERR_UNSUPPORTED,
-                                "attention flash kernel v5 (128 x 176 tile): %s (16-bit types, head_dim 128, dense or "
-                                "varlen K / V only)",
-                                fp8 ? "fp8 e4m3 inputs" : a->block_table ? "a paged KV cache" : "another head_dim");
-        FP_TRY(sm90_check_args(a, 5, num_splits, true, false));
-        fp_tma::kv_map mk, mv;
-        FP_TRY(kv_layout(a, 5, a->k, a->k_ss, a->k_hs, a->k_bs, "K", &mk, 176));
-        FP_TRY(kv_layout(a, 5, a->v, a->v_ss, a->v_hs, a->v_bs, "V", &mv, 176));
-        FP_TRY(sm90_check_device(5, "wgmma, TMA"));
-        fp_status st = FP_OK;
-        const encode_tiled_fn enc = encode_tiled(&st);
-        if (!enc) return st;
-        return dispatch_tma<FP_ATTN_V5_WIDE>(a, num_splits, mk, mv, enc, stream);
-    }
+    const bool wide = version == FP_ATTN_V5_WIDE; // v5's 128 x 176 tile: messages name v5
+    const int vn = wide ? 5 : version;
+    if (wide && (fp8 || a->block_table || a->head_dim != 128))
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v5 (128 x 176 tile): %s (16-bit types, head_dim 128, dense or "
+                            "varlen K / V only)",
+                            fp8 ? "fp8 e4m3 inputs" : a->block_table ? "a paged KV cache" : "another head_dim");
     if (fp8) {
         FP_TRY(fp8_check_args(a, version, num_splits));
     } else {
         // varlen: with total_k; paged: page sizes of multiples of 8 (kv_layout)
-        FP_TRY(sm90_check_args(a, version, num_splits, true, version != 9));
+        FP_TRY(sm90_check_args(a, vn, num_splits, true, version != 9));
         if (version == 10 && a->head_dim != 64)
             return fp_set_error(FP_ERR_UNSUPPORTED,
                                 "attention flash kernel v10 (three consumer warpgroups) takes head_dim 64 only (got "
                                 "%d): at 128 a consumer thread's S, O and P do not fit its 160 registers",
                                 a->head_dim);
     }
+    const int bc = wide ? 176 : fp_tma::traits_v5<128>::kBc; // the box rows of the K / V maps
     fp_tma::kv_map mk, mv;
-    FP_TRY(kv_layout(a, version, a->k, a->k_ss, a->k_hs, a->k_bs, "K", &mk));
-    if (!fp8) FP_TRY(kv_layout(a, version, a->v, a->v_ss, a->v_hs, a->v_bs, "V", &mv));
-    FP_TRY(sm90_check_device(version, "wgmma, TMA"));
+    FP_TRY(kv_layout(a, vn, a->k, a->k_ss, a->k_hs, a->k_bs, "K", &mk, bc));
+    if (!fp8) FP_TRY(kv_layout(a, vn, a->v, a->v_ss, a->v_hs, a->v_bs, "V", &mv, bc));
+    FP_TRY(sm90_check_device(vn, "wgmma, TMA"));
     fp_status st = FP_OK;
     const encode_tiled_fn enc = encode_tiled(&st);
     if (!enc) return st;
+    if (wide) return dispatch_tma<FP_ATTN_V5_WIDE>(a, num_splits, mk, mv, enc, stream);
     if (fp8) return version == 8 ? launch_fp8<8>(a, mk, enc, stream) : launch_fp8<5>(a, mk, enc, stream);
     if (version == 9) return dispatch_tma<9>(a, num_splits, mk, mv, enc, stream);
     if (version == 10) return dispatch_tma<10>(a, num_splits, mk, mv, enc, stream);
