@@ -30,8 +30,8 @@
 #              PyTorch drop-ins vs torch eager, torch.compile and each SDPA
 #              backend there, one process, same inputs (cap 130 in all)
 #   sanitizer  compute-sanitizer memcheck on every gpu test (FP_TEST_QUICK=1:
-#              reduced cases) and racecheck on the attention tests, all at
-#              once, in what is left (cap 120)
+#              reduced cases) and racecheck on the attention and norm
+#              tests, all at once, in what is left (cap 120)
 #              and examples/serve_decode on the GPU, eager, --graphs and
 #              --pipeline (run name "serve"); the pipeline rows are the runs
 #              "pipeline" (bandwidth, pin_wait, host_memcpy), "overlap",
@@ -299,6 +299,14 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # process, outputs compared (their difference: the fast forms' error on
     # the device): 16384 x 4096, 4096 x 768, 8192 x 8192, fwd and bwd
     "ab-normk|norm/kernel_ab --dtype bf16"
+    # norm forward v4 (v2's rows in persistent CTAs, the next row's loads
+    # issued before this row's reduction, streaming loads, one barrier per
+    # reduction) against v2, interleaved: 16384 x 4096, 4096 x 768, 8192 x
+    # 8192, 1000 x 5120, 16384 x 1024; fused LayerNorm / RMSNorm and plain.
+    # Then v4 keeping gamma / beta / bias in registers against v4 reloading
+    # them (more registers: half the CTAs per SM at 4096 cols)
+    "ab-nfwd4|norm/fwd_versions --baseline 2 --optimized 4 --dtype bf16"
+    "ab-nfwd4p|norm/fwd_versions --baseline 4 --optimized 4 --v4_params 1 --dtype bf16"
     # the decode kernel v6 (FP_CTX_ATTENTION_KERNEL 6: 16-row tiles, the
     # warps splitting each key tile, a K / V ring) against the default
     # decode (v1), interleaved: batch 1 x 1k / 4k / 32k keys, batch 8 x 4k;
@@ -452,14 +460,16 @@ fi
 # ---- e. compute-sanitizer ----------------------------------------------------------
 if [ $built -eq 1 ] && want sanitizer && phase_time sanitizer "${FP_GPU_CHECK_SANITIZER_CAP:-120}"; then
   if command -v compute-sanitizer >/dev/null 2>&1; then
-    # memcheck on every gpu test and racecheck on the attention tests, all at
-    # once (16 cores), reduced cases. --report-api-errors no: the tests
+    # memcheck on every gpu test and racecheck on the attention and norm
+    # tests, all at once (16 cores), reduced cases. --report-api-errors no: the tests
     # provoke CUDA API errors on purpose (out of memory, a sync during
     # capture); memcheck must count memory errors only.
     tests=$(ctest --test-dir build-gpu "${tests_re[@]}" -N -V 2>/dev/null | sed -n 's/^[0-9]*: Test command: //p' | awk '{print $1}')
     jobs=()
     for x in $tests; do jobs+=("memcheck $x"); done
-    for x in $tests; do case $x in *attention*) jobs+=("racecheck $x") ;; esac; done
+    # (and on the norm test: forward v4 drops a barrier per reduction by
+    # alternating its shared buffers, a race the emulation cannot see)
+    for x in $tests; do case $x in *attention*|*/test_norm_gpu) jobs+=("racecheck $x") ;; esac; done
     printf '%s\n' "${jobs[@]}" | FP_TEST_QUICK=1 FP_TEST_SANITIZER=1 xargs -P 10 -L 1 sh -c \
       'n=$(basename "$1"); timeout '"$(( t - 3 ))"' compute-sanitizer --tool "$0" --report-api-errors no --error-exitcode 99 "$1" > "'"$logs"'/san-$0-$n.log" 2>&1; echo "$0 $n rc=$?"' \
       > "$logs/sanitizer.txt" 2>&1

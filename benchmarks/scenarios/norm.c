@@ -15,8 +15,17 @@
  *                        passes over the row) as the baseline vs the automatic
  *                        choice, on rows past v2's registers where that is v3
  *                        (the row staged in shared memory): 2048x18432 and
- *                        1024x32768, residual + LayerNorm + bias + GELU with
- *                        residual_out. Default dtype bf16.
+ *                        1024x32768. Rows: "fused" (residual + LayerNorm +
+ *                        bias + GELU with residual_out), "rmsnorm_fused"
+ *                        (residual + RMSNorm + bias + SiLU), "plain"
+ *                        (LayerNorm, gamma, beta, stats). --baseline B
+ *                        --optimized O pick other versions (0 automatic,
+ *                        1-4); with v2 or v4 on either side the shapes are
+ *                        v2's (16384x4096, 4096x768, 8192x8192, 1000x5120,
+ *                        16384x1024); --v4_params 1 adds
+ *                        FP_NORM_VOPT_V4_PARAMS to the optimized side (v4
+ *                        keeps gamma / beta / bias in registers). Default
+ *                        dtype bf16.
  *   norm/bwd_versions    backward kernel versions (CUDA only): v2 (dx kernel
  *                        + a separate dgamma/dbeta pass re-reading dout and x)
  *                        as the baseline vs v3 (one pass), dx compared by the
@@ -334,55 +343,87 @@ static fp_status fwd_version_job_run(void *user, fp_stream stream) {
 /* Rows past v2's registers, where the automatic choice is v3 (the row staged
  * in shared memory) and v1 ran before it: 2048x18432, 1024x32768. */
 static const int64_t k_gpu_shapes_fwd_versions[][2] = {{2048, 18432}, {1024, 32768}};
+/* v2's rows, for a sweep of v2 against v4 (--baseline 2 --optimized 4): a
+ * block per row of 256 (16-bit) / 512 threads, 16384 rows (the issue's
+ * shape); a warp per row; NV 4 (16-bit 8192); a partial last warp
+ * (5120); 1024 cols at 16384 rows (a warp per row, many rows). */
+static const int64_t k_gpu_shapes_fwd_v4[][2] = {{16384, 4096}, {4096, 768}, {8192, 8192}, {1000, 5120}, {16384, 1024}};
 
 static fp_status run_fwd_versions(fb_run *run) {
     if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "CUDA only: compares CUDA kernel versions");
+    const int64_t base_v = fb_opt_int(run, "baseline", 1), opt_v = fb_opt_int(run, "optimized", 0);
+    const int64_t v4_params = fb_opt_int(run, "v4_params", 0);
+    if (base_v < 0 || base_v > 4 || opt_v < 0 || opt_v > 4 || v4_params < 0 || v4_params > 1)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                            "--baseline and --optimized take a forward version 0-4 (0: automatic), --v4_params 0 "
+                            "or 1 (got %lld, %lld and %lld)",
+                            (long long)base_v, (long long)opt_v, (long long)v4_params);
+    /* v2 / v4 asked for: their rows; else the rows v3 took over from v1 */
+    const int v2_rows = base_v == 2 || base_v == 4 || opt_v == 2 || opt_v == 4;
     fp_context *ctx = fb_ctx(run);
     shape_list sl;
     fp_dtype dts[3];
-    const int ndt = versions_setup(run, k_gpu_shapes_fwd_versions,
-                                   (int)(sizeof k_gpu_shapes_fwd_versions / sizeof k_gpu_shapes_fwd_versions[0]),
-                                   &sl, dts);
+    const int ndt =
+        v2_rows ? versions_setup(run, k_gpu_shapes_fwd_v4, (int)(sizeof k_gpu_shapes_fwd_v4 / sizeof k_gpu_shapes_fwd_v4[0]),
+                                 &sl, dts)
+                : versions_setup(run, k_gpu_shapes_fwd_versions,
+                                 (int)(sizeof k_gpu_shapes_fwd_versions / sizeof k_gpu_shapes_fwd_versions[0]), &sl,
+                                 dts);
+    static const char *const names[] = {"fused", "rmsnorm_fused", "plain"};
     double copy_gbps = measure_copy_gbps(run);
     for (int si = 0; si < sl.n; ++si)
-        for (int di = 0; di < ndt; ++di) {
-            const int64_t rows = sl.shapes[si][0], cols = sl.shapes[si][1];
-            const fp_dtype dt = dts[di];
-            const size_t n = (size_t)rows * (size_t)cols, es = fp_dtype_size(dt);
-            fb_result *r = new_row(run, rows, cols, dt, "fused");
-            void *x = NULL, *res = NULL, *g = NULL, *b = NULL, *out[2] = {NULL, NULL}, *sum[2] = {NULL, NULL};
-            fp_status st = fb_alloc_random(ctx, n, dt, 31, -2.0f, 3.0f, &x);
-            if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, 32, -1.0f, 1.0f, &res);
-            if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 33, 0.5f, 1.5f, &g);
-            if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 34, -0.5f, 0.5f, &b);
-            for (int k = 0; k < 2 && st == FP_OK; ++k) {
-                st = fp_mem_alloc(ctx, n * es, &out[k]);
-                if (st == FP_OK) st = fp_mem_alloc(ctx, n * es, &sum[k]);
-            }
-            fp_ab_report rep;
-            if (st == FP_OK) {
-                /* residual + LayerNorm + bias + GELU, residual_out written: v1 (baseline) vs automatic */
-                fwd_version_job job[2];
-                for (int k = 0; k < 2; ++k) {
-                    fwd_params(FP_NORM_LAYERNORM, rows, cols, dt, x, &job[k].p);
-                    job[k].p.residual = res;
-                    job[k].p.gamma = g;
-                    job[k].p.beta = b;
-                    job[k].p.bias = b;
-                    job[k].p.activation = FP_NORM_ACT_GELU_ERF;
-                    job[k].p.out = out[k];
-                    job[k].p.residual_out = sum[k];
-                    job[k].ctx = ctx;
-                    job[k].version = k == 0 ? 1 : 0;
+        for (int di = 0; di < ndt; ++di)
+            for (int v = 0; v < 3; ++v) {
+                const int64_t rows = sl.shapes[si][0], cols = sl.shapes[si][1];
+                const fp_dtype dt = dts[di];
+                const size_t n = (size_t)rows * (size_t)cols, es = fp_dtype_size(dt);
+                fb_result *r = new_row(run, rows, cols, dt, names[v]);
+                void *x = NULL, *res = NULL, *g = NULL, *b = NULL, *stats = NULL, *out[2] = {NULL, NULL},
+                     *sum[2] = {NULL, NULL};
+                fp_status st = fb_alloc_random(ctx, n, dt, 31, -2.0f, 3.0f, &x);
+                if (st == FP_OK) st = fb_alloc_random(ctx, n, dt, 32, -1.0f, 1.0f, &res);
+                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 33, 0.5f, 1.5f, &g);
+                if (st == FP_OK) st = fb_alloc_random(ctx, (size_t)cols, dt, 34, -0.5f, 0.5f, &b);
+                if (st == FP_OK) st = fp_mem_alloc(ctx, 2 * (size_t)rows * sizeof(float), &stats);
+                for (int k = 0; k < 2 && st == FP_OK; ++k) {
+                    st = fp_mem_alloc(ctx, n * es, &out[k]);
+                    if (st == FP_OK && v < 2) st = fp_mem_alloc(ctx, n * es, &sum[k]);
                 }
-                /* x, residual read; out, residual_out written */
-                st = ab_jobs(run, fwd_version_job_run, &job[0], &job[1], out[0], out[1], n, dt,
-                             (double)((4 * n + 3 * (size_t)cols) * es), &rep);
+                fp_ab_report rep;
+                if (st == FP_OK) {
+                    /* fused: residual + LayerNorm + bias + GELU, residual_out
+                     * written; rmsnorm_fused: residual + RMSNorm + bias + SiLU;
+                     * plain: LayerNorm with gamma, beta, mean and rstd */
+                    fwd_version_job job[2];
+                    const fp_norm_kind kind = v == 1 ? FP_NORM_RMSNORM : FP_NORM_LAYERNORM;
+                    for (int k = 0; k < 2; ++k) {
+                        fwd_params(kind, rows, cols, dt, x, &job[k].p);
+                        job[k].p.gamma = g;
+                        job[k].p.out = out[k];
+                        if (v < 2) {
+                            job[k].p.residual = res;
+                            job[k].p.bias = b;
+                            job[k].p.activation = v == 0 ? FP_NORM_ACT_GELU_ERF : FP_NORM_ACT_SILU;
+                            job[k].p.residual_out = sum[k];
+                        }
+                        if (v != 1) job[k].p.beta = b;
+                        if (v == 2) {
+                            job[k].p.mean = (float *)stats;
+                            job[k].p.rstd = (float *)stats + rows;
+                        }
+                        job[k].ctx = ctx;
+                        job[k].version = (int)(k == 0 ? base_v : opt_v | (v4_params ? FP_NORM_VOPT_V4_PARAMS : 0));
+                    }
+                    fb_param_int(r, "baseline", base_v);
+                    fb_param_int(r, "optimized", opt_v);
+                    if (v4_params) fb_param_int(r, "v4_params", 1);
+                    st = ab_jobs(run, fwd_version_job_run, &job[0], &job[1], out[0], out[1], n, dt,
+                                 fp_norm_forward_bytes(&job[1].p), &rep);
+                }
+                report(r, st, &rep, copy_gbps);
+                void *ptrs[] = {x, res, g, b, stats, out[0], out[1], sum[0], sum[1]};
+                for (int k = 0; k < 9; ++k) fp_mem_free(ctx, ptrs[k]);
             }
-            report(r, st, &rep, copy_gbps);
-            void *ptrs[] = {x, res, g, b, out[0], out[1], sum[0], sum[1]};
-            for (int k = 0; k < 8; ++k) fp_mem_free(ctx, ptrs[k]);
-        }
     return FP_OK;
 }
 

@@ -213,11 +213,14 @@ __device__ __forceinline__ float warp_sum(float v) {
 // per row: shuffles only) or a multiple of 32 with blockDim.y == 1 (a block
 // per row: shuffles, then one value per warp through shared memory). Every
 // thread gets the same total, summed in the same order (deterministic).
-__device__ __forceinline__ float row_sum(float v, float *red_smem /* [32] */) {
+// lead = false drops the leading barrier: for callers that alternate
+// red_smem buffers between consecutive reductions (forward v4), where the
+// reduction in between keeps a buffer's readers ahead of its next writers.
+__device__ __forceinline__ float row_sum(float v, float *red_smem /* [32] */, bool lead = true) {
     v = warp_sum(v);
     if (blockDim.x == 32) return v;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    __syncthreads();  // red_smem may still be read by a previous row_sum
+    if (lead) __syncthreads();  // red_smem may still be read by a previous row_sum
     if (lane == 0) red_smem[warp] = v;
     __syncthreads();
     float t = lane < nwarps ? red_smem[lane] : 0.0f;
@@ -287,11 +290,13 @@ __device__ __forceinline__ void warp_moments(float &n, float &m, float &q) {
     m = __shfl_sync(0xffffffffu, m, 0);
     q = __shfl_sync(0xffffffffu, q, 0);
 }
-__device__ __forceinline__ void row_moments(float &n, float &m, float &q, float *red_smem /* [48] */) {
+// lead: as row_sum's.
+__device__ __forceinline__ void row_moments(float &n, float &m, float &q, float *red_smem /* [48] */,
+                                            bool lead = true) {
     warp_moments(n, m, q);
     if (blockDim.x == 32) return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    __syncthreads();  // red_smem may still be read by a previous reduction
+    if (lead) __syncthreads();  // red_smem may still be read by a previous reduction
     if (lane == 0) {
         red_smem[warp] = n;
         red_smem[16 + warp] = m;

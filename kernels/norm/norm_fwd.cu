@@ -2,8 +2,9 @@
 // activation, plus the unfused baseline used by fp_norm_validate.
 //
 // Kernel versions (fp_norm_fwd_launch(desc, version, stream)): 0 = automatic
-// (v2 where the row fits its registers, else v3, else v1); 1, 2, 3 ask for
-// that kernel, v1 where it does not apply:
+// (v2 where the row fits its registers, else v3, else v1; v4 instead of v2
+// under FP_NORM_FWD_PERSIST=1); 1, 2, 3 ask for that kernel, v1 where it does
+// not apply; 4 asks for v4, the automatic choice where it does not apply:
 //   norm_fwd_v1  any shape, any alignment: a block per row, scalar loads, the
 //                row re-read through L1/L2 for each of its three passes (sum,
 //                squared deviations, output). Fallback for misaligned
@@ -24,6 +25,13 @@
 //                write of out/res_out as v2 (v1 reads the row three times).
 //                Rows up to the device's opt-in shared memory (H100 227 KB:
 //                ~116K 16-bit or ~58K f32 cols).
+//   norm_fwd_v4  v2's rows in persistent CTAs (a grid of the CTAs that fit
+//                the device at once): the next row's x / residual loaded
+//                during this row's reduction and stores, gamma / beta /
+//                bias optionally kept in registers (NV <= 2), streaming
+//                loads, one barrier per reduction. v2's shapes up to NV 4 (f32: cols
+//                <= 8192 per block). Opt-in until a GPU measures it
+//                against v2 (gpu-check ab-nfwd4).
 //   unfused      baseline: elementwise add (vectorized when aligned); norm
 //                (norm_fwd_v2/v3/v1 with nothing fused); elementwise affine;
 //                elementwise activation. Each step re-reads the tensor.
@@ -102,6 +110,165 @@ __global__ void __launch_bounds__(kV1Threads) norm_fwd_v1(const fp_norm_fwd_desc
 }
 
 // ---------------------------------------------------------------------------
+// A row in registers, 16-byte vectors: v2's and v4's steps
+// ---------------------------------------------------------------------------
+// Thread threadIdx.x of a row owns its vectors j = threadIdx.x + k * tpr,
+// k < NV (tpr = blockDim.x threads per row); past the row (j >= nvec) it
+// holds zeros and stores nothing.
+
+// s = x (+ residual) into s_reg as s - shift, residual_out stored; returns
+// the thread's sum of s - shift. kIn: the vectors are in xr / rr; else
+// vector k is loaded here, after vector k - 1's residual_out store (v2's
+// order 0).
+template <typename T, int NV, bool kIn>
+__device__ __forceinline__ float row_s(const T *x, const T *res, T *res_out, const uint4 (&xr)[kIn ? NV : 1],
+                                       const uint4 (&rr)[kIn ? NV : 1], float shift, int nvec, int tpr,
+                                       float (&s_reg)[NV][Vec<T>::N]) {
+    constexpr int V = Vec<T>::N;
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int j = threadIdx.x + k * tpr;  // vector index in the row
+        if (j < nvec) {
+            unpack<T>(kIn ? xr[k] : ldg16(x + (int64_t)j * V), s_reg[k]);
+            if (res) {
+                float r[V];
+                unpack<T>(kIn ? rr[k] : ldg16(res + (int64_t)j * V), r);
+#pragma unroll
+                for (int e = 0; e < V; ++e) s_reg[k][e] = round_to<T>(s_reg[k][e] + r[e]);
+            }
+            if (res_out) stg16(res_out + (int64_t)j * V, pack<T>(s_reg[k]));
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                s_reg[k][e] -= shift;
+                acc += s_reg[k][e];
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) s_reg[k][e] = 0.0f;
+        }
+    }
+    return acc;
+}
+
+// The row's mean (of s - shift; 0 for RMSNorm) and rstd from s_reg and acc
+// (row_s's sum). A block per row reduces through shared memory: red0, and
+// red1 for LayerNorm's second reduction (FP_NORM_FWD_LN_STATS=2); lead: each
+// reduction starts with a barrier (row_sum). Returns the count of reductions
+// through shared memory (0 for a warp per row).
+template <int NV, int V>
+__device__ __forceinline__ int row_stats(const fp_norm_fwd_desc &d, const float (&s_reg)[NV][V], float acc, int nvec,
+                                         int tpr, float *red0, float *red1, bool lead, float &mean, float &rstd) {
+    const float inv_n = 1.0f / (float)d.cols;
+    float sq;  // sum of squared deviations from mean
+    mean = 0.0f;
+    // this thread's squared deviations from c over its registers (no cancellation)
+    auto sq_dev = [&](float c) {
+        float q = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            if (threadIdx.x + k * tpr < nvec) {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    const float t = s_reg[k][e] - c;
+                    q += t * t;
+                }
+            }
+        }
+        return q;
+    };
+    int nred = 1;
+    if (d.kind == KIND_LAYERNORM && tpr > 32 && !d.ln_two_reductions) {
+        // A block per row: this thread's moments (its mean, then squared
+        // deviations from it), merged across the row in one reduction
+        // (row_moments).
+        int own = 0;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) own += threadIdx.x + k * tpr < nvec;
+        float n = (float)(own * V), m = own ? __fdividef(acc, n) : 0.0f, q = sq_dev(m);
+        row_moments(n, m, q, red0, lead);
+        mean = m;
+        sq = q;
+    } else {
+        if (d.kind == KIND_LAYERNORM) {
+            mean = row_sum(acc, red0, lead) * inv_n;
+            nred = 2;
+        }
+        sq = row_sum(sq_dev(mean), nred == 2 ? red1 : red0, lead); // a second pass over the registers
+    }
+    rstd = rsqrtf(sq * inv_n + d.eps);
+    return tpr > 32 ? nred : 0;
+}
+
+// gamma / beta / bias of a desc (nullptr: not given).
+template <typename T> struct Params {
+    const T *gamma, *beta, *bias;
+    __device__ __forceinline__ explicit Params(const fp_norm_fwd_desc &d)
+        : gamma(static_cast<const T *>(d.gamma)), beta(static_cast<const T *>(d.beta)),
+          bias(static_cast<const T *>(d.bias)) {}
+};
+
+// out = act((s - mean) rstd gamma + beta + bias) for the thread's vectors.
+// kIn: gamma / beta / bias vectors in gr / br / cr; else loaded here.
+template <typename T, int NV, bool kIn>
+__device__ __forceinline__ void row_out(const fp_norm_fwd_desc &d, const float (&s_reg)[NV][Vec<T>::N], float mean,
+                                        float rstd, int nvec, int tpr, T *out, const uint4 (&gr)[kIn ? NV : 1],
+                                        const uint4 (&br)[kIn ? NV : 1], const uint4 (&cr)[kIn ? NV : 1]) {
+    constexpr int V = Vec<T>::N;
+    const auto [gamma, beta, bias] = Params<T>(d);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int j = threadIdx.x + k * tpr;
+        if (j < nvec) {
+            float y[V], p[V];
+#pragma unroll
+            for (int e = 0; e < V; ++e) y[e] = (s_reg[k][e] - mean) * rstd;
+            if (gamma) {
+                unpack<T>(kIn ? gr[k] : ldg16(gamma + (int64_t)j * V), p);
+#pragma unroll
+                for (int e = 0; e < V; ++e) y[e] *= p[e];
+            }
+            if (beta || bias) {
+                float sh[V];
+#pragma unroll
+                for (int e = 0; e < V; ++e) sh[e] = 0.0f;
+                if (beta) {
+                    unpack<T>(kIn ? br[k] : ldg16(beta + (int64_t)j * V), p);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) sh[e] = p[e];
+                }
+                if (bias) {
+                    unpack<T>(kIn ? cr[k] : ldg16(bias + (int64_t)j * V), p);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) sh[e] += p[e];
+                }
+#pragma unroll
+                for (int e = 0; e < V; ++e) y[e] += sh[e];
+            }
+            act_vec<V>(d.act, y);
+            stg16(out + (int64_t)j * V, pack<T>(y));
+        }
+    }
+}
+
+// gamma / beta / bias vectors of the thread into gr / br / cr.
+template <typename T, int NV>
+__device__ __forceinline__ void load_params(const fp_norm_fwd_desc &d, int nvec, int tpr, uint4 (&gr)[NV],
+                                            uint4 (&br)[NV], uint4 (&cr)[NV]) {
+    constexpr int V = Vec<T>::N;
+    const Params<T> p(d);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int j = threadIdx.x + k * tpr;
+        if (j < nvec) {
+            if (p.gamma) gr[k] = ldg16(p.gamma + (int64_t)j * V);
+            if (p.beta) br[k] = ldg16(p.beta + (int64_t)j * V);
+            if (p.bias) cr[k] = ldg16(p.bias + (int64_t)j * V);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // v2: row in registers, 16-byte vectors
 // ---------------------------------------------------------------------------
 // Three load orders (kOrder), chosen per launch by launch_v2:
@@ -136,9 +303,6 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_d
     const T *x = static_cast<const T *>(d.x) + row * d.x_stride;
     const T *res = d.res ? static_cast<const T *>(d.res) + row * d.res_stride : nullptr;
     T *res_out = d.res_out ? static_cast<T *>(d.res_out) + row * d.res_out_stride : nullptr;
-    const T *gamma = static_cast<const T *>(d.gamma);
-    const T *beta = static_cast<const T *>(d.beta);
-    const T *bias = static_cast<const T *>(d.bias);
 
     // s_reg holds s - shift (see norm_fwd_v1). x[0] is read before any
     // thread writes out (which may alias x): the writes come after row_sum.
@@ -154,113 +318,109 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_d
                 if (res) rr[k] = ldg16(res + (int64_t)j * V);
             }
         }
-        if constexpr (kParamsEarly) {
-#pragma unroll
-            for (int k = 0; k < NV; ++k) {
-                const int j = threadIdx.x + k * tpr;
-                if (j < nvec) {
-                    if (gamma) gr[k] = ldg16(gamma + (int64_t)j * V);
-                    if (beta) br[k] = ldg16(beta + (int64_t)j * V);
-                    if (bias) cr[k] = ldg16(bias + (int64_t)j * V);
-                }
-            }
-        }
+        if constexpr (kParamsEarly) load_params<T, NV>(d, nvec, tpr, gr, br, cr);
     }
     float s_reg[NV][V];
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        const int j = threadIdx.x + k * tpr;  // vector index in the row
-        if (j < nvec) {
-            unpack<T>(kLoadsFirst ? xr[k] : ldg16(x + (int64_t)j * V), s_reg[k]);
-            if (res) {
-                float r[V];
-                unpack<T>(kLoadsFirst ? rr[k] : ldg16(res + (int64_t)j * V), r);
-#pragma unroll
-                for (int e = 0; e < V; ++e) s_reg[k][e] = round_to<T>(s_reg[k][e] + r[e]);
-            }
-            if (res_out) stg16(res_out + (int64_t)j * V, pack<T>(s_reg[k]));
-#pragma unroll
-            for (int e = 0; e < V; ++e) {
-                s_reg[k][e] -= shift;
-                acc += s_reg[k][e];
-            }
-        } else {
-#pragma unroll
-            for (int e = 0; e < V; ++e) s_reg[k][e] = 0.0f;
-        }
-    }
-    const float inv_n = 1.0f / (float)d.cols;
-    float mean = 0.0f;  // of s - shift
-    float sq;           // sum of squared deviations from mean
-    // this thread's squared deviations from c over its registers (no cancellation)
-    auto sq_dev = [&](float c) {
-        float q = 0.0f;
-#pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            if (threadIdx.x + k * tpr < nvec) {
-#pragma unroll
-                for (int e = 0; e < V; ++e) {
-                    const float t = s_reg[k][e] - c;
-                    q += t * t;
-                }
-            }
-        }
-        return q;
-    };
-    if (d.kind == KIND_LAYERNORM && tpr > 32 && !d.ln_two_reductions) {
-        // A block per row: this thread's moments (its mean, then squared
-        // deviations from it), merged across the row in one reduction
-        // (row_moments).
-        int own = 0;
-#pragma unroll
-        for (int k = 0; k < NV; ++k) own += threadIdx.x + k * tpr < nvec;
-        float n = (float)(own * V), m = own ? __fdividef(acc, n) : 0.0f, q = sq_dev(m);
-        row_moments(n, m, q, red_smem);
-        mean = m;
-        sq = q;
-    } else {
-        if (d.kind == KIND_LAYERNORM) mean = row_sum(acc, red_smem) * inv_n;
-        sq = row_sum(sq_dev(mean), red_smem); // a second pass over the registers
-    }
-    const float rstd = rsqrtf(sq * inv_n + d.eps);
+    const float acc = row_s<T, NV, kLoadsFirst>(x, res, res_out, xr, rr, shift, nvec, tpr, s_reg);
+    float mean, rstd;
+    row_stats(d, s_reg, acc, nvec, tpr, red_smem, red_smem, true, mean, rstd);
     if (threadIdx.x == 0) {
         if (d.mean) d.mean[row] = shift + mean;
         if (d.rstd) d.rstd[row] = rstd;
     }
-    T *out = static_cast<T *>(d.out) + row * d.out_stride;
+    row_out<T, NV, kParamsEarly>(d, s_reg, mean, rstd, nvec, tpr, static_cast<T *>(d.out) + row * d.out_stride, gr,
+                                 br, cr);
+}
+
+// Hides the packed parameters' values from the compiler (an empty asm that
+// "writes" them): their conversion to f32 is not hoisted out of v4's row
+// loop, which would hold 2 floats a register in place of 2 packed 16-bit
+// values (ptxas: bf16 NV 2 at 124 registers with it hoisted).
+template <int N>
+__device__ __forceinline__ void keep_packed(uint4 (&a)[N], uint4 (&b)[N], uint4 (&c)[N]) {
+#if !defined(FP_CUDA_EMU)
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        const int j = threadIdx.x + k * tpr;
-        if (j < nvec) {
-            float y[V], p[V];
+    for (int k = 0; k < N; ++k) {
+        asm volatile("" : "+r"(a[k].x), "+r"(a[k].y), "+r"(a[k].z), "+r"(a[k].w));
+        asm volatile("" : "+r"(b[k].x), "+r"(b[k].y), "+r"(b[k].z), "+r"(b[k].w));
+        asm volatile("" : "+r"(c[k].x), "+r"(c[k].y), "+r"(c[k].z), "+r"(c[k].w));
+    }
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// v4: v2's row in registers in persistent CTAs
+// ---------------------------------------------------------------------------
+// The grid is the SMs times the CTAs that fit one (launch_v4); a CTA (a warp,
+// four to a CTA, where v2 takes a warp per row) walks rows blockIdx.x,
+// + gridDim.x, ... (rows of a CTA: blockDim.y apart). Per row, against v2:
+//   - the next row's x / residual vectors are issued as soon as this row's
+//     are in s_reg, before its reduction and its stores: a row's DRAM
+//     round trip hides under the previous row's work (v2 overlaps rows
+//     only across CTAs, each CTA waiting on its own row's loads);
+//   - gamma / beta / bias can stay in registers for the whole grid walk at
+//     NV <= 2 (kParams, FP_NORM_FWD_V4_PARAMS=1), where v2 reloads them from
+//     L1 every row; not by default: they halve the CTAs an SM holds
+//     (v4_params_in_regs);
+//   - x / residual read with the streaming hint (ld.global.cs: evict first
+//     in L1 and L2; each is read once), the stores left as they are (the
+//     next op reads out and residual_out);
+//   - one barrier per reduction: red_smem alternates between two buffers
+//     (row_sum's lead = false), the reduction in between keeping a buffer's
+//     readers ahead of its next writers.
+// Exact as v2: the next row's loads touch another row than the stores of
+// this one (out may alias x, residual_out residual, element for element),
+// and x[0] (LayerNorm's shift) of a row is read before the row is written.
+// No CTA launch per row; rows past gridDim.x * blockDim.y (v2's grid limit)
+// are walked too.
+template <typename T, int NV, bool kParams>
+__global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v4(const fp_norm_fwd_desc d) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    constexpr int V = Vec<T>::N;
+    __shared__ float red_smem[2][48];
+    int64_t row = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+    const int64_t step = (int64_t)gridDim.x * blockDim.y;
+    // As v2: a warp per row leaves per warp, a block per row as a block
+    // (blockDim.y == 1: row and step are uniform across the block).
+    if (row >= d.rows) return;
+    const int nvec = (int)(d.cols / V);
+    const int tpr = blockDim.x;
+    uint4 gr[kParams ? NV : 1], br[kParams ? NV : 1], cr[kParams ? NV : 1];
+    if constexpr (kParams) load_params<T, NV>(d, nvec, tpr, gr, br, cr);
+    uint4 xr[NV], rr[NV];
+    float shift_next = 0.0f;
+    auto load_row = [&](int64_t r) {
+        const T *x = static_cast<const T *>(d.x) + r * d.x_stride;
+        const T *res = d.res ? static_cast<const T *>(d.res) + r * d.res_stride : nullptr;
 #pragma unroll
-            for (int e = 0; e < V; ++e) y[e] = (s_reg[k][e] - mean) * rstd;
-            if (gamma) {
-                unpack<T>(kParamsEarly ? gr[k] : ldg16(gamma + (int64_t)j * V), p);
-#pragma unroll
-                for (int e = 0; e < V; ++e) y[e] *= p[e];
+        for (int k = 0; k < NV; ++k) {
+            const int j = threadIdx.x + k * tpr;
+            if (j < nvec) {
+                xr[k] = __ldcs(reinterpret_cast<const uint4 *>(x + (int64_t)j * V));
+                if (res) rr[k] = __ldcs(reinterpret_cast<const uint4 *>(res + (int64_t)j * V));
             }
-            if (beta || bias) {
-                float sh[V];
-#pragma unroll
-                for (int e = 0; e < V; ++e) sh[e] = 0.0f;
-                if (beta) {
-                    unpack<T>(kParamsEarly ? br[k] : ldg16(beta + (int64_t)j * V), p);
-#pragma unroll
-                    for (int e = 0; e < V; ++e) sh[e] = p[e];
-                }
-                if (bias) {
-                    unpack<T>(kParamsEarly ? cr[k] : ldg16(bias + (int64_t)j * V), p);
-#pragma unroll
-                    for (int e = 0; e < V; ++e) sh[e] += p[e];
-                }
-#pragma unroll
-                for (int e = 0; e < V; ++e) y[e] += sh[e];
-            }
-            act_vec<V>(d.act, y);
-            stg16(out + (int64_t)j * V, pack<T>(y));
         }
+        if (d.kind == KIND_LAYERNORM) shift_next = to_f(x[0]);
+    };
+    load_row(row);
+    int buf = 0;
+    for (; row < d.rows; row += step) {
+        if constexpr (kParams) keep_packed(gr, br, cr);
+        const float shift = shift_next;
+        T *res_out = d.res_out ? static_cast<T *>(d.res_out) + row * d.res_out_stride : nullptr;
+        float s_reg[NV][V];
+        const float acc = row_s<T, NV, true>(nullptr, d.res ? static_cast<const T *>(d.res) : nullptr, res_out, xr,
+                                             rr, shift, nvec, tpr, s_reg);
+        if (row + step < d.rows) load_row(row + step);  // in flight through this row's reduction and stores
+        float mean, rstd;
+        const int nred = row_stats(d, s_reg, acc, nvec, tpr, red_smem[buf], red_smem[buf ^ 1], false, mean, rstd);
+        buf ^= nred & 1;
+        if (threadIdx.x == 0) {
+            if (d.mean) d.mean[row] = shift + mean;
+            if (d.rstd) d.rstd[row] = rstd;
+        }
+        row_out<T, NV, kParams>(d, s_reg, mean, rstd, nvec, tpr, static_cast<T *>(d.out) + row * d.out_stride, gr,
+                                br, cr);
     }
 }
 
@@ -495,28 +655,41 @@ static cudaError_t launch_v2_nv(const fp_norm_fwd_desc &d, dim3 grid, dim3 block
     }
 }
 
-// Picks NV (vectors per thread) and threads per row; false if the row does
-// not fit the registers of one block (then v3 or v1 runs).
+// v2's and v4's shape of a row: NV (vectors per thread) and the block (a
+// warp per row, kWarpRows to a block, or a block of <= 512 threads per row);
+// false if the row does not fit the registers of one block.
 template <typename T>
-static bool launch_v2(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_t *err) {
+static bool row_shape(const fp_norm_fwd_desc &d, int *nv, dim3 *block) {
     constexpr int V = Vec<T>::N;
     constexpr int kMaxNV = 32 / V;  // <= 32 floats of row per thread: no spills
     const int64_t nvec = d.cols / V;
-    dim3 grid, block;
-    int nv;
     if (nvec <= 32 * 4) {  // warp per row
-        nv = nvec <= 32 ? 1 : nvec <= 64 ? 2 : 4;
-        block = dim3(32, kWarpRows);
-        grid = dim3((unsigned)ceil_div(d.rows, kWarpRows));
-        if (ceil_div(d.rows, kWarpRows) > 0x7fffffffLL) return false;
-    } else {  // block per row: the fewest vectors per thread that fit 512 threads
-        nv = 0;
-        for (int c = 2; c <= kMaxNV; c *= 2)
-            if (ceil_div(nvec, c) <= kV2MaxThreads) { nv = c; break; }
-        if (nv == 0 || d.rows > 0x7fffffffLL) return false;
-        block = dim3(round_up32(ceil_div(nvec, nv)), 1);
-        grid = dim3((unsigned)d.rows);
+        *nv = nvec <= 32 ? 1 : nvec <= 64 ? 2 : 4;
+        *block = dim3(32, kWarpRows);
+        return true;
     }
+    // block per row: the fewest vectors per thread that fit 512 threads
+    for (int c = 2; c <= kMaxNV; c *= 2)
+        if (ceil_div(nvec, c) <= kV2MaxThreads) {
+            *nv = c;
+            *block = dim3(round_up32(ceil_div(nvec, c)), 1);
+            return true;
+        }
+    return false;
+}
+
+// Picks NV and threads per row (row_shape); false if the row does not fit
+// the registers of one block, or the grid (a CTA per row or per kWarpRows
+// rows) passes gridDim.x (then v3 or v1 runs).
+template <typename T>
+static bool launch_v2(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_t *err) {
+    constexpr int kMaxNV = 32 / Vec<T>::N;
+    int nv;
+    dim3 block;
+    if (!row_shape<T>(d, &nv, &block)) return false;
+    const int64_t ctas = ceil_div(d.rows, (int64_t)block.y);
+    if (ctas > kMaxGrid) return false;
+    const dim3 grid((unsigned)ctas);
     switch (nv) {
     case 1: *err = launch_v2_nv<T, 1>(d, grid, block, stream); break;
     case 2: *err = launch_v2_nv<T, 2>(d, grid, block, stream); break;
@@ -527,6 +700,65 @@ static bool launch_v2(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_
         break;
     }
     return true;
+}
+
+// FP_NORM_FWD_PERSIST (read once): 1 makes the automatic choice (version 0)
+// take v4 wherever it applies, for the GPU check's A/B against v2; unset,
+// 0 or anything else: the automatic choice as before v4 (v2, v3, v1).
+static bool v4_forced() {
+    static const bool forced = env_switch("FP_NORM_FWD_PERSIST", 1) == 1;
+    return forced;
+}
+
+// FP_NORM_FWD_V4_PARAMS (read once): 1 keeps gamma / beta / bias in
+// registers across v4's rows at NV <= 2 for every call (a version request's
+// FP_NORM_VOPT_V4_PARAMS for one: kernel_desc sets d.v4_params); else they
+// are loaded per row (L1 hits) as in v2. Kept in registers they cost ~36 registers (sm_90, bf16 NV
+// 2: 100 against 64, so 2 CTAs of 256 threads per SM instead of 4, half the
+// rows in flight): the GPU check measures both (ab-nfwd4, ab-nfwd4p).
+static bool v4_params_in_regs() {
+    static const bool on = env_switch("FP_NORM_FWD_V4_PARAMS", 1) == 1;
+    return on;
+}
+
+template <typename T, int NV, bool kParams>
+static cudaError_t launch_v4_nv(const fp_norm_fwd_desc &d, dim3 block, cudaStream_t stream) {
+    constexpr auto kernel = norm_fwd_v4<T, NV, kParams>;
+    const int threads = (int)(block.x * block.y);
+    int per_sm = 0;
+    cudaError_t err = occupancy_once(&per_sm, kernel, threads, 0);
+    if (err != cudaSuccess) return err;
+    // At most as many CTAs as fit the device at once (an unknown SM count,
+    // 0 in direct launches of tests, counts as one SM), and the fewest that
+    // give each the same count of rows (of CTA-rows: blockDim.y rows) as the
+    // most loaded one: 16384 rows on 528 CTAs would leave 16 CTAs a 32nd row
+    // while 512 wait (3% of the time at a fraction of the bandwidth); 512
+    // CTAs of 32 rows end together.
+    const int64_t fit = (int64_t)(d.sm_count > 0 ? d.sm_count : 1) * (per_sm > 0 ? per_sm : 1);
+    const int64_t units = ceil_div(d.rows, (int64_t)block.y);
+    const int64_t ctas = ceil_div(units, ceil_div(units, fit));
+    return fp_pdl::launch<kernel>(dim3((unsigned)ctas), block, 0, stream, d.pdl != 0, d);
+}
+
+// v4 (persistent CTAs) on v2's row shape: false (the automatic choice runs)
+// where the row does not fit v2, or NV > 4 (f32 rows of 8193 to 16384 cols:
+// the prefetched row would spill).
+template <typename T>
+static bool launch_v4(const fp_norm_fwd_desc &d, cudaStream_t stream, cudaError_t *err) {
+    int nv;
+    dim3 block;
+    if (!row_shape<T>(d, &nv, &block)) return false;
+    const bool params = d.v4_params != 0;
+    switch (nv) {
+    case 1:
+        *err = params ? launch_v4_nv<T, 1, true>(d, block, stream) : launch_v4_nv<T, 1, false>(d, block, stream);
+        return true;
+    case 2:
+        *err = params ? launch_v4_nv<T, 2, true>(d, block, stream) : launch_v4_nv<T, 2, false>(d, block, stream);
+        return true;
+    case 4: *err = launch_v4_nv<T, 4, false>(d, block, stream); return true;
+    default: return false;
+    }
 }
 
 // v3 for an aligned d: false (v1 runs) when the staged row exceeds the
@@ -552,6 +784,7 @@ template <typename T>
 static cudaError_t fwd_dispatch(const fp_norm_fwd_desc &d, int version, cudaStream_t stream) {
     if (version != 1 && fwd_vectorizable(d, Vec<T>::N)) {
         cudaError_t err = cudaSuccess;
+        if ((version == 4 || (version == 0 && v4_forced())) && launch_v4<T>(d, stream, &err)) return err;
         if (version != 3 && launch_v2<T>(d, stream, &err)) return err;
         if (version != 2 && launch_v3<T>(d, stream, &err)) return err;
     }
@@ -612,6 +845,7 @@ static fp_norm_fwd_desc kernel_desc(const fp_norm_fwd_desc *d, int version) {
     fp_norm_fwd_desc r = *d;
     r.act = kernel_act(d->act, version);
     r.ln_two_reductions = env_two || (version & FP_NORM_VOPT_TWO_REDUCTIONS);
+    r.v4_params = v4_params_in_regs() || (version & FP_NORM_VOPT_V4_PARAMS);
     return r;
 }
 

@@ -31,6 +31,9 @@ typedef struct fp_norm_fwd_desc {
     int ln_two_reductions; /* set by the launchers: 1 = LayerNorm's mean and
                           variance as two reductions in v2's block per row
                           (before session 28; FP_NORM_FWD_LN_STATS=2) */
+    int v4_params;     /* set by the launchers: 1 = v4 keeps gamma / beta /
+                          bias in registers across its rows (NV <= 2;
+                          FP_NORM_VOPT_V4_PARAMS, FP_NORM_FWD_V4_PARAMS=1) */
 } fp_norm_fwd_desc;
 
 typedef struct fp_norm_bwd_desc {
@@ -56,16 +59,24 @@ typedef struct fp_norm_bwd_desc {
  *                                squared deviations (before session 28;
  *                                FP_NORM_FWD_LN_STATS=2); backward, its two
  *                                row sums one after the other (before session
- *                                15; FP_NORM_BWD_SEP_SUMS=1) */
+ *                                15; FP_NORM_BWD_SEP_SUMS=1)
+ * and, forward only, a choice the GPU check measures:
+ *   FP_NORM_VOPT_V4_PARAMS       forward v4 keeps gamma / beta / bias in
+ *                                registers across its rows
+ *                                (FP_NORM_FWD_V4_PARAMS=1 for every call) */
 enum {
     FP_NORM_VERSION_MASK = 0xff,
     FP_NORM_VOPT_ACCURATE_ACT = 0x100,
     FP_NORM_VOPT_TWO_REDUCTIONS = 0x200,
-    FP_NORM_VOPT_ALL = FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS
+    FP_NORM_VOPT_V4_PARAMS = 0x400,
+    FP_NORM_VOPT_ALL = FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS,
+    FP_NORM_VOPT_FWD_ALL = FP_NORM_VOPT_ALL | FP_NORM_VOPT_V4_PARAMS
 };
 /* Kernel versions (see the header comments of the .cu files):
  *   0 = automatic (best for the shape), 1 = scalar/any-shape, 2 = vectorized
- *   row in registers (falls back to 1 where it does not apply). */
+ *   row in registers (falls back to 1 where it does not apply), 3 = the row
+ *   staged in shared memory (likewise), 4 = 2 in persistent CTAs with the
+ *   next row prefetched (the automatic choice where it does not apply). */
 
 /* Fused forward. Returns a cudaError_t (cudaSuccess or the launch error). */
 cudaError_t fp_norm_fwd_launch(const fp_norm_fwd_desc *d, int version, cudaStream_t stream);
@@ -115,8 +126,8 @@ extern "C" {
 fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_norm_backward_params *params,
                                    int version);  /* version: 0-4, | FP_NORM_VOPT_* bits */
 /* As fp_norm_forward with `version` passed to fp_norm_fwd_launch (0
- * automatic, 1 v1, 2 v2, 3 v3; v1 where the asked one does not apply; |
- * FP_NORM_VOPT_* bits). */
+ * automatic, 1 v1, 2 v2, 3 v3, v1 where the asked one does not apply; 4 v4,
+ * the automatic choice where it does not apply; | FP_NORM_VOPT_* bits). */
 fp_status fp_norm_forward_version(fp_context *ctx, fp_stream stream, const fp_norm_params *params, int version);
 /* The dx kernel version (1, 2, 3, 4) a request for `version` runs on a CUDA
  * context for params; 0 if params are invalid (error cleared). */

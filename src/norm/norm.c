@@ -288,9 +288,9 @@ fp_status fp_norm_forward(fp_context *ctx, fp_stream stream, const fp_norm_param
 
 fp_status fp_norm_forward_version(fp_context *ctx, fp_stream stream, const fp_norm_params *params, int version) {
     FP_TRY(fp_ctx_check(ctx, -1));
-    FP_CHECK_ARG(version >= 0 && (version & FP_NORM_VERSION_MASK) <= 3 &&
-                     !(version & ~(FP_NORM_VERSION_MASK | FP_NORM_VOPT_ALL)),
-                 "argument 'version' (%d) is not 0, 1, 2 or 3 (with FP_NORM_VOPT_* bits)", version);
+    FP_CHECK_ARG(version >= 0 && (version & FP_NORM_VERSION_MASK) <= 4 &&
+                     !(version & ~(FP_NORM_VERSION_MASK | FP_NORM_VOPT_FWD_ALL)),
+                 "argument 'version' (%d) is not 0, 1, 2, 3 or 4 (with FP_NORM_VOPT_* bits)", version);
     fp_norm_fwd_desc d;
     FP_TRY(fp_norm_check_fwd(params, &d));
     return fwd_op(ctx, stream, &d, 0, version);

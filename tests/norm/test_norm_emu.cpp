@@ -274,6 +274,7 @@ struct FwdCase {
     float x_lo = -2.0f, x_hi = 3.0f;
     std::string expect;     // a kernel that must run ("" : not checked)
     std::string expect_ew;  // the unfused baseline: its elementwise kernel ("": not checked)
+    unsigned expect_grid = 0;  // the grid (x) of expect's launch (0: not checked)
 };
 
 std::string fwd_desc(const FwdCase &f) {
@@ -348,6 +349,11 @@ void run_fwd(const FwdCase &f, uint64_t seed) {
     (void)cudaGetLastError();
     if (err != cudaSuccess) c.fail("launcher returned %d (%s)", (int)err, fp_emu::last_failure());
     check_launches(c, {f.expect, f.expect_ew});
+    if (f.expect_grid) {
+        for (const auto &r : fp_emu::launch_log())
+            if (fp_emu::kernel_name(r.func).find(f.expect) != std::string::npos && r.grid.x != f.expect_grid)
+                c.fail("%s ran on a grid of %u CTAs, expected %u", f.expect.c_str(), r.grid.x, f.expect_grid);
+    }
 
     // Reference: s = round_T(x + residual), then double throughout.
     std::vector<double> r_out((size_t)(f.rows * f.cols)), r_s(r_out.size()), r_mean(f.rows), r_rstd(f.rows);
@@ -580,6 +586,83 @@ void test_forward() {
         f.expect = fwd_kernel(F32, cols == 4096 ? 2 : 0);
         run_fwd(f, seed++);
     }
+}
+
+// v4 (version 4: v2's rows in persistent CTAs, the next row prefetched):
+// every v2 row shape (a warp per row NV 1 / 2 / 4, a block per row NV 2 /
+// 4, threads not a multiple of the row), rows many times the grid (each CTA
+// or warp walks several rows: the prefetch, the alternating reduction
+// buffers), the parameters in registers (FP_NORM_VOPT_V4_PARAMS), LayerNorm's
+// two reductions (the second buffer), other SM counts, in place; and where v4
+// does not apply (f32 NV 8, odd cols, misaligned, past v2): the automatic
+// choice. The grid: at most the CTAs that fit the device (the emulation's
+// occupancy times its SMs, an unknown count: 1), the fewest that give each
+// as many rows as the most loaded one walks.
+void test_forward_v4() {
+    struct V4Shape {
+        int64_t rows, cols, pad;
+        int off, sm_count;
+        int nv32, nv16;  // v4's NV (0: v4 does not apply)
+        int auto32, auto16;  // otherwise the automatic choice's kernel, as FwdShape's nv (v2 NV, 0 v1, -1 v3)
+        const char *why;
+    };
+    static const V4Shape shapes[] = {
+        {100, 24, 8, 0, 0, 1, 1, 0, 0, "strided short rows: warp NV 1, 25 blocks of 4 rows on 8 CTAs"},
+        {37, 256, 0, 0, 0, 2, 1, 0, 0, "warp NV 2 / NV 1, a partial block of rows"},
+        {41, 768, 0, 0, 0, 2, 4, 0, 0, "f32 block NV 2 (96 threads), 16-bit warp NV 4"},
+        {13, 4096, 0, 0, 0, 2, 2, 0, 0, "block NV 2 (512 / 256 threads): 4 or 2 CTAs walk 13 rows"},
+        {11, 2056, 0, 0, 0, 2, 2, 0, 0, "block NV 2, threads not a multiple of the row (288 / 160)"},
+        {7, 8192, 0, 0, 0, 4, 2, 0, 0, "block NV 4 / NV 2 (512 threads)"},
+        {6, 12288, 0, 0, 0, 0, 4, 8, 0, "f32 NV 8: v2; 16-bit block NV 4 (384 threads)"},
+        {50, 4096, 0, 0, 3, 2, 2, 0, 0, "3 SMs"},
+        {9, 4096, 0, 0, 0, 2, 2, 0, 0, "16-bit: 4 CTAs fit, 3 run 3 rows each (not 3, 2, 2, 2)"},
+        {3, 4096, 0, 0, 132, 2, 2, 0, 0, "more CTAs fit than rows: a CTA per row"},
+        {1, 8, 0, 0, 0, 1, 1, 0, 0, "one row, 2 / 1 vectors"},
+        {3, 1537, 0, 0, 0, 0, 0, 0, 0, "odd cols: v1"},
+        {3, 256, 0, 1, 0, 0, 0, 0, 0, "misaligned: v1"},
+        {2, 16392, 0, 0, 0, 0, 0, -1, -1, "past v2's registers: v3"},
+    };
+    static const int opts[] = {0, FP_NORM_VOPT_V4_PARAMS, FP_NORM_VOPT_TWO_REDUCTIONS,
+                               FP_NORM_VOPT_V4_PARAMS | FP_NORM_VOPT_ACCURATE_ACT};
+    uint64_t seed = 4000;
+    for (const V4Shape &sh : shapes)
+        for (int oi = 0; oi < 4; ++oi)
+            for (int di = 0; di < 3; ++di) {
+                const int dt = kDtypes[di], nv = dt == F32 ? sh.nv32 : sh.nv16;
+                if (oi && (nv == 0 || sh.sm_count)) continue;  // the options where v4 runs, default SMs
+                for (int set = 0; set < 3; ++set) {
+                    FwdShape fs = {sh.rows, sh.cols, sh.pad, sh.off, 4 | opts[oi], 0, 0, sh.why};
+                    FwdCase f = fwd_case(fs, (int)((seed + set) % 2), dt);
+                    f.sm_count = sh.sm_count;
+                    if (set == 0) {
+                        f.act = 1 + (int)(seed % 4);
+                        f.res = f.res_out = f.gamma = f.beta = f.bias = f.stats = true;
+                    } else if (set == 2) {
+                        f.act = FP_NORM_ACT_SILU;  // in place: out = x, residual_out = residual
+                        f.res = f.res_out = f.gamma = f.bias = f.stats = true;
+                        f.in_place = true;
+                    }
+                    if (nv == 0) {
+                        const int a = dt == F32 ? sh.auto32 : sh.auto16;
+                        f.expect = fwd_kernel(dt, a, 2);
+                        if (a > 0) f.expect = f.expect.substr(0, f.expect.size() - 2);  // v2's order: either
+                    } else {
+                        const bool params = (opts[oi] & FP_NORM_VOPT_V4_PARAMS) && nv <= 2;
+                        char b[96];
+                        snprintf(b, sizeof b, "norm_fwd_v4<%s, %d, %s>", dt_type(dt), nv, params ? "true" : "false");
+                        f.expect = b;
+                        const int V = dt == F32 ? 4 : 8, nvec = (int)(sh.cols / V);
+                        const bool warp = nvec <= 128;
+                        int threads = warp ? 128 : (((nvec + nv - 1) / nv + 31) / 32) * 32, per_sm = 0;
+                        (void)cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)nullptr, threads, 0);
+                        const int64_t units = warp ? (sh.rows + 3) / 4 : sh.rows;  // CTA-rows
+                        const int64_t fit = (int64_t)(sh.sm_count > 0 ? sh.sm_count : 1) * per_sm;
+                        const int64_t per = (units + fit - 1) / fit;  // the most a CTA walks
+                        f.expect_grid = (unsigned)((units + per - 1) / per);
+                    }
+                    run_fwd(f, seed++);
+                }
+            }
 }
 
 // One pointer misaligned (by one element) at a time, every option on: each
@@ -1244,6 +1327,8 @@ int main(int argc, char **argv) {
     lap("forward one misaligned");
     test_forward_in_place();
     lap("forward in place");
+    test_forward_v4();
+    lap("forward v4");
     test_forward_devices();
     lap("forward other devices");
     test_backward();

@@ -54,7 +54,17 @@ static void test_forward(fp_context *ctx) {
          * (16-bit) and warp per row / block per row (f32) */
         {9, 4096, 0, 0, FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS},
         {37, 768, 0, 0, FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS},
+        /* v4 (v2's rows in persistent CTAs): a warp per row (16-bit) / a
+         * block per row (f32), a block per row; the parameters in registers */
+        {37, 768, 0, 0, 4},
+        {9, 4096, 0, 0, 4},
+        {9, 4096, 0, 0, 4 | FP_NORM_VOPT_V4_PARAMS | FP_NORM_VOPT_TWO_REDUCTIONS},
     };
+    /* v4 walking many rows per CTA (a direct launch's desc has no SM count:
+     * the grid is the CTAs that fit one SM, e.g. 8 of 4 warps, ~80 rows a
+     * warp): the all-on and all-off sets only */
+    fwd_quick_combos(ctx, 2500, 1024, 0, 0, 4, 900);
+    fwd_quick_combos(ctx, 2500, 1024, 0, 0, 4 | FP_NORM_VOPT_V4_PARAMS, 950);
     for (size_t i = 0; i < sizeof combos / sizeof combos[0]; ++i) {
         if (g_quick)
             fwd_quick_combos(ctx, combos[i][0], combos[i][1], combos[i][2], (int)combos[i][3], (int)combos[i][4],
@@ -471,8 +481,9 @@ static void test_bad_input_gpu(fp_context *ctx) {
     CHECK_STATUS(fp_norm_forward(ctx, NULL, &p), FP_ERR_INVALID_ARGUMENT);
     /* a version request with an unknown option bit, or past the versions */
     p.eps = 1e-5f;
-    CHECK_STATUS(fp_norm_forward_version(ctx, NULL, &p, 0x400), FP_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(fp_norm_forward_version(ctx, NULL, &p, 4 | FP_NORM_VOPT_ACCURATE_ACT), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_norm_forward_version(ctx, NULL, &p, 0x800), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_norm_forward_version(ctx, NULL, &p, 5 | FP_NORM_VOPT_ACCURATE_ACT), FP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fp_norm_forward_version(ctx, NULL, &p, 4 | FP_NORM_VOPT_V4_PARAMS), FP_OK);
     CHECK_STATUS(fp_norm_forward_version(ctx, NULL, &p, -1), FP_ERR_INVALID_ARGUMENT);
     fp_mem_free(ctx, x);
 }

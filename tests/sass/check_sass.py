@@ -62,7 +62,13 @@ SKIP = 77
 # ACT_BLOCKS' instructions per element (session 28, sm_80 / sm_90: forward
 # 11.25 GELU, 7-15.75 SiLU; backward 19.5-20 GELU, 10-16.75 SiLU (a block
 # may take in the code after the switch); the tanhf / expf
-# forms with the per-element switch took 33 and 42 for GELU).
+# forms with the per-element switch took 33 and 42 for GELU). "prefetch" (norm
+# forward v4: the next row's x / residual are loaded during this row's
+# reduction): every streaming 16-byte load (LDG.E.EF.128, ld.global.cs) comes
+# before the first block barrier (BAR.SYNC): ptxas sinking the next row's
+# loads below the reduction puts some after it; and where the kernel keeps
+# the parameters in registers (a name ending ", true>"), no other 16-byte
+# load comes after the first barrier (the parameters reloaded per row).
 ACT_BLOCKS = {"act_fast_fwd": 18, "act_fast_bwd": 24}
 BASE = ("sm_80+",)  # every architecture from sm_80 on (sm_80, sm_90, sm_90a, sm_100, ...)
 VEC_LOAD = {r"^LDG\.E\.128": 1}
@@ -141,6 +147,10 @@ RULES = [
      r"attention_(zero_rows|masked_softmax|rowwise|gather_pages)_v0<", BASE, {}, ()),
     # norm: the vector kernels move rows in 16-byte loads and stores
     ("norm fwd vector", "norm", r"fpnorm::norm_fwd_v2<", BASE, VEC_LOAD_STORE, ("pdl", "act_fast_fwd")),
+    # v4: v2 in persistent CTAs; x / residual by streaming loads, the next
+    # row's issued before this row's reduction (prologue and loop: >= 4)
+    ("norm fwd persistent", "norm", r"fpnorm::norm_fwd_v4<", BASE,
+     {r"^LDG\.E\.EF\.128$": 4, r"^STG\.E\.128": 1}, ("pdl", "act_fast_fwd", "prefetch")),
     ("norm fwd staged row", "norm", r"fpnorm::norm_fwd_v3<", BASE,
      dict(VEC_LOAD_STORE, **{r"^STS\.128": 1, r"^LDS\.128": 2}), ("no_narrow_lds", "pdl")),
     ("norm bwd dx vector", "norm", r"fpnorm::norm_bwd_dx_v2<", BASE, VEC_LOAD_STORE, ()),
@@ -165,6 +175,18 @@ RULES = [
     ("launch probes (empty kernels)", "core", r"^empty_(small|big)\(", BASE, {}, ()),
     # communication: the buckets' gather / scatter moves 16-byte vectors
     ("bucket gather / scatter", "comm", r"^copies_kernel\(", BASE, VEC_LOAD_STORE, ()),
+]
+
+
+# Register ceilings (every architecture): (kernel regex, most registers, why).
+# Where a kernel's occupancy is part of its measured or predicted speed, a
+# compiler or code change that costs a CTA per SM fails here (an SM has
+# 64K registers: 256-thread CTAs fit 6 at <= 40, 4 at <= 64).
+REG_BOUNDS = [
+    (r"fpnorm::norm_fwd_v2<(__nv_bfloat16|__half), 2, 2>", 40,
+     "6 CTAs of 256 threads an SM: the 16384 x 4096 forward measured at 88.9% of copy (H100, session 13)"),
+    (r"fpnorm::norm_fwd_v4<(__nv_bfloat16|__half), 2, false>", 64,
+     "4 CTAs of 256 threads an SM, each with its next row in flight (session 31's prediction)"),
 ]
 
 
@@ -274,7 +296,7 @@ def expand(rarchs, archs):
     return out
 
 
-def check(lib, archs, modules, rules, tools, report=None):
+def check(lib, archs, modules, rules, tools, report=None, reg_bounds=REG_BOUNDS):
     """The failures (strings) of the library against the rules; fills report (a dict) if given.
     archs: (the project's architectures, every one built) as parse_archs gives them; every
     kernel is compiled for the first, only the *_sm90.cu ones for sm_90a beside them."""
@@ -311,6 +333,11 @@ def check(lib, archs, modules, rules, tools, report=None):
         if r.get("STACK", 0) or r.get("LOCAL", 0):
             failures.append(f"{name}: STACK {r.get('STACK')} LOCAL {r.get('LOCAL')} bytes "
                             f"(spills or a local array: the kernel goes through local memory)")
+
+    for (_, r), name in zip(res, res_names):
+        for pat, most, why in reg_bounds:
+            if re.search(pat, name) and r.get("REG", 0) > most:
+                failures.append(f"{name}: {r['REG']} registers, at most {most}: {why}")
 
     # 3. SASS per kernel against the rules.
     funcs = parse_sass(run("-sass"))
@@ -354,6 +381,18 @@ def check(lib, archs, modules, rules, tools, report=None):
             if narrow:
                 failures.append(f"[{arch}] {name}: narrow shared-memory loads {narrow} "
                                 f"({sum(ops[o] for o in narrow)}): the staged vectors are read piecewise")
+        if "prefetch" in extra:
+            bars = [i for i, (op, _) in enumerate(insns) if op.startswith("BAR.SYNC")]
+            ef = [i for i, (op, _) in enumerate(insns) if op == "LDG.E.EF.128"]
+            late = [i for i in ef if bars and i > bars[0]]
+            if late:
+                failures.append(f"[{arch}] {name}: {len(late)} of {len(ef)} streaming loads (LDG.E.EF.128) after "
+                                f"the first barrier: the next row is no longer in flight during the reduction")
+            if name.endswith(", true>") and bars:
+                reload = [op for op, _ in insns[bars[0]:] if re.match(r"^LDG\.E\.128", op)]
+                if reload:
+                    failures.append(f"[{arch}] {name}: {len(reload)} 16-byte loads {sorted(set(reload))} after "
+                                    f"the first barrier: the parameters are reloaded per row, not kept in registers")
         waits = [i for i, (op, _) in enumerate(insns) if op == "ACQBULK"]
         if "pdl" in extra and arch_number(arch) >= 90 and not waits:
             failures.append(f"[{arch}] {name}: launched with programmatic dependent launch "
@@ -428,6 +467,7 @@ SELFTEST_RULES = [
     ("exp2 without fix-up", "core", r"^selftest_exp2f", ("sm_80",), {r"^MUFU\.EX2$": 1}, ("ex2_ftz",)),
     ("static shared flag", "core", r"^selftest_static_smem", ("sm_80",), {}, ("no_static_smem",)),
     ("slow activation", "core", r"^selftest_act_slow", ("sm_80",), {}, ("act_fast_fwd",)),
+    ("late prefetch", "core", r"^selftest_late_prefetch", ("sm_80",), {}, ("prefetch",)),
 ]
 SELFTEST_EXPECTED = [  # substrings, each in some failure (selftest_kernels.cu, sm_80)
     "selftest_scalar_copy", "LDG\\.E\\.128", "STG\\.E\\.128",  # 4-byte accesses where 16-byte ones are required
@@ -439,7 +479,10 @@ SELFTEST_EXPECTED = [  # substrings, each in some failure (selftest_kernels.cu, 
     "selftest_exp2f: ",  # exp2f's denormal fix-up where ex2.approx.ftz is required
     "selftest_static_smem: 4 bytes of static shared memory",  # a static __shared__ flag
     "selftest_act_slow: 0 fast sigmoid blocks",  # GELU by tanhf where the fast form is required
+    "selftest_late_prefetch: 1 of 1 streaming loads",  # a row's loads after its barrier
+    "registers, at most 4: a ceiling",  # selftest_mma above its register ceiling (SELFTEST_REG_BOUNDS)
 ]
+SELFTEST_REG_BOUNDS = [(r"^selftest_mma", 4, "a ceiling below any mma kernel's registers")]
 
 
 SELFTEST_PDL_RULES = [
@@ -482,7 +525,8 @@ def self_test(tools, nvcc, workdir):
         if r.returncode != 0:
             print(" ".join(cmd), "\n", r.stdout, r.stderr)
             return 1
-        failures = check(lib, ({"sm_" + arch}, {"sm_" + arch}), {"core"}, rules, tools)
+        failures = check(lib, ({"sm_" + arch}, {"sm_" + arch}), {"core"}, rules, tools,
+                         reg_bounds=SELFTEST_REG_BOUNDS)
         for f in failures:
             print("reported:", f)
         missing = [e for e in expected if not any(re.search(e, f) for f in failures)]

@@ -58,3 +58,17 @@ extern "C" __global__ void selftest_act_slow(float *out) {
 
 // Defect: no rule names it.
 extern "C" __global__ void selftest_unruled(float *out) { out[threadIdx.x] = 1.0f; }
+
+// Defect for its rule ("prefetch"): the streaming loads of a row issued
+// after the row's block barrier, where the rule asks for every one of them
+// before the first (the next row in flight through the reduction).
+extern "C" __global__ void selftest_late_prefetch(const uint4 *in, uint4 *out, int n) {
+    __shared__ float red[32];
+    for (int i = blockIdx.x; i < n; i += gridDim.x) {
+        if (threadIdx.x < 32) red[threadIdx.x] = (float)i;
+        __syncthreads();
+        const uint4 v = __ldcs(in + (size_t)i * blockDim.x + threadIdx.x);
+        out[(size_t)i * blockDim.x + threadIdx.x] = make_uint4(v.x + (unsigned)red[i & 31], v.y, v.z, v.w);
+        __syncthreads();
+    }
+}
