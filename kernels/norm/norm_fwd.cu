@@ -29,8 +29,8 @@
 //                the device at once): the next row's x / residual loaded
 //                during this row's reduction and stores, gamma / beta /
 //                bias optionally kept in registers (NV <= 2), streaming
-//                loads, one barrier per reduction. v2's shapes up to NV 4 (f32: cols
-//                <= 8192 per block). Opt-in until a GPU measures it
+//                loads, one barrier per reduction. v2's shapes up to NV 4
+//                (f32: cols <= 8192). Opt-in until a GPU measures it
 //                against v2 (gpu-check ab-nfwd4).
 //   unfused      baseline: elementwise add (vectorized when aligned); norm
 //                (norm_fwd_v2/v3/v1 with nothing fused); elementwise affine;
@@ -351,9 +351,10 @@ __device__ __forceinline__ void keep_packed(uint4 (&a)[N], uint4 (&b)[N], uint4 
 // ---------------------------------------------------------------------------
 // v4: v2's row in registers in persistent CTAs
 // ---------------------------------------------------------------------------
-// The grid is the SMs times the CTAs that fit one (launch_v4); a CTA (a warp,
-// four to a CTA, where v2 takes a warp per row) walks rows blockIdx.x,
-// + gridDim.x, ... (rows of a CTA: blockDim.y apart). Per row, against v2:
+// The grid is at most the CTAs that fit the device at once, each walking
+// the same count of rows (launch_v4_nv); a CTA (a warp, four to a CTA, where
+// v2 takes a warp per row) walks rows blockIdx.x, + gridDim.x, ... (rows of
+// a CTA: blockDim.y apart). Per row, against v2:
 //   - the next row's x / residual vectors are issued as soon as this row's
 //     are in s_reg, before its reduction and its stores: a row's DRAM
 //     round trip hides under the previous row's work (v2 overlaps rows
@@ -409,8 +410,9 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v4(const fp_norm_fwd_d
         const float shift = shift_next;
         T *res_out = d.res_out ? static_cast<T *>(d.res_out) + row * d.res_out_stride : nullptr;
         float s_reg[NV][V];
-        const float acc = row_s<T, NV, true>(nullptr, d.res ? static_cast<const T *>(d.res) : nullptr, res_out, xr,
-                                             rr, shift, nvec, tpr, s_reg);
+        // (x and residual: the vectors are in xr / rr; res only says whether a residual is added)
+        const float acc = row_s<T, NV, true>(nullptr, static_cast<const T *>(d.res), res_out, xr, rr, shift, nvec,
+                                             tpr, s_reg);
         if (row + step < d.rows) load_row(row + step);  // in flight through this row's reduction and stores
         float mean, rstd;
         const int nred = row_stats(d, s_reg, acc, nvec, tpr, red_smem[buf], red_smem[buf ^ 1], false, mean, rstd);
@@ -839,7 +841,8 @@ using namespace fpnorm;
 // v2's block per row through one reduction of the threads' moments
 // (row_moments), or through two (the mean, then the squared deviations: two
 // barrier pairs, as before session 28) under FP_NORM_VOPT_TWO_REDUCTIONS or
-// FP_NORM_FWD_LN_STATS=2 (read once).
+// FP_NORM_FWD_LN_STATS=2 (read once); v4 keeping gamma / beta / bias in
+// registers under FP_NORM_VOPT_V4_PARAMS or FP_NORM_FWD_V4_PARAMS=1.
 static fp_norm_fwd_desc kernel_desc(const fp_norm_fwd_desc *d, int version) {
     static const bool env_two = env_switch("FP_NORM_FWD_LN_STATS", 2) == 2;
     fp_norm_fwd_desc r = *d;
