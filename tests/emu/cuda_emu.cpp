@@ -110,6 +110,7 @@ struct Fiber {
     std::vector<ExtState> ext;  // thread_ext
     std::vector<std::pair<void (*)(void *), void *>> exit_hooks;  // at_thread_exit
     bool pdl_entered;  // called pdl_enter (griddepcontrol.wait)
+    bool spun;         // its last run ended in a spin-wait (FP_EMU_GREEDY skips it)
 };
 
 // Shadow of one arena byte.
@@ -157,6 +158,7 @@ struct BlockState {
     BlockBody body = nullptr;
     void *ctx = nullptr;
     bool reverse = false;  // FP_EMU_REVERSE: each pass runs the threads from the last
+    bool greedy = false;   // FP_EMU_GREEDY: a pass runs one warp (run_block)
     bool pdl = false;      // the launch has programmatic stream serialization (pdl_require)
     bool failed = false;
     std::string failure;
@@ -431,6 +433,7 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
         f.regs.block = &b;
         f.state = RUNNABLE;
         f.pdl_entered = false;
+        f.spun = false;
         f.mask = 0;
         f.what = "";
         f.result = nullptr;
@@ -442,15 +445,33 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
         const unsigned long progress_before = b.progress;
         bool only_spinners = true;
         const bool reverse = b.reverse;
+        // FP_EMU_GREEDY: the pass runs only the first warp (in the pass's
+        // order) with a runnable thread that did not just spin, so each warp
+        // runs as far as it can (through its own collectives, to a block or
+        // named barrier or a wait on another warp) before the next moves:
+        // the most skew between warps, where the passes otherwise keep them
+        // in lock step from one sync point to the next. A warp that
+        // reads a shared word after another warp rewrote it without a
+        // barrier between (a buffer reused too early) then reads the new
+        // value. Only spinners left: a full pass.
+        long only_warp = -1;
+        if (b.greedy) {
+            for (size_t k = 0; k < b.fibers.size() && only_warp < 0; ++k) {
+                const Fiber &f = b.fibers[reverse ? b.fibers.size() - 1 - k : k];
+                if (f.state == RUNNABLE && !f.spun) only_warp = (long)(f.regs.linear / 32);
+            }
+        }
         for (size_t k = 0; k < b.fibers.size(); ++k) {
             Fiber &f = b.fibers[reverse ? b.fibers.size() - 1 - k : k];
             if (f.state != RUNNABLE) continue;
+            if (only_warp >= 0 && (long)(f.regs.linear / 32) != only_warp) continue;
             g_fiber = &f;
             g_cur = &f.regs;
             ctx_swap(&b.sched, &f.ctx);
             g_fiber = nullptr;
             g_cur = nullptr;
             ran = true;
+            f.spun = f.state == SPINNING;
             if (f.state != SPINNING) only_spinners = false;
             if (b.failed) return false;
         }
@@ -925,6 +946,8 @@ cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBo
     b.ctx = ctx;
     const char *rev = getenv("FP_EMU_REVERSE");
     b.reverse = rev && *rev && strcmp(rev, "0") != 0;
+    const char *greedy = getenv("FP_EMU_GREEDY");
+    b.greedy = greedy && *greedy && strcmp(greedy, "0") != 0;
     b.pdl = pdl;
     b.arena_size = smem;
     b.arena = static_cast<unsigned char *>(aligned_alloc(1024, (smem + 1023) / 1024 * 1024 + 1024));

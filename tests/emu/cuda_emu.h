@@ -17,15 +17,20 @@
 //     above 48 KiB only after cudaFuncSetAttribute, within the device limit.
 // Each scheduling pass runs the runnable threads in thread order, or from
 // the last one when the environment sets FP_EMU_REVERSE (read at each
-// launch): another interleaving of producers and consumers.
+// launch): another interleaving of producers and consumers. FP_EMU_GREEDY
+// (read at each launch) runs one warp a pass instead, as far as it can go
+// before the next warp moves: the warps skewed as far apart as the
+// barriers allow (a shared buffer rewritten by one warp before another has
+// read it, with no barrier between, then shows as a wrong result).
 // Dynamic shared memory starts filled with 0xFF bytes (NaN in f32, f16, bf16),
 // so a read of a word nobody wrote poisons the result.
 // Global memory is host memory: device pointers are host pointers.
 //
 // What it cannot see: data races between threads on plain shared or global
-// loads and stores (each thread runs from one barrier to the next alone; see
-// smem_note_* for the hooks emulated async copies use), the memory model,
-// register spills, the PTX itself.
+// loads and stores as such (each thread runs from one sync point to the next
+// alone; see smem_note_* for the hooks emulated async copies use; only the
+// wrong values a race produces under some schedule, FP_EMU_GREEDY's or the
+// default's), the memory model, register spills, the PTX itself.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -10,6 +10,7 @@
 #include "emu_test.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -50,6 +51,23 @@ __global__ void lanes(int *out) {
     out[4 * t + 1] = d;
     out[4 * t + 2] = u;
     out[4 * t + 3] = (int)bal;
+}
+
+// Two sums through one shared buffer, one barrier each: the second round's
+// write may overtake a read of the first (a race). Right (9 everywhere)
+// while the warps move in lock step, wrong for warp 1 (10) once warp 0 runs
+// ahead to its next write (FP_EMU_GREEDY).
+__global__ void early_reuse(int *out) {
+    __shared__ int part[2];
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int total = 0;
+    for (int r = 0; r < 2; ++r) {
+        const int v = __shfl_sync(0xffffffffu, (r + 1) * (w + 1), 0);
+        if (lane == 0) part[w] = v;
+        __syncthreads();
+        total += part[0] + part[1];
+    }
+    out[threadIdx.x] = total;
 }
 
 // __launch_bounds__ (cu2emu.py moves it into the body as a check).
@@ -264,6 +282,30 @@ int main() {
         EXPECT(ok);
         spin_forever<<<1, 64>>>(out.data());
         EXPECT(failed_with(cudaGetLastError(), "spinning in test.spin"));
+    }
+    // The greedy schedule (FP_EMU_GREEDY, read at each launch): a shared
+    // buffer reused one barrier too early shows; spin-waits across warps
+    // and group collectives still complete.
+    {
+        std::vector<int> out(512, -1);
+        early_reuse<<<1, 64>>>(out.data());
+        EXPECT(cudaGetLastError() == cudaSuccess && out[0] == 9 && out[63] == 9);
+        setenv("FP_EMU_GREEDY", "1", 1);
+        early_reuse<<<1, 64>>>(out.data());
+        EXPECT(cudaGetLastError() == cudaSuccess && out[0] == 9 && out[32] == 10 && out[63] == 10);
+        std::vector<float> ones(96, 1.0f), sum(1, -1.0f);
+        block_sum<<<1, 96>>>(ones.data(), sum.data(), 96);
+        EXPECT(cudaGetLastError() == cudaSuccess && sum[0] == 96.0f);
+        groups<<<2, 256>>>(out.data());
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        bool ok = true;
+        for (int t = 0; t < 256; ++t) {
+            int first = t / 128 * 128;
+            ok &= out[t] == (first + 127 - (t - first)) * 7;
+            ok &= out[256 + t] == 2;
+        }
+        EXPECT(ok);
+        unsetenv("FP_EMU_GREEDY");
     }
     // cp.async
     {
