@@ -190,6 +190,18 @@ __global__ void pdl_copy_first(const float *src, float *out) {
     out[threadIdx.x] = src[threadIdx.x];
 }
 
+// groups<<<2, 256>>>'s answer: each 128-thread group reversed (x 7), and the
+// per-thread counter each thread bumped twice (thread 0 spun on thread 255).
+static bool groups_ok(const std::vector<int> &out) {
+    bool ok = true;
+    for (int t = 0; t < 256; ++t) {
+        int first = t / 128 * 128;
+        ok &= out[t] == (first + 127 - (t - first)) * 7;
+        ok &= out[256 + t] == 2;
+    }
+    return ok;
+}
+
 int main() {
     // block_sum: 3 blocks of 96 threads (3 warps; the last partial warp).
     {
@@ -273,13 +285,7 @@ int main() {
         std::vector<int> out(512, -1);
         groups<<<2, 256>>>(out.data());
         EXPECT(cudaGetLastError() == cudaSuccess);
-        bool ok = true;
-        for (int t = 0; t < 256; ++t) {
-            int first = t / 128 * 128;
-            ok &= out[t] == (first + 127 - (t - first)) * 7;
-            ok &= out[256 + t] == 2;
-        }
-        EXPECT(ok);
+        EXPECT(groups_ok(out));
         spin_forever<<<1, 64>>>(out.data());
         EXPECT(failed_with(cudaGetLastError(), "spinning in test.spin"));
     }
@@ -298,13 +304,7 @@ int main() {
         EXPECT(cudaGetLastError() == cudaSuccess && sum[0] == 96.0f);
         groups<<<2, 256>>>(out.data());
         EXPECT(cudaGetLastError() == cudaSuccess);
-        bool ok = true;
-        for (int t = 0; t < 256; ++t) {
-            int first = t / 128 * 128;
-            ok &= out[t] == (first + 127 - (t - first)) * 7;
-            ok &= out[256 + t] == 2;
-        }
-        EXPECT(ok);
+        EXPECT(groups_ok(out));
         unsetenv("FP_EMU_GREEDY");
     }
     // cp.async
