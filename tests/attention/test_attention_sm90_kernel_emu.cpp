@@ -148,6 +148,11 @@ int main(int argc, char **argv) {
         {"bf16_d128_k176",     1, 70,  176, 2, 1, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
         {"f16_d128_k353_c",    1, 353, 353, 1, 1, 128, FP_F16,  1, -1, -1, 0, 1, 8, 0},
         {"bf16_d128_k528_s3",  2, 5,   528, 4, 2, 128, FP_BF16, 0, -1, -1, 1, 3, 0, 0},
+        // many key tiles in one split (8 of 128 / 6 of 176 keys at head_dim
+        // 128, 5 of 128 causal at 64): the producer refills each ring stage
+        // several times, the stages' parities past several wraps
+        {"bf16_d128_k900",     1, 64,  900, 1, 1, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
+        {"f16_d64_k640_c",     1, 130, 640, 2, 1, 64,  FP_F16,  1, -1, -1, 0, 1, 0, 0},
     };
     // argv[1]: run only the cases whose name contains it
     const char *only = argc > 1 ? argv[1] : nullptr;

@@ -110,7 +110,9 @@ struct Fiber {
     std::vector<ExtState> ext;  // thread_ext
     std::vector<std::pair<void (*)(void *), void *>> exit_hooks;  // at_thread_exit
     bool pdl_entered;  // called pdl_enter (griddepcontrol.wait)
-    bool spun;         // its last run ended in a spin-wait (FP_EMU_GREEDY skips it)
+    bool spun;         // its last run ended in a spin-wait (FP_EMU_GREEDY skips it
+                       // until an event that may end the wait: spun_at != wakes)
+    unsigned long spun_at;  // the block's wakes when it spun
 };
 
 // Shadow of one arena byte.
@@ -148,6 +150,8 @@ struct BlockState {
     std::vector<unsigned char> gsnap;  // per thread: its slot, copied at a group release
     unsigned long progress = 0;        // events that may satisfy a spin-wait
     unsigned long idle_passes = 0;     // passes in which only spinners ran, without progress
+    unsigned long wakes = 0;           // events a spin-wait may wait for (note_progress, a thread's
+                                       // exit, a named barrier's completion): FP_EMU_GREEDY's spinners
     unsigned nb_count[16] = {0}, nb_arrived[16] = {0};  // named barriers
     std::vector<uint64_t> nb_members[16];               // threads arrived in the current phase
     uint32_t nb_seq = 0;                                // named-barrier completions so far
@@ -219,6 +223,7 @@ void fiber_entry() {
     }
     f->state = DONE;
     b->progress++;
+    b->wakes++;
     // Back to the scheduler for good (not through uc_link: a DONE fiber is
     // never resumed, and its stack is reused by the next block).
     ctx_swap(&f->ctx, &b->sched);
@@ -434,6 +439,7 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
         f.state = RUNNABLE;
         f.pdl_entered = false;
         f.spun = false;
+        f.spun_at = 0;
         f.mask = 0;
         f.what = "";
         f.result = nullptr;
@@ -453,12 +459,16 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
         // in lock step from one sync point to the next. A warp that
         // reads a shared word after another warp rewrote it without a
         // barrier between (a buffer reused too early) then reads the new
-        // value. Only spinners left: a full pass.
+        // value. A spinner is passed over until an event that may end its
+        // wait (an arrival, a release), then runs first if it is the lowest
+        // warp (a producer released early overwrites the stage at once).
+        // Only spinners left: a full pass.
         long only_warp = -1;
         if (b.greedy) {
             for (size_t k = 0; k < b.fibers.size() && only_warp < 0; ++k) {
                 const Fiber &f = b.fibers[reverse ? b.fibers.size() - 1 - k : k];
-                if (f.state == RUNNABLE && !f.spun) only_warp = (long)(f.regs.linear / 32);
+                if (f.state == RUNNABLE && (!f.spun || f.spun_at != b.wakes))
+                    only_warp = (long)(f.regs.linear / 32);
             }
         }
         for (size_t k = 0; k < b.fibers.size(); ++k) {
@@ -472,6 +482,7 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
             g_cur = nullptr;
             ran = true;
             f.spun = f.state == SPINNING;
+            f.spun_at = b.wakes;
             if (f.state != SPINNING) only_spinners = false;
             if (b.failed) return false;
         }
@@ -556,6 +567,7 @@ void spin_yield(const char *what) {
 void note_progress() {
     Fiber *f = self("note_progress");
     f->regs.block->progress++;
+    f->regs.block->wakes++;
 }
 
 void *thread_ext(const void *key, void *(*make)(), void (*destroy)(void *)) {
@@ -772,6 +784,7 @@ static void named_barrier(unsigned id, unsigned count, bool wait, const char *wh
         b->nb_log.push_back(NamedEvent{++b->nb_seq, b->nb_members[id]});
         std::fill(b->nb_members[id].begin(), b->nb_members[id].end(), 0);
         b->progress++;
+        b->wakes++;
         return;
     }
     if (!wait) return;
