@@ -66,9 +66,9 @@ SKIP = 77
 # forward v4: the next row's x / residual are loaded during this row's
 # reduction): every streaming 16-byte load (LDG.E.EF.128, ld.global.cs) comes
 # before the first block barrier (BAR.SYNC): ptxas sinking the next row's
-# loads below the reduction puts some after it; and where the kernel keeps
-# the parameters in registers (a name ending ", true>"), no other 16-byte
-# load comes after the first barrier (the parameters reloaded per row).
+# loads below the reduction puts some after it. "params_in_regs" (v4 keeping
+# gamma / beta / bias in registers): no other 16-byte load comes after the
+# first barrier (the parameters reloaded per row).
 ACT_BLOCKS = {"act_fast_fwd": 18, "act_fast_bwd": 24}
 BASE = ("sm_80+",)  # every architecture from sm_80 on (sm_80, sm_90, sm_90a, sm_100, ...)
 VEC_LOAD = {r"^LDG\.E\.128": 1}
@@ -149,8 +149,10 @@ RULES = [
     ("norm fwd vector", "norm", r"fpnorm::norm_fwd_v2<", BASE, VEC_LOAD_STORE, ("pdl", "act_fast_fwd")),
     # v4: v2 in persistent CTAs; x / residual by streaming loads, the next
     # row's issued before this row's reduction (prologue and loop: >= 4)
-    ("norm fwd persistent", "norm", r"fpnorm::norm_fwd_v4<", BASE,
+    ("norm fwd persistent", "norm", r"fpnorm::norm_fwd_v4<[^>]*, false>", BASE,
      {r"^LDG\.E\.EF\.128$": 4, r"^STG\.E\.128": 1}, ("pdl", "act_fast_fwd", "prefetch")),
+    ("norm fwd persistent, parameters in registers", "norm", r"fpnorm::norm_fwd_v4<[^>]*, true>", BASE,
+     {r"^LDG\.E\.EF\.128$": 4, r"^STG\.E\.128": 1}, ("pdl", "act_fast_fwd", "prefetch", "params_in_regs")),
     ("norm fwd staged row", "norm", r"fpnorm::norm_fwd_v3<", BASE,
      dict(VEC_LOAD_STORE, **{r"^STS\.128": 1, r"^LDS\.128": 2}), ("no_narrow_lds", "pdl")),
     ("norm bwd dx vector", "norm", r"fpnorm::norm_bwd_dx_v2<", BASE, VEC_LOAD_STORE, ()),
@@ -388,7 +390,9 @@ def check(lib, archs, modules, rules, tools, report=None, reg_bounds=REG_BOUNDS)
             if late:
                 failures.append(f"[{arch}] {name}: {len(late)} of {len(ef)} streaming loads (LDG.E.EF.128) after "
                                 f"the first barrier: the next row is no longer in flight during the reduction")
-            if name.endswith(", true>") and bars:
+        if "params_in_regs" in extra:
+            bars = [i for i, (op, _) in enumerate(insns) if op.startswith("BAR.SYNC")]
+            if bars:
                 reload = [op for op, _ in insns[bars[0]:] if re.match(r"^LDG\.E\.128", op)]
                 if reload:
                     failures.append(f"[{arch}] {name}: {len(reload)} 16-byte loads {sorted(set(reload))} after "
@@ -468,6 +472,7 @@ SELFTEST_RULES = [
     ("static shared flag", "core", r"^selftest_static_smem", ("sm_80",), {}, ("no_static_smem",)),
     ("slow activation", "core", r"^selftest_act_slow", ("sm_80",), {}, ("act_fast_fwd",)),
     ("late prefetch", "core", r"^selftest_late_prefetch", ("sm_80",), {}, ("prefetch",)),
+    ("parameters reloaded", "core", r"^selftest_param_reload", ("sm_80",), {}, ("params_in_regs",)),
 ]
 SELFTEST_EXPECTED = [  # substrings, each in some failure (selftest_kernels.cu, sm_80)
     "selftest_scalar_copy", "LDG\\.E\\.128", "STG\\.E\\.128",  # 4-byte accesses where 16-byte ones are required
@@ -480,6 +485,7 @@ SELFTEST_EXPECTED = [  # substrings, each in some failure (selftest_kernels.cu, 
     "selftest_static_smem: 4 bytes of static shared memory",  # a static __shared__ flag
     "selftest_act_slow: 0 fast sigmoid blocks",  # GELU by tanhf where the fast form is required
     "selftest_late_prefetch: 1 of 1 streaming loads",  # a row's loads after its barrier
+    "selftest_param_reload: 1 16-byte loads",  # a parameter vector loaded again after the barrier
     "registers, at most 4: a ceiling",  # selftest_mma above its register ceiling (SELFTEST_REG_BOUNDS)
 ]
 SELFTEST_REG_BOUNDS = [(r"^selftest_mma", 4, "a ceiling below any mma kernel's registers")]

@@ -72,3 +72,17 @@ extern "C" __global__ void selftest_late_prefetch(const uint4 *in, uint4 *out, i
         __syncthreads();
     }
 }
+
+// Defect for its rule ("params_in_regs"): the parameter vector loaded again
+// after the block barrier (per row), where the rule asks for it in
+// registers from before the first barrier on.
+extern "C" __global__ void selftest_param_reload(const uint4 *gamma, uint4 *out, int n) {
+    __shared__ unsigned red[32];
+    for (int i = blockIdx.x; i < n; i += gridDim.x) {
+        if (threadIdx.x < 32) red[threadIdx.x] = (unsigned)i;
+        __syncthreads();
+        const uint4 g = __ldg(gamma + (size_t)(red[i & 31] & 7) * blockDim.x + threadIdx.x);  // after the barrier
+        out[(size_t)i * blockDim.x + threadIdx.x] = g;
+        __syncthreads();
+    }
+}
