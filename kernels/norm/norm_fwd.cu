@@ -715,9 +715,10 @@ static bool v4_forced() {
 // FP_NORM_FWD_V4_PARAMS (read once): 1 keeps gamma / beta / bias in
 // registers across v4's rows at NV <= 2 for every call (a version request's
 // FP_NORM_VOPT_V4_PARAMS for one: kernel_desc sets d.v4_params); else they
-// are loaded per row (L1 hits) as in v2. Kept in registers they cost ~36 registers (sm_90, bf16 NV
-// 2: 100 against 64, so 2 CTAs of 256 threads per SM instead of 4, half the
-// rows in flight): the GPU check measures both (ab-nfwd4, ab-nfwd4p).
+// are loaded per row (L1 hits) as in v2. Kept in registers they cost ~36
+// registers (sm_90, bf16 NV 2: 100 against 64, so 2 CTAs of 256 threads per
+// SM instead of 4, half the rows in flight): the GPU check measures both
+// (ab-nfwd4, ab-nfwd4p).
 static bool v4_params_in_regs() {
     static const bool on = env_switch("FP_NORM_FWD_V4_PARAMS", 1) == 1;
     return on;
