@@ -58,6 +58,8 @@ struct flash_params {
                         // invalidate) before and after it (FP_ATTN_MERGE_FENCE=sc, for A/B runs)
     int *tickets;       // v9's item tickets ([2] ints, zero between launches: fp_tma::producer_items), else NULL
     float o_scale;      // fp8 inputs: O is multiplied by it (v_descale; fp_attn_args.o_scale)
+    int o_tma;          // v5 / v8 / v10 (one split, 16-bit, dense): O leaves through shared memory and
+                        // TMA stores (the kernel's tm_o; session 32), else 0: each thread's stores
 };
 
 // Whether environment variable `name` is set to exactly `want` (the A/B
@@ -94,6 +96,7 @@ inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_spl
     p.merge_release = merge_release_env();
     p.flat_loads = flat_loads_env();
     p.o_scale = a->o_scale;
+    p.o_tma = 0; // the TMA launchers set it (launch_v5)
     p.q = a->q;
     p.k = a->k;
     p.v = a->v;

@@ -326,8 +326,14 @@ fp_status dispatch_v3(const fp_attn_args *a, int version, int num_splits, cudaSt
 
 extern "C" fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_splits,
                                              cudaStream_t stream) {
-    if (version == 5 || version == 8 || version == 9 || version == 10 || version == FP_ATTN_V5_WIDE)
+    const int vb = version & ~FP_ATTN_O_TMA; // the TMA-store bit: fp_attn_cuda_flash_v5's
+    if (vb == 5 || vb == 8 || vb == 9 || vb == 10 || vb == FP_ATTN_V5_WIDE)
         return fp_attn_cuda_flash_v5(a, version, num_splits, stream); // attention_flash_tma_sm90.cu
+    if (version & FP_ATTN_O_TMA)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                            "FP_ATTN_O_TMA with flash kernel version %d (the TMA-store epilogue is v5's, v8's and "
+                            "v10's)",
+                            vb);
     if (version != 3 && version != 4)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "flash kernel version %d (the sm_90a kernels are 3, 4, 5, 8, 9 and 10)", version);

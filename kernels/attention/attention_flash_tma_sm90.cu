@@ -195,6 +195,56 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
                  : "memory");
 #endif
 }
+// The other direction: one box from shared memory at src (1024-byte
+// aligned under the 128-byte swizzle) to the 5-D tensor map at (c0
+// innermost .. c4), read asynchronously into this thread's open bulk
+// async-group; elements past the map's bounds are not written (the
+// hardware clips them). The source must be fenced (fence_proxy_async) by
+// its writers and published to this thread before the issue.
+__device__ __forceinline__ void tma_store_5d(const CUtensorMap *map, uint32_t src, int c0, int c1, int c2, int c3,
+                                             int c4) {
+#if defined(FP_CUDA_EMU)
+    const int coords[5] = {c0, c1, c2, c3, c4};
+    fp_emu::tma_store_tiled(map, 5, coords, src);
+#else
+    asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+                 : "memory");
+#endif
+}
+// Closes this thread's open bulk async-group (the TMA stores since the last
+// commit).
+__device__ __forceinline__ void bulk_commit() {
+#if defined(FP_CUDA_EMU)
+    fp_emu::bulk_commit_group();
+#else
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until every committed bulk group of this thread has read its shared
+// source (the global writes may still be in flight: the kernel's end
+// publishes them). A thread must not exit, nor its source be rewritten,
+// before this.
+__device__ __forceinline__ void bulk_wait_read0() {
+#if defined(FP_CUDA_EMU)
+    fp_emu::bulk_wait_group(0);
+#else
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
+// stmatrix.x4: four 8 x 8 matrices of 16-bit pairs, the layout of a wgmma
+// accumulator's 8-column block (this lane: row lane / 4, columns 2 (lane %
+// 4), + 1 of each); lane l gives the address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+#if defined(FP_CUDA_EMU)
+    fp_emu::stmatrix_x4(addr, r);
+#else
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+                 "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+#endif
+}
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap *map) {
 #if !defined(FP_CUDA_EMU) // a cache hint: nothing to emulate
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -412,6 +462,63 @@ __device__ __forceinline__ void load_q_rows(const flash_params &p, const cta_wor
     }
 }
 
+// The epilogue through shared memory and TMA (p.o_tma: one split, 16-bit
+// O, dense Q / O, group dividing 64; FlashAttention-3's, session 32): this
+// consumer warpgroup's 64 rows of O, normalized and rounded to T, are
+// written by stmatrix over its own rows of the Q tile (free: every wgmma of
+// the warpgroup that read them has retired; the Q tile's layout, 64-column
+// boxes of Br rows with the 128-byte swizzle, is the O tile's), fenced for
+// the async proxy and published by the warpgroup's barrier; then one
+// thread stores them as D / 64 boxes of the 5-D map tm_o (columns, the GQA
+// group's heads, query positions, KV heads, batch: kernels/attention/
+// attention_tma_sm90.h o_map_geometry) at (64 c, 0, (m0 + wrow) / group,
+// hk, b); rows past the sequence (padding) fall outside the map and are
+// not written. lse as store_rows. Against store_rows: D / 16 stmatrix a
+// thread instead of D / 4 4-byte global stores, and the global writes are
+// whole 128-byte lines issued by one thread that does not wait for them.
+template <typename T, int D, int Br>
+__device__ __forceinline__ void store_rows_tma(const flash_params &p, const CUtensorMap &tm_o, uint32_t q_smem,
+                                               const float (&o_acc)[D / 2], const float (&m_run)[2],
+                                               const float (&l_run)[2], int m0, int wrow, int rows, int warp,
+                                               int lane, int hk, int b, int cw, int wtid) {
+    static_assert(sizeof(T) == 2, "16-bit O: the Q tile's layout");
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float lse;
+        inv[h] = row_inv_lse(p, quad_sum(l_run[h]), m_run[h], &lse);
+        const int r = m0 + wrow + fp_sm90::acc_row(warp, lane, 2 * h);
+        if (p.lse && (lane & 3) == 0 && r < rows) {
+            const int qi = r / p.group, head = hk * p.group + r % p.group;
+            p.lse[((int64_t)b * p.hq + head) * p.sq + qi] = lse;
+        }
+    }
+    // stmatrix j: 8-column blocks j, j + 1 (matrices: rows 0-7 / 8-15 of
+    // the warp's 16, block j; then block j + 1); this lane's address: row
+    // lane % 8 of matrix lane / 8
+    const int mi = lane / 8, srow = wrow + 16 * warp + 8 * (mi & 1) + lane % 8;
+#pragma unroll
+    for (int j = 0; j < D / 8; j += 2) {
+        uint32_t r4[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int a = 4 * (j + (i >> 1)) + 2 * (i & 1);
+            r4[i] = pack_op<T>::pack(o_acc[a] * inv[i & 1], o_acc[a + 1] * inv[i & 1]);
+        }
+        stmatrix_x4(q_smem + fp_sm90::tile_chunk_offset<D>(srow, j + (mi >> 1), Br), r4);
+    }
+    fence_proxy_async(); // the generic-proxy stores before the TMA's async-proxy reads
+    named_barrier(2 + cw, 128);
+    if (wtid == 0) {
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c)
+            tma_store_5d(&tm_o, q_smem + fp_sm90::tile_chunk_offset<D>(wrow, 8 * c, Br), 64 * c, 0,
+                         (m0 + wrow) / p.group, hk, b);
+        bulk_commit();
+        bulk_wait_read0(); // before the thread exits: the CTA's shared memory goes with it
+    }
+}
+
 // The body of v5, v8 and v10 (kTurns: the consumer warpgroups take turns,
 // fp_tma::consumer_schedule_turns; W consumer warpgroups: 3 in v10). grid:
 // (m_tiles * num_splits, heads_kv, batch); block: 128 (1 + W) (producer
@@ -420,7 +527,7 @@ __device__ __forceinline__ void load_q_rows(const flash_params &p, const cta_wor
 // (fp_tma::kv_map_geometry), box 64 x kBc, 128-byte swizzle.
 template <typename T, int D, bool kTurns, int W = 2, int BC = 128>
 __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUtensorMap &tm_k,
-                                               const CUtensorMap &tm_v) {
+                                               const CUtensorMap &tm_v, const CUtensorMap &tm_o) {
     // fp8 (e4m3, head_dim 128): the layout of a 16-bit tile of DL = 64
     // columns (128-byte rows), V as V^T (fp8_transpose_v), O bf16
     constexpr bool kFp8 = sizeof(T) == 1;
@@ -544,17 +651,26 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     }
 
     // Epilogue (attention_sm90_common.cuh, as v3): row sums over the quad,
-    // normalize, write O (and lse) or the split partials.
+    // normalize, write O (and lse) or the split partials; or through
+    // shared memory and TMA stores.
+    if constexpr (!kFp8) {
+        if (p.o_tma) { // the launcher sets it for one split, dense Q / O only
+            store_rows_tma<T, D, Br>(p, tm_o, c.q_smem, c.o_acc, c.m_run, c.l_run, m0, wrow, rows, warp, lane, hk, b,
+                                     cw, tid % 128);
+            return;
+        }
+    }
     store_rows<T, D>(p, S, c.o_acc, c.m_run, c.l_run, m0 + wrow, rows, warp, lane, hk, b, split);
 }
 
 template <typename T, int D>
 __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     attention_flash_fwd_v5(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
-                           const __grid_constant__ CUtensorMap tm_v) {
+                           const __grid_constant__ CUtensorMap tm_v,
+        const __grid_constant__ CUtensorMap tm_o) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
-    flash_tma_body<T, D, false>(p, tm_k, tm_v);
+    flash_tma_body<T, D, false>(p, tm_k, tm_v, tm_o);
 #else
     __trap(); // no sm_90a features in this compilation: never launched (the launcher checks the device)
 #endif
@@ -564,10 +680,11 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
 template <typename T, int D>
 __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     attention_flash_fwd_v8(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
-                           const __grid_constant__ CUtensorMap tm_v) {
+                           const __grid_constant__ CUtensorMap tm_v,
+        const __grid_constant__ CUtensorMap tm_o) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
-    flash_tma_body<T, D, true>(p, tm_k, tm_v);
+    flash_tma_body<T, D, true>(p, tm_k, tm_v, tm_o);
 #else
     __trap();
 #endif
@@ -580,11 +697,12 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
 template <typename T, int D>
 __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     attention_flash_fwd_v5w(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
-                            const __grid_constant__ CUtensorMap tm_v) {
+                            const __grid_constant__ CUtensorMap tm_v,
+        const __grid_constant__ CUtensorMap tm_o) {
     static_assert(D == 128 && sizeof(T) == 2, "the wide tile: head_dim 128, 16-bit types");
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
-    flash_tma_body<T, D, false, 2, 176>(p, tm_k, tm_v);
+    flash_tma_body<T, D, false, 2, 176>(p, tm_k, tm_v, tm_o);
 #else
     __trap();
 #endif
@@ -594,11 +712,12 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
 template <typename T, int D>
 __global__ void __launch_bounds__(fp_tma::threads_of<10>(), 1)
     attention_flash_fwd_v10(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
-                            const __grid_constant__ CUtensorMap tm_v) {
+                            const __grid_constant__ CUtensorMap tm_v,
+        const __grid_constant__ CUtensorMap tm_o) {
     static_assert(D == 64, "v10 is head_dim 64 only");
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
-    flash_tma_body<T, D, true, 3>(p, tm_k, tm_v);
+    flash_tma_body<T, D, true, 3>(p, tm_k, tm_v, tm_o);
 #else
     __trap();
 #endif
@@ -985,68 +1104,98 @@ fp_status kv_layout(const fp_attn_args *a, int version, const void *base, int64_
     return FP_OK;
 }
 
-fp_status encode_kv(encode_tiled_fn enc, const fp_attn_args *a, const void *base, const fp_tma::kv_map &m,
-                    const char *which, CUtensorMap *out) {
-    cuuint64_t dims[4];
-    cuuint64_t strides[3];
-    cuuint32_t box[4], estr[4] = {1, 1, 1, 1};
-    for (int i = 0; i < 4; ++i) {
-        dims[i] = m.dims[i];
-        box[i] = m.box[i];
+// A tensor map's parameters (rank <= 5; zero past the rank), compared
+// bytewise as the cache's key.
+struct tmap_key {
+    const void *base;
+    int dtype, rank;
+    uint64_t dims[5];
+    uint64_t strides[4]; // bytes, of dims 1..rank - 1
+    uint32_t box[5];
+};
+tmap_key make_key(const void *base, fp_dtype dtype, int rank, const uint64_t *dims, const uint64_t *strides,
+                  const uint32_t *box) {
+    tmap_key k;
+    memset(&k, 0, sizeof k); // compared bytewise, padding included
+    k.base = base;
+    k.dtype = (int)dtype;
+    k.rank = rank;
+    for (int i = 0; i < rank; ++i) {
+        k.dims[i] = dims[i];
+        k.box[i] = box[i];
+        if (i + 1 < rank) k.strides[i] = strides[i];
     }
-    for (int i = 0; i < 3; ++i) strides[i] = m.strides[i];
-    const CUtensorMapDataType dt = a->dtype == FP_BF16        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                   : a->dtype == FP_FP8_E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    const CUresult r = enc(out, dt, 4, const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return k;
+}
+
+// 128-byte swizzle, no interleave, out-of-bounds elements zero-filled on
+// loads (and not written by stores).
+fp_status encode_map(encode_tiled_fn enc, const tmap_key &k, const char *which, CUtensorMap *out) {
+    cuuint64_t dims[5], strides[4];
+    cuuint32_t box[5], estr[5] = {1, 1, 1, 1, 1};
+    for (int i = 0; i < k.rank; ++i) {
+        dims[i] = k.dims[i];
+        box[i] = k.box[i];
+        if (i + 1 < k.rank) strides[i] = k.strides[i];
+    }
+    const CUtensorMapDataType dt = k.dtype == FP_BF16        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : k.dtype == FP_FP8_E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    const CUresult r = enc(out, dt, (cuuint32_t)k.rank, const_cast<void *>(k.base), dims, strides, box, estr,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v5: cuTensorMapEncodeTiled(%s) failed (%d)",
                             which, (int)r);
     return FP_OK;
 }
 
-// encode_kv through a small per-thread cache keyed by everything the map
-// encodes (base address, dtype, the geometry kv_layout computed: dims,
-// strides, box): the encoding is a pure function of those, and a decode
-// loop or a graph-capture warm-up passes the same K / V buffers every step,
-// so the host work (two driver encodings per call) is paid once. Per thread:
-// no lock on the hot path and nothing shared to race on.
-struct tmap_key {
-    const void *base;
-    int dtype;
-    fp_tma::kv_map m;
-};
 struct tmap_entry {
     CUtensorMap map;
     tmap_key key;
     bool used;
 };
-constexpr int kTmapCache = 8; // K and V of a few layers' caches
-fp_status encode_kv_cached(encode_tiled_fn enc, const fp_attn_args *a, const void *base, const fp_tma::kv_map &m,
-                           const char *which, CUtensorMap *out) {
+// encode_map through a small per-thread cache keyed by everything the map
+// encodes (base address, dtype, rank, dims, strides, box): the encoding is
+// a pure function of those, and a decode loop or a graph-capture warm-up
+// passes the same K / V (and O) buffers every step, so the host work (a
+// driver encoding per map per call) is paid once. Per thread: no lock on
+// the hot path and nothing shared to race on.
+constexpr int kTmapCache = 12; // K, V and O of a few layers
+fp_status encode_cached(encode_tiled_fn enc, const tmap_key &k, const char *which, CUtensorMap *out) {
     static thread_local tmap_entry cache[kTmapCache];
     static thread_local int next = 0;
-    tmap_key k;
-    memset(&k, 0, sizeof k); // compared bytewise, padding included
-    k.base = base;
-    k.dtype = (int)a->dtype;
-    memcpy(k.m.dims, m.dims, sizeof m.dims);
-    memcpy(k.m.strides, m.strides, sizeof m.strides);
-    memcpy(k.m.box, m.box, sizeof m.box);
     for (const tmap_entry &e : cache)
         if (e.used && memcmp(&e.key, &k, sizeof k) == 0) {
             *out = e.map;
             return FP_OK;
         }
-    FP_TRY(encode_kv(enc, a, base, m, which, out));
+    FP_TRY(encode_map(enc, k, which, out));
     tmap_entry &e = cache[next];
     next = (next + 1) % kTmapCache;
     e.key = k;
     e.map = *out;
     e.used = true;
     return FP_OK;
+}
+fp_status encode_kv_cached(encode_tiled_fn enc, const fp_attn_args *a, const void *base, const fp_tma::kv_map &m,
+                           const char *which, CUtensorMap *out) {
+    return encode_cached(enc, make_key(base, a->dtype, 4, m.dims, m.strides, m.box), which, out);
+}
+
+// The TMA-store epilogue's map of O (fp_tma::o_map_geometry) where it
+// applies: 16-bit, one split, dense (no cu_seqlens), a group dividing 64,
+// a layout TMA describes. false: the call writes O from registers
+// (store_rows), as without FP_ATTN_O_TMA.
+bool o_map_of(const fp_attn_args *a, int num_splits, encode_tiled_fn enc, CUtensorMap *tm_o) {
+    if (num_splits != 1 || a->cu_q || (a->dtype != FP_BF16 && a->dtype != FP_F16)) return false;
+    fp_tma::o_map m;
+    if (fp_tma::o_map_geometry(reinterpret_cast<uintptr_t>(a->o), a->head_dim, a->seqlen_q, a->heads_kv, a->group,
+                               a->batch, a->o_ss, a->o_hs, a->o_bs, &m) != fp_tma::KV_MAP_OK)
+        return false;
+    const fp_status st = encode_cached(enc, make_key(a->o, a->dtype, 5, m.dims, m.strides, m.box), "O", tm_o);
+    if (st != FP_OK) fp_clear_error(); // the driver refused it: the stores from registers
+    return st == FP_OK;
 }
 
 // The register split's precondition (fp_tma::reg_split_check) against the
@@ -1118,9 +1267,12 @@ struct no_prologue {
 // v5, v8 or v10 (V), the same launch (v10: three consumer warpgroups,
 // 192-row query tiles, 512 threads). fp8 (T e4m3): V is V^T at v_base (its
 // map mv), which `prologue` writes first (launch_fp8); O bf16.
+// o_tma: the TMA-store epilogue where it applies (o_map_of), asked for by
+// the call (FP_ATTN_O_TMA) or, for every call of v5 / v8 / v10, by
+// FP_ATTN_O_STORE=tma in the environment (read once).
 template <typename T, int D, int V, class Prologue = no_prologue>
 fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
-                    encode_tiled_fn enc, cudaStream_t stream, const void *v_base = nullptr,
+                    encode_tiled_fn enc, cudaStream_t stream, bool o_tma = false, const void *v_base = nullptr,
                     Prologue prologue = {}) {
     constexpr int W = fp_tma::consumer_wgs<V>(), BC = V == FP_ATTN_V5_WIDE ? 176 : 128;
     using Tr = fp_tma::traits_v5<layout_cols<T, D>(), W, BC>;
@@ -1130,9 +1282,12 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
         return fp_set_error(FP_ERR_UNSUPPORTED,
                             "attention flash v%d: grid too large (m_tiles %d x splits %d, heads_kv %d, batch %d)", V,
                             p.m_tiles, num_splits, a->heads_kv, a->batch);
-    CUtensorMap tm_k, tm_v;
+    CUtensorMap tm_k, tm_v, tm_o;
     FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
     FP_TRY(encode_kv_cached(enc, a, v_base ? v_base : a->v, mv, v_base ? "V^T" : "V", &tm_v));
+    static const bool o_tma_env = env_is("FP_ATTN_O_STORE", "tma");
+    memset(&tm_o, 0, sizeof tm_o); // not read unless p.o_tma
+    if (sizeof(T) == 2 && (o_tma || o_tma_env)) p.o_tma = o_map_of(a, num_splits, enc, &tm_o) ? 1 : 0;
     const size_t smem = fp_tma::smem_bytes<layout_cols<T, D>(), 1, W, BC>();
     constexpr auto kernel = tma_kernel<T, D, V>();
     FP_TRY((check_entry_regs<kernel, T, D, V>()));
@@ -1149,7 +1304,7 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     if (pe != cudaSuccess) return fp_set_error(FP_ERR_CUDA, "%s: V^T launch: %s", what, cudaGetErrorString(pe));
     return run_with_partials<To, D>(a, p, stream, what, false, [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
-        return launch_smem<kernel>(grid, Tr::kThreads, smem, stream, pdl_of(a), q, tm_k, tm_v);
+        return launch_smem<kernel>(grid, Tr::kThreads, smem, stream, pdl_of(a), q, tm_k, tm_v, tm_o);
     });
 }
 
@@ -1239,7 +1394,7 @@ fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
 
 template <int V>
 fp_status dispatch_tma(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
-                       encode_tiled_fn enc, cudaStream_t stream) {
+                       encode_tiled_fn enc, cudaStream_t stream, bool o_tma = false) {
     const bool bf = a->dtype == FP_BF16;
     if constexpr (V == 9) {
         if (a->head_dim == 64)
@@ -1248,17 +1403,17 @@ fp_status dispatch_tma(const fp_attn_args *a, int num_splits, const fp_tma::kv_m
         return bf ? launch_v9<__nv_bfloat16, 128>(a, num_splits, mk, mv, enc, stream)
                   : launch_v9<__half, 128>(a, num_splits, mk, mv, enc, stream);
     } else if constexpr (V == 10) { // head_dim 64 only: refused in fp_attn_cuda_flash_v5
-        return bf ? launch_v5<__nv_bfloat16, 64, 10>(a, num_splits, mk, mv, enc, stream)
-                  : launch_v5<__half, 64, 10>(a, num_splits, mk, mv, enc, stream);
+        return bf ? launch_v5<__nv_bfloat16, 64, 10>(a, num_splits, mk, mv, enc, stream, o_tma)
+                  : launch_v5<__half, 64, 10>(a, num_splits, mk, mv, enc, stream, o_tma);
     } else if constexpr (V == FP_ATTN_V5_WIDE) { // head_dim 128 only: refused in fp_attn_cuda_flash_v5
-        return bf ? launch_v5<__nv_bfloat16, 128, V>(a, num_splits, mk, mv, enc, stream)
-                  : launch_v5<__half, 128, V>(a, num_splits, mk, mv, enc, stream);
+        return bf ? launch_v5<__nv_bfloat16, 128, V>(a, num_splits, mk, mv, enc, stream, o_tma)
+                  : launch_v5<__half, 128, V>(a, num_splits, mk, mv, enc, stream, o_tma);
     } else {
         if (a->head_dim == 64)
-            return bf ? launch_v5<__nv_bfloat16, 64, V>(a, num_splits, mk, mv, enc, stream)
-                      : launch_v5<__half, 64, V>(a, num_splits, mk, mv, enc, stream);
-        return bf ? launch_v5<__nv_bfloat16, 128, V>(a, num_splits, mk, mv, enc, stream)
-                  : launch_v5<__half, 128, V>(a, num_splits, mk, mv, enc, stream);
+            return bf ? launch_v5<__nv_bfloat16, 64, V>(a, num_splits, mk, mv, enc, stream, o_tma)
+                      : launch_v5<__half, 64, V>(a, num_splits, mk, mv, enc, stream, o_tma);
+        return bf ? launch_v5<__nv_bfloat16, 128, V>(a, num_splits, mk, mv, enc, stream, o_tma)
+                  : launch_v5<__half, 128, V>(a, num_splits, mk, mv, enc, stream, o_tma);
     }
 }
 
@@ -1291,7 +1446,7 @@ fp_status launch_fp8(const fp_attn_args *a, const fp_tma::kv_map &mk, encode_til
     fp_scratch vt = {nullptr, nullptr, nullptr, nullptr};
     FP_TRY(fp_ctx_scratch_get(a->ctx, stream, (size_t)(head_bytes * a->heads_kv * a->batch),
                               "attention flash (fp8 V^T)", &vt));
-    const fp_status st = launch_v5<T, D, V>(a, 1, mk, mv, enc, stream, vt.ptr, [&] {
+    const fp_status st = launch_v5<T, D, V>(a, 1, mk, mv, enc, stream, false, vt.ptr, [&] {
         return fp_pdl::launch<fp8_transpose_v>(
             dim3((unsigned)(skp / Tr::kBc), (unsigned)a->heads_kv, (unsigned)a->batch), dim3(kVtThreads),
             (size_t)128 * kVtPitch, stream, pdl_of(a), static_cast<const uint8_t *>(a->v), a->v_bs, a->v_ss,
@@ -1336,6 +1491,12 @@ fp_status fp8_check_args(const fp_attn_args *a, int version, int num_splits) {
 } // namespace
 
 extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
+    const bool o_tma = (version & FP_ATTN_O_TMA) != 0;
+    version &= ~FP_ATTN_O_TMA;
+    if (o_tma && version == 9)
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v9: no TMA-store epilogue (FP_ATTN_O_TMA: v5, v8, v10 and v5's "
+                            "wide tile)");
     if (version != 5 && version != 8 && version != 9 && version != 10 && version != FP_ATTN_V5_WIDE)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "flash kernel version %d (the TMA kernels are 5, 8, 9 and 10)", version);
@@ -1366,10 +1527,10 @@ extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, i
     fp_status st = FP_OK;
     const encode_tiled_fn enc = encode_tiled(&st);
     if (!enc) return st;
-    if (wide) return dispatch_tma<FP_ATTN_V5_WIDE>(a, num_splits, mk, mv, enc, stream);
+    if (wide) return dispatch_tma<FP_ATTN_V5_WIDE>(a, num_splits, mk, mv, enc, stream, o_tma);
     if (fp8) return version == 8 ? launch_fp8<8>(a, mk, enc, stream) : launch_fp8<5>(a, mk, enc, stream);
     if (version == 9) return dispatch_tma<9>(a, num_splits, mk, mv, enc, stream);
-    if (version == 10) return dispatch_tma<10>(a, num_splits, mk, mv, enc, stream);
-    return version == 8 ? dispatch_tma<8>(a, num_splits, mk, mv, enc, stream)
-                        : dispatch_tma<5>(a, num_splits, mk, mv, enc, stream);
+    if (version == 10) return dispatch_tma<10>(a, num_splits, mk, mv, enc, stream, o_tma);
+    return version == 8 ? dispatch_tma<8>(a, num_splits, mk, mv, enc, stream, o_tma)
+                        : dispatch_tma<5>(a, num_splits, mk, mv, enc, stream, o_tma);
 }

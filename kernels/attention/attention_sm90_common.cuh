@@ -355,6 +355,14 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&p)[
     wgmma_commit();
 }
 
+// A row's normalizer 1 / l (l: the quad-summed row sum; 0 when no key was
+// kept, a NaN l, from a NaN or +inf score, stays NaN) and its lse (-inf
+// when no key was kept), m the running max in score units.
+__device__ __forceinline__ float row_inv_lse(const flash_params &p, float l, float m, float *lse) {
+    *lse = l == 0.0f ? -INFINITY : (m * p.scale_log2 + __log2f(l)) * 0.69314718055994531f;
+    return l == 0.0f ? 0.0f : 1.0f / l;
+}
+
 // Epilogue of one consumer thread: row sums over the quad, normalize, write
 // O (and lse) or the split partials. row_base: the packed row of the
 // warpgroup's first tile row (m0 + wrow); rows past `rows` are padding.
@@ -370,10 +378,9 @@ __device__ __forceinline__ void store_rows(const flash_params &p, const fp_flash
         const int r = row_base + fp_sm90::acc_row(warp, lane, 2 * h);
         if (r >= rows) continue;
         const int qi = r / p.group, head = hk * p.group + r % p.group;
-        // l == 0: no key kept; a NaN l (a NaN or +inf score) stays NaN
-        float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        float lse;
+        float inv = row_inv_lse(p, l, m_run[h], &lse);
         if constexpr (sizeof(T) == 1) inv *= p.o_scale;
-        const float lse = l == 0.0f ? -INFINITY : (m_run[h] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f;
         const int col0 = fp_sm90::acc_col(lane, 2 * h); // 2 t
         if (p.num_splits == 1) {
             To *o = static_cast<To *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)head * p.o_hs;

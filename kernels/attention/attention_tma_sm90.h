@@ -731,17 +731,20 @@ template <int Stages, class C> SM90_HD void consumer_items(int cw, C &c) {
 // (64 c, cu_k[b] + t kBc, hk, 0) (kv_seq_rows), so its last tile may read
 // the next sequence's first rows: masked for K, cleared for V
 // (v_tail_rows with map_rows = total_k - cu_k[b]), zeros past total_k.
-struct kv_map {
-    uint64_t dims[4];
-    uint64_t strides[3]; // bytes, of dims 1..3
-    uint32_t box[4];
+// A rank-R tensor map's geometry (o_map below is rank 5).
+template <int R> struct map_geometry {
+    uint64_t dims[R];
+    uint64_t strides[R - 1]; // bytes, of dims 1..R - 1
+    uint32_t box[R];
 };
+using kv_map = map_geometry<4>;
 enum kv_map_status {
     KV_MAP_OK = 0,
     KV_MAP_BASE_ALIGN = 1,   // base address not 16-byte aligned
     KV_MAP_SEQ_STRIDE = 2,   // seq stride x 2 bytes not a positive multiple of 16 below 2^40
     KV_MAP_HEAD_STRIDE = 3,  // (heads_kv > 1) head stride likewise
     KV_MAP_BATCH_STRIDE = 4, // (batch > 1) batch stride likewise
+    KV_MAP_GROUP = 5,        // (o_map_geometry) the GQA group does not divide 64
 };
 inline const char *kv_map_status_text(int s) {
     switch (s) {
@@ -750,6 +753,7 @@ inline const char *kv_map_status_text(int s) {
     case KV_MAP_SEQ_STRIDE: return "seq stride not a positive multiple of 16 bytes (below 2^40)";
     case KV_MAP_HEAD_STRIDE: return "head stride not a positive multiple of 16 bytes (below 2^40)";
     case KV_MAP_BATCH_STRIDE: return "batch stride not a positive multiple of 16 bytes (below 2^40)";
+    case KV_MAP_GROUP: return "GQA group does not divide 64 (a 64-row box would split a query position)";
     default: return "?";
     }
 }
@@ -780,6 +784,43 @@ inline int kv_map_geometry(uintptr_t base, int head_dim, int seqlen_k, int heads
     m->box[1] = (uint32_t)box_rows;
     m->box[2] = 1;
     m->box[3] = 1;
+    return KV_MAP_OK;
+}
+
+// O as a 5-D tensor for the TMA-store epilogue (store_rows_tma), innermost
+// first: (head_dim, group, seqlen_q, heads_kv, batch), byte strides (head,
+// seq, head x group, batch). Packed query row r of KV head hk is query
+// position r / group of head hk group + r % group, so a head index splits
+// into (r % group, hk) and 64 packed rows from a multiple of 64 are the box
+// (64 columns, group, 64 / group, 1, 1) at (64 c, 0, first row / group, hk,
+// b): the Q tile's row order. Rows past seqlen_q fall outside the map (not
+// written). Dense only: varlen's packed extent is on the device (cu_seqlens)
+// and a tile's last rows may be the next sequence's.
+using o_map = map_geometry<5>;
+// 16-bit O; kv_map_status codes. A dimension of extent 1 gets a harmless
+// valid stride (as kv_map_geometry).
+inline int o_map_geometry(uintptr_t base, int head_dim, int seqlen_q, int heads_kv, int group, int batch,
+                          int64_t ss, int64_t hs, int64_t bs, o_map *m) {
+    if (group < 1 || 64 % group) return KV_MAP_GROUP;
+    if (base % 16) return KV_MAP_BASE_ALIGN;
+    if (seqlen_q > 1 && !tma_stride_ok(ss)) return KV_MAP_SEQ_STRIDE;
+    if (heads_kv * group > 1 && !tma_stride_ok(hs)) return KV_MAP_HEAD_STRIDE;
+    if (heads_kv > 1 && !tma_stride_ok(hs * group)) return KV_MAP_HEAD_STRIDE;
+    if (batch > 1 && !tma_stride_ok(bs)) return KV_MAP_BATCH_STRIDE;
+    m->dims[0] = (uint64_t)head_dim;
+    m->dims[1] = (uint64_t)group;
+    m->dims[2] = (uint64_t)seqlen_q;
+    m->dims[3] = (uint64_t)heads_kv;
+    m->dims[4] = (uint64_t)batch;
+    m->strides[0] = group > 1 ? (uint64_t)hs * 2 : 16;
+    m->strides[1] = seqlen_q > 1 ? (uint64_t)ss * 2 : 16;
+    m->strides[2] = heads_kv > 1 ? (uint64_t)(hs * group) * 2 : 16;
+    m->strides[3] = batch > 1 ? (uint64_t)bs * 2 : 16;
+    m->box[0] = (uint32_t)kBoxCols;
+    m->box[1] = (uint32_t)group;
+    m->box[2] = (uint32_t)(64 / group);
+    m->box[3] = 1;
+    m->box[4] = 1;
     return KV_MAP_OK;
 }
 

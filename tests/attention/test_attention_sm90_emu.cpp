@@ -235,6 +235,56 @@ template <int D> static void check_tma_boxes() {
     if (fp_tma::kv_map_geometry(base, D, sk, hkv, batch, ss, hs, 0, Bc, &m2) != fp_tma::KV_MAP_BATCH_STRIDE) bad++;
     if (fp_tma::kv_map_geometry(base, D, sk, 1, 1, ss, 3, 5, Bc, &m2) != fp_tma::KV_MAP_OK) bad++;
     if (fp_tma::smem_bytes<D>() > 232448) bad++; // 227 KiB: the opt-in limit of a 9.0 device
+    // O's map for the TMA-store epilogue (fp_tma::o_map_geometry): row j of
+    // the box at (64 c, 0, m0 / group, hk, b) is packed row m0 + j of KV head
+    // hk, i.e. O[b][(m0 + j) / group][hk group + (m0 + j) % group][64 c ..],
+    // for the groups that divide 64; the others and bad layouts refused.
+    for (int group : {1, 2, 8, 64}) {
+        const int sq = 37, hq = hkv * group;
+        const int64_t oss = (int64_t)hq * D + 8, ohs = D, obs = sq * oss;
+        fp_tma::o_map om;
+        if (fp_tma::o_map_geometry(base, D, sq, hkv, group, batch, oss, ohs, obs, &om) != fp_tma::KV_MAP_OK) {
+            bad++;
+            continue;
+        }
+        if (om.box[0] * 2 != 128 || om.box[1] * om.box[2] != 64 || om.box[3] != 1 || om.box[4] != 1) bad++;
+        for (int b = 0; b < batch; ++b)
+            for (int hk = 0; hk < hkv; ++hk)
+                for (int m0 = 0; m0 < sq * group; m0 += 64)
+                    for (int j = 0; j < 64; ++j) {
+                        const int r = m0 + j;
+                        // the box's element (x = 0, row j) through the map
+                        const uint64_t g[5] = {0, (uint64_t)(j % group), (uint64_t)(m0 / group + j / group),
+                                               (uint64_t)hk, (uint64_t)b};
+                        bool in = true;
+                        uint64_t addr = base;
+                        for (int i = 0; i < 5; ++i) {
+                            in &= g[i] < om.dims[i];
+                            if (i) addr += g[i] * om.strides[i - 1];
+                        }
+                        const bool want_in = r < sq * group;
+                        const uint64_t want = base + 2 * ((uint64_t)b * obs + (uint64_t)(r / group) * oss +
+                                                          (uint64_t)(hk * group + r % group) * ohs);
+                        checked++;
+                        if (in != want_in || (in && addr != want)) {
+                            if (bad < 5) fprintf(stderr, "(o) group %d: row %d of KV head %d maps wrong\n", group, r, hk);
+                            bad++;
+                        }
+                    }
+    }
+    {
+        fp_tma::o_map om;
+        const int64_t oss = 2 * hkv * D;
+        if (fp_tma::o_map_geometry(base, D, 9, hkv, 3, batch, oss, D, 9 * oss, &om) != fp_tma::KV_MAP_GROUP) bad++;
+        if (fp_tma::o_map_geometry(base + 8, D, 9, hkv, 2, batch, oss, D, 9 * oss, &om) != fp_tma::KV_MAP_BASE_ALIGN)
+            bad++;
+        if (fp_tma::o_map_geometry(base, D, 9, hkv, 2, batch, oss + 4, D, 9 * oss, &om) != fp_tma::KV_MAP_SEQ_STRIDE)
+            bad++;
+        if (fp_tma::o_map_geometry(base, D, 9, hkv, 2, batch, oss, D + 4, 9 * oss, &om) != fp_tma::KV_MAP_HEAD_STRIDE)
+            bad++;
+        if (fp_tma::o_map_geometry(base, D, 9, hkv, 2, batch, oss, D, 0, &om) != fp_tma::KV_MAP_BATCH_STRIDE) bad++;
+        if (fp_tma::o_map_geometry(base, D, 1, 1, 1, 1, 3, 5, 7, &om) != fp_tma::KV_MAP_OK) bad++; // unit dims
+    }
     // varlen: one map over the packed rows (total_k, batch 1); sequence b's
     // tile t is the box at (64 c, cu[b] + t kBc, hk, 0) (kv_seq_rows,
     // box_coords): its own rows, then the next sequence's, TMA's zeros past

@@ -29,6 +29,7 @@
 
 #include "attn_emu_util.h"
 #include "cuda_emu.h"
+#include "emu_sm90.h" // g_tma_stores
 #include "internal.h" // fp_context: v9's tickets through a context's per-stream counters
 
 static const int kGuard = 64; // elements after O and lse that must stay untouched
@@ -72,8 +73,9 @@ static bool run_case(const emu_case &c, int version, emu_rng &rng, fp_context *c
     // shared memory (1 KiB slack + Q + S stages of K and V + 4 S barriers: S
     // = 3 at head_dim 64, else 2; the kernels have internal linkage, so the
     // launch log cannot name them)
-    if (version == 5 || version == FP_ATTN_V5_WIDE) {
-        const int bc = version == 5 ? 128 : 176, d = c.d, stages = d == 64 ? 3 : 2;
+    const int vb = version & ~FP_ATTN_O_TMA; // the version without the TMA-store bit
+    if (vb == 5 || vb == FP_ATTN_V5_WIDE) {
+        const int bc = vb == 5 ? 128 : 176, d = c.d, stages = d == 64 ? 3 : 2;
         const size_t want = 1024 + (size_t)(128 + 2 * stages * bc) * d * 2 + 4 * stages * 8;
         bool seen = false;
         for (const fp_emu::LaunchRecord &r : fp_emu::launch_log()) seen |= r.block.x == 384 && r.smem == want;
@@ -94,7 +96,7 @@ static bool run_case(const emu_case &c, int version, emu_rng &rng, fp_context *c
     std::copy(lse.begin(), lse.begin() + (long)X.lse.size(), X.lse.begin());
     E.a.o = X.o.data();
     E.a.lse = X.lse.data();
-    return emu_verify(c, "kernel ", version, X, E) && guards;
+    return emu_verify(c, version & FP_ATTN_O_TMA ? "kernel, TMA-store epilogue, " : "kernel ", vb, X, E) && guards;
 }
 
 int main(int argc, char **argv) {
@@ -153,6 +155,11 @@ int main(int argc, char **argv) {
         // several times, the stages' parities past several wraps
         {"bf16_d128_k900",     1, 64,  900, 1, 1, 128, FP_BF16, 0, -1, -1, 0, 1, 0, 0},
         {"f16_d64_k640_c",     1, 130, 640, 2, 1, 64,  FP_F16,  1, -1, -1, 0, 1, 0, 0},
+        // the TMA-store epilogue's boxes (FP_ATTN_O_TMA): GQA 8 (8 heads x 8
+        // query positions a box; 50 positions: the second box half past
+        // seqlen_q) with padded rows, ragged, causal; GQA 2 over 3 batches
+        {"bf16_d128_gqa8_pad_c", 2, 50, 300, 16, 2, 128, FP_BF16, 1, -1, -1, 1, 1, 8, 0},
+        {"f16_d64_gqa2_b3",    3, 97,  200, 4, 2, 64,  FP_F16,  0, -1, -1, 0, 1, 8, 0},
     };
     // argv[1]: run only the cases whose name contains it
     const char *only = argc > 1 ? argv[1] : nullptr;
@@ -235,6 +242,61 @@ int main(int argc, char **argv) {
         fp_ctx_scratch_destroy(&ctx);
         pthread_mutex_destroy(&ctx.ws_mu);
         fp_emu::set_device(h100);
+    }
+    // The TMA-store epilogue (FP_ATTN_O_TMA) on v5 / v5's wide tile (head_dim
+    // 128) and v8 / v10 (64), then v5 / v8 in the other thread order on the
+    // cases it applies to: the same outputs, pads and guards untouched, and
+    // exactly the boxes expected stored (one per 64 columns of each active
+    // consumer warpgroup of each CTA) where it applies (one split, dense, a
+    // group dividing 64), none where it does not (the stores from registers).
+    {
+        auto boxes = [](const emu_case &c, int version) -> long {
+            const int group = c.hq / c.hkv, w = version == 10 ? 3 : 2, rows = c.sq * group;
+            if (c.splits != 1 || c.varlen || 64 % group) return 0;
+            long n = 0;
+            for (int m0 = 0; m0 < rows; m0 += 64 * w) {
+                const int wgs = (rows - m0 + 63) / 64;
+                n += wgs < w ? wgs : w;
+            }
+            return n * c.batch * c.hkv * (c.d / 64);
+        };
+        for (int pass = 0; pass < 2; ++pass) {
+            if (pass) setenv("FP_EMU_REVERSE", "1", 1);
+            static const int tma_versions[] = {5, FP_ATTN_V5_WIDE, 8, 10};
+            for (int version : tma_versions)
+                for (const emu_case &c : cases) {
+                    const bool d64 = version == 8 || version == 10;
+                    if ((c.d == 64) != d64 || (version == FP_ATTN_V5_WIDE && c.page) ||
+                        (only && !std::strstr(c.name, only)))
+                        continue;
+                    if (pass && (version == 10 || version == FP_ATTN_V5_WIDE || !boxes(c, version))) continue;
+                    ran++;
+                    const long before = fp_emu::g_tma_stores.load();
+                    bool ok = run_case(c, version | FP_ATTN_O_TMA, rng);
+                    const long got = fp_emu::g_tma_stores.load() - before, want = boxes(c, version);
+                    if (ok && got != want) {
+                        fprintf(stderr, "v%d %s (TMA-store epilogue%s): %ld boxes stored, %ld expected\n", version,
+                                c.name, pass ? ", reversed" : "", got, want);
+                        ok = false;
+                    }
+                    if (!ok) failures++;
+                }
+        }
+        unsetenv("FP_EMU_REVERSE");
+        // v9 has none (refused); v3 / v4 refuse the bit as an argument error
+        const emu_case &c0 = cases[0];
+        for (int version : {9, 3}) {
+            emu_data X;
+            emu_args E;
+            ran++;
+            const fp_status want = version == 9 ? FP_ERR_UNSUPPORTED : FP_ERR_INVALID_ARGUMENT;
+            if (!emu_setup(c0, rng, X, E) || fp_attn_cuda_flash_sm90(&E.a, version | FP_ATTN_O_TMA, 1, nullptr) != want ||
+                !std::strstr(fp_last_error(), version == 9 ? "TMA-store" : "FP_ATTN_O_TMA") ||
+                o_written(X, version, c0.name)) {
+                fprintf(stderr, "v%d | FP_ATTN_O_TMA: not refused as expected (%s)\n", version, fp_last_error());
+                failures++;
+            }
+        }
     }
     // v5, v8, v9 and v10 refuse varlen without total_k (their tensor map
     // would have no extent), v10 head_dim 128 and v5's wide tile head_dim

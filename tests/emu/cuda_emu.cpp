@@ -734,22 +734,51 @@ void smem_note_async_issue_mbar(uint32_t addr, size_t n) { async_issue(addr, n, 
 
 void smem_note_async_complete_mbar(uint32_t addr, size_t n) { async_complete(addr, n, false); }
 
-void smem_note_pending_read(uint32_t addr, size_t n, int delta) {
+static void note_read(uint32_t addr, size_t n, bool wgmma);
+static void pending_read(uint32_t addr, size_t n, int delta, const char *what) {
     Fiber *f = self("pending shared read");
     BlockState *b = f->regs.block;
     (void)smem_at(addr, n);
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
         if (delta > 0 && s.in_flight)
-            kernel_fail("race: %s issues a wgmma reading shared byte %zu while an async copy to it is in flight",
-                        describe(*f).c_str(), i);
+            kernel_fail("race: %s issues %s reading shared byte %zu while an async copy to it is in flight",
+                        describe(*f).c_str(), what, i);
         if (delta > 0 && s.gwriter >= 0 && b->fibers[(size_t)s.gwriter].proxy_fence < s.gwrite_clock &&
             f->proxy_fence < s.gwrite_clock)
-            kernel_fail("%s issues a wgmma (async proxy) reading shared byte %zu, which thread %d wrote through the "
+            kernel_fail("%s issues %s (async proxy) reading shared byte %zu, which thread %d wrote through the "
                         "generic proxy with no fence.proxy.async after it (by the writer or this thread)",
-                        describe(*f).c_str(), i, s.gwriter);
+                        describe(*f).c_str(), what, i, s.gwriter);
+        if (delta < 0 && s.pending_reads == 0)
+            kernel_fail("%s: %s retires a read of shared byte %zu never issued", describe(*f).c_str(), what, i);
         s.pending_reads = (uint16_t)(s.pending_reads + delta);
     }
+}
+void smem_note_pending_read(uint32_t addr, size_t n, int delta) { pending_read(addr, n, delta, "a wgmma"); }
+
+void smem_note_async_read(uint32_t addr, size_t n, int delta, const char *what) {
+    if (delta > 0) note_read(addr, n, false);
+    pending_read(addr, n, delta, what);
+}
+
+void smem_note_store(uint32_t addr, size_t n) {
+    Fiber *f = self("shared store");
+    BlockState *b = f->regs.block;
+    (void)smem_at(addr, n);
+    for (size_t i = addr; i < addr + n; ++i) {
+        Shadow &s = b->shadow[i];
+        if (s.in_flight)
+            kernel_fail("race: %s stores to shared byte %zu while an async copy to it is in flight",
+                        describe(*f).c_str(), i);
+        if (s.pending_reads)
+            kernel_fail("race: %s stores to shared byte %zu, which an issued async-proxy read (a wgmma not yet "
+                        "retired, a bulk store not yet waited for) still reads",
+                        describe(*f).c_str(), i);
+        s.writer = (int32_t)f->regs.linear;
+        s.write_epoch = b->epoch;
+        s.write_named = b->nb_seq;
+    }
+    smem_note_generic_write(addr, n);
 }
 
 void at_thread_exit(void (*fn)(void *), void *arg) { self("at_thread_exit")->exit_hooks.emplace_back(fn, arg); }
@@ -821,8 +850,8 @@ static void note_read(uint32_t addr, size_t n, bool wgmma) {
                         describe(*f).c_str(), i);
         if (s.writer >= 0 && s.writer != me && s.write_epoch == b->epoch &&
             !named_orders(b, s.write_named, s.writer, me))
-            kernel_fail("race: %s reads shared byte %zu, which thread %d's async copy wrote after the last "
-                        "__syncthreads (read after write without a barrier)",
+            kernel_fail("race: %s reads shared byte %zu, which thread %d's async copy or store wrote after the "
+                        "last __syncthreads (read after write without a barrier)",
                         describe(*f).c_str(), i, s.writer);
         if (s.read_epoch != b->epoch) {
             s.reader = reader;

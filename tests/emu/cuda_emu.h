@@ -156,6 +156,20 @@ void smem_note_pending_read(uint32_t addr, size_t n, int delta);
 // (TMA writes through the async proxy: no fence needed.)
 void smem_note_generic_write(uint32_t addr, size_t n);
 void fence_proxy_async();
+// A synchronous store by this thread (stmatrix, st.shared through a
+// wrapper that notes it): a generic-proxy write (above) that also records
+// the writer for the read-after-write check (a thread reading it with no
+// barrier between fails the launch); a store over bytes an async copy to
+// which is in flight, or which an issued async-proxy read (a wgmma, a bulk
+// store) has not yet read, fails the launch.
+void smem_note_store(uint32_t addr, size_t n);
+// An async-proxy read of shared memory other than a wgmma's (the source of
+// cp.async.bulk.tensor's global <- shared store): at issue (delta +1) the
+// read-after-write and proxy checks of a wgmma (a generic write with no
+// fence.proxy.async since, by the writer or this thread, fails; so does a
+// write by another thread no barrier orders before this one), then the
+// bytes count as pending reads until delta -1 (the bulk group's wait).
+void smem_note_async_read(uint32_t addr, size_t n, int delta, const char *what);
 
 // Per-block state of emulated instructions (mbarriers, TMA copies in
 // flight, ...): the block's object for `key`, made on first use, destroyed

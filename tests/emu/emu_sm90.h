@@ -67,11 +67,33 @@
 // it was issued in (expect_tx and the copies' bytes disagree) fails, and so
 // does a block that ends with copies nobody waited for.
 // prefetch.tensormap: no-op.
+//
+// The other direction, TMA stores (cp.async.bulk.tensor.Nd.global.
+// shared::cta.bulk_group, tiled mode): issue checks the source (aligned as
+// a load's destination; written by the generic proxy only with a
+// fence.proxy.async since, by the writer or the issuing thread; another
+// thread's writes ordered before the issue by a barrier) and marks its
+// bytes as pending async reads (a store or async copy over them fails the
+// launch) in the issuing thread's open bulk group. cp.async.bulk
+// .commit_group closes it; cp.async.bulk.wait_group[.read] N performs the
+// thread's committed groups but the newest N then, at the latest moment the
+// ISA allows: shared memory is read (the swizzle undone) and the in-bounds
+// elements written to global memory (out-of-bounds ones dropped, as the
+// hardware clips), so a kernel that rewrites the source before the wait
+// stores the new bytes. A thread that exits with stores not waited for
+// fails the launch (the CTA's shared memory may be gone before they read
+// it). g_tma_stores counts the boxes stored, for tests.
+// stmatrix.sync.aligned.m8n8.x4.shared.b16 (sm_90): a warp collective, the
+// inverse of ldmatrix.x4 (each lane's four registers hold (row lane / 4,
+// columns 2 (lane % 4), + 1) of matrices 0..3; lane l gives the address of
+// row l % 8 of matrix l / 8); each row a synchronous store
+// (smem_note_store).
 #pragma once
 
 #include <cuda.h> // CUtensorMap and its enums
 
 #include <cstdint>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -472,11 +494,23 @@ struct TmaCopy {
     int coords[5];
     uint32_t bytes;
 };
+struct TmaStore {
+    uint32_t src;
+    EmuTensorMap map;
+    int coords[5];
+    uint32_t bytes;
+};
+struct BulkThread { // one thread's bulk async-groups of TMA stores
+    std::vector<TmaStore> open;
+    std::deque<std::vector<TmaStore>> groups; // committed, oldest first
+};
 struct Sm90Block {
     std::map<uint32_t, Mbarrier> bars;
     std::vector<TmaCopy> tma; // issued, not landed
     bool hooked = false;      // the exit check is registered
+    std::map<unsigned, BulkThread> bulk; // by the thread's linear index
 };
+inline std::atomic<long> g_tma_stores{0};
 // A block may not end with TMA copies nobody waited for (shared memory
 // written after the CTA is gone; a load no consumer used).
 inline void tma_exit_check(void *p) {
@@ -523,6 +557,48 @@ inline void mbarrier_arrive(uint32_t addr, uint32_t expect_tx = 0) {
     if (!expect_tx) spin_yield("mbarrier.arrive");
 }
 
+// The tensor map a cp.async.bulk.tensor names, checked: made by the
+// emulated encoder, of the instruction's rank, its shared side aligned
+// (1024 bytes under the 128-byte swizzle, else 128).
+inline EmuTensorMap tensor_map_checked(const void *map_ptr, int rank, uint32_t smem, const char *what) {
+    EmuTensorMap m;
+    std::memcpy(&m, map_ptr, sizeof m);
+    if (m.magic != kTensorMapMagic)
+        kernel_fail("%s with a tensor map not made by (the emulated) cuTensorMapEncodeTiled", what);
+    if (m.rank != rank) kernel_fail("%s (%dd) with a tensor map of rank %d", what, rank, m.rank);
+    if (smem % (m.swizzle ? 1024u : 128u))
+        kernel_fail("%s at shared address %u: not %u-byte aligned", what, smem, m.swizzle ? 1024u : 128u);
+    return m;
+}
+// A box's coordinates (zero past the rank) into out; returns its bytes.
+inline uint32_t box_coords(const EmuTensorMap &m, int rank, const int *coords, int (&out)[5]) {
+    uint32_t elems = 1;
+    for (int i = 0; i < 5; ++i) out[i] = i < rank ? coords[i] : 0;
+    for (int i = 0; i < rank; ++i) elems *= m.box[i];
+    return elems * m.elem_bytes;
+}
+// f(global address of the element, or nullptr out of the map's bounds; its
+// byte offset in the box's shared copy at smem, swizzle applied) for every
+// element of the box at coords, box[0] innermost.
+template <class F>
+inline void box_for_each(const EmuTensorMap &m, const int (&coords)[5], uint32_t smem, uint32_t bytes, F f) {
+    const uint32_t eb = m.elem_bytes, total = bytes / eb;
+    for (uint32_t n = 0; n < total; ++n) {
+        uint32_t rem = n;
+        bool in = true;
+        const unsigned char *g = m.base;
+        for (int i = 0; i < m.rank; ++i) {
+            const int64_t x = (int64_t)coords[i] + (int64_t)(rem % m.box[i]);
+            rem /= m.box[i];
+            if (x < 0 || (uint64_t)x >= m.dims[i]) in = false;
+            else g += (uint64_t)x * m.strides[i];
+        }
+        uint32_t off = n * eb;
+        if (m.swizzle) off = sm90_isa::swizzle128(smem + off) - smem;
+        f(in ? g : nullptr, off);
+    }
+}
+
 // Lands the TMA copies in flight that complete on barrier `bar`.
 inline void tma_land(uint32_t bar) {
     Sm90Block &B = block_state<Sm90Block>();
@@ -533,27 +609,11 @@ inline void tma_land(uint32_t bar) {
     for (const TmaCopy &c : land) {
         const EmuTensorMap &m = c.map;
         unsigned char *d = smem_at(c.dst, c.bytes);
-        const int eb = m.elem_bytes;
-        uint32_t n = 0; // element index inside the box, box[0] innermost
-        int idx[5] = {0, 0, 0, 0, 0};
-        const uint32_t total = c.bytes / (uint32_t)eb;
-        for (n = 0; n < total; ++n) {
-            uint32_t rem = n;
-            bool in = true;
-            const unsigned char *src = m.base;
-            for (int i = 0; i < m.rank; ++i) {
-                idx[i] = (int)(rem % m.box[i]);
-                rem /= m.box[i];
-                const int64_t g = (int64_t)c.coords[i] + idx[i];
-                if (g < 0 || (uint64_t)g >= m.dims[i]) in = false;
-                else src += (uint64_t)g * m.strides[i];
-            }
-            uint32_t off = n * (uint32_t)eb;
-            if (m.swizzle) off = sm90_isa::swizzle128(c.dst + off) - c.dst;
-            if (in) std::memcpy(d + off, src, (size_t)eb);
-            else if (m.oob_nan) std::memset(d + off, 0xFF, (size_t)eb);
-            else std::memset(d + off, 0, (size_t)eb);
-        }
+        const size_t eb = m.elem_bytes;
+        box_for_each(m, c.coords, c.dst, c.bytes, [&](const unsigned char *g, uint32_t off) {
+            if (g) std::memcpy(d + off, g, eb);
+            else std::memset(d + off, m.oob_nan ? 0xFF : 0, eb);
+        });
         smem_note_async_complete_mbar(c.dst, c.bytes);
         Mbarrier &b = mbarrier_at(c.bar, "cp.async.bulk.tensor (complete_tx)");
         if (b.phase != c.phase)
@@ -582,22 +642,12 @@ inline bool mbarrier_try_wait_parity(uint32_t addr, uint32_t parity) {
 // [dst], [map, {coords}], [bar]
 inline void tma_load_tiled(uint32_t dst, const void *map_ptr, int rank, const int *coords, uint32_t bar) {
     pdl_require("cp.async.bulk.tensor");
-    EmuTensorMap m;
-    std::memcpy(&m, map_ptr, sizeof m);
-    if (m.magic != kTensorMapMagic)
-        kernel_fail("cp.async.bulk.tensor with a tensor map not made by (the emulated) cuTensorMapEncodeTiled");
-    if (m.rank != rank) kernel_fail("cp.async.bulk.tensor.%dd with a tensor map of rank %d", rank, m.rank);
-    if (dst % (m.swizzle ? 1024u : 128u))
-        kernel_fail("cp.async.bulk.tensor to shared address %u: not %u-byte aligned", dst, m.swizzle ? 1024u : 128u);
     TmaCopy c;
+    c.map = tensor_map_checked(map_ptr, rank, dst, "cp.async.bulk.tensor");
     c.phase = mbarrier_at(bar, "cp.async.bulk.tensor").phase;
     c.dst = dst;
     c.bar = bar;
-    c.map = m;
-    uint32_t elems = 1;
-    for (int i = 0; i < 5; ++i) c.coords[i] = i < rank ? coords[i] : 0;
-    for (int i = 0; i < rank; ++i) elems *= m.box[i];
-    c.bytes = elems * m.elem_bytes;
+    c.bytes = box_coords(c.map, rank, coords, c.coords);
     for (const auto &b : block_state<Sm90Block>().bars)
         if (b.first + 8 > dst && b.first < dst + c.bytes)
             kernel_fail("cp.async.bulk.tensor to [%u, %u) overwrites the mbarrier at %u", dst, dst + c.bytes, b.first);
@@ -608,6 +658,91 @@ inline void tma_load_tiled(uint32_t dst, const void *map_ptr, int rank, const in
         at_block_exit(tma_exit_check, &B);
         B.hooked = true;
     }
+}
+
+
+// ---- the store direction: stmatrix, TMA stores, bulk async-groups ---------
+
+// stmatrix.sync.aligned.m8n8.x4.shared.b16 [addr], {r0, r1, r2, r3}
+inline void stmatrix_x4(uint32_t addr, const uint32_t r[4]) {
+    struct Slot {
+        uint32_t addr, r[4];
+    } mine = {addr, {r[0], r[1], r[2], r[3]}};
+    static_assert(sizeof(Slot) <= kSlotBytes, "one lane's slot");
+    if (addr % 16) kernel_fail("stmatrix.x4: row address %u of lane %u is not 16-byte aligned", addr, cur()->lane);
+    const unsigned char *s = warp_exchange(0xffffffffu, &mine, sizeof mine, "stmatrix.x4");
+    Slot all[32];
+    for (int l = 0; l < 32; ++l) std::memcpy(&all[l], s + l * kSlotBytes, sizeof(Slot));
+    // this lane's row: row l % 8 of matrix l / 8, from lanes 4 (l % 8) + c, c = 0..3
+    const int lane = (int)cur()->lane, m = lane / 8, row = lane % 8;
+    uint32_t out[4];
+    for (int c = 0; c < 4; ++c) out[c] = all[4 * row + c].r[m];
+    smem_note_store(addr, 16);
+    std::memcpy(smem_at(addr, 16), out, 16);
+}
+
+// Writes one TMA store's box from shared memory to global memory.
+inline void tma_store_perform(const TmaStore &c) {
+    const unsigned char *src = smem_at(c.src, c.bytes);
+    const size_t eb = c.map.elem_bytes;
+    box_for_each(c.map, c.coords, c.src, c.bytes, [&](const unsigned char *g, uint32_t off) {
+        if (g) std::memcpy(const_cast<unsigned char *>(g), src + off, eb); // out of bounds: dropped
+    });
+    smem_note_async_read(c.src, c.bytes, -1, "cp.async.bulk.tensor (store)");
+    g_tma_stores.fetch_add(1, std::memory_order_relaxed);
+}
+
+inline void bulk_exit_check(void *p) {
+    const BulkThread &t = *static_cast<const BulkThread *>(p);
+    if (!t.open.empty())
+        kernel_fail("the thread exits with %zu TMA stores never committed (cp.async.bulk.commit_group) nor waited "
+                    "for (the first from shared %u)",
+                    t.open.size(), t.open[0].src);
+    if (!t.groups.empty())
+        kernel_fail("the thread exits with %zu bulk async-groups of TMA stores not waited for "
+                    "(cp.async.bulk.wait_group.read): their shared source may be gone before it is read",
+                    t.groups.size());
+}
+
+inline BulkThread &bulk_thread() {
+    Sm90Block &B = block_state<Sm90Block>();
+    auto it = B.bulk.find(cur()->linear);
+    if (it == B.bulk.end()) {
+        it = B.bulk.emplace(cur()->linear, BulkThread()).first;
+        at_thread_exit(bulk_exit_check, &it->second);
+    }
+    return it->second;
+}
+
+// cp.async.bulk.tensor.<rank>d.global.shared::cta.bulk_group [map, {coords}], [src]
+inline void tma_store_tiled(const void *map_ptr, int rank, const int *coords, uint32_t src) {
+    pdl_require("cp.async.bulk.tensor (store)");
+    TmaStore c;
+    c.map = tensor_map_checked(map_ptr, rank, src, "cp.async.bulk.tensor (store)");
+    c.src = src;
+    c.bytes = box_coords(c.map, rank, coords, c.coords);
+    smem_note_async_read(src, c.bytes, +1, "a TMA store");
+    bulk_thread().open.push_back(c);
+}
+
+// cp.async.bulk.commit_group
+inline void bulk_commit_group() {
+    BulkThread &t = bulk_thread();
+    if (t.open.empty()) return; // an empty group: nothing to wait for
+    t.groups.push_back(std::move(t.open));
+    t.open.clear();
+}
+
+// cp.async.bulk.wait_group[.read] n: all of the thread's committed groups
+// but the newest n complete (here: are performed).
+inline void bulk_wait_group(int n) {
+    if (n < 0 || n > 63) kernel_fail("cp.async.bulk.wait_group %d (0..63)", n);
+    BulkThread &t = bulk_thread();
+    while ((int)t.groups.size() > n) {
+        for (const TmaStore &c : t.groups.front()) tma_store_perform(c);
+        t.groups.pop_front();
+    }
+    note_progress();
 }
 
 } // namespace fp_emu

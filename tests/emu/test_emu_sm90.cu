@@ -9,7 +9,10 @@
 // over retired operands ordered by its own warpgroup's wait, not by
 // another's); a TMA box
 // through the emulated cuTensorMapEncodeTiled (swizzle, out-of-bounds
-// zeros) on an mbarrier, a named barrier, and the broken variants; the
+// zeros) on an mbarrier, a named barrier, and the broken variants; a TMA
+// store (clipped at the tensor's bounds, deferred to the bulk group's wait)
+// and its broken variants (no proxy fence, no wait, no commit, the source
+// rewritten before the wait); stmatrix.x4's layout; the
 // checked build's watchdog (kernels/attention/kernel_watchdog.cuh) on a
 // wait nobody ends.
 // The shared-memory placement below is written from the swizzle's
@@ -211,6 +214,52 @@ __global__ void tma_kernel(const CUtensorMap *map_in, uint16_t *out, int mode) {
     }
 }
 
+// stmatrix.x4 (one warp): lane l's register i holds (l << 8 | i) in its
+// low half and (l << 8 | i | 0x80) in its high one; matrix i's rows are 16
+// bytes at a 128-byte pitch from row 0 of the buffer, row r of matrix i at
+// 128 i + 16 r (lane 8 i + r's address). TMA store (mode >= 1, 64 threads):
+// the box (64, 8, 2) of a (64, 5, 3) bf16 tensor at (0, 2, 1), element e
+// (x = e % 64, y = e / 64 % 8, z = e / 512) holding e + 1, written swizzled
+// by the 64 threads, then fenced, published, stored by thread 0.
+enum StoreMode {
+    STSM = 0,
+    STORE_OK,
+    STORE_NO_FENCE,   // the writers and the issuer skip fence.proxy.async
+    STORE_NO_WAIT,    // thread 0 exits without cp.async.bulk.wait_group.read
+    STORE_UNCOMMITTED, // ... and without the commit
+    STORE_REWRITE,    // thread 0 rewrites a source byte between the commit and the wait
+};
+__global__ void store_kernel(const CUtensorMap *map_in, uint16_t *out, int mode) {
+    extern __shared__ __align__(1024) unsigned char sm[];
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(sm) + 1024;
+    const int tid = threadIdx.x;
+    if (mode == STSM) {
+        uint32_t r[4];
+        for (int i = 0; i < 4; ++i) r[i] = (uint32_t)(tid << 8 | i) | (uint32_t)(tid << 8 | i | 0x80) << 16;
+        fp_emu::stmatrix_x4(base + 128 * (tid / 8) + 16 * (tid % 8), r);
+        __syncwarp();
+        if (tid == 0) std::memcpy(out, fp_emu::smem_at(base, 512), 512);
+        return;
+    }
+    const CUtensorMap map = *map_in;
+    for (int e = tid; e < 1024; e += 64) {
+        const int x = e % 64, r = e / 64; // row r of 16 (y + 8 z)
+        const uint32_t a = base + (uint32_t)(r * 128 + (((x / 8) ^ (r % 8)) * 16) + (x % 8) * 2);
+        const uint16_t v = (uint16_t)(e + 1);
+        fp_emu::smem_note_store(a, 2);
+        std::memcpy(fp_emu::smem_at(a, 2), &v, 2);
+    }
+    if (mode != STORE_NO_FENCE) fp_emu::fence_proxy_async();
+    __syncthreads();
+    if (tid != 0) return;
+    const int c[3] = {0, 2, 1};
+    fp_emu::tma_store_tiled(&map, 3, c, base);
+    if (mode == STORE_UNCOMMITTED) return;
+    fp_emu::bulk_commit_group();
+    if (mode == STORE_REWRITE) fp_emu::smem_note_store(base + 64, 2);
+    if (mode != STORE_NO_WAIT) fp_emu::bulk_wait_group(0);
+}
+
 static void run(int mode, std::vector<float> &out, cudaError_t *err) {
     std::vector<float> bsrc(64, 1.0f);
     out.assign(64 * 128 * 2 + 128 * 64, -7.0f);
@@ -353,6 +402,48 @@ int main() {
         EXPECT(failed_with(cudaGetLastError(), "never waited for"));
         tma_kernel<<<1, 96, 1024 + 4096>>>(&map, o.data(), TMA_NAMED_DANGLING);
         EXPECT(failed_with(cudaGetLastError(), "named barrier 2 left with 32 of 64 threads arrived"));
+        // the store direction into a copy of g: the box's in-bounds elements
+        // (y < 3) written, every other element (and the row pads) untouched
+        std::vector<uint16_t> g2(g.size(), 0xEEEE);
+        CUtensorMap smap;
+        EXPECT(enc(&smap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, g2.data(), dims, strides, boxd, estr,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS);
+        const long stores = fp_emu::g_tma_stores.load();
+        store_kernel<<<1, 64, 1024 + 2048>>>(&smap, nullptr, STORE_OK);
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        EXPECT(fp_emu::g_tma_stores.load() == stores + 1);
+        long bad_st = 0;
+        for (size_t i = 0; i < g2.size(); ++i) {
+            const int x = (int)(i % 72), gy = (int)(i / 72 % 6), gz = (int)(i / (72 * 6));
+            const int y = gy - 2, z = gz - 1;
+            const bool in = x < 64 && y >= 0 && y < 3 && z >= 0 && gy < 5;
+            bad_st += g2[i] != (in ? (uint16_t)(x + 64 * (y + 8 * z) + 1) : 0xEEEE);
+        }
+        EXPECT(bad_st == 0);
+        store_kernel<<<1, 64, 1024 + 2048>>>(&smap, nullptr, STORE_NO_FENCE);
+        EXPECT(failed_with(cudaGetLastError(), "no fence.proxy.async"));
+        store_kernel<<<1, 64, 1024 + 2048>>>(&smap, nullptr, STORE_NO_WAIT);
+        EXPECT(failed_with(cudaGetLastError(), "not waited for"));
+        store_kernel<<<1, 64, 1024 + 2048>>>(&smap, nullptr, STORE_UNCOMMITTED);
+        EXPECT(failed_with(cudaGetLastError(), "never committed"));
+        store_kernel<<<1, 64, 1024 + 2048>>>(&smap, nullptr, STORE_REWRITE);
+        EXPECT(failed_with(cudaGetLastError(), "a bulk store not yet waited for"));
+    }
+    // stmatrix.x4: the inverse of ldmatrix's fragment layout
+    {
+        std::vector<uint16_t> m(256, 0);
+        store_kernel<<<1, 32, 1024 + 512>>>(nullptr, m.data(), STSM);
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        long bad_m = 0;
+        for (int i = 0; i < 4; ++i)
+            for (int r = 0; r < 8; ++r)
+                for (int col = 0; col < 8; ++col) {
+                    const int src = 4 * r + col / 2; // the lane holding (r, col) of every matrix
+                    const uint16_t want = (uint16_t)(src << 8 | i | (col % 2 ? 0x80 : 0));
+                    bad_m += m[64 * i + 8 * r + col] != want;
+                }
+        EXPECT(bad_m == 0);
     }
     return emu_test_end("test_emu_sm90");
 }
