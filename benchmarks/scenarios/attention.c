@@ -36,10 +36,12 @@
  *                      GB/s, CUDA only.
  * Options: --seqlen N, --head_dim N, --causal 0|1, --batch N, --kv N restrict
  * the grids (flash_versions: --seqlen N runs any length N, --batch N sets its
- * batch); --dtype picks dtypes; --kernel N (prefill, gqa, decode) times
- * fp_attention_forward with FP_CTX_ATTENTION_KERNEL = N (the flash version it
- * prefers; the row says which was asked). CPU contexts and --quick run a few
- * tiny shapes (the CPU tiled implementation vs the naive one). */
+ * batch, --version N keeps that version's rows, --o_tma 1 the TMA-store
+ * epilogue's rows alone); --dtype picks dtypes; --kernel N (prefill, gqa,
+ * decode) times fp_attention_forward with FP_CTX_ATTENTION_KERNEL = N (the
+ * flash version it prefers; the row says which was asked). CPU contexts and
+ * --quick run a few tiny shapes (the CPU tiled implementation vs the naive
+ * one). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,7 +299,10 @@ static fp_status run_decode(fb_run *run) {
  * only one), against v10 (v8 with three consumer warpgroups: 192-row query
  * tiles), and at head_dim 128 v2's earlier 128 x 32 tile (FP_ATTN_V2_NARROW)
  * as the baseline against its 128 x 64 one (row "v2n_vs_v2") and v5 against
- * its 128 x 176 tile (FP_ATTN_V5_WIDE, row "v5_vs_v5w"), outputs
+ * its 128 x 176 tile (FP_ATTN_V5_WIDE, row "v5_vs_v5w"), and the default
+ * Hopper kernel of each head dim (v5 at 128, v8 at 64) against itself with
+ * the epilogue through shared memory and TMA stores (FP_ATTN_O_TMA, rows
+ * "v5_vs_v5o" / "v8_vs_v8o"; --o_tma 1: those rows alone), outputs
  * compared: the measurement that
  * decides which one fp_attention_forward should use (v5 / v3 on Hopper, v1
  * elsewhere). One result per shape and pair (param "versions"); where
@@ -356,28 +361,40 @@ static fp_status run_versions(fb_run *run) {
                     p.q = q; p.k = k; p.v = v;
                     /* 11: v2 at head_dim 128 against its earlier 128 x 32 tile
                      * (FP_ATTN_V2_NARROW), the row that decides the tile; 12: v5
-                     * against its 128 x 176 tile (FP_ATTN_V5_WIDE), head_dim 128 */
-                    for (int row = 2; row <= 12; ++row) {
-                        const int ver = row == 11 ? 2 : row == 12 ? FP_ATTN_V5_WIDE : row;
+                     * against its 128 x 176 tile (FP_ATTN_V5_WIDE), head_dim 128;
+                     * 13 / 14: v5 (head_dim 128) / v8 (64) against their TMA-store
+                     * epilogue (FP_ATTN_O_TMA) */
+                    for (int row = 2; row <= 14; ++row) {
+                        const int ver = row == 11   ? 2
+                                        : row == 12 ? FP_ATTN_V5_WIDE
+                                        : row == 13 ? 5 | FP_ATTN_O_TMA
+                                        : row == 14 ? 8 | FP_ATTN_O_TMA
+                                                    : row;
+                        /* the version number (the wide tile is v5's, the bit v5's / v8's) */
+                        const int vn = ver == FP_ATTN_V5_WIDE ? 5 : ver & ~FP_ATTN_O_TMA;
                         if (row == 6) continue; /* the decode kernel: attention/decode_versions */
                         if (row == 10 && d != 64) continue; /* v10: head_dim 64 only */
-                        if (row >= 11 && d != 128) continue; /* the tiles differ at head_dim 128 only */
+                        if ((row == 11 || row == 12 || row == 13) && d != 128)
+                            continue; /* the tiles differ at head_dim 128 only; v5 is its default */
+                        if (row == 14 && d != 64) continue; /* v8: the head_dim 64 default */
+                        if (fb_opt_given(run, "o_tma") && row < 13) continue; /* --o_tma 1: rows 13 / 14 */
                         /* --version N: that version's rows only */
-                        if (fb_opt_given(run, "version") &&
-                            fb_opt_int(run, "version", ver) != (ver == FP_ATTN_V5_WIDE ? 5 : ver))
-                            continue;
+                        if (fb_opt_given(run, "version") && fb_opt_int(run, "version", vn) != vn) continue;
                         /* v8 against v5, v9 and v10 against v8 (each against the kernel it
                          * would replace: v8 is the head_dim 64 default); the others
                          * against v1 */
-                        static const char *pair[13] = {NULL,       NULL,       "v1_vs_v2",  "v1_vs_v3", "v1_vs_v4",
-                                                       "v1_vs_v5", NULL,       "v1_vs_v7",  "v5_vs_v8", "v8_vs_v9",
-                                                       "v8_vs_v10", "v2n_vs_v2", "v5_vs_v5w"};
-                        static const char *metric[13] = {NULL,        NULL,        "v2_tflops",  "v3_tflops",
-                                                         "v4_tflops", "v5_tflops", NULL,         "v7_tflops",
-                                                         "v8_tflops", "v9_tflops", "v10_tflops", "v2_tflops",
-                                                         "v5w_tflops"};
+                        static const char *pair[15] = {
+                            NULL,       NULL,        "v1_vs_v2",  "v1_vs_v3",  "v1_vs_v4",  "v1_vs_v5", NULL,
+                            "v1_vs_v7", "v5_vs_v8",  "v8_vs_v9",  "v8_vs_v10", "v2n_vs_v2", "v5_vs_v5w", "v5_vs_v5o",
+                            "v8_vs_v8o"};
+                        static const char *metric[15] = {
+                            NULL,        NULL,        "v2_tflops",  "v3_tflops",  "v4_tflops",
+                            "v5_tflops", NULL,        "v7_tflops",  "v8_tflops",  "v9_tflops",
+                            "v10_tflops", "v2_tflops", "v5w_tflops", "v5o_tflops", "v8o_tflops"};
                         const int base = row == 11   ? FP_ATTN_V2_NARROW
                                          : row == 12 ? 5
+                                         : row == 13 ? 5
+                                         : row == 14 ? 8
                                          : ver >= 9  ? 8
                                          : ver == 8  ? 5
                                                      : 1;
@@ -401,12 +418,15 @@ static fp_status run_versions(fb_run *run) {
                          * (stream-ordered), which the H100 run of session 20 timed into
                          * v9's rows */
                         v1.a.ctx = vx.a.ctx = ctx;
-                        if (st == FP_OK && ((ver >= 3 && ver <= 5) || ver >= 8)) {
+                        if (st == FP_OK && ((vn >= 3 && vn <= 5) || vn >= 8)) {
                             /* v3 .. v5, v8 .. v10 exist only in sm_90a builds on 9.0 devices: one probe call */
                             st = version_fn(&vx, fp_context_stream(ctx));
                             if (st == FP_ERR_UNSUPPORTED) {
-                                fb_result_note(r, "v%d%s not available: %s", ver == FP_ATTN_V5_WIDE ? 5 : ver,
-                                               ver == FP_ATTN_V5_WIDE ? " (128 x 176 tile)" : "", fp_last_error());
+                                fb_result_note(r, "v%d%s not available: %s", vn,
+                                               ver == FP_ATTN_V5_WIDE  ? " (128 x 176 tile)"
+                                               : ver & FP_ATTN_O_TMA ? " (TMA-store epilogue)"
+                                                                     : "",
+                                               fp_last_error());
                                 continue;
                             }
                         }
@@ -1049,7 +1069,8 @@ FB_SCENARIO(fb_attention_decode, "attention/decode",
             run_decode)
 FB_SCENARIO(fb_attention_flash_versions, "attention/flash_versions",
             "flash kernel v1 (16 rows/warp) vs v2 (32 rows/warp), v3 / v4 (Hopper wgmma), v5 (TMA + mbarrier), v7 "
-            "(8 warps); v5 vs v8 (ping-pong warpgroups); v8 vs v9 (persistent CTAs) on prefill shapes (CUDA only)",
+            "(8 warps); v5 vs v8 (ping-pong warpgroups); v8 vs v9 (persistent CTAs); v5 / v8 vs their TMA-store "
+            "epilogue on prefill shapes (CUDA only)",
             run_versions)
 FB_SCENARIO(fb_attention_varlen, "attention/varlen",
             "varlen prefill (cu_seqlens, mixed lengths): the call without total_k (v3 on Hopper) vs with it (the TMA "

@@ -97,10 +97,16 @@
 // Varlen (session 24) and paged KV (session 25) are likewise checked on the
 // emulation only, not yet timed on a GPU (fastbench attention/varlen: v3,
 // what varlen calls ran before, against v5 / v8; attention/paged_prefill: v1
-// against v5 / v8 on a paged cache). Not yet done: an epilogue through
-// shared memory + TMA store, paged KV on v9.
+// against v5 / v8 on a paged cache). The epilogue through shared memory and
+// TMA stores (store_rows_tma, session 32) is opt-in (FP_ATTN_O_TMA on a
+// call, FP_ATTN_O_STORE=tma for a process) on v5 / v8 / v10 / v5w until the
+// GPU check's ab-otma run times it against the stores from registers
+// (rows v5_vs_v5o, v8_vs_v8o); checked on the emulation only. Not yet
+// done: that epilogue on v9 (its Q buffers are the next items'; the O tile
+// would need its own buffer or the Q release moved after the store's
+// read), paged KV on v9.
 // The PTX wrappers, the softmax helpers, the Q K^T / P V stages and the
-// epilogue are v3's, shared through attention_sm90_common.cuh.
+// epilogue from registers are v3's, shared through attention_sm90_common.cuh.
 #include <atomic>
 #include <cuda.h> // CUtensorMap and its enums only (no libcuda symbol is referenced)
 #include <cuda_bf16.h>

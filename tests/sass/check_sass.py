@@ -73,6 +73,7 @@ ACT_BLOCKS = {"act_fast_fwd": 18, "act_fast_bwd": 24}
 BASE = ("sm_80+",)  # every architecture from sm_80 on (sm_80, sm_90, sm_90a, sm_100, ...)
 VEC_LOAD = {r"^LDG\.E\.128": 1}
 VEC_LOAD_STORE = {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1}
+TMA_STORE = {r"^STSM\.16\.M88\.4$": 4, r"^UTMASTG\.5D$": 1}
 RULES = [
     # flash attention, sm_80 path (mma.sync m16n8k16, ldmatrix, cp.async 16 B)
     # (v1, v7, v2 at head_dim 64, v2n: v2's earlier 128 x 32 tile at 128)
@@ -114,18 +115,28 @@ RULES = [
      {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "ex2_ftz", "pdl")),
     ("flash fwd v3 pipelined (wgmma)", "attention", r"attention_flash_fwd_v3<[^,]+, \d+, true>", ("sm_90a",),
      {r"^HGMMA\.": 8, r"^LDGSTS\.E\.BYPASS\.128": 2}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
-    # (fp8 instantiations: QGMMA, the e4m3 wgmma)
-    ("flash fwd v5 (wgmma + TMA)", "attention", r"attention_flash_fwd_v5<", ("sm_90a",),
-     {r"^[HQ]GMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
+    # (fp8 instantiations: QGMMA, the e4m3 wgmma). The 16-bit ones carry the
+    # TMA-store epilogue (FP_ATTN_O_TMA, session 32): O into shared memory by
+    # stmatrix.x4 (head_dim / 16 a thread: >= 4), then 5-D TMA stores
+    # (UTMASTG.5D, one per 64 columns: >= 1)
+    ("flash fwd v5 (wgmma + TMA)", "attention", r"attention_flash_fwd_v5<(?:__half|__nv_bfloat16),", ("sm_90a",),
+     dict(TMA_STORE, **{r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4}),
+     ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
+    ("flash fwd v5 fp8 (wgmma + TMA)", "attention", r"attention_flash_fwd_v5<__nv_fp8_e4m3,", ("sm_90a",),
+     {r"^QGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4}, ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     # v5's 128 x 176 tile (head_dim 128): Q K^T is m64n176 (8 k steps), P V
     # m64n128 over the 176 keys (11 k steps of 16)
     ("flash fwd v5 128 x 176 (wgmma + TMA)", "attention", r"attention_flash_fwd_v5w<", ("sm_90a",),
-     {r"^HGMMA\.64x176x16\.F32": 8, r"^HGMMA\.64x128x16\.F32": 11, r"^UTMALDG": 2, r"^SYNCS\.": 4},
+     dict(TMA_STORE, **{r"^HGMMA\.64x176x16\.F32": 8, r"^HGMMA\.64x128x16\.F32": 11, r"^UTMALDG": 2,
+                        r"^SYNCS\.": 4}),
      ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     # v8: v5 whose consumer warpgroups take turns (bar.sync on its own turn
     # barrier, bar.arrive on the other's: BAR.ARV in SASS)
-    ("flash fwd v8 (wgmma + TMA, ping-pong)", "attention", r"attention_flash_fwd_v8<", ("sm_90a",),
-     {r"^[HQ]GMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2},
+    ("flash fwd v8 (wgmma + TMA, ping-pong)", "attention", r"attention_flash_fwd_v8<(?:__half|__nv_bfloat16),",
+     ("sm_90a",), dict(TMA_STORE, **{r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2}),
+     ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
+    ("flash fwd v8 fp8 (wgmma + TMA, ping-pong)", "attention", r"attention_flash_fwd_v8<__nv_fp8_e4m3,", ("sm_90a",),
+     {r"^QGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2},
      ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     # v9: v8 in persistent CTAs; the producer draws the next item's ticket
     # with a global atomic add (fp_tma::producer_items)
@@ -136,7 +147,8 @@ RULES = [
     # split (USETMAXREG: the producer's .dec, the consumers' .inc) is what
     # the 512-thread launch's 128 registers a thread rest on
     ("flash fwd v10 (wgmma + TMA, three consumer warpgroups)", "attention", r"attention_flash_fwd_v10<",
-     ("sm_90a",), {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2, r"^USETMAXREG": 2},
+     ("sm_90a",), dict(TMA_STORE, **{r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2,
+                                     r"^USETMAXREG": 2}),
      ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     ("split-KV combine", "attention", r"attention_split_combine_v1<", BASE + ("sm_90a",), {}, ("pdl",)),
     # fp8's V^T pass before v5 / v8: 16-byte loads and stores
@@ -351,7 +363,7 @@ def check(lib, archs, modules, rules, tools, report=None, reg_bounds=REG_BOUNDS)
         hits = [r for r in rules if re.search(r[2], name)]
         entry = {"arch": arch, "kernel": name, "instructions": len(insns),
                  "counts": {k: v for k, v in sorted(ops.items())
-                            if re.match(r"^(HMMA|HGMMA|QGMMA|LDSM|LDGSTS|UTMALDG|LDG|STG|LDS|STS|LDL|STL|MUFU)", k)}}
+                            if re.match(r"^(HMMA|HGMMA|QGMMA|LDSM|LDGSTS|UTMALDG|UTMASTG|LDG|STG|LDS|STS|LDL|STL|MUFU)", k)}}
         kernels.append(entry)
         if len(hits) != 1:
             failures.append(f"[{arch}] {name}: matches {len(hits)} rules ({[h[0] for h in hits]}); "
