@@ -99,6 +99,37 @@ static bool run_case(const emu_case &c, int version, emu_rng &rng, fp_context *c
     return emu_verify(c, version & FP_ATTN_O_TMA ? "kernel, TMA-store epilogue, " : "kernel ", vb, X, E) && guards;
 }
 
+// The TMA stores the epilogue through shared memory makes for case c on
+// version 5, 8, 10 or FP_ATTN_V5_WIDE: one box per 64 columns of each active
+// consumer warpgroup of each CTA where it applies (one split, dense, a group
+// dividing 64), else none.
+static long tma_boxes(const emu_case &c, int version) {
+    const int group = c.hq / c.hkv, w = version == 10 ? 3 : 2, rows = c.sq * group;
+    if (c.splits != 1 || c.varlen || 64 % group) return 0;
+    long n = 0;
+    for (int m0 = 0; m0 < rows; m0 += 64 * w) {
+        const int wgs = (rows - m0 + 63) / 64;
+        n += wgs < w ? wgs : w;
+    }
+    return n * c.batch * c.hkv * (c.d / 64);
+}
+
+// run_case, then the TMA boxes stored against tma_boxes (expected when the
+// call asks for the epilogue or FP_ATTN_O_STORE=tma is set, else none).
+static bool run_counted(const emu_case &c, int version, emu_rng &rng, const char *how) {
+    static const bool env = getenv("FP_ATTN_O_STORE") && std::strcmp(getenv("FP_ATTN_O_STORE"), "tma") == 0;
+    const int vb = version & ~FP_ATTN_O_TMA;
+    const bool tma = (vb == 5 || vb == 8 || vb == 10 || vb == FP_ATTN_V5_WIDE) && (env || (version & FP_ATTN_O_TMA));
+    const long before = fp_emu::g_tma_stores.load();
+    if (!run_case(c, version, rng)) return false;
+    const long got = fp_emu::g_tma_stores.load() - before, want = tma ? tma_boxes(c, vb) : 0;
+    if (got != want) {
+        fprintf(stderr, "v%d %s (%s): %ld TMA boxes stored, %ld expected\n", vb, c.name, how, got, want);
+        return false;
+    }
+    return true;
+}
+
 int main(int argc, char **argv) {
     // name, batch, sq, sk, hq, hkv, d, dtype, causal, wl, wr, ragged, splits, pad, varlen
     static const emu_case cases[] = {
@@ -173,7 +204,7 @@ int main(int argc, char **argv) {
             if (version == FP_ATTN_V5_WIDE && (c.d != 128 || c.page)) continue; // refused: checked below
             if (c.page && (version < 5 || version == 9)) continue; // paged: refused, checked below
             ran++;
-            if (!run_case(c, version, rng)) failures++;
+            if (!run_counted(c, version, rng, "stores from registers unless FP_ATTN_O_STORE=tma")) failures++;
         }
     // v9 on devices of 2 and 3 SMs: its persistent CTAs (one per SM) then
     // run several items each (at 132 SMs, above, most of these shapes give a
@@ -250,16 +281,6 @@ int main(int argc, char **argv) {
     // consumer warpgroup of each CTA) where it applies (one split, dense, a
     // group dividing 64), none where it does not (the stores from registers).
     {
-        auto boxes = [](const emu_case &c, int version) -> long {
-            const int group = c.hq / c.hkv, w = version == 10 ? 3 : 2, rows = c.sq * group;
-            if (c.splits != 1 || c.varlen || 64 % group) return 0;
-            long n = 0;
-            for (int m0 = 0; m0 < rows; m0 += 64 * w) {
-                const int wgs = (rows - m0 + 63) / 64;
-                n += wgs < w ? wgs : w;
-            }
-            return n * c.batch * c.hkv * (c.d / 64);
-        };
         for (int pass = 0; pass < 2; ++pass) {
             if (pass) setenv("FP_EMU_REVERSE", "1", 1);
             static const int tma_versions[] = {5, FP_ATTN_V5_WIDE, 8, 10};
@@ -269,17 +290,11 @@ int main(int argc, char **argv) {
                     if ((c.d == 64) != d64 || (version == FP_ATTN_V5_WIDE && c.page) ||
                         (only && !std::strstr(c.name, only)))
                         continue;
-                    if (pass && (version == 10 || version == FP_ATTN_V5_WIDE || !boxes(c, version))) continue;
+                    if (pass && (version == 10 || version == FP_ATTN_V5_WIDE || !tma_boxes(c, version))) continue;
                     ran++;
-                    const long before = fp_emu::g_tma_stores.load();
-                    bool ok = run_case(c, version | FP_ATTN_O_TMA, rng);
-                    const long got = fp_emu::g_tma_stores.load() - before, want = boxes(c, version);
-                    if (ok && got != want) {
-                        fprintf(stderr, "v%d %s (TMA-store epilogue%s): %ld boxes stored, %ld expected\n", version,
-                                c.name, pass ? ", reversed" : "", got, want);
-                        ok = false;
-                    }
-                    if (!ok) failures++;
+                    if (!run_counted(c, version | FP_ATTN_O_TMA, rng,
+                                     pass ? "TMA-store epilogue, reversed" : "TMA-store epilogue"))
+                        failures++;
                 }
         }
         unsetenv("FP_EMU_REVERSE");
