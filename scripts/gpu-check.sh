@@ -349,9 +349,9 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # 128 x 176 tile (row v5_vs_v5w; v1_vs_v5 and v5_vs_v5o ride along),
     # 1k / 4k / 16k
     "ab-v5wide|attention/flash_versions --head_dim 128 --version 5 --dtype bf16"
-    # the default Hopper kernels (v5 at head_dim 128, v8 at 64) against their
-    # epilogue through shared memory and TMA stores (session 32; rows
-    # v5_vs_v5o, v8_vs_v8o), 1k / 4k / 16k, causal and not
+    # the default Hopper kernels (v5 at head_dim 128, v8 at 64) and v9
+    # against their epilogue through shared memory and TMA stores (session
+    # 32; rows v5_vs_v5o, v8_vs_v8o, v9_vs_v9o), 1k / 4k / 16k, causal and not
     "ab-otma|attention/flash_versions --o_tma 1 --dtype bf16"
     # v9 with its items chained (session 30) against v8 (rows v8_vs_v9),
     # both head dims: 1k / 4k / 16k, causal and not

@@ -1355,8 +1355,8 @@ extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int versi
     version &= ~FP_ATTN_O_TMA;
     if (o_tma && version != 5 && version != 8 && version != 9 && version != 10 && version != FP_ATTN_V5_WIDE)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
-                            "FP_ATTN_O_TMA with flash kernel version %d (the TMA-store epilogue is v5's, v8's and "
-                            "v10's)",
+                            "FP_ATTN_O_TMA with flash kernel version %d (the TMA-store epilogue is v5's, v8's, v9's "
+                            "and v10's)",
                             version);
     if (version == 1) return fp_attn_cuda_flash_splits(a, num_splits, stream);
     if (version == 5 && v5_wide(a, version)) version = FP_ATTN_V5_WIDE;

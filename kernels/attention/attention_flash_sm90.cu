@@ -331,8 +331,8 @@ extern "C" fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version,
         return fp_attn_cuda_flash_v5(a, version, num_splits, stream); // attention_flash_tma_sm90.cu
     if (version & FP_ATTN_O_TMA)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
-                            "FP_ATTN_O_TMA with flash kernel version %d (the TMA-store epilogue is v5's, v8's and "
-                            "v10's)",
+                            "FP_ATTN_O_TMA with flash kernel version %d (the TMA-store epilogue is v5's, v8's, v9's "
+                            "and v10's)",
                             vb);
     if (version != 3 && version != 4)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,

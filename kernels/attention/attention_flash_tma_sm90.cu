@@ -99,12 +99,12 @@
 // what varlen calls ran before, against v5 / v8; attention/paged_prefill: v1
 // against v5 / v8 on a paged cache). The epilogue through shared memory and
 // TMA stores (store_rows_tma, session 32) is opt-in (FP_ATTN_O_TMA on a
-// call, FP_ATTN_O_STORE=tma for a process) on v5 / v8 / v10 / v5w until the
-// GPU check's ab-otma run times it against the stores from registers
-// (rows v5_vs_v5o, v8_vs_v8o); checked on the emulation only. Not yet
-// done: that epilogue on v9 (its Q buffers are the next items'; the O tile
-// would need its own buffer or the Q release moved after the store's
-// read), paged KV on v9.
+// call, FP_ATTN_O_STORE=tma for a process) on v5 / v8 / v9 / v10 / v5w
+// until the GPU check's ab-otma run times it against the stores from
+// registers (rows v5_vs_v5o, v8_vs_v8o, v9_vs_v9o); checked on the
+// emulation only. On v9 an item's O goes through its own Q buffer, which
+// the item after next loads into: the warpgroup meets once more after the
+// stores' reads. Not yet done: paged KV on v9.
 // The PTX wrappers, the softmax helpers, the Q K^T / P V stages and the
 // epilogue from registers are v3's, shared through attention_sm90_common.cuh.
 #include <atomic>
@@ -469,7 +469,9 @@ __device__ __forceinline__ void load_q_rows(const flash_params &p, const cta_wor
 }
 
 // The epilogue through shared memory and TMA (p.o_tma: one split, 16-bit
-// O, dense Q / O, group dividing 64; FlashAttention-3's, session 32): this
+// O, dense Q / O, group dividing 64; FlashAttention-3's, session 32; v5,
+// v8, v10, v5w and v9, whose chained items overlap it with the next
+// item's loads and first wgmmas): this
 // consumer warpgroup's 64 rows of O, normalized and rounded to T, are
 // written by stmatrix over its own rows of the Q tile (free: every wgmma of
 // the warpgroup that read them has retired; the Q tile's layout, 64-column
@@ -479,14 +481,19 @@ __device__ __forceinline__ void load_q_rows(const flash_params &p, const cta_wor
 // group's heads, query positions, KV heads, batch: kernels/attention/
 // attention_tma_sm90.h o_map_geometry) at (64 c, 0, (m0 + wrow) / group,
 // hk, b); rows past the sequence (padding) fall outside the map and are
-// not written. lse as store_rows. Against store_rows: D / 16 stmatrix a
+// not written (v9: then the warpgroup meets again, kReuse: the rows are a
+// later item's Q buffer). lse as store_rows. Against store_rows: D / 16 stmatrix a
 // thread instead of D / 4 4-byte global stores, and the global writes are
 // whole 128-byte lines issued by one thread that does not wait for them.
-template <typename T, int D, int Br>
+// Box: the issuing thread's (m0, hk, b) after the barrier, box(&m0, &hk,
+// &b) (v9 recomputes them from its ticket there: nothing of them stays
+// live across the stmatrix loop, where its consumers are at their register
+// limit).
+template <typename T, int D, int Br, bool kReuse = false, class Box>
 __device__ __forceinline__ void store_rows_tma(const flash_params &p, const CUtensorMap &tm_o, uint32_t q_smem,
                                                const float (&o_acc)[D / 2], const float (&m_run)[2],
                                                const float (&l_run)[2], int m0, int wrow, int rows, int warp,
-                                               int lane, int hk, int b, int cw, int wtid) {
+                                               int lane, int hk, int b, int cw, int wtid, Box box) {
     static_assert(sizeof(T) == 2, "16-bit O: the Q tile's layout");
     float inv[2];
 #pragma unroll
@@ -516,13 +523,18 @@ __device__ __forceinline__ void store_rows_tma(const flash_params &p, const CUte
     fence_proxy_async(); // the generic-proxy stores before the TMA's async-proxy reads
     named_barrier(2 + cw, 128);
     if (wtid == 0) {
+        int bm0, bhk, bb;
+        box(&bm0, &bhk, &bb);
 #pragma unroll
         for (int c = 0; c < D / 64; ++c)
             tma_store_5d(&tm_o, q_smem + fp_sm90::tile_chunk_offset<D>(wrow, 8 * c, Br), 64 * c, 0,
-                         (m0 + wrow) / p.group, hk, b);
+                         (bm0 + wrow) / p.group, bhk, bb);
         bulk_commit();
         bulk_wait_read0(); // before the thread exits: the CTA's shared memory goes with it
     }
+    // v9: the rows are the Q buffer of a later item, which the warpgroup's
+    // threads load next (prefetch_q): all of them wait for the stores' reads
+    if constexpr (kReuse) named_barrier(2 + cw, 128);
 }
 
 // The body of v5, v8 and v10 (kTurns: the consumer warpgroups take turns,
@@ -662,7 +674,11 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     if constexpr (!kFp8) {
         if (p.o_tma) { // the launcher sets it for one split, dense Q / O only
             store_rows_tma<T, D, Br>(p, tm_o, c.q_smem, c.o_acc, c.m_run, c.l_run, m0, wrow, rows, warp, lane, hk, b,
-                                     cw, tid % 128);
+                                     cw, tid % 128, [&](int *bm0, int *bhk, int *bb) {
+                                         *bm0 = m0;
+                                         *bhk = hk;
+                                         *bb = b;
+                                     });
             return;
         }
     }
@@ -849,17 +865,25 @@ template <int D> struct producer_item_ops : producer_ops<D, 2> {
     }
 };
 
+// v9's last kernel parameter: O's tensor map (the TMA-store epilogue) and
+// the order, together so that a consumer thread keeps one pointer to both
+// (a pointer of its own to the map spilled the checked build's consumers).
+struct v9_args {
+    CUtensorMap tm_o; // zero unless p.o_tma
+    fp_tma::tile_order ord;
+};
+
 // A consumer thread of v9: v8's registers and operations plus the items'.
 template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
     const flash_params *p;
-    const fp_tma::tile_order *ord;
+    const v9_args *x; // the order, and O's map for the TMA-store epilogue (p->o_tma)
     int ticket; // the current item (its work is recomputed for the epilogue: fewer live registers)
     int cw, warp, wtid;
     // chained items (fp_tma::consumer_schedule_chain): the finishing item's
     // softmax state, kept for its epilogue, and the next item's ticket
     float end_m[2], end_l[2];
     int next_ticket;
-    __device__ __forceinline__ bool valid(int t) { return t < ord->items; }
+    __device__ __forceinline__ bool valid(int t) { return t < x->ord.items; }
     __device__ __forceinline__ int read_item(int s, uint32_t parity) {
         mbar_wait(this->smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_FULL, s), parity, fp_tma::BAR_ITEM_FULL,
                   s);
@@ -869,13 +893,13 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
     }
     __device__ __forceinline__ void prefetch_q(int t, int qb) {
         cta_work wn;
-        if (item_work<D>(*p, *ord, t, wn))
+        if (item_work<D>(*p, x->ord, t, wn))
             load_q_rows<T, D>(*p, wn, this->smem0 + fp_tma::q_offset<D, 2>(qb), this->wrow, wtid);
         cp_async_commit();
     }
     __device__ __forceinline__ bool peek_item(int t, int *sb, int *se) {
         cta_work w;
-        if (!item_work<D>(*p, *ord, t, w)) return false;
+        if (!item_work<D>(*p, x->ord, t, w)) return false;
         *sb = w.plan.s_begin;
         *se = w.plan.s_end;
         return true;
@@ -896,7 +920,7 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
         if (more) cp_async_wait<1>(); // this item's Q landed; the next one's may still fly
         else cp_async_wait<0>();
         cta_work w;
-        if (!item_work<D>(*p, *ord, t, w)) return false;
+        if (!item_work<D>(*p, x->ord, t, w)) return false;
         ticket = t;
         use_item(t, qb, w);
 #pragma unroll
@@ -911,7 +935,7 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
     __device__ __forceinline__ void begin_next(int t, int qb) {
         cp_async_wait<0>();
         cta_work w;
-        item_work<D>(*p, *ord, t, w); // true: peek_item said so
+        item_work<D>(*p, x->ord, t, w); // true: peek_item said so
         end_m[0] = this->m_run[0];
         end_m[1] = this->m_run[1];
         end_l[0] = this->l_run[0];
@@ -927,9 +951,25 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
             end_l[1] = this->l_run[1];
         }
         cta_work w;
-        item_work<D>(*p, *ord, ticket, w); // true: begin_item / peek_item said so
-        store_rows<T, D>(*p, w.S, this->o_acc, end_m, end_l, w.m0 + this->wrow, w.rows, warp, this->lane, w.hk, w.b,
-                         w.split);
+        item_work<D>(*p, x->ord, ticket, w); // true: begin_item / peek_item said so
+        if (p->o_tma) {
+            // O through the finishing item's Q buffer: q_smem, or when chained
+            // the other one (q_smem is the next item's already)
+            const uint32_t kQ = fp_tma::q_offset<D, 2>(1); // the second buffer's offset
+            const uint32_t q = chained ? this->smem0 + kQ - (this->q_smem - this->smem0) : this->q_smem;
+            const int t = ticket;
+            store_rows_tma<T, D, 128, true>(*p, x->tm_o, q, this->o_acc, end_m, end_l, w.m0, this->wrow, w.rows, warp,
+                                            this->lane, w.hk, w.b, cw, wtid, [&](int *bm0, int *bhk, int *bb) {
+                                                cta_work wb;
+                                                item_work<D>(*p, x->ord, t, wb);
+                                                *bm0 = wb.m0;
+                                                *bhk = wb.hk;
+                                                *bb = wb.b;
+                                            });
+        } else {
+            store_rows<T, D>(*p, w.S, this->o_acc, end_m, end_l, w.m0 + this->wrow, w.rows, warp, this->lane, w.hk,
+                             w.b, w.split);
+        }
         if (chained) {
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) this->o_acc[i] = 0.0f;
@@ -950,7 +990,8 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
 // and the turns are always on. p.tickets: [2] ints, zero at launch.
 template <typename T, int D>
 __device__ __forceinline__ void flash_tma_persistent_body(const flash_params &p, const CUtensorMap &tm_k,
-                                                          const CUtensorMap &tm_v, const fp_tma::tile_order &ord) {
+                                                          const CUtensorMap &tm_v, const v9_args &x) {
+    const fp_tma::tile_order &ord = x.ord;
     using Tr = fp_tma::traits_v5<D>;
     constexpr int Stages = Tr::kStages;
     static_assert(Tr::kBr == 128 && Tr::kConsumerWGs == 2, "two consumer warpgroups of 64 rows");
@@ -1003,7 +1044,7 @@ __device__ __forceinline__ void flash_tma_persistent_body(const flash_params &p,
     c.nthreads = 256;
     c.map_rows = p.sk; // per item: begin_item
     c.p = &p;
-    c.ord = &ord;
+    c.x = &x;
     fp_tma::consumer_items<Stages>(c.cw, c);
 }
 
@@ -1012,10 +1053,10 @@ __device__ __forceinline__ void flash_tma_persistent_body(const flash_params &p,
 template <typename T, int D>
 __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     attention_flash_fwd_v9(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
-                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ fp_tma::tile_order ord) {
+                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ v9_args x) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
-    flash_tma_persistent_body<T, D>(p, tm_k, tm_v, ord);
+    flash_tma_persistent_body<T, D>(p, tm_k, tm_v, x);
 #else
     __trap();
 #endif
@@ -1273,9 +1314,15 @@ struct no_prologue {
 // v5, v8 or v10 (V), the same launch (v10: three consumer warpgroups,
 // 192-row query tiles, 512 threads). fp8 (T e4m3): V is V^T at v_base (its
 // map mv), which `prologue` writes first (launch_fp8); O bf16.
+// FP_ATTN_O_STORE=tma (read once): every v5 / v8 / v9 / v10 call takes the
+// TMA-store epilogue where it applies.
+inline bool o_tma_store_env() {
+    static const bool v = env_is("FP_ATTN_O_STORE", "tma");
+    return v;
+}
+
 // o_tma: the TMA-store epilogue where it applies (o_map_of), asked for by
-// the call (FP_ATTN_O_TMA) or, for every call of v5 / v8 / v10, by
-// FP_ATTN_O_STORE=tma in the environment (read once).
+// the call (FP_ATTN_O_TMA) or by o_tma_store_env().
 template <typename T, int D, int V, class Prologue = no_prologue>
 fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
                     encode_tiled_fn enc, cudaStream_t stream, bool o_tma = false, const void *v_base = nullptr,
@@ -1291,9 +1338,8 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     CUtensorMap tm_k, tm_v, tm_o;
     FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
     FP_TRY(encode_kv_cached(enc, a, v_base ? v_base : a->v, mv, v_base ? "V^T" : "V", &tm_v));
-    static const bool o_tma_env = env_is("FP_ATTN_O_STORE", "tma");
     memset(&tm_o, 0, sizeof tm_o); // not read unless p.o_tma
-    if (sizeof(T) == 2 && (o_tma || o_tma_env)) p.o_tma = o_map_of(a, num_splits, enc, &tm_o) ? 1 : 0;
+    if (sizeof(T) == 2 && (o_tma || o_tma_store_env())) p.o_tma = o_map_of(a, num_splits, enc, &tm_o) ? 1 : 0;
     const size_t smem = fp_tma::smem_bytes<layout_cols<T, D>(), 1, W, BC>();
     constexpr auto kernel = tma_kernel<T, D, V>();
     FP_TRY((check_entry_regs<kernel, T, D, V>()));
@@ -1350,7 +1396,7 @@ fp_status device_shape(int *sms, int64_t *l2) {
 // v9: as launch_v5, with min(items, SMs) persistent CTAs over the order.
 template <typename T, int D>
 fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
-                    encode_tiled_fn enc, cudaStream_t stream) {
+                    encode_tiled_fn enc, cudaStream_t stream, bool o_tma = false) {
     using Tr = fp_tma::traits_v5<D>;
     flash_params p = make_flash_params(a, Tr::kBr, num_splits);
     const int64_t units = (int64_t)num_splits * a->heads_kv * a->batch;
@@ -1381,6 +1427,10 @@ fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     CUtensorMap tm_k, tm_v;
     FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
     FP_TRY(encode_kv_cached(enc, a, a->v, mv, "V", &tm_v));
+    v9_args x;
+    memset(&x.tm_o, 0, sizeof x.tm_o); // not read unless p.o_tma
+    if (o_tma || o_tma_store_env()) p.o_tma = o_map_of(a, num_splits, enc, &x.tm_o) ? 1 : 0;
+    x.ord = ord;
     const size_t smem = fp_tma::smem_bytes_v9<D>();
     constexpr auto kernel = attention_flash_fwd_v9<T, D>;
     FP_TRY((check_entry_regs<kernel, T, D, 9>()));
@@ -1393,7 +1443,7 @@ fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
         [&](flash_params &q) {
             if (ord.items < 1) return cudaSuccess; // no query rows: nothing to run
             const dim3 grid((unsigned)fp_tma::persistent_ctas(ord.items, sms));
-            return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, pdl_of(a), q, tm_k, tm_v, ord);
+            return launch_smem<kernel>(grid, fp_tma::kThreads, smem, stream, pdl_of(a), q, tm_k, tm_v, x);
         },
         2);
 }
@@ -1404,10 +1454,10 @@ fp_status dispatch_tma(const fp_attn_args *a, int num_splits, const fp_tma::kv_m
     const bool bf = a->dtype == FP_BF16;
     if constexpr (V == 9) {
         if (a->head_dim == 64)
-            return bf ? launch_v9<__nv_bfloat16, 64>(a, num_splits, mk, mv, enc, stream)
-                      : launch_v9<__half, 64>(a, num_splits, mk, mv, enc, stream);
-        return bf ? launch_v9<__nv_bfloat16, 128>(a, num_splits, mk, mv, enc, stream)
-                  : launch_v9<__half, 128>(a, num_splits, mk, mv, enc, stream);
+            return bf ? launch_v9<__nv_bfloat16, 64>(a, num_splits, mk, mv, enc, stream, o_tma)
+                      : launch_v9<__half, 64>(a, num_splits, mk, mv, enc, stream, o_tma);
+        return bf ? launch_v9<__nv_bfloat16, 128>(a, num_splits, mk, mv, enc, stream, o_tma)
+                  : launch_v9<__half, 128>(a, num_splits, mk, mv, enc, stream, o_tma);
     } else if constexpr (V == 10) { // head_dim 64 only: refused in fp_attn_cuda_flash_v5
         return bf ? launch_v5<__nv_bfloat16, 64, 10>(a, num_splits, mk, mv, enc, stream, o_tma)
                   : launch_v5<__half, 64, 10>(a, num_splits, mk, mv, enc, stream, o_tma);
@@ -1499,10 +1549,6 @@ fp_status fp8_check_args(const fp_attn_args *a, int version, int num_splits) {
 extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
     const bool o_tma = (version & FP_ATTN_O_TMA) != 0;
     version &= ~FP_ATTN_O_TMA;
-    if (o_tma && version == 9)
-        return fp_set_error(FP_ERR_UNSUPPORTED,
-                            "attention flash kernel v9: no TMA-store epilogue (FP_ATTN_O_TMA: v5, v8, v10 and v5's "
-                            "wide tile)");
     if (version != 5 && version != 8 && version != 9 && version != 10 && version != FP_ATTN_V5_WIDE)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "flash kernel version %d (the TMA kernels are 5, 8, 9 and 10)", version);
@@ -1535,7 +1581,7 @@ extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, i
     if (!enc) return st;
     if (wide) return dispatch_tma<FP_ATTN_V5_WIDE>(a, num_splits, mk, mv, enc, stream, o_tma);
     if (fp8) return version == 8 ? launch_fp8<8>(a, mk, enc, stream) : launch_fp8<5>(a, mk, enc, stream);
-    if (version == 9) return dispatch_tma<9>(a, num_splits, mk, mv, enc, stream);
+    if (version == 9) return dispatch_tma<9>(a, num_splits, mk, mv, enc, stream, o_tma);
     if (version == 10) return dispatch_tma<10>(a, num_splits, mk, mv, enc, stream, o_tma);
     return version == 8 ? dispatch_tma<8>(a, num_splits, mk, mv, enc, stream, o_tma)
                         : dispatch_tma<5>(a, num_splits, mk, mv, enc, stream, o_tma);

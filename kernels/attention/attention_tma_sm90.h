@@ -159,12 +159,14 @@ template <int D> inline int v5_reg_split_check(int num_regs) {
 // v9's split (version V: 9; v5 / v8 keep traits_v5's). Its producer thread
 // runs the item loop (tickets, the item ring, the ring's running position)
 // on top of v5's loads: 24 registers fit the default build but not the
-// checked build's watchdog paths (ptxas spilled 16 bytes), so 32; the
-// consumers give 8 (v9's peak at R204 at head_dim 128, R215 in the checked
-// build): 128 x 32 + 256 x 232 = 63488 <= 384 x 168, the same entry count.
+// checked build's watchdog paths (ptxas spilled 16 bytes), so 32, and 40
+// since the TMA-store epilogue's parameter (session 32: the checked build
+// spilled 8 bytes in the producer's watchdog report at 32); the consumers
+// give 8 (v9's peak at R204 at head_dim 128, R215 in the checked build):
+// 128 x 40 + 256 x 232 = 64512 = 384 x 168, the same entry count.
 // v10's is traits_v5<D, 3>'s: 128 x 32 + 384 x 160 = 65536 = 512 x 128.
 template <int D, int V> SM90_HD constexpr int producer_regs() {
-    return V == 9 ? 32 : traits_v5<D, consumer_wgs<V>()>::kProducerRegs;
+    return V == 9 ? 40 : traits_v5<D, consumer_wgs<V>()>::kProducerRegs;
 }
 template <int D, int V> SM90_HD constexpr int consumer_regs() {
     return V == 9 ? 232 : traits_v5<D, consumer_wgs<V>()>::kConsumerRegs;

@@ -224,15 +224,15 @@ fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaS
  * FP_ATTN_V5_TILE=128x176 in the environment every v5 call it supports runs
  * it. */
 #define FP_ATTN_V5_WIDE 105
-/* OR'd into version 5, 8, 10 or FP_ATTN_V5_WIDE given to
+/* OR'd into version 5, 8, 9, 10 or FP_ATTN_V5_WIDE given to
  * fp_attn_cuda_flash_version: O leaves through shared memory and TMA stores
  * (FlashAttention-3's epilogue, session 32) where that applies (f16 / bf16,
  * one split, dense Q / O, a GQA group dividing 64, an O layout TMA can
  * describe), else through each thread's stores as without it; recorded as
  * the version alone. FP_ATTN_O_STORE=tma in the environment does the same
  * for every call of those versions. The A/B of fastbench
- * attention/flash_versions rows v5_vs_v5o / v8_vs_v8o; other versions
- * refuse it (FP_ERR_INVALID_ARGUMENT; v9: FP_ERR_UNSUPPORTED). */
+ * attention/flash_versions rows v5_vs_v5o / v8_vs_v8o / v9_vs_v9o; other
+ * versions refuse it (FP_ERR_INVALID_ARGUMENT). */
 #define FP_ATTN_O_TMA 0x100
 /* A numbered version of the flash kernel (1 = the default, 2 = two 16-row
  * blocks per warp, head_dim 64 / 128, 3 = Hopper wgmma kernel, 4 = the same

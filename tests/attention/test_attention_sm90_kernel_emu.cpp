@@ -65,23 +65,24 @@ static bool run_case(const emu_case &c, int version, emu_rng &rng, fp_context *c
     E.a.lse = lse.data();
     fp_emu::clear_launch_log();
     const fp_status st = fp_attn_cuda_flash_sm90(&E.a, version, c.splits, nullptr);
+    const int vb = version & ~FP_ATTN_O_TMA; // the version without the TMA-store bit
+    const char *how = version & FP_ATTN_O_TMA ? " (TMA-store epilogue)" : "";
     if (st != FP_OK) {
-        fprintf(stderr, "v%d %s: %s (%s)\n", version, c.name, fp_last_error(), fp_emu::last_failure());
+        fprintf(stderr, "v%d%s %s: %s (%s)\n", vb, how, c.name, fp_last_error(), fp_emu::last_failure());
         return false;
     }
     // v5 and its 128 x 176 tile (FP_ATTN_V5_WIDE) told apart by the launch's
     // shared memory (1 KiB slack + Q + S stages of K and V + 4 S barriers: S
     // = 3 at head_dim 64, else 2; the kernels have internal linkage, so the
     // launch log cannot name them)
-    const int vb = version & ~FP_ATTN_O_TMA; // the version without the TMA-store bit
     if (vb == 5 || vb == FP_ATTN_V5_WIDE) {
         const int bc = vb == 5 ? 128 : 176, d = c.d, stages = d == 64 ? 3 : 2;
         const size_t want = 1024 + (size_t)(128 + 2 * stages * bc) * d * 2 + 4 * stages * 8;
         bool seen = false;
         for (const fp_emu::LaunchRecord &r : fp_emu::launch_log()) seen |= r.block.x == 384 && r.smem == want;
         if (!seen) {
-            fprintf(stderr, "v%d %s: no launch of 384 threads with %zu bytes of shared memory (the 128 x %d tile)\n",
-                    version, c.name, want, bc);
+            fprintf(stderr, "v%d%s %s: no launch of 384 threads with %zu bytes of shared memory (the 128 x %d tile)\n",
+                    vb, how, c.name, want, bc);
             return false;
         }
     }
@@ -91,7 +92,7 @@ static bool run_case(const emu_case &c, int version, emu_rng &rng, fp_context *c
         std::memcpy(&b, &lse[X.lse.size() + i], 4);
         guards &= o[X.o.size() + i] == kOGuard && b == kLseGuard;
     }
-    if (!guards) fprintf(stderr, "v%d %s: written past the end of O or lse\n", version, c.name);
+    if (!guards) fprintf(stderr, "v%d%s %s: written past the end of O or lse\n", vb, how, c.name);
     std::copy(o.begin(), o.begin() + (long)X.o.size(), X.o.begin());
     std::copy(lse.begin(), lse.begin() + (long)X.lse.size(), X.lse.begin());
     E.a.o = X.o.data();
@@ -100,16 +101,17 @@ static bool run_case(const emu_case &c, int version, emu_rng &rng, fp_context *c
 }
 
 // The TMA stores the epilogue through shared memory makes for case c on
-// version 5, 8, 10 or FP_ATTN_V5_WIDE: one box per 64 columns of each active
-// consumer warpgroup of each CTA where it applies (one split, dense, a group
-// dividing 64), else none.
+// version 5, 8, 9, 10 or FP_ATTN_V5_WIDE: one box per 64 columns of each
+// active consumer warpgroup of each CTA (v9: both warpgroups of every item,
+// padding or not) where it applies (one split, dense Q / O, a group dividing
+// 64; paged K / V or not), else none.
 static long tma_boxes(const emu_case &c, int version) {
     const int group = c.hq / c.hkv, w = version == 10 ? 3 : 2, rows = c.sq * group;
     if (c.splits != 1 || c.varlen || 64 % group) return 0;
     long n = 0;
     for (int m0 = 0; m0 < rows; m0 += 64 * w) {
         const int wgs = (rows - m0 + 63) / 64;
-        n += wgs < w ? wgs : w;
+        n += version == 9 || wgs > w ? w : wgs;
     }
     return n * c.batch * c.hkv * (c.d / 64);
 }
@@ -119,7 +121,8 @@ static long tma_boxes(const emu_case &c, int version) {
 static bool run_counted(const emu_case &c, int version, emu_rng &rng, const char *how) {
     static const bool env = getenv("FP_ATTN_O_STORE") && std::strcmp(getenv("FP_ATTN_O_STORE"), "tma") == 0;
     const int vb = version & ~FP_ATTN_O_TMA;
-    const bool tma = (vb == 5 || vb == 8 || vb == 10 || vb == FP_ATTN_V5_WIDE) && (env || (version & FP_ATTN_O_TMA));
+    const bool tma = (vb == 5 || vb == 8 || vb == 9 || vb == 10 || vb == FP_ATTN_V5_WIDE) &&
+                     (env || (version & FP_ATTN_O_TMA));
     const long before = fp_emu::g_tma_stores.load();
     if (!run_case(c, version, rng)) return false;
     const long got = fp_emu::g_tma_stores.load() - before, want = tma ? tma_boxes(c, vb) : 0;
@@ -275,39 +278,49 @@ int main(int argc, char **argv) {
         fp_emu::set_device(h100);
     }
     // The TMA-store epilogue (FP_ATTN_O_TMA) on v5 / v5's wide tile (head_dim
-    // 128) and v8 / v10 (64), then v5 / v8 in the other thread order on the
-    // cases it applies to: the same outputs, pads and guards untouched, and
-    // exactly the boxes expected stored (one per 64 columns of each active
-    // consumer warpgroup of each CTA) where it applies (one split, dense, a
-    // group dividing 64), none where it does not (the stores from registers).
+    // 128), v8 / v10 (64) and v9 (both; on 2 SMs too, where a CTA runs
+    // several items, each item's O staged in its Q buffer, which a later
+    // item's Q then reuses), then v5 / v8 / v9 (2 SMs) in the other thread
+    // order on the cases it applies to: the same outputs, pads and guards
+    // untouched, and exactly the boxes expected stored (one per 64 columns
+    // of each active consumer warpgroup of each CTA or item) where it
+    // applies (one split, dense, a group dividing 64), none where it does
+    // not (the stores from registers).
     {
         for (int pass = 0; pass < 2; ++pass) {
             if (pass) setenv("FP_EMU_REVERSE", "1", 1);
-            static const int tma_versions[] = {5, FP_ATTN_V5_WIDE, 8, 10};
-            for (int version : tma_versions)
+            static const int tma_versions[] = {5, FP_ATTN_V5_WIDE, 8, 10, 9, -9}; // -9: v9 on 2 SMs
+            for (int tv : tma_versions)
                 for (const emu_case &c : cases) {
+                    const int version = tv < 0 ? -tv : tv;
                     const bool d64 = version == 8 || version == 10;
-                    if ((c.d == 64) != d64 || (version == FP_ATTN_V5_WIDE && c.page) ||
-                        (only && !std::strstr(c.name, only)))
+                    if ((version != 9 && (c.d == 64) != d64) || (version == FP_ATTN_V5_WIDE && c.page) ||
+                        (version == 9 && c.page) || (only && !std::strstr(c.name, only)))
                         continue;
-                    if (pass && (version == 10 || version == FP_ATTN_V5_WIDE || !tma_boxes(c, version))) continue;
+                    // where it does not apply (no box): v5 / v8 once at 132 SMs, which
+                    // must store none
+                    if (!tma_boxes(c, version) && (pass || (version != 5 && version != 8))) continue;
+                    if (pass && (version == 10 || version == FP_ATTN_V5_WIDE || tv == 9)) continue;
+                    fp_emu::DeviceProfile dev = h100;
+                    if (tv < 0) dev.sm_count = 2;
+                    fp_emu::set_device(dev);
                     ran++;
                     if (!run_counted(c, version | FP_ATTN_O_TMA, rng,
                                      pass ? "TMA-store epilogue, reversed" : "TMA-store epilogue"))
                         failures++;
                 }
+            fp_emu::set_device(h100);
         }
         unsetenv("FP_EMU_REVERSE");
-        // v9 has none (refused); v3 / v4 refuse the bit as an argument error
+        // v3 / v4 refuse the bit as an argument error, writing nothing
         const emu_case &c0 = cases[0];
-        for (int version : {9, 3}) {
+        for (int version : {3, 4}) {
             emu_data X;
             emu_args E;
             ran++;
-            const fp_status want = version == 9 ? FP_ERR_UNSUPPORTED : FP_ERR_INVALID_ARGUMENT;
-            if (!emu_setup(c0, rng, X, E) || fp_attn_cuda_flash_sm90(&E.a, version | FP_ATTN_O_TMA, 1, nullptr) != want ||
-                !std::strstr(fp_last_error(), version == 9 ? "TMA-store" : "FP_ATTN_O_TMA") ||
-                o_written(X, version, c0.name)) {
+            if (!emu_setup(c0, rng, X, E) ||
+                fp_attn_cuda_flash_sm90(&E.a, version | FP_ATTN_O_TMA, 1, nullptr) != FP_ERR_INVALID_ARGUMENT ||
+                !std::strstr(fp_last_error(), "FP_ATTN_O_TMA") || o_written(X, version, c0.name)) {
                 fprintf(stderr, "v%d | FP_ATTN_O_TMA: not refused as expected (%s)\n", version, fp_last_error());
                 failures++;
             }

@@ -1017,7 +1017,7 @@ int main() {
                 v9_hi = n;
             }
         if (v9_lo != 161 || v9_hi != 168 || v9_n != 8 || fp_tma::entry_regs<128, 9>() != 168) wrong++;
-        if (fp_tma::producer_regs<128, 9>() != 32 || fp_tma::consumer_regs<64, 9>() != 232 ||
+        if (fp_tma::producer_regs<128, 9>() != 40 || fp_tma::consumer_regs<64, 9>() != 232 ||
             fp_tma::producer_regs<128, 8>() != 24 || fp_tma::consumer_regs<128, 5>() != 240)
             wrong++;
         for (int n = 1; n <= 255; ++n)

@@ -126,6 +126,7 @@ struct Shadow {
     uint32_t write_named;    // named-barrier completions in the block before that write
     int32_t gwriter;         // last generic-proxy writer (cp.async, st.shared), -1 none
     uint32_t gwrite_clock;   // the block's proxy clock at that write
+    uint32_t read_named;     // named-barrier completions in the block before the (latest) read
 };
 
 // A completed named barrier: its sequence number and the threads that took
@@ -424,7 +425,7 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
     memset(b.arena, 0xFF, b.arena_size);
     // (only what the last block touched, as far as smem_at saw: most blocks
     // of a large grid of short sequences never copy asynchronously)
-    for (size_t i = 0; i < b.shadow_used; ++i) b.shadow[i] = Shadow{-1, 0, -1, 0, 0, 0, 0, -1, 0};
+    for (size_t i = 0; i < b.shadow_used; ++i) b.shadow[i] = Shadow{-1, 0, -1, 0, 0, 0, 0, -1, 0, 0};
     b.shadow_used = 0;
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber &f = b.fibers[i];
@@ -665,6 +666,8 @@ static std::string describe_reader(int32_t r) {
     return "a wgmma of warpgroup " + std::to_string(-r - 3);
 }
 
+static bool named_orders(const BlockState *b, uint32_t since, int32_t w, int32_t r);
+
 // An async copy issued / landed. Copies ordered by __syncthreads (cp.async)
 // also check and record against the block's barrier epochs; the mbarrier
 // variants (TMA) only track bytes in flight and unretired wgmma reads.
@@ -676,7 +679,7 @@ static void async_issue(uint32_t addr, size_t n, bool barrier_ordered) {
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
         if (barrier_ordered && s.read_epoch == b->epoch && s.reader != -1 && s.reader != me &&
-            s.reader != wgmma_reader(me))
+            s.reader != wgmma_reader(me) && !(s.reader >= 0 && named_orders(b, s.read_named, s.reader, me)))
             kernel_fail("race: %s issues an async copy to shared byte %zu, which %s read since the last "
                         "__syncthreads (write after read: the copy may land before that read)",
                         describe(*f).c_str(), i, describe_reader(s.reader).c_str());
@@ -734,7 +737,7 @@ void smem_note_async_issue_mbar(uint32_t addr, size_t n) { async_issue(addr, n, 
 
 void smem_note_async_complete_mbar(uint32_t addr, size_t n) { async_complete(addr, n, false); }
 
-static void note_read(uint32_t addr, size_t n, bool wgmma);
+static void note_read(uint32_t addr, size_t n, bool wgmma, bool check = true, bool record = true);
 static void pending_read(uint32_t addr, size_t n, int delta, const char *what) {
     Fiber *f = self("pending shared read");
     BlockState *b = f->regs.block;
@@ -757,7 +760,9 @@ static void pending_read(uint32_t addr, size_t n, int delta, const char *what) {
 void smem_note_pending_read(uint32_t addr, size_t n, int delta) { pending_read(addr, n, delta, "a wgmma"); }
 
 void smem_note_async_read(uint32_t addr, size_t n, int delta, const char *what) {
-    if (delta > 0) note_read(addr, n, false);
+    // issue: the read-after-write checks; retire: the read recorded as this
+    // thread's (a thread that waited for it), for later async copies' checks
+    note_read(addr, n, false, delta > 0, delta < 0);
     pending_read(addr, n, delta, what);
 }
 
@@ -838,25 +843,37 @@ void *driver_symbol(const char *name) {
     return it == driver_symbols().end() ? nullptr : it->second;
 }
 
-static void note_read(uint32_t addr, size_t n, bool wgmma) {
+// check: the read-after-write checks; record: the read noted for the
+// write-after-read check of later async copies (one reader per byte and
+// epoch, the latest; a read by another thread replaces it when a named
+// barrier orders the earlier read before this one (an earlier wgmma read:
+// its warpgroup's first thread stands for it), else the byte counts as
+// read by several threads).
+static void note_read(uint32_t addr, size_t n, bool wgmma, bool check, bool record) {
     Fiber *f = self("shared read");
     BlockState *b = f->regs.block;
     (void)smem_at(addr, n);
     const int32_t me = (int32_t)f->regs.linear, reader = wgmma ? wgmma_reader(me) : me;
     for (size_t i = addr; i < addr + n; ++i) {
         Shadow &s = b->shadow[i];
-        if (s.in_flight)
+        if (check && s.in_flight)
             kernel_fail("race: %s reads shared byte %zu while an async copy to it is in flight (no wait)",
                         describe(*f).c_str(), i);
-        if (s.writer >= 0 && s.writer != me && s.write_epoch == b->epoch &&
+        if (check && s.writer >= 0 && s.writer != me && s.write_epoch == b->epoch &&
             !named_orders(b, s.write_named, s.writer, me))
             kernel_fail("race: %s reads shared byte %zu, which thread %d's async copy or store wrote after the "
                         "last __syncthreads (read after write without a barrier)",
                         describe(*f).c_str(), i, s.writer);
-        if (s.read_epoch != b->epoch) {
+        if (!record) continue;
+        if (s.read_epoch != b->epoch || s.reader == -1 || s.reader == reader) {
             s.reader = reader;
             s.read_epoch = b->epoch;
-        } else if (s.reader != reader) {
+            s.read_named = b->nb_seq;
+        } else if (s.reader != -2 &&
+                   named_orders(b, s.read_named, s.reader >= 0 ? s.reader : (-s.reader - 3) * 128, me)) {
+            s.reader = reader;
+            s.read_named = b->nb_seq;
+        } else {
             s.reader = -2;
         }
     }
@@ -993,7 +1010,7 @@ cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBo
     b.pdl = pdl;
     b.arena_size = smem;
     b.arena = static_cast<unsigned char *>(aligned_alloc(1024, (smem + 1023) / 1024 * 1024 + 1024));
-    b.shadow.assign(smem, Shadow{-1, 0, -1, 0, 0, 0, 0, -1, 0});
+    b.shadow.assign(smem, Shadow{-1, 0, -1, 0, 0, 0, 0, -1, 0, 0});
     BlockState *saved_block = g_block;
     Fiber *saved_fiber = g_fiber;
     ThreadRegs *saved_cur = g_cur;

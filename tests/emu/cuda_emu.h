@@ -168,7 +168,9 @@ void smem_note_store(uint32_t addr, size_t n);
 // read-after-write and proxy checks of a wgmma (a generic write with no
 // fence.proxy.async since, by the writer or this thread, fails; so does a
 // write by another thread no barrier orders before this one), then the
-// bytes count as pending reads until delta -1 (the bulk group's wait).
+// bytes count as pending reads until delta -1 (the bulk group's wait),
+// where the read is recorded as the waiting thread's: an async copy another
+// thread issues over the bytes later needs a barrier with it in between.
 void smem_note_async_read(uint32_t addr, size_t n, int delta, const char *what);
 
 // Per-block state of emulated instructions (mbarriers, TMA copies in

@@ -141,7 +141,7 @@ RULES = [
     # v9: v8 in persistent CTAs; the producer draws the next item's ticket
     # with a global atomic add (fp_tma::producer_items)
     ("flash fwd v9 (wgmma + TMA, ping-pong, persistent)", "attention", r"attention_flash_fwd_v9<", ("sm_90a",),
-     {r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2, r"^ATOMG\.E\.ADD": 1},
+     dict(TMA_STORE, **{r"^HGMMA\.": 8, r"^UTMALDG": 2, r"^SYNCS\.": 4, r"^BAR\.ARV": 2, r"^ATOMG\.E\.ADD": 1}),
      ("hgmma_batched", "hgmma_overlap", "ex2_ftz", "pdl")),
     # v10: v8 with three consumer warpgroups (head_dim 64); the register
     # split (USETMAXREG: the producer's .dec, the consumers' .inc) is what
