@@ -346,8 +346,7 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # keys, causal and not (issue 19's 350 TFLOP/s on the mma.sync path)
     "ab-v2tile|attention/flash_versions --head_dim 128 --version 2 --dtype bf16"
     # v5 (the Hopper default at head_dim 128) against FlashAttention-3's
-    # 128 x 176 tile (row v5_vs_v5w; v1_vs_v5 and v5_vs_v5o ride along),
-    # 1k / 4k / 16k
+    # 128 x 176 tile (row v5_vs_v5w; v1_vs_v5 rides along), 1k / 4k / 16k
     "ab-v5wide|attention/flash_versions --head_dim 128 --version 5 --dtype bf16"
     # the default Hopper kernels (v5 at head_dim 128, v8 at 64) and v9
     # against their epilogue through shared memory and TMA stores (session

@@ -36,8 +36,8 @@
  *                      GB/s, CUDA only.
  * Options: --seqlen N, --head_dim N, --causal 0|1, --batch N, --kv N restrict
  * the grids (flash_versions: --seqlen N runs any length N, --batch N sets its
- * batch, --version N keeps that version's rows, --o_tma 1 the TMA-store
- * epilogue's rows alone); --dtype picks dtypes; --kernel N (prefill, gqa,
+ * batch, --version N keeps that version's rows, --o_tma 1 runs the
+ * TMA-store epilogue's rows instead of the others); --dtype picks dtypes; --kernel N (prefill, gqa,
  * decode) times fp_attention_forward with FP_CTX_ATTENTION_KERNEL = N (the
  * flash version it prefers; the row says which was asked). CPU contexts and
  * --quick run a few tiny shapes (the CPU tiled implementation vs the naive
@@ -302,8 +302,8 @@ static fp_status run_decode(fb_run *run) {
  * its 128 x 176 tile (FP_ATTN_V5_WIDE, row "v5_vs_v5w"), and the default
  * Hopper kernel of each head dim (v5 at 128, v8 at 64) against itself with
  * the epilogue through shared memory and TMA stores (FP_ATTN_O_TMA, rows
- * "v5_vs_v5o" / "v8_vs_v8o"), and v9 against its own ("v9_vs_v9o"; --o_tma
- * 1: those rows alone), outputs
+ * "v5_vs_v5o" / "v8_vs_v8o"), and v9 against its own ("v9_vs_v9o"): those
+ * three rows with --o_tma 1 and only then, outputs
  * compared: the measurement that
  * decides which one fp_attention_forward should use (v5 / v3 on Hopper, v1
  * elsewhere). One result per shape and pair (param "versions"); where
@@ -379,7 +379,8 @@ static fp_status run_versions(fb_run *run) {
                         if ((row == 11 || row == 12 || row == 13) && d != 128)
                             continue; /* the tiles differ at head_dim 128 only; v5 is its default */
                         if (row == 14 && d != 64) continue; /* v8: the head_dim 64 default */
-                        if (fb_opt_given(run, "o_tma") && row < 13) continue; /* --o_tma 1: rows 13-15 */
+                        /* --o_tma 1: rows 13-15 alone; without it, none of them */
+                        if (!!fb_opt_given(run, "o_tma") != (row >= 13)) continue;
                         /* --version N: that version's rows only */
                         if (fb_opt_given(run, "version") && fb_opt_int(run, "version", vn) != vn) continue;
                         /* v8 against v5, v9 and v10 against v8 (each against the kernel it

@@ -694,6 +694,9 @@ static void async_complete(uint32_t addr, size_t n, bool barrier_ordered) {
         Shadow &s = b->shadow[i];
         if (s.pending_reads) fail_landing_under_pending_read(i);
         if (s.in_flight) s.in_flight--;
+        // the bytes' earlier reads were ordered before the copy's issue (its
+        // write-after-read check) or fail there: later reads are of these bytes
+        s.reader = -1;
         if (!barrier_ordered) continue;
         s.writer = (int32_t)f->regs.linear;
         s.write_epoch = b->epoch;
@@ -726,9 +729,10 @@ void fence_proxy_async() {
 
 // Whether a named barrier completed after `since` orders thread w's accesses
 // before thread r's (both took part).
+// (The log is in completion order: walked from the newest back to `since`.)
 static bool named_orders(const BlockState *b, uint32_t since, int32_t w, int32_t r) {
-    for (const NamedEvent &e : b->nb_log)
-        if (e.seq > since && (e.members[(size_t)w / 64] >> (w % 64) & 1) && (e.members[(size_t)r / 64] >> (r % 64) & 1))
+    for (auto it = b->nb_log.rbegin(); it != b->nb_log.rend() && it->seq > since; ++it)
+        if ((it->members[(size_t)w / 64] >> (w % 64) & 1) && (it->members[(size_t)r / 64] >> (r % 64) & 1))
             return true;
     return false;
 }
@@ -845,10 +849,11 @@ void *driver_symbol(const char *name) {
 
 // check: the read-after-write checks; record: the read noted for the
 // write-after-read check of later async copies (one reader per byte and
-// epoch, the latest; a read by another thread replaces it when a named
-// barrier orders the earlier read before this one (an earlier wgmma read:
-// its warpgroup's first thread stands for it), else the byte counts as
-// read by several threads).
+// epoch, forgotten when an async copy lands on the byte; a second reader
+// makes the byte read by several threads, except that a thread's read (not a
+// wgmma's) replaces an earlier reader a named barrier orders before it (an
+// earlier wgmma read: its warpgroup's first thread stands for it): the
+// reuse of a Q buffer through a TMA store's read).
 static void note_read(uint32_t addr, size_t n, bool wgmma, bool check, bool record) {
     Fiber *f = self("shared read");
     BlockState *b = f->regs.block;
@@ -869,7 +874,7 @@ static void note_read(uint32_t addr, size_t n, bool wgmma, bool check, bool reco
             s.reader = reader;
             s.read_epoch = b->epoch;
             s.read_named = b->nb_seq;
-        } else if (s.reader != -2 &&
+        } else if (!wgmma && s.reader != -2 &&
                    named_orders(b, s.read_named, s.reader >= 0 ? s.reader : (-s.reader - 3) * 128, me)) {
             s.reader = reader;
             s.read_named = b->nb_seq;
