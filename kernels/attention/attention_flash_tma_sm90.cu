@@ -1230,16 +1230,26 @@ fp_status encode_kv_cached(encode_tiled_fn enc, const fp_attn_args *a, const voi
     return encode_cached(enc, make_key(base, a->dtype, 4, m.dims, m.strides, m.box), which, out);
 }
 
-// The TMA-store epilogue's map of O (fp_tma::o_map_geometry) where it
-// applies: 16-bit, one split, dense (no cu_seqlens), a group dividing 64,
-// a layout TMA describes. false: the call writes O from registers
-// (store_rows), as without FP_ATTN_O_TMA.
-bool o_map_of(const fp_attn_args *a, int num_splits, encode_tiled_fn enc, CUtensorMap *tm_o) {
-    if (num_splits != 1 || a->cu_q || (a->dtype != FP_BF16 && a->dtype != FP_F16)) return false;
+// FP_ATTN_O_STORE=tma (read once): every v5 / v8 / v9 / v10 call takes the
+// TMA-store epilogue where it applies.
+inline bool o_tma_store_env() {
+    static const bool v = env_is("FP_ATTN_O_STORE", "tma");
+    return v;
+}
+
+// The TMA-store epilogue's map of O (fp_tma::o_map_geometry) into *tm_o
+// (zeroed first: the kernel reads it only when this returns 1), where the
+// call asks for it (FP_ATTN_O_TMA: `asked`, or o_tma_store_env()) and it
+// applies: 16-bit, one split, dense (no cu_seqlens), a group dividing 64, a
+// layout TMA describes. 0: the call writes O from registers (store_rows).
+int o_map_of(const fp_attn_args *a, int num_splits, encode_tiled_fn enc, bool asked, CUtensorMap *tm_o) {
+    memset(tm_o, 0, sizeof *tm_o);
+    if (!(asked || o_tma_store_env()) || num_splits != 1 || a->cu_q || (a->dtype != FP_BF16 && a->dtype != FP_F16))
+        return 0;
     fp_tma::o_map m;
     if (fp_tma::o_map_geometry(reinterpret_cast<uintptr_t>(a->o), a->head_dim, a->seqlen_q, a->heads_kv, a->group,
                                a->batch, a->o_ss, a->o_hs, a->o_bs, &m) != fp_tma::KV_MAP_OK)
-        return false;
+        return 0;
     const fp_status st = encode_cached(enc, make_key(a->o, a->dtype, 5, m.dims, m.strides, m.box), "O", tm_o);
     if (st != FP_OK) fp_clear_error(); // the driver refused it: the stores from registers
     return st == FP_OK;
@@ -1314,15 +1324,7 @@ struct no_prologue {
 // v5, v8 or v10 (V), the same launch (v10: three consumer warpgroups,
 // 192-row query tiles, 512 threads). fp8 (T e4m3): V is V^T at v_base (its
 // map mv), which `prologue` writes first (launch_fp8); O bf16.
-// FP_ATTN_O_STORE=tma (read once): every v5 / v8 / v9 / v10 call takes the
-// TMA-store epilogue where it applies.
-inline bool o_tma_store_env() {
-    static const bool v = env_is("FP_ATTN_O_STORE", "tma");
-    return v;
-}
-
-// o_tma: the TMA-store epilogue where it applies (o_map_of), asked for by
-// the call (FP_ATTN_O_TMA) or by o_tma_store_env().
+// o_tma: the call asks for the TMA-store epilogue (FP_ATTN_O_TMA; o_map_of).
 template <typename T, int D, int V, class Prologue = no_prologue>
 fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
                     encode_tiled_fn enc, cudaStream_t stream, bool o_tma = false, const void *v_base = nullptr,
@@ -1338,8 +1340,7 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     CUtensorMap tm_k, tm_v, tm_o;
     FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
     FP_TRY(encode_kv_cached(enc, a, v_base ? v_base : a->v, mv, v_base ? "V^T" : "V", &tm_v));
-    memset(&tm_o, 0, sizeof tm_o); // not read unless p.o_tma
-    if (sizeof(T) == 2 && (o_tma || o_tma_store_env())) p.o_tma = o_map_of(a, num_splits, enc, &tm_o) ? 1 : 0;
+    p.o_tma = o_map_of(a, num_splits, enc, o_tma, &tm_o); // fp8 calls: 0 (16-bit dtypes only)
     const size_t smem = fp_tma::smem_bytes<layout_cols<T, D>(), 1, W, BC>();
     constexpr auto kernel = tma_kernel<T, D, V>();
     FP_TRY((check_entry_regs<kernel, T, D, V>()));
@@ -1428,8 +1429,7 @@ fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
     FP_TRY(encode_kv_cached(enc, a, a->v, mv, "V", &tm_v));
     v9_args x;
-    memset(&x.tm_o, 0, sizeof x.tm_o); // not read unless p.o_tma
-    if (o_tma || o_tma_store_env()) p.o_tma = o_map_of(a, num_splits, enc, &x.tm_o) ? 1 : 0;
+    p.o_tma = o_map_of(a, num_splits, enc, o_tma, &x.tm_o);
     x.ord = ord;
     const size_t smem = fp_tma::smem_bytes_v9<D>();
     constexpr auto kernel = attention_flash_fwd_v9<T, D>;
