@@ -7,6 +7,9 @@
 #endif
 
 #include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <thread>
 #include <cxxabi.h>
 #include <dlfcn.h>
 
@@ -113,6 +116,7 @@ struct Fiber {
     bool spun;         // its last run ended in a spin-wait (FP_EMU_GREEDY skips it
                        // until an event that may end the wait: spun_at != wakes)
     unsigned long spun_at;  // the block's wakes when it spun
+    bool global_wait;       // SPINNING in spin_yield_global: waits on another block
 };
 
 // Shadow of one arena byte.
@@ -267,6 +271,7 @@ void clear_ext(BlockState &b) {
 // After a pass in which every runnable fiber ran until it blocked: release
 // the block barrier or warp collectives whose participants have all arrived.
 // Returns false (and records why) on a deadlock.
+std::string deadlock_message(const BlockState &b, size_t live, size_t at_bar);
 bool resolve(BlockState &b) {
     size_t live = 0, at_bar = 0;
     for (const Fiber &f : b.fibers) {
@@ -381,7 +386,12 @@ bool resolve(BlockState &b) {
             if (f.state == SPINNING) f.state = RUNNABLE;
         return true;
     }
-    // Nobody can move: say who waits where.
+    b.failure = deadlock_message(b, live, at_bar);
+    return false;
+}
+
+// Who waits where in a block nobody can move.
+std::string deadlock_message(const BlockState &b, size_t live, size_t at_bar) {
     std::string why = "deadlock: ";
     size_t shown = 0;
     for (const Fiber &f : b.fibers) {
@@ -398,11 +408,11 @@ bool resolve(BlockState &b) {
     if (at_bar > 0 && at_bar < live)
         why = "divergent __syncthreads: " + std::to_string(at_bar) + " of " + std::to_string(live) +
               " live threads reached it (" + why + ")";
-    b.failure = why;
-    return false;
+    return why;
 }
 
-bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, size_t stack_sz) {
+// Sets b up to run block bid (its threads' fibers on `stacks`).
+void start_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, size_t stack_sz) {
     const unsigned nthreads = block.x * block.y * block.z;
     clear_ext(b);
     // Sized once per launch (every block of a grid has the same shape); the
@@ -441,11 +451,27 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
         f.pdl_entered = false;
         f.spun = false;
         f.spun_at = 0;
+        f.global_wait = false;
         f.mask = 0;
         f.what = "";
         f.result = nullptr;
         ctx_make(&f.ctx, &stacks[(size_t)i * stack_sz], stack_sz, fiber_entry);
     }
+}
+
+// Passes a block that waits on another block (spin_yield_global) makes with
+// no progress before the grid's scheduler runs another block.
+constexpr unsigned long kStallPasses = 64;
+enum class Slice { DONE, FAILED, STALLED };
+
+// Runs b (started by start_block, or stalled before) until it ends, fails
+// (b.failure says why), or, when every live thread that is not at a barrier
+// spins on another block's work (spin_yield_global) and kStallPasses passes
+// went by with no progress, stalls: the launch runs another block and comes
+// back. *moved: whether anything happened in the block this time.
+Slice run_slice(BlockState &b, bool *moved) {
+    *moved = false;
+    b.idle_passes = 0;
     g_block = &b;
     for (;;) {
         bool ran = false;
@@ -485,7 +511,7 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
             f.spun = f.state == SPINNING;
             f.spun_at = b.wakes;
             if (f.state != SPINNING) only_spinners = false;
-            if (b.failed) return false;
+            if (b.failed) return Slice::FAILED;
         }
         bool all_done = true;
         for (const Fiber &f : b.fibers)
@@ -500,13 +526,29 @@ bool run_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, si
                     b.failure = "named barrier " + std::to_string(id) + " left with " +
                                 std::to_string(b.nb_arrived[id]) + " of " + std::to_string(b.nb_count[id]) +
                                 " threads arrived when the block exited";
-                    return false;
+                    return Slice::FAILED;
                 }
-            return true;
+            *moved = true;
+            return Slice::DONE;
         }
-        if (only_spinners && b.progress == progress_before) b.idle_passes++;
-        else b.idle_passes = 0;
-        if (!resolve(b)) return false;
+        if (only_spinners && b.progress == progress_before) {
+            b.idle_passes++;
+        } else {
+            b.idle_passes = 0;
+            *moved = true;
+        }
+        if (b.idle_passes >= kStallPasses) {
+            // Only spinners: if every one waits on another block, let the
+            // launch run other blocks (their work may end the wait).
+            bool global = true, any = false;
+            for (const Fiber &f : b.fibers)
+                if (f.state == SPINNING) {
+                    any = true;
+                    if (!f.global_wait) global = false;
+                }
+            if (any && global) return Slice::STALLED;
+        }
+        if (!resolve(b)) return Slice::FAILED;
         (void)ran;
     }
 }
@@ -562,7 +604,17 @@ void spin_yield(const char *what) {
     Fiber *f = self(what);
     f->what = what;
     f->state = SPINNING;
+    f->global_wait = false;
     yield_to_scheduler();
+}
+
+void spin_yield_global(const char *what) {
+    Fiber *f = self(what);
+    f->what = what;
+    f->state = SPINNING;
+    f->global_wait = true;
+    yield_to_scheduler();
+    f->global_wait = false;
 }
 
 void note_progress() {
@@ -982,6 +1034,61 @@ cudaError_t launch_check(const void *func, dim3 grid, dim3 block, size_t smem, s
     return cudaSuccess;
 }
 
+// Occupancy: threads, shared memory and an assumed 64 registers a thread.
+static cudaError_t occupancy_uncounted(int *n, int threads, size_t smem) {
+    if (threads <= 0) return g_sticky = cudaErrorInvalidValue;
+    int by_threads = g_device.max_threads_per_sm / threads;
+    int by_regs = g_device.regs_per_sm / (threads * 64);
+    int by_smem = smem ? (int)((size_t)g_device.smem_per_sm / (smem + 1024)) : 32;
+    int r = by_threads < by_regs ? by_threads : by_regs;
+    if (by_smem < r) r = by_smem;
+    if (r > 32) r = 32;
+    *n = r;
+    return cudaSuccess;
+}
+// An OS thread that runs what it is handed, one job at a time, while the
+// handing thread waits: a resident block's own thread, so that its static
+// __shared__ variables (thread_local statics) are its own while other
+// blocks of the grid run (on other threads, never at the same time).
+class Host {
+  public:
+    Host() : th_([this] { loop(); }) {}
+    ~Host() {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            quit_ = true;
+        }
+        cv_.notify_all();
+        th_.join();
+    }
+    void run(const std::function<void()> &f) {
+        std::unique_lock<std::mutex> lk(mu_);
+        job_ = &f;
+        cv_.notify_all();
+        cv_.wait(lk, [this] { return job_ == nullptr; });
+    }
+
+  private:
+    void loop() {
+        std::unique_lock<std::mutex> lk(mu_);
+        for (;;) {
+            cv_.wait(lk, [this] { return quit_ || job_ != nullptr; });
+            if (job_) {
+                (*job_)();
+                job_ = nullptr;
+                cv_.notify_all();
+                continue;
+            }
+            return;
+        }
+    }
+    std::mutex mu_;
+    std::condition_variable cv_;
+    const std::function<void()> *job_ = nullptr;
+    bool quit_ = false;
+    std::thread th_;  // last: started once the members above exist
+};
+
 cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBody body, void *ctx, size_t rec,
                        bool pdl) {
     const unsigned long long nthreads = (unsigned long long)block.x * block.y * block.z;
@@ -1005,36 +1112,143 @@ cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBo
         }
         stacks = cached.get();
     }
-    BlockState b;
-    b.body = body;
-    b.ctx = ctx;
     const char *rev = getenv("FP_EMU_REVERSE");
-    b.reverse = rev && *rev && strcmp(rev, "0") != 0;
-    const char *greedy = getenv("FP_EMU_GREEDY");
-    b.greedy = greedy && *greedy && strcmp(greedy, "0") != 0;
-    b.pdl = pdl;
-    b.arena_size = smem;
-    b.arena = static_cast<unsigned char *>(aligned_alloc(1024, (smem + 1023) / 1024 * 1024 + 1024));
-    b.shadow.assign(smem, Shadow{-1, 0, -1, 0, 0, 0, 0, -1, 0, 0});
+    const bool reverse = rev && *rev && strcmp(rev, "0") != 0;
+    const char *greedy_env = getenv("FP_EMU_GREEDY");
+    const bool greedy = greedy_env && *greedy_env && strcmp(greedy_env, "0") != 0;
+    // Blocks run one after another, each to its end, unless one stalls
+    // waiting on another block's work (spin_yield_global: a grid-wide count
+    // of arrivals): then it stays resident and the next block starts, up to
+    // the blocks the device holds at once (the occupancy query's answer x
+    // SMs), and the resident ones take turns until each ends. A wait no
+    // resident block's work can end, with no room for the next block, is a
+    // deadlock, as on a GPU.
+    int per_sm = 1;
+    (void)occupancy_uncounted(&per_sm, (int)nthreads, smem);
+    const size_t capacity = (size_t)(per_sm < 1 ? 1 : per_sm) * (size_t)(g_device.sm_count < 1 ? 1 : g_device.sm_count);
+    struct Resident {
+        std::unique_ptr<BlockState> b;
+        char *stacks;
+        std::unique_ptr<char[]> own_stacks;  // all but the first resident block's
+        Host *host;                           // its OS thread (nullptr: this one)
+        uint3 bid;
+    };
+    std::vector<std::unique_ptr<Host>> hosts;  // made when a second block is resident
+    std::vector<Host *> free_hosts;
+    std::vector<Resident> resident;  // in start order
+    std::vector<std::unique_ptr<char[]>> spare_stacks;
+    auto new_state = [&]() {
+        std::unique_ptr<BlockState> b(new BlockState);
+        b->body = body;
+        b->ctx = ctx;
+        b->reverse = reverse;
+        b->greedy = greedy;
+        b->pdl = pdl;
+        b->arena_size = smem;
+        b->arena = static_cast<unsigned char *>(aligned_alloc(1024, (smem + 1023) / 1024 * 1024 + 1024));
+        b->shadow.assign(smem, Shadow{-1, 0, -1, 0, 0, 0, 0, -1, 0, 0});
+        return b;
+    };
+    std::vector<std::unique_ptr<BlockState>> spare_states;
     BlockState *saved_block = g_block;
     Fiber *saved_fiber = g_fiber;
     ThreadRegs *saved_cur = g_cur;
     bool ok = true;
-    for (unsigned z = 0; z < grid.z && ok; ++z)
-        for (unsigned y = 0; y < grid.y && ok; ++y)
-            for (unsigned x = 0; x < grid.x && ok; ++x) {
-                if (!run_block(b, grid, block, make_uint3(x, y, z), stacks, stack_sz)) {
-                    char where[96];
-                    snprintf(where, sizeof where, "block (%u,%u,%u): ", x, y, z);
-                    set_failure(where + b.failure);
-                    ok = false;
-                }
+    const unsigned long long nblocks = (unsigned long long)grid.x * grid.y * grid.z;
+    unsigned long long next = 0;
+    unsigned long idle_rounds = 0;
+    bool first_stacks_free = true;
+    auto on_host = [](const Resident &r, const std::function<void()> &f) {
+        if (r.host) r.host->run(f);
+        else f();
+    };
+    auto start_next = [&]() {
+        Resident r;
+        if (!spare_states.empty()) {
+            r.b = std::move(spare_states.back());
+            spare_states.pop_back();
+        } else {
+            r.b = new_state();
+        }
+        if (first_stacks_free) {
+            r.stacks = stacks;
+            r.host = nullptr;
+            first_stacks_free = false;
+        } else {
+            if (free_hosts.empty()) {
+                hosts.emplace_back(new Host);
+                free_hosts.push_back(hosts.back().get());
             }
-    clear_ext(b);
+            r.host = free_hosts.back();
+            free_hosts.pop_back();
+            if (!spare_stacks.empty()) {
+                r.own_stacks = std::move(spare_stacks.back());
+                spare_stacks.pop_back();
+            } else {
+                r.own_stacks.reset(new char[nthreads * stack_sz]);
+            }
+            r.stacks = r.own_stacks.get();
+        }
+        const unsigned long long i = next++;
+        r.bid = make_uint3((unsigned)(i % grid.x), (unsigned)(i / grid.x % grid.y), (unsigned)(i / grid.x / grid.y));
+        on_host(r, [&] { start_block(*r.b, grid, block, r.bid, r.stacks, stack_sz); });
+        resident.push_back(std::move(r));
+    };
+    auto fail_at = [&](const Resident &r, const std::string &why) {
+        char where[96];
+        snprintf(where, sizeof where, "block (%u,%u,%u): ", r.bid.x, r.bid.y, r.bid.z);
+        set_failure(where + why);
+        ok = false;
+    };
+    while (ok && (next < nblocks || !resident.empty())) {
+        if (resident.empty()) start_next();
+        bool moved_any = false;
+        for (size_t k = 0; k < resident.size() && ok;) {
+            Resident &r = resident[k];
+            bool moved = false;
+            Slice sl = Slice::FAILED;
+            on_host(r, [&] { sl = run_slice(*r.b, &moved); });
+            moved_any = moved_any || moved;
+            if (sl == Slice::FAILED) {
+                fail_at(r, r.b->failure);
+                break;
+            }
+            if (sl == Slice::DONE) {
+                on_host(r, [&] { clear_ext(*r.b); });
+                if (r.own_stacks) spare_stacks.push_back(std::move(r.own_stacks));
+                else first_stacks_free = true;
+                if (r.host) free_hosts.push_back(r.host);
+                spare_states.push_back(std::move(r.b));
+                resident.erase(resident.begin() + (long)k);
+                continue;
+            }
+            ++k;
+        }
+        if (!ok) break;
+        if (resident.empty()) continue;
+        // Every resident block is stalled on another block's work.
+        if (next < nblocks && resident.size() < capacity) {
+            start_next();
+            idle_rounds = 0;
+        } else if (moved_any) {
+            idle_rounds = 0;
+        } else if (++idle_rounds > 10000 / kStallPasses) {
+            const BlockState &b0 = *resident.front().b;
+            size_t live = 0;
+            for (const Fiber &f : b0.fibers)
+                if (f.state != DONE) live++;
+            fail_at(resident.front(),
+                    deadlock_message(b0, live, 0) + " (waiting on other blocks: " + std::to_string(resident.size()) +
+                        " resident, " + std::to_string(nblocks - next) + " not started, the device holds " +
+                        std::to_string(capacity) + " at once)");
+        }
+    }
+    for (Resident &r : resident) on_host(r, [&] { clear_ext(*r.b); });
     g_block = saved_block;
     g_fiber = saved_fiber;
     g_cur = saved_cur;
-    free(b.arena);
+    for (Resident &r : resident) free(r.b->arena);
+    for (auto &b : spare_states) free(b->arena);
     if (!ok) {
         if (getenv("FP_EMU_VERBOSE")) fprintf(stderr, "cuda_emu: launch failed: %s\n", last_failure());
         int none = cudaSuccess;
@@ -1138,26 +1352,14 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, const void *func) {
     return cudaSuccess;
 }
 
-// Occupancy: threads, shared memory and an assumed 64 registers a thread.
-static cudaError_t occupancy_uncounted(int *n, int threads, size_t smem) {
-    if (threads <= 0) return g_sticky = cudaErrorInvalidValue;
-    int by_threads = g_device.max_threads_per_sm / threads;
-    int by_regs = g_device.regs_per_sm / (threads * 64);
-    int by_smem = smem ? (int)((size_t)g_device.smem_per_sm / (smem + 1024)) : 32;
-    int r = by_threads < by_regs ? by_threads : by_regs;
-    if (by_smem < r) r = by_smem;
-    if (r > 32) r = 32;
-    *n = r;
-    return cudaSuccess;
-}
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const void *, int threads, size_t smem,
                                                                    unsigned) {
     fp_emu_count_call(FP_EMU_CALL_QUERY);
-    return occupancy_uncounted(n, threads, smem);
+    return fp_emu::occupancy_uncounted(n, threads, smem);
 }
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *, int threads, size_t smem) {
     fp_emu_count_call(FP_EMU_CALL_QUERY);
-    return occupancy_uncounted(n, threads, smem);
+    return fp_emu::occupancy_uncounted(n, threads, smem);
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {

@@ -4,7 +4,9 @@
 // A kernel source is rewritten by tests/emu/cu2emu.py (launch syntax and
 // `extern __shared__` only; every line keeps its number) and compiled by the
 // host C++ compiler with this header first. Each CUDA thread of a block is a
-// fiber (ucontext) on one OS thread; blocks run one after another. Threads
+// fiber (ucontext) on one OS thread; blocks run one after another (a block
+// whose threads wait on another block's work, spin_yield_global, stays
+// resident while the next ones run, up to what the device holds). Threads
 // switch only at synchronization points, so everything between two of them
 // runs as one piece, and the scheduler checks the rules a GPU does not:
 //   - __syncthreads: every live thread of the block must reach it (a barrier
@@ -94,6 +96,11 @@ const unsigned char *group_exchange(unsigned first, unsigned count, const void *
 // threads only spin, over many passes in which nothing happened that could
 // end a wait (note_progress), fails as a deadlock.
 void spin_yield(const char *what);
+// A spin-wait on another block's work (a grid-wide count of arrivals in
+// global memory): when a block's live threads only wait like this, the
+// launch keeps the block resident and runs other blocks (see launch_run),
+// as many at once as the device holds (occupancy x SMs).
+void spin_yield_global(const char *what);
 // Something a spinner may be waiting for happened (an arrive, a copy landed).
 void note_progress();
 

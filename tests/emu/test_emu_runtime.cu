@@ -5,6 +5,7 @@
 // kernels' tests by accident).
 #include <cuda_runtime.h>
 
+#include "common/grid_count.cuh"
 #include "common/pdl.cuh"
 #include "emu_cp_async.h"
 #include "emu_test.h"
@@ -192,6 +193,31 @@ __global__ void pdl_copy_first(const float *src, float *out) {
 
 // groups<<<2, 256>>>'s answer: each 128-thread group reversed (x 7), and the
 // per-thread counter each thread bumped twice (thread 0 spun on thread 255).
+// Grid-wide count (kernels/common/grid_count.cuh): every block writes its
+// part and arrives; the blocks with the last `tail` tickets wait until all
+// arrived, then each sums every part (in block order) into out[its place in
+// the tail]; the last of them to leave resets the counts for the next launch.
+// Runs only if the emulation keeps a waiting block resident while later
+// blocks run; with tail above what the device holds at once it deadlocks,
+// as on a GPU.
+__global__ void grid_tail(int *parts, int *count, int *out, int tail) {
+    __shared__ int ticket;
+    if (threadIdx.x == 0) parts[blockIdx.x] = (int)blockIdx.x + 1;
+    __syncthreads();
+    if (threadIdx.x == 0) ticket = fp_grid::arrive(count);
+    __syncthreads();
+    const int first = (int)gridDim.x - tail;
+    if (ticket < first) return;  // block-uniform
+    if (threadIdx.x == 0) fp_grid::wait_at_least(count, (int)gridDim.x);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int s = 0;
+        for (unsigned b = 0; b < gridDim.x; ++b) s += parts[b];
+        out[ticket - first] = s;
+        if (atomicAdd(count + 1, 1) == tail - 1) count[0] = count[1] = 0;
+    }
+}
+
 static bool groups_ok(const std::vector<int> &out) {
     bool ok = true;
     for (int t = 0; t < 256; ++t) {
@@ -288,6 +314,29 @@ int main() {
         EXPECT(groups_ok(out));
         spin_forever<<<1, 64>>>(out.data());
         EXPECT(failed_with(cudaGetLastError(), "spinning in test.spin"));
+    }
+    // Blocks waiting on other blocks: resident while the next ones run, up to
+    // what the device holds (2 SMs x 2 blocks of 512 threads here).
+    {
+        const fp_emu::DeviceProfile saved = fp_emu::device();
+        fp_emu::DeviceProfile small = saved;
+        small.sm_count = 2;
+        fp_emu::set_device(small);
+        std::vector<int> parts(16, 0), count(2, 0), out(16, -1);
+        grid_tail<<<4, 512>>>(parts.data(), count.data(), out.data(), 4);  // every block waits
+        EXPECT(cudaGetLastError() == cudaSuccess);
+        EXPECT(out[0] == 10 && out[3] == 10 && count[0] == 0 && count[1] == 0);
+        for (int round = 0; round < 2; ++round) {  // 16 blocks, the last 4 wait; the counts reset
+            std::fill(out.begin(), out.end(), -1);
+            grid_tail<<<16, 512>>>(parts.data(), count.data(), out.data(), 4);
+            EXPECT(cudaGetLastError() == cudaSuccess);
+            EXPECT(out[0] == 136 && out[3] == 136 && out[4] == -1 && count[0] == 0 && count[1] == 0);
+        }
+        // 5 waiters where 4 blocks fit: the fifth never starts.
+        grid_tail<<<16, 512>>>(parts.data(), count.data(), out.data(), 5);
+        EXPECT(strstr(fp_emu::last_failure(), "spinning in fp_grid::wait_at_least") != nullptr);
+        EXPECT(failed_with(cudaGetLastError(), "waiting on other blocks: 4 resident"));
+        fp_emu::set_device(saved);
     }
     // The greedy schedule (FP_EMU_GREEDY, read at each launch): a shared
     // buffer reused one barrier too early shows; spin-waits across warps
