@@ -307,6 +307,11 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # them (more registers: half the CTAs per SM at 4096 cols)
     "ab-nfwd4|norm/fwd_versions --baseline 2 --optimized 4 --dtype bf16"
     "ab-nfwd4p|norm/fwd_versions --baseline 4 --optimized 4 --v4_params 1 --dtype bf16"
+    # norm backward v4 / v3 with the dgamma / dbeta reduce fused into their
+    # last CTAs against the same kernel followed by the reduce kernel,
+    # interleaved, dgamma / dbeta compared exactly (NOTES.md, session 33)
+    "ab-nfused|norm/bwd_versions --baseline 4 --optimized 4 --fused_reduce 1 --dtype bf16"
+    "ab-nfused3|norm/bwd_versions --baseline 3 --optimized 3 --fused_reduce 1 --dtype bf16"
     # the decode kernel v6 (FP_CTX_ATTENTION_KERNEL 6: 16-row tiles, the
     # warps splitting each key tile, a K / V ring) against the default
     # decode (v1), interleaved: batch 1 x 1k / 4k / 32k keys, batch 8 x 4k;

@@ -38,6 +38,12 @@
  *                        --baseline B --optimized O pick other versions
  *                        (1-4; e.g. 3 and 4: v3 against v3 with the prefetch
  *                        ring); params base_ran / opt_ran say which ran.
+ *                        --fused_reduce 1 adds FP_NORM_VOPT_FUSED_REDUCE to
+ *                        the optimized side (v3 / v4 sum the dgamma / dbeta
+ *                        partial rows in their last CTAs instead of a reduce
+ *                        kernel after them; e.g. --baseline 4 --optimized 4
+ *                        --fused_reduce 1): dgamma / dbeta then compare
+ *                        exactly (param fused_reduce).
  *   norm/kernel_ab       the kernels' earlier forms (GELU tanh / SiLU by
  *                        tanhf / expf, LayerNorm's statistics through two
  *                        reductions; before session 28) as the baseline vs
@@ -62,6 +68,7 @@
  * kernels/, hence the relative path. */
 #include "internal.h"
 #include "norm/norm_launch.h"
+#include "norm/norm_internal.h" /* fp_norm_check_bwd: the desc the launchers take */
 #include "scenario.h"
 
 /* The issue's six, and 2048x18432 (a hidden size past v2's registers: the
@@ -443,10 +450,14 @@ static fp_status bwd_version_job_run(void *user, fp_stream stream) {
 static fp_status run_bwd_versions(fb_run *run) {
     if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "CUDA only: compares CUDA kernel versions");
     const int64_t base_v = fb_opt_int(run, "baseline", 2), opt_v = fb_opt_int(run, "optimized", 3);
+    const int64_t fused_reduce = fb_opt_int(run, "fused_reduce", 0);
     if (base_v < 1 || base_v > 4 || opt_v < 1 || opt_v > 4)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "--baseline and --optimized take a backward version 1-4 (got %lld and %lld)",
                             (long long)base_v, (long long)opt_v);
+    if (fused_reduce != 0 && fused_reduce != 1)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "--fused_reduce takes 0 or 1 (got %lld)",
+                            (long long)fused_reduce);
     fp_context *ctx = fb_ctx(run);
     shape_list sl;
     fp_dtype dts[3];
@@ -489,7 +500,15 @@ static fp_status run_bwd_versions(fb_run *run) {
                             p->dbeta = (char *)out[k] + tb + vb;
                         }
                         job[k].ctx = ctx;
-                        job[k].version = (int)(k == 0 ? base_v : opt_v);
+                        job[k].version =
+                            (int)(k == 0 ? base_v : opt_v | (fused_reduce ? FP_NORM_VOPT_FUSED_REDUCE : 0));
+                    }
+                    fb_param_int(r, "fused_reduce", fused_reduce);
+                    {
+                        fp_norm_bwd_desc dd;
+                        fb_param_int(r, "fused_ran",
+                                     fp_norm_check_bwd(&job[1].p, &dd) == FP_OK &&
+                                         fp_norm_bwd_fused_reduce_used(&dd, job[1].version));
                     }
                     fb_param_int(r, "v3", fp_norm_backward_version_used(&job[1].p, 3) == 3);
                     fb_param_int(r, "base_ran", fp_norm_backward_version_used(&job[0].p, (int)base_v));
@@ -500,9 +519,12 @@ static fp_status run_bwd_versions(fb_run *run) {
                 report(r, st, &rep, copy_gbps);
                 if (st == FP_OK) {
                     /* dgamma (and dbeta) sum rows in a different order: f32
-                     * rounding differences only, at the dtype's tolerance. */
+                     * rounding differences only, at the dtype's tolerance;
+                     * one version with and without the fused reduce: the
+                     * same adds in the same order, so exactly. */
                     double atol, rtol;
                     fp_default_tolerance(dt, &atol, &rtol);
+                    if (fused_reduce && base_v == opt_v) atol = rtol = 0.0;
                     size_t bad = 0;
                     for (int v = 0; v < (fused ? 1 : 2); ++v) {
                         fp_compare_result cr;

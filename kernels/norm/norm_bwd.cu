@@ -65,6 +65,7 @@
 // fastbench --scenario norm/layernorm_bwd, norm/bwd_versions (v2 vs v3;
 // --baseline 3 --optimized 4 for v3 vs v4).
 #include "common/cp_async.cuh"
+#include "common/grid_count.cuh"
 #include "norm/norm_bwd_v3_plan.h"
 #include "norm/norm_common.cuh"
 
@@ -571,6 +572,110 @@ __device__ __forceinline__ void ring_issue(const fp_norm_bwd_desc &d, const BwdR
     cp_async_commit();
 }
 
+// The fused reduce (d.tail_ctas > 0: FP_NORM_VOPT_FUSED_REDUCE or
+// FP_NORM_BWD_FUSED_REDUCE=1; the launcher's choice, fused_reduce_applies):
+// v3 / v4 sum their own partial rows in the kernel's tail instead of
+// norm_bwd_reduce_v2 after it. Every CTA, once its partial row is stored,
+// counts its arrival (fp_grid::arrive on d.counters[0]: a release of the
+// row, kernels/common/grid_count.cuh); the CTAs with the last tail_ctas
+// tickets (tail_ctas = min(grid, SMs): at most that many CTAs are then
+// unfinished or waiting, so they always fit on the device beside each
+// other, whatever else runs there) wait until all gridDim.x arrived, then
+// tail CTA j sums the columns of groups j, j + tail_ctas, ... of 32 columns,
+// as norm_bwd_reduce_v2 does (lane l of 8 walks partial rows l, l + 8, ...
+// in order, then the 8 lane sums are added in lane order): the same adds in
+// the same order, so dgamma / dbeta / dbias are bit-identical to v3 / v4 +
+// reduce v2 (tests/norm/test_norm_gpu checks it). The last tail CTA to
+// leave the wait resets both counts (d.counters[1] counts the departures)
+// for the next launch on the stream. What it saves: the reduce kernel's
+// launch and its start on the GPU behind the last CTA of v4 (7 us on an
+// H100 by ncu for 264 x 4096 partial rows; benchmarks/NOTES.md session 33),
+// and the SM carveout change between the two kernels suspected in session
+// 15. `smem`: fused_reduce_smem_bytes of dynamic shared memory, free.
+constexpr int kTailUnit = kReduceCols * kReduceLanes;  // the slots of one 32-column group
+// Not in f32 rows of 4 vectors a thread with the sums in registers (4097 to
+// 8192 columns; v3 and v4): at their 512-thread bound of 128 registers
+// ptxas spills 8 to 16 bytes with the tail inlined (and more with it
+// called), so those keep the reduce kernel.
+template <typename T> FP_NORM_HD constexpr bool fused_reduce_compiled(int nv, bool smem_acc) {
+    return !(sizeof(T) == 4 && nv == 4 && !smem_acc);
+}
+FP_NORM_HD constexpr int fused_reduce_groups_per_round(int nthr) { return nthr >= 2 * kTailUnit ? nthr / kTailUnit : 1; }
+static size_t fused_reduce_smem_bytes(int nthr) {
+    return (size_t)fused_reduce_groups_per_round(nthr) * kTailUnit * 2 * sizeof(float);
+}
+template <typename T>
+__device__ __forceinline__ void fused_reduce_tail(const fp_norm_bwd_desc &d, const float *partial, int nchunks, int j,
+                                                  float *smem) {
+    // 32-bit indices: v3's partial rows hold 2 x grid x cols <= 2 x 2 x SMs x
+    // 16384 floats.
+    const int nthr = (int)(blockDim.x * blockDim.y), tid = (int)(threadIdx.y * blockDim.x + threadIdx.x);
+    const int gr = fused_reduce_groups_per_round(nthr);
+    const int cols = (int)d.cols, ngroups = (cols + kReduceCols - 1) / kReduceCols, k = d.tail_ctas;
+    const bool want_g = d.dgamma != nullptr, want_b = d.dbeta || d.dbias;
+    const float *pb = partial + nchunks * cols;
+    float *sg = smem, *sb = smem + gr * kTailUnit;
+    for (int base = j; base < ngroups; base += k * gr) {  // CTA-uniform
+        for (int s = tid; s < gr * kTailUnit; s += nthr) {
+            const int gi = s / kTailUnit, lane = s / kReduceCols % kReduceLanes, c = s % kReduceCols;
+            const int grp = base + gi * k, col = grp * kReduceCols + c;
+            float tg = 0.0f, tb = 0.0f;
+            if (grp < ngroups && col < cols) {
+#pragma unroll 4
+                for (int ch = lane; ch < nchunks; ch += kReduceLanes) {
+                    if (want_g) tg += __ldcg(partial + ch * cols + col);
+                    if (want_b) tb += __ldcg(pb + ch * cols + col);
+                }
+            }
+            sg[s] = tg;
+            sb[s] = tb;
+        }
+        __syncthreads();
+        if (tid < gr * kReduceCols) {
+            const int gi = tid / kReduceCols, c = tid % kReduceCols;
+            const int col = (base + gi * k) * kReduceCols + c;
+            if (base + gi * k < ngroups && col < cols) {
+                const int o = gi * kTailUnit + c;
+                float tg = sg[o], tb = sb[o];
+                for (int i = 1; i < kReduceLanes; ++i) {
+                    tg += sg[o + i * kReduceCols];
+                    tb += sb[o + i * kReduceCols];
+                }
+                if (d.dgamma) static_cast<T *>(d.dgamma)[col] = from_f<T>(tg);
+                if (d.dbeta) static_cast<T *>(d.dbeta)[col] = from_f<T>(tb);
+                if (d.dbias) static_cast<T *>(d.dbias)[col] = from_f<T>(tb);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// After a CTA stored its partial row: its arrival, and for the last
+// d.tail_ctas CTAs the wait and the fused reduce (every thread of the CTA
+// calls it; `ticket`: a free shared word).
+template <typename T>
+__device__ __forceinline__ void fused_reduce(const fp_norm_bwd_desc &d, const float *partial, int *ticket,
+                                             float *smem) {
+    __syncthreads();  // the CTA's partial stores before thread 0's arrival (its release covers them)
+    const bool lead = threadIdx.x == 0 && threadIdx.y == 0;
+    if (lead) *ticket = fp_grid::arrive(d.counters);
+    __syncthreads();
+    const int first = (int)gridDim.x - d.tail_ctas;
+    const int t = *ticket;
+    if (t < first) return;  // CTA-uniform
+    if (lead) {
+        fp_grid::wait_at_least(d.counters, (int)gridDim.x);
+        // Every tail CTA has seen the count complete before the last one
+        // resets it.
+        if (atomicAdd(d.counters + 1, 1) == d.tail_ctas - 1) {
+            d.counters[0] = 0;
+            d.counters[1] = 0;
+        }
+    }
+    __syncthreads();  // hands the acquired partial rows on to the CTA's threads (read through L2)
+    fused_reduce_tail<T>(d, partial, (int)gridDim.x, t - first, smem);
+}
+
 // Block (threads_x, rows_per_cta) from fp_norm_v3_plan_for; grid from
 // fp_norm_v3_grid. partial: [2][gridDim.x][cols] (sum g * n, then sum g), or
 // NULL when no dgamma/dbeta/dbias is requested. Dynamic shared memory:
@@ -760,6 +865,10 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
 
     const bool want_g = d.dgamma != nullptr, want_b = d.dbeta || d.dbias;
     const int64_t cols = d.cols;
+    constexpr bool kFused = fused_reduce_compiled<T>(NV, kSmemAcc);
+    if constexpr (kRing > 0 && kFused) {
+        if (d.tail_ctas > 0) cp_async_wait<0>();  // the ring's cells become the reduce's (groups past the rows: empty)
+    }
     if constexpr (kSmemAcc) {  // a block per row: this thread's cells straight out
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
@@ -812,25 +921,32 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
                 }
             }
         }
-        if (threadIdx.y != 0) return;
+        if constexpr (!kFused) {
+            if (threadIdx.y != 0) return;
+        }
+        if (threadIdx.y == 0) {  // (the other warps: on to the fused reduce, or done)
 #pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
-            if (j < nvec) {
-                // cols and V are multiples of 4 and partial is 16-byte aligned: float4 stores.
-                float4 *pg = reinterpret_cast<float4 *>(partial + fp_norm_v3_partial_index(0, blockIdx.x, j * V, grid, cols));
-                float4 *pb = reinterpret_cast<float4 *>(partial + fp_norm_v3_partial_index(1, blockIdx.x, j * V, grid, cols));
+            for (int k = 0; k < NV; ++k) {
+                const int64_t j = fp_norm_v3_vec((int)threadIdx.x, k, tpr);
+                if (j < nvec) {
+                    // cols and V are multiples of 4 and partial is 16-byte aligned: float4 stores.
+                    float4 *pg = reinterpret_cast<float4 *>(partial + fp_norm_v3_partial_index(0, blockIdx.x, j * V, grid, cols));
+                    float4 *pb = reinterpret_cast<float4 *>(partial + fp_norm_v3_partial_index(1, blockIdx.x, j * V, grid, cols));
 #pragma unroll
-                for (int q = 0; q < V / 4; ++q) {
-                    if (want_g)
-                        __stwb(pg + q, make_float4(acc_g_reg[k][4 * q], acc_g_reg[k][4 * q + 1],
-                                                   acc_g_reg[k][4 * q + 2], acc_g_reg[k][4 * q + 3]));
-                    if (want_b)
-                        __stwb(pb + q, make_float4(acc_b_reg[k][4 * q], acc_b_reg[k][4 * q + 1],
-                                                   acc_b_reg[k][4 * q + 2], acc_b_reg[k][4 * q + 3]));
+                    for (int q = 0; q < V / 4; ++q) {
+                        if (want_g)
+                            __stwb(pg + q, make_float4(acc_g_reg[k][4 * q], acc_g_reg[k][4 * q + 1],
+                                                       acc_g_reg[k][4 * q + 2], acc_g_reg[k][4 * q + 3]));
+                        if (want_b)
+                            __stwb(pb + q, make_float4(acc_b_reg[k][4 * q], acc_b_reg[k][4 * q + 1],
+                                                       acc_b_reg[k][4 * q + 2], acc_b_reg[k][4 * q + 3]));
+                    }
                 }
             }
         }
+    }
+    if constexpr (kFused) {
+        if (d.tail_ctas > 0) fused_reduce<T>(d, partial, reinterpret_cast<int *>(red_smem), comb_smem);
     }
 }
 
@@ -1218,6 +1334,17 @@ static int bwd_resolve(const fp_norm_bwd_desc &d, int version) {
     return dx_v2_shape<T>(d, &grid, &block) || dx_staged_fits<T>(d, &avail) ? 2 : 1;  // as launch_dx
 }
 
+// Whether v3 / v4 on plan p sum their partial rows in their tail: asked
+// (kernel_desc marks the ask with tail_ctas -1), partial sums requested,
+// counters given, and not: FP_NORM_BWD_REDUCE=1 (the A/B asks for reduce
+// v1's order), norm_bwd_v3_staged (the row staged in shared memory; no
+// tail), the f32 kernels fused_reduce_compiled leaves out.
+template <typename T>
+static bool fused_reduce_applies(const fp_norm_bwd_desc &d, const fp_norm_v3_plan &p) {
+    return d.tail_ctas < 0 && (d.dgamma || d.dbeta || d.dbias) && d.counters != nullptr && !reduce_v1_forced() &&
+           p.ok && !p.stage_row && fused_reduce_compiled<T>(p.nv, p.smem_acc != 0);
+}
+
 // Partial rows v3 may write: the grid's upper bound (SMs x the CTA cap), so
 // the buffer never depends on the occupancy query.
 static int64_t v3_max_grid(const fp_norm_bwd_desc &d, const fp_norm_v3_plan &p, int sm_count) {
@@ -1233,8 +1360,14 @@ static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, floa
     if (!kernel) return cudaErrorInvalidConfiguration;
     const bool params = d.dgamma || d.dbeta || d.dbias;
     if (params && (!partial || !aligned16(partial))) return cudaErrorInvalidValue;
-    const size_t smem = ring ? v4_smem<T>(d, p) : fp_norm_v3_smem_bytes(&p, d.cols, sizeof(T));
     const int threads = p.threads_x * p.rows_per_cta;
+    // The fused reduce where asked and possible. Its shared memory is the
+    // kernel's own after the rows (at least fused_reduce_smem_bytes).
+    fp_norm_bwd_desc kd = d;
+    const bool fused = fused_reduce_applies<T>(d, p);
+    kd.tail_ctas = 0;
+    size_t smem = ring ? v4_smem<T>(d, p) : fp_norm_v3_smem_bytes(&p, d.cols, sizeof(T));
+    if (fused && smem < fused_reduce_smem_bytes(threads)) smem = fused_reduce_smem_bytes(threads);
     cudaError_t err;
     if (ring && smem > kDynSmemDefault) {
         // The device's whole opt-in (a fixed value: see below); v4_applies
@@ -1262,10 +1395,11 @@ static cudaError_t bwd_v3_dispatch(const fp_norm_bwd_desc &d, int sm_count, floa
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
     const int64_t grid = fp_norm_v3_grid(d.rows, p.rows_per_cta, sm_count, per_sm);
     if (grid > v3_max_grid(d, p, sm_count)) return cudaErrorInvalidConfiguration;  // cannot happen
+    if (fused) kd.tail_ctas = (int)(grid < sm_count ? grid : sm_count);
     kernel<<<(unsigned)grid, dim3((unsigned)p.threads_x, (unsigned)p.rows_per_cta), smem, stream>>>(
-        d, params ? partial : nullptr);
+        kd, params ? partial : nullptr);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    if (params) {
+    if (params && kd.tail_ctas == 0) {
         if ((err = launch_reduce<T>(d, partial, grid, stream)) != cudaSuccess) return err;
     }
     return cudaSuccess;
@@ -1399,12 +1533,33 @@ extern "C" int fp_norm_bwd_version_used(const fp_norm_bwd_desc *d, int version) 
 // one after the other (two barrier pairs per row in a block per row, as
 // before session 15) under FP_NORM_VOPT_TWO_REDUCTIONS or
 // FP_NORM_BWD_SEP_SUMS=1 (read once), else through row_sum2.
+// The fused reduce: asked by FP_NORM_VOPT_FUSED_REDUCE, or for every call by
+// FP_NORM_BWD_FUSED_REDUCE=1 (=0: never; read once); r.tail_ctas = -1 marks
+// the ask for bwd_v3_dispatch, which runs it where it applies.
 static fp_norm_bwd_desc kernel_desc(const fp_norm_bwd_desc *d, int version) {
     static const int sep = env_switch("FP_NORM_BWD_SEP_SUMS", 1) == 1;
+    static const int fused_env = env_switch("FP_NORM_BWD_FUSED_REDUCE", 1);
     fp_norm_bwd_desc r = *d;
     r.sep_sums = sep || (version & FP_NORM_VOPT_TWO_REDUCTIONS);
     r.act = kernel_act(d->act, version);
+    const bool fused = fused_env >= 0 ? fused_env == 1 : (version & FP_NORM_VOPT_FUSED_REDUCE) != 0;
+    r.tail_ctas = fused ? -1 : 0;
     return r;
+}
+
+extern "C" int fp_norm_bwd_fused_reduce_used(const fp_norm_bwd_desc *d, int version) {
+    fp_norm_bwd_desc dd = kernel_desc(d, version);
+    static int some_counters[2];
+    dd.counters = some_counters;  // as the op gives them
+    version &= FP_NORM_VERSION_MASK;
+    switch (dd.dtype) {
+    case DT_F32: return bwd_resolve<float>(dd, version) >= 3 && fused_reduce_applies<float>(dd, v3_plan<float>(dd));
+    case DT_F16: return bwd_resolve<__half>(dd, version) >= 3 && fused_reduce_applies<__half>(dd, v3_plan<__half>(dd));
+    case DT_BF16:
+        return bwd_resolve<__nv_bfloat16>(dd, version) >= 3 &&
+               fused_reduce_applies<__nv_bfloat16>(dd, v3_plan<__nv_bfloat16>(dd));
+    }
+    return 0;
 }
 
 extern "C" cudaError_t fp_norm_bwd_unfused_launch(const fp_norm_bwd_desc *d, float *partial,

@@ -46,6 +46,10 @@ typedef struct fp_norm_bwd_desc {
     void *dx, *dgamma, *dbeta, *dbias;
     int sep_sums; /* set by the launchers: 1 = LayerNorm's two row sums as two
                      reductions (before session 15; FP_NORM_BWD_SEP_SUMS=1) */
+    int *counters; /* 2 ints, zero between launches (fp_ctx_scratch_get_counted):
+                      what the fused reduce counts with; NULL: no fused reduce */
+    int tail_ctas; /* set by the launchers: the CTAs that run the fused reduce
+                      (0: the reduce kernel after v3 / v4) */
 } fp_norm_bwd_desc;
 
 /* Option bits a version request may carry next to the version (tests' and
@@ -63,13 +67,22 @@ typedef struct fp_norm_bwd_desc {
  * and, forward only, a choice the GPU check measures:
  *   FP_NORM_VOPT_V4_PARAMS       forward v4 keeps gamma / beta / bias in
  *                                registers across its rows
- *                                (FP_NORM_FWD_V4_PARAMS=1 for every call) */
+ *                                (FP_NORM_FWD_V4_PARAMS=1 for every call)
+ * and, backward only, one:
+ *   FP_NORM_VOPT_FUSED_REDUCE    backward v3 / v4 sum the dgamma / dbeta /
+ *                                dbias partial rows in their own tail (the
+ *                                last CTAs, counted in d->counters) instead
+ *                                of a reduce kernel after them
+ *                                (FP_NORM_BWD_FUSED_REDUCE=1 for every call,
+ *                                =0 for none; needs d->counters) */
 enum {
     FP_NORM_VERSION_MASK = 0xff,
     FP_NORM_VOPT_ACCURATE_ACT = 0x100,
     FP_NORM_VOPT_TWO_REDUCTIONS = 0x200,
     FP_NORM_VOPT_V4_PARAMS = 0x400,
+    FP_NORM_VOPT_FUSED_REDUCE = 0x800,
     FP_NORM_VOPT_ALL = FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS,
+    FP_NORM_VOPT_BWD_ALL = FP_NORM_VOPT_ALL | FP_NORM_VOPT_FUSED_REDUCE,
     FP_NORM_VOPT_FWD_ALL = FP_NORM_VOPT_ALL | FP_NORM_VOPT_V4_PARAMS
 };
 /* Kernel versions (see the header comments of the .cu files):
@@ -105,6 +118,10 @@ cudaError_t fp_norm_bwd_launch(const fp_norm_bwd_desc *d, int version, int sm_co
                                cudaStream_t stream);
 /* The dx kernel version (1, 2, 3 or 4) a request for `version` runs on d. */
 int fp_norm_bwd_version_used(const fp_norm_bwd_desc *d, int version);
+/* 1 if a request for `version` (with its FP_NORM_VOPT_FUSED_REDUCE bit, or
+ * FP_NORM_BWD_FUSED_REDUCE) runs the fused reduce on d, given the counters
+ * fp_norm_backward gives it; else 0. */
+int fp_norm_bwd_fused_reduce_used(const fp_norm_bwd_desc *d, int version);
 /* Unfused baseline of the backward: activation backward written to dx; norm
  * backward on it in place (version 2); dx += dres. partial as for version 2. */
 cudaError_t fp_norm_bwd_unfused_launch(const fp_norm_bwd_desc *d, float *partial, cudaStream_t stream);

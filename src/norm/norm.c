@@ -306,12 +306,18 @@ static fp_status bwd_run(fp_context *ctx, fp_stream stream, const fp_norm_bwd_de
     const int sm_count = ctx->info.sm_count;
     const size_t nfloat = fp_norm_bwd_partial_floats(d, unfused ? 2 : version, sm_count);
     /* the dgamma/dbeta partial sums: in the stream's workspace (no
-     * allocation once warmed up; capturable) */
+     * allocation once warmed up; capturable), with the stream's arrival
+     * counters for the fused reduce (FP_NORM_VOPT_FUSED_REDUCE: kernels/norm/
+     * norm_bwd.cu, fused_reduce) */
     fp_scratch w;
-    FP_TRY(fp_ctx_scratch_get(ctx, s, nfloat * sizeof(float), "norm backward (dgamma/dbeta partial sums)", &w));
+    const size_t ncounters = !unfused && nfloat ? 2 : 0;
+    FP_TRY(fp_ctx_scratch_get_counted(ctx, s, nfloat * sizeof(float), ncounters,
+                                      "norm backward (dgamma/dbeta partial sums)", &w));
     float *partial = w.ptr;
+    fp_norm_bwd_desc kd = *d;
+    kd.counters = w.counters;
     fp_status st = unfused ? launch_status(fp_norm_bwd_unfused_launch(d, partial, s), "fp_norm_bwd_unfused_launch")
-                           : launch_status(fp_norm_bwd_launch(d, version, sm_count, partial, s),
+                           : launch_status(fp_norm_bwd_launch(&kd, version, sm_count, partial, s),
                                            "fp_norm_bwd_launch");
     const fp_status put = fp_ctx_scratch_put(&w);
     return st != FP_OK ? st : put;
@@ -336,7 +342,7 @@ fp_status fp_norm_backward_version(fp_context *ctx, fp_stream stream, const fp_n
                                    int version) {
     FP_TRY(fp_ctx_check(ctx, -1));
     FP_CHECK_ARG(version >= 0 && (version & FP_NORM_VERSION_MASK) <= 4 &&
-                     !(version & ~(FP_NORM_VERSION_MASK | FP_NORM_VOPT_ALL)),
+                     !(version & ~(FP_NORM_VERSION_MASK | FP_NORM_VOPT_BWD_ALL)),
                  "argument 'version' (%d) is not 0, 1, 2, 3 or 4 (with FP_NORM_VOPT_* bits)", version);
     fp_norm_bwd_desc d;
     FP_TRY(fp_norm_check_bwd(params, &d));

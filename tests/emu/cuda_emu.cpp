@@ -1200,35 +1200,61 @@ cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBo
         set_failure(where + why);
         ok = false;
     };
+    // One slice of resident[k]: false when the launch failed; *done when the
+    // block ended (then removed).
+    auto slice = [&](size_t k, bool *moved, bool *done) {
+        Resident &r = resident[k];
+        Slice sl = Slice::FAILED;
+        on_host(r, [&] { sl = run_slice(*r.b, moved); });
+        *done = sl == Slice::DONE;
+        if (sl == Slice::FAILED) {
+            fail_at(r, r.b->failure);
+            return false;
+        }
+        if (sl == Slice::DONE) {
+            on_host(r, [&] { clear_ext(*r.b); });
+            if (r.own_stacks) spare_stacks.push_back(std::move(r.own_stacks));
+            else first_stacks_free = true;
+            if (r.host) free_hosts.push_back(r.host);
+            spare_states.push_back(std::move(r.b));
+            resident.erase(resident.begin() + (long)k);
+        }
+        return true;
+    };
+    auto can_start = [&] { return next < nblocks && resident.size() < capacity; };
+    // A block just started runs alone (to its end, as without waits, or
+    // until it stalls, and then the next one starts): the stalled blocks are
+    // run again only when no block can start, in turns, until each ends.
+    bool fresh = false;  // resident.back() started and not yet run
     while (ok && (next < nblocks || !resident.empty())) {
-        if (resident.empty()) start_next();
+        if (resident.empty()) {
+            start_next();
+            fresh = true;
+        }
+        if (fresh) {
+            fresh = false;
+            bool moved = false, done = false;
+            if (!slice(resident.size() - 1, &moved, &done)) break;
+            idle_rounds = 0;
+            if (can_start()) {
+                start_next();
+                fresh = true;
+            }
+            continue;
+        }
         bool moved_any = false;
         for (size_t k = 0; k < resident.size() && ok;) {
-            Resident &r = resident[k];
-            bool moved = false;
-            Slice sl = Slice::FAILED;
-            on_host(r, [&] { sl = run_slice(*r.b, &moved); });
+            bool moved = false, done = false;
+            if (!slice(k, &moved, &done)) break;
             moved_any = moved_any || moved;
-            if (sl == Slice::FAILED) {
-                fail_at(r, r.b->failure);
-                break;
-            }
-            if (sl == Slice::DONE) {
-                on_host(r, [&] { clear_ext(*r.b); });
-                if (r.own_stacks) spare_stacks.push_back(std::move(r.own_stacks));
-                else first_stacks_free = true;
-                if (r.host) free_hosts.push_back(r.host);
-                spare_states.push_back(std::move(r.b));
-                resident.erase(resident.begin() + (long)k);
-                continue;
-            }
-            ++k;
+            if (!done) ++k;
         }
         if (!ok) break;
         if (resident.empty()) continue;
         // Every resident block is stalled on another block's work.
-        if (next < nblocks && resident.size() < capacity) {
+        if (can_start()) {
             start_next();
+            fresh = true;
             idle_rounds = 0;
         } else if (moved_any) {
             idle_rounds = 0;

@@ -230,8 +230,29 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
         CHECK_MSG(used4 == fp_norm_bwd_version_used(&dd, 3), "[%s] version 4 runs v%d", desc, used4);
     }
 
-    bwd_outs v3 = {0}, v3b = {0}, v2 = {0}, v1 = {0}, v4 = {0}, v4e = {0};
+    /* the fused reduce runs where v3 / v4 run with partial sums to reduce,
+     * except in the staged-row kernel (and f32 rows of 4 vectors a thread
+     * with register sums, left out to avoid spills): checked for 16-bit */
+    if (expect_v3 && dt != FP_F32 && (c->dgamma || c->dbeta || c->dbias)) {
+        /* (the environment's A/B switches: reduce v1's order, the fused
+         * reduce off for every call) */
+        const char *r1 = getenv("FP_NORM_BWD_REDUCE"), *fr = getenv("FP_NORM_BWD_FUSED_REDUCE");
+        const int want = !plan.stage_row && !(r1 && strcmp(r1, "1") == 0) && !(fr && strcmp(fr, "0") == 0);
+        CHECK_MSG(fp_norm_bwd_fused_reduce_used(&dd, 4 | FP_NORM_VOPT_FUSED_REDUCE) == want &&
+                      fp_norm_bwd_fused_reduce_used(&dd, 3 | FP_NORM_VOPT_FUSED_REDUCE) == want,
+                  "[%s] fused reduce used (want %d)", desc, want);
+        if (!getenv("FP_NORM_BWD_FUSED_REDUCE") && !getenv("FP_NORM_BWD_REDUCE"))
+            CHECK_MSG(!fp_norm_bwd_fused_reduce_used(&dd, 4), "[%s] fused reduce without the bit", desc);
+    }
+
+    bwd_outs v3 = {0}, v3b = {0}, v2 = {0}, v1 = {0}, v4 = {0}, v4e = {0}, v3f = {0}, v4f = {0}, v4fb = {0};
     fail |= !run_version(ctx, desc, &p, 4, c, tn, vn, 0, &v4);
+    /* v3 / v4 with the fused reduce (the last CTAs sum the partial rows):
+     * the same bytes as with the reduce kernel; twice in a row (the
+     * arrival counts reset themselves) */
+    fail |= !run_version(ctx, desc, &p, 3 | FP_NORM_VOPT_FUSED_REDUCE, c, tn, vn, 0, &v3f);
+    fail |= !run_version(ctx, desc, &p, 4 | FP_NORM_VOPT_FUSED_REDUCE, c, tn, vn, 0, &v4f);
+    fail |= !run_version(ctx, desc, &p, 4 | FP_NORM_VOPT_FUSED_REDUCE, c, tn, vn, 0, &v4fb);
     /* v4 with the earlier forms kept for the A/B (accurate GELU / SiLU,
      * LayerNorm's row sums one after the other) */
     fail |= !run_version(ctx, desc, &p, 4 | FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS, c, tn, vn, 0,
@@ -288,6 +309,18 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
             fprintf(stderr, "[%s] dx differs between two v3 runs\n", desc);
             fail = 1;
         }
+        const bwd_outs *fa[3] = {&v3f, &v4f, &v4fb}, *fb[3] = {&v3, &v4, &v4};
+        const char *fn[3] = {"v3 fused reduce", "v4 fused reduce", "v4 fused reduce (second run)"};
+        for (int f = 0; f < 3; ++f) {
+            const void *a[4] = {fa[f]->dx, fa[f]->dgamma, fa[f]->dbeta, fa[f]->dbias};
+            const void *b[4] = {fb[f]->dx, fb[f]->dgamma, fb[f]->dbeta, fb[f]->dbias};
+            const char *what[4] = {"dx", "dgamma", "dbeta", "dbias"};
+            for (int k = 0; k < 4; ++k)
+                if (a[k] && memcmp(a[k], b[k], (k ? vn : tn) * es) != 0) {
+                    fprintf(stderr, "[%s] %s: %s differs from the reduce kernel's\n", desc, fn[f], what[k]);
+                    fail = 1;
+                }
+        }
     }
     if (fail) fp_test_failures++;
     bwd_outs_free(&v3);
@@ -296,6 +329,9 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
     bwd_outs_free(&v1);
     bwd_outs_free(&v4);
     bwd_outs_free(&v4e);
+    bwd_outs_free(&v3f);
+    bwd_outs_free(&v4f);
+    bwd_outs_free(&v4fb);
     void *hs[] = {r_dx, r_dg, r_db, r_dbi};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; ++i) free(hs[i]);
     nt_bwd_case_data_free(ctx, &in);

@@ -171,10 +171,10 @@ RULES = [
     ("norm bwd dx staged row", "norm", r"fpnorm::norm_bwd_dx_staged<", BASE,
      dict(VEC_LOAD_STORE, **{r"^STS\.128": 2, r"^LDS\.128": 2}), ("no_narrow_lds",)),
     ("norm bwd fused vector", "norm", r"fpnorm::norm_bwd_v3<[^>]*, 0>|fpnorm::norm_bwd_v3_staged<", BASE,
-     VEC_LOAD_STORE, ()),
+     VEC_LOAD_STORE, ("fused_reduce",)),
     # v4: v3 fed by a cp.async ring (16-byte copies in, 16-byte shared reads out)
     ("norm bwd fused ring", "norm", r"fpnorm::norm_bwd_v3<[^>]*, [1-9]>", BASE,
-     {r"^LDGSTS\.E\.BYPASS\.128": 2, r"^LDS\.128": 2, r"^STG\.E\.128": 1}, ("act_fast_bwd",)),
+     {r"^LDGSTS\.E\.BYPASS\.128": 2, r"^LDS\.128": 2, r"^STG\.E\.128": 1}, ("act_fast_bwd", "fused_reduce")),
     ("norm bwd dparams vector", "norm", r"fpnorm::norm_bwd_dparams<[^,]+, [248]>", BASE, VEC_LOAD, ()),
     ("norm unfused vector", "norm", r"fpnorm::norm_(bwd_)?unfused_elementwise<[^,]+, true>", BASE, VEC_LOAD_STORE, ()),
     # scalar paths (misaligned pointers, odd cols) and reductions
@@ -409,6 +409,19 @@ def check(lib, archs, modules, rules, tools, report=None, reg_bounds=REG_BOUNDS)
                 if reload:
                     failures.append(f"[{arch}] {name}: {len(reload)} 16-byte loads {sorted(set(reload))} after "
                                     f"the first barrier: the parameters are reloaded per row, not kept in registers")
+        # v3 / v4's fused reduce (kernels/norm/norm_bwd.cu, fused_reduce): the
+        # arrival (atom.acq_rel.gpu), the wait's back-off (nanosleep) and the
+        # partial rows read through L2 (ld.global.cg); not compiled into the
+        # staged-row kernel and the f32 kernels of 4 vectors a thread with
+        # register sums (fused_reduce_compiled)
+        if "fused_reduce" in extra and not re.search(r"norm_bwd_v3_staged<|norm_bwd_v3<float, 4, false", name):
+            for pat, least, what in ((r"^ATOMG\.E\.ADD\.S32\.STRONG\.GPU$", 1, "the arrival"),
+                                     (r"^NANOSLEEP", 1, "the wait's back-off"),
+                                     (r"^LDG\.E\.STRONG\.GPU$", 2, "the partial rows' L2 loads")):
+                n = sum(c for op, c in ops.items() if re.search(pat, op))
+                if n < least:
+                    failures.append(f"[{arch}] {name}: {n} instructions matching {pat} ({what} of the fused "
+                                    f"reduce), needs >= {least}")
         waits = [i for i, (op, _) in enumerate(insns) if op == "ACQBULK"]
         if "pdl" in extra and arch_number(arch) >= 90 and not waits:
             failures.append(f"[{arch}] {name}: launched with programmatic dependent launch "
