@@ -48,6 +48,11 @@
 //                        thread per column (FP_NORM_BWD_REDUCE=1 only).
 //   norm_bwd_reduce_v2   the same with 8 chunk lanes per column (each walks
 //                        every 8th chunk, then lane 0 adds the 8 in order).
+//   fused reduce         (FP_NORM_VOPT_FUSED_REDUCE, FP_NORM_BWD_FUSED_REDUCE=1;
+//                        session 33, opt-in until a GPU measures it) v3 / v4
+//                        without the reduce kernel: the last CTAs to finish
+//                        sum the partial rows in reduce v2's order
+//                        (fused_reduce, below).
 //   unfused              baseline: activation backward (g to dx); the same
 //                        norm backward on g, in place; dx += dres.
 // The vector kernels take the activation's switch once per 16-byte vector
@@ -621,7 +626,7 @@ __device__ __forceinline__ void fused_reduce_tail(const fp_norm_bwd_desc &d, con
             const int grp = base + gi * k, col = grp * kReduceCols + c;
             float tg = 0.0f, tb = 0.0f;
             if (grp < ngroups && col < cols) {
-#pragma unroll 4
+#pragma unroll 8
                 for (int ch = lane; ch < nchunks; ch += kReduceLanes) {
                     if (want_g) tg += __ldcg(partial + ch * cols + col);
                     if (want_b) tb += __ldcg(pb + ch * cols + col);

@@ -201,7 +201,8 @@ static void norm_fwd_op(op *o, int version, fp_norm_kind kind, fp_dtype dt, int6
 }
 
 static void norm_bwd_op(op *o, int version, fp_dtype dt, int64_t rows, int64_t cols) {
-    snprintf(o->name, sizeof o->name, "norm bwd v%d ln %s %lldx%lld", version, fp_dtype_name(dt), (long long)rows,
+    snprintf(o->name, sizeof o->name, "norm bwd v%d%s ln %s %lldx%lld", version & FP_NORM_VERSION_MASK,
+             version & FP_NORM_VOPT_FUSED_REDUCE ? " fused reduce" : "", fp_dtype_name(dt), (long long)rows,
              (long long)cols);
     o->run = run_norm_bwd;
     o->version = version;
@@ -402,6 +403,13 @@ int main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     norm_bwd_op(&o, 3, FP_F32, 4, 16384);
     check_op(&o);
+    /* v3 / v4 with the fused reduce: the stream's arrival counters, reset by
+     * the kernel itself (replays included) */
+    for (int v = 3; v <= 4; ++v) {
+        memset(&o, 0, sizeof o);
+        norm_bwd_op(&o, v | FP_NORM_VOPT_FUSED_REDUCE, FP_BF16, 300, 1024);
+        check_op(&o);
+    }
 
     /* attention prefill, each preferred version (v3..v5: >= 128 rows per KV
      * head; v6, the decode kernel, refuses 256 rows: the default runs;
