@@ -600,8 +600,8 @@ __device__ __forceinline__ void ring_issue(const fp_norm_bwd_desc &d, const BwdR
 constexpr int kTailUnit = kReduceCols * kReduceLanes;  // the slots of one 32-column group
 // Not in f32 rows of 4 vectors a thread with the sums in registers (4097 to
 // 8192 columns; v3 and v4): at their 512-thread bound of 128 registers
-// ptxas spills 8 to 16 bytes with the tail inlined (and more with it
-// called), so those keep the reduce kernel.
+// ptxas spills 8 to 24 bytes with the tail inlined (and more with it
+// called), so those keep the reduce kernel. (norm_bwd_v3_staged: always.)
 template <typename T> FP_NORM_HD constexpr bool fused_reduce_compiled(int nv, bool smem_acc) {
     return !(sizeof(T) == 4 && nv == 4 && !smem_acc);
 }
@@ -1109,6 +1109,8 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
             }
         }
     }
+    // (the stage's cells, the reduce's after the barrier in fused_reduce)
+    if (d.tail_ctas > 0) fused_reduce<T>(d, partial, reinterpret_cast<int *>(red_smem), reinterpret_cast<float *>(stage_smem4));
 }
 
 // ---------------------------------------------------------------------------
@@ -1342,12 +1344,12 @@ static int bwd_resolve(const fp_norm_bwd_desc &d, int version) {
 // Whether v3 / v4 on plan p sum their partial rows in their tail: asked
 // (kernel_desc marks the ask with tail_ctas -1), partial sums requested,
 // counters given, and not: FP_NORM_BWD_REDUCE=1 (the A/B asks for reduce
-// v1's order), norm_bwd_v3_staged (the row staged in shared memory; no
-// tail), the f32 kernels fused_reduce_compiled leaves out.
+// v1's order), the f32 kernels fused_reduce_compiled leaves out (the
+// staged-row kernel, norm_bwd_v3_staged, has the tail in every type).
 template <typename T>
 static bool fused_reduce_applies(const fp_norm_bwd_desc &d, const fp_norm_v3_plan &p) {
     return d.tail_ctas < 0 && (d.dgamma || d.dbeta || d.dbias) && d.counters != nullptr && !reduce_v1_forced() &&
-           p.ok && !p.stage_row && fused_reduce_compiled<T>(p.nv, p.smem_acc != 0);
+           p.ok && (p.stage_row || fused_reduce_compiled<T>(p.nv, p.smem_acc != 0));
 }
 
 // Partial rows v3 may write: the grid's upper bound (SMs x the CTA cap), so

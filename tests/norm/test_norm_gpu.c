@@ -230,14 +230,14 @@ static void bwd_v3_case(fp_context *ctx, const norm_bwd_case *c, uint64_t seed, 
         CHECK_MSG(used4 == fp_norm_bwd_version_used(&dd, 3), "[%s] version 4 runs v%d", desc, used4);
     }
 
-    /* the fused reduce runs where v3 / v4 run with partial sums to reduce,
-     * except in the staged-row kernel (and f32 rows of 4 vectors a thread
-     * with register sums, left out to avoid spills): checked for 16-bit */
+    /* the fused reduce runs where v3 / v4 run with partial sums to reduce
+     * (but in f32 rows of 4 vectors a thread with register sums, left out
+     * to avoid spills): checked for 16-bit */
     if (expect_v3 && dt != FP_F32 && (c->dgamma || c->dbeta || c->dbias)) {
         /* (the environment's A/B switches: reduce v1's order, the fused
          * reduce off for every call) */
         const char *r1 = getenv("FP_NORM_BWD_REDUCE"), *fr = getenv("FP_NORM_BWD_FUSED_REDUCE");
-        const int want = !plan.stage_row && !(r1 && strcmp(r1, "1") == 0) && !(fr && strcmp(fr, "0") == 0);
+        const int want = !(r1 && strcmp(r1, "1") == 0) && !(fr && strcmp(fr, "0") == 0);
         CHECK_MSG(fp_norm_bwd_fused_reduce_used(&dd, 4 | FP_NORM_VOPT_FUSED_REDUCE) == want &&
                       fp_norm_bwd_fused_reduce_used(&dd, 3 | FP_NORM_VOPT_FUSED_REDUCE) == want,
                   "[%s] fused reduce used (want %d)", desc, want);

@@ -412,9 +412,9 @@ def check(lib, archs, modules, rules, tools, report=None, reg_bounds=REG_BOUNDS)
         # v3 / v4's fused reduce (kernels/norm/norm_bwd.cu, fused_reduce): the
         # arrival (atom.acq_rel.gpu), the wait's back-off (nanosleep) and the
         # partial rows read through L2 (ld.global.cg); not compiled into the
-        # staged-row kernel and the f32 kernels of 4 vectors a thread with
-        # register sums (fused_reduce_compiled)
-        if "fused_reduce" in extra and not re.search(r"norm_bwd_v3_staged<|norm_bwd_v3<float, 4, false", name):
+        # f32 kernels of 4 vectors a thread with register sums
+        # (fused_reduce_compiled)
+        if "fused_reduce" in extra and not re.search(r"norm_bwd_v3<float, 4, false", name):
             for pat, least, what in ((r"^ATOMG\.E\.ADD\.S32\.STRONG\.GPU$", 1, "the arrival"),
                                      (r"^NANOSLEEP", 1, "the wait's back-off"),
                                      (r"^LDG\.E\.STRONG\.GPU$", 2, "the partial rows' L2 loads")):
