@@ -83,6 +83,7 @@
 #include "attention/attention_flash_common.cuh"
 #include "attention/attention_flash_layout.h"
 #include "attention/attention_internal.h"
+#include "common/grid_count.cuh" /* fp_grid::arrive: the split combine's acq_rel arrival */
 #if defined(FP_CUDA_EMU) // the CPU emulation (tests/emu): the PTX below as C++
 #include "emu_sm80.h"
 #endif
@@ -388,18 +389,6 @@ __device__ __forceinline__ void widen_kv_tile8(T *tile, const uint8_t *stage, in
     }
 }
 
-// atom.acq_rel.gpu: a fetch-add that is both a release and an acquire at GPU
-// scope (no fence.sc, which __threadfence is).
-__device__ __forceinline__ int atomic_add_acq_rel_gpu(int *addr, int v) {
-#if defined(FP_CUDA_EMU)
-    return atomicAdd(addr, v); // the emulation's fibers switch only at barriers
-#else
-    int old;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(addr), "r"(v) : "memory");
-    return old;
-#endif
-}
-
 // The fused split combine (p.counters set, p.num_splits > 1), after a CTA
 // wrote its split's partials for the packed rows [m0, rows_end) of its
 // query tile: the CTA counts its arrival on the tile's counter, and the last
@@ -436,7 +425,7 @@ __device__ __forceinline__ void split_combine_fused(const flash_params &p, const
         // one thread where the default path below has every thread run two
         // fence.sc.gpu.
         __syncthreads();
-        if (threadIdx.x == 0) *flag = atomic_add_acq_rel_gpu(p.counters + tile, 1) == p.num_splits - 1;
+        if (threadIdx.x == 0) *flag = fp_grid::arrive(p.counters + tile) == p.num_splits - 1;
         __syncthreads();
         if (!*flag) return; // CTA-uniform
     } else {

@@ -1554,17 +1554,20 @@ static fp_norm_bwd_desc kernel_desc(const fp_norm_bwd_desc *d, int version) {
     return r;
 }
 
+template <typename T>
+static bool fused_reduce_used(const fp_norm_bwd_desc &d, int version) {
+    return bwd_resolve<T>(d, version) >= 3 && fused_reduce_applies<T>(d, v3_plan<T>(d));
+}
+
 extern "C" int fp_norm_bwd_fused_reduce_used(const fp_norm_bwd_desc *d, int version) {
     fp_norm_bwd_desc dd = kernel_desc(d, version);
     static int some_counters[2];
     dd.counters = some_counters;  // as the op gives them
     version &= FP_NORM_VERSION_MASK;
     switch (dd.dtype) {
-    case DT_F32: return bwd_resolve<float>(dd, version) >= 3 && fused_reduce_applies<float>(dd, v3_plan<float>(dd));
-    case DT_F16: return bwd_resolve<__half>(dd, version) >= 3 && fused_reduce_applies<__half>(dd, v3_plan<__half>(dd));
-    case DT_BF16:
-        return bwd_resolve<__nv_bfloat16>(dd, version) >= 3 &&
-               fused_reduce_applies<__nv_bfloat16>(dd, v3_plan<__nv_bfloat16>(dd));
+    case DT_F32: return fused_reduce_used<float>(dd, version);
+    case DT_F16: return fused_reduce_used<__half>(dd, version);
+    case DT_BF16: return fused_reduce_used<__nv_bfloat16>(dd, version);
     }
     return 0;
 }
