@@ -363,6 +363,18 @@ template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint32_
     return pack_op<__nv_bfloat16>::pack(__half2float(__half(lo)), __half2float(__half(hi)));
 }
 
+// 16 e4m3 (a 16-byte chunk) as 16 elements of T: lo the first 8, hi the rest.
+template <typename T> __device__ __forceinline__ void widen_chunk(const uint4 &in, uint4 &lo, uint4 &hi) {
+    lo.x = e4m3x2_to<T>(in.x);
+    lo.y = e4m3x2_to<T>(in.x >> 16);
+    lo.z = e4m3x2_to<T>(in.y);
+    lo.w = e4m3x2_to<T>(in.y >> 16);
+    hi.x = e4m3x2_to<T>(in.z);
+    hi.y = e4m3x2_to<T>(in.z >> 16);
+    hi.z = e4m3x2_to<T>(in.w);
+    hi.w = e4m3x2_to<T>(in.w >> 16);
+}
+
 // Unrolled: with NT / CH a multiple of 8 (v1: 128 threads) a thread's
 // chunks are rows tid / CH + i NT / CH of one chunk column, so every address
 // after the first is an immediate offset (the swizzle depends on the row
@@ -376,16 +388,68 @@ __device__ __forceinline__ void widen_kv_tile8(T *tile, const uint8_t *stage, in
         const int idx = tid + i * NT, r = idx / CH, c = idx % CH;
         const uint4 in = *reinterpret_cast<const uint4 *>(stage + r * D + c * 16);
         uint4 lo, hi;
-        lo.x = e4m3x2_to<T>(in.x);
-        lo.y = e4m3x2_to<T>(in.x >> 16);
-        lo.z = e4m3x2_to<T>(in.y);
-        lo.w = e4m3x2_to<T>(in.y >> 16);
-        hi.x = e4m3x2_to<T>(in.z);
-        hi.y = e4m3x2_to<T>(in.z >> 16);
-        hi.z = e4m3x2_to<T>(in.w);
-        hi.w = e4m3x2_to<T>(in.w >> 16);
+        widen_chunk<T>(in, lo, hi);
         *reinterpret_cast<uint4 *>(tile + swz<D>(r, 2 * c)) = lo;
         *reinterpret_cast<uint4 *>(tile + swz<D>(r, 2 * c + 1)) = hi;
+    }
+}
+
+// ---- an fp8 KV cache widened for the Hopper kernels (session 34) ----
+// The TMA kernels (v5 / v8 / v9 / v10) and v3 / v4 read 16-bit K / V tiles
+// (tensor maps, wgmma descriptors); a call over an fp8 cache that prefers
+// one of them widens the cache first, into Q's type, dense: K16 / V16
+// [rows][heads_kv][head_dim], rows = batch x seqlen_k (key j of sequence b
+// at row b seqlen_k + j, pages resolved through the block table) or, varlen,
+// the packed rows (total_k). e4m3 is exact in f16 and bf16, so the kernel
+// multiplies the values v1 would. Keys at or past a sequence's length
+// (seqlens_k) and pages outside [0, num_pages) are zeros; the table is not
+// read past a sequence's length. One thread a 16-byte chunk (16 e4m3 ->
+// two 16-byte chunks of T). grid (ceil(rows / kWidenRows), 2: K, V); block
+// kWidenThreads.
+constexpr int kWidenRows = 8, kWidenThreads = 128;
+struct widen_params {
+    const uint8_t *src[2];       // K, V: the fp8 cache
+    int64_t bs[2], ss[2], hs[2]; // element (= byte) strides; bs: the page stride when paged
+    void *dst[2];                // K16, V16
+    const int32_t *seqlens_k, *block_table;
+    int64_t rows;                // output rows
+    int sk, hkv, d, varlen;
+    int bt_stride, page_size, num_pages;
+};
+template <typename T>
+__global__ void __launch_bounds__(kWidenThreads) attention_kv8_widen_v0(const __grid_constant__ widen_params w) {
+    fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    const int t = blockIdx.y;
+    const int cpr = w.d / 16, ch = w.hkv * cpr; // 16-byte chunks: a head's row, a key's row
+    const int64_t r0 = (int64_t)blockIdx.x * kWidenRows;
+    for (int idx = threadIdx.x; idx < kWidenRows * ch; idx += kWidenThreads) {
+        const int64_t r = r0 + idx / ch;
+        if (r >= w.rows) break; // r grows with idx
+        const int c = idx % ch, h = c / cpr, x = (c % cpr) * 16;
+        const uint8_t *src = nullptr;
+        if (w.varlen) {
+            src = w.src[t] + r * w.ss[t];
+        } else {
+            const int b = (int)(r / w.sk), key = (int)(r % w.sk);
+            int L = w.sk;
+            if (w.seqlens_k) L = min(max(w.seqlens_k[b], 0), w.sk);
+            if (key < L) {
+                if (w.block_table) {
+                    const int pg = w.block_table[(int64_t)b * w.bt_stride + key / w.page_size];
+                    if ((unsigned)pg < (unsigned)w.num_pages)
+                        src = w.src[t] + pg * w.bs[t] + (int64_t)(key % w.page_size) * w.ss[t];
+                } else {
+                    src = w.src[t] + b * w.bs[t] + (int64_t)key * w.ss[t];
+                }
+            }
+        }
+        uint4 in = make_uint4(0u, 0u, 0u, 0u); // e4m3 0 = +0
+        if (src) in = *reinterpret_cast<const uint4 *>(src + h * w.hs[t] + x);
+        uint4 lo, hi;
+        widen_chunk<T>(in, lo, hi);
+        T *dst = static_cast<T *>(w.dst[t]) + (r * w.hkv + h) * w.d + x;
+        *reinterpret_cast<uint4 *>(dst) = lo;
+        *reinterpret_cast<uint4 *>(dst + 8) = hi;
     }
 }
 
@@ -1351,7 +1415,9 @@ extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int versi
     if (version == 5 && v5_wide(a, version)) version = FP_ATTN_V5_WIDE;
     const int vn = version == FP_ATTN_V5_WIDE ? 5 : version; // the version messages and records name
     if (a->kv_fp8_cache && vn >= 2 && vn <= 10 && vn != 6) // no other kernel reads e4m3 K / V under a 16-bit Q
-        return fp_set_error(FP_ERR_UNSUPPORTED, "attention flash kernel v%d: an fp8 KV cache runs on v1 and v6 only",
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention flash kernel v%d: an fp8 KV cache runs on v1 and v6 only (the Hopper kernels "
+                            "take it widened first, when preferred: FP_CTX_ATTENTION_KERNEL)",
                             vn);
     if ((vn >= 3 && vn <= 5) || (vn >= 8 && vn <= 10)) { // Hopper kernels (attention_flash_sm90.cu, _tma_sm90.cu)
 #ifdef FASTPATH_HAVE_SM90A
@@ -1478,6 +1544,135 @@ static fp_status flash_version_auto(const fp_attn_args *a, int version, int sm_c
     return fp_attn_cuda_flash_version(a, version, (int)splits, stream);
 }
 
+// FP_ATTN_KV8_WIDEN=1 (read once): the automatic choice widens an fp8 KV
+// cache for the Hopper kernels (flash_kv8_widened) on the calls it would
+// give them with a 16-bit cache (prefill shapes: a full 128-row query tile
+// per (batch, KV head), head_dim 64 / 128), instead of v1. Off by default
+// until a GPU run has timed it (fastbench attention/kv8_prefill).
+static bool kv8_widen_env() {
+    static const bool v = env_is("FP_ATTN_KV8_WIDEN", "1");
+    return v;
+}
+#ifdef FASTPATH_HAVE_SM90A // the Hopper kernels' builds (fp_attn_cuda_flash calls these for cc 9.0 only)
+// The widened copy's limit in bytes: FP_ATTN_KV8_WIDEN_MAX_MB (read once,
+// MiB, >= 1), 1024 by default. A call needing more runs v1.
+static int64_t kv8_widen_max_bytes() {
+    static const int64_t v = [] {
+        const char *e = getenv("FP_ATTN_KV8_WIDEN_MAX_MB");
+        const long long n = e ? atoll(e) : 0;
+        return (n >= 1 && n <= (1LL << 30) ? n : 1024LL) << 20;
+    }();
+    return v;
+}
+
+// Whether an fp8 cache can be widened for `version` (0: the Hopper default
+// order), and the copy's rows; FP_ERR_UNSUPPORTED (nothing launched) when
+// not: a Q other than f16 / bf16, head_dim other than 64 / 128 (v10: 64),
+// varlen without total_k, K / V not readable by 16-byte loads (base or a
+// stride not a multiple of 16 bytes), a copy above kv8_widen_max_bytes().
+static fp_status kv8_widen_check(const fp_attn_args *a, int version, int64_t *rows) {
+    const char *why = nullptr;
+    if (a->dtype != FP_BF16 && a->dtype != FP_F16) why = "a Q other than f16 / bf16";
+    else if (a->head_dim != 64 && a->head_dim != 128) why = "a head_dim other than 64 / 128";
+    else if (version == 10 && a->head_dim != 64) why = "v10 at a head_dim other than 64";
+    else if (a->cu_k && a->total_k <= 0) why = "varlen (cu_seqlens) without total_k";
+    if (why)
+        return fp_set_error(FP_ERR_UNSUPPORTED, "attention: an fp8 KV cache widened for the Hopper kernels: %s", why);
+    const bool paged = a->block_table != nullptr, batched = paged || (!a->cu_k && a->batch > 1);
+    const void *base[2] = {a->k, a->v};
+    const int64_t bs[2] = {a->k_bs, a->v_bs}, ss[2] = {a->k_ss, a->v_ss}, hs[2] = {a->k_hs, a->v_hs};
+    for (int t = 0; t < 2; ++t)
+        if (reinterpret_cast<uintptr_t>(base[t]) % 16 || ss[t] % 16 || (a->heads_kv > 1 && hs[t] % 16) ||
+            (batched && bs[t] % 16))
+            return fp_set_error(FP_ERR_UNSUPPORTED,
+                                "attention: an fp8 KV cache widened for the Hopper kernels: %s not read by 16-byte "
+                                "loads (base %% 16 = %d; seq / head / %s strides %lld / %lld / %lld bytes: "
+                                "multiples of 16)",
+                                t ? "V" : "K", (int)(reinterpret_cast<uintptr_t>(base[t]) % 16),
+                                paged ? "page" : "batch", (long long)ss[t], (long long)hs[t], (long long)bs[t]);
+    const int64_t n = a->cu_k ? a->total_k : (int64_t)a->batch * a->seqlen_k;
+    const int64_t bytes = n * 2 * a->heads_kv * a->head_dim * 2; // K and V, 2-byte elements
+    if (n < 1 || n / kWidenRows >= 2147483647LL || bytes > kv8_widen_max_bytes())
+        return fp_set_error(FP_ERR_UNSUPPORTED,
+                            "attention: an fp8 KV cache widened for the Hopper kernels: %lld rows (%lld MiB widened; "
+                            "FP_ATTN_KV8_WIDEN_MAX_MB: %lld)",
+                            (long long)n, (long long)(bytes >> 20), (long long)(kv8_widen_max_bytes() >> 20));
+    *rows = n;
+    return FP_OK;
+}
+
+template <typename T>
+static cudaError_t launch_kv8_widen(const fp_attn_args *a, int64_t rows, void *k16, void *v16, cudaStream_t stream) {
+    widen_params w;
+    w.src[0] = static_cast<const uint8_t *>(a->k);
+    w.src[1] = static_cast<const uint8_t *>(a->v);
+    w.bs[0] = a->k_bs; w.ss[0] = a->k_ss; w.hs[0] = a->k_hs;
+    w.bs[1] = a->v_bs; w.ss[1] = a->v_ss; w.hs[1] = a->v_hs;
+    w.dst[0] = k16;
+    w.dst[1] = v16;
+    w.seqlens_k = a->cu_k ? nullptr : a->seqlens_k;
+    w.block_table = a->block_table;
+    w.rows = rows;
+    w.sk = a->seqlen_k > 0 ? a->seqlen_k : 1;
+    w.hkv = a->heads_kv;
+    w.d = a->head_dim;
+    w.varlen = a->cu_k != nullptr;
+    w.bt_stride = a->bt_stride;
+    w.page_size = a->page_size > 0 ? a->page_size : 1;
+    w.num_pages = a->num_pages;
+    const dim3 grid((unsigned)((rows + kWidenRows - 1) / kWidenRows), 2);
+    return fp_pdl::launch<attention_kv8_widen_v0<T>>(grid, dim3(kWidenThreads), 0, stream, pdl_of(a), w);
+}
+
+// An fp8 KV cache on a Hopper kernel: widened into the stream's aux scratch
+// (fp_ctx_scratch_get_aux: the kernel's launch takes split partials and v9's
+// tickets from the workspace itself), then `version` (3, 4, 5, 8, 9, 10; 0:
+// v8 at head_dim 64, v5 at 128, v3 where those refuse) on the dense 16-bit
+// copy with the call's scale (k_descale folded in) and O x v_descale
+// (p.o_scale, applied by the Hopper epilogues). fp_attention_last_kernel
+// names that kernel, paged as the call was. FP_ERR_UNSUPPORTED from
+// kv8_widen_check before any launch; a kernel refusing after the widening
+// (not expected: the copy is a layout every Hopper kernel takes) too, the
+// widening then wasted.
+static fp_status flash_kv8_widened(const fp_attn_args *a, int version, int sm_count, cudaStream_t stream) {
+    int64_t rows = 0;
+    FP_TRY(kv8_widen_check(a, version, &rows));
+    const size_t one = (size_t)rows * a->heads_kv * a->head_dim * 2;
+    fp_scratch s = {nullptr, nullptr, nullptr, nullptr, 0};
+    FP_TRY(fp_ctx_scratch_get_aux(a->ctx, stream, 2 * one, "attention (fp8 KV cache widened)", &s));
+    void *k16 = s.ptr, *v16 = static_cast<char *>(s.ptr) + one;
+    const cudaError_t e = a->dtype == FP_BF16 ? launch_kv8_widen<__nv_bfloat16>(a, rows, k16, v16, stream)
+                                              : launch_kv8_widen<__half>(a, rows, k16, v16, stream);
+    fp_status st;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        st = fp_set_error(FP_ERR_CUDA, "attention (fp8 KV cache widened): launch: %s", cudaGetErrorString(e));
+    } else {
+        fp_attn_args w = *a;
+        w.kv_fp8_cache = 0;
+        w.kv_dtype = a->dtype;
+        w.k = k16;
+        w.v = v16;
+        w.k_hs = w.v_hs = a->head_dim;
+        w.k_ss = w.v_ss = (int64_t)a->heads_kv * a->head_dim;
+        w.k_bs = w.v_bs = a->cu_k ? 0 : (int64_t)a->seqlen_k * a->heads_kv * a->head_dim;
+        w.block_table = nullptr;
+        w.bt_stride = w.page_size = w.num_pages = 0;
+        if (version) {
+            st = flash_version_auto(&w, version, sm_count, stream);
+        } else {
+            const int order[2] = {a->head_dim == 64 ? 8 : 5, 3};
+            st = FP_ERR_UNSUPPORTED;
+            for (int i = 0; i < 2 && st == FP_ERR_UNSUPPORTED; ++i) st = flash_version_auto(&w, order[i], sm_count, stream);
+        }
+        fp_attention_kernel_info k;
+        if (st == FP_OK && fp_attention_last_kernel(&k) == FP_OK) fp_attn_note_kernel(a, k.version, k.num_splits);
+    }
+    const fp_status put = fp_ctx_scratch_put(&s); // stream-ordered: the kernels above still read the copy
+    return st != FP_OK ? st : put;
+}
+#endif // FASTPATH_HAVE_SM90A
+
 extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int sm_count, int cc,
                                         cudaStream_t stream) {
     // fp8 (e4m3) runs on v5, or v8 when preferred, at one split: no other
@@ -1503,6 +1698,31 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
     // rows); another preferred version falls back to v1, as for a shape it
     // refuses.
     if (a->kv_fp8_cache) {
+        // widened for a Hopper kernel (flash_kv8_widened): preferred (3, 4,
+        // 5, 8, 9, 10), or by the automatic choice under FP_ATTN_KV8_WIDEN=1
+        // on the prefill calls the Hopper default takes with a 16-bit cache
+        const bool hopper_pref = (version >= 3 && version <= 5) || (version >= 8 && version <= 10);
+        const bool auto_widen = version == 0 && kv8_widen_env() && (a->head_dim == 64 || a->head_dim == 128) &&
+                                (int64_t)a->seqlen_q * a->group >= 128;
+        if (hopper_pref || auto_widen) {
+#ifdef FASTPATH_HAVE_SM90A
+            if (cc == 90) {
+                fp_error_saved saved;
+                fp_error_save(&saved);
+                const fp_status st = flash_kv8_widened(a, version, sm_count, stream);
+                if (st != FP_ERR_UNSUPPORTED) return st;
+                if (hopper_pref) fp_attn_note_fallback(fp_last_error());
+                fp_error_restore(&saved);
+            } else if (hopper_pref) {
+                fp_attn_note_fallback("an fp8 KV cache is widened for the Hopper kernels on a compute capability "
+                                      "9.0 device only");
+            }
+#else
+            if (hopper_pref)
+                fp_attn_note_fallback("an fp8 KV cache is widened for the Hopper kernels in sm_90a builds only");
+#endif
+            return flash_v1_auto(a, sm_count, stream);
+        }
         if (version == 6) {
             fp_error_saved saved;
             fp_error_save(&saved);
@@ -1510,8 +1730,8 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
             if (st != FP_ERR_UNSUPPORTED) return st;
             fp_attn_note_fallback(fp_last_error());
             fp_error_restore(&saved);
-        } else if (version >= 2 && version <= 10) {
-            fp_attn_note_fallback("an fp8 KV cache runs on v1 and v6 only");
+        } else if (version == 2 || version == 7) {
+            fp_attn_note_fallback("an fp8 KV cache runs on v1 and v6 (and widened on the Hopper kernels), not v2 / v7");
         }
         return flash_v1_auto(a, sm_count, stream);
     }

@@ -342,7 +342,7 @@ template <typename T, int D, typename Launch>
 fp_status run_with_partials(const fp_attn_args *a, flash_params &p, cudaStream_t stream, const char *who,
                             bool fused, Launch launch, int tickets = 0) {
     const int64_t rows_total = (int64_t)a->batch * a->heads_q * a->seqlen_q;
-    fp_scratch scratch = {nullptr, nullptr, nullptr, nullptr};
+    fp_scratch scratch = {nullptr, nullptr, nullptr, nullptr, 0};
     const bool held = p.num_splits > 1 || tickets > 0;
     if (held) {
         size_t n = 0, ncounters = 0;

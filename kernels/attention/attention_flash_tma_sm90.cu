@@ -499,7 +499,7 @@ __device__ __forceinline__ void store_rows_tma(const flash_params &p, const CUte
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float lse;
-        inv[h] = row_inv_lse(p, quad_sum(l_run[h]), m_run[h], &lse);
+        inv[h] = row_inv_lse(p, quad_sum(l_run[h]), m_run[h], &lse) * p.o_scale; // 1 but for a widened fp8 cache
         const int r = m0 + wrow + fp_sm90::acc_row(warp, lane, 2 * h);
         if (p.lse && (lane & 3) == 0 && r < rows) {
             const int qi = r / p.group, head = hk * p.group + r % p.group;
@@ -1499,7 +1499,7 @@ fp_status launch_fp8(const fp_attn_args *a, const fp_tma::kv_map &mk, encode_til
     mv.box[0] = (uint32_t)Tr::kBc;
     mv.box[1] = (uint32_t)D;
     mv.box[2] = mv.box[3] = 1;
-    fp_scratch vt = {nullptr, nullptr, nullptr, nullptr};
+    fp_scratch vt = {nullptr, nullptr, nullptr, nullptr, 0};
     FP_TRY(fp_ctx_scratch_get(a->ctx, stream, (size_t)(head_bytes * a->heads_kv * a->batch),
                               "attention flash (fp8 V^T)", &vt));
     const fp_status st = launch_v5<T, D, V>(a, 1, mk, mv, enc, stream, false, vt.ptr, [&] {

@@ -366,7 +366,8 @@ __device__ __forceinline__ float row_inv_lse(const flash_params &p, float l, flo
 // Epilogue of one consumer thread: row sums over the quad, normalize, write
 // O (and lse) or the split partials. row_base: the packed row of the
 // warpgroup's first tile row (m0 + wrow); rows past `rows` are padding.
-// fp8 inputs (T e4m3): O is bf16 and scaled by p.o_scale (v_descale).
+// fp8 inputs (T e4m3): O is bf16. O is scaled by p.o_scale (v_descale of
+// fp8 inputs or of a widened fp8 KV cache; 1 otherwise).
 template <typename T, int D, typename To = typename std::conditional<sizeof(T) == 1, __nv_bfloat16, T>::type>
 __device__ __forceinline__ void store_rows(const flash_params &p, const fp_flash::seq_view &S,
                                            const float (&o_acc)[D / 2], const float (&m_run)[2],
@@ -380,7 +381,7 @@ __device__ __forceinline__ void store_rows(const flash_params &p, const fp_flash
         const int qi = r / p.group, head = hk * p.group + r % p.group;
         float lse;
         float inv = row_inv_lse(p, l, m_run[h], &lse);
-        if constexpr (sizeof(T) == 1) inv *= p.o_scale;
+        inv *= p.o_scale; // v_descale: fp8 inputs, or an fp8 KV cache widened for this kernel; else 1
         const int col0 = fp_sm90::acc_col(lane, 2 * h); // 2 t
         if (p.num_splits == 1) {
             To *o = static_cast<To *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)head * p.o_hs;

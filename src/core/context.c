@@ -114,6 +114,12 @@ fp_status fp_context_create(fp_device_kind kind, int device_index, fp_context **
         free(ctx);
         return fp_set_error(FP_ERR_INTERNAL, "context: pthread_mutex_init failed");
     }
+    if (pthread_mutex_init(&ctx->ws_aux_mu, NULL) != 0) {
+        pthread_mutex_destroy(&ctx->ws_mu);
+        pthread_mutex_destroy(&ctx->cublas_mu);
+        free(ctx);
+        return fp_set_error(FP_ERR_INTERNAL, "context: pthread_mutex_init failed");
+    }
     fp_status st;
     if (kind == FP_DEVICE_CUDA) {
         st = cuda_context_init(ctx, device_index);
@@ -151,6 +157,7 @@ void fp_context_destroy(fp_context *ctx) {
     fp_thread_pool_destroy(ctx->pool);
     pthread_mutex_destroy(&ctx->cublas_mu);
     pthread_mutex_destroy(&ctx->ws_mu);
+    pthread_mutex_destroy(&ctx->ws_aux_mu);
     free(ctx);
 }
 

@@ -127,6 +127,8 @@ typedef struct fp_ws_slot {
     int used;
     void *counters;             /* cudaMalloc'd ints, counter_bytes long, zero between ops */
     size_t counter_bytes;
+    void *aux;                  /* cudaMalloc'd, aux_bytes long (fp_ctx_scratch_get_aux) */
+    size_t aux_bytes;
 } fp_ws_slot;
 
 struct fp_context {
@@ -147,6 +149,7 @@ struct fp_context {
                                    programmatic dependent launch (asked for, and compute
                                    capability >= 9.0); read by the launchers (kernels/common/pdl.cuh) */
     pthread_mutex_t ws_mu;      /* guards ws*, held by a scratch user from get to put */
+    pthread_mutex_t ws_aux_mu;  /* held by an aux scratch user from get to put (taken before ws_mu) */
     fp_ws_slot ws[FP_WS_STREAMS];
     unsigned long long ws_clock;
     void **ws_retired;          /* outgrown workspaces: graphs may still use them */
@@ -255,6 +258,7 @@ typedef struct fp_scratch {
     fp_context *ctx;            /* NULL: ptr is a cudaMallocAsync allocation */
     cudaStream_t stream;
     int *counters;              /* fp_ctx_scratch_get_counted's, else NULL */
+    int aux;                    /* 1: fp_ctx_scratch_get_aux's (put releases ws_aux_mu) */
 } fp_scratch;
 fp_status fp_ctx_scratch_get(fp_context *ctx, cudaStream_t stream, size_t bytes, const char *who, fp_scratch *s);
 /* fp_ctx_scratch_get, and s->counters: `ncounters` ints of the stream's,
@@ -267,6 +271,15 @@ fp_status fp_ctx_scratch_get(fp_context *ctx, cudaStream_t stream, size_t bytes,
  * freed by put. */
 fp_status fp_ctx_scratch_get_counted(fp_context *ctx, cudaStream_t stream, size_t bytes, size_t ncounters,
                                      const char *who, fp_scratch *s);
+/* A second scratch buffer of the stream's slot, for an op that holds
+ * scratch across a call that takes the workspace itself (the fp8 KV cache
+ * widened for the TMA attention kernels, whose launch takes split-KV
+ * partials and ticket counters from the workspace): the same rules as
+ * fp_ctx_scratch_get (grow-only, not grown during a capture, retired not
+ * freed when outgrown; without a context a stream-ordered allocation), its
+ * own buffer and lock. ctx->ws_aux_mu stays held until put, and is taken
+ * before ws_mu, never while holding it: take the aux scratch first. */
+fp_status fp_ctx_scratch_get_aux(fp_context *ctx, cudaStream_t stream, size_t bytes, const char *who, fp_scratch *s);
 /* Ends the use (enqueued work may still run: the next user of the stream's
  * workspace is ordered after it). Returns an error only for a failed free of
  * a context-less allocation. */

@@ -38,6 +38,7 @@ static fp_ws_slot *ws_slot(fp_context *ctx, cudaStream_t stream, fp_status *st) 
     if (!free_slot) {
         *st = ws_retire(ctx, w->ptr);
         if (*st == FP_OK) *st = ws_retire(ctx, w->counters);
+        if (*st == FP_OK) *st = ws_retire(ctx, w->aux);
         if (*st != FP_OK) return NULL;
     }
     w->used = 1;
@@ -46,6 +47,8 @@ static fp_ws_slot *ws_slot(fp_context *ctx, cudaStream_t stream, fp_status *st) 
     w->bytes = 0;
     w->counters = NULL;
     w->counter_bytes = 0;
+    w->aux = NULL;
+    w->aux_bytes = 0;
     return w;
 }
 
@@ -101,6 +104,7 @@ fp_status fp_ctx_scratch_get_counted(fp_context *ctx, cudaStream_t stream, size_
     s->ctx = ctx;
     s->stream = stream;
     s->counters = NULL;
+    s->aux = 0;
     if (!ctx) {
         /* one stream-ordered allocation: the scratch, then the counters
          * (zeroed on the stream) at a 256-byte boundary */
@@ -145,9 +149,39 @@ fp_status fp_ctx_scratch_get_counted(fp_context *ctx, cudaStream_t stream, size_
     return FP_OK;
 }
 
+fp_status fp_ctx_scratch_get_aux(fp_context *ctx, cudaStream_t stream, size_t bytes, const char *who, fp_scratch *s) {
+    if (!ctx) return fp_ctx_scratch_get_counted(NULL, stream, bytes, 0, who, s); /* its own allocation */
+    s->ptr = NULL;
+    s->ctx = ctx;
+    s->stream = stream;
+    s->counters = NULL;
+    s->aux = 1;
+    pthread_mutex_lock(&ctx->ws_aux_mu);
+    if (bytes == 0) return FP_OK;
+    pthread_mutex_lock(&ctx->ws_mu); /* the slot table; released before returning */
+    fp_status st = FP_OK;
+    fp_ws_slot *w = ws_slot(ctx, stream, &st);
+    if (st == FP_OK && w && w->aux_bytes < bytes) st = ws_grow(ctx, w, &w->aux, &w->aux_bytes, bytes, 0, "scratch", who);
+    if (st == FP_OK && w) {
+        w->last_use = ++ctx->ws_clock;
+        s->ptr = w->aux;
+    }
+    pthread_mutex_unlock(&ctx->ws_mu);
+    if (st != FP_OK) {
+        s->aux = 0;
+        pthread_mutex_unlock(&ctx->ws_aux_mu);
+    }
+    return st;
+}
+
 fp_status fp_ctx_scratch_put(fp_scratch *s) {
     if (s->ctx) {
-        pthread_mutex_unlock(&s->ctx->ws_mu);
+        if (s->aux) {
+            s->aux = 0;
+            pthread_mutex_unlock(&s->ctx->ws_aux_mu);
+        } else {
+            pthread_mutex_unlock(&s->ctx->ws_mu);
+        }
         return FP_OK;
     }
     /* the allocation's base: the scratch, or the counters when it has none */
@@ -166,6 +200,7 @@ void fp_ctx_scratch_destroy(fp_context *ctx) {
     for (int i = 0; i < FP_WS_STREAMS; ++i) {
         cudaFree(ctx->ws[i].ptr);
         cudaFree(ctx->ws[i].counters);
+        cudaFree(ctx->ws[i].aux);
     }
     for (int i = 0; i < ctx->ws_nretired; ++i) cudaFree(ctx->ws_retired[i]);
     free(ctx->ws_retired);

@@ -16,7 +16,8 @@
  * 48 KiB of shared memory), attention prefill v1..v5, split-KV decode with
  * forced splits (v1, v3, v5), paged decode (automatic and forced splits),
  * paged prefill (v1 by default, v8 preferred), fp8 prefill (v5 and its V^T pass),
- * an fp8 KV cache (paged decode on v1 and v6, automatic and forced splits),
+ * an fp8 KV cache (paged decode on v1 and v6, automatic and forced splits;
+ * paged prefill preferring v8: widened into the aux scratch first),
  * varlen (v3 on the emulated Hopper; given total_k v8, the TMA kernel, its
  * tensor maps cached), and the materialized baseline (dense, paged); and the refusals: an
  * op whose workspace would have to grow inside a capture, the baseline with
@@ -364,6 +365,19 @@ static void check_capture_cold(op *o, cudaStream_t s) {
     CHECK(cudaStreamSynchronize(s) == cudaSuccess);
 }
 
+/* A causal paged prefill (2 x 150 queries over 256 keys, 4 / 2 heads)
+ * over an fp8 cache with descales, preferring v8 (widened first). */
+static void kv8_prefill_op(op *o, const char *what) {
+    memset(o, 0, sizeof *o);
+    attn_op(o, what, 2, 150, 256, 4, 2, 1);
+    make_paged_kv(o, 256, FP_FP8_E4M3);
+    o->ap.kv_dtype = FP_FP8_E4M3;
+    o->ap.k_descale = 0.5f;
+    o->ap.v_descale = 2.0f;
+    o->run = run_attn;
+    o->attn_kernel = 8;
+}
+
 static void free_op(op *o) {
     for (int i = 0; i < o->nin; ++i) fp_mem_free(g_ctx, o->in[i].d);
     for (int i = 0; i < o->nout; ++i) fp_mem_free(g_ctx, o->out[i].d);
@@ -606,6 +620,30 @@ int main(int argc, char **argv) {
     {
         fp_attention_kernel_info k;
         CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 6 && k.paged == 1 && !k.fallback[0]);
+    }
+    /* a paged prefill over an fp8 cache preferring v8: the cache widened
+     * into the stream's aux scratch (attention_kv8_widen_v0), then v8 on
+     * the dense copy with 2 splits (3 launches: the widening, the kernel,
+     * the combine); no allocation, sync or query per call */
+    kv8_prefill_op(&o, "attention kv8 v8 paged prefill");
+    with_seqlens(&o, 256, 150);
+    o.launches = 3;
+    check_op(&o);
+    {
+        fp_attention_kernel_info k;
+        CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 8 && k.paged == 1 && k.num_splits == 2 &&
+              !k.fallback[0]);
+    }
+    /* ... on a stream whose aux scratch has never held the widened copy:
+     * refused during a capture (it cannot grow there), then run eagerly,
+     * then captured */
+    {
+        cudaStream_t cold_kv8 = NULL;
+        CHECK(cudaStreamCreateWithFlags(&cold_kv8, cudaStreamNonBlocking) == cudaSuccess);
+        kv8_prefill_op(&o, "attention kv8 v8 paged prefill, cold stream");
+        check_capture_cold(&o, cold_kv8);
+        free_op(&o);
+        CHECK(cudaStreamDestroy(cold_kv8) == cudaSuccess);
     }
     fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, 0);
     memset(&o, 0, sizeof o);

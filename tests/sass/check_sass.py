@@ -154,6 +154,9 @@ RULES = [
     # fp8's V^T pass before v5 / v8: 16-byte loads and stores
     ("fp8 V transpose", "attention", r"fp8_transpose_v\(", ("sm_90a",), {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 1},
      ("pdl",)),
+    # an fp8 KV cache widened for the Hopper kernels: 16-byte loads, two 16-byte stores each
+    ("fp8 KV cache widen", "attention", r"attention_kv8_widen_v0<", BASE, {r"^LDG\.E\.128": 1, r"^STG\.E\.128": 2},
+     ("pdl",)),
     # materialized baseline and helpers (the GEMMs are cuBLAS)
     ("attention baseline helpers", "attention",
      r"attention_(zero_rows|masked_softmax|rowwise|gather_pages)_v0<", BASE, {}, ()),
