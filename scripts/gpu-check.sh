@@ -345,6 +345,13 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # values (v1, split-KV, outputs compared exactly): dense 1 x 4k .. 8 x
     # 32k keys, paged (16-key pages) 1 x 32k and 8 x 32k
     "ab-kv8|attention/kv8"
+    # prefill over an fp8 KV cache (session 34): the default (v1, tiles
+    # widened in shared memory) against the TMA kernel preferred (v5 / v8
+    # on the cache widened to bf16 first), and the TMA kernel on a bf16
+    # cache of the same values against the fp8 one widened (compared
+    # exactly): 4 x 4096 over 4096, 4 x 1024 over 8192, dense and pages of
+    # 16, head_dim 128 (--head_dim 64 for the other half)
+    "ab-kv8prefill|attention/kv8_prefill --head_dim 128"
     # v2 at head_dim 128 (session 29): FlashAttention-2's 128 x 64 tile on
     # mma.sync against its earlier 128 x 32 tile (row v2n_vs_v2) and against
     # v1, the mma.sync default (row v1_vs_v2), interleaved: 1k / 4k / 16k

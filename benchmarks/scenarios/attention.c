@@ -738,8 +738,8 @@ static double paged_flops(const paged_shape *s) {
  * base_metric / opt_metric, the kernels that ran in the note (base_tag after
  * the baseline's). */
 static void paged_ab(fb_run *run, const paged_shape *s, const char *versions, fp_status st, pref_run *base,
-                     pref_run *opt, void *o1, void *o2, size_t n, double bytes, double flops, const char *base_metric,
-                     const char *opt_metric, const char *base_tag) {
+                     pref_run *opt, void *o1, void *o2, size_t n, double tol, double bytes, double flops,
+                     const char *base_metric, const char *opt_metric, const char *base_tag) {
     fb_result *r = fb_result_new(run);
     fb_param_str(r, "versions", versions);
     fb_param_str(r, "dtype", fp_dtype_name(s->dt));
@@ -751,7 +751,23 @@ static void paged_ab(fb_run *run, const paged_shape *s, const char *versions, fp
     fb_param_int(r, "head_dim", s->d);
     fb_param_int(r, "page_size", s->page);
     fb_param_int(r, "causal", s->causal);
-    pref_ab(run, r, st, base, opt, o1, o2, n, s->dt, -1.0, -1.0, bytes, flops, base_metric, opt_metric, base_tag);
+    pref_ab(run, r, st, base, opt, o1, o2, n, s->dt, tol, tol, bytes, flops, base_metric, opt_metric, base_tag);
+}
+
+/* table[i] = a shuffle of 0 .. n - 1 (Fisher-Yates over xorshift, one
+ * fixed seed): sequence b's page j is a random page of the pool. */
+static void shuffled_pages(int32_t *table, int n) {
+    for (int i = 0; i < n; ++i) table[i] = i;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = n - 1; i > 0; --i) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        const int j = (int)(x % (uint64_t)(i + 1));
+        const int32_t t = table[i];
+        table[i] = table[j];
+        table[j] = t;
+    }
 }
 
 static void run_paged_shape(fb_run *run, const paged_shape *s) {
@@ -766,17 +782,7 @@ static void run_paged_shape(fb_run *run, const paged_shape *s) {
     void *kd = NULL, *vd = NULL, *bt = NULL;
     fp_status st = table ? FP_OK : FP_ERR_OUT_OF_MEMORY;
     if (st == FP_OK) {
-        for (int i = 0; i < num_pages; ++i) table[i] = i;
-        uint64_t x = 0x9e3779b97f4a7c15ull;
-        for (int i = num_pages - 1; i > 0; --i) { /* Fisher-Yates, xorshift */
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            const int j = (int)(x % (uint64_t)(i + 1));
-            const int32_t t = table[i];
-            table[i] = table[j];
-            table[j] = t;
-        }
+        shuffled_pages(table, num_pages);
         st = attn_bufs_alloc(ctx, s->dt, nq, n_pool, &B);
     }
     if (st == FP_OK) st = fp_mem_alloc(ctx, n_dense * elt, &kd);
@@ -805,9 +811,9 @@ static void run_paged_shape(fb_run *run, const paged_shape *s) {
     pd1.o = o1;
     pref_run v1 = {ctx, &pp, 0}, opt = {ctx, &pp2, tma}, dense = {ctx, &pd1, tma};
     const double bytes = 2.0 * (double)nq * elt + 2.0 * (double)n_dense * elt;
-    paged_ab(run, s, "v1_vs_tma", st, &v1, &opt, o1, o2, nq, bytes, flops, "v1_tflops", "tma_tflops", "");
-    paged_ab(run, s, "dense_vs_paged", st, &dense, &opt, o1, o2, nq, bytes, flops, "dense_tflops", "paged_tflops",
-             " (dense)");
+    paged_ab(run, s, "v1_vs_tma", st, &v1, &opt, o1, o2, nq, -1.0, bytes, flops, "v1_tflops", "tma_tflops", "");
+    paged_ab(run, s, "dense_vs_paged", st, &dense, &opt, o1, o2, nq, -1.0, bytes, flops, "dense_tflops",
+             "paged_tflops", " (dense)");
     fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
     free(table);
     attn_bufs_free(ctx, &B);
@@ -1064,6 +1070,103 @@ static fp_status run_kv8(fb_run *run) {
     return FP_OK;
 }
 
+/* attention/kv8_prefill: prefill over an fp8 (e4m3) KV cache under a bf16
+ * Q (chunked prefill or prefix caching in a serving engine whose cache is
+ * fp8: vLLM's kv_cache_dtype fp8_e4m3): B sequences of sk cached keys, the
+ * last sq of them the chunk's queries (causal, bottom-right aligned), K / V
+ * dense or in a pool of page_size-key pages in shuffled order. Two rows a
+ * shape:
+ *   fp8_kv_v1_vs_tma     fp_attention_forward's default on the fp8 cache
+ *                        (v1, each tile widened in shared memory) against
+ *                        the call preferring the TMA kernel (v5 at head_dim
+ *                        128, v8 at 64), which widens the cache into a
+ *                        dense bf16 copy first (attention_kv8_widen_v0):
+ *                        what decides FP_ATTN_KV8_WIDEN's default; outputs
+ *                        within bf16's tolerance;
+ *   bf16_kv_vs_fp8_kv    the TMA kernel on a bf16 cache holding the same
+ *                        values (e4m3 is exact in bf16) against it on the
+ *                        fp8 cache widened: the widening's cost; outputs
+ *                        compared exactly (the same kernel on the same
+ *                        values, v_descale 1).
+ * Shapes (batch x chunk over cache): 4 x 4096 over 4096 and 4 x 1024 over
+ * 8192; 32 query / 8 KV heads; head_dim 128 and 64; dense and pages of 16
+ * (--head_dim, --page_size (0: dense) narrow them; --quick: 2 x 130 over
+ * 300, 4 / 2 heads, head_dim 64). TFLOP/s count the keys each query sees;
+ * bytes: Q and O in bf16, K and V once in e4m3. The note says which kernels
+ * ran. CUDA only. */
+static void run_kv8_prefill_shape(fb_run *run, const paged_shape *s) {
+    fp_context *ctx = fb_ctx(run);
+    const int paged = s->page > 0, per_seq = paged ? (s->sk + s->page - 1) / s->page : 0;
+    const int num_pages = s->batch * per_seq;
+    const size_t nq = (size_t)s->batch * s->sq * s->hq * s->d;
+    const size_t nkv = (size_t)(paged ? (int64_t)num_pages * s->page : (int64_t)s->batch * s->sk) * s->hkv * s->d;
+    uint8_t *h8 = malloc(nkv);
+    uint16_t *h16 = malloc(nkv * 2);
+    int32_t *table = paged ? malloc(sizeof(int32_t) * (size_t)num_pages) : NULL;
+    void *q = NULL, *k8 = NULL, *v8 = NULL, *k16 = NULL, *v16 = NULL, *o1 = NULL, *o2 = NULL, *bt = NULL;
+    fp_status st = h8 && h16 && (!paged || table) ? FP_OK : FP_ERR_OUT_OF_MEMORY;
+    if (st == FP_OK) st = fb_alloc_random(ctx, nq, FP_BF16, 1, -1.0f, 1.0f, &q);
+    void **d8[2] = {&k8, &v8}, **d16[2] = {&k16, &v16};
+    for (int t = 0; t < 2 && st == FP_OK; ++t) /* K, V: e4m3 codes in [-1, 1] and their bf16 copies */
+        st = fp8_twins_upload(ctx, nkv, 1.0f, 0x51a3c0de2545f491ull + (uint64_t)t, h8, h16, d8[t], d16[t]);
+    if (st == FP_OK && paged) {
+        shuffled_pages(table, num_pages);
+        st = fp_mem_alloc(ctx, sizeof(int32_t) * (size_t)num_pages, &bt);
+        if (st == FP_OK) st = fp_mem_upload(ctx, bt, table, sizeof(int32_t) * (size_t)num_pages, NULL);
+        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL); /* table lives on the heap until then */
+    }
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * 2, &o1);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * 2, &o2);
+    fp_attention_params p8, p8t, p16;
+    fp_attention_params_default(&p8);
+    p8.batch = s->batch; p8.seqlen_q = s->sq; p8.seqlen_k = s->sk; p8.heads_q = s->hq; p8.heads_kv = s->hkv;
+    p8.head_dim = s->d; p8.dtype = FP_BF16; p8.kv_dtype = FP_FP8_E4M3; p8.causal = s->causal;
+    p8.q = q; p8.k = k8; p8.v = v8; p8.o = o1;
+    if (paged) {
+        p8.block_table = bt; p8.block_table_stride = per_seq; p8.page_size = s->page; p8.num_pages = num_pages;
+    }
+    p8t = p8;
+    p8t.o = o2;
+    p16 = p8;
+    p16.kv_dtype = 0; p16.k = k16; p16.v = v16;
+    const int tma = s->d == 64 ? 8 : 5;
+    pref_run v1 = {ctx, &p8, 0}, widened = {ctx, &p8t, tma}, bf16 = {ctx, &p16, tma};
+    const double bytes = 2.0 * 2.0 * (double)nq + 2.0 * (double)s->batch * s->sk * s->hkv * s->d;
+    const double flops = paged_flops(s);
+    paged_ab(run, s, "fp8_kv_v1_vs_tma", st, &v1, &widened, o1, o2, nq, -1.0, bytes, flops, "v1_tflops",
+             "tma_tflops", "");
+    paged_ab(run, s, "bf16_kv_vs_fp8_kv", st, &bf16, &widened, o1, o2, nq, 0.0, bytes, flops, "bf16_kv_tflops",
+             "fp8_kv_tflops", " (bf16 cache)");
+    fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
+    free(h8);
+    free(h16);
+    free(table);
+    void *bufs[8] = {q, k8, v8, k16, v16, o1, o2, bt};
+    for (int i = 0; i < 8; ++i) fp_mem_free(ctx, bufs[i]);
+}
+
+static fp_status run_kv8_prefill(fb_run *run) {
+    if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "needs a CUDA device");
+    const int q = fb_quick(run);
+    static const int dim_defs[] = {128, 64}, page_defs[] = {0, 16};
+    static const int shapes[2][3] = {{4, 4096, 4096}, {4, 1024, 8192}}; /* batch, chunk, cache */
+    int dims[2], pages[2];
+    const int dim_q[] = {64};
+    const int nd = values_of(run, "head_dim", q ? dim_q : dim_defs, q ? 1 : 2, 64, 128, dims);
+    const int np = values_of(run, "page_size", page_defs, 2, 0, 1 << 20, pages);
+    if (nd && dims[0] != 64 && dims[0] != 128) return fb_skip(run, "--head_dim must be 64 or 128");
+    if (!nd || !np)
+        return fb_skip(run, "%s", !nd ? "--head_dim must be 64 or 128" : "--page_size must be in [0, 1048576]");
+    for (int si = 0; si < (q ? 1 : 2); ++si)
+        for (int di = 0; di < nd; ++di)
+            for (int pi = 0; pi < np; ++pi) {
+                const paged_shape sh = {q ? 2 : shapes[si][0], q ? 130 : shapes[si][1], q ? 300 : shapes[si][2],
+                                        q ? 4 : 32, q ? 2 : 8, dims[di], pages[pi], 1, FP_BF16};
+                run_kv8_prefill_shape(run, &sh);
+            }
+    return FP_OK;
+}
+
 FB_SCENARIO(fb_attention_prefill, "attention/prefill",
             "flash attention vs materialized (cuBLAS + softmax): FlashAttention's seqlen/head_dim grid",
             run_prefill)
@@ -1092,6 +1195,11 @@ FB_SCENARIO(fb_attention_kv8, "attention/kv8",
             "decode over an fp8 (e4m3) KV cache vs a bf16 cache of the same values (v1, split-KV), dense and paged, "
             "KV GB/s (CUDA only)",
             run_kv8)
+FB_SCENARIO(fb_attention_kv8_prefill, "attention/kv8_prefill",
+            "prefill over an fp8 (e4m3) KV cache, dense and paged: the default (v1, tiles widened in shared memory) "
+            "vs the TMA kernel on the cache widened to bf16 first, and that kernel on a bf16 cache of the same "
+            "values vs the fp8 one widened, TFLOP/s (CUDA only: the TMA kernels on Hopper)",
+            run_kv8_prefill)
 FB_SCENARIO(fb_attention_decode_versions, "attention/decode_versions",
             "decode: the default kernel (v1, split-KV) vs the decode kernel v6 (16-row tiles, K/V ring), KV GB/s "
             "(CUDA only)",

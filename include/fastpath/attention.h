@@ -87,7 +87,23 @@
  *   e4m3 and is widened exactly to dtype there, so the products are dtype's
  *   (the e4m3 values are exact in f16 / bf16) and the error is the 16-bit
  *   path's; other head dims and f32 answer
- *   FP_ERR_UNSUPPORTED on CUDA. On a CPU context every shape and option runs.
+ *   FP_ERR_UNSUPPORTED on CUDA. On Hopper (compute capability 9.0, sm_90a
+ *   builds), a call whose context prefers a wgmma kernel
+ *   (FP_CTX_ATTENTION_KERNEL 3, 4, 5, 8, 9 or 10), or with the environment
+ *   variable FP_ATTN_KV8_WIDEN=1 any prefill-shaped call (a full 128-row
+ *   query tile per batch and KV head), widens the cache first into a dense
+ *   copy in dtype (one pass reading the e4m3 bytes once; paged and varlen
+ *   caches included, varlen given total_k) and runs that kernel on the
+ *   copy: O and lse bit-identical to the kernel on a 16-bit cache of the
+ *   same values. The copy (2 x rows x heads_kv x head_dim elements of
+ *   dtype; rows = batch x seqlen_k, or total_k) lives in the stream's
+ *   workspace, grown once per shape class like the rest (so a first call
+ *   must not be inside a capture), and is limited to FP_ATTN_KV8_WIDEN_MAX_MB
+ *   (MiB, 1024 by default): a call needing more, f32 Q, other head dims,
+ *   K / V strides that are not multiples of 16 bytes run v1
+ *   (fp_attention_last_kernel says why). Opt-in until a GPU run has timed
+ *   it against v1 (fastbench attention/kv8_prefill).
+ *   On a CPU context every shape and option runs.
  *
  * Precision
  *   f16 / bf16: products on tensor cores with f32 accumulation, softmax in
