@@ -958,6 +958,40 @@ static fp_status run_fp8(fb_run *run) {
     return FP_OK;
 }
 
+/* The device buffers of the fp8 KV cache scenarios (attention/kv8,
+ * attention/kv8_prefill): Q (nq bf16 in [-1, 1)), K and V as nkv e4m3
+ * codes in [-1, 1] and their bf16 copies (exact), the block table (npages
+ * entries of `table`; none when NULL) and two outputs of nq bf16. On
+ * return nothing is in flight (the host table may be freed); kv8_bufs_free
+ * frees what was allocated, also after a failure. */
+typedef struct kv8_bufs {
+    void *q, *k8, *v8, *k16, *v16, *o1, *o2, *bt;
+} kv8_bufs;
+static fp_status kv8_bufs_alloc(fp_context *ctx, size_t nq, size_t nkv, const int32_t *table, int npages,
+                                kv8_bufs *B) {
+    uint8_t *h8 = malloc(nkv);
+    uint16_t *h16 = malloc(nkv * 2);
+    fp_status st = h8 && h16 ? FP_OK : FP_ERR_OUT_OF_MEMORY;
+    if (st == FP_OK) st = fb_alloc_random(ctx, nq, FP_BF16, 1, -1.0f, 1.0f, &B->q);
+    void **d8[2] = {&B->k8, &B->v8}, **d16[2] = {&B->k16, &B->v16};
+    for (int t = 0; t < 2 && st == FP_OK; ++t)
+        st = fp8_twins_upload(ctx, nkv, 1.0f, 0x2545f4914f6cdd1dull + (uint64_t)t, h8, h16, d8[t], d16[t]);
+    if (st == FP_OK && table) {
+        st = fp_mem_alloc(ctx, sizeof(int32_t) * (size_t)npages, &B->bt);
+        if (st == FP_OK) st = fp_mem_upload(ctx, B->bt, table, sizeof(int32_t) * (size_t)npages, NULL);
+        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
+    }
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * 2, &B->o1);
+    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * 2, &B->o2);
+    free(h8);
+    free(h16);
+    return st;
+}
+static void kv8_bufs_free(fp_context *ctx, kv8_bufs *B) {
+    void *bufs[8] = {B->q, B->k8, B->v8, B->k16, B->v16, B->o1, B->o2, B->bt};
+    for (int i = 0; i < 8; ++i) fp_mem_free(ctx, bufs[i]);
+}
+
 /* attention/kv8: decode (seqlen_q 1, 32 query / 8 KV heads of 128, bf16 Q)
  * over an fp8 (e4m3) KV cache. Two rows a shape:
  *   bf16_kv_vs_fp8_kv  a bf16 cache holding the same values (e4m3 is exact
@@ -1009,23 +1043,15 @@ static void run_kv8_shape(fb_run *run, int batch, int sk, int page) {
     fb_result *r6 = kv8_row(run, "fp8_kv_v1_vs_v6", batch, sk, hq, hkv, d, page);
     const int pps = page ? (sk + page - 1) / page : 0, npages = batch * pps;
     const size_t nq = (size_t)batch * hq * d, nkv = (size_t)(page ? (int64_t)npages * page : (int64_t)batch * sk) * hkv * d;
-    uint8_t *h8 = malloc(nkv);
-    uint16_t *h16 = malloc(nkv * 2);
     int32_t *bt = page ? malloc(sizeof(int32_t) * (size_t)npages) : NULL;
-    void *q = NULL, *k8 = NULL, *v8 = NULL, *k16 = NULL, *v16 = NULL, *o1 = NULL, *o2 = NULL, *dbt = NULL;
-    fp_status st = h8 && h16 && (!page || bt) ? FP_OK : FP_ERR_OUT_OF_MEMORY;
-    if (st == FP_OK) st = fb_alloc_random(ctx, nq, FP_BF16, 1, -1.0f, 1.0f, &q);
-    void **d8[2] = {&k8, &v8}, **d16[2] = {&k16, &v16};
-    for (int t = 0; t < 2 && st == FP_OK; ++t) /* K, V: e4m3 codes in [-1, 1] and their bf16 copies */
-        st = fp8_twins_upload(ctx, nkv, 1.0f, 0x2545f4914f6cdd1dull + (uint64_t)t, h8, h16, d8[t], d16[t]);
-    if (st == FP_OK && page) {
-        for (int i = 0; i < npages; ++i) bt[i] = npages - 1 - i;
-        st = fp_mem_alloc(ctx, sizeof(int32_t) * (size_t)npages, &dbt);
-        if (st == FP_OK) st = fp_mem_upload(ctx, dbt, bt, sizeof(int32_t) * (size_t)npages, NULL);
-        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
+    kv8_bufs B;
+    memset(&B, 0, sizeof B);
+    fp_status st = !page || bt ? FP_OK : FP_ERR_OUT_OF_MEMORY;
+    if (st == FP_OK) {
+        for (int i = 0; i < npages; ++i) bt[i] = npages - 1 - i; /* the pool in reverse order */
+        st = kv8_bufs_alloc(ctx, nq, nkv, bt, npages, &B);
     }
-    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * 2, &o1);
-    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * 2, &o2);
+    void *q = B.q, *k8 = B.k8, *v8 = B.v8, *k16 = B.k16, *v16 = B.v16, *o1 = B.o1, *o2 = B.o2, *dbt = B.bt;
     fp_attention_params p16, p8;
     fp_attention_params_default(&p16);
     p16.batch = batch; p16.seqlen_q = 1; p16.seqlen_k = sk; p16.heads_q = hq; p16.heads_kv = hkv; p16.head_dim = d;
@@ -1043,11 +1069,8 @@ static void run_kv8_shape(fb_run *run, int batch, int sk, int page) {
     kv8_ab(run, r, st, &base, &opt, o1, o2, nq, 0.0, kv16, kv8, "bf16_kv_gbps", "fp8_kv_gbps");
     kv8_ab(run, r6, st, &f8_v1, &f8_v6, o1, o2, nq, -1.0, kv8, kv8, "v1_kv_gbps", "v6_kv_gbps");
     fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
-    free(h8);
-    free(h16);
     free(bt);
-    void *bufs[8] = {q, k8, v8, k16, v16, o1, o2, dbt};
-    for (int i = 0; i < 8; ++i) fp_mem_free(ctx, bufs[i]);
+    kv8_bufs_free(ctx, &B);
 }
 
 static fp_status run_kv8(fb_run *run) {
@@ -1100,23 +1123,15 @@ static void run_kv8_prefill_shape(fb_run *run, const paged_shape *s) {
     const int num_pages = s->batch * per_seq;
     const size_t nq = (size_t)s->batch * s->sq * s->hq * s->d;
     const size_t nkv = (size_t)(paged ? (int64_t)num_pages * s->page : (int64_t)s->batch * s->sk) * s->hkv * s->d;
-    uint8_t *h8 = malloc(nkv);
-    uint16_t *h16 = malloc(nkv * 2);
     int32_t *table = paged ? malloc(sizeof(int32_t) * (size_t)num_pages) : NULL;
-    void *q = NULL, *k8 = NULL, *v8 = NULL, *k16 = NULL, *v16 = NULL, *o1 = NULL, *o2 = NULL, *bt = NULL;
-    fp_status st = h8 && h16 && (!paged || table) ? FP_OK : FP_ERR_OUT_OF_MEMORY;
-    if (st == FP_OK) st = fb_alloc_random(ctx, nq, FP_BF16, 1, -1.0f, 1.0f, &q);
-    void **d8[2] = {&k8, &v8}, **d16[2] = {&k16, &v16};
-    for (int t = 0; t < 2 && st == FP_OK; ++t) /* K, V: e4m3 codes in [-1, 1] and their bf16 copies */
-        st = fp8_twins_upload(ctx, nkv, 1.0f, 0x51a3c0de2545f491ull + (uint64_t)t, h8, h16, d8[t], d16[t]);
-    if (st == FP_OK && paged) {
-        shuffled_pages(table, num_pages);
-        st = fp_mem_alloc(ctx, sizeof(int32_t) * (size_t)num_pages, &bt);
-        if (st == FP_OK) st = fp_mem_upload(ctx, bt, table, sizeof(int32_t) * (size_t)num_pages, NULL);
-        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL); /* table lives on the heap until then */
+    kv8_bufs B;
+    memset(&B, 0, sizeof B);
+    fp_status st = !paged || table ? FP_OK : FP_ERR_OUT_OF_MEMORY;
+    if (st == FP_OK) {
+        if (paged) shuffled_pages(table, num_pages);
+        st = kv8_bufs_alloc(ctx, nq, nkv, table, num_pages, &B);
     }
-    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * 2, &o1);
-    if (st == FP_OK) st = fp_mem_alloc(ctx, nq * 2, &o2);
+    void *q = B.q, *k8 = B.k8, *v8 = B.v8, *k16 = B.k16, *v16 = B.v16, *o1 = B.o1, *o2 = B.o2, *bt = B.bt;
     fp_attention_params p8, p8t, p16;
     fp_attention_params_default(&p8);
     p8.batch = s->batch; p8.seqlen_q = s->sq; p8.seqlen_k = s->sk; p8.heads_q = s->hq; p8.heads_kv = s->hkv;
@@ -1138,11 +1153,8 @@ static void run_kv8_prefill_shape(fb_run *run, const paged_shape *s) {
     paged_ab(run, s, "bf16_kv_vs_fp8_kv", st, &bf16, &widened, o1, o2, nq, 0.0, bytes, flops, "bf16_kv_tflops",
              "fp8_kv_tflops", " (bf16 cache)");
     fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
-    free(h8);
-    free(h16);
     free(table);
-    void *bufs[8] = {q, k8, v8, k16, v16, o1, o2, bt};
-    for (int i = 0; i < 8; ++i) fp_mem_free(ctx, bufs[i]);
+    kv8_bufs_free(ctx, &B);
 }
 
 static fp_status run_kv8_prefill(fb_run *run) {
