@@ -204,7 +204,14 @@ static const char *ran_kernel(const attn_case *c, int impl, char *buf, size_t n)
     return buf;
 }
 
-static void run_case(const attn_case *c, int extra_splits) {
+/* The implementations run_case checks: every explicit version (and, with
+ * IMPLS_SPLITS, forced split counts), or only the forward's own choice
+ * (IMPLS_DEFAULT: the preferred-version test, where the explicit versions
+ * would repeat test_cases' runs, which do not depend on the preference). */
+enum { IMPLS_ALL = 0, IMPLS_SPLITS = 1, IMPLS_DEFAULT = 2 };
+
+static void run_case(const attn_case *c, int which) {
+    const int extra_splits = which == IMPLS_SPLITS;
     if (g_quick && (double)c->batch * c->hq * c->sq * c->sk > 2e6) return;
     dev_case D;
     if (!dev_make(c, &D, 77 + (uint64_t)c->sq * 3 + (uint64_t)c->sk)) {
@@ -223,37 +230,39 @@ static void run_case(const attn_case *c, int extra_splits) {
     CHECK_MSG(Eb.bad == 0, "%s/baseline: NaN or padding written", c->name);
     int impls[28], n_impl = 0;
     impls[n_impl++] = 0;
-    if (extra_splits) {
-        impls[n_impl++] = 3; /* v1, 2 splits */
-        impls[n_impl++] = 8; /* v1, 7 splits */
-        /* the fused combine's merge: 40 splits read from two register slots
-         * per lane, 140 (past its 128) by the loop that re-reads lse; many
-         * of them are empty at these lengths (weight 0) */
-        impls[n_impl++] = 41;
-        impls[n_impl++] = 141;
-    }
-    if (c->dtype != FP_F32 && (c->d == 64 || c->d == 128)) {
-        impls[n_impl++] = -1; /* v2 */
-        if (extra_splits) impls[n_impl++] = -3; /* v2, 3 splits */
-        impls[n_impl++] = IMPL_V3 + 1; /* v3 */
-        if (extra_splits) impls[n_impl++] = IMPL_V3 + 3; /* v3, 3 splits */
-        impls[n_impl++] = IMPL_V4 + 1; /* v4 = v3 with the other schedule */
-        impls[n_impl++] = IMPL_V5 + 1; /* v5: TMA producer + mbarrier ring */
-        if (extra_splits) impls[n_impl++] = IMPL_V5 + 3; /* v5, 3 splits */
-        impls[n_impl++] = IMPL_V8 + 1; /* v8: v5 with ping-pong consumers */
-        if (extra_splits) impls[n_impl++] = IMPL_V8 + 3; /* v8, 3 splits */
-        impls[n_impl++] = IMPL_V9 + 1; /* v9: v8 in persistent CTAs */
-        if (extra_splits) impls[n_impl++] = IMPL_V9 + 3; /* v9, 3 splits */
-        if (c->d == 64) {
-            impls[n_impl++] = IMPL_V10 + 1; /* v10: v8 with three consumer warpgroups */
-            if (extra_splits) impls[n_impl++] = IMPL_V10 + 3; /* v10, 3 splits */
+    if (which != IMPLS_DEFAULT) {
+        if (extra_splits) {
+            impls[n_impl++] = 3; /* v1, 2 splits */
+            impls[n_impl++] = 8; /* v1, 7 splits */
+            /* the fused combine's merge: 40 splits read from two register slots
+             * per lane, 140 (past its 128) by the loop that re-reads lse; many
+             * of them are empty at these lengths (weight 0) */
+            impls[n_impl++] = 41;
+            impls[n_impl++] = 141;
         }
-    }
-    if (c->dtype != FP_F32 && (c->d == 32 || c->d == 64 || c->d == 96 || c->d == 128 || c->d == 256)) {
-        impls[n_impl++] = IMPL_V6 + 1; /* v6, the decode kernel (on prefill shapes too: correct, not fast) */
-        if (extra_splits) impls[n_impl++] = IMPL_V6 + 5; /* v6, 5 splits */
-        impls[n_impl++] = IMPL_V7 + 1; /* v7: v1 over 8 warps */
-        if (extra_splits) impls[n_impl++] = IMPL_V7 + 3; /* v7, 3 splits */
+        if (c->dtype != FP_F32 && (c->d == 64 || c->d == 128)) {
+            impls[n_impl++] = -1; /* v2 */
+            if (extra_splits) impls[n_impl++] = -3; /* v2, 3 splits */
+            impls[n_impl++] = IMPL_V3 + 1; /* v3 */
+            if (extra_splits) impls[n_impl++] = IMPL_V3 + 3; /* v3, 3 splits */
+            impls[n_impl++] = IMPL_V4 + 1; /* v4 = v3 with the other schedule */
+            impls[n_impl++] = IMPL_V5 + 1; /* v5: TMA producer + mbarrier ring */
+            if (extra_splits) impls[n_impl++] = IMPL_V5 + 3; /* v5, 3 splits */
+            impls[n_impl++] = IMPL_V8 + 1; /* v8: v5 with ping-pong consumers */
+            if (extra_splits) impls[n_impl++] = IMPL_V8 + 3; /* v8, 3 splits */
+            impls[n_impl++] = IMPL_V9 + 1; /* v9: v8 in persistent CTAs */
+            if (extra_splits) impls[n_impl++] = IMPL_V9 + 3; /* v9, 3 splits */
+            if (c->d == 64) {
+                impls[n_impl++] = IMPL_V10 + 1; /* v10: v8 with three consumer warpgroups */
+                if (extra_splits) impls[n_impl++] = IMPL_V10 + 3; /* v10, 3 splits */
+            }
+        }
+        if (c->dtype != FP_F32 && (c->d == 32 || c->d == 64 || c->d == 96 || c->d == 128 || c->d == 256)) {
+            impls[n_impl++] = IMPL_V6 + 1; /* v6, the decode kernel (on prefill shapes too: correct, not fast) */
+            if (extra_splits) impls[n_impl++] = IMPL_V6 + 5; /* v6, 5 splits */
+            impls[n_impl++] = IMPL_V7 + 1; /* v7: v1 over 8 warps */
+            if (extra_splits) impls[n_impl++] = IMPL_V7 + 3; /* v7, 3 splits */
+        }
     }
     for (int t = 0; t < n_impl; ++t) {
         st = dev_run(&D, impls[t]);
@@ -308,8 +317,8 @@ static void test_cases(void) {
         {"bf16_prefill_sp", 1, 256, 512, 2, 1, 64, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
         {"f16_d256_decode", 3, 1,  2000, 4, 1, 256, FP_F16, 0, -1, -1, 0, 1, 1, 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i], 0);
-    for (size_t i = 0; i < sizeof decode / sizeof decode[0]; ++i) run_case(&decode[i], 1);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i], IMPLS_ALL);
+    for (size_t i = 0; i < sizeof decode / sizeof decode[0]; ++i) run_case(&decode[i], IMPLS_SPLITS);
 }
 
 /* Windows that reach past every key (INT_MAX as "unbounded" passes
@@ -965,7 +974,7 @@ static void test_preferred_kernel_gpu(void) {
     for (int v = 2; v <= 10; ++v) {
         CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, v));
         printf("FP_CTX_ATTENTION_KERNEL = %d\n", v);
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i], 0);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i], IMPLS_DEFAULT);
     }
     CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, 0));
 }
@@ -973,23 +982,23 @@ static void test_preferred_kernel_gpu(void) {
 int main(void) {
     g_ctx = fp_test_cuda_context_or_skip();
     g_quick = getenv("FP_TEST_QUICK") != NULL && atoi(getenv("FP_TEST_QUICK")) != 0;
-    test_cases();
-    test_varlen_gpu(FP_BF16, 64, 1);
-    test_huge_window_gpu();
-    test_ragged_nan_tail_gpu();
-    test_nonfinite_scores_gpu();
-    test_split_combine_modes_gpu();
+    FP_TEST_TIMED(test_cases());
+    FP_TEST_TIMED(test_varlen_gpu(FP_BF16, 64, 1));
+    FP_TEST_TIMED(test_huge_window_gpu());
+    FP_TEST_TIMED(test_ragged_nan_tail_gpu());
+    FP_TEST_TIMED(test_nonfinite_scores_gpu());
+    FP_TEST_TIMED(test_split_combine_modes_gpu());
     if (!g_quick) {
-        test_varlen_gpu(FP_F16, 128, 0);
-        test_varlen_gpu(FP_F32, 64, 1);
+        FP_TEST_TIMED(test_varlen_gpu(FP_F16, 128, 0));
+        FP_TEST_TIMED(test_varlen_gpu(FP_F32, 64, 1));
     }
-    test_bad_input_gpu();
-    test_baseline_oom();
-    test_validate_gpu();
-    test_validate_varlen_offsets_gpu();
-    test_baseline_two_threads_gpu();
-    if (!g_quick) test_batch_over_grid_limit_gpu();
-    test_preferred_kernel_gpu();
+    FP_TEST_TIMED(test_bad_input_gpu());
+    FP_TEST_TIMED(test_baseline_oom());
+    FP_TEST_TIMED(test_validate_gpu());
+    FP_TEST_TIMED(test_validate_varlen_offsets_gpu());
+    FP_TEST_TIMED(test_baseline_two_threads_gpu());
+    if (!g_quick) FP_TEST_TIMED(test_batch_over_grid_limit_gpu());
+    FP_TEST_TIMED(test_preferred_kernel_gpu());
     fp_context_destroy(g_ctx);
     TEST_END();
 }

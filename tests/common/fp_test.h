@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "fastpath/fastpath.h"
 
@@ -61,6 +62,23 @@ static int fp_test_failures = 0;
     do {                                                                             \
         if (fp_test_failures) fprintf(stderr, "%d check(s) failed\n", fp_test_failures); \
         return fp_test_failures ? 1 : 0;                                             \
+    } while (0)
+
+/* Wall-clock seconds (monotonic). */
+static inline double fp_test_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+/* Runs a statement and prints its wall-clock time: long tests (the emulated
+ * ones take minutes) say in their log where the time goes, the measure to
+ * keep CI's run short by. */
+#define FP_TEST_TIMED(stmt)                                                      \
+    do {                                                                         \
+        const double t0_ = fp_test_seconds();                                    \
+        stmt;                                                                    \
+        printf("[time] %7.1f s  %s\n", fp_test_seconds() - t0_, #stmt);          \
+        fflush(stdout);                                                          \
     } while (0)
 
 /* 1 when FP_TEST_QUICK is set (scripts/gpu-check.sh sets it for the runs
