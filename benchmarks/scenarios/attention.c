@@ -36,7 +36,8 @@
  *                      GB/s, CUDA only.
  * Options: --seqlen N, --head_dim N, --causal 0|1, --batch N, --kv N restrict
  * the grids (flash_versions: --seqlen N runs any length N, --batch N sets its
- * batch, --version N keeps that version's rows, --o_tma 1 runs the
+ * batch, --heads N its query (= KV) heads, default 2048 / head_dim, --version
+ * N keeps that version's rows, --o_tma 1 runs the
  * TMA-store epilogue's rows instead of the others); --dtype picks dtypes; --kernel N (prefill, gqa,
  * decode) times fp_attention_forward with FP_CTX_ATTENTION_KERNEL = N (the
  * flash version it prefers; the row says which was asked). CPU contexts and
@@ -336,12 +337,18 @@ static fp_status run_versions(fb_run *run) {
      * (default 16384 / seqlen tokens per launch) */
     const int sl_opt = fb_opt_given(run, "seqlen") ? (int)fb_opt_int(run, "seqlen", 1024) : 0;
     if (fb_opt_given(run, "seqlen") && sl_opt < 1) return fb_skip(run, "--seqlen must be >= 1");
+    /* --heads N: the heads of every shape (default 2048 / head_dim: a model
+     * width of 2048) */
+    const int64_t heads_arg = fb_opt_given(run, "heads") ? fb_opt_int(run, "heads", 1) : 0;
+    if (fb_opt_given(run, "heads") && (heads_arg < 1 || heads_arg > 1024))
+        return fb_skip(run, "--heads must be in [1, 1024]");
+    const int heads_opt = (int)heads_arg;
     for (int di = 0; di < 2; ++di)
         for (int causal = 0; causal < 2; ++causal)
             for (int si = fb_quick(run) ? 1 : 0; si < (fb_quick(run) ? 2 : 3); ++si)
                 for (int t = 0; t < ndt; ++t) {
                     if (sl_opt && si != (fb_quick(run) ? 1 : 0)) continue; /* one pass over the given length */
-                    const int d = dims[di], sl = sl_opt ? sl_opt : seqlens[si], hq = 2048 / d;
+                    const int d = dims[di], sl = sl_opt ? sl_opt : seqlens[si], hq = heads_opt ? heads_opt : 2048 / d;
                     const int batch = (int)fb_opt_int(run, "batch", sl < 16384 ? 16384 / sl : 1);
                     if (fb_opt_given(run, "head_dim") && fb_opt_int(run, "head_dim", d) != d) continue;
                     if (batch < 1) continue;
