@@ -119,19 +119,22 @@ struct Fiber {
     bool global_wait;       // SPINNING in spin_yield_global: waits on another block
 };
 
-// Shadow of one arena byte.
+// Shadow of one arena byte. Threads are numbered within the block (at most
+// 1024): 16 bits, so that a record is 32 bytes, two to a cache line (the
+// shadow walks of a wgmma's operands are the emulation's hottest loops).
 struct Shadow {
-    int32_t writer;        // thread that last wrote by an async copy (-1 none)
-    uint32_t write_epoch;  // block barrier epoch of that write
-    int32_t reader;        // last thread that read it by a collective (-1 none, -2 several)
-    uint32_t read_epoch;
-    uint16_t in_flight;    // async copies issued and not landed
-    uint16_t pending_reads;  // reads an issued, unretired async operation (wgmma) will make
-    uint32_t write_named;    // named-barrier completions in the block before that write
-    int32_t gwriter;         // last generic-proxy writer (cp.async, st.shared), -1 none
-    uint32_t gwrite_clock;   // the block's proxy clock at that write
-    uint32_t read_named;     // named-barrier completions in the block before the (latest) read
+    uint32_t write_epoch = 0;   // block barrier epoch of the async copy's write
+    uint32_t read_epoch = 0;
+    uint32_t write_named = 0;   // named-barrier completions in the block before that write
+    uint32_t gwrite_clock = 0;  // the block's proxy clock at the generic write
+    uint32_t read_named = 0;    // named-barrier completions in the block before the (latest) read
+    int16_t writer = -1;        // thread that last wrote by an async copy (-1 none)
+    int16_t reader = -1;        // last thread that read it by a collective (-1 none, -2 several, -(3 + w) warpgroup w's wgmma)
+    int16_t gwriter = -1;       // last generic-proxy writer (cp.async, st.shared), -1 none
+    uint16_t in_flight = 0;     // async copies issued and not landed
+    uint16_t pending_reads = 0; // reads an issued, unretired async operation (wgmma) will make
 };
+static_assert(sizeof(Shadow) == 32, "a shadow record: two to a cache line");
 
 // A completed named barrier: its sequence number and the threads that took
 // part (bitset), which it orders.
@@ -144,6 +147,7 @@ struct NamedEvent {
 
 struct BlockState {
     std::vector<Fiber> fibers;
+    size_t live = 0;  // fibers not DONE (exit_fiber keeps it)
     Context sched;
     unsigned char *arena = nullptr;
     size_t arena_size = 0;
@@ -205,6 +209,12 @@ size_t stack_bytes() {
 thread_local BlockState *g_block = nullptr;
 thread_local Fiber *g_fiber = nullptr;
 
+// A thread's end (its body returned, or it failed): DONE, counted.
+void mark_done(BlockState *b, Fiber *f) {
+    if (f->state != DONE) b->live--;
+    f->state = DONE;
+}
+
 void fiber_entry() {
     BlockState *b = g_block;
     b->body(b->ctx);
@@ -218,15 +228,12 @@ void fiber_entry() {
     std::vector<std::pair<void (*)(void *), void *>> hooks;
     hooks.swap(f->exit_hooks);
     for (auto &h : hooks) h.first(h.second);
-    size_t live = 0;
-    for (const Fiber &g : b->fibers)
-        if (g.state != DONE) live++;
-    if (live == 1) {
+    if (b->live == 1) {
         hooks.clear();
         hooks.swap(b->exit_hooks);
         for (auto &h : hooks) h.first(h.second);
     }
-    f->state = DONE;
+    mark_done(b, f);
     b->progress++;
     b->wakes++;
     // Back to the scheduler for good (not through uc_link: a DONE fiber is
@@ -273,12 +280,11 @@ void clear_ext(BlockState &b) {
 // Returns false (and records why) on a deadlock.
 std::string deadlock_message(const BlockState &b, size_t live, size_t at_bar);
 bool resolve(BlockState &b) {
-    size_t live = 0, at_bar = 0;
-    for (const Fiber &f : b.fibers) {
-        if (f.state != DONE) live++;
-        if (f.state == AT_BARRIER) at_bar++;
-    }
+    const size_t live = b.live;
     if (live == 0) return true;
+    size_t at_bar = 0;
+    for (const Fiber &f : b.fibers)
+        if (f.state == AT_BARRIER) at_bar++;
     bool released = false;
     if (at_bar == live) {
         // Threads that exited never reach this barrier: undefined behavior
@@ -418,6 +424,7 @@ void start_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, 
     // Sized once per launch (every block of a grid has the same shape); the
     // per-thread fields are set below.
     if (b.fibers.size() != nthreads) b.fibers.resize(nthreads);
+    b.live = nthreads;
     if (b.gsnap.size() != (size_t)nthreads * kSlotBytes) b.gsnap.resize((size_t)nthreads * kSlotBytes);
     b.progress = 0;
     b.idle_passes = 0;
@@ -435,7 +442,7 @@ void start_block(BlockState &b, dim3 grid, dim3 block, uint3 bid, char *stacks, 
     memset(b.arena, 0xFF, b.arena_size);
     // (only what the last block touched, as far as smem_at saw: most blocks
     // of a large grid of short sequences never copy asynchronously)
-    for (size_t i = 0; i < b.shadow_used; ++i) b.shadow[i] = Shadow{-1, 0, -1, 0, 0, 0, 0, -1, 0, 0};
+    for (size_t i = 0; i < b.shadow_used; ++i) b.shadow[i] = Shadow{};
     b.shadow_used = 0;
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber &f = b.fibers[i];
@@ -513,10 +520,7 @@ Slice run_slice(BlockState &b, bool *moved) {
             if (f.state != SPINNING) only_spinners = false;
             if (b.failed) return Slice::FAILED;
         }
-        bool all_done = true;
-        for (const Fiber &f : b.fibers)
-            if (f.state != DONE) all_done = false;
-        if (all_done) {
+        if (b.live == 0) {
             // A named barrier left with a phase begun (bar.arrive without
             // the matching bar.sync, or the reverse): a schedule whose
             // arrivals do not balance, which on a GPU carries over into
@@ -659,7 +663,7 @@ void kernel_fail(const char *fmt, ...) {
     BlockState *b = g_block;
     b->failed = true;
     b->failure = buf;
-    f->state = DONE;  // never resumed
+    mark_done(b, f);  // never resumed
     ctx_swap(&f->ctx, &b->sched);
     abort();  // unreachable
 }
@@ -709,7 +713,7 @@ unsigned char *smem_at(uint32_t addr, size_t n) {
     kernel_fail("race: an async copy lands on shared byte %zu, which a wgmma issued before it landed reads", byte);
 }
 
-// The reader recorded for a wgmma's reads (smem_note_read_wgmma): its
+// The reader recorded for a wgmma's reads (smem_note_read_wgmma_retire): its
 // warpgroup, -(3 + warpgroup), not the thread.
 static int32_t wgmma_reader(int32_t linear) { return -(3 + linear / 128); }
 static std::string describe_reader(int32_t r) {
@@ -750,7 +754,7 @@ static void async_complete(uint32_t addr, size_t n, bool barrier_ordered) {
         // write-after-read check) or fail there: later reads are of these bytes
         s.reader = -1;
         if (!barrier_ordered) continue;
-        s.writer = (int32_t)f->regs.linear;
+        s.writer = (int16_t)f->regs.linear;
         s.write_epoch = b->epoch;
         s.write_named = b->nb_seq;
     }
@@ -769,7 +773,7 @@ void smem_note_generic_write(uint32_t addr, size_t n) {
     (void)smem_at(addr, n);
     const uint32_t clock = ++b->proxy_clock;
     for (size_t i = addr; i < addr + n; ++i) {
-        b->shadow[i].gwriter = (int32_t)f->regs.linear;
+        b->shadow[i].gwriter = (int16_t)f->regs.linear;
         b->shadow[i].gwrite_clock = clock;
     }
 }
@@ -793,7 +797,8 @@ void smem_note_async_issue_mbar(uint32_t addr, size_t n) { async_issue(addr, n, 
 
 void smem_note_async_complete_mbar(uint32_t addr, size_t n) { async_complete(addr, n, false); }
 
-static void note_read(uint32_t addr, size_t n, bool wgmma, bool check = true, bool record = true);
+static void note_read(uint32_t addr, size_t n, bool wgmma, bool check = true, bool record = true,
+                      const char *retire = nullptr);
 static void pending_read(uint32_t addr, size_t n, int delta, const char *what) {
     Fiber *f = self("pending shared read");
     BlockState *b = f->regs.block;
@@ -818,7 +823,8 @@ void smem_note_pending_read(uint32_t addr, size_t n, int delta) { pending_read(a
 void smem_note_async_read(uint32_t addr, size_t n, int delta, const char *what) {
     // issue: the read-after-write checks; retire: the read recorded as this
     // thread's (a thread that waited for it), for later async copies' checks
-    note_read(addr, n, false, delta > 0, delta < 0);
+    if (delta < 0) return note_read(addr, n, false, false, true, what);
+    note_read(addr, n, false, true, false);
     pending_read(addr, n, delta, what);
 }
 
@@ -835,7 +841,7 @@ void smem_note_store(uint32_t addr, size_t n) {
             kernel_fail("race: %s stores to shared byte %zu, which an issued async-proxy read (a wgmma not yet "
                         "retired, a bulk store not yet waited for) still reads",
                         describe(*f).c_str(), i);
-        s.writer = (int32_t)f->regs.linear;
+        s.writer = (int16_t)f->regs.linear;
         s.write_epoch = b->epoch;
         s.write_named = b->nb_seq;
     }
@@ -905,8 +911,11 @@ void *driver_symbol(const char *name) {
 // makes the byte read by several threads, except that a thread's read (not a
 // wgmma's) replaces an earlier reader a named barrier orders before it (an
 // earlier wgmma read: its warpgroup's first thread stands for it): the
-// reuse of a Q buffer through a TMA store's read).
-static void note_read(uint32_t addr, size_t n, bool wgmma, bool check, bool record) {
+// reuse of a Q buffer through a TMA store's read). retire (not null): also
+// retires a pending read of each byte by `retire` (pending_read's -1, in the
+// same pass over the shadow: a wgmma's operands are noted by each of the
+// warpgroup's 128 threads, the emulation's hottest loop).
+static void note_read(uint32_t addr, size_t n, bool wgmma, bool check, bool record, const char *retire) {
     Fiber *f = self("shared read");
     BlockState *b = f->regs.block;
     (void)smem_at(addr, n);
@@ -921,14 +930,19 @@ static void note_read(uint32_t addr, size_t n, bool wgmma, bool check, bool reco
             kernel_fail("race: %s reads shared byte %zu, which thread %d's async copy or store wrote after the "
                         "last __syncthreads (read after write without a barrier)",
                         describe(*f).c_str(), i, s.writer);
+        if (retire) {
+            if (s.pending_reads == 0)
+                kernel_fail("%s: %s retires a read of shared byte %zu never issued", describe(*f).c_str(), retire, i);
+            s.pending_reads--;
+        }
         if (!record) continue;
         if (s.read_epoch != b->epoch || s.reader == -1 || s.reader == reader) {
-            s.reader = reader;
+            s.reader = (int16_t)reader;
             s.read_epoch = b->epoch;
             s.read_named = b->nb_seq;
         } else if (!wgmma && s.reader != -2 &&
                    named_orders(b, s.read_named, s.reader >= 0 ? s.reader : (-s.reader - 3) * 128, me)) {
-            s.reader = reader;
+            s.reader = (int16_t)reader;
             s.read_named = b->nb_seq;
         } else {
             s.reader = -2;
@@ -936,7 +950,7 @@ static void note_read(uint32_t addr, size_t n, bool wgmma, bool check, bool reco
     }
 }
 void smem_note_read(uint32_t addr, size_t n) { note_read(addr, n, false); }
-void smem_note_read_wgmma(uint32_t addr, size_t n) { note_read(addr, n, true); }
+void smem_note_read_wgmma_retire(uint32_t addr, size_t n) { note_read(addr, n, true, true, true, "a wgmma"); }
 
 }  // namespace fp_emu
 
@@ -1146,7 +1160,7 @@ cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBo
         b->pdl = pdl;
         b->arena_size = smem;
         b->arena = static_cast<unsigned char *>(aligned_alloc(1024, (smem + 1023) / 1024 * 1024 + 1024));
-        b->shadow.assign(smem, Shadow{-1, 0, -1, 0, 0, 0, 0, -1, 0, 0});
+        b->shadow.assign(smem, Shadow{});
         return b;
     };
     std::vector<std::unique_ptr<BlockState>> spare_states;
@@ -1260,11 +1274,8 @@ cudaError_t launch_run(const void *, dim3 grid, dim3 block, size_t smem, BlockBo
             idle_rounds = 0;
         } else if (++idle_rounds > 10000 / kStallPasses) {
             const BlockState &b0 = *resident.front().b;
-            size_t live = 0;
-            for (const Fiber &f : b0.fibers)
-                if (f.state != DONE) live++;
             fail_at(resident.front(),
-                    deadlock_message(b0, live, 0) + " (waiting on other blocks: " + std::to_string(resident.size()) +
+                    deadlock_message(b0, b0.live, 0) + " (waiting on other blocks: " + std::to_string(resident.size()) +
                         " resident, " + std::to_string(nblocks - next) + " not started, the device holds " +
                         std::to_string(capacity) + " at once)");
         }

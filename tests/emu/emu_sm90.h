@@ -165,6 +165,8 @@ struct WgmmaState {
     std::vector<WgmmaOp> open;
     std::deque<std::vector<WgmmaOp>> groups;
     std::vector<WgmmaChain> chains;
+    std::vector<std::vector<uint32_t>> spare; // retired ops' address vectors, reused (no allocation per wgmma)
+    std::vector<float> b_vals;                // wgmma_perform's B operand
 };
 
 inline unsigned warpgroup_first() { return cur()->linear / 128 * 128; }
@@ -233,6 +235,12 @@ inline void wgmma_mma_async(float *d, int n, WgmmaType ty, uint64_t desc_a, cons
         kernel_fail("%s: an 8-bit type with a transposed (MN-major) operand: the ISA allows K-major only", what);
 
     WgmmaOp op;
+    for (std::vector<uint32_t> *v : {&op.a_addr, &op.b_addr})
+        if (!s.spare.empty()) {
+            *v = std::move(s.spare.back());
+            s.spare.pop_back();
+            v->clear();
+        }
     op.d = d;
     op.nregs = n / 2;
     op.ty = ty;
@@ -290,19 +298,20 @@ inline void wgmma_perform(WgmmaState &s, WgmmaOp &op) {
     if (op.a_regs && std::memcmp(op.a_mine, op.a_saved, sizeof op.a_saved) != 0)
         kernel_fail("thread %u: register-A fragment rewritten while its wgmma was in flight", tid);
     const int eb = wgmma_elem_bytes(op.ty), K = wgmma_k(op.ty);
+    // the addresses' runs are checked against the arena's bounds (smem_at)
+    // as they are noted below, before any is read
+    const unsigned char *arena = smem_at(0, 0);
     auto rd = [&](uint32_t a) {
-        if (eb == 1) return e4m3_value(*static_cast<const uint8_t *>(smem_at(a, 1)));
+        if (eb == 1) return e4m3_value(arena[a]);
         uint16_t h;
-        std::memcpy(&h, smem_at(a, 2), 2);
+        std::memcpy(&h, arena + a, 2);
         return wgmma_elem(h, op.ty);
     };
     wgmma_runs(op.a_addr, eb, [](uint32_t a, size_t b) {
-        smem_note_read_wgmma(a, b);
-        smem_note_pending_read(a, b, -1);
+        smem_note_read_wgmma_retire(a, b);
     });
     wgmma_runs(op.b_addr, eb, [](uint32_t a, size_t b) {
-        smem_note_read_wgmma(a, b);
-        smem_note_pending_read(a, b, -1);
+        smem_note_read_wgmma_retire(a, b);
     });
     const int w = (int)t / 32, g = ((int)t % 32) / 4, row0 = 16 * w + g;
     float A[2][32];
@@ -328,7 +337,8 @@ inline void wgmma_perform(WgmmaState &s, WgmmaOp &op) {
             for (int k = 0; k < K; ++k) A[r][k] = rd(op.a_addr[r * K + k]);
     }
     const int nc = op.nregs / 2;
-    std::vector<float> B((size_t)nc * K);
+    std::vector<float> &B = s.b_vals;
+    B.resize((size_t)nc * K);
     for (int ci = 0; ci < nc; ++ci)
         for (int k = 0; k < K; ++k)
             B[(size_t)ci * K + k] = rd(op.trans_b ? op.b_addr[(size_t)k * nc + ci] : op.b_addr[(size_t)ci * K + k]);
@@ -392,7 +402,11 @@ inline void wgmma_wait_group(int n) {
     if (n < 0 || n > 7) kernel_fail("wgmma.wait_group %d (0..7)", n);
     WgmmaState &s = thread_state<WgmmaState>();
     while ((int)s.groups.size() > n) {
-        for (WgmmaOp &op : s.groups.front()) wgmma_perform(s, op);
+        for (WgmmaOp &op : s.groups.front()) {
+            wgmma_perform(s, op);
+            s.spare.push_back(std::move(op.a_addr));
+            s.spare.push_back(std::move(op.b_addr));
+        }
         s.groups.pop_front();
     }
     s.fenced = false;
