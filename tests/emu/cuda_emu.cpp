@@ -129,7 +129,8 @@ struct Shadow {
     uint32_t gwrite_clock = 0;  // the block's proxy clock at the generic write
     uint32_t read_named = 0;    // named-barrier completions in the block before the (latest) read
     int16_t writer = -1;        // thread that last wrote by an async copy (-1 none)
-    int16_t reader = -1;        // last thread that read it by a collective (-1 none, -2 several, -(3 + w) warpgroup w's wgmma)
+    int16_t reader = -1;        // last thread that read it by a collective (-1 none, -2 several,
+                                // -(3 + w) a wgmma of warpgroup w)
     int16_t gwriter = -1;       // last generic-proxy writer (cp.async, st.shared), -1 none
     uint16_t in_flight = 0;     // async copies issued and not landed
     uint16_t pending_reads = 0; // reads an issued, unretired async operation (wgmma) will make
@@ -147,7 +148,7 @@ struct NamedEvent {
 
 struct BlockState {
     std::vector<Fiber> fibers;
-    size_t live = 0;  // fibers not DONE (exit_fiber keeps it)
+    size_t live = 0;  // fibers not DONE (start_block sets it, mark_done counts down)
     Context sched;
     unsigned char *arena = nullptr;
     size_t arena_size = 0;

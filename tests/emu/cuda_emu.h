@@ -144,12 +144,12 @@ void smem_note_async_complete_mbar(uint32_t addr, size_t n);
 void smem_note_read(uint32_t addr, size_t n);            // collective read by this thread
 // A wgmma's read, noted by a thread of its warpgroup when it retires its part
 // (emu_sm90.h), and its pending read (below) retired: recorded as the
-// warpgroup's. The hardware's wgmma is one
-// operation of the warpgroup, complete for all of it once any of its threads'
-// wgmma.wait_group returned, so an async copy that a thread of the same
-// warpgroup issues after that (no unretired reads left: the pending-read
-// check) is ordered after the read without a __syncthreads; a thread of
-// another warpgroup still needs one.
+// warpgroup's. The hardware's wgmma is one operation of the warpgroup,
+// complete for all of it once any of its threads' wgmma.wait_group
+// returned, so an async copy that a thread of the same warpgroup issues
+// after that (no unretired reads left: the pending-read check) is ordered
+// after the read without a __syncthreads; a thread of another warpgroup
+// still needs one.
 void smem_note_read_wgmma_retire(uint32_t addr, size_t n);
 // Bytes an issued asynchronous operation (wgmma) will read before it retires
 // (delta +1 at issue, -1 when it read them): an async copy issued or landing
