@@ -62,6 +62,13 @@ typedef struct dev_bufs {
     int32_t *lens, *bt;
 } dev_bufs;
 
+/* Frees every buffer (those never allocated are NULL). */
+static void dev_bufs_free(dev_bufs *d) {
+    void *all[] = {d->q, d->k8, d->v8, d->k16, d->v16, d->o, d->lse, d->lens, d->bt};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) fp_mem_free(g_ctx, all[i]);
+    memset(d, 0, sizeof *d);
+}
+
 static int upload(void **d, const void *h, size_t n) {
     if (fp_mem_alloc(g_ctx, n, d) != FP_OK) return 0;
     return fp_mem_upload(g_ctx, *d, h, n, NULL) == FP_OK;
@@ -291,15 +298,7 @@ static void run_case(const kv8_case *c) {
                   fp_status_string(st), fp_last_error());
     }
 out:
-    fp_mem_free(g_ctx, d.q);
-    fp_mem_free(g_ctx, d.k8);
-    fp_mem_free(g_ctx, d.v8);
-    fp_mem_free(g_ctx, d.k16);
-    fp_mem_free(g_ctx, d.v16);
-    fp_mem_free(g_ctx, d.o);
-    fp_mem_free(g_ctx, d.lse);
-    fp_mem_free(g_ctx, d.lens);
-    fp_mem_free(g_ctx, d.bt);
+    dev_bufs_free(&d);
     free(q); free(k16); free(v16); free(k8); free(v8); free(o8); free(o16); free(cpu_o);
     free(lse8); free(lse16); free(cpu_lse); free(o_ref); free(lse_ref); free(lens); free(bt);
 }
@@ -397,13 +396,7 @@ static void varlen_case(int d) {
                want == v ? "widened, bit-identical to the 16-bit cache" : "(no total_k: v1)");
     }
 out:
-    fp_mem_free(g_ctx, dv.q);
-    fp_mem_free(g_ctx, dv.k8);
-    fp_mem_free(g_ctx, dv.v8);
-    fp_mem_free(g_ctx, dv.k16);
-    fp_mem_free(g_ctx, dv.v16);
-    fp_mem_free(g_ctx, dv.o);
-    fp_mem_free(g_ctx, dv.lse);
+    dev_bufs_free(&dv);
     fp_mem_free(g_ctx, d_cu);
     free(q); free(k16); free(v16); free(o8); free(o16); free(cpu_o); free(k8); free(v8);
     free(lse8); free(lse16); free(cpu_lse);
