@@ -365,8 +365,14 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # 32; rows v5_vs_v5o, v8_vs_v8o, v9_vs_v9o), 1k / 4k / 16k, causal and not
     "ab-otma|attention/flash_versions --o_tma 1 --dtype bf16"
     # v9 with its items chained (session 30) against v8 (rows v8_vs_v9),
-    # both head dims: 1k / 4k / 16k, causal and not
+    # and v9 drawing each CTA's next ticket at an item's start (session 19's
+    # rule) against its draw 3 key tiles before the item's end (rows
+    # v9e_vs_v9, session 36), both head dims: 1k / 4k / 16k, causal and not
     "ab-v9chain|attention/flash_versions --version 9 --dtype bf16"
+    # the late draw's lead swept (FP_ATTN_V9_LEAD: 1 and 6 tiles; rows
+    # v9e_vs_v9 against the default 3 of ab-v9chain), head_dim 128
+    "ab-v9lead1|FP_ATTN_V9_LEAD=1 attention/flash_versions --version 9 --head_dim 128 --dtype bf16"
+    "ab-v9lead6|FP_ATTN_V9_LEAD=6 attention/flash_versions --version 9 --head_dim 128 --dtype bf16"
     # what bounds each (the five-dimension verdict, fastbench --profile):
     # "prof-" runs trace their timed samples; their lines go to extra.txt
     "prof-mix|attention/prefill attention/decode norm/layernorm_fwd graph/op_host_cost --dtype bf16"

@@ -304,7 +304,10 @@ static fp_status run_decode(fb_run *run) {
  * Hopper kernel of each head dim (v5 at 128, v8 at 64) against itself with
  * the epilogue through shared memory and TMA stores (FP_ATTN_O_TMA, rows
  * "v5_vs_v5o" / "v8_vs_v8o"), and v9 against its own ("v9_vs_v9o"): those
- * three rows with --o_tma 1 and only then, outputs
+ * three rows with --o_tma 1 and only then; and v9 drawing each CTA's next
+ * ticket when it starts an item (FP_ATTN_V9_EARLY, session 19's rule) as
+ * the baseline against v9 drawing it a few key tiles before the item's end
+ * (row "v9e_vs_v9", session 36); outputs
  * compared: the measurement that
  * decides which one fp_attention_forward should use (v5 / v3 on Hopper, v1
  * elsewhere). One result per shape and pair (param "versions"); where
@@ -371,13 +374,16 @@ static fp_status run_versions(fb_run *run) {
                      * (FP_ATTN_V2_NARROW), the row that decides the tile; 12: v5
                      * against its 128 x 176 tile (FP_ATTN_V5_WIDE), head_dim 128;
                      * 13 / 14: v5 (head_dim 128) / v8 (64) against their TMA-store
-                     * epilogue (FP_ATTN_O_TMA); 15: v9 against its own */
-                    for (int row = 2; row <= 15; ++row) {
+                     * epilogue (FP_ATTN_O_TMA); 15: v9 against its own; 16: v9
+                     * drawing its tickets at each item's start (FP_ATTN_V9_EARLY)
+                     * against its draw a few tiles before the end */
+                    for (int row = 2; row <= 16; ++row) {
                         const int ver = row == 11   ? 2
                                         : row == 12 ? FP_ATTN_V5_WIDE
                                         : row == 13 ? 5 | FP_ATTN_O_TMA
                                         : row == 14 ? 8 | FP_ATTN_O_TMA
                                         : row == 15 ? 9 | FP_ATTN_O_TMA
+                                        : row == 16 ? 9
                                                     : row;
                         /* the version number (the wide tile is v5's, the bit v5's / v8's) */
                         const int vn = ver == FP_ATTN_V5_WIDE ? 5 : ver & ~FP_ATTN_O_TMA;
@@ -387,25 +393,26 @@ static fp_status run_versions(fb_run *run) {
                             continue; /* the tiles differ at head_dim 128 only; v5 is its default */
                         if (row == 14 && d != 64) continue; /* v8: the head_dim 64 default */
                         /* --o_tma 1: rows 13-15 alone; without it, none of them */
-                        if (!!fb_opt_given(run, "o_tma") != (row >= 13)) continue;
+                        if (!!fb_opt_given(run, "o_tma") != (row >= 13 && row <= 15)) continue;
                         /* --version N: that version's rows only */
                         if (fb_opt_given(run, "version") && fb_opt_int(run, "version", vn) != vn) continue;
                         /* v8 against v5, v9 and v10 against v8 (each against the kernel it
                          * would replace: v8 is the head_dim 64 default); the others
                          * against v1 */
-                        static const char *pair[16] = {
+                        static const char *pair[17] = {
                             NULL,       NULL,        "v1_vs_v2",  "v1_vs_v3",  "v1_vs_v4",  "v1_vs_v5", NULL,
                             "v1_vs_v7", "v5_vs_v8",  "v8_vs_v9",  "v8_vs_v10", "v2n_vs_v2", "v5_vs_v5w", "v5_vs_v5o",
-                            "v8_vs_v8o", "v9_vs_v9o"};
-                        static const char *metric[16] = {
+                            "v8_vs_v8o", "v9_vs_v9o", "v9e_vs_v9"};
+                        static const char *metric[17] = {
                             NULL,        NULL,        "v2_tflops",  "v3_tflops",  "v4_tflops",  "v5_tflops",
                             NULL,        "v7_tflops", "v8_tflops",  "v9_tflops",  "v10_tflops", "v2_tflops",
-                            "v5w_tflops", "v5o_tflops", "v8o_tflops", "v9o_tflops"};
+                            "v5w_tflops", "v5o_tflops", "v8o_tflops", "v9o_tflops", "v9_tflops"};
                         const int base = row == 11   ? FP_ATTN_V2_NARROW
                                          : row == 12 ? 5
                                          : row == 13 ? 5
                                          : row == 14 ? 8
                                          : row == 15 ? 9
+                                         : row == 16 ? 9 | FP_ATTN_V9_EARLY
                                          : ver >= 9  ? 8
                                          : ver == 8  ? 5
                                                      : 1;
@@ -449,10 +456,12 @@ static fp_status run_versions(fb_run *run) {
                             fb_result_set_ab(r, &rep);
                             fb_result_metric(r, metric[row], rep.achieved_tflops);
                             fb_result_metric(r,
-                                             base == 8                   ? "v8_tflops"
-                                             : base == 5                 ? "v5_tflops"
-                                             : base == FP_ATTN_V2_NARROW ? "v2n_tflops"
-                                                                         : "v1_tflops",
+                                             base == 8                        ? "v8_tflops"
+                                             : base == 5                      ? "v5_tflops"
+                                             : base == FP_ATTN_V2_NARROW      ? "v2n_tflops"
+                                             : base == 9                      ? "v9_tflops"
+                                             : base == (9 | FP_ATTN_V9_EARLY) ? "v9e_tflops"
+                                                                              : "v1_tflops",
                                              spec_flops_tflops(fp_attention_flops(&p), rep.baseline.median_ms));
                         } else {
                             fb_result_fail(r, st, fp_last_error());

@@ -1404,13 +1404,17 @@ static bool v5_wide(const fp_attn_args *a, int version) {
 
 extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int version, int num_splits,
                                                 cudaStream_t stream) {
-    const int o_tma = version & FP_ATTN_O_TMA; // the TMA-store epilogue: passed on to the TMA kernels
-    version &= ~FP_ATTN_O_TMA;
+    // the TMA-store epilogue and v9's early draws: passed on to the TMA kernels
+    const int o_tma = version & FP_ATTN_O_TMA, early = version & FP_ATTN_V9_EARLY;
+    version &= ~(FP_ATTN_O_TMA | FP_ATTN_V9_EARLY);
     if (o_tma && version != 5 && version != 8 && version != 9 && version != 10 && version != FP_ATTN_V5_WIDE)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "FP_ATTN_O_TMA with flash kernel version %d (the TMA-store epilogue is v5's, v8's, v9's "
                             "and v10's)",
                             version);
+    if (early && version != 9)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                            "FP_ATTN_V9_EARLY with flash kernel version %d (the ticket draw is v9's)", version);
     if (version == 1) return fp_attn_cuda_flash_splits(a, num_splits, stream);
     if (version == 5 && v5_wide(a, version)) version = FP_ATTN_V5_WIDE;
     const int vn = version == FP_ATTN_V5_WIDE ? 5 : version; // the version messages and records name
@@ -1421,7 +1425,7 @@ extern "C" fp_status fp_attn_cuda_flash_version(const fp_attn_args *a, int versi
                             vn);
     if ((vn >= 3 && vn <= 5) || (vn >= 8 && vn <= 10)) { // Hopper kernels (attention_flash_sm90.cu, _tma_sm90.cu)
 #ifdef FASTPATH_HAVE_SM90A
-        const fp_status st = fp_attn_cuda_flash_sm90(a, version | o_tma, num_splits, stream);
+        const fp_status st = fp_attn_cuda_flash_sm90(a, version | o_tma | early, num_splits, stream);
         if (st == FP_OK) fp_attn_note_kernel(a, vn, num_splits);
         return st;
 #else

@@ -326,7 +326,8 @@ fp_status dispatch_v3(const fp_attn_args *a, int version, int num_splits, cudaSt
 
 extern "C" fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_splits,
                                              cudaStream_t stream) {
-    const int vb = version & ~FP_ATTN_O_TMA; // the TMA-store bit: fp_attn_cuda_flash_v5's
+    // the TMA-store bit and v9's early draws: fp_attn_cuda_flash_v5's
+    const int vb = version & ~(FP_ATTN_O_TMA | FP_ATTN_V9_EARLY);
     if (vb == 5 || vb == 8 || vb == 9 || vb == 10 || vb == FP_ATTN_V5_WIDE)
         return fp_attn_cuda_flash_v5(a, version, num_splits, stream); // attention_flash_tma_sm90.cu
     if (version & FP_ATTN_O_TMA)
@@ -334,6 +335,9 @@ extern "C" fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version,
                             "FP_ATTN_O_TMA with flash kernel version %d (the TMA-store epilogue is v5's, v8's, v9's "
                             "and v10's)",
                             vb);
+    if (version & FP_ATTN_V9_EARLY)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                            "FP_ATTN_V9_EARLY with flash kernel version %d (the ticket draw is v9's)", vb);
     if (version != 3 && version != 4)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "flash kernel version %d (the sm_90a kernels are 3, 4, 5, 8, 9 and 10)", version);

@@ -29,7 +29,9 @@
 //   attention_flash_fwd_v9      v8 in persistent CTAs (one per SM): each
 //                               runs a sequence of (query tile, split, KV
 //                               head, batch) items handed out by tickets
-//                               (a global atomic, drawn one item ahead)
+//                               (a global atomic, drawn 3 key tiles before
+//                               the item before ends: fp_tma::draw_tile,
+//                               session 36; FP_ATTN_V9_EARLY: at its start)
 //                               over a causal-aware order (L2-sized
 //                               sections, longest tiles first), the K / V
 //                               ring running on across items and the next
@@ -468,6 +470,25 @@ __device__ __forceinline__ void load_q_rows(const flash_params &p, const cta_wor
     }
 }
 
+// q (v), which the compiler may no longer assume it knows: what is loaded
+// through q (computed from v) is loaded (computed) where the code says,
+// not hoisted out of the loop around it. v9's consumers, at their register
+// limit, use them where hoisting held registers through every tile (their
+// next item's order and parameters read once an item, inside the tile
+// loop; the epilogue's addresses).
+template <class P> __device__ __forceinline__ P *opaque(P *q) {
+#if !defined(FP_CUDA_EMU)
+    asm volatile("" : "+l"(q));
+#endif
+    return q;
+}
+__device__ __forceinline__ int opaque_value(int v) {
+#if !defined(FP_CUDA_EMU)
+    asm volatile("" : "+r"(v));
+#endif
+    return v;
+}
+
 // The epilogue through shared memory and TMA (p.o_tma: one split, 16-bit
 // O, dense Q / O, group dividing 64; FlashAttention-3's, session 32; v5,
 // v8, v10, v5w and v9, whose chained items overlap it with the next
@@ -508,7 +529,11 @@ __device__ __forceinline__ void store_rows_tma(const flash_params &p, const CUte
     }
     // stmatrix j: 8-column blocks j, j + 1 (matrices: rows 0-7 / 8-15 of
     // the warp's 16, block j; then block j + 1); this lane's address: row
-    // lane % 8 of matrix lane / 8
+    // lane % 8 of matrix lane / 8. v9 (kReuse) computes the addresses here
+    // from an opaque lane: hoisted to the kernel's start (they depend on
+    // the thread alone), they held registers through every item's tile loop
+    // and the checked build spilled two of them.
+    if constexpr (kReuse) lane = opaque_value(lane);
     const int mi = lane / 8, srow = wrow + 16 * warp + 8 * (mi & 1) + lane % 8;
 #pragma unroll
     for (int j = 0; j < D / 8; j += 2) {
@@ -832,6 +857,7 @@ template <int D> struct producer_item_ops : producer_ops<D, 2> {
     __device__ __forceinline__ int first_ticket() { return (int)blockIdx.x; }
     __device__ __forceinline__ int next_ticket() { return (int)gridDim.x + atomicAdd(p->tickets, 1); }
     __device__ __forceinline__ bool valid(int t) { return t < ord->items; }
+    __device__ __forceinline__ int lead() { return ord->lead; }
     __device__ __forceinline__ void wait_item_empty(int s, uint32_t parity) {
         mbar_wait(this->smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_EMPTY, s), parity, fp_tma::BAR_ITEM_EMPTY,
                   s);
@@ -884,6 +910,7 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
     float end_m[2], end_l[2];
     int next_ticket;
     __device__ __forceinline__ bool valid(int t) { return t < x->ord.items; }
+    __device__ __forceinline__ int lead() { return x->ord.lead; }
     __device__ __forceinline__ int read_item(int s, uint32_t parity) {
         mbar_wait(this->smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_FULL, s), parity, fp_tma::BAR_ITEM_FULL,
                   s);
@@ -891,18 +918,16 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
         mbar_arrive(this->smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_EMPTY, s));
         return t;
     }
-    __device__ __forceinline__ void prefetch_q(int t, int qb) {
+    __device__ __forceinline__ bool prefetch_q(int t, int qb, int *sb, int *se) {
         cta_work wn;
-        if (item_work<D>(*p, x->ord, t, wn))
+        const bool work = item_work<D>(*opaque(p), opaque(x)->ord, t, wn);
+        if (work) {
             load_q_rows<T, D>(*p, wn, this->smem0 + fp_tma::q_offset<D, 2>(qb), this->wrow, wtid);
+            *sb = wn.plan.s_begin;
+            *se = wn.plan.s_end;
+        }
         cp_async_commit();
-    }
-    __device__ __forceinline__ bool peek_item(int t, int *sb, int *se) {
-        cta_work w;
-        if (!item_work<D>(*p, x->ord, t, w)) return false;
-        *sb = w.plan.s_begin;
-        *se = w.plan.s_end;
-        return true;
+        return work;
     }
     // Item t's Q (buffer qb) published to this warpgroup's wgmmas, its rows'
     // softmax context and V bound; `ticket` stays the finishing item's.
@@ -916,9 +941,8 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
         this->m_run[0] = this->m_run[1] = -INFINITY;
         this->l_run[0] = this->l_run[1] = 0.0f;
     }
-    __device__ __forceinline__ bool begin_item(int t, int qb, bool more, int *sb, int *se) {
-        if (more) cp_async_wait<1>(); // this item's Q landed; the next one's may still fly
-        else cp_async_wait<0>();
+    __device__ __forceinline__ bool begin_item(int t, int qb, int *sb, int *se) {
+        cp_async_wait<0>(); // this item's Q landed (the next one's is loaded later, under this item)
         cta_work w;
         if (!item_work<D>(*p, x->ord, t, w)) return false;
         ticket = t;
@@ -929,13 +953,13 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
         *se = w.plan.s_end;
         return true;
     }
-    // Chained: the next item (t, which has tiles: peek_item) begins inside
+    // Chained: the next item (t, which has tiles: prefetch_q) begins inside
     // this one's last iteration; no cp.async group was committed after its
     // Q's. O is this item's until end_item(true).
     __device__ __forceinline__ void begin_next(int t, int qb) {
         cp_async_wait<0>();
         cta_work w;
-        item_work<D>(*p, x->ord, t, w); // true: peek_item said so
+        item_work<D>(*p, x->ord, t, w); // true: prefetch_q said so
         end_m[0] = this->m_run[0];
         end_m[1] = this->m_run[1];
         end_l[0] = this->l_run[0];
@@ -951,7 +975,7 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
             end_l[1] = this->l_run[1];
         }
         cta_work w;
-        item_work<D>(*p, x->ord, ticket, w); // true: begin_item / peek_item said so
+        item_work<D>(*p, x->ord, ticket, w); // true: begin_item / prefetch_q said so
         if (p->o_tma) {
             // O through the finishing item's Q buffer: q_smem, or when chained
             // the other one (q_smem is the next item's already)
@@ -1397,7 +1421,7 @@ fp_status device_shape(int *sms, int64_t *l2) {
 // v9: as launch_v5, with min(items, SMs) persistent CTAs over the order.
 template <typename T, int D>
 fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
-                    encode_tiled_fn enc, cudaStream_t stream, bool o_tma = false) {
+                    encode_tiled_fn enc, cudaStream_t stream, bool o_tma = false, bool early = false) {
     using Tr = fp_tma::traits_v5<D>;
     flash_params p = make_flash_params(a, Tr::kBr, num_splits);
     const int64_t units = (int64_t)num_splits * a->heads_kv * a->batch;
@@ -1424,7 +1448,17 @@ fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
     const bool banded = a->window_right >= 0;
     const int section =
         section_env ? section_env : fp_tma::order_section(l2, unit_kv_bytes, (int)units, sms, banded);
-    const fp_tma::tile_order ord = fp_tma::make_tile_order(p.m_tiles, num_splits, a->heads_kv, a->batch, section);
+    // FP_ATTN_V9_LEAD=n (read once, 0 to 64): the next ticket drawn n key
+    // tiles before an item's end (0: at its start, as `early` asks),
+    // instead of fp_tma::kV9Lead, for the GPU check's sweep
+    static const int lead_env = [] {
+        const char *e = getenv("FP_ATTN_V9_LEAD");
+        const int v = e && *e ? atoi(e) : -1;
+        return v >= 0 && v <= 64 ? v : -1;
+    }();
+    const int lead = early ? 0 : lead_env >= 0 ? lead_env : fp_tma::kV9Lead;
+    const fp_tma::tile_order ord =
+        fp_tma::make_tile_order(p.m_tiles, num_splits, a->heads_kv, a->batch, section, lead);
     CUtensorMap tm_k, tm_v;
     FP_TRY(encode_kv_cached(enc, a, a->k, mk, "K", &tm_k));
     FP_TRY(encode_kv_cached(enc, a, a->v, mv, "V", &tm_v));
@@ -1450,14 +1484,14 @@ fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
 
 template <int V>
 fp_status dispatch_tma(const fp_attn_args *a, int num_splits, const fp_tma::kv_map &mk, const fp_tma::kv_map &mv,
-                       encode_tiled_fn enc, cudaStream_t stream, bool o_tma = false) {
+                       encode_tiled_fn enc, cudaStream_t stream, bool o_tma = false, bool v9_early = false) {
     const bool bf = a->dtype == FP_BF16;
     if constexpr (V == 9) {
         if (a->head_dim == 64)
-            return bf ? launch_v9<__nv_bfloat16, 64>(a, num_splits, mk, mv, enc, stream, o_tma)
-                      : launch_v9<__half, 64>(a, num_splits, mk, mv, enc, stream, o_tma);
-        return bf ? launch_v9<__nv_bfloat16, 128>(a, num_splits, mk, mv, enc, stream, o_tma)
-                  : launch_v9<__half, 128>(a, num_splits, mk, mv, enc, stream, o_tma);
+            return bf ? launch_v9<__nv_bfloat16, 64>(a, num_splits, mk, mv, enc, stream, o_tma, v9_early)
+                      : launch_v9<__half, 64>(a, num_splits, mk, mv, enc, stream, o_tma, v9_early);
+        return bf ? launch_v9<__nv_bfloat16, 128>(a, num_splits, mk, mv, enc, stream, o_tma, v9_early)
+                  : launch_v9<__half, 128>(a, num_splits, mk, mv, enc, stream, o_tma, v9_early);
     } else if constexpr (V == 10) { // head_dim 64 only: refused in fp_attn_cuda_flash_v5
         return bf ? launch_v5<__nv_bfloat16, 64, 10>(a, num_splits, mk, mv, enc, stream, o_tma)
                   : launch_v5<__half, 64, 10>(a, num_splits, mk, mv, enc, stream, o_tma);
@@ -1547,11 +1581,14 @@ fp_status fp8_check_args(const fp_attn_args *a, int version, int num_splits) {
 } // namespace
 
 extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream) {
-    const bool o_tma = (version & FP_ATTN_O_TMA) != 0;
-    version &= ~FP_ATTN_O_TMA;
+    const bool o_tma = (version & FP_ATTN_O_TMA) != 0, early = (version & FP_ATTN_V9_EARLY) != 0;
+    version &= ~(FP_ATTN_O_TMA | FP_ATTN_V9_EARLY);
     if (version != 5 && version != 8 && version != 9 && version != 10 && version != FP_ATTN_V5_WIDE)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT,
                             "flash kernel version %d (the TMA kernels are 5, 8, 9 and 10)", version);
+    if (early && version != 9)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT,
+                            "FP_ATTN_V9_EARLY with flash kernel version %d (the ticket draw is v9's)", version);
     const bool fp8 = a->dtype == FP_FP8_E4M3; // V as V^T (launch_fp8): its own checks
     const bool wide = version == FP_ATTN_V5_WIDE; // v5's 128 x 176 tile: messages name v5
     const int vn = wide ? 5 : version;
@@ -1581,7 +1618,7 @@ extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, i
     if (!enc) return st;
     if (wide) return dispatch_tma<FP_ATTN_V5_WIDE>(a, num_splits, mk, mv, enc, stream, o_tma);
     if (fp8) return version == 8 ? launch_fp8<8>(a, mk, enc, stream) : launch_fp8<5>(a, mk, enc, stream);
-    if (version == 9) return dispatch_tma<9>(a, num_splits, mk, mv, enc, stream, o_tma);
+    if (version == 9) return dispatch_tma<9>(a, num_splits, mk, mv, enc, stream, o_tma, early);
     if (version == 10) return dispatch_tma<10>(a, num_splits, mk, mv, enc, stream, o_tma);
     return version == 8 ? dispatch_tma<8>(a, num_splits, mk, mv, enc, stream, o_tma)
                         : dispatch_tma<5>(a, num_splits, mk, mv, enc, stream, o_tma);

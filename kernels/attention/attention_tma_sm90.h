@@ -527,11 +527,15 @@ SM90_HD void consumer_schedule_turns(int s_begin, int s_end, int cw, int turns, 
 //     first, then the one before it, ... (under a causal mask the last
 //     tiles see the most keys: longest first).
 // Tickets: CTA c's first item is r = c; each later one is gridDim.x +
-// atomicAdd(&tickets[0], 1), taken when the CTA starts the item before it:
-// the CTAs that finish first take the next items (greedy list scheduling,
-// which with longest first stays within a few percent of a perfect balance
-// where a static assignment lost 20-60% on causal shapes: NOTES.md, session
-// 19). tickets[1] counts the CTAs that drew past the end; the last of them
+// atomicAdd(&tickets[0], 1), taken `lead` key tiles before the end of the
+// item before it (draw_tile; lead 0: when that item starts, session 19's
+// rule): the CTAs that finish first take the next items (greedy list
+// scheduling, which with longest first stays within a few percent of a
+// perfect balance where a static assignment lost 20-60% on causal shapes:
+// NOTES.md, session 19). Drawn at an item's start, a CTA commits to its
+// next item a whole item early, which cost balance in the tail (session
+// 20); drawn `lead` tiles before its end, the next item's Q and first K / V
+// tiles still load under this one (session 36). tickets[1] counts the CTAs that drew past the end; the last of them
 // sets both back to 0, so the counters are zero between launches (the
 // context's per-stream arrival counters: fp_ctx_scratch_get_counted).
 struct tile_order {
@@ -540,7 +544,23 @@ struct tile_order {
     int section; // units per section, in [1, units]
     int heads_kv, batch;
     int items;   // m_tiles x units (< 2^31: the host checks)
+    int lead;    // key tiles before an item's end at which the next ticket is drawn (0: at its start)
 };
+// The default lead: the consumers read the next ticket at that tile and
+// load its Q under the item's last lead - 1 tiles (~2 us at head_dim 128),
+// while the producer, a ring's depth ahead of them, draws it lead + kStages
+// tiles of consumer time before the item ends (NOTES.md, session 36).
+constexpr int kV9Lead = 3;
+// The key tile of an item [s_begin, s_end) (s_begin < s_end) at which the
+// next ticket is drawn (the producer, before that tile's loads) and read
+// (the consumers, at the top of that tile's iteration, after its K wait):
+// lead tiles before the end, the item's first tile when it has no more or
+// lead is 0. Both sides compute it from the same item, so the consumers'
+// read never waits on a draw the producer makes only after loads the
+// consumers have yet to release.
+SM90_HD int draw_tile(int s_begin, int s_end, int lead) {
+    return lead > 0 && s_end - lead > s_begin ? s_end - lead : s_begin;
+}
 // Item r -> its query tile and unit.
 SM90_HD void order_item(const tile_order &o, int r, int *m_tile, int *unit) {
     const int per_section = o.section * o.m_tiles; // <= items: no overflow
@@ -581,8 +601,10 @@ inline int order_section(int64_t l2_bytes, int64_t unit_kv_bytes, int units, int
     const int64_t sections = (units + n - 1) / n;
     return (int)((units + sections - 1) / sections);
 }
-inline tile_order make_tile_order(int m_tiles, int num_splits, int heads_kv, int batch, int section) {
+inline tile_order make_tile_order(int m_tiles, int num_splits, int heads_kv, int batch, int section,
+                                  int lead = kV9Lead) {
     tile_order o;
+    o.lead = lead < 0 ? 0 : lead;
     o.m_tiles = m_tiles;
     o.units = num_splits * heads_kv * batch;
     o.section = section < 1 ? 1 : (section > o.units ? o.units : section);
@@ -602,52 +624,73 @@ inline int persistent_ctas(int items, int sms) {
 // item_full[s] (1 arrival: the producer thread's, after it stored the
 // ticket) and item_empty[s] (256: every consumer thread, after reading it),
 // parities as ring_phase(j, 2). The producer takes ticket j + 1 and
-// publishes it when it starts item j, before loading item j's tiles; the
-// consumers read ticket j + 1 when they start item j and load its Q
-// rows under item j (Q buffer (j + 1) % 2). A ticket >= items ends the
-// sequence (the consumers read it, the producer stops drawing).
+// publishes it while it loads item j, before the loads of item j's
+// draw_tile (at once when item j has no tiles or no work); the consumers
+// read ticket j + 1 in their iteration of that tile (at once likewise) and
+// load its Q rows under the rest of item j (Q buffer (j + 1) % 2). A
+// ticket >= items ends the sequence (the consumers read it, the producer
+// stops drawing).
 // P provides (besides producer_schedule's): first_ticket(), next_ticket()
-// (the atomic), valid(ticket), wait_item_empty(slot, parity), publish(slot,
-// ticket) (store + arrive on item_full[slot]), item(ticket, &s_begin,
-// &s_end) (false: no work: a varlen tile past its sequence), done() (the
-// ticket counters' reset).
+// (the atomic), valid(ticket), lead() (tile_order::lead),
+// wait_item_empty(slot, parity), publish(slot, ticket) (store + arrive on
+// item_full[slot]), item(ticket, &s_begin, &s_end) (false: no work: a
+// varlen tile past its sequence), done() (the ticket counters' reset).
 template <int Stages, class P> SM90_HD void producer_items(P &p) {
     int cur = p.first_ticket();
     p.wait_item_empty(ring_stage(0, 2), empty_parity(0, 2));
     p.publish(ring_stage(0, 2), cur);
     int i0 = 0; // loads so far: the ring's position
     for (int j = 0; p.valid(cur); ++j) {
-        const int nxt = p.next_ticket();
-        p.wait_item_empty(ring_stage(j + 1, 2), empty_parity(j + 1, 2));
-        p.publish(ring_stage(j + 1, 2), nxt);
+        int nxt = 0;
+        const auto draw = [&] {
+            nxt = p.next_ticket();
+            p.wait_item_empty(ring_stage(j + 1, 2), empty_parity(j + 1, 2));
+            p.publish(ring_stage(j + 1, 2), nxt);
+        };
         int sb = 0, se = 0;
-        if (p.item(cur, &sb, &se)) {
-            producer_schedule<Stages>(sb, se, p, i0);
+        if (p.item(cur, &sb, &se) && sb < se) {
+            const int d = draw_tile(sb, se, p.lead());
+            producer_schedule<Stages>(sb, d, p, i0);
+            draw();
+            producer_schedule<Stages>(d, se, p, i0 + d - sb);
             i0 += se - sb;
+        } else {
+            draw();
         }
         cur = nxt;
     }
     p.done();
 }
+// What a consumer warpgroup knows of its next item once it has read the
+// ticket (consumer_items' fetch): the ticket, chain (this item and that
+// one both have tiles) and its first tile sb (what this item's last
+// iteration needs of it: its end is looked up again after the epilogue,
+// one register fewer through the item's loop).
+struct next_item {
+    int ticket, sb, se;
+    bool chain;
+};
 // v9's consumer schedule over one item's tiles [s_begin, s_end):
 // consumer_schedule_turns with two warpgroups always taking turns, where
 // items may be chained. started: the item's first tile was issued, waited
 // for and its softmax run by the previous item's last iteration (the turns
-// are then running: no turns_start). next_sb >= 0: the next item (ticket
-// next, its Q in buffer next_qb) is chained: this item's last iteration
-// issues the next item's first Q K^T (S is free once the last P is packed)
-// before this item's last P V, passes the turn on, and runs the next
-// item's first softmax while that P V executes; then the epilogue
-// (end_item(true)) runs while the other warpgroup issues. Unchained, the
-// consumers restarted at every item: the first Q K^T waited for alone and
-// the first softmax under nothing, both warpgroups at once (they share the
-// item's K / V), ~1.5 tiles an item by the count of NOTES.md, session 30.
+// are then running: no turns_start). At the top of tile t_read's iteration
+// (draw_tile: its K was waited for, so the producer has published the next
+// ticket) fetch() reads the next ticket into nx and loads its Q (buffer
+// next_qb). nx.chain: this item's last iteration issues the next item's
+// first Q K^T (S is free once the last P is packed) before this item's
+// last P V, passes the turn on, and runs the next item's first softmax
+// while that P V executes; then the epilogue (end_item(true)) runs while
+// the other warpgroup issues. Unchained, the consumers restarted at every
+// item: the first Q K^T waited for alone and the first softmax under
+// nothing, both warpgroups at once (they share the item's K / V), ~1.5
+// tiles an item by the count of NOTES.md, session 30.
 // C provides (besides consumer_schedule_turns'): begin_next(ticket, qbuf)
 // (waits for the next item's Q and publishes it, keeps this item's softmax
 // state for its epilogue and resets it for the next item's rows).
-template <int Stages, class C>
-SM90_HD void consumer_schedule_chain(int s_begin, int s_end, int cw, C &c, int i0, bool started, int next_sb,
-                                     int next, int next_qb) {
+template <int Stages, class C, class F>
+SM90_HD void consumer_schedule_chain(int s_begin, int s_end, int cw, C &c, int i0, bool started, int t_read,
+                                     F &fetch, const next_item &nx, int next_qb) {
     constexpr int W = 2;
     if (!started) {
         turns_start<W>(c, cw, 2);
@@ -661,12 +704,13 @@ SM90_HD void consumer_schedule_chain(int s_begin, int s_end, int cw, C &c, int i
     }
     for (int t = s_begin; t < s_end; ++t) {
         const int i = i0 + t - s_begin;
+        if (t == t_read) fetch(true);
         c.pack();
         c.wait_full_v(ring_stage(i, Stages), full_parity(i, Stages), t);
-        if (t + 1 < s_end || next_sb >= 0) {
+        if (t + 1 < s_end || nx.chain) {
             const bool last = t + 1 == s_end; // chained: the next item's first tile
-            if (last) c.begin_next(next, next_qb);
-            c.wait_full_k(ring_stage(i + 1, Stages), full_parity(i + 1, Stages), last ? next_sb : t + 1);
+            if (last) c.begin_next(nx.ticket, next_qb);
+            c.wait_full_k(ring_stage(i + 1, Stages), full_parity(i + 1, Stages), last ? nx.sb : t + 1);
             turn_wait<W>(c, cw, 2);
             c.qk(ring_stage(i + 1, Stages));
             c.rescale();
@@ -674,7 +718,7 @@ SM90_HD void consumer_schedule_chain(int s_begin, int s_end, int cw, C &c, int i
             turn_pass<W>(c, cw, 2, false);
             c.wgmma_wait1();
             c.release_k(ring_stage(i + 1, Stages));
-            c.softmax(last ? next_sb : t + 1);
+            c.softmax(last ? nx.sb : t + 1);
         } else {
             c.rescale();
             turn_wait<W>(c, cw, 2);
@@ -687,39 +731,48 @@ SM90_HD void consumer_schedule_chain(int s_begin, int s_end, int cw, C &c, int i
 }
 // One consumer warpgroup (cw): C provides (besides
 // consumer_schedule_chain's): read_item(slot, parity) (wait item_full, load
-// the ticket, arrive on item_empty), valid(ticket), peek_item(ticket,
-// &s_begin, &s_end) (the item's tiles, nothing else; false: no work),
-// prefetch_q(ticket, qbuf) (cp.async of its rows + commit; a group even when
-// there is nothing to load), begin_item(ticket, qbuf, more, &s_begin,
-// &s_end) (waits for its Q: every cp.async group but the newest when
-// `more`, all otherwise; publishes it to the warpgroup's wgmmas, resets O
-// and the softmax state; false: no work), end_item(chained) (the epilogue;
-// chained: with the state begin_next kept, then O reset for the next item).
-// An item chains to the next when both have tiles.
+// the ticket, arrive on item_empty), valid(ticket), lead()
+// (tile_order::lead), prefetch_q(ticket, qbuf, &s_begin, &s_end) (cp.async
+// of its Q rows + commit, a group even when there is nothing to load; its
+// tiles; false: no work), begin_item(ticket, qbuf, &s_begin, &s_end)
+// (waits for its Q: every cp.async group; publishes it to the warpgroup's
+// wgmmas, resets O and the softmax state; false: no work),
+// end_item(chained) (the epilogue; chained: with the state begin_next
+// kept, then O reset for the next item). An item chains to the next when
+// both have tiles.
 template <int Stages, class C> SM90_HD void consumer_items(int cw, C &c) {
     int cur = c.read_item(ring_stage(0, 2), full_parity(0, 2));
     if (!c.valid(cur)) return;
-    c.prefetch_q(cur, 0);
-    int i0 = 0, sb = 0, se = 0;
+    int i0 = 0, sb = 0, se = 0, j = 0;
+    c.prefetch_q(cur, 0, &sb, &se);
     bool started = false; // cur chained from the previous item (sb, se: its tiles)
-    for (int j = 0;; ++j) {
-        const int nxt = c.read_item(ring_stage(j + 1, 2), full_parity(j + 1, 2));
-        const bool more = c.valid(nxt);
-        if (more) c.prefetch_q(nxt, (j + 1) & 1);
-        if (started || c.begin_item(cur, j & 1, more, &sb, &se)) {
-            int nsb = 0, nse = 0;
-            const bool chain = sb < se && more && c.peek_item(nxt, &nsb, &nse) && nsb < nse;
+    next_item nx = {0, 0, 0, false};
+    // the next ticket: read, its Q loaded, chained when this item has tiles
+    // (`tiles`) and it has too
+    const auto fetch = [&](bool tiles) {
+        nx.ticket = c.read_item(ring_stage(j + 1, 2), full_parity(j + 1, 2));
+        nx.sb = nx.se = 0;
+        nx.chain = c.valid(nx.ticket) && c.prefetch_q(nx.ticket, (j + 1) & 1, &nx.sb, &nx.se) && tiles &&
+                   nx.sb < nx.se;
+    };
+    for (;; ++j) {
+        if (started || c.begin_item(cur, j & 1, &sb, &se)) {
             if (sb < se) {
-                consumer_schedule_chain<Stages>(sb, se, cw, c, i0, started, chain ? nsb : -1, nxt, (j + 1) & 1);
+                consumer_schedule_chain<Stages>(sb, se, cw, c, i0, started, draw_tile(sb, se, c.lead()), fetch, nx,
+                                                (j + 1) & 1);
                 i0 += se - sb;
+            } else {
+                fetch(false);
             }
-            c.end_item(chain);
-            started = chain;
-            sb = nsb;
-            se = nse;
+            c.end_item(nx.chain);
+            started = nx.chain;
+            sb = nx.sb;
+            se = nx.se;
+        } else {
+            fetch(false);
         }
-        if (!more) return;
-        cur = nxt;
+        if (!c.valid(nx.ticket)) return;
+        cur = nx.ticket;
     }
 }
 

@@ -102,10 +102,28 @@ struct report {
 __device__ report *g_report; // set by arm(); null: trap without a report
 __device__ unsigned g_claimed; // 0, 1: a thread is writing the report, 2: written
 
+// Byte by byte, not unrolled: unrolled, the constant strings became one
+// immediate store per character, and the registers they took in this cold
+// path made ptxas spill v9's consumers (session 36).
 __device__ __forceinline__ void copy_str(char *dst, const char *src, int n) {
     int i = 0;
+#pragma unroll 1
     for (; i < n - 1 && src[i]; ++i) dst[i] = src[i];
     dst[i] = 0;
+}
+// blockIdx.x, .y, .z, threadIdx.x, .y, .z for k = 0 .. 5, read where
+// called (asm volatile: not hoisted out of the caller's loop).
+__device__ __forceinline__ int special_index(int k) {
+    unsigned v;
+    switch (k) {
+    case 0: asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v)); break;
+    case 1: asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(v)); break;
+    case 2: asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(v)); break;
+    case 3: asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v)); break;
+    case 4: asm volatile("mov.u32 %0, %%tid.y;" : "=r"(v)); break;
+    default: asm volatile("mov.u32 %0, %%tid.z;" : "=r"(v)); break;
+    }
+    return (int)v;
 }
 // Reports (the device's first) and traps. Inlined: no call (see above).
 // A thread that did not claim the report waits (bounded: 2^24 cycles) until
@@ -124,12 +142,10 @@ __device__ __forceinline__ void expired(const char *kernel, const char *barrier,
         r->index = index;
         r->parity = parity;
         r->waited = waited;
-        r->block[0] = (int)blockIdx.x;
-        r->block[1] = (int)blockIdx.y;
-        r->block[2] = (int)blockIdx.z;
-        r->thread[0] = (int)threadIdx.x;
-        r->thread[1] = (int)threadIdx.y;
-        r->thread[2] = (int)threadIdx.z;
+        // the indices one at a time (read inside the loop: ptxas otherwise
+        // reads all six first, six more registers in this cold path)
+#pragma unroll 1
+        for (int k = 0; k < 6; ++k) (k < 3 ? r->block : r->thread)[k % 3] = special_index(k);
         __threadfence_system();
         *static_cast<volatile int *>(&r->valid) = 1;
         __threadfence_system();

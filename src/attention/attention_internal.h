@@ -234,6 +234,14 @@ fp_status fp_attn_cuda_flash_splits(const fp_attn_args *a, int num_splits, cudaS
  * attention/flash_versions rows v5_vs_v5o / v8_vs_v8o / v9_vs_v9o; other
  * versions refuse it (FP_ERR_INVALID_ARGUMENT). */
 #define FP_ATTN_O_TMA 0x100
+/* OR'd into version 9 (with or without FP_ATTN_O_TMA) given to
+ * fp_attn_cuda_flash_version: each persistent CTA draws its next item's
+ * ticket when it starts an item (session 19's rule) instead of a few key
+ * tiles before the item's end (fp_tma::draw_tile, FP_ATTN_V9_LEAD tiles,
+ * default fp_tma::kV9Lead): the A/B of fastbench attention/flash_versions
+ * row v9e_vs_v9; the same outputs. Other versions refuse it
+ * (FP_ERR_INVALID_ARGUMENT). */
+#define FP_ATTN_V9_EARLY 0x200
 /* A numbered version of the flash kernel (1 = the default, 2 = two 16-row
  * blocks per warp, head_dim 64 / 128, 3 = Hopper wgmma kernel, 4 = the same
  * with its other schedule (pipelined <-> plain), 5 = Hopper TMA + mbarrier

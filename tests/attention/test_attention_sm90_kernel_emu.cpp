@@ -65,8 +65,10 @@ static bool run_case(const emu_case &c, int version, emu_rng &rng, fp_context *c
     E.a.lse = lse.data();
     fp_emu::clear_launch_log();
     const fp_status st = fp_attn_cuda_flash_sm90(&E.a, version, c.splits, nullptr);
-    const int vb = version & ~FP_ATTN_O_TMA; // the version without the TMA-store bit
-    const char *how = version & FP_ATTN_O_TMA ? " (TMA-store epilogue)" : "";
+    const int vb = version & ~(FP_ATTN_O_TMA | FP_ATTN_V9_EARLY); // the version without its bits
+    const char *how = version & FP_ATTN_O_TMA      ? " (TMA-store epilogue)"
+                      : version & FP_ATTN_V9_EARLY ? " (tickets drawn at each item's start)"
+                                                   : "";
     if (st != FP_OK) {
         fprintf(stderr, "v%d%s %s: %s (%s)\n", vb, how, c.name, fp_last_error(), fp_emu::last_failure());
         return false;
@@ -212,7 +214,10 @@ int main(int argc, char **argv) {
     // v9 on devices of 2 and 3 SMs: its persistent CTAs (one per SM) then
     // run several items each (at 132 SMs, above, most of these shapes give a
     // CTA one item), the K / V ring and the turns running on across them,
-    // the next item's Q in the other buffer, the tickets drawn in turn.
+    // the next item's Q in the other buffer, the tickets drawn in turn: a few
+    // tiles before each item's end (fp_tma::draw_tile; items of fewer tiles
+    // than the lead draw at their start), and on 2 SMs also at every item's
+    // start (FP_ATTN_V9_EARLY, session 19's rule).
     const fp_emu::DeviceProfile h100 = fp_emu::device();
     for (int sms = 2; sms <= 3; ++sms) {
         fp_emu::DeviceProfile small = h100;
@@ -220,8 +225,10 @@ int main(int argc, char **argv) {
         fp_emu::set_device(small);
         for (const emu_case &c : cases) {
             if (c.page || (only && !std::strstr(c.name, only))) continue;
-            ran++;
-            if (!run_case(c, 9, rng)) failures++;
+            for (int early = 0; early < (sms == 2 ? 2 : 1); ++early) {
+                ran++;
+                if (!run_case(c, early ? 9 | FP_ATTN_V9_EARLY : 9, rng)) failures++;
+            }
         }
     }
     fp_emu::set_device(h100);
@@ -312,16 +319,25 @@ int main(int argc, char **argv) {
             fp_emu::set_device(h100);
         }
         unsetenv("FP_EMU_REVERSE");
-        // v3 / v4 refuse the bit as an argument error, writing nothing
+        // v3 / v4 refuse the bit as an argument error, writing nothing; so
+        // does every version but 9 with FP_ATTN_V9_EARLY
         const emu_case &c0 = cases[0];
-        for (int version : {3, 4}) {
+        struct bit_case {
+            int version, bit;
+            const char *name;
+        };
+        static const bit_case refused[] = {
+            {3, FP_ATTN_O_TMA, "FP_ATTN_O_TMA"},        {4, FP_ATTN_O_TMA, "FP_ATTN_O_TMA"},
+            {3, FP_ATTN_V9_EARLY, "FP_ATTN_V9_EARLY"},  {5, FP_ATTN_V9_EARLY, "FP_ATTN_V9_EARLY"},
+            {8, FP_ATTN_V9_EARLY, "FP_ATTN_V9_EARLY"},  {10, FP_ATTN_V9_EARLY | FP_ATTN_O_TMA, "FP_ATTN_V9_EARLY"}};
+        for (const bit_case &r : refused) {
             emu_data X;
             emu_args E;
             ran++;
             if (!emu_setup(c0, rng, X, E) ||
-                fp_attn_cuda_flash_sm90(&E.a, version | FP_ATTN_O_TMA, 1, nullptr) != FP_ERR_INVALID_ARGUMENT ||
-                !std::strstr(fp_last_error(), "FP_ATTN_O_TMA") || o_written(X, version, c0.name)) {
-                fprintf(stderr, "v%d | FP_ATTN_O_TMA: not refused as expected (%s)\n", version, fp_last_error());
+                fp_attn_cuda_flash_sm90(&E.a, r.version | r.bit, 1, nullptr) != FP_ERR_INVALID_ARGUMENT ||
+                !std::strstr(fp_last_error(), r.name) || o_written(X, r.version, c0.name)) {
+                fprintf(stderr, "v%d | %s: not refused as expected (%s)\n", r.version, r.name, fp_last_error());
                 failures++;
             }
         }
