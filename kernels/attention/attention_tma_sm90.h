@@ -535,9 +535,10 @@ SM90_HD void consumer_schedule_turns(int s_begin, int s_end, int cw, int turns, 
 // NOTES.md, session 19). Drawn at an item's start, a CTA commits to its
 // next item a whole item early, which cost balance in the tail (session
 // 20); drawn `lead` tiles before its end, the next item's Q and first K / V
-// tiles still load under this one (session 36). tickets[1] counts the CTAs that drew past the end; the last of them
-// sets both back to 0, so the counters are zero between launches (the
-// context's per-stream arrival counters: fp_ctx_scratch_get_counted).
+// tiles still load under this one (session 36). tickets[1] counts the CTAs
+// that drew past the end; the last of them sets both back to 0, so the
+// counters are zero between launches (the context's per-stream arrival
+// counters: fp_ctx_scratch_get_counted).
 struct tile_order {
     int m_tiles; // query tiles per unit
     int units;   // num_splits x heads_kv x batch
@@ -662,10 +663,9 @@ template <int Stages, class P> SM90_HD void producer_items(P &p) {
     p.done();
 }
 // What a consumer warpgroup knows of its next item once it has read the
-// ticket (consumer_items' fetch): the ticket, chain (this item and that
-// one both have tiles) and its first tile sb (what this item's last
-// iteration needs of it: its end is looked up again after the epilogue,
-// one register fewer through the item's loop).
+// ticket (consumer_items' fetch): the ticket, its tiles [sb, se) (none
+// when the ticket is past the end or the item has no work) and chain
+// (this item and that one both have tiles).
 struct next_item {
     int ticket, sb, se;
     bool chain;
