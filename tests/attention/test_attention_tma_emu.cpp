@@ -54,8 +54,9 @@
 // over the whole sequence. Broken variants: a publish without the empty
 // wait, a read without the full wait, a producer that starts the ring over
 // at each item, consumers reading the next ticket at an item's start while
-// the producer draws it later (fp_tma::draw_tile). The order the tickets walk (fp_tma::order_item) is checked
-// as a bijection, longest first per section, and for its balance.
+// the producer draws it later (fp_tma::draw_tile). The order the tickets
+// walk (fp_tma::order_item) is checked as a bijection, longest first per
+// section, and for its balance.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
