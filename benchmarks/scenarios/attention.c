@@ -26,8 +26,9 @@
  *                      the call without total_k (v3 on Hopper) vs with it
  *                      (v5 / v8), CUDA only.
  *   attention/paged_prefill  prefill over a paged KV cache: the default
- *                      (v1) vs the TMA kernel preferred (v5 / v8), and the
- *                      TMA kernel dense vs paged, CUDA only.
+ *                      (v1) vs the TMA kernel preferred (v5 / v8), the
+ *                      TMA kernel dense vs paged, and v5 / v8 vs v9 (its
+ *                      persistent CTAs) paged, CUDA only.
  *   attention/fp8      fp8 (e4m3) inputs: bf16 on the same values vs fp8
  *                      (both v5), and fp8 on v5 vs v8, head_dim 128, CUDA
  *                      only (Hopper).
@@ -722,14 +723,17 @@ static fp_status run_varlen(fb_run *run) {
  * tables: chunked prefill, prefix caching), the rows a serving engine's
  * prefill runs. B sequences of sk cached keys each, the last sq of them the
  * chunk's own queries (causal: bottom-right aligned), K / V in a pool of
- * pages of page_size keys handed out in shuffled order. Two rows per shape:
+ * pages of page_size keys handed out in shuffled order. Three rows per shape:
  *   v1_vs_tma       fp_attention_forward's default (v1, the row-by-row
  *                   page gather: what every paged call runs) against the
  *                   same call preferring the TMA kernel (v5 at head_dim 128,
  *                   v8 at 64: FP_CTX_ATTENTION_KERNEL, one box per page run);
  *   dense_vs_paged  the TMA kernel on the same keys gathered into a dense
  *                   cache (fp_attn_cuda_gather_pages) against it paged: what
- *                   the block table costs the TMA kernel.
+ *                   the block table costs the TMA kernel;
+ *   tma_vs_v9       the TMA kernel paged against v9 paged (v8 in persistent
+ *                   CTAs over a causal-aware order, its producer warp
+ *                   loading the pages' boxes: session 37).
  * Outputs compared. Shapes (batch x chunk over cache): 4 x 4096 over 4096
  * and 4 x 1024 over 8192; 32 query / 8 KV heads; head_dim 128 and 64;
  * pages of 16 and 64 keys; causal; bf16 (--head_dim, --page_size, --dtype,
@@ -825,11 +829,13 @@ static void run_paged_shape(fb_run *run, const paged_shape *s) {
     fp_attention_params pp2 = pp, pd1 = pd;
     pp2.o = o2;
     pd1.o = o1;
-    pref_run v1 = {ctx, &pp, 0}, opt = {ctx, &pp2, tma}, dense = {ctx, &pd1, tma};
+    pref_run v1 = {ctx, &pp, 0}, opt = {ctx, &pp2, tma}, dense = {ctx, &pd1, tma}, tma1 = {ctx, &pp, tma},
+             v9 = {ctx, &pp2, 9};
     const double bytes = 2.0 * (double)nq * elt + 2.0 * (double)n_dense * elt;
     paged_ab(run, s, "v1_vs_tma", st, &v1, &opt, o1, o2, nq, -1.0, bytes, flops, "v1_tflops", "tma_tflops", "");
     paged_ab(run, s, "dense_vs_paged", st, &dense, &opt, o1, o2, nq, -1.0, bytes, flops, "dense_tflops",
              "paged_tflops", " (dense)");
+    paged_ab(run, s, "tma_vs_v9", st, &tma1, &v9, o1, o2, nq, -1.0, bytes, flops, "tma_tflops", "v9_tflops", "");
     fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
     free(table);
     attn_bufs_free(ctx, &B);
@@ -1213,7 +1219,7 @@ FB_SCENARIO(fb_attention_varlen, "attention/varlen",
             run_varlen)
 FB_SCENARIO(fb_attention_paged_prefill, "attention/paged_prefill",
             "prefill over a paged KV cache (chunked prefill): the default (v1, page gather) vs the TMA kernel (v5 / "
-            "v8, a box per page run), and the TMA kernel dense vs paged, TFLOP/s (CUDA only)",
+            "v8, a box per page run), the TMA kernel dense vs paged, and v5 / v8 vs v9 paged, TFLOP/s (CUDA only)",
             run_paged_prefill)
 FB_SCENARIO(fb_attention_fp8, "attention/fp8",
             "fp8 (e4m3) inputs with descales: bf16 vs fp8 on the same values (v5), fp8 on v5 vs v8, head_dim 128, "

@@ -314,7 +314,7 @@ FP_API void(fp_attention_params_default)(fp_attention_params *p);
  * but no total_k): 2.3-3.6x faster than v1 on an H200 at seqlen 4k-16k, v8
  * 1.08-1.14x faster than v5 at head_dim 64 on an H100 (v5 / v8 on varlen
  * calls, given total_k, is not yet measured on a GPU). A paged KV cache
- * (block_table) runs v1 by default; a context that prefers v5, v8 or v10
+ * (block_table) runs v1 by default; a context that prefers v5, v8, v9 or v10
  * (FP_CTX_ATTENTION_KERNEL, core.h) runs that TMA kernel on paged calls
  * whose page_size is a multiple of 8 (a tile of 128 keys loads as boxes of
  * gcd(page_size, 128) rows, each from its page), checked on the CPU

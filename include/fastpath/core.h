@@ -236,7 +236,7 @@ typedef enum fp_context_option {
                                       runs where it supports the call (dtype, head_dim,
                                       layout, build, device, rows), the default kernel
                                       elsewhere; fp_attention_last_kernel says which ran
-                                      and why. 5, 8 and 10 also take paged KV caches
+                                      and why. 5, 8, 9 and 10 also take paged KV caches
                                       (page sizes that are multiples of 8), which the
                                       default runs on v1 until a GPU run has timed them
                                       there (attention.h).

@@ -1770,9 +1770,9 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
     // What the Hopper kernels refuse for any layout (another device, other
     // head dims) is ruled out here, so such calls do not pay two refusals
     // per call on their way to v1. Paged KV stays on v1 by default: v5 / v8
-    // / v10 take it (page sizes that are multiples of 8, session 25) when
-    // preferred, but no GPU run has timed them there yet (fastbench
-    // attention/paged_prefill, gpu-check's ab-paged run).
+    // / v10 (session 25) and v9 (session 37) take it (page sizes that are
+    // multiples of 8) when preferred, but no GPU run has timed them there yet
+    // (fastbench attention/paged_prefill, gpu-check's ab-pprefill run).
     if (version == 0 && cc == 90 && !a->block_table && (a->head_dim == 64 || a->head_dim == 128) &&
         (int64_t)a->seqlen_q * a->group >= 128) {
         // v8 refuses what v5 refuses: v3 next either way

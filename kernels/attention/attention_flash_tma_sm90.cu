@@ -62,10 +62,11 @@
 // packing, seqlens_k, LSE, split-KV partials (run_with_partials), varlen
 // given fp_attention_params.total_k (one tensor map over the packed K / V,
 // each sequence's tiles at its offset: fp_tma::kv_seq_rows), paged KV on
-// v5 / v8 / v10 (one map over the page pool; a tile loads as boxes of
+// v5 / v8 / v9 / v10 (one map over the page pool; a tile loads as boxes of
 // gcd(page_size, 128) rows, box j issued by lane j of the producer warp
 // from the page its block-table entry names: producer_ops_paged,
-// fp_tma::paged_box_at); fp8 (e4m3) on v5 / v8 at head_dim 128 (dense or
+// fp_tma::paged_box_at; v9's producer warp runs the item schedule, lane 0
+// drawing the tickets: session 37); fp8 (e4m3) on v5 / v8 at head_dim 128 (dense or
 // seqlens_k K / V, one split): Q K^T and P V on wgmma .m64n128k32.e4m3, the
 // tiles laid out as 16-bit tiles of 64 columns (128-byte rows: layout_cols),
 // three ring stages, P rounded to e4m3 in registers (pack_p), V transposed
@@ -73,8 +74,8 @@
 // takes K-major B only), O bf16 scaled by v_descale (session 26; checked on
 // the emulation only: tests/attention/test_attention_fp8_emu.cpp).
 // FP_ERR_UNSUPPORTED: varlen without total_k (the map's extent is then
-// unknown: the offsets are device memory), paged KV on v9 or with a
-// page_size that is not a multiple of 8, K / V layouts TMA
+// unknown: the offsets are device memory), paged KV with a page_size that
+// is not a multiple of 8, K / V layouts TMA
 // cannot describe (base not 16-byte
 // aligned, a seq / head / batch stride not a multiple of 16 bytes), devices
 // other than compute capability 9.0, a driver without
@@ -106,7 +107,8 @@
 // registers (rows v5_vs_v5o, v8_vs_v8o, v9_vs_v9o); checked on the
 // emulation only. On v9 an item's O goes through its own Q buffer, which
 // the item after next loads into: the warpgroup meets once more after the
-// stores' reads. Not yet done: paged KV on v9.
+// stores' reads. Paged KV on v9 (session 37) is checked on the emulation
+// only (fastbench attention/paged_prefill's tma_vs_v9 rows time it).
 // The PTX wrappers, the softmax helpers, the Q K^T / P V stages and the
 // epilogue from registers are v3's, shared through attention_sm90_common.cuh.
 #include <atomic>
@@ -343,8 +345,9 @@ template <int D, int QB = 1, int W = 2, bool kVt = false, int BC = 128> struct p
 // (fp_tma::paged_box_at, once per tile: K's load looks it up, V's reuses
 // it) and issues that box's loads itself, so a tile's table reads are one
 // round trip whatever the page size. Lane 0 announces the stage's bytes
-// first (__syncwarp orders it before the other lanes' loads).
-template <int D, int W = 2> struct producer_ops_paged : producer_ops<D, 1, W> {
+// first (__syncwarp orders it before the other lanes' loads). QB, W: as
+// producer_ops' (v9: two Q buffers).
+template <int D, int QB = 1, int W = 2> struct producer_ops_paged : producer_ops<D, QB, W> {
     static constexpr int Bc = fp_tma::traits_v5<D>::kBc;
     const int32_t *bt; // the sequence's block-table row
     int L, page_size, page_shift, num_pages, box_rows, lane;
@@ -366,12 +369,12 @@ template <int D, int W = 2> struct producer_ops_paged : producer_ops<D, 1, W> {
         }
     }
     __device__ __forceinline__ void load_k(int st, int t) {
-        load(this->tm_k, this->smem0 + fp_tma::k_offset<D, 1, W>(st),
-             this->smem0 + fp_tma::bar_offset<D, 1, W>(fp_tma::BAR_FULL_K, st), t);
+        load(this->tm_k, this->smem0 + fp_tma::k_offset<D, QB, W>(st),
+             this->smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_K, st), t);
     }
     __device__ __forceinline__ void load_v(int st, int t) {
-        load(this->tm_v, this->smem0 + fp_tma::v_offset<D, 1, W>(st),
-             this->smem0 + fp_tma::bar_offset<D, 1, W>(fp_tma::BAR_FULL_V, st), t);
+        load(this->tm_v, this->smem0 + fp_tma::v_offset<D, QB, W>(st),
+             this->smem0 + fp_tma::bar_offset<D, QB, W>(fp_tma::BAR_FULL_V, st), t);
     }
 };
 
@@ -630,7 +633,7 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
                     prefetch_tensormap(&tm_k);
                     prefetch_tensormap(&tm_v);
                 }
-                producer_ops_paged<DL, W> ops;
+                producer_ops_paged<DL, 1, W> ops;
                 ops.tm_k = &tm_k;
                 ops.tm_v = &tm_v;
                 ops.smem0 = smem0;
@@ -851,11 +854,29 @@ __device__ __forceinline__ bool item_work(const flash_params &p, const fp_tma::t
 // The producer thread of v9: v5's loads plus the tickets (p->tickets: [2],
 // zero between launches) and the item ring. It runs on 24 registers
 // (setmaxnreg): the grid and block indices are read where needed, not kept.
-template <int D> struct producer_item_ops : producer_ops<D, 2> {
+// kPaged: the producer warp over a paged KV cache (producer_ops_paged's
+// boxes, each lane its own); every lane runs the schedule, lane 0 alone
+// draws (its ticket passed to the warp by a shuffle), publishes and counts
+// the CTA done. Lane 0 publishes before the arrive.expect_tx of the draw
+// tile's K, which that tile's completion needs: the consumers' read, after
+// that K, never waits on the draw (as with the one thread).
+template <int D, bool kPaged = false>
+struct producer_item_ops : std::conditional_t<kPaged, producer_ops_paged<D, 2>, producer_ops<D, 2>> {
     const flash_params *p;
     const fp_tma::tile_order *ord;
+    __device__ __forceinline__ bool leader() const {
+        if constexpr (kPaged) return this->lane == 0;
+        return true;
+    }
     __device__ __forceinline__ int first_ticket() { return (int)blockIdx.x; }
-    __device__ __forceinline__ int next_ticket() { return (int)gridDim.x + atomicAdd(p->tickets, 1); }
+    __device__ __forceinline__ int next_ticket() {
+        if constexpr (kPaged) {
+            int t = 0;
+            if (this->lane == 0) t = atomicAdd(p->tickets, 1);
+            return (int)gridDim.x + __shfl_sync(0xffffffffu, t, 0);
+        }
+        return (int)gridDim.x + atomicAdd(p->tickets, 1);
+    }
     __device__ __forceinline__ bool valid(int t) { return t < ord->items; }
     __device__ __forceinline__ int lead() { return ord->lead; }
     __device__ __forceinline__ void wait_item_empty(int s, uint32_t parity) {
@@ -864,16 +885,23 @@ template <int D> struct producer_item_ops : producer_ops<D, 2> {
     }
     // the ticket, then the arrival (release): the consumers' wait acquires it
     __device__ __forceinline__ void publish(int s, int t) {
+        if (!leader()) return;
         st_shared_u32(this->smem0 + fp_tma::item_slot_offset<D>(s), (uint32_t)t);
         mbar_arrive(this->smem0 + fp_tma::item_bar_offset<D>(fp_tma::BAR_ITEM_FULL, s));
     }
     __device__ __forceinline__ bool item(int t, int *sb, int *se) {
         cta_work w;
         if (!item_work<D>(*p, *ord, t, w)) return false;
-        const fp_tma::seq_rows kv = fp_tma::kv_seq_rows(p->cu_k, w.b, p->sk, p->kv_rows);
         this->hk = w.hk;
-        this->bz = kv.bz;
-        this->row0 = kv.row0;
+        if constexpr (kPaged) { // the sequence's block-table row; no box looked up for it yet
+            this->bt = p->block_table + (int64_t)w.b * p->bt_stride;
+            this->L = w.S.L;
+            this->cur_t = -1;
+        } else {
+            const fp_tma::seq_rows kv = fp_tma::kv_seq_rows(p->cu_k, w.b, p->sk, p->kv_rows);
+            this->bz = kv.bz;
+            this->row0 = kv.row0;
+        }
         *sb = w.plan.s_begin;
         *se = w.plan.s_end;
         return true;
@@ -882,6 +910,7 @@ template <int D> struct producer_item_ops : producer_ops<D, 2> {
     // the last CTA to do so (all draws done) resets both counters for the
     // next launch (stream order publishes them).
     __device__ __forceinline__ void done() {
+        if (!leader()) return;
         __threadfence();
         if (atomicAdd(p->tickets + 1, 1) == (int)gridDim.x - 1) {
             __threadfence();
@@ -932,7 +961,9 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
     // Item t's Q (buffer qb) published to this warpgroup's wgmmas, its rows'
     // softmax context and V bound; `ticket` stays the finishing item's.
     __device__ __forceinline__ void use_item(int t, int qb, const cta_work &w) {
-        this->map_rows = fp_tma::kv_seq_rows(p->cu_k, w.b, p->sk, p->kv_rows).map_rows;
+        // paged: rows past L of the last real box are cleared, the boxes after it are zeros
+        this->map_rows = p->block_table ? fp_tma::paged_map_rows(w.S.L, fp_tma::paged_box_rows(p->page_size))
+                                        : fp_tma::kv_seq_rows(p->cu_k, w.b, p->sk, p->kv_rows).map_rows;
         fence_proxy_async();
         named_barrier(2 + cw, 128); // Q published to this warpgroup's wgmmas
         this->q_smem = this->smem0 + fp_tma::q_offset<D, 2>(qb);
@@ -1042,7 +1073,27 @@ __device__ __forceinline__ void flash_tma_persistent_body(const flash_params &p,
 
     if (wg == 0) {
         setmaxnreg_dec<fp_tma::producer_regs<D, 9>()>();
-        if (tid == 0) {
+        if (p.block_table) { // paged: the producer warp (producer_item_ops<D, true>)
+            if (tid < 32) {
+                if (tid == 0) {
+                    prefetch_tensormap(&tm_k);
+                    prefetch_tensormap(&tm_v);
+                }
+                producer_item_ops<D, true> ops;
+                ops.tm_k = &tm_k;
+                ops.tm_v = &tm_v;
+                ops.smem0 = smem0;
+                ops.hk = ops.bz = ops.row0 = 0;
+                ops.page_size = p.page_size;
+                ops.page_shift = p.page_shift;
+                ops.num_pages = p.num_pages;
+                ops.box_rows = fp_tma::paged_box_rows(p.page_size);
+                ops.lane = tid;
+                ops.p = &p;
+                ops.ord = &ord;
+                fp_tma::producer_items<Stages>(ops);
+            }
+        } else if (tid == 0) {
             prefetch_tensormap(&tm_k);
             prefetch_tensormap(&tm_v);
             producer_item_ops<D> ops;
@@ -1601,7 +1652,7 @@ extern "C" fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, i
         FP_TRY(fp8_check_args(a, version, num_splits));
     } else {
         // varlen: with total_k; paged: page sizes of multiples of 8 (kv_layout)
-        FP_TRY(sm90_check_args(a, vn, num_splits, true, version != 9));
+        FP_TRY(sm90_check_args(a, vn, num_splits, true, true));
         if (version == 10 && a->head_dim != 64)
             return fp_set_error(FP_ERR_UNSUPPORTED,
                                 "attention flash kernel v10 (three consumer warpgroups) takes head_dim 64 only (got "

@@ -426,8 +426,8 @@ inline int device_cc(int dev, fp_status *st, int version) {
 }
 
 // What every sm_90a kernel version refuses before any device call: splits
-// out of [1, 1024], paged KV where `paged_ok` is false (v3, v4, v9; v5 / v8
-// / v10 check the page size in kv_layout), varlen where `varlen_ok` is
+// out of [1, 1024], paged KV where `paged_ok` is false (v3, v4; v5 / v8 /
+// v9 / v10 check the page size in kv_layout), varlen where `varlen_ok` is
 // false, dtypes other than f16 / bf16, head dims other than 64 / 128.
 inline fp_status sm90_check_args(const fp_attn_args *a, int version, int num_splits, bool varlen_ok,
                                  bool paged_ok = false) {

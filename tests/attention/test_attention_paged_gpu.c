@@ -1,7 +1,7 @@
 /* Paged KV cache on a CUDA context (label gpu; exits 77 without a device).
  * The same case with K/V scattered over shuffled pages of a pool (NaN poison
  * everywhere no key maps to) through the flash kernel v1 (the forward's
- * choice and forced splits), the Hopper TMA kernels v5 / v8 / v10 (asked
+ * choice and forced splits), the Hopper TMA kernels v5 / v8 / v9 / v10 (asked
  * directly and preferred by the context: on an sm_90a build and a 9.0
  * device they must take page sizes that are multiples of 8 and refuse the
  * others; elsewhere they refuse), the simple kernel (f32, head_dim 80) and
@@ -96,7 +96,7 @@ static int hopper(void) {
 #endif
 }
 
-/* Whether the TMA kernel `version` (5, 8, 10) must take the case: on
+/* Whether the TMA kernel `version` (5, 8, 9, 10) must take the case: on
  * Hopper, f16 / bf16, head_dim 64 / 128 (v10 64 only), page sizes that
  * are multiples of 8 (a page's rows load as TMA boxes of whole 8-row
  * swizzle groups). Elsewhere it must refuse (FP_ERR_UNSUPPORTED). */
@@ -109,7 +109,7 @@ static int tma_takes(const attn_case *c, int page_size, int version) {
  * v1 for paged calls until a GPU run has timed the TMA kernels on them). */
 static int forward_version(const attn_case *c, int page_size, int pref, int flash) {
     if (!flash) return 0;
-    if ((pref == 5 || pref == 8 || pref == 10) && tma_takes(c, page_size, pref)) return pref;
+    if ((pref == 5 || pref == 8 || pref == 9 || pref == 10) && tma_takes(c, page_size, pref)) return pref;
     return 1;
 }
 
@@ -131,10 +131,13 @@ static void run_case(const attn_case *c, int page_size, int pad) {
     const double slack = 4.0 * attn_eps(c->dtype) * (Eb.max_ref > 0 ? Eb.max_ref : 1.0) + 1e-6;
     const double allowed = 2.0 * Eb.max_abs + slack;
     const int flash = c->dtype != FP_F32 && fp_attn_cuda_flash_supported(c->dtype, c->d);
-    /* the forward (default, then preferring v8: the TMA kernel on Hopper),
-     * v1 with 2 and 8 splits, the TMA kernels v5 (1 and 3 splits), v8, v10 */
-    static const run_kind runs[] = {{ATTN_RUN_FORWARD, 0}, {ATTN_RUN_FORWARD, 8}, {1, 2}, {1, 8},
-                                    {5, 1},                {5, 3},                {8, 1}, {10, 1}};
+    /* the forward (default, then preferring v8: the TMA kernel on Hopper,
+     * and v9: its persistent CTAs), v1 with 2 and 8 splits, the TMA kernels
+     * v5 (1 and 3 splits), v8, v9 (1 and 3 splits), v10 */
+    static const run_kind runs[] = {{ATTN_RUN_FORWARD, 0}, {ATTN_RUN_FORWARD, 8}, {ATTN_RUN_FORWARD, 9},
+                                    {1, 2},                {1, 8},                {5, 1},
+                                    {5, 3},                {8, 1},                {9, 1},
+                                    {9, 3},                {10, 1}};
     /* FP_TEST_QUICK (the CPU emulation's runs): the TMA kernels on the
      * shorter caches only (the long decode's 157 tiles per CTA are the
      * emulation's minutes, not more coverage) */
@@ -147,7 +150,7 @@ static void run_case(const attn_case *c, int page_size, int pad) {
         CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, pref));
         st = dev_run(&D, asked);
         CHECK_OK(fp_context_set_option(g_ctx, FP_CTX_ATTENTION_KERNEL, 0));
-        const int tma = r.version == 5 || r.version == 8 || r.version == 10;
+        const int tma = r.version == 5 || r.version == 8 || r.version == 9 || r.version == 10;
         if (tma && !tma_takes(c, page_size, r.version)) { /* refused, nothing written */
             CHECK_MSG(st == FP_ERR_UNSUPPORTED, "%s/v%d page %d: %s, not refused (%s)", c->name, r.version, page_size,
                       fp_status_string(st), fp_last_error());

@@ -20,8 +20,8 @@
 // stay untouched. Cases: head_dim 64 / 128, f16 / bf16, causal, windows,
 // GQA, seqlen_k / seqlen_q not multiples of the tiles, ragged seqlens_k,
 // varlen (the TMA kernels given total_k; refused without it), paged KV (v5,
-// v8, v10: page sizes that are multiples of 8, boxes per page; the others
-// refuse), split-KV (the combine kernel runs too), LSE. The K / V rows no sequence owns hold NaN.
+// v8, v9, v10: page sizes that are multiples of 8, boxes per page; v3, v4
+// and v5's wide tile refuse), split-KV (the combine kernel runs too), LSE. The K / V rows no sequence owns hold NaN.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -170,16 +170,20 @@ int main(int argc, char **argv) {
         // rows (GQA 4) in 192- and 128-row tiles; splits over packed keys
         {"bf16_d64_varlen2_gqa4_c",5, 200, 300, 8, 2, 64, FP_BF16, 1, -1, -1, 0, 1, 0, 2},
         {"f16_d128_varlen2_s3",5, 30,  400, 2, 1, 128, FP_F16,  0, -1, -1, 0, 3, 8, 2},
-        // paged KV (v5, v8, v10; v3, v4, v9 refuse): pages of 16 (8 boxes a
+        // paged KV (v5, v8, v9, v10; v3, v4 refuse): pages of 16 (8 boxes a
         // tile, ragged: a sequence of 17 keys whose second page is 1 key,
         // one of none, a shared first page), 48 (16-row boxes, pages found
         // by division), 256 (tiles inside a page: 128-row boxes), 8 (16
-        // boxes of 8 rows) with a window, 64 over 3 splits
+        // boxes of 8 rows) with a window, 64 over 3 splits; items of one
+        // key tile each over 4 ragged sequences (v9 on 2 SMs: a CTA's next
+        // item is tile 0 again, of another sequence, whose boxes the
+        // producer must look up again)
         {"bf16_d64_paged16_rag_c", 3, 70, 300, 4, 2, 64, FP_BF16, 1, -1, -1, 1, 1, 0, 0, 16},
         {"f16_d128_paged48_pad",   2, 130, 333, 2, 1, 128, FP_F16, 0, -1, -1, 0, 1, 8, 0, 48},
         {"bf16_d128_paged256_rag", 2, 40,  600, 8, 2, 128, FP_BF16, 1, -1, -1, 1, 1, 0, 0, 256},
         {"f16_d64_paged8_win",     1, 200, 270, 1, 1, 64,  FP_F16, 0, 30, 5,  0, 1, 8, 0, 8},
         {"bf16_d64_paged64_s3",    2, 20,  500, 6, 2, 64,  FP_BF16, 0, -1, -1, 1, 3, 0, 0, 64},
+        {"f16_d128_paged16_1tile", 4, 20,  100, 2, 1, 128, FP_F16, 0, -1, -1, 1, 1, 0, 0, 16},
         // v5's 128 x 176 tile (FP_ATTN_V5_WIDE): keys one whole tile, two
         // whole tiles and one key more under a causal mask (diagonal tiles
         // that 128-row query tiles cut across), three splits of one tile
@@ -207,7 +211,7 @@ int main(int argc, char **argv) {
             if (only && !std::strstr(c.name, only)) continue;
             if (version == 10 && c.d != 64) continue; // refused (head_dim 64 only): checked below
             if (version == FP_ATTN_V5_WIDE && (c.d != 128 || c.page)) continue; // refused: checked below
-            if (c.page && (version < 5 || version == 9)) continue; // paged: refused, checked below
+            if (c.page && version < 5) continue; // paged: refused, checked below
             ran++;
             if (!run_counted(c, version, rng, "stores from registers unless FP_ATTN_O_STORE=tma")) failures++;
         }
@@ -224,8 +228,10 @@ int main(int argc, char **argv) {
         small.sm_count = sms;
         fp_emu::set_device(small);
         for (const emu_case &c : cases) {
-            if (c.page || (only && !std::strstr(c.name, only))) continue;
-            for (int early = 0; early < (sms == 2 ? 2 : 1); ++early) {
+            // paged: on 2 SMs, late draws (the paging is the producer's, the
+            // draw's timing the same as dense)
+            if ((c.page && sms != 2) || (only && !std::strstr(c.name, only))) continue;
+            for (int early = 0; early < (sms == 2 && !c.page ? 2 : 1); ++early) {
                 ran++;
                 if (!run_case(c, early ? 9 | FP_ATTN_V9_EARLY : 9, rng)) failures++;
             }
@@ -243,7 +249,7 @@ int main(int argc, char **argv) {
         fp_emu::set_device(dev);
         for (const emu_case &c : cases) {
             if (!(c.ragged || c.varlen || c.page || c.splits > 1 || (version >= 8 && c.causal)) ||
-                (version == 10 && c.d != 64) || (version == 9 && c.page) ||
+                (version == 10 && c.d != 64) ||
                 (version == FP_ATTN_V5_WIDE && (c.d != 128 || c.page)) || (only && !std::strstr(c.name, only)))
                 continue;
             ran++;
@@ -266,7 +272,7 @@ int main(int argc, char **argv) {
         small.sm_count = 2;
         fp_emu::set_device(small);
         for (const emu_case &c : cases) {
-            if (c.page || (only && !std::strstr(c.name, only))) continue;
+            if (c.page || (only && !std::strstr(c.name, only))) continue; // paged: the same counters
             ran++;
             bool ok = run_case(c, 9, rng, &ctx);
             cudaDeviceSynchronize();
@@ -302,7 +308,7 @@ int main(int argc, char **argv) {
                     const int version = tv < 0 ? -tv : tv;
                     const bool d64 = version == 8 || version == 10;
                     if ((version != 9 && (c.d == 64) != d64) || (version == FP_ATTN_V5_WIDE && c.page) ||
-                        (version == 9 && c.page) || (only && !std::strstr(c.name, only)))
+                        (tv == -9 && c.page) || (only && !std::strstr(c.name, only)))
                         continue;
                     // where it does not apply (no box): v5 / v8 once at 132 SMs, which
                     // must store none
@@ -363,7 +369,7 @@ int main(int argc, char **argv) {
             }
             if (o_written(X, version, c.name)) failures++;
         }
-    // Paged KV: v3, v4, v9 and v5's wide tile refuse it; v5, v8 and v10
+    // Paged KV: v3, v4 and v5's wide tile refuse it; v5, v8, v9 and v10
     // refuse page sizes that are not multiples of 8 (a TMA box of whole
     // 8-row swizzle groups); nothing written.
     for (const emu_case &pc : cases) {
@@ -373,7 +379,7 @@ int main(int argc, char **argv) {
             if (version == 10 && pc.d != 64) continue;
             if (version == FP_ATTN_V5_WIDE && pc.d != 128) continue;
             emu_case c = pc;
-            const bool odd = version == 5 || version == 8 || version == 10;
+            const bool odd = version == 5 || version == 8 || version == 9 || version == 10;
             if (odd) c.page = 12;
             emu_data X;
             emu_args E;
