@@ -59,31 +59,30 @@
 //                               opt-in (version 10) until a GPU run compares
 //                               it with v8.
 // Same contract as v3: f16 / bf16, head_dim 64 / 128, causal / windows, GQA
-// packing, seqlens_k, LSE, split-KV partials (run_with_partials), varlen
-// given fp_attention_params.total_k (one tensor map over the packed K / V,
-// each sequence's tiles at its offset: fp_tma::kv_seq_rows), paged KV on
-// v5 / v8 / v9 / v10 (one map over the page pool; a tile loads as boxes of
-// gcd(page_size, 128) rows, box j issued by lane j of the producer warp
-// from the page its block-table entry names: producer_ops_paged,
+// packing, seqlens_k, LSE, split-KV partials (run_with_partials), varlen given
+// fp_attention_params.total_k (one tensor map over the packed K / V, each
+// sequence's tiles at its offset: fp_tma::kv_seq_rows), paged KV on v5 / v8 /
+// v9 / v10 (one map over the page pool; a tile loads as boxes of
+// gcd(page_size, 128) rows, box j issued by lane j of the producer warp from
+// the page its block-table entry names: producer_ops_paged,
 // fp_tma::paged_box_at; v9's producer warp runs the item schedule, lane 0
-// drawing the tickets: session 37); fp8 (e4m3) on v5 / v8 at head_dim 128 (dense or
-// seqlens_k K / V, one split): Q K^T and P V on wgmma .m64n128k32.e4m3, the
-// tiles laid out as 16-bit tiles of 64 columns (128-byte rows: layout_cols),
-// three ring stages, P rounded to e4m3 in registers (pack_p), V transposed
-// first into the stream's workspace by fp8_transpose_v (the fp8 wgmma
-// takes K-major B only), O bf16 scaled by v_descale (session 26; checked on
-// the emulation only: tests/attention/test_attention_fp8_emu.cpp).
+// drawing the tickets: session 37); fp8 (e4m3) on v5 / v8 at head_dim 128
+// (dense or seqlens_k K / V, one split): Q K^T and P V on wgmma
+// .m64n128k32.e4m3, the tiles laid out as 16-bit tiles of 64 columns (128-byte
+// rows: layout_cols), three ring stages, P rounded to e4m3 in registers
+// (pack_p), V transposed first into the stream's workspace by fp8_transpose_v
+// (the fp8 wgmma takes K-major B only), O bf16 scaled by v_descale (session
+// 26; checked on the emulation only:
+// tests/attention/test_attention_fp8_emu.cpp).
 // FP_ERR_UNSUPPORTED: varlen without total_k (the map's extent is then
-// unknown: the offsets are device memory), paged KV with a page_size that
-// is not a multiple of 8, K / V layouts TMA
-// cannot describe (base not 16-byte
+// unknown: the offsets are device memory), paged KV with a page_size that is
+// not a multiple of 8, K / V layouts TMA cannot describe (base not 16-byte
 // aligned, a seq / head / batch stride not a multiple of 16 bytes), devices
-// other than compute capability 9.0, a driver without
-// cuTensorMapEncodeTiled (looked up at run time through
-// cudaGetDriverEntryPoint*: libfastpath does not link libcuda), a compiled
-// register count the setmaxnreg split does not fit (check_entry_regs).
-// FASTPATH_KERNEL_WATCHDOG builds bound the mbarrier waits
-// (kernel_watchdog.cuh).
+// other than compute capability 9.0, a driver without cuTensorMapEncodeTiled
+// (looked up at run time through cudaGetDriverEntryPoint*: libfastpath does
+// not link libcuda), a compiled register count the setmaxnreg split does not
+// fit (check_entry_regs). FASTPATH_KERNEL_WATCHDOG builds bound the mbarrier
+// waits (kernel_watchdog.cuh).
 // The pipeline bookkeeping (ring indices, the producer and consumer barrier
 // schedules, the tensor-map geometry) is attention_tma_sm90.h, shared with
 // the CPU model tests/attention/test_attention_tma_emu.cpp (mbarrier / TMA
@@ -852,8 +851,9 @@ __device__ __forceinline__ bool item_work(const flash_params &p, const fp_tma::t
 }
 
 // The producer thread of v9: v5's loads plus the tickets (p->tickets: [2],
-// zero between launches) and the item ring. It runs on 24 registers
-// (setmaxnreg): the grid and block indices are read where needed, not kept.
+// zero between launches) and the item ring. It runs on 40 registers
+// (setmaxnreg, fp_tma::producer_regs): the grid and block indices are read
+// where needed, not kept.
 // kPaged: the producer warp over a paged KV cache (producer_ops_paged's
 // boxes, each lane its own); every lane runs the schedule, lane 0 alone
 // draws (its ticket passed to the warp by a shuffle), publishes and counts
