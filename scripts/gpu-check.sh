@@ -318,6 +318,10 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # then the decode step (eager vs replay) with v6 preferred, against the
     # graph run's rows
     "ab-decode6|attention/decode_versions"
+    # the same rows with each kernel's CTA timeline (session 38): where the
+    # decode's fixed ~15 us goes (start skew, first tile, loop spread, merge,
+    # tail, time outside the CTAs)
+    "anatomy|attention/decode_anatomy"
     "ab-graph6|graph/decode_step --kernel 6 --batch 1"
     # programmatic dependent launch (FP_CTX_LAUNCH_PDL 1) on both sides of
     # the graph rows (eager vs replay, the host cost of a launch with the

@@ -34,7 +34,7 @@ struct fb_result {
     char name[128];
     cJSON *params;   /* object */
     cJSON *metrics;  /* object */
-    char note[160];
+    char note[320];
     int has_ab;
     fp_ab_report ab;
     fp_status status; /* FP_OK unless the row failed */

@@ -28,7 +28,7 @@ void fb_print_row(FILE *f, const fb_result *r) {
         fprintf(f, "%-28s %-44s FAILED: %s: %s\n", r->name, shape, fp_status_string(r->status), r->detail);
         return;
     }
-    char notes[256] = "";
+    char notes[448] = "";
     if (r->has_ab) {
         const fp_ab_report *a = &r->ab;
         fmt_time(a->baseline.median_ms, b, sizeof b);

@@ -22,6 +22,13 @@
  *                      read GB/s and % of HBM bandwidth.
  *   attention/decode_versions  the default decode kernel (v1) vs the
  *                      decode kernel v6 on decode shapes, CUDA only.
+ *   attention/decode_anatomy  the same rows, and where each kernel's time
+ *                      goes between its CTAs: every CTA of a traced call
+ *                      stamps the GPU's global timer at its start, when Q
+ *                      and its first K tile landed, after its KV loop, when
+ *                      its partials are stored and at its end
+ *                      (fp_attn_cuda_cta_trace_set; fp_attn_cta_anatomy);
+ *                      CUDA only.
  *   attention/varlen   packed sequences of mixed lengths (cu_seqlens):
  *                      the call without total_k (v3 on Hopper) vs with it
  *                      (v5 / v8), CUDA only.
@@ -578,7 +585,84 @@ static int decode_opts(fb_run *run, int kv_max, int b_max, int *kv, int *b) {
     return 1;
 }
 
-static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt) {
+/* Records for one traced call: 65536 CTAs (e.g. batch 64 x 8 KV heads x 128
+ * splits, 3.7 MB); a larger grid is not traced (the row's note says so). */
+#define ANATOMY_RECORDS 65536
+/* Traced calls per kernel and row; each metric is their median. */
+#define ANATOMY_CALLS 5
+
+static int cmp_dbl(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The CTA timeline of r's call (attention/decode_anatomy): ANATOMY_CALLS
+ * traced calls after the timed ones, each summarized by fp_attn_cta_anatomy,
+ * into metrics <prefix>_span_us (first CTA start to last CTA end),
+ * _outside_us (kernel_us, the timing engine's median, minus the span: the
+ * launch and what the timer sees around the CTAs), _skew_us (first to last
+ * CTA start), _landed_us (a CTA's start to its Q and first K tile landed,
+ * median), _loop_us / _loop_max_us (the KV loop, median / longest CTA),
+ * _merge_us (the merging CTA's combine), _tail_us (the median CTA's end to
+ * the last), _ctas and _sms; each the median over the calls; `text` gets
+ * them in short for the row's note. A kernel that records nothing (the
+ * Hopper kernels) leaves `text` saying so. */
+static fp_status anatomy_metrics(fb_run *run, fb_result *res, pref_run *r, const char *prefix, double kernel_us,
+                                 char *text, size_t text_n) {
+    fp_context *ctx = fb_ctx(run);
+    const size_t bytes = (size_t)ANATOMY_RECORDS * sizeof(fp_cta_record);
+    fp_cta_record *d_rec = NULL, *h_rec = malloc(bytes);
+    fp_status st = h_rec ? fp_mem_alloc(ctx, bytes, (void **)&d_rec) : FP_ERR_OUT_OF_MEMORY;
+    enum { SPAN, SKEW, LANDED, LOOP, LOOP_MAX, MERGE, TAIL, CTAS, SMS, NM };
+    static const char *const names[NM] = {"span_us", "skew_us",  "landed_us", "loop_us", "loop_max_us",
+                                          "merge_us", "tail_us", "ctas",      "sms"};
+    double v[NM][ANATOMY_CALLS];
+    int calls = 0;
+    int64_t ctas = 0;
+    for (int c = 0; c < ANATOMY_CALLS && st == FP_OK; ++c) {
+        st = fp_mem_fill(ctx, d_rec, 0, bytes, NULL);
+        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
+        if (st != FP_OK) break;
+        fp_attn_cuda_cta_trace_set(d_rec, ANATOMY_RECORDS);
+        st = pref_fn(r, NULL);
+        ctas = fp_attn_cuda_cta_trace_take();
+        fp_attn_cuda_cta_trace_set(NULL, 0);
+        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
+        if (st != FP_OK || ctas == 0) break;
+        st = fp_mem_download(ctx, h_rec, d_rec, (size_t)ctas * sizeof(fp_cta_record), NULL);
+        if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
+        fp_cta_anatomy a;
+        if (st == FP_OK) st = fp_attn_cta_anatomy(h_rec, ctas, &a);
+        if (st != FP_OK) break;
+        const double row[NM] = {a.span_us,     a.start_skew_us, a.landed_p50_us, a.loop_p50_us,  a.loop_max_us,
+                                a.merge_max_us, a.tail_us,      (double)a.ctas,  (double)a.sms};
+        for (int m = 0; m < NM; ++m) v[m][calls] = row[m];
+        ++calls;
+    }
+    snprintf(text, text_n, "%s: no CTA timeline (only v1 / v2 / v6 / v7 record one, of at most %d CTAs)", prefix,
+             ANATOMY_RECORDS);
+    char key[64];
+    double med[NM];
+    for (int m = 0; m < NM && calls > 0; ++m) {
+        qsort(v[m], (size_t)calls, sizeof(double), cmp_dbl);
+        med[m] = calls % 2 ? v[m][calls / 2] : 0.5 * (v[m][calls / 2 - 1] + v[m][calls / 2]);
+        snprintf(key, sizeof key, "%s_%s", prefix, names[m]);
+        fb_result_metric(res, key, med[m]);
+        if (m == SPAN) {
+            snprintf(key, sizeof key, "%s_outside_us", prefix);
+            fb_result_metric(res, key, kernel_us - med[m]);
+        }
+    }
+    if (calls > 0)
+        snprintf(text, text_n, "%s: span %.1f (outside %.1f) skew %.1f first %.1f loop %.1f/%.1f merge %.1f tail %.1f us",
+                 prefix, med[SPAN], kernel_us - med[SPAN], med[SKEW], med[LANDED], med[LOOP], med[LOOP_MAX],
+                 med[MERGE], med[TAIL]);
+    if (d_rec) fp_mem_free(ctx, d_rec);
+    free(h_rec);
+    return st;
+}
+
+static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt, int anatomy) {
     fp_context *ctx = fb_ctx(run);
     const fp_device_info *dev = fb_device(run);
     const int hq = fb_quick(run) ? 8 : 32, hkv = fb_quick(run) ? 2 : 8;
@@ -618,6 +702,13 @@ static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt) 
         fb_result_metric(r, "v6_kv_gbps", gb_v6);
         if (dev && dev->peak_gbps > 0) fb_result_metric(r, "v6_pct_hbm", 100.0 * gb_v6 / dev->peak_gbps);
         fb_result_note(r, "baseline %s, optimized %s", b, o);
+        if (anatomy) {
+            char ta[144] = "", tb[144] = "";
+            st = anatomy_metrics(run, r, &base, "default", rep.baseline.median_ms * 1e3, ta, sizeof ta);
+            if (st == FP_OK) st = anatomy_metrics(run, r, &v6, "v6", rep.optimized.median_ms * 1e3, tb, sizeof tb);
+            if (st != FP_OK) fb_result_fail(r, st, fp_last_error());
+            else fb_result_note(r, "baseline %s, optimized %s; %s; %s", b, o, ta, tb);
+        }
     } else {
         fb_result_fail(r, st, fp_last_error());
     }
@@ -625,7 +716,7 @@ static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt) 
     attn_bufs_free(ctx, &B);
 }
 
-static fp_status run_decode_versions(fb_run *run) {
+static fp_status decode_versions(fb_run *run, int anatomy) {
     if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "needs a CUDA device");
     fp_dtype dts[4] = {FP_BF16};
     const int ndt = dtypes_or(run, dts, 1);
@@ -638,13 +729,16 @@ static fp_status run_decode_versions(fb_run *run) {
     if (!decode_opts(run, 1 << 24, 65536, &kv_opt, &b_opt)) return FP_ERR_UNSUPPORTED; /* fb_skip said why */
     for (int t = 0; t < ndt; ++t) {
         if (kv_opt || b_opt) { /* the given shape only (the other from the first default pair) */
-            run_decode_pair(run, b_opt ? b_opt : 1, kv_opt ? kv_opt : 1024, dims[0], dts[t]);
+            run_decode_pair(run, b_opt ? b_opt : 1, kv_opt ? kv_opt : 1024, dims[0], dts[t], anatomy);
             continue;
         }
-        for (int i = 0; i < (quick ? 1 : 4); ++i) run_decode_pair(run, pairs[i][0], pairs[i][1], dims[0], dts[t]);
+        for (int i = 0; i < (quick ? 1 : 4); ++i)
+            run_decode_pair(run, pairs[i][0], pairs[i][1], dims[0], dts[t], anatomy);
     }
     return FP_OK;
 }
+static fp_status run_decode_versions(fb_run *run) { return decode_versions(run, 0); }
+static fp_status run_decode_anatomy(fb_run *run) { return decode_versions(run, 1); }
 
 /* attention/varlen: a packed batch of sequences of mixed lengths
  * (cu_seqlens: 4096, 1024, 2048, 512, 3072, 1536, 2560, 1536 = 16384 tokens,
@@ -1238,3 +1332,7 @@ FB_SCENARIO(fb_attention_decode_versions, "attention/decode_versions",
             "decode: the default kernel (v1, split-KV) vs the decode kernel v6 (16-row tiles, K/V ring), KV GB/s "
             "(CUDA only)",
             run_decode_versions)
+FB_SCENARIO(fb_attention_decode_anatomy, "attention/decode_anatomy",
+            "decode_versions' rows and where each kernel's time goes between its CTAs: start skew, first tile, "
+            "KV loop, merge, tail, time outside the CTAs (CUDA only)",
+            run_decode_anatomy)

@@ -83,6 +83,7 @@
 #include "attention/attention_flash_common.cuh"
 #include "attention/attention_flash_layout.h"
 #include "attention/attention_internal.h"
+#include "common/cta_trace.cuh"  /* fp_cta::mark: the CTA timeline (fastbench attention/decode_anatomy) */
 #include "common/grid_count.cuh" /* fp_grid::arrive: the split combine's acq_rel arrival */
 #if defined(FP_CUDA_EMU) // the CPU emulation (tests/emu): the PTX below as C++
 #include "emu_sm80.h"
@@ -489,17 +490,20 @@ __device__ __forceinline__ void split_combine_fused(const flash_params &p, const
         // one thread where the default path below has every thread run two
         // fence.sc.gpu.
         __syncthreads();
+        fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_STORED);
         if (threadIdx.x == 0) *flag = fp_grid::arrive(p.counters + tile) == p.num_splits - 1;
         __syncthreads();
         if (!*flag) return; // CTA-uniform
     } else {
         __threadfence();
         __syncthreads();
+        fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_STORED);
         if (threadIdx.x == 0) *flag = atomicAdd(p.counters + tile, 1) == p.num_splits - 1;
         __syncthreads();
         if (!*flag) return; // CTA-uniform
         __threadfence();
     }
+    fp_cta::merged(p.cta_trace, p.b_off);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t rows_total = (int64_t)p.batch * p.hq * p.sq;
     const int ns = p.num_splits;
@@ -780,6 +784,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
 
         cp_async_wait<1>(); // all but the newest group (V[first]): Q and K landed
         __syncthreads();
+        fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_LANDED);
         if constexpr (kQRegs) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
@@ -900,6 +905,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             cp_async_commit();
         }
         cp_async_wait<0>();
+        fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_LOOP);
     }
 
     // Epilogue: row sums over the quad, normalize, write O (and lse) or the
@@ -1047,6 +1053,7 @@ __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
             // everyone's copies visible; tile t - 1's stage free (fp8: only Q,
             // at the first tile, is shared between warps)
             if (!kKv8 || i == 0) __syncthreads();
+            if (i == 0) fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_LANDED);
             if (kQRegs && i == 0) {
 #pragma unroll
                 for (int kk = 0; kk < D / 16; ++kk)
@@ -1098,6 +1105,7 @@ __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
             }
         }
         cp_async_wait<0>();
+        fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_LOOP);
     }
 
     // The warps' states into the dead ring: O unnormalized [NW][Br][RP], then
@@ -1180,14 +1188,18 @@ template <typename T, int D, typename TK = T>
 __global__ void __launch_bounds__(traits<D>::kWarps * 32, 2)
     attention_flash_fwd_v1(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_START);
     flash_fwd_body<T, D, traits<D>, TK>(p);
+    fp_cta::end(p.cta_trace, p.b_off);
 }
 
 template <typename T, int D>
 __global__ void __launch_bounds__(traits_v2<D>::kWarps * 32, 2)
     attention_flash_fwd_v2(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_START);
     flash_fwd_body<T, D, traits_v2<D>>(p);
+    fp_cta::end(p.cta_trace, p.b_off);
 }
 
 // v2's earlier 128 x 32 tile at head_dim 128 (fp_flash::traits_v2_narrow),
@@ -1196,7 +1208,9 @@ template <typename T, int D>
 __global__ void __launch_bounds__(fp_flash::traits_v2_narrow<D>::kWarps * 32, 2)
     attention_flash_fwd_v2n(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_START);
     flash_fwd_body<T, D, fp_flash::traits_v2_narrow<D>>(p);
+    fp_cta::end(p.cta_trace, p.b_off);
 }
 
 // v1's body over 8 warps (fp_flash::traits_w8): one CTA of 256 threads per
@@ -1205,7 +1219,9 @@ template <typename T, int D>
 __global__ void __launch_bounds__(fp_flash::traits_w8<D>::kWarps * 32, 1)
     attention_flash_fwd_v7(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_START);
     flash_fwd_body<T, D, fp_flash::traits_w8<D>>(p);
+    fp_cta::end(p.cta_trace, p.b_off);
 }
 
 // The decode kernel: two CTAs per SM up to head_dim 128 (100 KiB of shared
@@ -1214,7 +1230,9 @@ template <typename T, int D, typename TK = T>
 __global__ void __launch_bounds__(fp_flash::traits_decode<D>::kWarps * 32, D <= 128 ? 2 : 1)
     attention_decode_fwd_v6(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_START);
     decode_fwd_body<T, D, TK>(p);
+    fp_cta::end(p.cta_trace, p.b_off);
 }
 
 // Version V of the flash kernel: its traits and entry point.
@@ -1254,6 +1272,18 @@ template <typename T, int D, int V, typename TK> constexpr auto flash_kernel() {
     }
 }
 
+// The calling thread's CTA timeline (fp_attn_cuda_cta_trace_set) for a
+// launch of x_ctas x heads_kv x batch CTAs: one launch (batch <= 65535) of at
+// most the records' capacity, else none.
+static void cta_trace_of(const fp_attn_args *a, flash_params &p, int64_t x_ctas) {
+    int64_t cap = 0;
+    fp_cta_record *rec = fp_attn_cuda_cta_trace_get(&cap);
+    const int64_t ctas = x_ctas * a->heads_kv * a->batch;
+    if (!rec || a->batch > 65535 || ctas > cap) return;
+    p.cta_trace = rec;
+    fp_attn_cuda_cta_trace_note(ctas);
+}
+
 template <typename T, int D, int V = 1, typename TK = T>
 fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
     using Tr = typename flash_version<T, D, V>::Tr;
@@ -1271,6 +1301,7 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
                      (kIsKv8<TK> ? 2 * (size_t)Tr::kBc * D : 0);
     constexpr auto kernel = flash_kernel<T, D, V, TK>();
     FP_TRY(smem_opt_in<kernel>(smem));
+    cta_trace_of(a, p, (int64_t)p.m_tiles * num_splits);
     return run_with_partials<T, D>(a, p, stream, kIsKv8<TK> ? "attention flash (fp8 KV cache)" : "attention flash",
                                    true, [&](flash_params &q) {
         cudaError_t err = cudaSuccess;

@@ -60,6 +60,8 @@ struct flash_params {
     float o_scale;      // fp8 inputs: O is multiplied by it (v_descale; fp_attn_args.o_scale)
     int o_tma;          // v5 / v8 / v10 (one split, 16-bit, dense): O leaves through shared memory and
                         // TMA stores (the kernel's tm_o; session 32), else 0: each thread's stores
+    fp_cta_record *cta_trace; // the CTA timeline's records (v1 / v2 / v7 / v6: kernels/common/cta_trace.cuh),
+                              // NULL: not traced (fp_attn_cuda_cta_trace_set)
 };
 
 // Whether environment variable `name` is set to exactly `want` (the A/B
@@ -136,6 +138,7 @@ inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_spl
         for (p.page_shift = 0; (1 << p.page_shift) < a->page_size;) ++p.page_shift;
     p.counters = nullptr;
     p.tickets = nullptr;
+    p.cta_trace = nullptr; // the recording kernels' launchers set it (cta_trace_of)
     return p;
 }
 

@@ -268,6 +268,68 @@ fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_sp
  * a tile loaded as boxes of gcd(page_size, 128) rows, each from its page);
  * reached through fp_attn_cuda_flash_sm90(a, 5, 8, 9 or 10, ...)). */
 fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
+/* ---- The CTA timeline (fastbench attention/decode_anatomy) -------------
+ * Where a kernel's time goes between its CTAs: each CTA of a traced launch
+ * writes one record, its thread 0 reading the GPU's global timer (%globaltimer,
+ * nanoseconds, the same clock on every SM; its resolution is the GPU's, 32 ns
+ * to 1 us) at fixed points of the kernel. Kernels that record: v1, v2, v7
+ * (flash_fwd_body) and the decode kernel v6, with their fused split combine;
+ * the Hopper kernels do not (their launches record nothing). A mark not
+ * reached stays 0. */
+enum {
+    FP_CTA_START = 0,  /* the CTA begins (after the PDL wait) */
+    FP_CTA_LANDED = 1, /* Q and the first K tile are in shared memory (after its barrier) */
+    FP_CTA_LOOP = 2,   /* the KV loop is done (thread 0's warp) */
+    FP_CTA_STORED = 3, /* split calls: the CTA's partials are stored (before its arrival) */
+    FP_CTA_END = 4,    /* every thread is done, the merge included */
+    FP_CTA_MARKS = 5
+};
+#define FP_CTA_MERGED 1u /* flags: this CTA was its tile's last and merged the splits */
+typedef struct fp_cta_record {
+    uint64_t t_ns[FP_CTA_MARKS]; /* %globaltimer at each mark, 0: not reached */
+    uint32_t cta;                /* x + gx (y + gy z) of the grid (z counting from batch 0) */
+    uint32_t smid;               /* the SM it ran on (%smid) */
+    uint32_t flags;              /* FP_CTA_MERGED */
+    uint32_t pad_;
+} fp_cta_record;                 /* 56 bytes */
+/* Sets the calling thread's trace: while records != NULL, each launch of a
+ * recording kernel from this thread whose grid has at most `capacity` CTAs
+ * (one launch: batch <= 65535) writes records[cta] (device memory, which the
+ * caller zeroes first); a larger grid records nothing. NULL (or capacity 0)
+ * stops it. */
+void fp_attn_cuda_cta_trace_set(fp_cta_record *records, int64_t capacity);
+/* CTAs of the calling thread's last launch that recorded (0: none did since
+ * the trace was set), and resets it to 0. */
+int64_t fp_attn_cuda_cta_trace_take(void);
+/* The launchers' side: the calling thread's records and capacity (NULL when
+ * not set), and the CTAs of a launch that records into them. */
+fp_cta_record *fp_attn_cuda_cta_trace_get(int64_t *capacity);
+void fp_attn_cuda_cta_trace_note(int64_t ctas);
+
+/* The summary of one traced launch (fp_attn_cta_anatomy); times in
+ * microseconds, from the records of the CTAs that started. */
+typedef struct fp_cta_anatomy {
+    int64_t ctas;          /* records with a start */
+    int64_t sms;           /* distinct SMs among them */
+    int64_t merged;        /* CTAs that merged a tile's splits */
+    double span_us;        /* first start -> last end: the kernel as its CTAs saw it */
+    double start_skew_us;  /* first start -> last start */
+    double landed_p50_us;  /* start -> Q and the first K tile landed, median over CTAs */
+    double landed_max_us;
+    double loop_p50_us;    /* landed -> the KV loop done, median over CTAs */
+    double loop_max_us;
+    double store_max_us;   /* loop done -> partials stored, max (split calls) */
+    double merge_max_us;   /* the merging CTAs: stored -> end, max */
+    double end_p50_us;     /* first start -> a CTA's end, median over CTAs */
+    double tail_us;        /* the median CTA's end -> the last end */
+} fp_cta_anatomy;
+/* Fills *out from n records (those with t_ns[FP_CTA_START] == 0 are skipped:
+ * CTAs of a smaller grid, or never run). FP_ERR_INVALID_ARGUMENT for NULL
+ * pointers, n < 0, no record with a start, or a record whose marks go
+ * backwards or that ends before it starts (a mark not reached, 0, is
+ * skipped); *out is then zeroed. */
+fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_anatomy *out);
+
 /* Simple CUDA-core kernel: one warp per query row, any dtype and head_dim. */
 fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t stream);
 /* Masked, scaled softmax in place over materialized scores
