@@ -591,11 +591,6 @@ static int decode_opts(fb_run *run, int kv_max, int b_max, int *kv, int *b) {
 /* Traced calls per kernel and row; each metric is their median. */
 #define ANATOMY_CALLS 5
 
-static int cmp_dbl(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The CTA timeline of r's call (attention/decode_anatomy): ANATOMY_CALLS
  * traced calls after the timed ones, each summarized by fp_attn_cta_anatomy,
  * into metrics <prefix>_span_us (first CTA start to last CTA end),
@@ -644,8 +639,8 @@ static fp_status anatomy_metrics(fb_run *run, fb_result *res, pref_run *r, const
     char key[64];
     double med[NM];
     for (int m = 0; m < NM && calls > 0; ++m) {
-        qsort(v[m], (size_t)calls, sizeof(double), cmp_dbl);
-        med[m] = calls % 2 ? v[m][calls / 2] : 0.5 * (v[m][calls / 2 - 1] + v[m][calls / 2]);
+        fp_sort_doubles(v[m], calls);
+        med[m] = fp_percentile_sorted(v[m], calls, 0.5);
         snprintf(key, sizeof key, "%s_%s", prefix, names[m]);
         fb_result_metric(res, key, med[m]);
         if (m == SPAN) {

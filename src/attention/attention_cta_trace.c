@@ -30,21 +30,17 @@ fp_cta_record *fp_attn_cuda_cta_trace_get(int64_t *capacity) {
 
 void fp_attn_cuda_cta_trace_note(int64_t ctas) { tl_last = ctas; }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static int cmp_u32(const void *a, const void *b) {
     const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     return (x > y) - (x < y);
 }
 
-/* The median of v[0..n) (sorted in place); 0 for n = 0. */
+/* The median of v[0..n) (sorted in place: the timing engine's helpers,
+ * src/timing/stats.c); 0 for n = 0. */
 static double median(double *v, int64_t n) {
     if (n <= 0) return 0.0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    fp_sort_doubles(v, (int)n);
+    return fp_percentile_sorted(v, (int)n, 0.5);
 }
 
 fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_anatomy *out) {

@@ -23,6 +23,14 @@ typedef struct dev_case {
     int64_t cap;
 } dev_case;
 
+/* Whether records [from, to) are all zero bytes. */
+static int all_zero(const fp_cta_record *rec, int64_t from, int64_t to) {
+    const unsigned char *b = (const unsigned char *)(rec + from);
+    for (size_t k = 0; k < (size_t)(to - from) * sizeof *rec; ++k)
+        if (b[k]) return 0;
+    return 1;
+}
+
 /* Packed query rows per CTA of each recording version. */
 static int rows_per_cta(int version) { return version == 1 ? 64 : version == 6 ? 16 : 128; }
 
@@ -116,12 +124,7 @@ static void run_case(const attn_case *c, int prefer, int want_version) {
               (long long)merged, (long long)tiles, splits);
     CHECK_MSG(looped >= tiles, "%s: %lld CTAs ran the KV loop, fewer than the %lld query tiles", c->name,
               (long long)looped, (long long)tiles);
-    int spare = 1;
-    for (int64_t i = grid; i < cap; ++i) {
-        const unsigned char *b = (const unsigned char *)&rec[i];
-        for (size_t k = 0; k < sizeof rec[i]; ++k) spare &= b[k] == 0;
-    }
-    CHECK_MSG(spare, "%s: a record past the grid was written", c->name);
+    CHECK_MSG(all_zero(rec, grid, cap), "%s: a record past the grid was written", c->name);
     fp_cta_anatomy a;
     CHECK_OK(fp_attn_cta_anatomy(rec, cap, &a));
     CHECK(a.ctas == grid && a.merged == merged && a.sms >= 1 && a.sms <= g_sms && a.span_us >= a.start_skew_us);
@@ -138,12 +141,7 @@ static void run_case(const attn_case *c, int prefer, int want_version) {
     memset(rec, 0x5A, (size_t)cap * sizeof *rec);
     CHECK_OK(fp_mem_download(g_ctx, rec, D.d_rec, (size_t)cap * sizeof *rec, NULL));
     CHECK_OK(fp_context_synchronize(g_ctx, NULL));
-    int untouched = 1;
-    for (int64_t i = 0; i < cap; ++i) {
-        const unsigned char *b = (const unsigned char *)&rec[i];
-        for (size_t k = 0; k < sizeof rec[i]; ++k) untouched &= b[k] == 0;
-    }
-    CHECK_MSG(untouched, "%s: records written by a launch over the capacity", c->name);
+    CHECK_MSG(all_zero(rec, 0, cap), "%s: records written by a launch over the capacity", c->name);
 
     fp_mem_free(g_ctx, D.d_rec);
     fp_mem_free(g_ctx, D.d_qkv);
