@@ -322,6 +322,11 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # decode's fixed ~15 us goes (start skew, first tile, loop spread, merge,
     # tail, time outside the CTAs)
     "anatomy|attention/decode_anatomy"
+    # the prefill kernels' timelines (session 39): the default (v5 at
+    # head_dim 128, v8 at 64) against v9, the SMs' busy / head / gap / tail
+    # shares and the time per key tile: the causal 4k target's balance vs
+    # tile rate
+    "panatomy|attention/prefill_anatomy"
     "ab-graph6|graph/decode_step --kernel 6 --batch 1"
     # programmatic dependent launch (FP_CTX_LAUNCH_PDL 1) on both sides of
     # the graph rows (eager vs replay, the host cost of a launch with the

@@ -29,6 +29,11 @@
  *                      its partials are stored and at its end
  *                      (fp_attn_cuda_cta_trace_set; fp_attn_cta_anatomy);
  *                      CUDA only.
+ *   attention/prefill_anatomy  the default prefill kernel (v5 / v8 on
+ *                      Hopper) vs v9 (persistent CTAs), and where each
+ *                      one's time goes between its SMs: busy, before the
+ *                      first CTA, between CTAs, after the last (balance),
+ *                      and the loop's time per key tile; CUDA only.
  *   attention/varlen   packed sequences of mixed lengths (cu_seqlens):
  *                      the call without total_k (v3 on Hopper) vs with it
  *                      (v5 / v8), CUDA only.
@@ -591,26 +596,31 @@ static int decode_opts(fb_run *run, int kv_max, int b_max, int *kv, int *b) {
 /* Traced calls per kernel and row; each metric is their median. */
 #define ANATOMY_CALLS 5
 
-/* The CTA timeline of r's call (attention/decode_anatomy): ANATOMY_CALLS
- * traced calls after the timed ones, each summarized by fp_attn_cta_anatomy,
- * into metrics <prefix>_span_us (first CTA start to last CTA end),
- * _outside_us (kernel_us, the timing engine's median, minus the span: the
- * launch and what the timer sees around the CTAs), _skew_us (first to last
- * CTA start), _landed_us (a CTA's start to its Q and first K tile landed,
- * median), _loop_us / _loop_max_us (the KV loop, median / longest CTA),
- * _merge_us (the merging CTA's combine), _tail_us (the median CTA's end to
- * the last), _ctas and _sms; each the median over the calls; `text` gets
- * them in short for the row's note. A kernel that records nothing (the
- * Hopper kernels) leaves `text` saying so. */
+/* The CTA timeline of r's call (attention/decode_anatomy, prefill_anatomy):
+ * ANATOMY_CALLS traced calls after the timed ones, each summarized by
+ * fp_attn_cta_anatomy, into metrics <prefix>_span_us (first CTA start to
+ * last CTA end), _outside_us (kernel_us, the timing engine's median, minus
+ * the span: the launch and what the timer sees around the CTAs), _skew_us
+ * (first to last CTA start), _landed_us (a CTA's start to its Q and first K
+ * tile landed, median), _loop_us / _loop_max_us (the KV loop, median /
+ * longest CTA), _merge_us (the merging CTA's combine), _tail_us (the median
+ * CTA's end to the last), _ctas (v9: items) and _sms, _tile_ns (a record's
+ * loop over its key tiles, median), _busy_pct / _head_pct / _gap_pct /
+ * _tail_pct (where the SMs' time goes over the span: inside a record,
+ * before an SM's first, between its records, after its last); each the
+ * median over the calls; `text` gets them in short for the row's note
+ * (prefill: the SMs' time and the tile rate; decode: the marks). A kernel
+ * that records nothing (v3 / v4) leaves `text` saying so. */
 static fp_status anatomy_metrics(fb_run *run, fb_result *res, pref_run *r, const char *prefix, double kernel_us,
-                                 char *text, size_t text_n) {
+                                 int prefill, char *text, size_t text_n) {
     fp_context *ctx = fb_ctx(run);
     const size_t bytes = (size_t)ANATOMY_RECORDS * sizeof(fp_cta_record);
     fp_cta_record *d_rec = NULL, *h_rec = malloc(bytes);
     fp_status st = h_rec ? fp_mem_alloc(ctx, bytes, (void **)&d_rec) : FP_ERR_OUT_OF_MEMORY;
-    enum { SPAN, SKEW, LANDED, LOOP, LOOP_MAX, MERGE, TAIL, CTAS, SMS, NM };
-    static const char *const names[NM] = {"span_us", "skew_us",  "landed_us", "loop_us", "loop_max_us",
-                                          "merge_us", "tail_us", "ctas",      "sms"};
+    enum { SPAN, SKEW, LANDED, LOOP, LOOP_MAX, MERGE, TAIL, CTAS, SMS, TILE, BUSY, HEAD, GAP, SM_TAIL, NM };
+    static const char *const names[NM] = {"span_us", "skew_us", "landed_us", "loop_us",  "loop_max_us",
+                                          "merge_us", "tail_us", "ctas",     "sms",      "tile_ns",
+                                          "busy_pct", "head_pct", "gap_pct", "tail_pct"};
     double v[NM][ANATOMY_CALLS];
     int calls = 0;
     int64_t ctas = 0;
@@ -629,12 +639,13 @@ static fp_status anatomy_metrics(fb_run *run, fb_result *res, pref_run *r, const
         fp_cta_anatomy a;
         if (st == FP_OK) st = fp_attn_cta_anatomy(h_rec, ctas, &a);
         if (st != FP_OK) break;
-        const double row[NM] = {a.span_us,     a.start_skew_us, a.landed_p50_us, a.loop_p50_us,  a.loop_max_us,
-                                a.merge_max_us, a.tail_us,      (double)a.ctas,  (double)a.sms};
+        const double row[NM] = {a.span_us,      a.start_skew_us, a.landed_p50_us, a.loop_p50_us, a.loop_max_us,
+                                a.merge_max_us, a.tail_us,       (double)a.ctas,  (double)a.sms, a.tile_ns_p50,
+                                a.busy_pct,     a.head_pct,      a.gap_pct,       a.tail_pct};
         for (int m = 0; m < NM; ++m) v[m][calls] = row[m];
         ++calls;
     }
-    snprintf(text, text_n, "%s: no CTA timeline (only v1 / v2 / v6 / v7 record one, of at most %d CTAs)", prefix,
+    snprintf(text, text_n, "%s: no CTA timeline (v3 / v4 record none; a grid of at most %d CTAs)", prefix,
              ANATOMY_RECORDS);
     char key[64];
     double med[NM];
@@ -648,7 +659,11 @@ static fp_status anatomy_metrics(fb_run *run, fb_result *res, pref_run *r, const
             fb_result_metric(res, key, kernel_us - med[m]);
         }
     }
-    if (calls > 0)
+    if (calls > 0 && prefill)
+        snprintf(text, text_n,
+                 "%s: span %.1f (outside %.1f) us, SMs busy %.1f%% head %.1f gap %.1f tail %.1f, %.0f ns a tile",
+                 prefix, med[SPAN], kernel_us - med[SPAN], med[BUSY], med[HEAD], med[GAP], med[SM_TAIL], med[TILE]);
+    else if (calls > 0)
         snprintf(text, text_n, "%s: span %.1f (outside %.1f) skew %.1f first %.1f loop %.1f/%.1f merge %.1f tail %.1f us",
                  prefix, med[SPAN], kernel_us - med[SPAN], med[SKEW], med[LANDED], med[LOOP], med[LOOP_MAX],
                  med[MERGE], med[TAIL]);
@@ -699,8 +714,8 @@ static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt, 
         fb_result_note(r, "baseline %s, optimized %s", b, o);
         if (anatomy) {
             char ta[144] = "", tb[144] = "";
-            st = anatomy_metrics(run, r, &base, "default", rep.baseline.median_ms * 1e3, ta, sizeof ta);
-            if (st == FP_OK) st = anatomy_metrics(run, r, &v6, "v6", rep.optimized.median_ms * 1e3, tb, sizeof tb);
+            st = anatomy_metrics(run, r, &base, "default", rep.baseline.median_ms * 1e3, 0, ta, sizeof ta);
+            if (st == FP_OK) st = anatomy_metrics(run, r, &v6, "v6", rep.optimized.median_ms * 1e3, 0, tb, sizeof tb);
             if (st != FP_OK) fb_result_fail(r, st, fp_last_error());
             else fb_result_note(r, "baseline %s, optimized %s; %s; %s", b, o, ta, tb);
         }
@@ -734,6 +749,89 @@ static fp_status decode_versions(fb_run *run, int anatomy) {
 }
 static fp_status run_decode_versions(fb_run *run) { return decode_versions(run, 0); }
 static fp_status run_decode_anatomy(fb_run *run) { return decode_versions(run, 1); }
+
+/* attention/prefill_anatomy: where a prefill kernel's time goes between its
+ * SMs: the default kernel (kernel 0: v5 at head_dim 128 and v8 at 64 on
+ * Hopper, v1 elsewhere) against v9 preferred (its persistent CTAs; other
+ * devices fall back, the note says to what), outputs compared, TFLOP/s of
+ * each, and per kernel the CTA timeline's metrics (anatomy_metrics): the
+ * SMs' busy / head / gap / tail shares of the span and the loop's time per
+ * key tile, which separate the causal shapes' balance (tail), the CTAs'
+ * turnaround (gap) and the tile rate (tile_ns against the tensor roof).
+ * Shapes: FlashAttention's 16384 tokens, 2048 / head_dim heads, bf16:
+ * head_dim 128 at 4k non-causal and causal and 16k causal, head_dim 64 at
+ * 4k causal (--head_dim and --causal keep the shapes that have them;
+ * --seqlen, --batch, --heads replace those of the shapes kept; --dtype;
+ * --quick: 256 keys, 2 heads of 64, causal). CUDA only. */
+static void run_prefill_anatomy_shape(fb_run *run, int batch, int sl, int hq, int d, int causal, fp_dtype dt) {
+    fp_context *ctx = fb_ctx(run);
+    fb_result *r = fb_result_new(run);
+    fb_param_str(r, "versions", "default_vs_v9");
+    fb_param_str(r, "dtype", fp_dtype_name(dt));
+    fb_param_int(r, "batch", batch);
+    fb_param_int(r, "seqlen", sl);
+    fb_param_int(r, "heads", hq);
+    fb_param_int(r, "head_dim", d);
+    fb_param_int(r, "causal", causal);
+    const size_t n = (size_t)batch * sl * hq * d, elt = fp_dtype_size(dt);
+    attn_bufs B;
+    fp_status st = attn_bufs_alloc(ctx, dt, n, n, &B);
+    fp_attention_params p1, p2;
+    fp_attention_params_default(&p1);
+    p1.batch = batch; p1.seqlen_q = p1.seqlen_k = sl;
+    p1.heads_q = p1.heads_kv = hq; p1.head_dim = d; p1.dtype = dt; p1.causal = causal;
+    p1.q = B.q; p1.k = B.k; p1.v = B.v; p1.o = B.o1;
+    p2 = p1;
+    p2.o = B.o2;
+    pref_run base = {ctx, &p1, 0}, v9 = {ctx, &p2, 9};
+    const double flops = fp_attention_flops(&p1);
+    fp_ab_report rep;
+    if (pref_ab_rep(run, r, st, &base, &v9, B.o1, B.o2, n, dt, -1.0, -1.0, 4.0 * (double)n * (double)elt, flops, "",
+                    &rep)) {
+        fb_result_metric(r, "default_tflops", spec_flops_tflops(flops, rep.baseline.median_ms));
+        fb_result_metric(r, "v9_tflops", spec_flops_tflops(flops, rep.optimized.median_ms));
+        char b[320], o[320], ta[160] = "", tb[160] = "";
+        ran_with(&base, b, sizeof b);
+        ran_with(&v9, o, sizeof o);
+        st = anatomy_metrics(run, r, &base, "default", rep.baseline.median_ms * 1e3, 1, ta, sizeof ta);
+        if (st == FP_OK) st = anatomy_metrics(run, r, &v9, "v9", rep.optimized.median_ms * 1e3, 1, tb, sizeof tb);
+        if (st != FP_OK) fb_result_fail(r, st, fp_last_error());
+        else fb_result_note(r, "baseline %s, optimized %s; %s; %s", b, o, ta, tb);
+    }
+    fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
+    attn_bufs_free(ctx, &B);
+}
+
+static fp_status run_prefill_anatomy(fb_run *run) {
+    if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "needs a CUDA device");
+    fp_dtype dts[4] = {FP_BF16};
+    const int ndt = dtypes_or(run, dts, 1);
+    /* head_dim, seqlen, causal */
+    static const int shapes[4][3] = {{128, 4096, 0}, {128, 4096, 1}, {128, 16384, 1}, {64, 4096, 1}};
+    static const int quick_shape[3] = {64, 256, 1};
+    const int quick = fb_quick(run);
+    if (fb_opt_given(run, "seqlen") && (fb_opt_int(run, "seqlen", 1) < 1 || fb_opt_int(run, "seqlen", 1) > 1 << 20))
+        return fb_skip(run, "--seqlen must be in [1, 1048576]");
+    if (fb_opt_given(run, "batch") && (fb_opt_int(run, "batch", 1) < 1 || fb_opt_int(run, "batch", 1) > 65535))
+        return fb_skip(run, "--batch must be in [1, 65535]");
+    if (fb_opt_given(run, "heads") && (fb_opt_int(run, "heads", 1) < 1 || fb_opt_int(run, "heads", 1) > 1024))
+        return fb_skip(run, "--heads must be in [1, 1024]");
+    for (int t = 0; t < ndt; ++t)
+        for (int i = 0; i < (quick ? 1 : 4); ++i) {
+            const int *sh = quick ? quick_shape : shapes[i];
+            const int d = sh[0], causal = sh[2];
+            /* --head_dim / --causal keep the shapes that have it */
+            if (fb_opt_given(run, "head_dim") && fb_opt_int(run, "head_dim", d) != d) continue;
+            if (fb_opt_given(run, "causal") && !!fb_opt_int(run, "causal", causal) != causal) continue;
+            const int sl = fb_opt_given(run, "seqlen") ? (int)fb_opt_int(run, "seqlen", sh[1]) : sh[1];
+            const int hq = fb_opt_given(run, "heads") ? (int)fb_opt_int(run, "heads", 1) : quick ? 2 : 2048 / d;
+            const int batch = fb_opt_given(run, "batch") ? (int)fb_opt_int(run, "batch", 1)
+                              : quick || sl >= 16384 ? 1
+                                                     : 16384 / sl;
+            run_prefill_anatomy_shape(run, batch, sl, hq, d, causal, dts[t]);
+        }
+    return FP_OK;
+}
 
 /* attention/varlen: a packed batch of sequences of mixed lengths
  * (cu_seqlens: 4096, 1024, 2048, 512, 3072, 1536, 2560, 1536 = 16384 tokens,
@@ -1331,3 +1429,6 @@ FB_SCENARIO(fb_attention_decode_anatomy, "attention/decode_anatomy",
             "decode_versions' rows and where each kernel's time goes between its CTAs: start skew, first tile, "
             "KV loop, merge, tail, time outside the CTAs (CUDA only)",
             run_decode_anatomy)
+FB_SCENARIO(fb_attention_prefill_anatomy, "attention/prefill_anatomy",
+            "where a prefill kernel's time goes between its SMs: the default vs v9, per-CTA timelines",
+            run_prefill_anatomy)

@@ -905,7 +905,7 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
             cp_async_commit();
         }
         cp_async_wait<0>();
-        fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_LOOP);
+        fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_LOOP, s_end - s_begin);
     }
 
     // Epilogue: row sums over the quad, normalize, write O (and lse) or the
@@ -1105,7 +1105,7 @@ __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
             }
         }
         cp_async_wait<0>();
-        fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_LOOP);
+        fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_LOOP, s_end - s_begin);
     }
 
     // The warps' states into the dead ring: O unnormalized [NW][Br][RP], then
@@ -1272,18 +1272,6 @@ template <typename T, int D, int V, typename TK> constexpr auto flash_kernel() {
     }
 }
 
-// The calling thread's CTA timeline (fp_attn_cuda_cta_trace_set) for a
-// launch of x_ctas x heads_kv x batch CTAs: one launch (batch <= 65535) of at
-// most the records' capacity, else none.
-static void cta_trace_of(const fp_attn_args *a, flash_params &p, int64_t x_ctas) {
-    int64_t cap = 0;
-    fp_cta_record *rec = fp_attn_cuda_cta_trace_get(&cap);
-    const int64_t ctas = x_ctas * a->heads_kv * a->batch;
-    if (!rec || a->batch > 65535 || ctas > cap) return;
-    p.cta_trace = rec;
-    fp_attn_cuda_cta_trace_note(ctas);
-}
-
 template <typename T, int D, int V = 1, typename TK = T>
 fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t stream) {
     using Tr = typename flash_version<T, D, V>::Tr;
@@ -1301,7 +1289,7 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
                      (kIsKv8<TK> ? 2 * (size_t)Tr::kBc * D : 0);
     constexpr auto kernel = flash_kernel<T, D, V, TK>();
     FP_TRY(smem_opt_in<kernel>(smem));
-    cta_trace_of(a, p, (int64_t)p.m_tiles * num_splits);
+    cta_trace_for(a, p, (int64_t)p.m_tiles * num_splits * a->heads_kv * a->batch);
     return run_with_partials<T, D>(a, p, stream, kIsKv8<TK> ? "attention flash (fp8 KV cache)" : "attention flash",
                                    true, [&](flash_params &q) {
         cudaError_t err = cudaSuccess;

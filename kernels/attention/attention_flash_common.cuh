@@ -60,9 +60,21 @@ struct flash_params {
     float o_scale;      // fp8 inputs: O is multiplied by it (v_descale; fp_attn_args.o_scale)
     int o_tma;          // v5 / v8 / v10 (one split, 16-bit, dense): O leaves through shared memory and
                         // TMA stores (the kernel's tm_o; session 32), else 0: each thread's stores
-    fp_cta_record *cta_trace; // the CTA timeline's records (v1 / v2 / v7 / v6: kernels/common/cta_trace.cuh),
-                              // NULL: not traced (fp_attn_cuda_cta_trace_set)
+    fp_cta_record *cta_trace; // the CTA timeline's records (kernels/common/cta_trace.cuh: one per CTA;
+                              // v9: one per item), NULL: not traced (fp_attn_cuda_cta_trace_set)
 };
+
+// The calling thread's CTA timeline (fp_attn_cuda_cta_trace_set) for a
+// launch that writes `records` records (its CTAs; v9: its items): p traces
+// into them when the launch is one (batch <= 65535) and they fit the
+// capacity; otherwise nothing is recorded.
+inline void cta_trace_for(const fp_attn_args *a, flash_params &p, int64_t records) {
+    int64_t cap = 0;
+    fp_cta_record *rec = fp_attn_cuda_cta_trace_get(&cap);
+    if (!rec || a->batch > 65535 || records > cap) return;
+    p.cta_trace = rec;
+    fp_attn_cuda_cta_trace_note(records);
+}
 
 // Whether environment variable `name` is set to exactly `want` (the A/B
 // switches below read it once, into a function-local static).
@@ -138,7 +150,7 @@ inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_spl
         for (p.page_shift = 0; (1 << p.page_shift) < a->page_size;) ++p.page_shift;
     p.counters = nullptr;
     p.tickets = nullptr;
-    p.cta_trace = nullptr; // the recording kernels' launchers set it (cta_trace_of)
+    p.cta_trace = nullptr; // the recording kernels' launchers set it (cta_trace_for)
     return p;
 }
 

@@ -126,6 +126,7 @@
 #include "attention/attention_sm90_layout.h"
 #include "attention/attention_tma_sm90.h"
 #include "attention/kernel_watchdog.cuh"
+#include "common/cta_trace.cuh" /* the CTA timeline (fastbench attention/prefill_anatomy) */
 
 namespace {
 
@@ -597,8 +598,16 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
     // v5 / v8 keep their measured code.
     const int tid = threadIdx.x, wg = W == 3 ? __shfl_sync(0xffffffffu, tid / 128, 0) : tid / 128;
     const int warp = (tid / 32) % 4, lane = tid % 32;
+    // The CTA timeline (traced launches only: rec is CTA-uniform): thread 0
+    // stamps the start, consumer thread 0 the first K tile and the loop's
+    // end, each active consumer warpgroup its epilogue's end (the latest).
+    fp_cta_record *const rec = p.cta_trace ? p.cta_trace + fp_cta::linear_cta(0) : nullptr;
+    if (rec && tid == 0) fp_cta::start_at(rec, fp_cta::linear_cta(0));
     cta_work w;
-    if (!cta_work_of(p, Br, Bc, 0, w)) return; // CTA-uniform, before any barrier
+    if (!cta_work_of(p, Br, Bc, 0, w)) { // CTA-uniform, before any barrier
+        if (rec && tid == 0) fp_cta::mark_at(rec, FP_CTA_END);
+        return;
+    }
     const int split = w.split, hk = w.hk, b = w.b, m0 = w.m0, rows = w.rows;
     const fp_flash::seq_view &S = w.S;
     const fp_tma::seq_rows kv = fp_tma::kv_seq_rows(p.cu_k, b, p.sk, p.kv_rows);
@@ -689,10 +698,16 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
             fence_proxy_async();
             named_barrier(2 + cw, 128);
         }
+        if (rec && ctid < 32) { // traced: the first K tile, waited for by one warp before the schedule does
+            mbar_wait(smem0 + fp_tma::bar_offset<DL, 1, W, BC>(fp_tma::BAR_FULL_K, fp_tma::ring_stage(0, Stages)),
+                      fp_tma::full_parity(0, Stages), fp_tma::BAR_FULL_K, 0);
+            if (ctid == 0) fp_cta::mark_at(rec, FP_CTA_LANDED);
+        }
         if (kTurns)
             fp_tma::consumer_schedule_turns<Stages, W>(s_begin, s_end, cw, W == 2 && active_wgs < 2 ? 0 : active_wgs, c);
         else
             fp_tma::consumer_schedule<Stages>(s_begin, s_end, c);
+        if (rec && ctid == 0) fp_cta::mark_at(rec, FP_CTA_LOOP, s_end - s_begin);
     }
 
     // Epilogue (attention_sm90_common.cuh, as v3): row sums over the quad,
@@ -706,10 +721,12 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
                                          *bhk = hk;
                                          *bb = b;
                                      });
+            if (rec && tid % 128 == 0) fp_cta::end_max_at(rec);
             return;
         }
     }
     store_rows<T, D>(p, S, c.o_acc, c.m_run, c.l_run, m0 + wrow, rows, warp, lane, hk, b, split);
+    if (rec && tid % 128 == 0) fp_cta::end_max_at(rec);
 }
 
 template <typename T, int D>
@@ -960,7 +977,12 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
     }
     // Item t's Q (buffer qb) published to this warpgroup's wgmmas, its rows'
     // softmax context and V bound; `ticket` stays the finishing item's.
+    // The CTA timeline (p->cta_trace: traced launches only): record t is
+    // item t's; consumer thread 0 stamps its start here (its Q about to be
+    // published), its loop's end and the CTA's number and SM; each warpgroup
+    // the end of its epilogue (the latest: end_item).
     __device__ __forceinline__ void use_item(int t, int qb, const cta_work &w) {
+        if (p->cta_trace && cw == 0 && wtid == 0) fp_cta::start_at(p->cta_trace + t, blockIdx.x);
         // paged: rows past L of the last real box are cleared, the boxes after it are zeros
         this->map_rows = p->block_table ? fp_tma::paged_map_rows(w.S.L, fp_tma::paged_box_rows(p->page_size))
                                         : fp_tma::kv_seq_rows(p->cu_k, w.b, p->sk, p->kv_rows).map_rows;
@@ -1007,6 +1029,9 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
         }
         cta_work w;
         item_work<D>(*p, x->ord, ticket, w); // true: begin_item / prefetch_q said so
+        fp_cta_record *const rec = p->cta_trace ? p->cta_trace + ticket : nullptr;
+        if (rec && cw == 0 && wtid == 0 && w.plan.s_begin < w.plan.s_end)
+            fp_cta::mark_at(rec, FP_CTA_LOOP, w.plan.s_end - w.plan.s_begin); // its last P V retired
         if (p->o_tma) {
             // O through the finishing item's Q buffer: q_smem, or when chained
             // the other one (q_smem is the next item's already)
@@ -1025,6 +1050,7 @@ template <typename T, int D> struct consumer_item_ops : consumer_ops<T, D, 2> {
             store_rows<T, D>(*p, w.S, this->o_acc, end_m, end_l, w.m0 + this->wrow, w.rows, warp, this->lane, w.hk,
                              w.b, w.split);
         }
+        if (rec && wtid == 0) fp_cta::end_max_at(rec);
         if (chained) {
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) this->o_acc[i] = 0.0f;
@@ -1430,6 +1456,7 @@ fp_status launch_v5(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
                                       : "attention flash v5";
     const cudaError_t pe = prologue();
     if (pe != cudaSuccess) return fp_set_error(FP_ERR_CUDA, "%s: V^T launch: %s", what, cudaGetErrorString(pe));
+    cta_trace_for(a, p, (int64_t)p.m_tiles * num_splits * a->heads_kv * a->batch); // a record per CTA
     return run_with_partials<To, D>(a, p, stream, what, false, [&](flash_params &q) {
         dim3 grid((unsigned)(q.m_tiles * num_splits), (unsigned)a->heads_kv, (unsigned)a->batch);
         return launch_smem<kernel>(grid, Tr::kThreads, smem, stream, pdl_of(a), q, tm_k, tm_v, tm_o);
@@ -1523,6 +1550,7 @@ fp_status launch_v9(const fp_attn_args *a, int num_splits, const fp_tma::kv_map 
 #if defined(FP_KERNEL_WATCHDOG) && !defined(FP_CUDA_EMU)
     fp_watchdog::arm(stream);
 #endif
+    if (ord.items > 0) cta_trace_for(a, p, ord.items); // a record per item (its ticket)
     return run_with_partials<T, D>(
         a, p, stream, "attention flash v9", false,
         [&](flash_params &q) {

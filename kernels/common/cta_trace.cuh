@@ -50,15 +50,39 @@ __device__ __forceinline__ uint32_t sm_id(int b_off) {
 }
 
 // Mark `which` (FP_CTA_*) of this CTA; thread 0 only. FP_CTA_START also
-// writes the CTA's index and SM. No-op when rec is NULL.
-__device__ __forceinline__ void mark(fp_cta_record *rec, int b_off, int which) {
+// writes the CTA's index and SM; tiles >= 0 (at FP_CTA_LOOP) the key tiles
+// its loop ran. No-op when rec is NULL.
+__device__ __forceinline__ void mark(fp_cta_record *rec, int b_off, int which, int tiles = -1) {
     if (rec == nullptr || threadIdx.x != 0) return;
     fp_cta_record *r = rec + linear_cta(b_off);
     if (which == FP_CTA_START) {
         r->cta = linear_cta(b_off);
         r->smid = sm_id(b_off);
     }
+    if (tiles >= 0) r->tiles = (uint32_t)tiles;
     r->t_ns[which] = now_ns();
+}
+
+// ---- Records written by a chosen thread (the warp-specialized Hopper
+// kernels: their producer warpgroup leaves early, so no CTA-wide barrier
+// follows the loop; the caller picks the thread, r is its record) --------
+
+// The record's start: `cta` (the CTA's linear index; v9: blockIdx.x, the
+// persistent CTA that ran the item), its SM and FP_CTA_START.
+__device__ __forceinline__ void start_at(fp_cta_record *r, uint32_t cta) {
+    r->cta = cta;
+    r->smid = sm_id(0);
+    r->t_ns[FP_CTA_START] = now_ns();
+}
+// Mark `which` of record r now (tiles >= 0: the key tiles of its loop).
+__device__ __forceinline__ void mark_at(fp_cta_record *r, int which, int tiles = -1) {
+    if (tiles >= 0) r->tiles = (uint32_t)tiles;
+    r->t_ns[which] = now_ns();
+}
+// FP_CTA_END as the latest of several writers' ends (each consumer
+// warpgroup after its epilogue): an atomic max on the 64-bit stamp.
+__device__ __forceinline__ void end_max_at(fp_cta_record *r) {
+    atomicMax((unsigned long long *)&r->t_ns[FP_CTA_END], (unsigned long long)now_ns());
 }
 
 // This CTA merged its tile's splits (thread 0 only).

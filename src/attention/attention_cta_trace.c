@@ -1,7 +1,8 @@
 /* The CTA timeline (attention_internal.h, "The CTA timeline"): the calling
- * thread's trace buffer, which the mma.sync launchers read
- * (kernels/attention/attention_flash.cu), and the summary of one traced
- * launch that fastbench attention/decode_anatomy reports. */
+ * thread's trace buffer, which the flash launchers read
+ * (kernels/attention/attention_flash.cu, attention_flash_tma_sm90.cu:
+ * cta_trace_for), and the summary of one traced launch that fastbench
+ * attention/decode_anatomy and attention/prefill_anatomy report. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,9 +31,48 @@ fp_cta_record *fp_attn_cuda_cta_trace_get(int64_t *capacity) {
 
 void fp_attn_cuda_cta_trace_note(int64_t ctas) { tl_last = ctas; }
 
-static int cmp_u32(const void *a, const void *b) {
-    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
+/* A record's interval on its SM (microseconds from the first start). */
+typedef struct sm_span {
+    uint32_t sm;
+    double s, e;
+} sm_span;
+
+static int cmp_span(const void *a, const void *b) {
+    const sm_span *x = a, *y = b;
+    if (x->sm != y->sm) return (x->sm > y->sm) - (x->sm < y->sm);
+    return (x->s > y->s) - (x->s < y->s);
+}
+
+/* Where the SMs' time goes over [0, span]: v[0..n) sorted by SM, then start.
+ * Fills busy / head / gap / tail (percent of SMs x span), the SMs, and
+ * ends[0..SMs) with each SM's last end. */
+static void sm_time(const sm_span *v, int64_t n, double span, fp_cta_anatomy *out, double *ends) {
+    double busy = 0.0, head = 0.0, gap = 0.0, tail = 0.0;
+    int64_t sms = 0;
+    for (int64_t i = 0; i < n;) {
+        const uint32_t sm = v[i].sm;
+        const double first = v[i].s;
+        double end = v[i].e, holes = 0.0;
+        for (++i; i < n && v[i].sm == sm; ++i) {
+            if (v[i].s > end) holes += v[i].s - end; /* a hole in the union of the SM's records */
+            if (v[i].e > end) end = v[i].e;
+        }
+        head += first;
+        gap += holes;
+        busy += end - first - holes;
+        tail += span - end;
+        ends[sms++] = end;
+    }
+    out->sms = sms;
+    const double all = (double)sms * span;
+    if (all > 0.0) {
+        out->busy_pct = 100.0 * busy / all;
+        out->head_pct = 100.0 * head / all;
+        out->gap_pct = 100.0 * gap / all;
+        out->tail_pct = 100.0 * tail / all;
+    } else { /* every record a point in time: the SMs were busy throughout */
+        out->busy_pct = 100.0;
+    }
 }
 
 /* The median of v[0..n) (sorted in place: the timing engine's helpers,
@@ -77,15 +117,17 @@ fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_an
     double *landed = malloc((size_t)started * sizeof(double));
     double *loop = malloc((size_t)started * sizeof(double));
     double *ends = malloc((size_t)started * sizeof(double));
-    uint32_t *sms = malloc((size_t)started * sizeof(uint32_t));
-    if (!landed || !loop || !ends || !sms) {
+    double *per_tile = malloc((size_t)started * sizeof(double));
+    sm_span *spans = malloc((size_t)started * sizeof(sm_span));
+    if (!landed || !loop || !ends || !per_tile || !spans) {
         free(landed);
         free(loop);
         free(ends);
-        free(sms);
+        free(per_tile);
+        free(spans);
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_attn_cta_anatomy: %lld records", (long long)started);
     }
-    int64_t nl = 0, nloop = 0, ne = 0;
+    int64_t nl = 0, nloop = 0, ne = 0, nt = 0, tiles = 0;
     double last_start = 0.0, last_end = 0.0, landed_max = 0.0, loop_max = 0.0, store_max = 0.0, merge_max = 0.0;
     int64_t merged = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -94,8 +136,8 @@ fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_an
         const double s = 1e-3 * (double)(r->t_ns[FP_CTA_START] - t0), e = 1e-3 * (double)(r->t_ns[FP_CTA_END] - t0);
         if (s > last_start) last_start = s;
         if (e > last_end) last_end = e;
-        ends[ne] = e;
-        sms[ne++] = r->smid;
+        spans[ne] = (sm_span){r->smid, s, e};
+        ends[ne++] = e;
         if (r->t_ns[FP_CTA_LANDED]) {
             const double l = 1e-3 * (double)(r->t_ns[FP_CTA_LANDED] - r->t_ns[FP_CTA_START]);
             landed[nl++] = l;
@@ -105,6 +147,11 @@ fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_an
                 loop[nloop++] = d;
                 if (d > loop_max) loop_max = d;
             }
+        }
+        if (r->t_ns[FP_CTA_LOOP] && r->tiles > 0) {
+            const uint64_t from = r->t_ns[FP_CTA_LANDED] ? r->t_ns[FP_CTA_LANDED] : r->t_ns[FP_CTA_START];
+            per_tile[nt++] = (double)(r->t_ns[FP_CTA_LOOP] - from) / (double)r->tiles;
+            tiles += r->tiles;
         }
         if (r->t_ns[FP_CTA_STORED] && r->t_ns[FP_CTA_LOOP]) {
             const double d = 1e-3 * (double)(r->t_ns[FP_CTA_STORED] - r->t_ns[FP_CTA_LOOP]);
@@ -118,12 +165,7 @@ fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_an
             }
         }
     }
-    qsort(sms, (size_t)ne, sizeof *sms, cmp_u32);
-    int64_t distinct = 0;
-    for (int64_t i = 0; i < ne; ++i)
-        if (i == 0 || sms[i] != sms[i - 1]) ++distinct;
     out->ctas = started;
-    out->sms = distinct;
     out->merged = merged;
     out->span_us = last_end;
     out->start_skew_us = last_start;
@@ -135,9 +177,15 @@ fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_an
     out->merge_max_us = merge_max;
     out->end_p50_us = median(ends, ne);
     out->tail_us = last_end - out->end_p50_us;
+    out->tiles = tiles;
+    out->tile_ns_p50 = median(per_tile, nt);
+    qsort(spans, (size_t)ne, sizeof *spans, cmp_span);
+    sm_time(spans, ne, last_end, out, ends); /* ends: now each SM's last end */
+    out->sm_end_p50_us = median(ends, out->sms);
     free(landed);
     free(loop);
     free(ends);
-    free(sms);
+    free(per_tile);
+    free(spans);
     return FP_OK;
 }

@@ -268,20 +268,21 @@ fp_status fp_attn_cuda_flash_sm90(const fp_attn_args *a, int version, int num_sp
  * a tile loaded as boxes of gcd(page_size, 128) rows, each from its page);
  * reached through fp_attn_cuda_flash_sm90(a, 5, 8, 9 or 10, ...)). */
 fp_status fp_attn_cuda_flash_v5(const fp_attn_args *a, int version, int num_splits, cudaStream_t stream);
-/* ---- The CTA timeline (fastbench attention/decode_anatomy) -------------
+/* ---- The CTA timeline (fastbench attention/decode_anatomy, prefill_anatomy)
  * Where a kernel's time goes between its CTAs: each CTA of a traced launch
- * writes one record, its thread 0 reading the GPU's global timer (%globaltimer,
- * nanoseconds, the same clock on every SM; its resolution is the GPU's, 32 ns
- * to 1 us) at fixed points of the kernel. Kernels that record: v1, v2, v7
- * (flash_fwd_body) and the decode kernel v6, with their fused split combine;
- * the Hopper kernels do not (their launches record nothing). A mark not
- * reached stays 0. */
+ * writes one record, one of its threads reading the GPU's global timer
+ * (%globaltimer, nanoseconds, the same clock on every SM; its resolution is
+ * the GPU's, 32 ns to 1 us) at fixed points of the kernel. Kernels that
+ * record: v1, v2, v7 (flash_fwd_body) and the decode kernel v6, with their
+ * fused split combine; the Hopper kernels v5 / v8 / v10 (and v5's wide tile)
+ * per CTA, v9 per item (record t: ticket t, whichever persistent CTA ran
+ * it). A mark not reached stays 0. */
 enum {
-    FP_CTA_START = 0,  /* the CTA begins (after the PDL wait) */
-    FP_CTA_LANDED = 1, /* Q and the first K tile are in shared memory (after its barrier) */
-    FP_CTA_LOOP = 2,   /* the KV loop is done (thread 0's warp) */
-    FP_CTA_STORED = 3, /* split calls: the CTA's partials are stored (before its arrival) */
-    FP_CTA_END = 4,    /* every thread is done, the merge included */
+    FP_CTA_START = 0,  /* the CTA begins (after the PDL wait; v9: the item's Q is about to be published) */
+    FP_CTA_LANDED = 1, /* Q and the first K tile are in shared memory (v9: not marked) */
+    FP_CTA_LOOP = 2,   /* the KV loop is done (thread 0's warp; Hopper: the first consumer warpgroup's) */
+    FP_CTA_STORED = 3, /* split calls of v1 / v2 / v7 / v6: the CTA's partials are stored (before its arrival) */
+    FP_CTA_END = 4,    /* every thread is done, the merge included (Hopper: each consumer warpgroup's epilogue) */
     FP_CTA_MARKS = 5
 };
 #define FP_CTA_MERGED 1u /* flags: this CTA was its tile's last and merged the splits */
@@ -290,16 +291,16 @@ typedef struct fp_cta_record {
     uint32_t cta;                /* x + gx (y + gy z) of the grid (z counting from batch 0) */
     uint32_t smid;               /* the SM it ran on (%smid) */
     uint32_t flags;              /* FP_CTA_MERGED */
-    uint32_t pad_;
+    uint32_t tiles;              /* key tiles its KV loop ran (written with FP_CTA_LOOP) */
 } fp_cta_record;                 /* 56 bytes */
 /* Sets the calling thread's trace: while records != NULL, each launch of a
  * recording kernel from this thread whose grid has at most `capacity` CTAs
- * (one launch: batch <= 65535) writes records[cta] (device memory, which the
- * caller zeroes first); a larger grid records nothing. NULL (or capacity 0)
- * stops it. */
+ * (v9: items; one launch: batch <= 65535) writes records[cta] (device
+ * memory, which the caller zeroes first); a larger grid records nothing.
+ * NULL (or capacity 0) stops it. */
 void fp_attn_cuda_cta_trace_set(fp_cta_record *records, int64_t capacity);
-/* CTAs of the calling thread's last launch that recorded (0: none did since
- * the trace was set), and resets it to 0. */
+/* Records of the calling thread's last launch that recorded (its CTAs; v9:
+ * its items; 0: none did since the trace was set), and resets it to 0. */
 int64_t fp_attn_cuda_cta_trace_take(void);
 /* The launchers' side: the calling thread's records and capacity (NULL when
  * not set), and the CTAs of a launch that records into them. */
@@ -322,8 +323,21 @@ typedef struct fp_cta_anatomy {
     double merge_max_us;   /* the merging CTAs: stored -> end, max */
     double end_p50_us;     /* first start -> a CTA's end, median over CTAs */
     double tail_us;        /* the median CTA's end -> the last end */
+    /* The loop's rate: */
+    int64_t tiles;         /* key tiles over all records (fp_cta_record.tiles) */
+    double tile_ns_p50;    /* a record's loop (landed, or its start where it has no landed mark, to
+                            * the loop done) over its tiles, median over the records with tiles */
+    /* Where the SMs' time goes over the span (first start -> last end),
+     * summed over the SMs that ran a record (these four add up to 100): */
+    double busy_pct;       /* inside an SM's records (their union: two CTAs on one SM count once) */
+    double head_pct;       /* before an SM's first record starts (launch ramp, start skew) */
+    double gap_pct;        /* between an SM's records (a CTA's turnaround; v9: between items) */
+    double tail_pct;       /* after an SM's last record ends, while others still run (balance) */
+    double sm_end_p50_us;  /* first start -> an SM's last end, median over the SMs */
 } fp_cta_anatomy;
-/* Fills *out from n records (those with t_ns[FP_CTA_START] == 0 are skipped:
+/* Fills *out from n records (a record per CTA; v9: per item, ordered by
+ * ticket, its cta the persistent CTA that ran it; those with
+ * t_ns[FP_CTA_START] == 0 are skipped:
  * CTAs of a smaller grid, or never run). FP_ERR_INVALID_ARGUMENT for NULL
  * pointers, n < 0, no record with a start, or a record whose marks go
  * backwards or that ends before it starts (a mark not reached, 0, is

@@ -51,6 +51,15 @@ static void test_known_times(void) {
     CHECK(near(a.merge_max_us, 3.75));
     CHECK(near(a.end_p50_us, 13.75));   /* ends 11, 16.5, 10.5, 26: (11 + 16.5) / 2 */
     CHECK(near(a.tail_us, 26.0 - 13.75));
+    /* The SMs' time over the 26 us: SM 5 runs [0, 11] (CTAs 0 and 2
+     * overlap), SM 7 [0.5, 16.5], SM 9 [2, 26]: busy 11 + 16 + 24, head
+     * 0 + 0.5 + 2, tail 15 + 9.5 + 0, no gap, of 3 x 26. */
+    CHECK(near(a.busy_pct, 100.0 * 51.0 / 78.0));
+    CHECK(near(a.head_pct, 100.0 * 2.5 / 78.0));
+    CHECK(near(a.gap_pct, 0.0));
+    CHECK(near(a.tail_pct, 100.0 * 24.5 / 78.0));
+    CHECK(near(a.sm_end_p50_us, 16.5));
+    CHECK(a.tiles == 0 && near(a.tile_ns_p50, 0.0)); /* no record says its tiles */
 
     /* One split (no stored mark), an odd count: medians are the middle value. */
     fp_cta_record s[3];
@@ -73,6 +82,41 @@ static void test_known_times(void) {
     e[1] = rec(1, 1, 0.0, -1, -1, -1, 0.5, 0);
     CHECK(fp_attn_cta_anatomy(e, 2, &a) == FP_OK);
     CHECK(a.ctas == 2 && near(a.landed_p50_us, 1.0) && near(a.loop_p50_us, 2.0) && near(a.span_us, 4.0));
+}
+
+/* Records of a persistent kernel (v9: one per item, several on an SM, the
+ * next one starting before the last ends), with their tiles: the loop's
+ * rate and where each SM's time goes. */
+static void test_sm_time(void) {
+    fp_cta_record r[5];
+    r[0] = rec(0, 0, 0.0, -1, 9.0, -1, 10.0, 0);  /* no landed mark: 9 us from its start */
+    r[1] = rec(0, 0, 12.0, -1, 7.0, -1, 8.0, 0);  /* after a 2 us gap on SM 0 */
+    r[2] = rec(1, 1, 1.0, 1.0, 10.0, -1, 13.0, 0); /* landed at 2, loop done at 11: 9 us */
+    r[3] = rec(1, 1, 13.0, -1, 8.0, -1, 9.0, 0);  /* starts before r[2] ends: no gap */
+    r[4] = rec(2, 2, 0.0, -1, -1, -1, 2.0, 0);    /* no tiles */
+    r[0].tiles = 3; /* 3000 ns a tile */
+    r[1].tiles = 7; /* 1000 */
+    r[2].tiles = 4; /* 2250 */
+    r[3].tiles = 0; /* a loop mark without tiles: no rate from it */
+    fp_cta_anatomy a;
+    CHECK(fp_attn_cta_anatomy(r, 5, &a) == FP_OK);
+    CHECK(a.ctas == 5 && a.sms == 3);
+    CHECK(near(a.span_us, 22.0));
+    CHECK(a.tiles == 14);
+    CHECK(near(a.tile_ns_p50, 2250.0));
+    /* SM 0: [0, 10] + [12, 20], SM 1: [1, 22], SM 2: [0, 2] of 3 x 22 us */
+    CHECK(near(a.busy_pct, 100.0 * 41.0 / 66.0));
+    CHECK(near(a.head_pct, 100.0 * 1.0 / 66.0));
+    CHECK(near(a.gap_pct, 100.0 * 2.0 / 66.0));
+    CHECK(near(a.tail_pct, 100.0 * 22.0 / 66.0));
+    CHECK(near(a.busy_pct + a.head_pct + a.gap_pct + a.tail_pct, 100.0));
+    CHECK(near(a.sm_end_p50_us, 20.0)); /* 20, 22, 2 */
+    /* the records in another order: the same summary */
+    fp_cta_record q[5] = {r[3], r[1], r[4], r[0], r[2]};
+    fp_cta_anatomy b;
+    CHECK(fp_attn_cta_anatomy(q, 5, &b) == FP_OK);
+    CHECK(near(b.busy_pct, a.busy_pct) && near(b.gap_pct, a.gap_pct) && near(b.tail_pct, a.tail_pct) &&
+          near(b.tile_ns_p50, a.tile_ns_p50) && near(b.sm_end_p50_us, a.sm_end_p50_us));
 }
 
 static void test_refusals(void) {
@@ -115,6 +159,7 @@ static void test_thread_state(void) {
 
 int main(void) {
     test_known_times();
+    test_sm_time();
     test_refusals();
     test_thread_state();
     TEST_END();

@@ -182,9 +182,14 @@ namespace {
 
 DeviceProfile g_h100 = {9, 0, 132, 1024, 2048, 48 * 1024, 227 * 1024, 228 * 1024, 65536};
 DeviceProfile g_a100 = {8, 0, 108, 1024, 2048, 48 * 1024, 163 * 1024, 164 * 1024, 65536};
+// FP_EMU_SM=80: the A100 profile; FP_EMU_SM_COUNT=n (1..1024): n SMs
+// instead of the profile's (persistent kernels then run several items a CTA)
 DeviceProfile g_device = [] {
     const char *e = getenv("FP_EMU_SM");
-    return (e && atoi(e) == 80) ? g_a100 : g_h100;
+    DeviceProfile d = (e && atoi(e) == 80) ? g_a100 : g_h100;
+    const char *n = getenv("FP_EMU_SM_COUNT");
+    if (n && atoi(n) >= 1 && atoi(n) <= 1024) d.sm_count = atoi(n);
+    return d;
 }();
 
 std::mutex g_state_mu;  // the three below: kernels run on stream worker threads
