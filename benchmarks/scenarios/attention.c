@@ -605,7 +605,8 @@ static int decode_opts(fb_run *run, int kv_max, int b_max, int *kv, int *b) {
  * tile landed, median), _loop_us / _loop_max_us (the KV loop, median /
  * longest CTA), _merge_us (the merging CTA's combine), _tail_us (the median
  * CTA's end to the last), _ctas (v9: items) and _sms, _tile_ns (a record's
- * loop over its key tiles, median), _busy_pct / _head_pct / _gap_pct /
+ * loop over its key tiles, median), _epilogue_us (the loop's end to the
+ * record's, median), _busy_pct / _head_pct / _gap_pct /
  * _tail_pct (where the SMs' time goes over the span: inside a record,
  * before an SM's first, between its records, after its last); each the
  * median over the calls; `text` gets them in short for the row's note
@@ -617,10 +618,10 @@ static fp_status anatomy_metrics(fb_run *run, fb_result *res, pref_run *r, const
     const size_t bytes = (size_t)ANATOMY_RECORDS * sizeof(fp_cta_record);
     fp_cta_record *d_rec = NULL, *h_rec = malloc(bytes);
     fp_status st = h_rec ? fp_mem_alloc(ctx, bytes, (void **)&d_rec) : FP_ERR_OUT_OF_MEMORY;
-    enum { SPAN, SKEW, LANDED, LOOP, LOOP_MAX, MERGE, TAIL, CTAS, SMS, TILE, BUSY, HEAD, GAP, SM_TAIL, NM };
-    static const char *const names[NM] = {"span_us", "skew_us", "landed_us", "loop_us",  "loop_max_us",
-                                          "merge_us", "tail_us", "ctas",     "sms",      "tile_ns",
-                                          "busy_pct", "head_pct", "gap_pct", "tail_pct"};
+    enum { SPAN, SKEW, LANDED, LOOP, LOOP_MAX, MERGE, TAIL, CTAS, SMS, TILE, EPI, BUSY, HEAD, GAP, SM_TAIL, NM };
+    static const char *const names[NM] = {"span_us",  "skew_us",  "landed_us", "loop_us", "loop_max_us", "merge_us",
+                                          "tail_us",  "ctas",     "sms",       "tile_ns", "epilogue_us", "busy_pct",
+                                          "head_pct", "gap_pct",  "tail_pct"};
     double v[NM][ANATOMY_CALLS];
     int calls = 0;
     int64_t ctas = 0;
@@ -639,9 +640,9 @@ static fp_status anatomy_metrics(fb_run *run, fb_result *res, pref_run *r, const
         fp_cta_anatomy a;
         if (st == FP_OK) st = fp_attn_cta_anatomy(h_rec, ctas, &a);
         if (st != FP_OK) break;
-        const double row[NM] = {a.span_us,      a.start_skew_us, a.landed_p50_us, a.loop_p50_us, a.loop_max_us,
-                                a.merge_max_us, a.tail_us,       (double)a.ctas,  (double)a.sms, a.tile_ns_p50,
-                                a.busy_pct,     a.head_pct,      a.gap_pct,       a.tail_pct};
+        const double row[NM] = {a.span_us,      a.start_skew_us, a.landed_p50_us,   a.loop_p50_us, a.loop_max_us,
+                                a.merge_max_us, a.tail_us,       (double)a.ctas,    (double)a.sms, a.tile_ns_p50,
+                                a.epilogue_p50_us, a.busy_pct,   a.head_pct,        a.gap_pct,     a.tail_pct};
         for (int m = 0; m < NM; ++m) v[m][calls] = row[m];
         ++calls;
     }
@@ -659,10 +660,13 @@ static fp_status anatomy_metrics(fb_run *run, fb_result *res, pref_run *r, const
             fb_result_metric(res, key, kernel_us - med[m]);
         }
     }
-    if (calls > 0 && prefill)
-        snprintf(text, text_n,
-                 "%s: span %.1f (outside %.1f) us, SMs busy %.1f%% head %.1f gap %.1f tail %.1f, %.0f ns a tile",
-                 prefix, med[SPAN], kernel_us - med[SPAN], med[BUSY], med[HEAD], med[GAP], med[SM_TAIL], med[TILE]);
+    if (calls > 0 && prefill) { /* v9 has no landed mark: no first tile */
+        char first[32] = "";
+        if (med[LANDED] > 0.0) snprintf(first, sizeof first, "first %.2f us, ", med[LANDED]);
+        snprintf(text, text_n, "%s: span %.1f us (outside %.1f), busy %.1f%% head %.1f gap %.1f tail %.1f, %stile %.0f ns, epi %.2f us",
+                 prefix, med[SPAN], kernel_us - med[SPAN], med[BUSY], med[HEAD], med[GAP], med[SM_TAIL], first,
+                 med[TILE], med[EPI]);
+    }
     else if (calls > 0)
         snprintf(text, text_n, "%s: span %.1f (outside %.1f) skew %.1f first %.1f loop %.1f/%.1f merge %.1f tail %.1f us",
                  prefix, med[SPAN], kernel_us - med[SPAN], med[SKEW], med[LANDED], med[LOOP], med[LOOP_MAX],

@@ -118,16 +118,18 @@ fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_an
     double *loop = malloc((size_t)started * sizeof(double));
     double *ends = malloc((size_t)started * sizeof(double));
     double *per_tile = malloc((size_t)started * sizeof(double));
+    double *epi = malloc((size_t)started * sizeof(double));
     sm_span *spans = malloc((size_t)started * sizeof(sm_span));
-    if (!landed || !loop || !ends || !per_tile || !spans) {
+    if (!landed || !loop || !ends || !per_tile || !epi || !spans) {
         free(landed);
         free(loop);
         free(ends);
         free(per_tile);
+        free(epi);
         free(spans);
         return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_attn_cta_anatomy: %lld records", (long long)started);
     }
-    int64_t nl = 0, nloop = 0, ne = 0, nt = 0, tiles = 0;
+    int64_t nl = 0, nloop = 0, ne = 0, nt = 0, nepi = 0, tiles = 0;
     double last_start = 0.0, last_end = 0.0, landed_max = 0.0, loop_max = 0.0, store_max = 0.0, merge_max = 0.0;
     int64_t merged = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -148,6 +150,7 @@ fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_an
                 if (d > loop_max) loop_max = d;
             }
         }
+        if (r->t_ns[FP_CTA_LOOP]) epi[nepi++] = 1e-3 * (double)(r->t_ns[FP_CTA_END] - r->t_ns[FP_CTA_LOOP]);
         if (r->t_ns[FP_CTA_LOOP] && r->tiles > 0) {
             const uint64_t from = r->t_ns[FP_CTA_LANDED] ? r->t_ns[FP_CTA_LANDED] : r->t_ns[FP_CTA_START];
             per_tile[nt++] = (double)(r->t_ns[FP_CTA_LOOP] - from) / (double)r->tiles;
@@ -174,6 +177,7 @@ fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_an
     out->loop_p50_us = median(loop, nloop);
     out->loop_max_us = loop_max;
     out->store_max_us = store_max;
+    out->epilogue_p50_us = median(epi, nepi);
     out->merge_max_us = merge_max;
     out->end_p50_us = median(ends, ne);
     out->tail_us = last_end - out->end_p50_us;
@@ -186,6 +190,7 @@ fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_an
     free(loop);
     free(ends);
     free(per_tile);
+    free(epi);
     free(spans);
     return FP_OK;
 }

@@ -320,6 +320,7 @@ typedef struct fp_cta_anatomy {
     double loop_p50_us;    /* landed -> the KV loop done, median over CTAs */
     double loop_max_us;
     double store_max_us;   /* loop done -> partials stored, max (split calls) */
+    double epilogue_p50_us; /* loop done -> end (O or the partials stored, the merge), median over CTAs */
     double merge_max_us;   /* the merging CTAs: stored -> end, max */
     double end_p50_us;     /* first start -> a CTA's end, median over CTAs */
     double tail_us;        /* the median CTA's end -> the last end */

@@ -48,6 +48,7 @@ static void test_known_times(void) {
     CHECK(near(a.loop_p50_us, 9.5));    /* 9, 10, 6.5, 17: (9 + 10) / 2 */
     CHECK(near(a.loop_max_us, 17.0));
     CHECK(near(a.store_max_us, 1.0));   /* 0.5, 0.25, 1, 1 */
+    CHECK(near(a.epilogue_p50_us, 2.75)); /* loop -> end: 1, 4, 1.5, 4 */
     CHECK(near(a.merge_max_us, 3.75));
     CHECK(near(a.end_p50_us, 13.75));   /* ends 11, 16.5, 10.5, 26: (11 + 16.5) / 2 */
     CHECK(near(a.tail_us, 26.0 - 13.75));
@@ -72,6 +73,7 @@ static void test_known_times(void) {
     CHECK(near(a.loop_p50_us, 2.0)); /* 4, 2, 2 */
     CHECK(near(a.loop_max_us, 4.0));
     CHECK(near(a.store_max_us, 0.0) && near(a.merge_max_us, 0.0));
+    CHECK(near(a.epilogue_p50_us, 0.5)); /* 0.5, 0.5, 1 */
     CHECK(near(a.span_us, 8.0));
     CHECK(near(a.end_p50_us, 5.5));
 
@@ -111,6 +113,7 @@ static void test_sm_time(void) {
     CHECK(near(a.tail_pct, 100.0 * 22.0 / 66.0));
     CHECK(near(a.busy_pct + a.head_pct + a.gap_pct + a.tail_pct, 100.0));
     CHECK(near(a.sm_end_p50_us, 20.0)); /* 20, 22, 2 */
+    CHECK(near(a.epilogue_p50_us, 1.0)); /* 1, 1, 3, 1: a loop mark without tiles still ends a loop */
     /* the records in another order: the same summary */
     fp_cta_record q[5] = {r[3], r[1], r[4], r[0], r[2]};
     fp_cta_anatomy b;
