@@ -676,14 +676,20 @@ static fp_status anatomy_metrics(fb_run *run, fb_result *res, pref_run *r, const
     return st;
 }
 
+/* A new row with its versions, dtype and batch parameters. */
+static fb_result *row_new(fb_run *run, const char *versions, fp_dtype dt, int batch) {
+    fb_result *r = fb_result_new(run);
+    fb_param_str(r, "versions", versions);
+    fb_param_str(r, "dtype", fp_dtype_name(dt));
+    fb_param_int(r, "batch", batch);
+    return r;
+}
+
 static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt, int anatomy) {
     fp_context *ctx = fb_ctx(run);
     const fp_device_info *dev = fb_device(run);
     const int hq = fb_quick(run) ? 8 : 32, hkv = fb_quick(run) ? 2 : 8;
-    fb_result *r = fb_result_new(run);
-    fb_param_str(r, "versions", "default_vs_v6");
-    fb_param_str(r, "dtype", fp_dtype_name(dt));
-    fb_param_int(r, "batch", batch);
+    fb_result *r = row_new(run, "default_vs_v6", dt, batch);
     fb_param_int(r, "seqlen_k", sk);
     fb_param_int(r, "heads_q", hq);
     fb_param_int(r, "heads_kv", hkv);
@@ -769,10 +775,7 @@ static fp_status run_decode_anatomy(fb_run *run) { return decode_versions(run, 1
  * --quick: 256 keys, 2 heads of 64, causal). CUDA only. */
 static void run_prefill_anatomy_shape(fb_run *run, int batch, int sl, int hq, int d, int causal, fp_dtype dt) {
     fp_context *ctx = fb_ctx(run);
-    fb_result *r = fb_result_new(run);
-    fb_param_str(r, "versions", "default_vs_v9");
-    fb_param_str(r, "dtype", fp_dtype_name(dt));
-    fb_param_int(r, "batch", batch);
+    fb_result *r = row_new(run, "default_vs_v9", dt, batch);
     fb_param_int(r, "seqlen", sl);
     fb_param_int(r, "heads", hq);
     fb_param_int(r, "head_dim", d);
