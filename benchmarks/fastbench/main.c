@@ -42,7 +42,8 @@ static void usage(FILE *f) {
             "                              (compute, memory, launch, transfer, sync; JSON \"profiles\")\n"
             "  fastbench trace NAME|PREFIX ... --out DIR [run options]\n"
             "      run --profile, writing DIR/run.json, DIR/trace.json (Chrome / Perfetto) and\n"
-            "      DIR/trace.sqlite (torch_trace, nccl_trace, runs)\n"
+            "      DIR/trace.sqlite (torch_trace, nccl_trace, runs); attention/*_anatomy also\n"
+            "      DIR/cta-NN-<kernel>.json: each kernel's CTAs on a track per SM (Chrome / Perfetto)\n"
             "  fastbench compare OLD.json NEW.json [--min-effect F]   regression report\n"
             "  fastbench report RUN.json --out DIR    HTML page, roofline and speedup charts\n"
             "  fastbench info [--json FILE]           device, peaks, versions\n");

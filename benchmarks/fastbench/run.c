@@ -33,6 +33,7 @@ fp_device_kind fb_kind(fb_run *run) { return fp_context_kind(run->ctx); }
 const fp_device_info *fb_device(fb_run *run) { return &run->device; }
 const fp_timing_config *fb_timing(fb_run *run) { return &run->options->timing; }
 int fb_quick(fb_run *run) { return run->options->quick; }
+const char *fb_out_dir(fb_run *run) { return run->options->out_dir; }
 
 int fb_dtypes(fb_run *run, fp_dtype *out, int max) {
     int n = run->options->ndtypes < max ? run->options->ndtypes : max;

@@ -47,6 +47,9 @@ const fp_device_info *fb_device(fb_run *run);
 const fp_timing_config *fb_timing(fb_run *run);
 /* 1 with --quick: scenarios use smaller shapes and fewer variants. */
 int fb_quick(fb_run *run);
+/* `fastbench trace ... --out DIR`: DIR (it exists), where a scenario may
+ * write files of its own next to run.json and trace.json; NULL otherwise. */
+const char *fb_out_dir(fb_run *run);
 
 /* dtypes requested with --dtype (default: the scenario's own list). Fills up
  * to `max` entries and returns how many; 0 means "scenario default". */

@@ -596,6 +596,30 @@ static int decode_opts(fb_run *run, int kv_max, int b_max, int *kv, int *b) {
 /* Traced calls per kernel and row; each metric is their median. */
 #define ANATOMY_CALLS 5
 
+/* Under `fastbench trace --out DIR`: a traced call's records (n, of the
+ * kernel r's last call ran) as DIR/cta-NN-<prefix>.json (Chrome / Perfetto:
+ * fp_attn_cta_export_chrome; NN counts the files of the run), named on
+ * stderr. */
+static fp_status anatomy_export(fb_run *run, const pref_run *r, const char *prefix, const fp_cta_record *rec,
+                                int64_t n) {
+    static int files;
+    fp_attention_kernel_info k;
+    memset(&k, 0, sizeof k);
+    fp_attention_last_kernel(&k);
+    const fp_attention_params *p = r->p;
+    char label[256], path[1024];
+    snprintf(label, sizeof label, "%s: %s x%d, batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld / %lld, head_dim %lld%s",
+             prefix, k.kernel ? k.kernel : "?", k.num_splits, (long long)p->batch, (long long)p->seqlen_q,
+             (long long)p->seqlen_k, (long long)p->heads_q, (long long)p->heads_kv, (long long)p->head_dim,
+             p->causal ? ", causal" : "");
+    const int len = snprintf(path, sizeof path, "%s/cta-%02d-%s.json", fb_out_dir(run), ++files, prefix);
+    if (len < 0 || (size_t)len >= sizeof path)
+        return fp_set_error(FP_ERR_INVALID_ARGUMENT, "attention anatomy: --out path too long");
+    FP_TRY(fp_attn_cta_export_chrome(rec, n, k.version == 9, label, path));
+    fprintf(stderr, "fastbench: CTA timeline %s (%s)\n", path, label);
+    return FP_OK;
+}
+
 /* The CTA timeline of r's call (attention/decode_anatomy, prefill_anatomy):
  * ANATOMY_CALLS traced calls after the timed ones, each summarized by
  * fp_attn_cta_anatomy, into metrics <prefix>_span_us (first CTA start to
@@ -639,6 +663,8 @@ static fp_status anatomy_metrics(fb_run *run, fb_result *res, pref_run *r, const
         if (st == FP_OK) st = fp_context_synchronize(ctx, NULL);
         fp_cta_anatomy a;
         if (st == FP_OK) st = fp_attn_cta_anatomy(h_rec, ctas, &a);
+        if (st != FP_OK) break;
+        if (c == ANATOMY_CALLS - 1 && fb_out_dir(run)) st = anatomy_export(run, r, prefix, h_rec, ctas);
         if (st != FP_OK) break;
         const double row[NM] = {a.span_us,      a.start_skew_us, a.landed_p50_us,   a.loop_p50_us, a.loop_max_us,
                                 a.merge_max_us, a.tail_us,       (double)a.ctas,    (double)a.sms, a.tile_ns_p50,

@@ -344,6 +344,20 @@ typedef struct fp_cta_anatomy {
  * backwards or that ends before it starts (a mark not reached, 0, is
  * skipped); *out is then zeroed. */
 fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_anatomy *out);
+/* Writes n records as Chrome trace event JSON (Perfetto's UI,
+ * chrome://tracing) to path, atomically (fp_write_file_atomic): process
+ * `label`; a track per SM ("SM 12"; records overlapping on an SM, two
+ * resident CTAs or v9's chained items, on its next tracks: "SM 12 (2)");
+ * each started record an event "cta N" ("item N" when `items`, v9's
+ * records) from its start to its end (args: cta, sm, tiles, merged) with
+ * its phases nested: "first tile" (start -> landed), "loop" (landed, or
+ * the start, -> loop done; args: tiles, ns_per_tile), then "epilogue"
+ * (-> end), or on split calls "store" (-> partials stored) and "merge" (the
+ * merging CTA) or "arrive" (-> end). Times in microseconds from the first
+ * start. Refuses (FP_ERR_INVALID_ARGUMENT) what fp_attn_cta_anatomy
+ * refuses, and a NULL label; FP_ERR_IO from the write (no file is left). */
+fp_status fp_attn_cta_export_chrome(const fp_cta_record *records, int64_t n, int items, const char *label,
+                                    const char *path);
 
 /* Simple CUDA-core kernel: one warp per query row, any dtype and head_dim. */
 fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t stream);

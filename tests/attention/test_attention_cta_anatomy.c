@@ -1,10 +1,15 @@
 /* fp_attn_cta_anatomy (src/attention/attention_cta_trace.c): the summary of
  * a traced launch's CTA records, on synthetic records of known times, and
- * its refusals; the calling thread's trace state (set / get / note / take).
- * The kernels' side: test_attention_cta_trace_gpu. */
+ * its refusals; the calling thread's trace state (set / get / note / take);
+ * the records as a Chrome trace (fp_attn_cta_export_chrome,
+ * attention_cta_export.c), parsed back. The kernels' side:
+ * test_attention_cta_trace_gpu. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attention/attention_internal.h"
 #include "fp_test.h"
@@ -122,6 +127,127 @@ static void test_sm_time(void) {
           near(b.tile_ns_p50, a.tile_ns_p50) && near(b.sm_end_p50_us, a.sm_end_p50_us));
 }
 
+/* The file at path, NUL-terminated (NULL if unreadable). */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    if (b) b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1e300;
+}
+static const char *str(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* The complete event named `name` (its first), NULL if none. */
+static const cJSON *event(const cJSON *evs, const char *name) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, evs) if (strcmp(str(e, "ph"), "X") == 0 && strcmp(str(e, "name"), name) == 0) return e;
+    return NULL;
+}
+
+/* Exports recs, parses the file back; NULL (a check failed) if either fails. */
+static cJSON *export_parse(const fp_cta_record *recs, int64_t n, int items, const char *label, const char *path) {
+    CHECK(fp_attn_cta_export_chrome(recs, n, items, label, path) == FP_OK);
+    char *text = slurp(path);
+    CHECK(text != NULL);
+    cJSON *doc = text ? cJSON_Parse(text) : NULL;
+    CHECK(doc != NULL);
+    free(text);
+    return doc;
+}
+
+static void test_export(void) {
+    char path[] = "/tmp/fp_cta_export_XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    /* v9-like items (test_sm_time's records): SM 1's two overlap */
+    fp_cta_record r[5];
+    r[0] = rec(0, 0, 0.0, -1, 9.0, -1, 10.0, 0);
+    r[1] = rec(0, 0, 12.0, -1, 7.0, -1, 8.0, 0);
+    r[2] = rec(1, 1, 1.0, 1.0, 10.0, -1, 13.0, 0);
+    r[3] = rec(1, 1, 13.0, -1, 8.0, -1, 9.0, 0);
+    r[4] = rec(2, 2, 0.0, -1, -1, -1, 2.0, 0);
+    r[2].tiles = 4;
+    cJSON *doc = export_parse(r, 5, 1, "flash_v9 \"x1\"", path);
+    const cJSON *evs = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+    CHECK(cJSON_IsArray(evs));
+    int xs = 0, tracks = 0, named = 0, nested = 1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, evs) {
+        if (strcmp(str(e, "name"), "process_name") == 0)
+            named = strcmp(str(cJSON_GetObjectItemCaseSensitive(e, "args"), "name"), "flash_v9 \"x1\"") == 0;
+        if (strcmp(str(e, "name"), "thread_name") == 0) ++tracks;
+        if (strcmp(str(e, "ph"), "X") == 0) ++xs;
+    }
+    CHECK(named);
+    CHECK(tracks == 4); /* SM 0, SM 1 and its second track, SM 2 */
+    CHECK(xs == 14);    /* 5 records; loops 4, epilogues 4, one first tile */
+    /* item 2: its first tile and loop, on its track, inside it */
+    const cJSON *it = event(evs, "item 2"), *ft = event(evs, "first tile");
+    CHECK(it && ft && near(num(it, "ts"), 1.0) && near(num(it, "dur"), 13.0) && near(num(ft, "ts"), 1.0) &&
+          near(num(ft, "dur"), 1.0) && num(ft, "tid") == num(it, "tid"));
+    const cJSON *a = it ? cJSON_GetObjectItemCaseSensitive(it, "args") : NULL;
+    CHECK(a && num(a, "cta") == 1 && num(a, "sm") == 1 && num(a, "tiles") == 4);
+    const cJSON *i3 = event(evs, "item 3");
+    CHECK(i3 && it && num(i3, "tid") != num(it, "tid")); /* overlaps item 2: another track */
+    const cJSON *i0 = event(evs, "item 0"), *i1 = event(evs, "item 1");
+    CHECK(i0 && i1 && num(i0, "tid") == num(i1, "tid")); /* one after the other: one track */
+    /* every phase lies inside a record of its track */
+    cJSON_ArrayForEach(e, evs) {
+        if (strcmp(str(e, "ph"), "X") != 0 || strncmp(str(e, "name"), "item", 4) == 0) continue;
+        int inside = 0;
+        const cJSON *o;
+        cJSON_ArrayForEach(o, evs) if (strncmp(str(o, "name"), "item", 4) == 0 && num(o, "tid") == num(e, "tid") &&
+                                       num(e, "ts") >= num(o, "ts") - 1e-9 &&
+                                       num(e, "ts") + num(e, "dur") <= num(o, "ts") + num(o, "dur") + 1e-9) inside = 1;
+        nested = nested && inside;
+    }
+    CHECK(nested);
+    cJSON *loops = NULL;
+    cJSON_ArrayForEach(e, evs) if (strcmp(str(e, "name"), "loop") == 0 && num(e, "ts") > 1.5 && num(e, "ts") < 2.5) loops = (cJSON *)e;
+    CHECK(loops && near(num(cJSON_GetObjectItemCaseSensitive(loops, "args"), "ns_per_tile"), 2250.0));
+    cJSON_Delete(doc);
+
+    /* split CTAs (test_known_times' records): store, then merge or arrive */
+    fp_cta_record k[2];
+    k[0] = rec(0, 5, 0.0, 1.0, 10.0, 10.5, 11.0, 0);
+    k[1] = rec(1, 7, 0.5, 2.0, 12.0, 12.25, 16.0, FP_CTA_MERGED);
+    doc = export_parse(k, 2, 0, "flash_v1", path);
+    evs = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+    const cJSON *merge = event(evs, "merge"), *arrive = event(evs, "arrive"), *c1 = event(evs, "cta 1");
+    CHECK(event(evs, "cta 0") && c1 && merge && arrive && event(evs, "store") && !event(evs, "epilogue"));
+    CHECK(merge && c1 && near(num(merge, "ts"), 12.75) && near(num(merge, "dur"), 3.75) &&
+          num(merge, "tid") == num(c1, "tid"));
+    cJSON_Delete(doc);
+
+    /* refusals: nothing written */
+    fp_cta_record none[2];
+    memset(none, 0, sizeof none);
+    unlink(path);
+    CHECK(fp_attn_cta_export_chrome(none, 2, 0, "x", path) == FP_ERR_INVALID_ARGUMENT);
+    CHECK(fp_attn_cta_export_chrome(k, 2, 0, NULL, path) == FP_ERR_INVALID_ARGUMENT);
+    CHECK(access(path, F_OK) != 0);
+    CHECK(fp_attn_cta_export_chrome(k, 2, 0, "x", "/nonexistent-dir/cta.json") == FP_ERR_IO);
+    CHECK(strstr(fp_last_error(), "/nonexistent-dir/cta.json") != NULL);
+}
+
 static void test_refusals(void) {
     fp_cta_record r[2];
     memset(r, 0, sizeof r);
@@ -163,6 +289,7 @@ static void test_thread_state(void) {
 int main(void) {
     test_known_times();
     test_sm_time();
+    test_export();
     test_refusals();
     test_thread_state();
     TEST_END();
