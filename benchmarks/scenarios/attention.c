@@ -608,7 +608,8 @@ static fp_status anatomy_export(fb_run *run, const pref_run *r, const char *pref
     fp_attention_last_kernel(&k);
     const fp_attention_params *p = r->p;
     char label[256], path[1024];
-    snprintf(label, sizeof label, "%s: %s x%d, batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld / %lld, head_dim %lld%s",
+    snprintf(label, sizeof label,
+             "%s: %s x%d, batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld / %lld, head_dim %lld%s",
              prefix, k.kernel ? k.kernel : "?", k.num_splits, (long long)p->batch, (long long)p->seqlen_q,
              (long long)p->seqlen_k, (long long)p->heads_q, (long long)p->heads_kv, (long long)p->head_dim,
              p->causal ? ", causal" : "");
@@ -689,14 +690,17 @@ static fp_status anatomy_metrics(fb_run *run, fb_result *res, pref_run *r, const
     if (calls > 0 && prefill) { /* v9 has no landed mark: no first tile */
         char first[32] = "";
         if (med[LANDED] > 0.0) snprintf(first, sizeof first, "first %.2f us, ", med[LANDED]);
-        snprintf(text, text_n, "%s: span %.1f us (outside %.1f), busy %.1f%% head %.1f gap %.1f tail %.1f, %stile %.0f ns, epi %.2f us",
+        snprintf(text, text_n,
+                 "%s: span %.1f us (outside %.1f), busy %.1f%% head %.1f gap %.1f tail %.1f, %stile %.0f ns, "
+                 "epi %.2f us",
                  prefix, med[SPAN], kernel_us - med[SPAN], med[BUSY], med[HEAD], med[GAP], med[SM_TAIL], first,
                  med[TILE], med[EPI]);
-    }
-    else if (calls > 0)
-        snprintf(text, text_n, "%s: span %.1f (outside %.1f) skew %.1f first %.1f loop %.1f/%.1f merge %.1f tail %.1f us",
+    } else if (calls > 0) {
+        snprintf(text, text_n,
+                 "%s: span %.1f (outside %.1f) skew %.1f first %.1f loop %.1f/%.1f merge %.1f tail %.1f us",
                  prefix, med[SPAN], kernel_us - med[SPAN], med[SKEW], med[LANDED], med[LOOP], med[LOOP_MAX],
                  med[MERGE], med[TAIL]);
+    }
     if (d_rec) fp_mem_free(ctx, d_rec);
     free(h_rec);
     return st;

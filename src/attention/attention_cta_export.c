@@ -31,7 +31,9 @@ static int cmp_placed(const void *a, const void *b) {
 /* One complete event: name, [from, to) ns after t0 on track tid, args (a
  * JSON object's members, "" for none). */
 static void slice(FILE *f, const char *name, uint64_t from, uint64_t to, uint64_t t0, int tid, const char *args) {
-    fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"cta\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":1,\"tid\":%d,\"args\":{%s}}",
+    fprintf(f,
+            ",\n{\"name\":\"%s\",\"cat\":\"cta\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":1,\"tid\":%d,"
+            "\"args\":{%s}}",
             name, 1e-3 * (double)(from - t0), 1e-3 * (double)(to - from), tid, args);
 }
 
@@ -42,8 +44,8 @@ static void track_name(FILE *f, int tid, uint32_t sm, int k) {
     else
         fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"SM %u (%d)\"}}",
                 tid, sm, k + 1);
-    fprintf(f, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"sort_index\":%d}}", tid,
-            tid);
+    fprintf(f, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+            tid, tid);
 }
 
 /* The events of record r on track tid: the record, then its phases. */
