@@ -823,8 +823,12 @@ static void run_prefill_anatomy_shape(fb_run *run, int batch, int sl, int hq, in
     pref_run base = {ctx, &p1, 0}, v9 = {ctx, &p2, 9};
     const double flops = fp_attention_flops(&p1);
     fp_ab_report rep;
-    if (pref_ab_rep(run, r, st, &base, &v9, B.o1, B.o2, n, dt, -1.0, -1.0, 4.0 * (double)n * (double)elt, flops, "",
-                    &rep)) {
+    if (st == FP_OK)
+        st = ab_outputs(run, pref_fn, &base, pref_fn, &v9, B.o1, B.o2, n, dt, 4.0 * (double)n * (double)elt, flops, &rep);
+    if (st != FP_OK) {
+        fb_result_fail(r, st, fp_last_error());
+    } else {
+        fb_result_set_ab(r, &rep);
         fb_result_metric(r, "default_tflops", spec_flops_tflops(flops, rep.baseline.median_ms));
         fb_result_metric(r, "v9_tflops", spec_flops_tflops(flops, rep.optimized.median_ms));
         char b[320], o[320], ta[160] = "", tb[160] = "";

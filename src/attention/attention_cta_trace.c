@@ -114,21 +114,11 @@ fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_an
     if (started == 0)
         return fp_set_error(FP_ERR_INVALID_ARGUMENT, "fp_attn_cta_anatomy: none of the %lld records has a start",
                             (long long)n);
-    double *landed = malloc((size_t)started * sizeof(double));
-    double *loop = malloc((size_t)started * sizeof(double));
-    double *ends = malloc((size_t)started * sizeof(double));
-    double *per_tile = malloc((size_t)started * sizeof(double));
-    double *epi = malloc((size_t)started * sizeof(double));
-    sm_span *spans = malloc((size_t)started * sizeof(sm_span));
-    if (!landed || !loop || !ends || !per_tile || !epi || !spans) {
-        free(landed);
-        free(loop);
-        free(ends);
-        free(per_tile);
-        free(epi);
-        free(spans);
-        return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_attn_cta_anatomy: %lld records", (long long)started);
-    }
+    /* one block: the SMs' spans, then five arrays of `started` doubles */
+    sm_span *spans = malloc((size_t)started * (sizeof(sm_span) + 5 * sizeof(double)));
+    if (!spans) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "fp_attn_cta_anatomy: %lld records", (long long)started);
+    double *landed = (double *)(spans + started), *loop = landed + started, *ends = loop + started,
+           *per_tile = ends + started, *epi = per_tile + started;
     int64_t nl = 0, nloop = 0, ne = 0, nt = 0, nepi = 0, tiles = 0;
     double last_start = 0.0, last_end = 0.0, landed_max = 0.0, loop_max = 0.0, store_max = 0.0, merge_max = 0.0;
     int64_t merged = 0;
@@ -186,11 +176,6 @@ fp_status fp_attn_cta_anatomy(const fp_cta_record *records, int64_t n, fp_cta_an
     qsort(spans, (size_t)ne, sizeof *spans, cmp_span);
     sm_time(spans, ne, last_end, out, ends); /* ends: now each SM's last end */
     out->sm_end_p50_us = median(ends, out->sms);
-    free(landed);
-    free(loop);
-    free(ends);
-    free(per_tile);
-    free(epi);
     free(spans);
     return FP_OK;
 }
