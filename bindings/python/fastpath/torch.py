@@ -154,11 +154,38 @@ class _Launch:
         return False
 
 
+# The CUDA call's fast path (_call): torch's own C queries, the current
+# device's index and the current stream's raw handle, where this torch has
+# them (None: every CUDA call goes through _Launch). torch.cuda.device and
+# torch.cuda.current_stream() cost ~8 us of Python a call between them (each
+# parses the device again, _get_device_index alone ~2 us; a Stream object is
+# built per call), more than the library's own host cost (~4 us, launch
+# included) and a small tensor's kernel together.
+_torch_C = getattr(torch, "_C", None)
+_CURRENT_DEVICE = getattr(_torch_C, "_cuda_getDevice", None)
+_RAW_STREAM = getattr(_torch_C, "_cuda_getCurrentRawStream", None)
+_FAST_LAUNCH = _CURRENT_DEVICE is not None and _RAW_STREAM is not None
+_cuda_contexts = {}  # device index -> context_for's Context of that device (added to only)
+
+
 def _call(t, fn, params):
     """fastpath.check(fn(context, stream, params)) for a tensor's device: a
-    CUDA tensor through _Launch, a CPU tensor on the cached CPU context
-    directly (no device guard, no stream: the per-call cost of small ops)."""
+    CUDA tensor on its device's cached context and torch's current stream, a
+    CPU tensor on the cached CPU context directly (no device guard, no stream:
+    the per-call cost of small ops). A CUDA tensor on the current device (the
+    common case) needs no device guard: the library makes the context's
+    device current only when it is not (fp_ctx_activate), so nothing changes;
+    one on another device goes through _Launch, which restores the caller's."""
     if t.is_cuda:
+        if _FAST_LAUNCH:
+            idx = t.get_device()
+            if idx == _CURRENT_DEVICE():
+                ctx = _cuda_contexts.get(idx)
+                if ctx is None:  # once per device (context_for: under the lock, one Context)
+                    ctx = _cuda_contexts[idx] = context_for(t.device)
+                # 0 is the legacy default stream (see _Launch)
+                fastpath.check(fn(ctx.handle, _RAW_STREAM(idx) or _CUDA_STREAM_LEGACY, params))
+                return
         with _Launch(t) as (ctx, stream):
             fastpath.check(fn(ctx.handle, stream, params))
     else:
