@@ -26,7 +26,9 @@
 #              v9 (against v8)
 #              at seqlen 1024, 4096 and 16384,
 #              head_dim 64 / 128, causal and not, short --max-time (cap 120)
-#   python     the Python tests' CUDA cases (pytest -k cuda, 60 s), then the
+#   python     the Python tests' CUDA cases (pytest -k cuda, 60 s), the
+#              drop-ins' host cost on tiny CUDA tensors against torch eager's
+#              (bench_overhead.py --device cuda, 25 s), then the
 #              PyTorch drop-ins vs torch eager, torch.compile and each SDPA
 #              backend there, one process, same inputs (cap 130 in all)
 #   sanitizer  compute-sanitizer memcheck on every gpu test (FP_TEST_QUICK=1:
@@ -469,6 +471,17 @@ if [ $built -eq 1 ] && want python && phase_time python 130; then
     stamp "pytest ${FP_GPU_CHECK_PYTEST:--k cuda} rc=$r$([ $r -eq 124 ] && echo ' (out of time)'): $(grep -E '(passed|failed|error)' "$logs/pytest-cuda.txt" | tail -1)"
     grep -E "^(FAILED|ERROR) " "$logs/pytest-cuda.txt" | head -15 | tee -a "$out/summary.txt"
     t=$(( t - ($(elapsed) - p0) ))
+    # The drop-ins' host cost on CUDA tensors (tiny bf16 tensors: the Python
+    # path and the launch, against torch eager's; ~10 s), at most 25 s; its
+    # table goes into the summary and after python-bench.txt's.
+    p0=$(elapsed)
+    PYTHONUNBUFFERED=1 timeout 25 python3 benchmarks/python/bench_overhead.py --device cuda --calls 200 --blocks 15 \
+      > "$logs/overhead-cuda.txt" 2>&1
+    r=$?
+    [ $r -ne 0 ] && rc=1
+    stamp "drop-in host cost (bench_overhead.py --device cuda) rc=$r$([ $r -eq 124 ] && echo ' (out of time)')"
+    grep -E "^(layer_norm|rms_norm|add_layer_norm|sdpa|kvcache|c_call) " "$logs/overhead-cuda.txt" | tee -a "$out/summary.txt"
+    t=$(( t - ($(elapsed) - p0) ))
     if [ "${FP_GPU_CHECK_PYBENCH:-1}" = 0 ]; then
       stamp "python bench not asked for (FP_GPU_CHECK_PYBENCH=0)"
     elif [ "$t" -lt 20 ]; then
@@ -481,6 +494,7 @@ if [ $built -eq 1 ] && want python && phase_time python 130; then
       [ $r -ne 0 ] && rc=1
       stamp "python bench rc=$r$([ $r -eq 124 ] && echo ' (out of time)')"
       tail_into_summary "$out/python-bench.txt" 30
+      { echo; echo "== bench_overhead.py --device cuda"; cat "$logs/overhead-cuda.txt"; } >> "$out/python-bench.txt"
     fi
   else
     stamp "python bench NOT RUN: no torch with CUDA"

@@ -4,6 +4,7 @@ against the torch eager op doing the same work.
   FASTPATH_LIB=build/libfastpath.so PYTHONPATH=bindings/python \
       python benchmarks/python/bench_overhead.py [--calls 200] [--blocks 60] [--threads 1]
       [--clock wall|thread] [--fp-threads N] [--only layer_norm,sdpa] [--smoke]
+      [--device cpu|cuda]
 
 --clock thread times the calling thread's CPU time (robust on a loaded
 machine); --fp-threads 1 runs fastpath's CPU context with one worker, which
@@ -28,6 +29,12 @@ bytes), so the time is the Python / ctypes / dispatcher path, not the math:
                  sdpa row's torch time is printed beside it)
   c_call         fp_norm_forward through ctypes with a ready params struct:
                  the floor the bindings add to
+
+--device cuda runs the same rows on CUDA tensors (bfloat16; each block starts
+after a synchronization, no synchronization inside it): the host cost of a
+call (the Python path, the launch) against torch eager's, which is what a
+small op costs on a GPU when the host, not the kernel, is the bound. c_call
+then launches on the CUDA context's own stream.
 """
 import argparse
 import ctypes
@@ -58,16 +65,21 @@ def per_call_us(fn, calls):
     return (clock() - t0) / calls * 1e6
 
 
-def measure(fa, fb, calls, blocks):
-    """Median and (p10, p90) per-call microseconds of fa and fb, block-interleaved."""
+def measure(fa, fb, calls, blocks, sync=None):
+    """Median and (p10, p90) per-call microseconds of fa and fb, block-interleaved
+    (sync, when given, before each timed block: the device's queue drained)."""
     for _ in range(max(3, calls // 10)):  # warm up (contexts, allocator, autograd graph)
         fa()
         if fb is not None:
             fb()
     sa, sb = [], []
     for _ in range(blocks):
+        if sync is not None:
+            sync()
         sa.append(per_call_us(fa, calls))
         if fb is not None:
+            if sync is not None:
+                sync()
             sb.append(per_call_us(fb, calls))
 
     def summary(s):
@@ -78,11 +90,12 @@ def measure(fa, fb, calls, blocks):
     return summary(sa), summary(sb)
 
 
-def cases():
+def cases(device="cpu"):
     g = torch.Generator().manual_seed(0)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
 
     def rnd(*shape, grad=False):
-        t = torch.rand(*shape, generator=g) * 2 - 1 + 0.1
+        t = (torch.rand(*shape, generator=g) * 2 - 1 + 0.1).to(device=device, dtype=dtype)
         return t.requires_grad_(grad)
 
     x, r, w, b = rnd(4, 64), rnd(4, 64), rnd(64), rnd(64)
@@ -134,11 +147,13 @@ def cases():
 
 
 def c_call_case(x, w, b):
-    """fp_norm_forward with a params struct built once: ctypes' own cost."""
+    """fp_norm_forward with a params struct built once: ctypes' own cost (and on
+    CUDA the library's host cost, the launch included)."""
     out = torch.empty_like(x)
-    ctx = fpt.context_for("cpu")
+    ctx = fpt.context_for(x.device)
     p = norm.make_params(rows=x.shape[0], cols=x.shape[1], x=x.data_ptr(), out=out.data_ptr(),
-                         gamma=w.data_ptr(), beta=b.data_ptr(), dtype="f32")
+                         gamma=w.data_ptr(), beta=b.data_ptr(),
+                         dtype={torch.float32: "f32", torch.bfloat16: "bf16"}[x.dtype])
     fn, h, ref = _lib.lib.fp_norm_forward, ctx.handle, ctypes.byref(p)
     return lambda keep=out: fn(h, None, ref)  # keep: out's memory lives as long as the lambda
 
@@ -153,6 +168,8 @@ def main():
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                     help="wall: perf_counter; thread: CPU time of the calling thread (leaves out "
                          "time descheduled on a loaded machine, and the library's worker threads)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: bfloat16 CUDA tensors (the host cost of a call on a GPU)")
     ap.add_argument("--fp-threads", type=int, default=0,
                     help="worker count of fastpath's CPU context (FP_CTX_CPU_THREADS; 0 = all "
                          "cores). 1 leaves out the pool's wake-up, which on a loaded machine "
@@ -166,12 +183,19 @@ def main():
         fastpath.check(_lib.lib.fp_context_set_option(fpt.context_for("cpu").handle, 1,
                                                       args.fp_threads))
     torch.set_num_threads(args.threads)
-    rows, (x, w, b) = cases()
+    sync = None
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            sys.stderr.write("bench_overhead.py: --device cuda: torch sees no CUDA device\n")
+            sys.exit(2)
+        sync = torch.cuda.synchronize
+    rows, (x, w, b) = cases(args.device)
     rows.append(("c_call", c_call_case(x, w, b), None))
     only = set(filter(None, args.only.split(",")))
     print(f"fastpath {fastpath.version()}, torch {torch.__version__}, python "
           f"{sys.version.split()[0]}, torch threads {torch.get_num_threads()}, fastpath CPU "
-          f"threads {args.fp_threads or 'all'}")
+          f"threads {args.fp_threads or 'all'}, device {args.device}"
+          + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""))
     print(f"median us/call ({args.clock} clock) over {args.blocks} blocks of {args.calls} calls "
           "(p10-p90)")
     print(f"{'op':24s} {'fastpath':>22s} {'torch eager':>22s} {'ratio':>6s}")
@@ -180,7 +204,7 @@ def main():
         for name, fa, fb in rows:
             if only and name not in only:
                 continue
-            (ma, la, ha), tb = measure(fa, fb, args.calls, args.blocks)
+            (ma, la, ha), tb = measure(fa, fb, args.calls, args.blocks, sync)
             if name == "sdpa":
                 sdpa_torch = tb
             if tb is None and name == "kvcache":

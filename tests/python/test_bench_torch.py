@@ -214,3 +214,15 @@ def test_bench_overhead_smoke():
                "add_layer_norm_fwd_bwd", "sdpa", "kvcache", "c_call"):
         assert op in rows, r.stdout
     assert "fallbacks: 0 " in r.stdout
+
+
+def test_launch_path_cost_smoke():
+    # both rows run (torch's driver-bound calls stubbed), and the guard path
+    # hands the legacy stream for torch's stream 0 (the script checks it)
+    need_torch_and_fastpath()
+    script = SCRIPT.parent / "launch_path_cost.py"
+    r = subprocess.run([sys.executable, str(script), "--calls", "200"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith(("guard path", "fast path"))]
+    assert len(rows) == 2 and all(float(line.split()[-1]) > 0 for line in rows), r.stdout

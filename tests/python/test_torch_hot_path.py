@@ -123,3 +123,79 @@ def test_output_can_be_modified_in_place_under_autograd():
     y_ref.mul_(2)
     for a, e in zip((gx, gw), torch.autograd.grad(y_ref.sum(), (x, w))):
         close(a, e)
+
+
+needs_attn = pytest.mark.skipif(not fastpath.attention.available(), reason="built without attention")
+
+
+def ref_sdpa(q, k, v, **kw):
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), **kw).float()
+
+
+@needs_attn
+@pytest.mark.parametrize("shape", [(2, 3, 5, 16), (1, 4, 1, 32), (2, 1, 7, 8), (3, 6, 16)])
+def test_sdpa_output_is_a_bhsd_view_of_a_bshd_buffer(shape):
+    # allocated with the strides of the (B, L, H, D) buffer's transposed view
+    # (no view made per call), which is what the fake of fastpath::sdpa and
+    # PyTorch's flash backend give; a 3-d call (one head, no unsqueezed
+    # views) returns a dense (B, L, D) tensor as before
+    q, k, v = rnd(*shape, seed=20), rnd(*shape, seed=21), rnd(*shape, seed=22)
+    fpt.reset_stats()
+    o = fpt.scaled_dot_product_attention(q, k, v)
+    assert fpt.last_path == "fastpath", fpt.last_fallback_reason
+    if len(shape) == 4:
+        B, H, L, D = shape
+        expect = torch.empty(B, L, H, D).transpose(1, 2).stride()
+    else:
+        expect = torch.empty(shape).stride()
+    assert o.shape == q.shape and o.stride() == expect, (o.stride(), expect)
+    close(o, ref_sdpa(q, k, v))
+
+
+@needs_attn
+def test_sdpa_3d_views_and_gqa():
+    # 3-d q / k / v as strided slices of one packed (B, L, 3, D) buffer
+    qkv = rnd(2, 9, 3, 24, seed=23)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    fpt.reset_stats()
+    close(fpt.scaled_dot_product_attention(q, k, v, is_causal=True), ref_sdpa(q, k, v, is_causal=True))
+    assert fpt.last_path == "fastpath"
+    # GQA: 6 query heads on 2 KV heads, k / v of another length
+    q, k, v = rnd(1, 6, 4, 16, seed=24), rnd(1, 2, 11, 16, seed=25), rnd(1, 2, 11, 16, seed=26)
+    close(fpt.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+          ref_sdpa(q, k, v, enable_gqa=True))
+    assert fpt.last_path == "fastpath" and fpt.fallback_count == 0
+
+
+@needs_attn
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_sdpa_broadcast_dimension_falls_back(dim):
+    # a stride-0 (expanded) batch, head or sequence dimension of k is refused
+    # by the fast path (torch runs it); extent 1 there is no broadcast
+    shape = [2, 3, 5, 16]
+    one = list(shape)
+    one[dim] = 1
+    k = rnd(*one, seed=27).expand(*shape)
+    q, v = rnd(*shape, seed=28), rnd(*shape, seed=29)
+    fpt.reset_stats()
+    close(fpt.scaled_dot_product_attention(q, k, v), ref_sdpa(q, k, v))
+    assert fpt.last_path == "torch" and "broadcast" in fpt.last_fallback_reason, \
+        fpt.last_fallback_reason
+    k1 = rnd(*one, seed=30)  # the same extent-1 tensor, not expanded: any stride is fine there
+    q1, v1 = rnd(*one[:2], shape[2], 16, seed=31), k1.clone()
+    if dim != 2:
+        close(fpt.scaled_dot_product_attention(q1, k1, v1), ref_sdpa(q1, k1, v1))
+        assert fpt.last_path == "fastpath", fpt.last_fallback_reason
+
+
+@needs_attn
+@pytest.mark.parametrize("nd", [3, 4])
+def test_sdpa_value_head_dim_other_than_keys_falls_back(nd):
+    # torch takes a value head_dim other than q / k's; the library does not
+    lead = (2, 3)[:nd - 2]
+    q, k, v = rnd(*lead, 5, 16, seed=32), rnd(*lead, 7, 16, seed=33), rnd(*lead, 7, 24, seed=34)
+    fpt.reset_stats()
+    o = fpt.scaled_dot_product_attention(q, k, v)
+    assert o.shape == (*lead, 5, 24)
+    close(o, ref_sdpa(q, k, v))
+    assert fpt.last_path == "torch" and "shapes" in fpt.last_fallback_reason, fpt.last_fallback_reason

@@ -185,13 +185,18 @@ def _params(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, q, qs
     size, packer = _PACKER
     p = _lib.AttentionParams()
     packer.pack_into(p, 0, size, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype,
-                     q, *qs, k, *ks, v, *vs, o, *(os_ or (0, 0, 0)),
-                     ctypes.c_float(softmax_scale).value, causal, window_left, window_right,
-                     lse, seqlens_k, cu_seqlens_q, cu_seqlens_k, block_table, block_table_stride,
-                     page_size, num_pages, total_k, ctypes.c_float(q_descale).value,
-                     ctypes.c_float(k_descale).value, ctypes.c_float(v_descale).value,
-                     0, kv_dtype)
+                     q, *qs, k, *ks, v, *vs, o, *(os_ or (0, 0, 0)), _f32(softmax_scale), causal,
+                     window_left, window_right, lse, seqlens_k, cu_seqlens_q, cu_seqlens_k,
+                     block_table, block_table_stride, page_size, num_pages, total_k,
+                     _f32(q_descale), _f32(k_descale), _f32(v_descale), 0, kv_dtype)
     return p
+
+
+def _f32(v):
+    """A float field's value as ctypes.c_float(v).value gives it (which
+    pack_into would refuse where ctypes stores inf); 0 and 1, the defaults,
+    as they are (exact in float32)."""
+    return v if v == 0.0 or v == 1.0 else ctypes.c_float(v).value
 
 
 _PACKER = None

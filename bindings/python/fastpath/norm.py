@@ -117,6 +117,13 @@ def _packer(cls, default_name):
 
 
 _packers = {}
+_FWD_PACKER = None  # _packer(NormParams) once made: _params' per-call lookup
+
+
+def _fwd_packer():
+    global _FWD_PACKER
+    _FWD_PACKER = _packer(_lib.NormParams, "fp_norm_params_default")
+    return _FWD_PACKER
 
 
 def _params(kind, activation, rows, cols, dtype, x, x_stride, residual, residual_stride, gamma,
@@ -127,7 +134,7 @@ def _params(kind, activation, rows, cols, dtype, x, x_stride, residual, residual
     eps a float. The same struct as make_params, filled in one pack_into
     without its per-field checks, which cost more than the library call
     on small tensors."""
-    size, packer = _packer(_lib.NormParams, "fp_norm_params_default")
+    size, packer = _FWD_PACKER or _fwd_packer()
     p = _lib.NormParams()
     packer.pack_into(p, 0, size, kind, activation, rows, cols, dtype, dtype, dtype, dtype,
                      x_stride, residual_stride, 0, 0, x, residual, gamma, beta, 0, out,

@@ -75,6 +75,9 @@ _DTYPE_IDS = {t: fastpath.DTYPES[name] for t, name in _DTYPES.items()}
 # KV cache: output in q's dtype); None when this torch has no float8_e4m3fn.
 _FP8 = getattr(torch, "float8_e4m3fn", None)
 _CUDA_STREAM_LEGACY = 0x1  # cudaStreamLegacy
+# what the loaded library was built with (it never changes)
+_NORM_AVAILABLE = _norm.available()
+_ATTN_AVAILABLE = _attn.available()
 _contexts = {}
 _lock = threading.Lock()
 
@@ -280,15 +283,15 @@ def _norm_shape(normalized_shape):
 
 def _check_norm(x, shape, weight, bias, eps, residual=None):
     """None if libfastpath can run this norm, else the reason."""
-    if not _norm.available():
+    if not _NORM_AVAILABLE:
         return "libfastpath built without norm"
     dtype = x.dtype
     if dtype not in _DTYPES:
         return f"dtype {x.dtype} not supported"
     if not _supported_device(x):
         return f"device {x.device} not supported"
-    n = len(shape)
-    if n == 0 or n > x.dim() or x.shape[-n:] != shape:
+    n, xshape = len(shape), x.shape
+    if n == 0 or n > len(xshape) or (xshape[-1] != shape[0] if n == 1 else xshape[-n:] != shape):
         return "normalized_shape does not match the input"
     if not (eps > 0 and math.isfinite(eps)):
         return "eps must be > 0 and finite"
@@ -336,8 +339,12 @@ def _norm_forward_cols(kind, activation, x, residual, weight, bias, eps, want_st
         if kind == "layernorm":
             mean = x.new_empty(rows, dtype=torch.float32)
     p = _norm._params(_norm.KINDS[kind], _norm.ACTIVATIONS[activation], rows, cols,
-                      _DTYPE_IDS[x.dtype], px, xs, pr, rs, _ptr(weight), _ptr(bias),
-                      out.data_ptr(), _ptr(res_out), _ptr(mean), _ptr(rstd), eps)
+                      _DTYPE_IDS[x.dtype], px, xs, pr, rs,
+                      0 if weight is None else weight.data_ptr(),
+                      0 if bias is None else bias.data_ptr(), out.data_ptr(),
+                      0 if res_out is None else res_out.data_ptr(),
+                      0 if mean is None else mean.data_ptr(), 0 if rstd is None else rstd.data_ptr(),
+                      eps)
     _call_or_fallback(x, _clib.fp_norm_forward, p)
     return out, res_out, mean, rstd
 
@@ -550,45 +557,56 @@ def _torch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enabl
     return F.scaled_dot_product_attention(query, key, value, **kw)
 
 
-def _bhsd_strides(t, cuda, what):
-    """(batch, seq, head) strides of a [B, H, S, D] tensor for the library
-    (0 for extent-1 dimensions), or raises _Unsupported."""
-    B, H, S, D = t.shape
-    sb, sh, ss, sd = t.stride()
-    if sd != 1 and D > 1:
+def _bhsd_strides(t, n, h, s, d, cuda, what):
+    """(batch, seq, head) strides of t seen as [n, h, s, d] (a 3-d t is [n, s,
+    d]: one head) for the library (0 for extent-1 dimensions), or raises
+    _Unsupported."""
+    st = t.stride()
+    if len(st) == 4:
+        sb, sh, ss, sd = st
+    else:
+        sb, ss, sd = st
+        sh = 0
+    if sd != 1 and d > 1:
         raise _Unsupported(f"{what}: head_dim not contiguous")
-    out = []
-    for n, st in ((B, sb), (S, ss), (H, sh)):
-        if n == 1:
-            out.append(0)  # any stride: let the library use the packed one
-        elif st == 0:
-            raise _Unsupported(f"{what}: broadcast (stride 0) dimension")
-        else:
-            out.append(st)
+    if (sb == 0 and n != 1) or (ss == 0 and s != 1) or (sh == 0 and h != 1):
+        raise _Unsupported(f"{what}: broadcast (stride 0) dimension")
+    # an extent-1 dimension: any stride (0 lets the library use the packed one)
+    out = (0 if n == 1 else sb, 0 if s == 1 else ss, 0 if h == 1 else sh)
     if cuda:
         elt = t.element_size()
-        if t.data_ptr() % 16 or any((st * elt) % 16 for st in out):
+        if t.data_ptr() % 16 or (out[0] * elt) % 16 or (out[1] * elt) % 16 or (out[2] * elt) % 16:
             raise _Unsupported(f"{what}: not 16-byte aligned (pointer or strides)")
     return out
 
 
 def _sdpa_fast(query, key, value, is_causal, scale, enable_gqa):
-    if not _attn.available():
+    """The library call for what it takes, else raises _Unsupported. Each
+    tensor's shape and strides are read once, and 3-d inputs are taken as one
+    head without unsqueezed views (the per-call cost: decode-sized calls are
+    host-bound)."""
+    if not _ATTN_AVAILABLE:
         raise _Unsupported("libfastpath built without attention")
-    if query.dtype not in _DTYPES:
-        raise _Unsupported(f"dtype {query.dtype} not supported")
-    if key.dtype != query.dtype or value.dtype != query.dtype:
+    dt = query.dtype
+    if dt not in _DTYPE_IDS:
+        raise _Unsupported(f"dtype {dt} not supported")
+    if key.dtype != dt or value.dtype != dt:
         raise _Unsupported("q, k, v dtypes differ")
-    if not _supported_device(query) or key.device != query.device or value.device != query.device:
+    dev = query.device
+    if not (query.is_cuda or query.is_cpu) or key.device != dev or value.device != dev:
         raise _Unsupported("device not supported or q, k, v on different devices")
-    if not (query.dim() == key.dim() == value.dim()) or query.dim() not in (3, 4):
+    qshape, kshape = query.shape, key.shape
+    nd = len(qshape)
+    if nd not in (3, 4) or len(kshape) != nd or value.dim() != nd:
         raise _Unsupported("only 3-d or 4-d (batch, heads, seq, dim) inputs")
-    squeeze = query.dim() == 3
-    if squeeze:
-        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
-    B, Hq, Lq, D = query.shape
-    Bk, Hkv, Lk, Dk = key.shape
-    if tuple(value.shape) != (Bk, Hkv, Lk, Dk) or Bk != B or Dk != D:
+    if nd == 4:
+        B, Hq, Lq, D = qshape
+        Bk, Hkv, Lk, Dk = kshape
+    else:  # (batch, seq, dim): one head
+        B, Lq, D = qshape
+        Bk, Lk, Dk = kshape
+        Hq = Hkv = 1
+    if value.shape != kshape or Bk != B or Dk != D:
         raise _Unsupported("shapes not supported (value head_dim differs, or batch mismatch)")
     if Hq != Hkv and not (enable_gqa and Hq % Hkv == 0):
         raise _Unsupported("heads_q != heads_kv without enable_gqa")
@@ -613,18 +631,24 @@ def _sdpa_fast(query, key, value, is_causal, scale, enable_gqa):
         if not (sm_scale > 0 and math.isfinite(sm_scale)):
             raise _Unsupported("scale must be > 0 and finite")
     cuda = query.is_cuda
-    qs = _bhsd_strides(query, cuda, "query")
-    ks = _bhsd_strides(key, cuda, "key")
-    vs = _bhsd_strides(value, cuda, "value")
-    o = query.new_empty(B, Lq, Hq, D)  # query's dtype and device; cheaper than torch.empty
+    qs = _bhsd_strides(query, B, Hq, Lq, D, cuda, "query")
+    ks = _bhsd_strides(key, B, Hkv, Lk, D, cuda, "key")
+    vs = _bhsd_strides(value, B, Hkv, Lk, D, cuda, "value")
+    # The output in the library's packed (batch, seq, heads, dim) layout, seen
+    # as (batch, heads, seq, dim), as PyTorch's flash backend returns it (the
+    # strides of a transposed view, allocated so: no view made per call);
+    # query's dtype and device.
+    if nd == 4:
+        o = query.new_empty_strided((B, Hq, Lq, D), (Lq * Hq * D, D, Hq * D, 1))
+    else:
+        o = query.new_empty((B, Lq, D))
     if cuda and o.data_ptr() % 16:
         raise _Unsupported("output not 16-byte aligned")
-    p = _attn._params(B, Lq, Lk, Hq, Hkv, D, _DTYPE_IDS[query.dtype], query.data_ptr(), qs,
+    p = _attn._params(B, Lq, Lk, Hq, Hkv, D, _DTYPE_IDS[dt], query.data_ptr(), qs,
                       key.data_ptr(), ks, value.data_ptr(), vs, o.data_ptr(), None, sm_scale,
                       causal, -1, window_right)
     _call_or_fallback(query, _clib.fp_attention_forward, p)
-    out = o.transpose(1, 2)  # [B, Hq, Lq, D] view, as PyTorch's flash backend returns
-    return out.squeeze(1) if squeeze else out
+    return o
 
 
 def _autocast_cast(query, key, value):
@@ -747,10 +771,14 @@ def _check_head_dims(D, Dk, Hq, Hkv, what):
 def _mask_scale(window_size, causal, softmax_scale):
     """(window_left, window_right, scale for the library: 0 = default) from
     the FlashAttention-style arguments, or raises TypeError / ValueError."""
-    try:
-        wl, wr = (int(w) for w in window_size)
-    except (TypeError, ValueError):
-        raise TypeError(f"window_size must be a pair of ints, got {window_size!r}") from None
+    if type(window_size) is tuple and len(window_size) == 2 and type(window_size[0]) is int \
+            and type(window_size[1]) is int:  # the common call ((-1, -1) by default)
+        wl, wr = window_size
+    else:
+        try:
+            wl, wr = (int(w) for w in window_size)
+        except (TypeError, ValueError):
+            raise TypeError(f"window_size must be a pair of ints, got {window_size!r}") from None
     if wl < -1 or wr < -1:
         raise ValueError(f"window_size entries must be >= -1, got {window_size!r}")
     if causal:
@@ -942,18 +970,19 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
             seqlens = cache_seqlens
 
     # q's dtype (fp8: bfloat16, strides in its elements; an fp8 KV cache: q's) and device
-    out = q.new_empty(B, Lq, Hq, D, dtype=torch.bfloat16 if fp8 else None)
+    out = q.new_empty((B, Lq, Hq, D), dtype=torch.bfloat16) if fp8 else q.new_empty((B, Lq, Hq, D))
     lse = torch.empty((B, Hq, Lq), dtype=torch.float32, device=dev) if return_lse else None
     if B == 0 or Lq == 0 or Hq == 0:
         return (out, lse) if return_lse else out
     qs, ks = _kv_strides(q, "q"), _kv_strides(k_cache, "k_cache")
-    vs, os_ = _kv_strides(v_cache, "v_cache"), _kv_strides(out, "out")
+    vs = _kv_strides(v_cache, "v_cache")
+    # out is dense (batch, seq, heads, dim): the library's packed layout (os_ None)
     # strides are in each tensor's own elements (1 byte for float8_e4m3fn k_cache / v_cache)
     fp8_kw = (dict(q_descale=dq, k_descale=dk, v_descale=dv) if fp8 else
               dict(k_descale=dk, v_descale=dv, kv_dtype=_attn._FP8_E4M3) if kv8 else {})
     p = _attn._params(B, Lq, Lk, Hq, Hkv, D, _attn._FP8_E4M3 if fp8 else _DTYPE_IDS[q.dtype],
                       q.data_ptr(), qs, k_cache.data_ptr(), ks, v_cache.data_ptr(), vs,
-                      out.data_ptr(), os_, sm_scale, int(bool(causal)), wl, wr, lse=_ptr(lse),
+                      out.data_ptr(), None, sm_scale, int(bool(causal)), wl, wr, lse=_ptr(lse),
                       seqlens_k=_ptr(seqlens), **bt_kw, **fp8_kw)
     _forward_or_value_error("attention_with_kvcache", q, p)
     return (out, lse) if return_lse else out
