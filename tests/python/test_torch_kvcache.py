@@ -309,3 +309,55 @@ def test_cuda_side_stream_decode():
         out, lse = fpt.attention_with_kvcache(q, kp, vp, lens, bt, causal=True, return_lse=True)
     torch.cuda.current_stream().wait_stream(s)
     check(out, lse, *reference(q, kp, vp, lens.cpu(), bt, causal=True), torch.bfloat16)
+
+
+FACTORIES = ("full", "zeros", "empty", "tensor")
+
+
+def count_factories(monkeypatch, made):
+    """torch's tensor factories, each call's name appended to made."""
+    for name in FACTORIES:
+        real = getattr(torch, name)
+
+        def counted(*a, _real=real, _name=name, **kw):
+            made.append(_name)
+            return _real(*a, **kw)
+        monkeypatch.setattr(torch, name, counted)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("mask", ["none", "causal", "causal_window"])
+def test_int_seqlens_make_no_tensor(device, paged, mask, monkeypatch):
+    # an int cache_seqlens L > 0 is passed as the library's seqlen_k (every
+    # sequence's keys [0, L), the cache's strides kept): no int32 [batch]
+    # tensor is made per call (on CUDA a fill kernel); L = 0 still makes one.
+    # The result is the same as with the tensor of L.
+    causal, window = MASKS[mask]
+    B, Lq, Hq, Hkv, D = 3, 3, 4, 2, 32
+    q = gen(B, Lq, Hq, D, seed=40, device=device)
+    if paged:
+        k, v, bt = make_paged(B, 8, 4, Hkv, D, torch.float32, device, seed=41)
+    else:
+        k, v = gen(B, 30, Hkv, D, seed=41, device=device), gen(B, 30, Hkv, D, seed=42, device=device)
+        bt = None
+    made = []
+    for L in (1, 2, 13, 29):
+        count_factories(monkeypatch, made)
+        made.clear()
+        out, lse = fpt.attention_with_kvcache(q, k, v, L, bt, causal=causal, window_size=window,
+                                              return_lse=True)
+        assert made == ["empty"], made  # lse's buffer only
+        monkeypatch.undo()
+        lens = torch.full((B,), L, dtype=torch.int32, device=device)
+        ref = fpt.attention_with_kvcache(q, k, v, lens, bt, causal=causal, window_size=window,
+                                         return_lse=True)
+        torch.testing.assert_close(out, ref[0], atol=2e-6, rtol=2e-6)
+        torch.testing.assert_close(lse, ref[1], atol=2e-6, rtol=2e-6)
+        check(out, lse, *reference(q, k, v, lens, bt, causal=causal, window_size=window),
+              torch.float32)
+    count_factories(monkeypatch, made)
+    made.clear()
+    out, lse = fpt.attention_with_kvcache(q, k, v, 0, bt, causal=causal, return_lse=True)
+    assert "zeros" in made
+    assert torch.all(out == 0) and torch.all(torch.isneginf(lse))

@@ -955,8 +955,13 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
             cache_seqlens = int(cache_seqlens)
             if not 0 <= cache_seqlens <= Lk:
                 raise ValueError(f"cache_seqlens {cache_seqlens} outside [0, {Lk}]")
-            if cache_seqlens != Lk:
-                seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32, device=dev)
+            if cache_seqlens > 0:
+                # every sequence's keys [0, L): the library's seqlen_k (the
+                # strides stay the cache's), no per-call tensor (and on CUDA
+                # no fill kernel) as an int32 [batch] of L would need
+                Lk = cache_seqlens
+            else:  # no key (seqlen_k must be >= 1): every row gets 0 and lse -inf
+                seqlens = torch.zeros((B,), dtype=torch.int32, device=dev)
         else:
             _int32_table(cache_seqlens, "cache_seqlens", dev, 1)
             if cache_seqlens.shape[0] != B:
