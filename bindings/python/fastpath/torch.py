@@ -160,10 +160,10 @@ class _Launch:
 # The CUDA call's fast path (_call): torch's own C queries, the current
 # device's index and the current stream's raw handle, where this torch has
 # them (None: every CUDA call goes through _Launch). torch.cuda.device and
-# torch.cuda.current_stream() cost ~8 us of Python a call between them (each
-# parses the device again, _get_device_index alone ~2 us; a Stream object is
-# built per call), more than the library's own host cost (~4 us, launch
-# included) and a small tensor's kernel together.
+# torch.cuda.current_stream() cost ~6.5 us of Python a call between them on
+# a 2-core VM (benchmarks/python/launch_path_cost.py: each parses the device
+# again, _get_device_index alone ~2 us; a Stream object is built per call),
+# more than the library's own host cost (~4 us, launch included).
 _torch_C = getattr(torch, "_C", None)
 _CURRENT_DEVICE = getattr(_torch_C, "_cuda_getDevice", None)
 _RAW_STREAM = getattr(_torch_C, "_cuda_getCurrentRawStream", None)
