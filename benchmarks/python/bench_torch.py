@@ -298,6 +298,17 @@ def norm_case(torch, F, fpt, args, kind, R, C):
     }
 
 
+def cudnn_version(torch):
+    """torch's cuDNN version, or the reason it has none: a cuDNN other than
+    the one torch was built against raises at its first use (the GPU
+    machine's image, session 41), and then only the cuDNN SDPA column is
+    lost, not the run."""
+    try:
+        return torch.backends.cudnn.version()
+    except RuntimeError as e:
+        return f"unusable: {str(e).splitlines()[0][:200]}"
+
+
 def sdpa_backend_ctx(torch, name):
     """Context manager letting F.scaled_dot_product_attention use the backend
     name (a key of SDPA_BACKENDS) alone; raises RuntimeError when this torch
@@ -684,7 +695,7 @@ def main(argv=None):
         "fastpath_version": fastpath.version(),
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda if DEVICE == "cuda" else None,
-        "cudnn_version": torch.backends.cudnn.version() if DEVICE == "cuda" else None,
+        "cudnn_version": cudnn_version(torch) if DEVICE == "cuda" else None,
         "warmup": args.warmup, "iters": args.iters, "max_seconds": args.max_seconds,
         "complete": False, "stopped_reason": None, "not_run": [],
         "cases": cases,

@@ -188,6 +188,9 @@ static struct {
     int api_filtered;
     uint32_t runtime_cbids[512], driver_cbids[512];
     int nruntime, ndriver;
+    /* FASTPATH_CUPTI_DEBUG=1: what the records were, printed at each flush */
+    int debug;
+    uint64_t n_ext, n_ext_other, n_api, n_dev, n_filed, n_outside, n_other;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .life = PTHREAD_MUTEX_INITIALIZER};
 
 static const CUpti_ActivityKind k_device_kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
@@ -202,7 +205,11 @@ static uint64_t to_trace_ns(uint64_t t) { return G.own_clock ? t : (uint64_t)((i
 static int file_locked(uint32_t corr, uint64_t start, uint64_t end) {
     const corr_entry *e = &G.corr[corr & (CORR_SIZE - 1)];
     if (!e->valid || e->corr != corr) return 0;
-    if (!e->ext) return 1; /* outside any span */
+    if (!e->ext) { /* outside any span */
+        ++G.n_outside;
+        return 1;
+    }
+    ++G.n_filed;
     uint32_t idx = (uint32_t)(e->ext >> SEQ_BITS);
     ring_entry *r = idx < MAX_RINGS ? &G.rings[idx] : NULL;
     if (!r || !r->used) return 1; /* a ring detached since */
@@ -221,6 +228,10 @@ static int file_locked(uint32_t corr, uint64_t start, uint64_t end) {
 }
 
 static void device_locked(uint32_t corr, uint64_t start, uint64_t end) {
+    ++G.n_dev;
+    if (G.debug && G.n_dev <= 4)
+        fprintf(stderr, "libfastpath: CUPTI device record: correlation %u, %llu-%llu\n", corr,
+                (unsigned long long)start, (unsigned long long)end);
     if (file_locked(corr, start, end)) return;
     if (G.npending == G.cap_pending) {
         size_t cap = G.cap_pending ? 2 * G.cap_pending : 256;
@@ -255,13 +266,24 @@ static void handle_locked(const CUpti_Activity *r) {
     switch (r->kind) {
     case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
         const CUpti_ActivityExternalCorrelation *x = (const CUpti_ActivityExternalCorrelation *)r;
-        if (x->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) break;
+        if (x->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) {
+            ++G.n_ext_other;
+            break;
+        }
+        ++G.n_ext;
+        if (G.debug && G.n_ext <= 4)
+            fprintf(stderr, "libfastpath: CUPTI external record: correlation %u -> external %llu\n", x->correlationId,
+                    (unsigned long long)x->externalId);
         G.corr[x->correlationId & (CORR_SIZE - 1)] = (corr_entry){x->correlationId, 1, x->externalId};
         break;
     }
     case CUPTI_ACTIVITY_KIND_RUNTIME:
     case CUPTI_ACTIVITY_KIND_DRIVER: { /* seen: outside any span unless its external record came first */
         const CUpti_ActivityAPI *a = (const CUpti_ActivityAPI *)r;
+        ++G.n_api;
+        if (G.debug && G.n_api <= 4)
+            fprintf(stderr, "libfastpath: CUPTI %s API record: cbid %u, correlation %u\n",
+                    r->kind == CUPTI_ACTIVITY_KIND_RUNTIME ? "runtime" : "driver", a->cbid, a->correlationId);
         corr_entry *e = &G.corr[a->correlationId & (CORR_SIZE - 1)];
         if (!e->valid || e->corr != a->correlationId) *e = (corr_entry){a->correlationId, 1, 0};
         break;
@@ -283,6 +305,7 @@ static void handle_locked(const CUpti_Activity *r) {
         break;
     }
     default:
+        ++G.n_other;
         break;
     }
 }
@@ -376,6 +399,8 @@ static void stop_locked(void) {
 }
 
 static fp_status start_locked(void) {
+    const char *dbg = getenv("FASTPATH_CUPTI_DEBUG");
+    G.debug = dbg && strcmp(dbg, "1") == 0;
     corr_entry *corr = calloc(CORR_SIZE, sizeof *corr);
     if (!corr) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "trace: CUPTI's correlation table (%zu bytes)",
                                    (size_t)CORR_SIZE * sizeof *corr);
@@ -389,7 +414,9 @@ static fp_status start_locked(void) {
     for (; r == CUPTI_SUCCESS && enabled < sizeof k_device_kinds / sizeof *k_device_kinds; ++enabled)
         r = C.cuptiActivityEnable(k_device_kinds[enabled]);
     if (r == CUPTI_SUCCESS) {
-        enable_api_filter();
+        const char *filt = getenv("FASTPATH_CUPTI_API_FILTER");
+        if (!filt || strcmp(filt, "0") != 0) enable_api_filter();
+        else G.api_filtered = 0;
         if (!G.api_filtered) {
             disable_apis();
             r = C.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
@@ -472,6 +499,15 @@ void fp_cupti_flush(void) {
     (void)C.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     pthread_mutex_lock(&G.mu);
     if (G.corr) retry_pending_locked(1);
+    if (G.debug)
+        fprintf(stderr,
+                "libfastpath: CUPTI flush: external records %llu (other kinds %llu), API records %llu, device "
+                "records %llu (in spans %llu, outside %llu, pending %zu, lost %llu), other records %llu; API "
+                "filter %s (%d runtime, %d driver APIs)\n",
+                (unsigned long long)G.n_ext, (unsigned long long)G.n_ext_other, (unsigned long long)G.n_api,
+                (unsigned long long)G.n_dev, (unsigned long long)G.n_filed, (unsigned long long)G.n_outside,
+                G.npending, (unsigned long long)G.lost, (unsigned long long)G.n_other,
+                G.api_filtered ? "on" : "off", G.nruntime, G.ndriver);
     pthread_mutex_unlock(&G.mu);
 }
 
