@@ -185,9 +185,8 @@ static struct {
     size_t npending, cap_pending;
     ring_entry rings[MAX_RINGS]; /* [0] unused: an external id of 0 is no span */
     uint64_t lost;
-    int api_filtered;
-    uint32_t runtime_cbids[512], driver_cbids[512];
-    int nruntime, ndriver;
+    int api_filtered;     /* the APIs that enqueue no work switched off */
+    int nruntime, ndriver; /* how many of each domain's APIs were */
     /* FASTPATH_CUPTI_DEBUG=1: what the records were, printed at each flush */
     int debug;
     uint64_t n_ext, n_ext_other, n_api, n_dev, n_filed, n_outside, n_other;
@@ -346,41 +345,43 @@ static int enqueues_work(const char *name) {
     return strstr(name, "Launch") || strstr(name, "Memcpy") || strstr(name, "Memset");
 }
 
-/* Turns on the API records of one domain's work-enqueuing APIs, noting
- * their ids in ids[] (*n of them); 0 when ids[] is too small. */
-static int enable_domain(CUpti_CallbackDomain domain, uint32_t size, CUptiResult (*enable)(CUpti_CallbackId, uint8_t),
-                         uint32_t *ids, int cap, int *n) {
+/* Switches off the API records of one domain's APIs that enqueue no work
+ * (the kind is on: every API recorded until then); how many. Turning on
+ * only the work-enqueuing APIs, with the kind off, is what the header
+ * describes too, but CUPTI 13 on an H200 (driver 580, session 41) then
+ * wrote no API record at all, and so no external correlation: the kind
+ * first, then the exceptions, as the header's other recipe says. */
+static int narrow_domain(CUpti_CallbackDomain domain, uint32_t size, CUptiResult (*enable)(CUpti_CallbackId, uint8_t)) {
+    int n = 0;
     for (uint32_t id = 1; id < size; ++id) {
         const char *name = NULL;
-        if (C.cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || !name || !enqueues_work(name)) continue;
-        if (*n == cap) return 0;
-        if (enable(id, 1) == CUPTI_SUCCESS) ids[(*n)++] = id;
+        if (C.cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || !name || enqueues_work(name)) continue;
+        if (enable(id, 0) == CUPTI_SUCCESS) ++n;
     }
-    return 1;
+    return n;
 }
 
-static void enable_api_filter(void) {
+/* With the API kinds on: the others off (FASTPATH_CUPTI_API_FILTER=0:
+ * every API recorded, for a comparison). */
+static void narrow_apis(void) {
     G.nruntime = G.ndriver = 0;
     G.api_filtered = 0;
+    const char *filt = getenv("FASTPATH_CUPTI_API_FILTER");
+    if (filt && strcmp(filt, "0") == 0) return;
     if (!C.cuptiActivityEnableRuntimeApi || !C.cuptiActivityEnableDriverApi || !C.cuptiGetCallbackName) return;
-    const int cap = (int)(sizeof G.runtime_cbids / sizeof *G.runtime_cbids);
-    const int ok = enable_domain(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE,
-                                 C.cuptiActivityEnableRuntimeApi, G.runtime_cbids, cap, &G.nruntime) &&
-                   enable_domain(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE,
-                                 C.cuptiActivityEnableDriverApi, G.driver_cbids, cap, &G.ndriver);
-    G.api_filtered = ok && G.nruntime > 0 && G.ndriver > 0;
+    G.nruntime = narrow_domain(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE,
+                               C.cuptiActivityEnableRuntimeApi);
+    G.ndriver = narrow_domain(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, C.cuptiActivityEnableDriverApi);
+    G.api_filtered = G.nruntime > 0 || G.ndriver > 0;
 }
 
-/* Undoes enable_api_filter's per-API switches, and the whole API kinds
- * when the filter could not be used. */
+/* The API kinds off (a later cuptiActivityEnable of them overrides the
+ * per-API switches, as CUPTI documents). */
 static void disable_apis(void) {
-    for (int i = 0; i < G.nruntime; ++i) (void)C.cuptiActivityEnableRuntimeApi(G.runtime_cbids[i], 0);
-    for (int i = 0; i < G.ndriver; ++i) (void)C.cuptiActivityEnableDriverApi(G.driver_cbids[i], 0);
-    if (!G.api_filtered) {
-        (void)C.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME);
-        (void)C.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
-    }
+    (void)C.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME);
+    (void)C.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
     G.nruntime = G.ndriver = 0;
+    G.api_filtered = 0;
 }
 
 /* Stops the collector (G.life held). */
@@ -413,16 +414,9 @@ static fp_status start_locked(void) {
     size_t enabled = 0;
     for (; r == CUPTI_SUCCESS && enabled < sizeof k_device_kinds / sizeof *k_device_kinds; ++enabled)
         r = C.cuptiActivityEnable(k_device_kinds[enabled]);
-    if (r == CUPTI_SUCCESS) {
-        const char *filt = getenv("FASTPATH_CUPTI_API_FILTER");
-        if (!filt || strcmp(filt, "0") != 0) enable_api_filter();
-        else G.api_filtered = 0;
-        if (!G.api_filtered) {
-            disable_apis();
-            r = C.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
-            if (r == CUPTI_SUCCESS) r = C.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
-        }
-    }
+    if (r == CUPTI_SUCCESS) r = C.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
+    if (r == CUPTI_SUCCESS) r = C.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
+    if (r == CUPTI_SUCCESS) narrow_apis();
     if (r != CUPTI_SUCCESS) {
         const char *why = result_text(r);
         stop_locked();
@@ -503,7 +497,7 @@ void fp_cupti_flush(void) {
         fprintf(stderr,
                 "libfastpath: CUPTI flush: external records %llu (other kinds %llu), API records %llu, device "
                 "records %llu (in spans %llu, outside %llu, pending %zu, lost %llu), other records %llu; API "
-                "filter %s (%d runtime, %d driver APIs)\n",
+                "filter %s (%d runtime, %d driver APIs off)\n",
                 (unsigned long long)G.n_ext, (unsigned long long)G.n_ext_other, (unsigned long long)G.n_api,
                 (unsigned long long)G.n_dev, (unsigned long long)G.n_filed, (unsigned long long)G.n_outside,
                 G.npending, (unsigned long long)G.lost, (unsigned long long)G.n_other,

@@ -4,8 +4,8 @@
 //
 // - Each kernel, copy and set the emulated runtime enqueues (submit_node,
 //   and each node of a graph launch) is one traced API call on the calling
-//   thread: a correlation id, an API record (RUNTIME) when API records are
-//   on, preceded by one external-correlation record per kind whose stack is
+//   thread: a correlation id, an API record (RUNTIME: its kind on, its API
+//   not switched off since), preceded by one external-correlation record per kind whose stack is
 //   non-empty on that thread (as CUPTI does); and, when the work runs, a
 //   device record (CONCURRENT_KERNEL, MEMCPY, MEMSET) with its start and end
 //   read from the registered timestamp callback (else CLOCK_REALTIME, as
@@ -37,7 +37,12 @@ CUpti_BuffersCallbackRequestFunc g_request;
 CUpti_BuffersCallbackCompleteFunc g_complete;
 CUpti_TimestampCallbackFunc g_clock;
 bool g_kind[64];
-int g_runtime_apis, g_driver_apis;
+// Per-API switches (cuptiActivityEnableRuntimeApi / DriverApi): an API is
+// recorded when its domain's kind is on and it was not switched off since.
+// With the kind off nothing is recorded, whatever the switches: what CUPTI
+// 13 did on an H200 (session 41), whatever its header suggests. Enabling
+// the kind clears the switches (the header: the kind overrides them).
+bool g_runtime_off[CUPTI_RUNTIME_TRACE_CBID_SIZE], g_driver_off[CUPTI_DRIVER_TRACE_CBID_SIZE];
 int g_busy;
 std::atomic<uint32_t> g_corr{1};
 long long g_device_records, g_api_records, g_external_records, g_buffers_delivered;
@@ -132,7 +137,10 @@ std::function<void()> hook(cudaGraphNodeType type, std::function<void()> op) {
     {
         std::lock_guard<std::mutex> lock(g_mu);
         if (!recording()) return op;
-        if (g_kind[CUPTI_ACTIVITY_KIND_RUNTIME] || g_runtime_apis > 0) {
+        const CUpti_CallbackId cbid = type == cudaGraphNodeTypeKernel   ? CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000
+                                      : type == cudaGraphNodeTypeMemset ? CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020
+                                                                        : CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020;
+        if (g_kind[CUPTI_ACTIVITY_KIND_RUNTIME] && !g_runtime_off[cbid]) {
             if (g_kind[CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION])
                 for (int k = 0; k < CUPTI_EXTERNAL_CORRELATION_KIND_SIZE; ++k)
                     if (!t_external[k].empty()) {
@@ -147,8 +155,7 @@ std::function<void()> hook(cudaGraphNodeType type, std::function<void()> op) {
             CUpti_ActivityAPI a;
             memset(&a, 0, sizeof a);
             a.kind = CUPTI_ACTIVITY_KIND_RUNTIME;
-            a.cbid = type == cudaGraphNodeTypeKernel ? CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000
-                                                     : CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020;
+            a.cbid = cbid;
             a.start = a.end = now_ns();
             a.correlationId = corr;
             if (append_locked(g_api_buf, &a, sizeof a)) ++g_api_records;
@@ -181,8 +188,11 @@ void fp_emu_cupti_counts(fp_emu_cupti_count *out) {
     out->api_records = g_api_records;
     out->external_records = g_external_records;
     out->buffers_delivered = g_buffers_delivered;
-    out->runtime_apis = g_runtime_apis;
-    out->driver_apis = g_driver_apis;
+    out->runtime_apis = out->driver_apis = 0;
+    for (int i = 1; i < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++i)
+        out->runtime_apis += g_kind[CUPTI_ACTIVITY_KIND_RUNTIME] && !g_runtime_off[i];
+    for (int i = 1; i < CUPTI_DRIVER_TRACE_CBID_SIZE; ++i)
+        out->driver_apis += g_kind[CUPTI_ACTIVITY_KIND_DRIVER] && !g_driver_off[i];
 }
 
 CUptiResult CUPTIAPI cuptiGetVersion(uint32_t *version) {
@@ -208,6 +218,8 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) {
     if (g_busy) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
     if ((int)kind <= 0 || (int)kind >= 64) return CUPTI_ERROR_INVALID_KIND;
     g_kind[kind] = true;
+    if (kind == CUPTI_ACTIVITY_KIND_RUNTIME) memset(g_runtime_off, 0, sizeof g_runtime_off);
+    if (kind == CUPTI_ACTIVITY_KIND_DRIVER) memset(g_driver_off, 0, sizeof g_driver_off);
     update_hook_locked();
     return CUPTI_SUCCESS;
 }
@@ -220,17 +232,19 @@ CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind) {
     return CUPTI_SUCCESS;
 }
 
-CUptiResult CUPTIAPI cuptiActivityEnableRuntimeApi(CUpti_CallbackId, uint8_t enable) {
+CUptiResult CUPTIAPI cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_busy) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
-    g_runtime_apis += enable ? 1 : -1;
+    if (cbid == 0 || cbid >= CUPTI_RUNTIME_TRACE_CBID_SIZE) return CUPTI_ERROR_INVALID_PARAMETER;
+    g_runtime_off[cbid] = !enable;
     return CUPTI_SUCCESS;
 }
 
-CUptiResult CUPTIAPI cuptiActivityEnableDriverApi(CUpti_CallbackId, uint8_t enable) {
+CUptiResult CUPTIAPI cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_busy) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
-    g_driver_apis += enable ? 1 : -1;
+    if (cbid == 0 || cbid >= CUPTI_DRIVER_TRACE_CBID_SIZE) return CUPTI_ERROR_INVALID_PARAMETER;
+    g_driver_off[cbid] = !enable;
     return CUPTI_SUCCESS;
 }
 

@@ -11,7 +11,7 @@ typedef struct fp_emu_cupti_count {
     long long api_records;       /* API records written */
     long long external_records;  /* external-correlation records written */
     long long buffers_delivered; /* buffers handed to the client's callback */
-    int runtime_apis, driver_apis; /* APIs enabled by cuptiActivityEnableRuntimeApi / DriverApi */
+    int runtime_apis, driver_apis; /* APIs recorded: their kind on, not switched off per API */
 } fp_emu_cupti_count;
 
 /* busy != 0: cuptiActivityEnable fails with
