@@ -29,18 +29,18 @@
  *                      its partials are stored and at its end
  *                      (fp_attn_cuda_cta_trace_set; fp_attn_cta_anatomy);
  *                      CUDA only.
- *   attention/prefill_anatomy  the default prefill kernel (v5 / v8 on
+ *   attention/prefill_anatomy  the default prefill kernel (v5 / v10 on
  *                      Hopper) vs v9 (persistent CTAs), and where each
  *                      one's time goes between its SMs: busy, before the
  *                      first CTA, between CTAs, after the last (balance),
  *                      and the loop's time per key tile; CUDA only.
  *   attention/varlen   packed sequences of mixed lengths (cu_seqlens):
  *                      the call without total_k (v3 on Hopper) vs with it
- *                      (v5 / v8), CUDA only.
- *   attention/paged_prefill  prefill over a paged KV cache: the default
- *                      (v1) vs the TMA kernel preferred (v5 / v8), the
- *                      TMA kernel dense vs paged, and v5 / v8 vs v9 (its
- *                      persistent CTAs) paged, CUDA only.
+ *                      (v5 / v10), CUDA only.
+ *   attention/paged_prefill  prefill over a paged KV cache: v1 (the page
+ *                      gather) vs the TMA kernel (v5 / v10, the default on
+ *                      Hopper), the TMA kernel dense vs paged, and v5 /
+ *                      v10 vs v9 (its persistent CTAs) paged, CUDA only.
  *   attention/fp8      fp8 (e4m3) inputs: bf16 on the same values vs fp8
  *                      (both v5), and fp8 on v5 vs v8, head_dim 128, CUDA
  *                      only (Hopper).
@@ -404,13 +404,13 @@ static fp_status run_versions(fb_run *run) {
                         if (row == 10 && d != 64) continue; /* v10: head_dim 64 only */
                         if ((row == 11 || row == 12 || row == 13) && d != 128)
                             continue; /* the tiles differ at head_dim 128 only; v5 is its default */
-                        if (row == 14 && d != 64) continue; /* v8: the head_dim 64 default */
+                        if (row == 14 && d != 64) continue; /* v8: head_dim 64's default until session 41 */
                         /* --o_tma 1: rows 13-15 alone; without it, none of them */
                         if (!!fb_opt_given(run, "o_tma") != (row >= 13 && row <= 15)) continue;
                         /* --version N: that version's rows only */
                         if (fb_opt_given(run, "version") && fb_opt_int(run, "version", vn) != vn) continue;
                         /* v8 against v5, v9 and v10 against v8 (each against the kernel it
-                         * would replace: v8 is the head_dim 64 default); the others
+                         * would replace: v8 was the head_dim 64 default until v10); the others
                          * against v1 */
                         static const char *pair[17] = {
                             NULL,       NULL,        "v1_vs_v2",  "v1_vs_v3",  "v1_vs_v4",  "v1_vs_v5", NULL,
@@ -791,7 +791,7 @@ static fp_status run_decode_versions(fb_run *run) { return decode_versions(run, 
 static fp_status run_decode_anatomy(fb_run *run) { return decode_versions(run, 1); }
 
 /* attention/prefill_anatomy: where a prefill kernel's time goes between its
- * SMs: the default kernel (kernel 0: v5 at head_dim 128 and v8 at 64 on
+ * SMs: the default kernel (kernel 0: v5 at head_dim 128 and v10 at 64 on
  * Hopper, v1 elsewhere) against v9 preferred (its persistent CTAs; other
  * devices fall back, the note says to what), outputs compared, TFLOP/s of
  * each, and per kernel the CTA timeline's metrics (anatomy_metrics): the
@@ -880,7 +880,7 @@ static fp_status run_prefill_anatomy(fb_run *run) {
  * and 128, causal and not, bf16: fp_attention_forward without total_k as the
  * baseline (on Hopper v3, the cp.async wgmma kernel: what every varlen call
  * ran before total_k) against the same call given total_k (on Hopper v5 at
- * head_dim 128, v8 at 64: the TMA kernels, which need the packed extent for
+ * head_dim 128, v10 at 64: the TMA kernels, which need the packed extent for
  * their tensor maps), outputs compared; elsewhere both run v1. TFLOP/s over
  * the sequences' own lengths (4 h Lq Lk d each, halved when causal); the
  * note says which kernels ran. CUDA only. */
@@ -952,10 +952,11 @@ static fp_status run_varlen(fb_run *run) {
  * prefill runs. B sequences of sk cached keys each, the last sq of them the
  * chunk's own queries (causal: bottom-right aligned), K / V in a pool of
  * pages of page_size keys handed out in shuffled order. Three rows per shape:
- *   v1_vs_tma       fp_attention_forward's default (v1, the row-by-row
- *                   page gather: what every paged call runs) against the
- *                   same call preferring the TMA kernel (v5 at head_dim 128,
- *                   v8 at 64: FP_CTX_ATTENTION_KERNEL, one box per page run);
+ *   v1_vs_tma       v1 preferred (the row-by-row page gather: what every
+ *                   paged call ran before session 41) against the same
+ *                   call preferring the TMA kernel (v5 at head_dim 128, v10
+ *                   at 64, the Hopper default: FP_CTX_ATTENTION_KERNEL, one
+ *                   box per page run);
  *   dense_vs_paged  the TMA kernel on the same keys gathered into a dense
  *                   cache (fp_attn_cuda_gather_pages) against it paged: what
  *                   the block table costs the TMA kernel;
@@ -1053,11 +1054,11 @@ static void run_paged_shape(fb_run *run, const paged_shape *s) {
         if (st == FP_OK) st = fp_attn_cuda_gather_pages(&a, kd, vd, (cudaStream_t)fp_context_stream(ctx));
         if (st == FP_OK) st = fp_context_synchronize(ctx, NULL); /* table lives on the heap until then */
     }
-    const int tma = s->d == 64 ? 8 : 5;
+    const int tma = s->d == 64 ? 10 : 5; /* the Hopper default's kernel (v1: preferred) */
     fp_attention_params pp2 = pp, pd1 = pd;
     pp2.o = o2;
     pd1.o = o1;
-    pref_run v1 = {ctx, &pp, 0}, opt = {ctx, &pp2, tma}, dense = {ctx, &pd1, tma}, tma1 = {ctx, &pp, tma},
+    pref_run v1 = {ctx, &pp, 1}, opt = {ctx, &pp2, tma}, dense = {ctx, &pd1, tma}, tma1 = {ctx, &pp, tma},
              v9 = {ctx, &pp2, 9};
     const double bytes = 2.0 * (double)nq * elt + 2.0 * (double)n_dense * elt;
     paged_ab(run, s, "v1_vs_tma", st, &v1, &opt, o1, o2, nq, -1.0, bytes, flops, "v1_tflops", "tma_tflops", "");
@@ -1443,11 +1444,12 @@ FB_SCENARIO(fb_attention_flash_versions, "attention/flash_versions",
             run_versions)
 FB_SCENARIO(fb_attention_varlen, "attention/varlen",
             "varlen prefill (cu_seqlens, mixed lengths): the call without total_k (v3 on Hopper) vs with it (the TMA "
-            "kernels v5 / v8), TFLOP/s (CUDA only)",
+            "kernels v5 / v10), TFLOP/s (CUDA only)",
             run_varlen)
 FB_SCENARIO(fb_attention_paged_prefill, "attention/paged_prefill",
-            "prefill over a paged KV cache (chunked prefill): the default (v1, page gather) vs the TMA kernel (v5 / "
-            "v8, a box per page run), the TMA kernel dense vs paged, and v5 / v8 vs v9 paged, TFLOP/s (CUDA only)",
+            "prefill over a paged KV cache (chunked prefill): v1 (page gather) vs the TMA kernel (v5 / v10, the "
+            "Hopper default, a box per page run), the TMA kernel dense vs paged, and v5 / v10 vs v9 paged, TFLOP/s "
+            "(CUDA only)",
             run_paged_prefill)
 FB_SCENARIO(fb_attention_fp8, "attention/fp8",
             "fp8 (e4m3) inputs with descales: bf16 vs fp8 on the same values (v5), fp8 on v5 vs v8, head_dim 128, "

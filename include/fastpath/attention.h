@@ -308,18 +308,18 @@ FP_API void(fp_attention_params_default)(fp_attention_params *p);
  * registers). On Hopper (compute capability 9.0, in a build with 90 among
  * CMAKE_CUDA_ARCHITECTURES), head_dim 64 / 128 with at least 128 query rows
  * per (batch, KV head) (seqlen_q x heads_q / heads_kv) run the wgmma kernel
- * fed by TMA loads instead (v5 at head_dim 128, v8 at 64: v5 with its two
- * consumer warpgroups taking turns on the tensor cores; v3, their cp.async
- * form, where TMA cannot describe the K / V layout or with varlen offsets
- * but no total_k): 2.3-3.6x faster than v1 on an H200 at seqlen 4k-16k, v8
- * 1.08-1.14x faster than v5 at head_dim 64 on an H100 (v5 / v8 on varlen
- * calls, given total_k, is not yet measured on a GPU). A paged KV cache
- * (block_table) runs v1 by default; a context that prefers v5, v8, v9 or v10
- * (FP_CTX_ATTENTION_KERNEL, core.h) runs that TMA kernel on paged calls
- * whose page_size is a multiple of 8 (a tile of 128 keys loads as boxes of
- * gcd(page_size, 128) rows, each from its page), checked on the CPU
- * emulation and not yet timed on a GPU (fastbench attention/paged_prefill
- * compares them); other page sizes run v1.
+ * fed by TMA loads instead (v5 at head_dim 128, v10 at 64: three consumer
+ * warpgroups over 192-row query tiles; v3, their cp.async form, where TMA
+ * cannot describe the K / V layout or with varlen offsets but no total_k):
+ * 2.3-3.6x faster than v1 on an H200 at seqlen 4k-16k, v10 1.06-1.40x
+ * faster than v8 (v5 with its two consumer warpgroups taking turns) at
+ * head_dim 64 (H200), varlen calls given total_k 1.04-1.74x faster than
+ * without it (v3). A paged KV cache (block_table) whose page_size is a
+ * multiple of 8 runs the same TMA kernel (a tile of 128 keys loads as
+ * boxes of gcd(page_size, 128) rows, each from its page): 2.45-4.65x
+ * faster than v1's page gather on an H200, 0.87-1.04x the dense cache;
+ * other page sizes, and decode, run v1. A context may prefer v5, v8, v9
+ * or v10 (FP_CTX_ATTENTION_KERNEL, core.h) on these calls.
  * fp_attention_last_kernel says which ran. When the grid would not fill the GPU (decode: small seqlen_q,
  * few heads, long seqlen_k) the keys are split over several thread blocks
  * whose partial results are merged through their log-sum-exp (split-KV).

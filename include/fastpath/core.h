@@ -211,7 +211,7 @@ typedef enum fp_context_option {
                                       also returns what the pool holds above it now. */
     FP_CTX_ATTENTION_KERNEL = 4,   /* CUDA contexts: the flash-attention kernel version
                                       fp_attention_forward prefers: 0 = the default (v5
-                                      at head_dim 128 and v8 at 64, else v3, on Hopper
+                                      at head_dim 128 and v10 at 64, else v3, on Hopper
                                       where they apply; v1 elsewhere: attention.h), 1 = v1 (mma.sync, 64 rows per CTA),
                                       2 = v1 with 128 rows per CTA (32 per warp; at
                                       head_dim 128 FlashAttention-2's 128 x 64 tile,
@@ -237,12 +237,10 @@ typedef enum fp_context_option {
                                       layout, build, device, rows), the default kernel
                                       elsewhere; fp_attention_last_kernel says which ran
                                       and why. 5, 8, 9 and 10 also take paged KV caches
-                                      (page sizes that are multiples of 8), which the
-                                      default runs on v1 until a GPU run has timed them
-                                      there (attention.h).
-                                      v1-v9 passed the GPU tests on H100s and H200s
-                                      (benchmarks/results); v10 is tested on the CUDA
-                                      emulation and awaits its first GPU run. */
+                                      (page sizes that are multiples of 8), as does
+                                      the default (attention.h).
+                                      v1-v10 passed the GPU tests on H100s and H200s
+                                      (benchmarks/results). */
     FP_CTX_ATTENTION_SPLIT_COMBINE = 5, /* CUDA contexts: how split-KV attention (decode,
                                       few query rows: the keys split over CTAs) merges
                                       its partial results with v1 / v2: 0 = in the split

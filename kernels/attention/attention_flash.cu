@@ -38,8 +38,9 @@
 //                               from a producer warpgroup through an mbarrier
 //                               ring (setmaxnreg): attention_flash_tma_sm90.cu.
 //                               The Hopper default at head_dim 128
-//                               (measured, NOTES.md); v8 (v5 with ping-pong
-//                               consumers, attention_flash_tma_sm90.cu) at 64.
+//                               (measured, NOTES.md); v10 (v5 with three
+//                               consumer warpgroups taking turns,
+//                               attention_flash_tma_sm90.cu) at 64.
 //   attention_decode_fwd_v6     the decode kernel: 16 packed query rows per
 //                               CTA, the 4 warps splitting each 64-key tile,
 //                               K / V through a ring of 2 to 4 tiles, the
@@ -1514,6 +1515,20 @@ static int64_t split_count(const fp_attn_args *a, int br, int bc, int64_t slots)
 }
 
 // The default kernel (v1): its tile of head_dim's traits, two CTAs per SM.
+#ifdef FASTPATH_HAVE_SM90A
+// The Hopper default's kernels for a call, in order (each refuses what the
+// next may take): head_dim 64 v10 (three consumer warpgroups), which ran
+// 1.22-1.40x faster than v8 non-causal and 1.06-1.31x causal (H200,
+// session 41: 1k / 4k / 16k keys; 481-527 TFLOP/s at 4k-16k non-causal);
+// head_dim 128 v5. v3 after either (varlen without total_k, layouts TMA
+// cannot describe). v10 refuses what v8 refuses at 64 (the same checks).
+static int hopper_default_order(const fp_attn_args *a, int order[2]) {
+    order[0] = a->head_dim == 64 ? 10 : 5;
+    order[1] = 3;
+    return 2;
+}
+#endif
+
 static fp_status flash_v1_auto(const fp_attn_args *a, int sm_count, cudaStream_t stream) {
     int br = traits<64>::kBr, bc = traits<64>::kBc;
     switch (a->head_dim) {
@@ -1684,9 +1699,10 @@ static fp_status flash_kv8_widened(const fp_attn_args *a, int version, int sm_co
         if (version) {
             st = flash_version_auto(&w, version, sm_count, stream);
         } else {
-            const int order[2] = {a->head_dim == 64 ? 8 : 5, 3};
+            int order[2];
+            const int n = hopper_default_order(a, order);
             st = FP_ERR_UNSUPPORTED;
-            for (int i = 0; i < 2 && st == FP_ERR_UNSUPPORTED; ++i) st = flash_version_auto(&w, order[i], sm_count, stream);
+            for (int i = 0; i < n && st == FP_ERR_UNSUPPORTED; ++i) st = flash_version_auto(&w, order[i], sm_count, stream);
         }
         fp_attention_kernel_info k;
         if (st == FP_OK && fp_attention_last_kernel(&k) == FP_OK) fp_attn_note_kernel(a, k.version, k.num_splits);
@@ -1782,23 +1798,29 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
     // (paged KV, other head dims, other devices answer FP_ERR_UNSUPPORTED).
     // At head_dim 64, v8 (v5 with its consumer warpgroups taking turns) ran
     // 1.08-1.14x faster than v5 on every shape measured (H100, session 20:
-    // seqlen 4k / 16k, causal and not) and takes v5's place there; at 128 it
-    // ran 0.98-1.01x (benchmarks/NOTES.md), so v5 stays.
+    // seqlen 4k / 16k, causal and not), and v10 (three consumer warpgroups)
+    // 1.06-1.40x faster than v8 (H200, session 41): v10 there
+    // (hopper_default_order); at 128 v8 ran 0.98-1.01x v5, so v5 stays.
     // Only with at least one full 128-row tile per (batch, KV head): decode
     // (a few query rows) keeps v1's 64-row tiles and split-KV, measured there.
     // What the Hopper kernels refuse for any layout (another device, other
     // head dims) is ruled out here, so such calls do not pay two refusals
-    // per call on their way to v1. Paged KV stays on v1 by default: v5 / v8
-    // / v10 (session 25) and v9 (session 37) take it (page sizes that are
-    // multiples of 8) when preferred, but no GPU run has timed them there yet
-    // (fastbench attention/paged_prefill, gpu-check's ab-pprefill run).
-    if (version == 0 && cc == 90 && !a->block_table && (a->head_dim == 64 || a->head_dim == 128) &&
-        (int64_t)a->seqlen_q * a->group >= 128) {
-        // v8 refuses what v5 refuses: v3 next either way
-        const int order[2] = {a->head_dim == 64 ? 8 : 5, 3};
+    // per call on their way to v1. Paged KV (page sizes that are multiples
+    // of 8: a page's rows are whole TMA boxes) goes the same way: the TMA
+    // kernels ran 2.45-4.65x faster than v1's page gather on every paged
+    // prefill measured (H200, session 41, ab-pprefill: 4 x 4096 over 4096
+    // and 4 x 1024 over 8192, pages of 16 and 64, head_dim 64 / 128,
+    // causal), within 0.87-1.04x of the same kernel on a dense cache. v3
+    // takes no paged cache: v1 after a refusal.
+    if (version == 0 && cc == 90 && (!a->block_table || a->page_size % 8 == 0) &&
+        (a->head_dim == 64 || a->head_dim == 128) && (int64_t)a->seqlen_q * a->group >= 128) {
+        int order[2];
+        const int n = hopper_default_order(a, order);
         fp_error_saved saved;
         fp_error_save(&saved);
-        for (int v : order) {
+        for (int i = 0; i < n; ++i) {
+            const int v = order[i];
+            if (v == 3 && a->block_table) break;
             fp_status st = flash_version_auto(a, v, sm_count, stream);
             if (st != FP_ERR_UNSUPPORTED) return st;
         }

@@ -175,9 +175,9 @@ static const char *ran_kernel(const attn_case *c, int impl, char *buf, size_t n)
                   c->name, impl, version, splits, k.kernel, k.num_splits);
     } else if (k.preferred == 0 && must_run_sm90() && c->dtype != FP_F32 && (c->d == 64 || c->d == 128) &&
                (int64_t)c->sq * (c->hq / c->hkv) >= 128) {
-        /* the Hopper default (attention_flash.cu): v5 (v8 at head_dim 64), or
-         * v3 where it refuses */
-        const int tma_default = c->d == 64 ? 8 : 5;
+        /* the Hopper default (attention_flash.cu): v5 (v10 at head_dim 64),
+         * or v3 where it refuses */
+        const int tma_default = c->d == 64 ? 10 : 5;
         CHECK_MSG(k.version == tma_default || k.version == 3,
                   "%s: the default on this Hopper device should be v%d / v3, ran %s", c->name, tma_default, k.kernel);
     } else if (k.preferred >= 2) {
@@ -483,8 +483,8 @@ static void test_varlen_gpu(fp_dtype dt, int d, int causal) {
                 if (impl == 0) fwd_version = k.version;
                 /* where v3 ran without total_k (Hopper, an sm_90a build), the TMA kernel of the head dim */
                 else if (fwd_version == 3)
-                    CHECK_MSG(k.version == (d == 64 ? 8 : 5), "varlen forward given total_k ran %s, not v%d",
-                              k.kernel, d == 64 ? 8 : 5);
+                    CHECK_MSG(k.version == (d == 64 ? 10 : 5), "varlen forward given total_k ran %s, not v%d",
+                              k.kernel, d == 64 ? 10 : 5);
             }
         } else {
             fp_attn_args a;

@@ -246,7 +246,7 @@ static void run_case(const kv8_case *c) {
         CHECK_OK(fp_attention_last_kernel(&info));
         const int want = runs[r].version == 6 || (runs[r].pref == 6 && v6_takes) ? 6
                          : auto_widen && runs[r].version == ATTN_RUN_FORWARD && runs[r].pref == 0
-                             ? (c->d == 64 ? 8 : 5)
+                             ? (c->d == 64 ? 10 : 5)
                              : 1;
         CHECK_MSG(info.version == want, "%s/run %d: ran %s, wanted v%d", c->name, r, info.kernel, want);
         const int splits = info.num_splits;

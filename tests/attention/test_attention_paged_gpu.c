@@ -105,11 +105,15 @@ static int tma_takes(const attn_case *c, int page_size, int version) {
 }
 
 /* The forward with the context preferring `pref` (0: none): on Hopper a
- * preferred TMA kernel that takes the case must run it (the default stays
- * v1 for paged calls until a GPU run has timed the TMA kernels on them). */
+ * preferred TMA kernel that takes the case must run it, and the default
+ * runs the TMA kernel of the head dim (v5 at 128, v10 at 64) on the calls
+ * with a 128-row tile per (batch, KV head); v1 elsewhere. */
 static int forward_version(const attn_case *c, int page_size, int pref, int flash) {
     if (!flash) return 0;
     if ((pref == 5 || pref == 8 || pref == 9 || pref == 10) && tma_takes(c, page_size, pref)) return pref;
+    /* a preferred kernel that refuses the call leaves it to the default */
+    const int def = c->d == 64 ? 10 : 5;
+    if ((int64_t)c->sq * (c->hq / c->hkv) >= 128 && tma_takes(c, page_size, def)) return def;
     return 1;
 }
 
@@ -183,7 +187,8 @@ static void run_case(const attn_case *c, int page_size, int pad) {
     }
     /* Sequence 0's first page entry out of range (one far past the pool,
      * one negative): no fault, the other sequences unchanged (sequence 0's
-     * result is unspecified); by the forward's default (v1) and, where it
+     * result is unspecified); by the forward's default (v1, or where it
+     * takes the case the TMA kernel of the head dim) and, where it
      * takes the case, the TMA kernel v8 (TMA's zeros for the page). */
     if (c->batch > 1) {
         static const int32_t bad_entries[2] = {1000, -7};
