@@ -40,7 +40,14 @@
  *     profiler): choosing it then fails with FP_ERR_UNSUPPORTED. A span
  *     ended on another thread than the one that began it stays on the
  *     beginning thread's CUPTI stack until that thread next begins or ends
- *     a span of the context (its launches meanwhile count to it).
+ *     a span of the context (its launches meanwhile count to it). While it
+ *     runs, CUPTI records the runtime and driver API calls that enqueue
+ *     work (launches, copies, sets; the others are switched off): on an
+ *     H200 a span's begin / end pair cost 1.5-2.2 us of host time and a
+ *     launch ~3 us more (session 41), against 2.8 us for the events.
+ *     FASTPATH_CUPTI_DEBUG=1 prints, at each flush, the records the
+ *     collector has seen (API, external correlation, device; filed to
+ *     spans, pending, lost); FASTPATH_CUPTI_API_FILTER=0 records every API.
  *   - User ranges (fp_trace_push / fp_trace_pop) label a model's structure:
  *     each is itself a span (category "range"), and every span begun while
  *     it is open carries its module and stage. They form one stack per
