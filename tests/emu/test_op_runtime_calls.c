@@ -535,7 +535,7 @@ int main(int argc, char **argv) {
      * tensor maps cached, the block table read by the kernel; 12 CTAs on
      * the emulated H100's 132 SMs take 2 splits: the kernel and the
      * combine), no allocation, sync or query per call; and the default
-     * (v1) */
+     * (the Hopper default takes the paged call: v10 at head_dim 64) */
     memset(&o, 0, sizeof o);
     attn_op(&o, "attention v8 paged prefill", 2, 150, 256, 4, 2, 1);
     make_paged(&o, 256);
@@ -557,7 +557,8 @@ int main(int argc, char **argv) {
     check_op(&o);
     {
         fp_attention_kernel_info k;
-        CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 1 && k.paged == 1);
+        CHECK_MSG(fp_attention_last_kernel(&k) == FP_OK && k.version == 10 && k.paged == 1, "paged default ran %s",
+                  k.kernel);
     }
 
     /* fp8 (e4m3) prefill at head_dim 128 with descales: v5 on the emulated
@@ -677,7 +678,7 @@ int main(int argc, char **argv) {
         CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 3); /* Hopper, no total_k: v3 */
     }
     /* the same given total_k (the packed K / V rows): Hopper's TMA kernel,
-     * v8 at head_dim 64 (its tensor maps encoded once, then cached) */
+     * v10 at head_dim 64 (its tensor maps encoded once, then cached) */
     {
         const fp_attention_params prev = o.ap;
         const int32_t cu[3] = {0, 40, 100};
@@ -695,7 +696,7 @@ int main(int argc, char **argv) {
     check_op(&o);
     {
         fp_attention_kernel_info k;
-        CHECK(fp_attention_last_kernel(&k) == FP_OK && k.version == 8);
+        CHECK_MSG(fp_attention_last_kernel(&k) == FP_OK && k.version == 10, "varlen given total_k ran %s", k.kernel);
     }
 
     /* the materialized baseline: dense, paged */

@@ -3,7 +3,7 @@ writes (DIR/cta-NN-<kernel>.json, fp_attn_cta_export_chrome): each file a
 Chrome trace with its process named after the kernel that ran, a track per
 SM, every record an event ("cta N", v9's "item N") with its phases inside it
 on its track. Usage: check_cta_trace.py DIR KERNEL... (the files' kernels in
-order, e.g. flash_v8 flash_v9: one file each)."""
+order, e.g. flash_v10 flash_v9: one file each)."""
 import json
 import sys
 from pathlib import Path
