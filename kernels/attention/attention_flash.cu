@@ -1514,21 +1514,17 @@ static int64_t split_count(const fp_attn_args *a, int br, int bc, int64_t slots)
     return splits;
 }
 
-// The default kernel (v1): its tile of head_dim's traits, two CTAs per SM.
 #ifdef FASTPATH_HAVE_SM90A
-// The Hopper default's kernels for a call, in order (each refuses what the
-// next may take): head_dim 64 v10 (three consumer warpgroups), which ran
-// 1.22-1.40x faster than v8 non-causal and 1.06-1.31x causal (H200,
-// session 41: 1k / 4k / 16k keys; 481-527 TFLOP/s at 4k-16k non-causal);
-// head_dim 128 v5. v3 after either (varlen without total_k, layouts TMA
-// cannot describe). v10 refuses what v8 refuses at 64 (the same checks).
-static int hopper_default_order(const fp_attn_args *a, int order[2]) {
-    order[0] = a->head_dim == 64 ? 10 : 5;
-    order[1] = 3;
-    return 2;
-}
+// The Hopper default's TMA kernel for a call, tried before v3 (varlen
+// without total_k, layouts TMA cannot describe): head_dim 64 v10 (three
+// consumer warpgroups), which ran 1.22-1.40x faster than v8 non-causal and
+// 1.06-1.31x causal (H200, session 41: 1k / 4k / 16k keys; 481-527 TFLOP/s
+// at 4k-16k non-causal); head_dim 128 v5. v10 refuses what v8 refuses at
+// 64 (the same checks).
+static int hopper_tma_default(const fp_attn_args *a) { return a->head_dim == 64 ? 10 : 5; }
 #endif
 
+// The default kernel (v1): its tile of head_dim's traits, two CTAs per SM.
 static fp_status flash_v1_auto(const fp_attn_args *a, int sm_count, cudaStream_t stream) {
     int br = traits<64>::kBr, bc = traits<64>::kBc;
     switch (a->head_dim) {
@@ -1699,10 +1695,9 @@ static fp_status flash_kv8_widened(const fp_attn_args *a, int version, int sm_co
         if (version) {
             st = flash_version_auto(&w, version, sm_count, stream);
         } else {
-            int order[2];
-            const int n = hopper_default_order(a, order);
+            const int order[2] = {hopper_tma_default(a), 3};
             st = FP_ERR_UNSUPPORTED;
-            for (int i = 0; i < n && st == FP_ERR_UNSUPPORTED; ++i) st = flash_version_auto(&w, order[i], sm_count, stream);
+            for (int i = 0; i < 2 && st == FP_ERR_UNSUPPORTED; ++i) st = flash_version_auto(&w, order[i], sm_count, stream);
         }
         fp_attention_kernel_info k;
         if (st == FP_OK && fp_attention_last_kernel(&k) == FP_OK) fp_attn_note_kernel(a, k.version, k.num_splits);
@@ -1800,7 +1795,7 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
     // 1.08-1.14x faster than v5 on every shape measured (H100, session 20:
     // seqlen 4k / 16k, causal and not), and v10 (three consumer warpgroups)
     // 1.06-1.40x faster than v8 (H200, session 41): v10 there
-    // (hopper_default_order); at 128 v8 ran 0.98-1.01x v5, so v5 stays.
+    // (hopper_tma_default); at 128 v8 ran 0.98-1.01x v5, so v5 stays.
     // Only with at least one full 128-row tile per (batch, KV head): decode
     // (a few query rows) keeps v1's 64-row tiles and split-KV, measured there.
     // What the Hopper kernels refuse for any layout (another device, other
@@ -1814,12 +1809,10 @@ extern "C" fp_status fp_attn_cuda_flash(const fp_attn_args *a, int version, int 
     // takes no paged cache: v1 after a refusal.
     if (version == 0 && cc == 90 && (!a->block_table || a->page_size % 8 == 0) &&
         (a->head_dim == 64 || a->head_dim == 128) && (int64_t)a->seqlen_q * a->group >= 128) {
-        int order[2];
-        const int n = hopper_default_order(a, order);
+        const int order[2] = {hopper_tma_default(a), 3};
         fp_error_saved saved;
         fp_error_save(&saved);
-        for (int i = 0; i < n; ++i) {
-            const int v = order[i];
+        for (int v : order) {
             if (v == 3 && a->block_table) break;
             fp_status st = flash_version_auto(a, v, sm_count, stream);
             if (st != FP_ERR_UNSUPPORTED) return st;

@@ -5,11 +5,11 @@
 // - Each kernel, copy and set the emulated runtime enqueues (submit_node,
 //   and each node of a graph launch) is one traced API call on the calling
 //   thread: a correlation id, an API record (RUNTIME: its kind on, its API
-//   not switched off since), preceded by one external-correlation record per kind whose stack is
-//   non-empty on that thread (as CUPTI does); and, when the work runs, a
-//   device record (CONCURRENT_KERNEL, MEMCPY, MEMSET) with its start and end
-//   read from the registered timestamp callback (else CLOCK_REALTIME, as
-//   CUPTI on Linux).
+//   not switched off since), preceded by one external-correlation record
+//   per kind whose stack is non-empty on that thread (as CUPTI does); and,
+//   when the work runs, a device record (CONCURRENT_KERNEL, MEMCPY, MEMSET)
+//   with its start and end read from the registered timestamp callback
+//   (else CLOCK_REALTIME, as CUPTI on Linux).
 // - Records go to the client's buffers (cuptiActivityRegisterCallbacks):
 //   API records into one, device records into another, as CUPTI keeps
 //   thread and context buffers. A full buffer is delivered at once from the
