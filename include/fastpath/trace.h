@@ -48,6 +48,26 @@
  *     FASTPATH_CUPTI_DEBUG=1 prints, at each flush, the records the
  *     collector has seen (API, external correlation, device; filed to
  *     spans, pending, lost); FASTPATH_CUPTI_API_FILTER=0 records every API.
+ *   - The kernel timer (fp_trace_set_timer, or FASTPATH_TRACE_TIMER=kernel at
+ *     a context's first fp_trace_enable): the library's ops whose kernels
+ *     can stamp (the norms, forward and backward) record no event either:
+ *     the span hands its kernels a record in device memory; the first CTA
+ *     of the op's first kernel writes the GPU's global timer there when it
+ *     starts (after a programmatic dependent launch's wait) and every CTA
+ *     of every kernel of the op raises the end to its own end. Begin and
+ *     end are then host work only (the capture query, the ring, two clock
+ *     readings). The times are the kernels' own, as Nsight Systems shows
+ *     them (no launch gap, unlike two events), mapped to the trace's clock
+ *     by a calibration taken when the timer is chosen and at each
+ *     fp_trace_enable / fp_trace_clear (within a few microseconds: spans
+ *     of other timers in the same ring may be placed that far off; kernel
+ *     spans among themselves are exact to the timer's resolution, 32 ns on
+ *     an H100). Other spans (copies, fills, graph replays, collectives,
+ *     user ranges, the ops that do not stamp) keep two events. A stamped
+ *     span whose op launched no kernel keeps the host clock's begin and
+ *     end. Reading a kernel-timed ring synchronizes the device and copies
+ *     the records back. No GPU figure yet: the cost on a GPU is predicted
+ *     at the capture query and the ring (~0.3 us a pair), not measured.
  *   - User ranges (fp_trace_push / fp_trace_pop) label a model's structure:
  *     each is itself a span (category "range"), and every span begun while
  *     it is open carries its module and stage. They form one stack per
@@ -200,7 +220,8 @@ typedef struct fp_trace_stats {
 /* How a CUDA context's spans are timed (CPU contexts: the clock, always). */
 typedef enum fp_trace_timer {
     FP_TRACE_TIMER_EVENTS = 0, /* two CUDA events per span (the default) */
-    FP_TRACE_TIMER_CUPTI = 1   /* CUPTI activity records, no driver call per span */
+    FP_TRACE_TIMER_CUPTI = 1,  /* CUPTI activity records, no driver call per span */
+    FP_TRACE_TIMER_KERNEL = 2  /* the library's kernels stamp their spans: no driver call per span */
 } fp_trace_timer;
 
 /* ======================================================================== */
@@ -236,11 +257,14 @@ FP_API fp_status fp_trace_clear(fp_context *ctx);
 struct fp_allocator;
 /* Chooses the timer of the spans begun from now on (spans already recorded
  * keep theirs); may be called before fp_trace_enable. FP_TRACE_TIMER_CUPTI
- * on a CUDA context loads CUPTI and starts its collector. On a CPU context
- * either is accepted and spans keep the clock. Errors:
- * FP_ERR_INVALID_ARGUMENT (NULL ctx, unknown timer), FP_ERR_UNSUPPORTED
- * (CUPTI not found, of another major version, or in use by another tool:
- * the message says which; the timer is unchanged), FP_ERR_OUT_OF_MEMORY. */
+ * on a CUDA context loads CUPTI and starts its collector;
+ * FP_TRACE_TIMER_KERNEL allocates its records (32 bytes of device memory a
+ * span, up to 65536) and calibrates its clock (three one-thread kernels,
+ * each waited for). On a CPU context any is accepted and spans keep the
+ * clock. Errors: FP_ERR_INVALID_ARGUMENT (NULL ctx, unknown timer),
+ * FP_ERR_UNSUPPORTED (CUPTI not found, of another major version, or in use
+ * by another tool: the message says which), FP_ERR_OUT_OF_MEMORY,
+ * FP_ERR_CUDA; on error the timer is unchanged. */
 FP_API fp_status fp_trace_set_timer(fp_context *ctx, fp_trace_timer timer);
 /* The timer of spans begun now (FP_TRACE_TIMER_EVENTS for NULL or a context
  * that never traced). */

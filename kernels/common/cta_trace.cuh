@@ -8,31 +8,18 @@
 // Record index: x + gx (y + gy (z + b_off)), b_off the batch the launch
 // starts at (the launcher traces only single launches, b_off = 0).
 // Under the CPU emulation (FP_CUDA_EMU) the timer is the host's steady clock
-// and the SM is the block's linear index modulo the emulated device's SM
+// (gtimer.cuh) and the SM is the block's linear index modulo the emulated device's SM
 // count: the records' structure is checked there, not their times.
 #pragma once
 
 #include <stdint.h>
 
 #include "attention/attention_internal.h" /* fp_cta_record, FP_CTA_* */
-
-#if defined(FP_CUDA_EMU)
-#include <chrono>
-#endif
+#include "common/gtimer.cuh"
 
 namespace fp_cta {
 
-__device__ __forceinline__ uint64_t now_ns() {
-#if defined(FP_CUDA_EMU)
-    return (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-#else
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-#endif
-}
+__device__ __forceinline__ uint64_t now_ns() { return fp_gtimer::now_ns(); }
 
 __device__ __forceinline__ uint32_t linear_cta(int b_off) {
     return (uint32_t)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * ((uint32_t)b_off + blockIdx.z)));

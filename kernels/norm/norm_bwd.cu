@@ -72,6 +72,7 @@
 #include "common/cp_async.cuh"
 #include "common/grid_count.cuh"
 #include "norm/norm_bwd_v3_plan.h"
+#include "common/span_stamp.cuh"
 #include "norm/norm_common.cuh"
 
 namespace fpnorm {
@@ -252,8 +253,10 @@ __device__ __forceinline__ void norm_bwd_dx_v1_row(const fp_norm_bwd_desc &d, in
 // loop, uniform across the block (row_sum's barriers stay convergent).
 template <typename T>
 __global__ void __launch_bounds__(kBwdV1Threads) norm_bwd_dx_v1(const fp_norm_bwd_desc d) {
+    fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     __shared__ float red_smem[32];
     for (int64_t row = blockIdx.x; row < d.rows; row += gridDim.x) norm_bwd_dx_v1_row<T>(d, row, red_smem);
+    fp_stamp::end(d.stamp);
 }
 
 // ---------------------------------------------------------------------------
@@ -261,6 +264,7 @@ __global__ void __launch_bounds__(kBwdV1Threads) norm_bwd_dx_v1(const fp_norm_bw
 // ---------------------------------------------------------------------------
 template <typename T, int NV>
 __global__ void __launch_bounds__(kBwdV2MaxThreads) norm_bwd_dx_v2(const fp_norm_bwd_desc d) {
+    fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     constexpr int V = Vec<T>::N;
     __shared__ float red_smem[32];
     const int64_t row = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
@@ -315,6 +319,7 @@ __global__ void __launch_bounds__(kBwdV2MaxThreads) norm_bwd_dx_v2(const fp_norm
             stg16(dx + (int64_t)j * V, pack<T>(v));
         }
     }
+    fp_stamp::end(d.stamp);
 }
 
 // ---------------------------------------------------------------------------
@@ -330,6 +335,7 @@ constexpr int kBwdStagedThreads = 512;
 // alias dout: pass 2 reads the staged copy.
 template <typename T>
 __global__ void __launch_bounds__(kBwdStagedThreads) norm_bwd_dx_staged(const fp_norm_bwd_desc d) {
+    fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     constexpr int V = Vec<T>::N;
     __shared__ float red_smem[32];
     extern __shared__ uint4 bwd_stage_smem[];  // x [nvec], then dout [nvec]
@@ -379,6 +385,7 @@ __global__ void __launch_bounds__(kBwdStagedThreads) norm_bwd_dx_staged(const fp
             store_dx<T, V>(dx, dres, j, v);
         }
     }
+    fp_stamp::end(d.stamp);
 }
 
 // ---------------------------------------------------------------------------
@@ -392,6 +399,7 @@ __global__ void __launch_bounds__(kBwdStagedThreads) norm_bwd_dx_staged(const fp
 template <typename T, int W>
 __global__ void __launch_bounds__(kParamTileCols * kParamRowThreads)
     norm_bwd_dparams(const fp_norm_bwd_desc d, float *partial, int64_t rows_per_chunk) {
+    fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     constexpr int kTile = kParamTileCols * W;
     __shared__ float sg_smem[kParamRowThreads][kTile + 1];
     __shared__ float sb_smem[kParamRowThreads][kTile + 1];
@@ -459,6 +467,7 @@ __global__ void __launch_bounds__(kParamTileCols * kParamRowThreads)
             partial[(nchunks + chunk) * d.cols + col0 + e] = tb;
         }
     }
+    fp_stamp::end(d.stamp);
 }
 
 // v2: block (32 columns, 8 chunk lanes): lane ty sums chunks ty, ty + 8,
@@ -471,6 +480,7 @@ template <typename T>
 __global__ void __launch_bounds__(kReduceCols * kReduceLanes) norm_bwd_reduce_v2(const fp_norm_bwd_desc d,
                                                                                  const float *partial,
                                                                                  int64_t nchunks) {
+    fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     __shared__ float sg[kReduceLanes][kReduceCols], sb[kReduceLanes][kReduceCols];
     const int64_t col = (int64_t)blockIdx.x * kReduceCols + threadIdx.x;
     const bool want_g = d.dgamma != nullptr, want_b = d.dbeta || d.dbias;
@@ -495,6 +505,7 @@ __global__ void __launch_bounds__(kReduceCols * kReduceLanes) norm_bwd_reduce_v2
     if (d.dgamma) static_cast<T *>(d.dgamma)[col] = from_f<T>(tg);
     if (d.dbeta) static_cast<T *>(d.dbeta)[col] = from_f<T>(tb);
     if (d.dbias) static_cast<T *>(d.dbias)[col] = from_f<T>(tb);
+    fp_stamp::end(d.stamp);
 }
 
 // FP_NORM_BWD_REDUCE (read once): "1" sums the partials with v1 (one thread
@@ -508,6 +519,7 @@ static bool reduce_v1_forced() {
 template <typename T>
 __global__ void __launch_bounds__(256) norm_bwd_reduce_v1(const fp_norm_bwd_desc d, const float *partial,
                                                           int64_t nchunks) {
+    fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= d.cols) return;
     // Only the halves that were requested: v3 writes no dbeta half without dbeta/dbias.
@@ -520,6 +532,7 @@ __global__ void __launch_bounds__(256) norm_bwd_reduce_v1(const fp_norm_bwd_desc
     if (d.dgamma) static_cast<T *>(d.dgamma)[col] = from_f<T>(tg);
     if (d.dbeta) static_cast<T *>(d.dbeta)[col] = from_f<T>(tb);
     if (d.dbias) static_cast<T *>(d.dbias)[col] = from_f<T>(tb);
+    fp_stamp::end(d.stamp);
 }
 
 // ---------------------------------------------------------------------------
@@ -688,9 +701,15 @@ __device__ __forceinline__ void fused_reduce(const fp_norm_bwd_desc &d, const fl
 //   else 2 x (blockDim.y - 1) x cols floats (warp per row: the other warps'
 //   sums for the combine; 0 for a block per row); with kRing (v4) the ring
 //   after it.
+// Whether v3 / v4's kernel stamps its span (the kernel timer). Not v4's of
+// f32 rows at NV 4: at its launch bound, the stamps' few instructions spill
+// it (24 bytes); a call the kernel timer times runs v3 there (v4_applies).
+template <typename T, int NV, int kRing> constexpr bool v3_stamps() { return !(kRing > 0 && sizeof(T) == 4 && NV == 4); }
+
 template <typename T, int NV, bool kSmemAcc, int kRing = 0>
 __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
     norm_bwd_v3(const fp_norm_bwd_desc d, float *partial) {
+    if constexpr (v3_stamps<T, NV, kRing>()) fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     constexpr int V = Vec<T>::N;
     static_assert(V % 4 == 0, "float4 access to the sums");
     static_assert(kRing == 0 || (kRing >= 2 && !kSmemAcc), "the ring (v4): register sums, >= 2 stages");
@@ -866,7 +885,10 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
             ring_write = ring_write + 1 == kRing ? 0 : ring_write + 1;
         }
     }
-    if (!partial) return;  // uniform: no dgamma/dbeta/dbias requested
+    if (!partial) {  // uniform: no dgamma/dbeta/dbias requested
+        if constexpr (v3_stamps<T, NV, kRing>()) fp_stamp::end(d.stamp);
+        return;
+    }
 
     const bool want_g = d.dgamma != nullptr, want_b = d.dbeta || d.dbias;
     const int64_t cols = d.cols;
@@ -953,6 +975,7 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
     if constexpr (kFused) {
         if (d.tail_ctas > 0) fused_reduce<T>(d, partial, reinterpret_cast<int *>(red_smem), comb_smem);
     }
+    if constexpr (v3_stamps<T, NV, kRing>()) fp_stamp::end(d.stamp);
 }
 
 // v3 with the row staged in shared memory (plan.stage_row: a block per row,
@@ -972,6 +995,7 @@ __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
 // f32[cols] (16-bit only), x T[cols].
 template <typename T, int NV>
 __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(const fp_norm_bwd_desc d, float *partial) {
+    fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     constexpr int V = Vec<T>::N;
     constexpr bool kAccBSmem = V == 8;
     constexpr int kLB = 2;
@@ -1084,7 +1108,10 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
             }
         }
     }
-    if (!partial) return;  // uniform: no dgamma/dbeta/dbias requested
+    if (!partial) {  // uniform: no dgamma/dbeta/dbias requested
+        fp_stamp::end(d.stamp);
+        return;
+    }
     const bool want_g = d.dgamma != nullptr, want_b = d.dbeta || d.dbias;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
@@ -1111,6 +1138,7 @@ __global__ void __launch_bounds__(FP_NORM_V3_MAX_THREADS) norm_bwd_v3_staged(con
     }
     // (the stage's cells, the reduce's after the barrier in fused_reduce)
     if (d.tail_ctas > 0) fused_reduce<T>(d, partial, reinterpret_cast<int *>(red_smem), reinterpret_cast<float *>(stage_smem4));
+    fp_stamp::end(d.stamp);
 }
 
 // ---------------------------------------------------------------------------
@@ -1299,6 +1327,7 @@ template <typename T>
 static bool v4_applies(const fp_norm_bwd_desc &d) {
     const fp_norm_v3_plan p = v3_plan<T>(d);
     if (!p.ok || p.smem_acc || p.stage_row || !v3_kernel<T>(p.nv, false, false, true)) return false;
+    if (d.stamp.rec && sizeof(T) == 4 && p.nv == 4) return false; // its v4 kernel stamps nothing (v3_stamps)
     const size_t smem = v4_smem<T>(d, p);
     size_t avail;
     return smem <= kDynSmemDefault || (optin_dyn_smem(&avail) == cudaSuccess && smem <= avail);
@@ -1440,6 +1469,7 @@ enum { EWB_DACT = 0, EWB_ADD = 1 };
 
 template <typename T, bool VECTOR>
 __global__ void __launch_bounds__(256) norm_bwd_unfused_elementwise(const fp_norm_bwd_desc d, int op) {
+    fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     constexpr int W = VECTOR ? Vec<T>::N : 1;
     const int64_t j0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
     if (j0 >= d.cols) return;
@@ -1480,6 +1510,7 @@ __global__ void __launch_bounds__(256) norm_bwd_unfused_elementwise(const fp_nor
         if constexpr (VECTOR) stg16(dx, pack<T>(a));
         else *dx = from_f<T>(a[0]);
     }
+    fp_stamp::end(d.stamp);
 }
 
 template <typename T>

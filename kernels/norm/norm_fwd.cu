@@ -40,6 +40,7 @@
 #include <cstdlib>
 
 #include "common/pdl.cuh"
+#include "common/span_stamp.cuh"
 #include "norm/norm_common.cuh"
 
 namespace fpnorm {
@@ -105,8 +106,10 @@ __device__ __forceinline__ void norm_fwd_v1_row(const fp_norm_fwd_desc &d, int64
 template <typename T>
 __global__ void __launch_bounds__(kV1Threads) norm_fwd_v1(const fp_norm_fwd_desc d) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     __shared__ float red_smem[32];
     for (int64_t row = blockIdx.x; row < d.rows; row += gridDim.x) norm_fwd_v1_row<T>(d, row, red_smem);
+    fp_stamp::end(d.stamp);
 }
 
 // ---------------------------------------------------------------------------
@@ -287,6 +290,7 @@ __device__ __forceinline__ void load_params(const fp_norm_fwd_desc &d, int nvec,
 template <typename T, int NV, int kOrder>
 __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_desc d) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     constexpr int V = Vec<T>::N;
     constexpr bool kLoadsFirst = kOrder >= 1;
     // Parameters in registers from the start (kOrder 1): 4 more registers
@@ -330,6 +334,7 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v2(const fp_norm_fwd_d
     }
     row_out<T, NV, kParamsEarly>(d, s_reg, mean, rstd, nvec, tpr, static_cast<T *>(d.out) + row * d.out_stride, gr,
                                  br, cr);
+    fp_stamp::end(d.stamp); // thread (0, 0): its row is this CTA's first, always in range
 }
 
 // Hides the packed parameters' values from the compiler (an empty asm that
@@ -377,6 +382,7 @@ __device__ __forceinline__ void keep_packed(uint4 (&a)[N], uint4 (&b)[N], uint4 
 template <typename T, int NV, bool kParams>
 __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v4(const fp_norm_fwd_desc d) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     constexpr int V = Vec<T>::N;
     __shared__ float red_smem[2][48];
     int64_t row = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
@@ -424,6 +430,7 @@ __global__ void __launch_bounds__(kV2MaxThreads) norm_fwd_v4(const fp_norm_fwd_d
         row_out<T, NV, kParams>(d, s_reg, mean, rstd, nvec, tpr, static_cast<T *>(d.out) + row * d.out_stride, gr,
                                 br, cr);
     }
+    fp_stamp::end(d.stamp); // thread (0, 0): its first row is in range
 }
 
 // ---------------------------------------------------------------------------
@@ -437,6 +444,7 @@ constexpr int kV3Threads = 512;
 template <typename T>
 __global__ void __launch_bounds__(kV3Threads) norm_fwd_v3(const fp_norm_fwd_desc d) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(d.stamp); // the kernel timer (span_stamp.cuh)
     constexpr int V = Vec<T>::N;
     extern __shared__ uint4 fwd_stage_smem[];  // cols / V vectors of s
     __shared__ float red_smem[32];
@@ -523,6 +531,7 @@ __global__ void __launch_bounds__(kV3Threads) norm_fwd_v3(const fp_norm_fwd_desc
             stg16(out + (int64_t)j * V, pack<T>(y));
         }
     }
+    fp_stamp::end(d.stamp);
 }
 
 // ---------------------------------------------------------------------------
@@ -534,9 +543,10 @@ enum { EW_ADD = 0, EW_AFFINE = 1, EW_ACT = 2 };
 // rows (grid-stride when rows > gridDim.y).
 template <typename T, bool VECTOR>
 __global__ void __launch_bounds__(256) norm_unfused_elementwise(const fp_norm_fwd_desc d, int op) {
+    fp_stamp::begin(d.stamp);
     constexpr int W = VECTOR ? Vec<T>::N : 1;
     const int64_t j0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
-    if (j0 >= d.cols) return;
+    if (j0 >= d.cols) return; // not thread 0: the grid's x covers cols
     const T *gamma = static_cast<const T *>(d.gamma);
     const T *beta = static_cast<const T *>(d.beta);
     const T *bias = static_cast<const T *>(d.bias);
@@ -590,6 +600,7 @@ __global__ void __launch_bounds__(256) norm_unfused_elementwise(const fp_norm_fw
             store(out, a);
         }
     }
+    fp_stamp::end(d.stamp);
 }
 
 // ---------------------------------------------------------------------------

@@ -8,6 +8,8 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
+#include "core/span_stamp.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -34,6 +36,8 @@ typedef struct fp_norm_fwd_desc {
     int v4_params;     /* set by the launchers: 1 = v4 keeps gamma / beta /
                           bias in registers across its rows (NV <= 2;
                           FP_NORM_VOPT_V4_PARAMS, FP_NORM_FWD_V4_PARAMS=1) */
+    fp_span_stamp stamp; /* the op's span, timed by its kernels (the kernel
+                          timer; rec NULL: not) */
 } fp_norm_fwd_desc;
 
 typedef struct fp_norm_bwd_desc {
@@ -50,6 +54,8 @@ typedef struct fp_norm_bwd_desc {
                       what the fused reduce counts with; NULL: no fused reduce */
     int tail_ctas; /* set by the launchers: the CTAs that run the fused reduce
                       (0: the reduce kernel after v3 / v4) */
+    fp_span_stamp stamp; /* the op's span, timed by its kernels (the kernel
+                            timer; rec NULL: not) */
 } fp_norm_bwd_desc;
 
 /* Option bits a version request may carry next to the version (tests' and

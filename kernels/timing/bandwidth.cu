@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "common/pdl.cuh"
+#include "common/span_stamp.cuh"
 #include "timing/bandwidth.h"
 
 namespace {
@@ -38,17 +39,20 @@ __device__ __forceinline__ float axpby1(float alpha, float x, float beta, float 
 // (n) elements, one per thread.
 template <typename T>
 __global__ void axpby_v1(const T *__restrict__ x, const T *__restrict__ y, T *__restrict__ out,
-                         size_t n, float alpha, float beta) {
+                         size_t n, float alpha, float beta, const fp_span_stamp stamp) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(stamp);
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = from_f32<T>(axpby1(alpha, to_f32(x[i]), beta, to_f32(y[i])));
+    fp_stamp::end(stamp);
 }
 
 // (n) elements as n / VEC 16-byte vectors plus a scalar tail.
 template <typename T>
 __global__ void axpby_v2(const T *__restrict__ x, const T *__restrict__ y, T *__restrict__ out,
-                         size_t n, float alpha, float beta) {
+                         size_t n, float alpha, float beta, const fp_span_stamp stamp) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(stamp);
     constexpr int VEC = 16 / sizeof(T);
     const size_t nvec = n / VEC;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -66,6 +70,7 @@ __global__ void axpby_v2(const T *__restrict__ x, const T *__restrict__ y, T *__
     // Tail: fewer than VEC elements, handled by the first threads.
     size_t t = nvec * VEC + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t < n) out[t] = from_f32<T>(axpby1(alpha, to_f32(x[t]), beta, to_f32(y[t])));
+    fp_stamp::end(stamp);
 }
 
 __global__ void copy_v1(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src, size_t bytes) {
@@ -92,37 +97,44 @@ struct big_params {
     unsigned long long w[64];  // 512 bytes
 };
 __global__ void empty_small(unsigned long long) {}
+__global__ void clock_read(unsigned long long *out) { *out = fp_gtimer::now_ns(); }
 __global__ void empty_big(const __grid_constant__ big_params) {}
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 template <typename T>
 cudaError_t launch_axpby(int version, size_t n, float alpha, const void *x, float beta, const void *y,
-                         void *out, int sm_count, bool pdl, cudaStream_t stream) {
+                         void *out, int sm_count, bool pdl, const fp_span_stamp &st, cudaStream_t stream) {
     const T *xt = static_cast<const T *>(x), *yt = static_cast<const T *>(y);
     T *ot = static_cast<T *>(out);
     if (version == 2 && aligned16(x) && aligned16(y) && aligned16(out))
         return fp_pdl::launch<axpby_v2<T>>(dim3(grid_for(n / (16 / sizeof(T)) + 1, sm_count)), dim3(kThreads), 0,
-                                           stream, pdl, xt, yt, ot, n, alpha, beta);
+                                           stream, pdl, xt, yt, ot, n, alpha, beta, st);
     size_t blocks = (n + kThreads - 1) / kThreads;
     if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
     return fp_pdl::launch<axpby_v1<T>>(dim3((unsigned)blocks), dim3(kThreads), 0, stream, pdl, xt, yt, ot, n, alpha,
-                                       beta);
+                                       beta, st);
 }
 
 }  // namespace
 
 extern "C" cudaError_t fp_launch_axpby(int version, int dtype, size_t n, float alpha, const void *x,
                                        float beta, const void *y, void *out, int sm_count, int pdl,
-                                       cudaStream_t stream) {
+                                       const fp_span_stamp *stamp, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     const bool p = pdl != 0;
+    const fp_span_stamp st = stamp ? *stamp : fp_span_stamp{nullptr, 0};
     switch (dtype) {
-    case 0: return launch_axpby<float>(version, n, alpha, x, beta, y, out, sm_count, p, stream);
-    case 1: return launch_axpby<__half>(version, n, alpha, x, beta, y, out, sm_count, p, stream);
-    case 2: return launch_axpby<__nv_bfloat16>(version, n, alpha, x, beta, y, out, sm_count, p, stream);
+    case 0: return launch_axpby<float>(version, n, alpha, x, beta, y, out, sm_count, p, st, stream);
+    case 1: return launch_axpby<__half>(version, n, alpha, x, beta, y, out, sm_count, p, st, stream);
+    case 2: return launch_axpby<__nv_bfloat16>(version, n, alpha, x, beta, y, out, sm_count, p, st, stream);
     default: return cudaErrorInvalidValue;
     }
+}
+
+extern "C" cudaError_t fp_launch_clock_read(unsigned long long *out, cudaStream_t stream) {
+    clock_read<<<1, 1, 0, stream>>>(out);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t fp_launch_copy(void *dst, const void *src, size_t bytes, int sm_count,

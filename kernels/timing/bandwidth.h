@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 
+#include "core/span_stamp.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -14,13 +16,20 @@ extern "C" {
  * 1 f16, 2 bf16 as fp_dtype). version 1: one element per thread, scalar
  * loads; version 2: 16-byte vector loads, grid-stride (falls back to v1
  * semantics on misaligned pointers). pdl: launch with programmatic
- * dependent launch (kernels/common/pdl.cuh). Returns the launch's
- * cudaError_t. */
+ * dependent launch (kernels/common/pdl.cuh); stamp: the span its kernel
+ * times (the kernel timer, core/span_stamp.h; NULL or a NULL rec: none).
+ * Returns the launch's cudaError_t. */
 cudaError_t fp_launch_axpby(int version, int dtype, size_t n, float alpha, const void *x,
-                            float beta, const void *y, void *out, int sm_count, int pdl, cudaStream_t stream);
+                            float beta, const void *y, void *out, int sm_count, int pdl,
+                            const fp_span_stamp *stamp, cudaStream_t stream);
 
 /* dst[0..bytes) = src[0..bytes) with 16-byte vector loads where aligned. */
 cudaError_t fp_launch_copy(void *dst, const void *src, size_t bytes, int sm_count, cudaStream_t stream);
+
+/* One thread writes the GPU's global timer (ns; kernels/common/gtimer.cuh)
+ * to *out (device memory): the kernel timer's calibration against the host
+ * clock (src/trace). */
+cudaError_t fp_launch_clock_read(unsigned long long *out, cudaStream_t stream);
 
 /* Launch probes (fastbench graph/op_host_cost: the platform's floor under
  * an op's host cost): one launch of an empty kernel, <<<1, 32>>>.

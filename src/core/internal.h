@@ -9,6 +9,7 @@
 
 #include "fastpath/core.h"
 #include "fastpath/timing.h"
+#include "span_stamp.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -174,8 +175,10 @@ struct fp_context {
  * fp_trace_stats). destroy frees the state (fp_context_destroy, after the
  * default stream is synchronized). */
 typedef struct fp_trace_hooks {
+    /* stamp non-NULL: the op's kernels can time the span (the kernel timer,
+     * span_stamp.h); begin fills it (rec NULL when they are not to) */
     uint64_t (*begin)(fp_context *ctx, fp_stream stream, const char *name, const char *category, double bytes,
-                      double flops, int nranks);
+                      double flops, int nranks, fp_span_stamp *stamp);
     void (*end)(fp_context *ctx, uint64_t span);
     void (*destroy)(fp_context *ctx);
     /* a user range tagging what runs inside with `stage` (fp_trace_push with
@@ -197,7 +200,7 @@ static inline int fp_ctx_traced(const fp_context *ctx) {
  * was pushed, so the end pops exactly what the begin pushed. */
 #define FP_SPAN_NVTX ((uint64_t)1 << 63)
 uint64_t fp_ctx_instrument_begin(fp_context *ctx, fp_stream stream, const char *name, const char *category,
-                                 double bytes, double flops, int nranks);
+                                 double bytes, double flops, int nranks, fp_span_stamp *stamp);
 void fp_ctx_instrument_end(fp_context *ctx, uint64_t span);
 /* FASTPATH_NVTX=1 in the environment, read once (fp_context_create copies
  * it into ctx->nvtx). */
@@ -221,14 +224,27 @@ void fp_nvtx_counts(uint64_t *pushed, uint64_t *popped);
 static inline uint64_t fp_ctx_trace_begin(fp_context *ctx, fp_stream stream, const char *name,
                                           const char *category, double bytes, double flops) {
     if (!(fp_ctx_traced(ctx) | ctx->nvtx)) return 0;
-    return fp_ctx_instrument_begin(ctx, stream, name, category, bytes, flops, 0);
+    return fp_ctx_instrument_begin(ctx, stream, name, category, bytes, flops, 0, NULL);
+}
+/* The same for an op whose kernels time their span themselves when the
+ * context's timer is the kernel timer (trace.h, FP_TRACE_TIMER_KERNEL): pass
+ * *stamp to each of its kernels (kernels/common/span_stamp.cuh). *stamp is
+ * {NULL, 0} unless they are to: tracing off, another timer, a capturing
+ * stream; then the span (if any) is timed as fp_ctx_trace_begin's. */
+static inline uint64_t fp_ctx_trace_begin_stamped(fp_context *ctx, fp_stream stream, const char *name,
+                                                  const char *category, double bytes, double flops,
+                                                  fp_span_stamp *stamp) {
+    stamp->rec = NULL;
+    stamp->seq = 0;
+    if (!(fp_ctx_traced(ctx) | ctx->nvtx)) return 0;
+    return fp_ctx_instrument_begin(ctx, stream, name, category, bytes, flops, 0, stamp);
 }
 /* The same for a collective (category "collective", trace.h's
  * fp_trace_begin_collective): `op` its name, nranks the ranks taking part. */
 static inline uint64_t fp_ctx_trace_begin_collective(fp_context *ctx, fp_stream stream, const char *op,
                                                      double bytes, int nranks) {
     if (!(fp_ctx_traced(ctx) | ctx->nvtx)) return 0;
-    return fp_ctx_instrument_begin(ctx, stream, op, "collective", bytes, 0, nranks);
+    return fp_ctx_instrument_begin(ctx, stream, op, "collective", bytes, 0, nranks, NULL);
 }
 static inline void fp_ctx_trace_end(fp_context *ctx, uint64_t span) {
     if (span) fp_ctx_instrument_end(ctx, span);

@@ -45,13 +45,13 @@ void fp_nvtx_counts(uint64_t *pushed, uint64_t *popped) {
 }
 
 uint64_t fp_ctx_instrument_begin(fp_context *ctx, fp_stream stream, const char *name, const char *category,
-                                 double bytes, double flops, int nranks) {
+                                 double bytes, double flops, int nranks, fp_span_stamp *stamp) {
 #if FP_HAVE_NVTX
     nvtxRangePushA(name);
 #endif
     __atomic_fetch_add(&g_pushed, 1, __ATOMIC_RELAXED);
     uint64_t span = 0;
-    if (fp_ctx_traced(ctx)) span = ctx->trace_hooks->begin(ctx, stream, name, category, bytes, flops, nranks);
+    if (fp_ctx_traced(ctx)) span = ctx->trace_hooks->begin(ctx, stream, name, category, bytes, flops, nranks, stamp);
     return span | FP_SPAN_NVTX;
 }
 

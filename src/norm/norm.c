@@ -272,9 +272,10 @@ static fp_status fwd_run(fp_context *ctx, fp_stream stream, const fp_norm_fwd_de
  * were checked: "norm_fwd", and "norm_fwd_unfused" for validate's baseline,
  * both with the op's required bytes (the roofline's). */
 static fp_status fwd_op(fp_context *ctx, fp_stream stream, const fp_norm_fwd_desc *d, int unfused, int version) {
-    const uint64_t span =
-        fp_ctx_trace_begin(ctx, stream, unfused ? "norm_fwd_unfused" : "norm_fwd", "op", fwd_bytes(d), 0);
-    const fp_status st = fwd_run(ctx, stream, d, unfused, version);
+    fp_norm_fwd_desc kd = *d; /* with the span's stamp (its kernels time it under the kernel timer) */
+    const uint64_t span = fp_ctx_trace_begin_stamped(ctx, stream, unfused ? "norm_fwd_unfused" : "norm_fwd", "op",
+                                                     fwd_bytes(d), 0, &kd.stamp);
+    const fp_status st = fwd_run(ctx, stream, &kd, unfused, version);
     fp_ctx_trace_end(ctx, span);
     return st;
 }
@@ -324,9 +325,10 @@ static fp_status bwd_run(fp_context *ctx, fp_stream stream, const fp_norm_bwd_de
 }
 
 static fp_status bwd_op(fp_context *ctx, fp_stream stream, const fp_norm_bwd_desc *d, int unfused, int version) {
-    const uint64_t span =
-        fp_ctx_trace_begin(ctx, stream, unfused ? "norm_bwd_unfused" : "norm_bwd", "op", bwd_bytes(d), 0);
-    const fp_status st = bwd_run(ctx, stream, d, unfused, version);
+    fp_norm_bwd_desc kd = *d; /* with the span's stamp (its kernels time it under the kernel timer) */
+    const uint64_t span = fp_ctx_trace_begin_stamped(ctx, stream, unfused ? "norm_bwd_unfused" : "norm_bwd", "op",
+                                                     bwd_bytes(d), 0, &kd.stamp);
+    const fp_status st = bwd_run(ctx, stream, &kd, unfused, version);
     fp_ctx_trace_end(ctx, span);
     return st;
 }

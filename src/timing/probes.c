@@ -35,8 +35,8 @@ static void axpby_chunk(void *arg, size_t begin, size_t end) {
     }
 }
 
-fp_status fp_axpby(fp_context *ctx, fp_stream stream, int version, fp_dtype dtype, size_t n,
-                   float alpha, const void *x, float beta, const void *y, void *out) {
+fp_status fp_axpby_stamped(fp_context *ctx, fp_stream stream, int version, fp_dtype dtype, size_t n, float alpha,
+                           const void *x, float beta, const void *y, void *out, const struct fp_span_stamp *stamp) {
     FP_TRY(fp_ctx_check(ctx, -1));
     FP_CHECK_NOT_NULL(x);
     FP_CHECK_NOT_NULL(y);
@@ -47,7 +47,7 @@ fp_status fp_axpby(fp_context *ctx, fp_stream stream, int version, fp_dtype dtyp
     if (ctx->kind == FP_DEVICE_CUDA) {
         FP_TRY(fp_ctx_activate(ctx));
         FP_CUDA_TRY(fp_launch_axpby(version, (int)dtype, n, alpha, x, beta, y, out, ctx->info.sm_count,
-                                    ctx->launch_pdl, fp_ctx_stream(ctx, stream)));
+                                    ctx->launch_pdl, stamp, fp_ctx_stream(ctx, stream)));
         return FP_OK;
     }
     if (version == 1) {
@@ -57,6 +57,11 @@ fp_status fp_axpby(fp_context *ctx, fp_stream stream, int version, fp_dtype dtyp
     axpby_job job = {dtype, alpha, beta, x, y, out};
     fp_parallel_for(ctx->pool, n, 1 << 16, axpby_chunk, &job);
     return FP_OK;
+}
+
+fp_status fp_axpby(fp_context *ctx, fp_stream stream, int version, fp_dtype dtype, size_t n, float alpha,
+                   const void *x, float beta, const void *y, void *out) {
+    return fp_axpby_stamped(ctx, stream, version, dtype, n, alpha, x, beta, y, out, NULL);
 }
 
 fp_status fp_launch_probe(fp_context *ctx, fp_stream stream, int variant) {

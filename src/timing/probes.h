@@ -16,6 +16,11 @@ extern "C" {
  * pool, dtype-specialized loops). */
 fp_status fp_axpby(fp_context *ctx, fp_stream stream, int version, fp_dtype dtype, size_t n,
                    float alpha, const void *x, float beta, const void *y, void *out);
+/* The same with its kernel timing span `stamp` (the kernel timer:
+ * fp_ctx_trace_begin_stamped, internal.h; NULL: none). */
+struct fp_span_stamp;
+fp_status fp_axpby_stamped(fp_context *ctx, fp_stream stream, int version, fp_dtype dtype, size_t n, float alpha,
+                           const void *x, float beta, const void *y, void *out, const struct fp_span_stamp *stamp);
 
 /* Device-to-device copy. version 1: cudaMemcpyAsync / memcpy; version 2:
  * vector copy kernel / memcpy split over the worker pool. */

@@ -35,6 +35,7 @@ typedef struct trace_slot {
      * its records; the host clock at begin and end; the last handle issued
      * before its end (spans begun inside it have handles up to it). */
     int cupti;             /* timed by CUPTI records instead of events */
+    int kernel;            /* timed by its kernels' stamps (the kernel timer) */
     int pushed;            /* its external id was pushed on thread `tid` */
     uint64_t tid;
     uint64_t dev_start_ns, dev_end_ns; /* dev_end_ns 0: no device work filed */
@@ -69,7 +70,21 @@ struct fp_trace_state {
     fp_trace_timer timer;  /* for spans begun from now on (CUDA contexts) */
     int timer_chosen;      /* the environment's default applied (first enable) */
     uint32_t cupti_index;  /* the CUPTI collector's ring index, 0: not attached */
+    /* The kernel timer (span_stamp.h): stamp_cap records of
+     * FP_SPAN_STAMP_WORDS words in device memory (span q's at (q - 1) %
+     * stamp_cap), then one word the calibration kernel writes; their host
+     * copy; the global timer reading calib_gt_ns taken at the host clock's
+     * calib_host_s (to within calib_err_s). */
+    unsigned long long *stamps, *stamps_host;
+    size_t stamp_cap;
+    uint64_t calib_gt_ns;
+    double calib_host_s, calib_err_s;
 };
+
+/* The kernel timer's records at most (2 MiB of device memory): a ring of
+ * more spans shares them, and a span whose record a later one took before
+ * the spans were read counts as unresolved. */
+#define MAX_STAMPS ((size_t)1 << 16)
 
 /* ctx->trace, published once by create_state. */
 static struct fp_trace_state *state_of(const fp_context *ctx) {
@@ -107,10 +122,72 @@ static void state_destroy(fp_context *ctx) {
     if (ctx->kind == FP_DEVICE_CUDA) (void)fp_ctx_activate(ctx); /* best effort: the context is going */
     free_slots(t->slots, t->cap);
     if (t->base) cudaEventDestroy(t->base);
+    if (t->stamps) cudaFree(t->stamps);
+    free(t->stamps_host);
     (void)cudaGetLastError();
     pthread_mutex_destroy(&t->mu);
     free(t);
     ctx->trace = NULL;
+}
+
+/* kernels/timing/bandwidth.h (declared here: the trace layer's host-only
+ * builds, the sanitizers', do not see the kernels' headers): one thread
+ * writes the GPU's global timer (ns) to *out. */
+cudaError_t fp_launch_clock_read(unsigned long long *out, cudaStream_t stream);
+
+/* The kernel timer's clock (t->mu held, t->stamps allocated, ctx's device
+ * current): the global timer read by a one-thread kernel between two host
+ * clock readings, three times; the tightest pair gives the offset, to
+ * within half its width (a few microseconds: the launch and the wait). */
+static fp_status calibrate(fp_context *ctx, struct fp_trace_state *t) {
+    unsigned long long *word = t->stamps + t->stamp_cap * FP_SPAN_STAMP_WORDS;
+    double best = -1;
+    for (int i = 0; i < 3; ++i) {
+        unsigned long long g = 0;
+        const double h0 = fp_now_s();
+        FP_CUDA_TRY(fp_launch_clock_read(word, ctx->stream));
+        FP_CUDA_TRY(cudaStreamSynchronize(ctx->stream));
+        const double h1 = fp_now_s();
+        FP_CUDA_TRY(cudaMemcpy(&g, word, sizeof g, cudaMemcpyDeviceToHost));
+        if (best < 0 || h1 - h0 < best) {
+            best = h1 - h0;
+            t->calib_gt_ns = g;
+            t->calib_host_s = h0 + 0.5 * (h1 - h0);
+        }
+    }
+    t->calib_err_s = 0.5 * best;
+    return FP_OK;
+}
+
+/* Gives t the kernel timer's records for its ring (t->mu held): min(cap,
+ * MAX_STAMPS) of them, zeroed (no span has handle 0), and calibrates. A
+ * CUDA context whose timer is the kernel timer only; nothing to do when
+ * they fit already. */
+static fp_status fit_stamps(fp_context *ctx, struct fp_trace_state *t) {
+    if (ctx->kind != FP_DEVICE_CUDA || t->timer != FP_TRACE_TIMER_KERNEL || t->cap == 0) return FP_OK;
+    const size_t want = t->cap < MAX_STAMPS ? t->cap : MAX_STAMPS;
+    if (t->stamps && t->stamp_cap == want) return FP_OK;
+    FP_TRY(fp_ctx_activate(ctx));
+    const size_t words = (want + 1) * FP_SPAN_STAMP_WORDS, bytes = words * sizeof(unsigned long long);
+    unsigned long long *host = malloc(bytes);
+    if (!host) return fp_set_error(FP_ERR_OUT_OF_MEMORY, "trace: the kernel timer's %zu records", want);
+    unsigned long long *dev = NULL;
+    cudaError_t e = cudaMalloc((void **)&dev, bytes);
+    if (e == cudaSuccess) e = cudaMemset(dev, 0, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (dev) cudaFree(dev);
+        free(host);
+        return fp_set_error(e == cudaErrorMemoryAllocation ? FP_ERR_OUT_OF_MEMORY : FP_ERR_CUDA,
+                            "trace: the kernel timer's %zu records (%zu bytes of device memory): %s", want, bytes,
+                            cudaGetErrorString(e));
+    }
+    if (t->stamps) cudaFree(t->stamps);
+    free(t->stamps_host);
+    t->stamps = dev;
+    t->stamps_host = host;
+    t->stamp_cap = want;
+    return calibrate(ctx, t);
 }
 
 /* CUDA: records the base event on the default stream and waits for it. */
@@ -122,7 +199,7 @@ static fp_status rebase(fp_context *ctx, struct fp_trace_state *t) {
     FP_CUDA_TRY(cudaEventSynchronize(t->base));
     t->base_s = fp_now_s();
     t->anchor_seq = 0;
-    return FP_OK;
+    return t->stamps ? calibrate(ctx, t) : FP_OK;
 }
 
 /* Empties the ring (t->mu held). */
@@ -154,7 +231,7 @@ static fp_status need_state(const fp_context *ctx, const char *fn) {
 }
 
 static uint64_t hook_begin(fp_context *ctx, fp_stream stream, const char *name, const char *category,
-                           double bytes, double flops, int nranks);
+                           double bytes, double flops, int nranks, fp_span_stamp *stamp);
 static void hook_end(fp_context *ctx, uint64_t span);
 
 static int hook_push(fp_context *ctx, const char *stage, double bytes, double flops);
@@ -219,6 +296,7 @@ fp_status fp_trace_enable(fp_context *ctx, size_t capacity) {
         slots = NULL;
         reset_locked(t);
     }
+    if (st == FP_OK) st = fit_stamps(ctx, t);
     if (st == FP_OK) __atomic_store_n(&ctx->trace_on, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&t->mu);
     free(slots); /* only on error: never used, no events */
@@ -264,29 +342,39 @@ static fp_status set_timer(fp_context *ctx, struct fp_trace_state *t, fp_trace_t
         }
     }
     pthread_mutex_lock(&t->mu);
+    const fp_trace_timer was = t->timer;
     t->timer = timer;
+    const fp_status st = fit_stamps(ctx, t);
+    if (st != FP_OK) t->timer = was;
     pthread_mutex_unlock(&t->mu);
-    return FP_OK;
+    return st;
 }
 
-/* FASTPATH_TRACE_TIMER=cupti|events: the timer of a context's first
- * enable; a CUPTI that cannot be used falls back to events with a line on
+/* FASTPATH_TRACE_TIMER=cupti|kernel|events: the timer of a context's
+ * first enable; one that cannot be used falls back to events with a line on
  * stderr (once per process). */
 static void default_timer(fp_context *ctx, struct fp_trace_state *t) {
     const char *e = getenv("FASTPATH_TRACE_TIMER");
-    if (!e || strcmp(e, "cupti") != 0 || ctx->kind != FP_DEVICE_CUDA) return;
-    if (set_timer(ctx, t, FP_TRACE_TIMER_CUPTI) != FP_OK) {
+    if (!e || ctx->kind != FP_DEVICE_CUDA) return;
+    fp_trace_timer timer;
+    if (strcmp(e, "cupti") == 0)
+        timer = FP_TRACE_TIMER_CUPTI;
+    else if (strcmp(e, "kernel") == 0)
+        timer = FP_TRACE_TIMER_KERNEL;
+    else
+        return;
+    if (set_timer(ctx, t, timer) != FP_OK) {
         static int warned;
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-            fprintf(stderr, "libfastpath: FASTPATH_TRACE_TIMER=cupti: %s; spans are timed by CUDA events\n",
+            fprintf(stderr, "libfastpath: FASTPATH_TRACE_TIMER=%s: %s; spans are timed by CUDA events\n", e,
                     fp_last_error());
     }
 }
 
 fp_status fp_trace_set_timer(fp_context *ctx, fp_trace_timer timer) {
     FP_TRY(fp_ctx_check(ctx, -1));
-    FP_CHECK_ARG(timer == FP_TRACE_TIMER_EVENTS || timer == FP_TRACE_TIMER_CUPTI,
-                 "fp_trace_set_timer: unknown timer %d (FP_TRACE_TIMER_EVENTS or FP_TRACE_TIMER_CUPTI)", (int)timer);
+    FP_CHECK_ARG(timer == FP_TRACE_TIMER_EVENTS || timer == FP_TRACE_TIMER_CUPTI || timer == FP_TRACE_TIMER_KERNEL,
+                 "fp_trace_set_timer: unknown timer %d (FP_TRACE_TIMER_EVENTS, _CUPTI or _KERNEL)", (int)timer);
     struct fp_trace_state *t = NULL;
     FP_TRY(create_state(ctx, &t));
     FP_TRY(set_timer(ctx, t, timer));
@@ -375,7 +463,7 @@ static void pop_stale_locked(const struct fp_trace_state *t) {
  * override the open ranges' tags (a range's own). */
 static fp_status begin_span(fp_context *ctx, fp_stream stream, const char *name, const char *category,
                             double bytes, double flops, int nranks, const char *tag_module,
-                            const char *tag_stage, int quiet, uint64_t *out) {
+                            const char *tag_stage, int quiet, fp_span_stamp *stamp, uint64_t *out) {
     struct fp_trace_state *t = state_of(ctx);
     *out = 0;
     cudaStream_t cs = NULL;
@@ -425,12 +513,20 @@ static fp_status begin_span(fp_context *ctx, fp_stream stream, const char *name,
     s->host = ctx->kind != FP_DEVICE_CUDA || strcmp(category, FP_TRACE_SYNC) == 0;
     s->start_known = s->host;
     s->cupti = !s->host && t->timer == FP_TRACE_TIMER_CUPTI && t->cupti_index != 0;
+    s->kernel = !s->host && stamp && t->timer == FP_TRACE_TIMER_KERNEL && t->stamps;
     s->pushed = 0;
     s->dev_start_ns = UINT64_MAX;
     s->dev_end_ns = 0;
     s->end_mark = 0;
     fp_status st = FP_OK;
-    if (s->cupti) {
+    if (s->kernel) {
+        /* no driver call: the op's kernels stamp the record (span_stamp.h) */
+        sp->stream = (uint64_t)(uintptr_t)cs;
+        sp->start_s = 0;
+        s->host_start_s = fp_now_s();
+        stamp->rec = t->stamps + ((seq - 1) % t->stamp_cap) * FP_SPAN_STAMP_WORDS;
+        stamp->seq = seq;
+    } else if (s->cupti) {
         /* no driver call: the span's device work is found by its external
          * id (a range's, from the spans inside it: it may end on another
          * thread, so it pushes nothing) */
@@ -491,6 +587,11 @@ static fp_status end_span(fp_context *ctx, uint64_t seq, int quiet) {
     } else if (s->state != SLOT_OPEN) {
         st = TRACE_FAIL(quiet, FP_ERR_INVALID_ARGUMENT, "fp_trace_end: span %llu ('%s') was already ended",
                         (unsigned long long)seq, s->span.name);
+    } else if (s->kernel) {
+        --t->open;
+        s->host_end_s = fp_now_s();
+        s->state = SLOT_DONE;
+        ++t->recorded;
     } else if (s->cupti) {
         --t->open;
         s->host_end_s = fp_now_s();
@@ -528,9 +629,9 @@ static fp_status end_span(fp_context *ctx, uint64_t seq, int quiet) {
 }
 
 static uint64_t hook_begin(fp_context *ctx, fp_stream stream, const char *name, const char *category,
-                           double bytes, double flops, int nranks) {
+                           double bytes, double flops, int nranks, fp_span_stamp *stamp) {
     uint64_t span = 0;
-    (void)begin_span(ctx, stream, name, category, bytes, flops, nranks, NULL, NULL, 1, &span);
+    (void)begin_span(ctx, stream, name, category, bytes, flops, nranks, NULL, NULL, 1, stamp, &span);
     return span;
 }
 
@@ -552,7 +653,7 @@ fp_status fp_trace_begin(fp_context *ctx, fp_stream stream, const char *name, co
     FP_TRY(fp_ctx_check(ctx, -1));
     FP_TRY(check_begin_args(name, category, bytes, flops, span));
     if (!fp_ctx_traced(ctx)) return FP_OK;
-    return begin_span(ctx, stream, name, category, bytes, flops, 0, NULL, NULL, 0, span);
+    return begin_span(ctx, stream, name, category, bytes, flops, 0, NULL, NULL, 0, NULL, span);
 }
 
 fp_status fp_trace_begin_collective(fp_context *ctx, fp_stream stream, const char *op, double bytes, int nranks,
@@ -561,7 +662,7 @@ fp_status fp_trace_begin_collective(fp_context *ctx, fp_stream stream, const cha
     FP_TRY(check_begin_args(op, "collective", bytes, 0, span));
     FP_CHECK_ARG(nranks >= 0, "fp_trace_begin_collective: nranks must be >= 0 (got %d)", nranks);
     if (!fp_ctx_traced(ctx)) return FP_OK;
-    return begin_span(ctx, stream, op, "collective", bytes, 0, nranks, NULL, NULL, 0, span);
+    return begin_span(ctx, stream, op, "collective", bytes, 0, nranks, NULL, NULL, 0, NULL, span);
 }
 
 fp_status fp_trace_end(fp_context *ctx, uint64_t span) {
@@ -604,7 +705,7 @@ static fp_status push_range(fp_context *ctx, const char *module, const char *sta
     }
     e.span = 0;
     const int traced = fp_ctx_traced(ctx);
-    if (traced) FP_TRY(begin_span(ctx, NULL, name, "range", bytes, flops, 0, e.module, e.stage, quiet, &e.span));
+    if (traced) FP_TRY(begin_span(ctx, NULL, name, "range", bytes, flops, 0, e.module, e.stage, quiet, NULL, &e.span));
     /* an NVTX range as the ops' hooks open one (internal.h) */
     e.nvtx = traced || ctx->nvtx;
     e.nvtx_id = e.nvtx ? fp_nvtx_range_start(name) : 0;
@@ -802,13 +903,54 @@ static void resolve_cupti_locked(fp_context *ctx, struct fp_trace_state *t) {
     }
 }
 
+/* The kernel timer's spans (t->mu held): once the device has finished
+ * (a device synchronize), the records are copied back. A span whose record
+ * carries its handle gets the record's start and end on the host clock
+ * (calibrate); one whose record was never claimed (its op launched no
+ * kernel) keeps the host clock's begin and end; one whose record a later
+ * span took (rings of more than MAX_STAMPS spans), or that reads an end
+ * before its start, is dropped and counted in unresolved. */
+static void resolve_kernel_locked(fp_context *ctx, struct fp_trace_state *t) {
+    int need = 0;
+    for (uint64_t q = first_seq(t); q <= t->next_seq && !need; ++q) {
+        const trace_slot *s = &t->slots[(q - 1) % t->cap];
+        need = s->seq == q && s->state == SLOT_DONE && s->kernel && !s->resolved;
+    }
+    if (!need) return;
+    (void)fp_ctx_activate(ctx);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess)
+        e = cudaMemcpy(t->stamps_host, t->stamps, t->stamp_cap * FP_SPAN_STAMP_WORDS * sizeof *t->stamps,
+                       cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    for (uint64_t q = first_seq(t); q <= t->next_seq; ++q) {
+        trace_slot *s = &t->slots[(q - 1) % t->cap];
+        if (s->seq != q || s->state != SLOT_DONE || !s->kernel || s->resolved) continue;
+        const unsigned long long *r = t->stamps_host + ((q - 1) % t->stamp_cap) * FP_SPAN_STAMP_WORDS;
+        if (e == cudaSuccess && r[0] == q && r[2] >= r[1]) {
+            s->span.start_s = t->calib_host_s + (double)(int64_t)(r[1] - t->calib_gt_ns) * 1e-9;
+            s->span.end_s = t->calib_host_s + (double)(int64_t)(r[2] - t->calib_gt_ns) * 1e-9;
+        } else if (e == cudaSuccess && r[0] < q) {
+            s->span.start_s = s->host_start_s;
+            s->span.end_s = s->host_end_s;
+        } else {
+            s->state = SLOT_EMPTY;
+            ++t->unresolved;
+            continue;
+        }
+        s->start_known = 1;
+        s->resolved = 1;
+    }
+}
+
 static void resolve_locked(fp_context *ctx, struct fp_trace_state *t) {
     if (ctx->kind != FP_DEVICE_CUDA) return;
     resolve_cupti_locked(ctx, t);
+    resolve_kernel_locked(ctx, t);
     int activated = 0;
     for (uint64_t q = first_seq(t); q <= t->next_seq; ++q) {
         trace_slot *s = &t->slots[(q - 1) % t->cap];
-        if (s->seq != q || s->state == SLOT_EMPTY || s->cupti) continue;
+        if (s->seq != q || s->state == SLOT_EMPTY || s->cupti || s->kernel) continue;
         if (s->start_known && (s->resolved || s->state == SLOT_OPEN)) {
             if (!s->host) t->anchor_seq = q; /* a host-timed span has no begin event to count from */
             continue;

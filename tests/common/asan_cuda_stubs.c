@@ -84,13 +84,15 @@ cudaError_t fp_norm_bwd_unfused_launch(const fp_norm_bwd_desc *d, float *partial
 #if !defined(FP_EMU_HAS_TIMING)
 /* ---- timing probes (kernels/timing) ---- */
 cudaError_t fp_launch_axpby(int version, int dtype, size_t n, float alpha, const void *x, float beta,
-                            const void *y, void *out, int sm_count, int pdl, cudaStream_t stream) {
+                            const void *y, void *out, int sm_count, int pdl, const fp_span_stamp *stamp,
+                            cudaStream_t stream) {
     return cudaErrorNotSupported;
 }
 cudaError_t fp_launch_copy(void *dst, const void *src, size_t bytes, int sm_count, cudaStream_t stream) {
     return cudaErrorNotSupported;
 }
 cudaError_t fp_launch_empty(int variant, cudaStream_t stream) { return cudaErrorNotSupported; }
+cudaError_t fp_launch_clock_read(unsigned long long *out, cudaStream_t stream) { return cudaErrorNotSupported; }
 #endif
 
 #if !defined(FP_EMU_HAS_COMM)
