@@ -215,6 +215,8 @@ typedef struct fp_trace_stats {
     int depth;                /* user ranges open now */
     int enabled;              /* 1 while recording */
     int timer;                /* fp_trace_timer of spans begun now (added in 0.3.x: a smaller struct_size omits it) */
+    double clock_error_s;     /* the kernel timer: how far its spans may be placed off the trace's clock (half
+                                 the calibration's round trip; 0 until calibrated; added in 0.4) */
 } fp_trace_stats;
 
 /* How a CUDA context's spans are timed (CPU contexts: the clock, always). */

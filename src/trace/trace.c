@@ -1048,6 +1048,7 @@ fp_status fp_trace_get_stats(fp_context *ctx, fp_trace_stats *out) {
         st.step = t->step;
         st.depth = t->depth;
         st.timer = (int)t->timer;
+        st.clock_error_s = t->stamps ? t->calib_err_s : 0;
         pthread_mutex_unlock(&t->mu);
     }
     return fp_struct_write(out, &st, STATS_SIZE_FIRST, sizeof st, "fp_trace_stats (out)");

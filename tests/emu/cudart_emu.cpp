@@ -753,6 +753,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    fp_emu_count_call(FP_EMU_CALL_EVENT_RECORD);
     Stream *st = as_stream(s);
     Event *ev = reinterpret_cast<Event *>(e);
     ev->refs.fetch_add(1);

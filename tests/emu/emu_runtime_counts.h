@@ -33,7 +33,10 @@ typedef enum fp_emu_call_kind {
     /* the launches among those with programmatic stream serialization
      * (kernels/common/pdl.cuh; FP_CTX_LAUNCH_PDL) */
     FP_EMU_CALL_LAUNCH_PDL = 6,
-    FP_EMU_CALL_KINDS = 7
+    /* cudaEventRecord: what a span costs under the event timer (two per
+     * span; trace.h), none under the kernel timer */
+    FP_EMU_CALL_EVENT_RECORD = 7,
+    FP_EMU_CALL_KINDS = 8
 } fp_emu_call_kind;
 
 typedef struct fp_emu_runtime_counts {

@@ -344,9 +344,10 @@ def test_graph_rows_and_their_targets(fastbench, tmp_path):
 
 
 def test_span_cost_row_and_its_target(fastbench, tmp_path):
-    """trace/span_cost on the CPU: the row passes with the untraced op's cost and the event
-    span's; the CUPTI columns are a CUDA context's (a CPU context keeps the clock, and this
-    build may lack CUPTI); scripts/gpu-results.py reads issue 18's target off the row."""
+    """trace/span_cost on the CPU: the row passes with the untraced op's cost and the event and
+    kernel timers' spans (a CPU context keeps the clock for every timer); the CUPTI columns are
+    a CUDA context's (this build may lack CUPTI); scripts/gpu-results.py reads issue 18's two
+    targets (CUPTI, kernel timer) off the row."""
     if "trace/span_cost" not in run(fastbench, "list", check=0).stdout:
         pytest.skip("fastbench built without the trace module")
     path = tmp_path / "span.json"
@@ -355,10 +356,11 @@ def test_span_cost_row_and_its_target(fastbench, tmp_path):
     rows = [r for r in doc["results"] if r["name"] == "trace/span_cost"]
     assert len(rows) == 1 and rows[0]["params"] == {"op": "axpby"}
     m = rows[0]["metrics"]
-    assert m["op_us"] > 0 and "span_ns_events" in m
+    assert m["op_us"] > 0 and "span_ns_events" in m and "span_ns_kernel" in m
+    assert m["kernel_clock_error_us"] == 0  # the clock: nothing calibrated
     m.setdefault("span_ns_cupti", 500.0)  # as a CUDA run with CUPTI would report it
     issue18 = [line for line in targets_table_as_gpu(doc, tmp_path) if line.startswith("| 18 |")]
-    assert len(issue18) == 1 and "no matching result" not in issue18[0], issue18
+    assert len(issue18) == 2 and not any("no matching result" in line for line in issue18), issue18
 
 
 def test_pipeline_bandwidth_rows(fastbench, tmp_path):

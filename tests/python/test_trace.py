@@ -197,6 +197,12 @@ def test_timer_choice(ctx):
     assert trace.stats(ctx)["timer"] == "cupti"
     spans = trace.read(ctx)
     assert [s["name"] for s in spans] == ["timed"] and spans[0]["end_s"] >= spans[0]["start_s"]
+    trace.set_timer(ctx, "kernel")
+    assert trace.get_timer(ctx) == "kernel"
+    fastpath.norm.layer_norm(ctx, np.ones((4, 32), np.float32))
+    st = trace.stats(ctx)
+    assert st["timer"] == "kernel" and st["clock_error_s"] == 0  # the clock: nothing to calibrate
+    assert [s["name"] for s in trace.read(ctx)] == ["timed", "norm_fwd"]
     trace.set_timer(ctx, "events")
     assert trace.stats(ctx)["timer"] == "events"
     with pytest.raises(ValueError):

@@ -23,9 +23,11 @@ turned it on for.
 
 The pieces, on one context:
     enable(ctx, capacity), disable(ctx), clear(ctx), stats(ctx)
-    set_timer(ctx, "events" | "cupti"), get_timer(ctx): how a CUDA context's spans
-        are timed (two CUDA events each, or CUPTI's activity records: no driver
-        call per span); FASTPATH_TRACE_TIMER=cupti chooses CUPTI at the first enable
+    set_timer(ctx, "events" | "cupti" | "kernel"), get_timer(ctx): how a CUDA
+        context's spans are timed (two CUDA events each; CUPTI's activity
+        records; or, for the ops whose kernels stamp it, the kernels
+        themselves: no driver call per span); FASTPATH_TRACE_TIMER=cupti or
+        kernel chooses at the first enable
     with user_range(ctx, module, stage): ...        push / pop of a user range
     with span(ctx, name, category="op", bytes=0, flops=0): ...
         a span of your own; category "sync" marks a host wait (host-timed),
@@ -66,7 +68,8 @@ class TraceStats(ctypes.Structure):
     """fp_trace_stats."""
     _fields_ = [("struct_size", c_size_t), ("capacity", c_size_t), ("count", c_size_t), ("open", c_size_t),
                 ("recorded", u64), ("dropped", u64), ("skipped_capturing", u64), ("unresolved", u64),
-                ("step", i64), ("depth", c_int), ("enabled", c_int), ("timer", c_int)]
+                ("step", i64), ("depth", c_int), ("enabled", c_int), ("timer", c_int),
+                ("clock_error_s", c_double)]
 
 
 class Roofs(ctypes.Structure):
@@ -158,12 +161,14 @@ def clear(ctx):
     _pkg.check(lib.fp_trace_clear(_h(ctx)))
 
 
-_TIMERS = {"events": 0, "cupti": 1}
+_TIMERS = {"events": 0, "cupti": 1, "kernel": 2}
 
 
 def set_timer(ctx, timer):
-    """Times the spans begun from now on by "events" (two CUDA events each) or "cupti" (CUPTI's
-    activity records, no driver call per span). Raises FastpathError when CUPTI cannot be used."""
+    """Times the spans begun from now on by "events" (two CUDA events each), "cupti" (CUPTI's
+    activity records, no driver call per span) or "kernel" (the ops whose kernels stamp their span:
+    the norms; no driver call per span; the others keep events). Raises FastpathError when CUPTI
+    cannot be used."""
     if timer not in _TIMERS:
         raise ValueError(f"timer must be one of {sorted(_TIMERS)}, got {timer!r}")
     _pkg.check(lib.fp_trace_set_timer(_h(ctx), _TIMERS[timer]))
