@@ -57,12 +57,13 @@
  *     of every kernel of the op raises the end to its own end. Begin and
  *     end are then host work only (the capture query, the ring, two clock
  *     readings). The times are the kernels' own, as Nsight Systems shows
- *     them (no launch gap, unlike two events), mapped to the trace's clock
- *     by a calibration taken when the timer is chosen and at each
- *     fp_trace_enable / fp_trace_clear (within a few microseconds: spans
- *     of other timers in the same ring may be placed that far off; kernel
- *     spans among themselves are exact to the timer's resolution, 32 ns on
- *     an H100). Other spans (copies, fills, graph replays, collectives,
+ *     them (no launch gap, unlike two events), placed on the event
+ *     timer's time line by a calibration (a one-thread kernel reading the
+ *     global timer between two events) taken when the timer is chosen and
+ *     at each fp_trace_enable / fp_trace_clear: to within
+ *     fp_trace_stats.clock_error_s of the event-timed spans (half the
+ *     calibration's width: a few microseconds); among themselves exact to
+ *     the timer's resolution (32 ns on an H100). Other spans (copies, fills, graph replays, collectives,
  *     user ranges, the ops that do not stamp) keep two events. A stamped
  *     span whose op launched no kernel keeps the host clock's begin and
  *     end. Reading a kernel-timed ring synchronizes the device and copies
@@ -215,8 +216,8 @@ typedef struct fp_trace_stats {
     int depth;                /* user ranges open now */
     int enabled;              /* 1 while recording */
     int timer;                /* fp_trace_timer of spans begun now (added in 0.3.x: a smaller struct_size omits it) */
-    double clock_error_s;     /* the kernel timer: how far its spans may be placed off the trace's clock (half
-                                 the calibration's round trip; 0 until calibrated; added in 0.4) */
+    double clock_error_s;     /* the kernel timer: how far its spans may be placed off the event-timed ones
+                                 (half the calibration's width; 0 until calibrated; added in 0.4) */
 } fp_trace_stats;
 
 /* How a CUDA context's spans are timed (CPU contexts: the clock, always). */

@@ -77,6 +77,7 @@ struct fp_trace_state {
      * calib_host_s (to within calib_err_s). */
     unsigned long long *stamps, *stamps_host;
     size_t stamp_cap;
+    cudaEvent_t calib_ev[2]; /* around the calibration kernel */
     uint64_t calib_gt_ns;
     double calib_host_s, calib_err_s;
 };
@@ -124,6 +125,8 @@ static void state_destroy(fp_context *ctx) {
     if (t->base) cudaEventDestroy(t->base);
     if (t->stamps) cudaFree(t->stamps);
     free(t->stamps_host);
+    for (int k = 0; k < 2; ++k)
+        if (t->calib_ev[k]) cudaEventDestroy(t->calib_ev[k]);
     (void)cudaGetLastError();
     pthread_mutex_destroy(&t->mu);
     free(t);
@@ -136,23 +139,34 @@ static void state_destroy(fp_context *ctx) {
 cudaError_t fp_launch_clock_read(unsigned long long *out, cudaStream_t stream);
 
 /* The kernel timer's clock (t->mu held, t->stamps allocated, ctx's device
- * current): the global timer read by a one-thread kernel between two host
- * clock readings, three times; the tightest pair gives the offset, to
- * within half its width (a few microseconds: the launch and the wait). */
+ * current): the global timer read by a one-thread kernel between two events
+ * on the default stream, three times. The events are the event timer's
+ * clock (the base event and base_s, rebase), so stamped and event-timed
+ * spans share one time line: the tightest pair places the reading, to
+ * within half its width (the kernel's launch and run on the device: a few
+ * microseconds; the host's wake-up after a wait does not enter). Without a
+ * base event (never enabled) nothing is calibrated. */
 static fp_status calibrate(fp_context *ctx, struct fp_trace_state *t) {
+    if (!t->base) return FP_OK;
     unsigned long long *word = t->stamps + t->stamp_cap * FP_SPAN_STAMP_WORDS;
+    for (int k = 0; k < 2; ++k)
+        if (!t->calib_ev[k]) FP_CUDA_TRY(cudaEventCreate(&t->calib_ev[k]));
     double best = -1;
     for (int i = 0; i < 3; ++i) {
         unsigned long long g = 0;
-        const double h0 = fp_now_s();
+        float a_ms = 0, b_ms = 0;
+        FP_CUDA_TRY(cudaEventRecord(t->calib_ev[0], ctx->stream));
         FP_CUDA_TRY(fp_launch_clock_read(word, ctx->stream));
-        FP_CUDA_TRY(cudaStreamSynchronize(ctx->stream));
-        const double h1 = fp_now_s();
+        FP_CUDA_TRY(cudaEventRecord(t->calib_ev[1], ctx->stream));
+        FP_CUDA_TRY(cudaEventSynchronize(t->calib_ev[1]));
+        FP_CUDA_TRY(cudaEventElapsedTime(&a_ms, t->base, t->calib_ev[0]));
+        FP_CUDA_TRY(cudaEventElapsedTime(&b_ms, t->base, t->calib_ev[1]));
         FP_CUDA_TRY(cudaMemcpy(&g, word, sizeof g, cudaMemcpyDeviceToHost));
-        if (best < 0 || h1 - h0 < best) {
-            best = h1 - h0;
+        const double a = (double)a_ms * 1e-3, b = (double)b_ms * 1e-3;
+        if (best < 0 || b - a < best) {
+            best = b - a;
             t->calib_gt_ns = g;
-            t->calib_host_s = h0 + 0.5 * (h1 - h0);
+            t->calib_host_s = t->base_s + 0.5 * (a + b);
         }
     }
     t->calib_err_s = 0.5 * best;

@@ -133,11 +133,12 @@ int main(void) {
     fp_trace_stats st = stats_of(ctx);
     CHECK_MSG(st.timer == FP_TRACE_TIMER_KERNEL && st.clock_error_s > 0 && st.clock_error_s < 0.05,
               "timer %d, clock error %g s", st.timer, st.clock_error_s);
-    /* kernel times against host clock readings: the calibration's error;
-     * against event-timed spans also the event timer's own (its base is read
-     * after a wait on the base event: late by that wake-up, tens of
-     * microseconds on a loaded machine) */
-    const double tol = st.clock_error_s + 2e-6, tol_events = tol + 1e-3;
+    /* kernel times against event-timed spans: the calibration's error (the
+     * events' own resolution, 2 us, on top); against host clock readings
+     * also the event time line's own offset (its base is read after a wait
+     * on the base event: late by that wake-up, microseconds, or a
+     * millisecond and more on a loaded CI machine; a sanity bound) */
+    const double tol = st.clock_error_s + 2e-6, tol_host = tol + 0.05;
 
     const double t0 = fp_now_s();
     CHECK_OK(fp_trace_push(ctx, "layer", "forward"));
@@ -195,19 +196,17 @@ int main(void) {
             CHECK_MSG(p->end_s >= p->start_s, "%s: %.9f-%.9f", p->name, p->start_s, p->end_s);
             /* (a span on the host clock may precede the range's device start: the
              * stream can lag the host) */
-            CHECK_MSG(p == none ||
-                          (p->start_s >= range->start_s - tol_events && p->end_s <= range->end_s + tol_events),
+            CHECK_MSG(p == none || (p->start_s >= range->start_s - tol && p->end_s <= range->end_s + tol),
                       "%s %.9f-%.9f outside the range %.9f-%.9f (tolerance %g)", p->name, p->start_s, p->end_s,
-                      range->start_s, range->end_s, tol_events);
-            const double t = p == fill ? tol_events : tol;
-            CHECK_MSG(p->start_s >= t0 - t && p->end_s <= t1 + t, "%s %.9f-%.9f outside the calls %.9f-%.9f",
+                      range->start_s, range->end_s, tol);
+            CHECK_MSG(p->start_s >= t0 - tol_host && p->end_s <= t1 + tol_host, "%s %.9f-%.9f outside the calls %.9f-%.9f",
                       p->name, p->start_s, p->end_s, t0, t1);
             CHECK(!strcmp(p->module, "layer") && !strcmp(p->stage, "forward"));
         }
         /* in stream order: the stamped spans among themselves exactly */
         CHECK_MSG(nf->end_s <= ax->start_s && ax->end_s <= nb->start_s, "norm_fwd %.9f-%.9f axpby %.9f-%.9f "
                   "norm_bwd %.9f-%.9f", nf->start_s, nf->end_s, ax->start_s, ax->end_s, nb->start_s, nb->end_s);
-        CHECK(fill->start_s >= nb->end_s - tol_events);
+        CHECK(fill->start_s >= nb->end_s - tol);
     }
 
     /* back to events: the same op records two */
