@@ -65,12 +65,12 @@ __device__ __forceinline__ void begin(const fp_span_stamp &s) {
 
 // The end stamp from the calling thread (no thread check: the caller's).
 __device__ __forceinline__ void end_here(const fp_span_stamp &s) {
-    if (s.rec != nullptr) raise_end(s.rec);
+    if (s.rec_end != nullptr) raise_end(s.rec_end);
 }
 
 // The end stamp from thread 0 of the CTA.
 __device__ __forceinline__ void end(const fp_span_stamp &s) {
-    if (s.rec != nullptr && first_thread()) raise_end(s.rec);
+    if (s.rec_end != nullptr && first_thread()) raise_end(s.rec_end);
 }
 
 } // namespace fp_stamp

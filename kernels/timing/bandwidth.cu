@@ -123,7 +123,7 @@ extern "C" cudaError_t fp_launch_axpby(int version, int dtype, size_t n, float a
                                        const fp_span_stamp *stamp, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     const bool p = pdl != 0;
-    const fp_span_stamp st = stamp ? *stamp : fp_span_stamp{nullptr, 0};
+    const fp_span_stamp st = stamp ? *stamp : fp_span_stamp{nullptr, 0, nullptr};
     switch (dtype) {
     case 0: return launch_axpby<float>(version, n, alpha, x, beta, y, out, sm_count, p, st, stream);
     case 1: return launch_axpby<__half>(version, n, alpha, x, beta, y, out, sm_count, p, st, stream);

@@ -234,7 +234,7 @@ static inline uint64_t fp_ctx_trace_begin(fp_context *ctx, fp_stream stream, con
 static inline uint64_t fp_ctx_trace_begin_stamped(fp_context *ctx, fp_stream stream, const char *name,
                                                   const char *category, double bytes, double flops,
                                                   fp_span_stamp *stamp) {
-    stamp->rec = NULL;
+    stamp->rec = stamp->rec_end = NULL;
     stamp->seq = 0;
     if (!(fp_ctx_traced(ctx) | ctx->nvtx)) return 0;
     return fp_ctx_instrument_begin(ctx, stream, name, category, bytes, flops, 0, stamp);

@@ -540,6 +540,7 @@ static fp_status begin_span(fp_context *ctx, fp_stream stream, const char *name,
         s->host_start_s = fp_now_s();
         stamp->rec = t->stamps + ((seq - 1) % t->stamp_cap) * FP_SPAN_STAMP_WORDS;
         stamp->seq = seq;
+        stamp->rec_end = stamp->rec;
     } else if (s->cupti) {
         /* no driver call: the span's device work is found by its external
          * id (a range's, from the spans inside it: it may end on another

@@ -190,6 +190,8 @@ RULES = [
     ("axpby vector", "core", r"^void axpby_v2<", BASE, VEC_LOAD_STORE, ("pdl",)),
     ("axpby scalar", "core", r"^void axpby_v1<", BASE, {}, ("pdl",)),
     ("launch probes (empty kernels)", "core", r"^empty_(small|big)\(", BASE, {}, ()),
+    # the kernel timer's calibration (src/trace): one thread reads the global timer
+    ("trace clock read", "core", r"^clock_read\(", BASE, {}, ()),
     # communication: the buckets' gather / scatter moves 16-byte vectors
     ("bucket gather / scatter", "comm", r"^copies_kernel\(", BASE, VEC_LOAD_STORE, ()),
 ]
