@@ -73,8 +73,8 @@ struct fp_trace_state {
     /* The kernel timer (span_stamp.h): stamp_cap records of
      * FP_SPAN_STAMP_WORDS words in device memory (span q's at (q - 1) %
      * stamp_cap), then one word the calibration kernel writes; their host
-     * copy; the global timer reading calib_gt_ns taken at the host clock's
-     * calib_host_s (to within calib_err_s). */
+     * copy; the global timer read calib_gt_ns at calib_host_s on the event
+     * timer's time line (base_s + event time; to within calib_err_s). */
     unsigned long long *stamps, *stamps_host;
     size_t stamp_cap;
     cudaEvent_t calib_ev[2]; /* around the calibration kernel */
