@@ -55,20 +55,24 @@
  *     of the op's first kernel writes the GPU's global timer there when it
  *     starts (after a programmatic dependent launch's wait) and every CTA
  *     of every kernel of the op raises the end to its own end. Begin and
- *     end are then host work only (the capture query, the ring, two clock
- *     readings). The times are the kernels' own, as Nsight Systems shows
- *     them (no launch gap, unlike two events), placed on the event
- *     timer's time line by a calibration (a one-thread kernel reading the
- *     global timer between two events) taken when the timer is chosen and
- *     at each fp_trace_enable / fp_trace_clear: to within
- *     fp_trace_stats.clock_error_s of the event-timed spans (half the
- *     calibration's width: a few microseconds); among themselves exact to
- *     the timer's resolution (32 ns on an H100). Other spans (copies, fills, graph replays, collectives,
- *     user ranges, the ops that do not stamp) keep two events. A stamped
- *     span whose op launched no kernel keeps the host clock's begin and
- *     end. Reading a kernel-timed ring synchronizes the device and copies
- *     the records back. No GPU figure yet: the cost on a GPU is predicted
- *     at the capture query and the ring (~0.3 us a pair), not measured.
+ *     end are then host work only (the current device and capture
+ *     queries, the ring, two clock readings). The times are the kernels'
+ *     own, as Nsight Systems shows them (no launch gap, unlike two
+ *     events), placed on the event timer's time line by a calibration (a
+ *     one-thread kernel reading the global timer between two events)
+ *     taken when the timer is chosen and at each fp_trace_enable /
+ *     fp_trace_clear: to within fp_trace_stats.clock_error_s of the
+ *     event-timed spans (half the calibration's width: a few
+ *     microseconds); among themselves exact to the timer's resolution (32
+ *     ns on an H100). Other spans (copies, fills, attention, graph
+ *     replays, collectives, user ranges) keep two events. A stamped span
+ *     whose op launched no kernel keeps the host clock's begin and end.
+ *     Rings of more than 65536 spans share the records: a span whose
+ *     record a later one took before the ring was read is dropped and
+ *     counted in unresolved. Reading a kernel-timed ring synchronizes the
+ *     device and copies the records back. No GPU figure yet: a pair's host
+ *     cost there is predicted at 0.2-0.5 us (benchmarks/NOTES.md, session
+ *     42), not measured.
  *   - User ranges (fp_trace_push / fp_trace_pop) label a model's structure:
  *     each is itself a span (category "range"), and every span begun while
  *     it is open carries its module and stage. They form one stack per

@@ -59,7 +59,8 @@ __device__ __forceinline__ void raise_end(unsigned long long *rec) {
 }
 
 __device__ __forceinline__ void begin(const fp_span_stamp &s) {
-    const bool on = s.rec != nullptr && ((blockIdx.x | blockIdx.y | blockIdx.z) | threadIdx.x | threadIdx.y | threadIdx.z) == 0;
+    const bool on =
+        s.rec != nullptr && (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) == 0;
     claim_start(s.rec, s.seq, on);
 }
 

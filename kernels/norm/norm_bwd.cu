@@ -694,6 +694,13 @@ __device__ __forceinline__ void fused_reduce(const fp_norm_bwd_desc &d, const fl
     fused_reduce_tail<T>(d, partial, (int)gridDim.x, t - first, smem);
 }
 
+// Whether v3 / v4's kernel stamps its span (the kernel timer). Not v4's of
+// f32 rows at NV 4: at its launch bound, the stamps' few instructions spill
+// it (24 bytes); a call the kernel timer times runs v3 there (v4_applies).
+template <typename T, int NV, int kRing> constexpr bool v3_stamps() {
+    return !(kRing > 0 && sizeof(T) == 4 && NV == 4);
+}
+
 // Block (threads_x, rows_per_cta) from fp_norm_v3_plan_for; grid from
 // fp_norm_v3_grid. partial: [2][gridDim.x][cols] (sum g * n, then sum g), or
 // NULL when no dgamma/dbeta/dbias is requested. Dynamic shared memory:
@@ -701,11 +708,6 @@ __device__ __forceinline__ void fused_reduce(const fp_norm_bwd_desc &d, const fl
 //   else 2 x (blockDim.y - 1) x cols floats (warp per row: the other warps'
 //   sums for the combine; 0 for a block per row); with kRing (v4) the ring
 //   after it.
-// Whether v3 / v4's kernel stamps its span (the kernel timer). Not v4's of
-// f32 rows at NV 4: at its launch bound, the stamps' few instructions spill
-// it (24 bytes); a call the kernel timer times runs v3 there (v4_applies).
-template <typename T, int NV, int kRing> constexpr bool v3_stamps() { return !(kRing > 0 && sizeof(T) == 4 && NV == 4); }
-
 template <typename T, int NV, bool kSmemAcc, int kRing = 0>
 __global__ void __launch_bounds__(bwd_v3_bound(NV * Vec<T>::N, kSmemAcc))
     norm_bwd_v3(const fp_norm_bwd_desc d, float *partial) {

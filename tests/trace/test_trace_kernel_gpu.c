@@ -199,8 +199,8 @@ int main(void) {
             CHECK_MSG(p == none || (p->start_s >= range->start_s - tol && p->end_s <= range->end_s + tol),
                       "%s %.9f-%.9f outside the range %.9f-%.9f (tolerance %g)", p->name, p->start_s, p->end_s,
                       range->start_s, range->end_s, tol);
-            CHECK_MSG(p->start_s >= t0 - tol_host && p->end_s <= t1 + tol_host, "%s %.9f-%.9f outside the calls %.9f-%.9f",
-                      p->name, p->start_s, p->end_s, t0, t1);
+            CHECK_MSG(p->start_s >= t0 - tol_host && p->end_s <= t1 + tol_host,
+                      "%s %.9f-%.9f outside the calls %.9f-%.9f", p->name, p->start_s, p->end_s, t0, t1);
             CHECK(!strcmp(p->module, "layer") && !strcmp(p->stage, "forward"));
         }
         /* in stream order: the stamped spans among themselves exactly */
