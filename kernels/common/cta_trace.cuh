@@ -8,8 +8,9 @@
 // Record index: x + gx (y + gy (z + b_off)), b_off the batch the launch
 // starts at (the launcher traces only single launches, b_off = 0).
 // Under the CPU emulation (FP_CUDA_EMU) the timer is the host's steady clock
-// (gtimer.cuh) and the SM is the block's linear index modulo the emulated device's SM
-// count: the records' structure is checked there, not their times.
+// (gtimer.cuh) and the SM is the block's linear index modulo the emulated
+// device's SM count: the records' structure is checked there, not their
+// times.
 #pragma once
 
 #include <stdint.h>

@@ -229,7 +229,7 @@ static inline uint64_t fp_ctx_trace_begin(fp_context *ctx, fp_stream stream, con
 /* The same for an op whose kernels time their span themselves when the
  * context's timer is the kernel timer (trace.h, FP_TRACE_TIMER_KERNEL): pass
  * *stamp to each of its kernels (kernels/common/span_stamp.cuh). *stamp is
- * {NULL, 0} unless they are to: tracing off, another timer, a capturing
+ * all NULL / 0 unless they are to: tracing off, another timer, a capturing
  * stream; then the span (if any) is timed as fp_ctx_trace_begin's. */
 static inline uint64_t fp_ctx_trace_begin_stamped(fp_context *ctx, fp_stream stream, const char *name,
                                                   const char *category, double bytes, double flops,
