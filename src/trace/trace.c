@@ -173,13 +173,13 @@ static fp_status calibrate(fp_context *ctx, struct fp_trace_state *t) {
     return FP_OK;
 }
 
-/* Gives t the kernel timer's records for its ring (t->mu held): min(cap,
- * MAX_STAMPS) of them, zeroed (no span has handle 0), and calibrates. A
- * CUDA context whose timer is the kernel timer only; nothing to do when
- * they fit already. */
-static fp_status fit_stamps(fp_context *ctx, struct fp_trace_state *t) {
-    if (ctx->kind != FP_DEVICE_CUDA || t->timer != FP_TRACE_TIMER_KERNEL || t->cap == 0) return FP_OK;
-    const size_t want = t->cap < MAX_STAMPS ? t->cap : MAX_STAMPS;
+/* Gives t the kernel timer's records for a ring of `cap` spans (t->mu
+ * held): min(cap, MAX_STAMPS) of them, zeroed (no span has handle 0), and
+ * calibrates. A CUDA context whose timer is the kernel timer only; nothing
+ * to do when they fit already. On error t's records are as they were. */
+static fp_status fit_stamps(fp_context *ctx, struct fp_trace_state *t, size_t cap) {
+    if (ctx->kind != FP_DEVICE_CUDA || t->timer != FP_TRACE_TIMER_KERNEL || cap == 0) return FP_OK;
+    const size_t want = cap < MAX_STAMPS ? cap : MAX_STAMPS;
     if (t->stamps && t->stamp_cap == want) return FP_OK;
     FP_TRY(fp_ctx_activate(ctx));
     const size_t words = (want + 1) * FP_SPAN_STAMP_WORDS, bytes = words * sizeof(unsigned long long);
@@ -303,6 +303,7 @@ fp_status fp_trace_enable(fp_context *ctx, size_t capacity) {
     pthread_mutex_lock(&t->mu);
     fp_status st = FP_OK;
     if (slots || !t->base) st = rebase(ctx, t);
+    if (st == FP_OK) st = fit_stamps(ctx, t, capacity); /* before the ring changes: an error leaves it */
     if (st == FP_OK && slots) {
         free_slots(t->slots, t->cap);
         t->slots = slots;
@@ -310,7 +311,6 @@ fp_status fp_trace_enable(fp_context *ctx, size_t capacity) {
         slots = NULL;
         reset_locked(t);
     }
-    if (st == FP_OK) st = fit_stamps(ctx, t);
     if (st == FP_OK) __atomic_store_n(&ctx->trace_on, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&t->mu);
     free(slots); /* only on error: never used, no events */
@@ -358,7 +358,7 @@ static fp_status set_timer(fp_context *ctx, struct fp_trace_state *t, fp_trace_t
     pthread_mutex_lock(&t->mu);
     const fp_trace_timer was = t->timer;
     t->timer = timer;
-    const fp_status st = fit_stamps(ctx, t);
+    const fp_status st = fit_stamps(ctx, t, t->cap);
     if (st != FP_OK) t->timer = was;
     pthread_mutex_unlock(&t->mu);
     return st;
