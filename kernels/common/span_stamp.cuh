@@ -7,10 +7,8 @@
 //             this kernel may run): thread 0 of CTA 0 claims the record for
 //             span s.seq and, if this is the span's first kernel to claim
 //             it, writes the start.
-//   end(s)    where thread 0 of each CTA finishes its work: an atomic max
-//             of the end. Call it once per CTA, from a thread that is still
-//             running at the CTA's end (the caller picks it in kernels whose
-//             thread 0 leaves early).
+//   end(s)    where thread 0 of each CTA finishes its work (every exit
+//             thread 0 takes): an atomic max of the end.
 // Both are one uniform branch when s.rec is NULL (not traced).
 #pragma once
 
@@ -62,11 +60,6 @@ __device__ __forceinline__ void begin(const fp_span_stamp &s) {
     const bool on =
         s.rec != nullptr && (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) == 0;
     claim_start(s.rec, s.seq, on);
-}
-
-// The end stamp from the calling thread (no thread check: the caller's).
-__device__ __forceinline__ void end_here(const fp_span_stamp &s) {
-    if (s.rec_end != nullptr) raise_end(s.rec_end);
 }
 
 // The end stamp from thread 0 of the CTA.

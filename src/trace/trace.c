@@ -867,6 +867,17 @@ fp_status fp_trace_record(fp_context *ctx, const fp_trace_span *span) {
  * whose events cannot be read is dropped and counted in unresolved. */
 static uint64_t first_seq(const struct fp_trace_state *t);
 
+/* Whether an ended span timed by `timer` (CUPTI or kernel) awaits its
+ * times (t->mu held). */
+static int unresolved_locked(const struct fp_trace_state *t, fp_trace_timer timer) {
+    for (uint64_t q = first_seq(t); q <= t->next_seq; ++q) {
+        const trace_slot *s = &t->slots[(q - 1) % t->cap];
+        const int by = timer == FP_TRACE_TIMER_CUPTI ? s->cupti : s->kernel;
+        if (s->seq == q && s->state == SLOT_DONE && by && !s->resolved) return 1;
+    }
+    return 0;
+}
+
 /* The CUPTI timer's spans (t->mu held): once the device has finished the
  * work of every ended span (a device synchronize) and CUPTI has delivered
  * its records (a forced flush), a span's times are the earliest start and
@@ -874,12 +885,7 @@ static uint64_t first_seq(const struct fp_trace_state *t);
  * (on its thread; any thread for a user range); a span with no device work
  * keeps the host clock's begin and end. */
 static void resolve_cupti_locked(fp_context *ctx, struct fp_trace_state *t) {
-    int need = 0;
-    for (uint64_t q = first_seq(t); q <= t->next_seq && !need; ++q) {
-        const trace_slot *s = &t->slots[(q - 1) % t->cap];
-        need = s->seq == q && s->state == SLOT_DONE && s->cupti && !s->resolved;
-    }
-    if (!need) return;
+    if (!unresolved_locked(t, FP_TRACE_TIMER_CUPTI)) return;
     (void)fp_ctx_activate(ctx);
     if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
     fp_cupti_flush();
@@ -926,12 +932,7 @@ static void resolve_cupti_locked(fp_context *ctx, struct fp_trace_state *t) {
  * span took (rings of more than MAX_STAMPS spans), or that reads an end
  * before its start, is dropped and counted in unresolved. */
 static void resolve_kernel_locked(fp_context *ctx, struct fp_trace_state *t) {
-    int need = 0;
-    for (uint64_t q = first_seq(t); q <= t->next_seq && !need; ++q) {
-        const trace_slot *s = &t->slots[(q - 1) % t->cap];
-        need = s->seq == q && s->state == SLOT_DONE && s->kernel && !s->resolved;
-    }
-    if (!need) return;
+    if (!unresolved_locked(t, FP_TRACE_TIMER_KERNEL)) return;
     (void)fp_ctx_activate(ctx);
     cudaError_t e = cudaDeviceSynchronize();
     if (e == cudaSuccess)

@@ -169,12 +169,7 @@ static const fp_trace_span *find(size_t n, const char *name, int *count) {
 
 /* the times' tolerance: TIME_TOL, plus the kernel timer's placement error
  * against the event-timed ranges (FASTPATH_TRACE_TIMER=kernel) */
-static double time_tol(void) {
-    fp_trace_stats st;
-    memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
-    return TIME_TOL + (fp_trace_get_stats(g_ctx, &st) == FP_OK ? st.clock_error_s : 0);
-}
+static double time_tol(void) { return TIME_TOL + stats().clock_error_s; }
 
 static int inside(const fp_trace_span *outer, const fp_trace_span *in) {
     const double tol = time_tol();
@@ -532,10 +527,7 @@ static void test_host_cost(const norm_bufs *nb, int cuda) {
         CHECK_OK(fp_trace_set_timer(g_ctx, FP_TRACE_TIMER_KERNEL));
         CHECK_OK(fp_trace_enable(g_ctx, 4096));
         const double on_kernel = op_ns(&p, calls);
-        fp_trace_stats ks;
-        memset(&ks, 0, sizeof ks);
-        ks.struct_size = sizeof ks;
-        CHECK_OK(fp_trace_get_stats(g_ctx, &ks));
+        const fp_trace_stats ks = stats();
         CHECK_MSG(ks.unresolved == 0 && ks.recorded > 0, "kernel timer: %llu recorded, %llu unresolved",
                   (unsigned long long)ks.recorded, (unsigned long long)ks.unresolved);
         CHECK_OK(fp_trace_set_timer(g_ctx, FP_TRACE_TIMER_EVENTS));
