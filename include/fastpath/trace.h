@@ -50,7 +50,8 @@
  *     spans, pending, lost); FASTPATH_CUPTI_API_FILTER=0 records every API.
  *   - The kernel timer (fp_trace_set_timer, or FASTPATH_TRACE_TIMER=kernel at
  *     a context's first fp_trace_enable): the library's ops whose kernels
- *     can stamp (the norms, forward and backward) record no event either:
+ *     can stamp (the norms, forward and backward; attention, every kernel of
+ *     its flash and row-wise paths) record no event either:
  *     the span hands its kernels a record in device memory; the first CTA
  *     of the op's first kernel writes the GPU's global timer there when it
  *     starts (after a programmatic dependent launch's wait) and every CTA
@@ -65,8 +66,10 @@
  *     event-timed spans (half the calibration's width: a few
  *     microseconds); among themselves exact to the timer's resolution (32
  *     ns on an H100). Other spans (copies, fills, attention, graph
- *     replays, collectives, user ranges) keep two events. A stamped span
- *     whose op launched no kernel keeps the host clock's begin and end.
+ *     replays, collectives, user ranges, the attention baseline's cuBLAS
+ *     GEMMs) keep two events. A stamped span whose op launched no kernel
+ *     keeps the host clock's begin and end (counted in
+ *     fp_trace_stats.host_timed).
  *     Rings of more than 65536 spans share the records: a span whose
  *     record a later one took before the ring was read is dropped and
  *     counted in unresolved. Reading a kernel-timed ring synchronizes the
@@ -222,6 +225,9 @@ typedef struct fp_trace_stats {
     int timer;                /* fp_trace_timer of spans begun now (added in 0.3.x: a smaller struct_size omits it) */
     double clock_error_s;     /* the kernel timer: how far its spans may be placed off the event-timed ones
                                  (half the calibration's width; 0 until calibrated; added in 0.4) */
+    uint64_t host_timed;      /* the kernel timer: spans of stamping ops that no kernel stamped (the op
+                                 launched none: an error, empty work), timed by the host clock around
+                                 the call instead (added in 0.4) */
 } fp_trace_stats;
 
 /* How a CUDA context's spans are timed (CPU contexts: the clock, always). */

@@ -417,10 +417,12 @@ struct widen_params {
     int64_t rows;                // output rows
     int sk, hkv, d, varlen;
     int bt_stride, page_size, num_pages;
+    fp_span_stamp stamp;         // the call's span (kernel timer): the widening is its first kernel
 };
 template <typename T>
 __global__ void __launch_bounds__(kWidenThreads) attention_kv8_widen_v0(const __grid_constant__ widen_params w) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(w.stamp);
     const int t = blockIdx.y;
     const int cpr = w.d / 16, ch = w.hkv * cpr; // 16-byte chunks: a head's row, a key's row
     const int64_t r0 = (int64_t)blockIdx.x * kWidenRows;
@@ -453,6 +455,7 @@ __global__ void __launch_bounds__(kWidenThreads) attention_kv8_widen_v0(const __
         *reinterpret_cast<uint4 *>(dst) = lo;
         *reinterpret_cast<uint4 *>(dst + 8) = hi;
     }
+    fp_stamp::end(w.stamp);
 }
 
 // The fused split combine (p.counters set, p.num_splits > 1), after a CTA
@@ -1189,18 +1192,22 @@ template <typename T, int D, typename TK = T>
 __global__ void __launch_bounds__(traits<D>::kWarps * 32, 2)
     attention_flash_fwd_v1(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(p.stamp);
     fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_START);
     flash_fwd_body<T, D, traits<D>, TK>(p);
     fp_cta::end(p.cta_trace, p.b_off);
+    fp_stamp::end(p.stamp);
 }
 
 template <typename T, int D>
 __global__ void __launch_bounds__(traits_v2<D>::kWarps * 32, 2)
     attention_flash_fwd_v2(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(p.stamp);
     fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_START);
     flash_fwd_body<T, D, traits_v2<D>>(p);
     fp_cta::end(p.cta_trace, p.b_off);
+    fp_stamp::end(p.stamp);
 }
 
 // v2's earlier 128 x 32 tile at head_dim 128 (fp_flash::traits_v2_narrow),
@@ -1209,9 +1216,11 @@ template <typename T, int D>
 __global__ void __launch_bounds__(fp_flash::traits_v2_narrow<D>::kWarps * 32, 2)
     attention_flash_fwd_v2n(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(p.stamp);
     fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_START);
     flash_fwd_body<T, D, fp_flash::traits_v2_narrow<D>>(p);
     fp_cta::end(p.cta_trace, p.b_off);
+    fp_stamp::end(p.stamp);
 }
 
 // v1's body over 8 warps (fp_flash::traits_w8): one CTA of 256 threads per
@@ -1220,9 +1229,11 @@ template <typename T, int D>
 __global__ void __launch_bounds__(fp_flash::traits_w8<D>::kWarps * 32, 1)
     attention_flash_fwd_v7(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(p.stamp);
     fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_START);
     flash_fwd_body<T, D, fp_flash::traits_w8<D>>(p);
     fp_cta::end(p.cta_trace, p.b_off);
+    fp_stamp::end(p.stamp);
 }
 
 // The decode kernel: two CTAs per SM up to head_dim 128 (100 KiB of shared
@@ -1231,9 +1242,11 @@ template <typename T, int D, typename TK = T>
 __global__ void __launch_bounds__(fp_flash::traits_decode<D>::kWarps * 32, D <= 128 ? 2 : 1)
     attention_decode_fwd_v6(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(p.stamp);
     fp_cta::mark(p.cta_trace, p.b_off, FP_CTA_START);
     decode_fwd_body<T, D, TK>(p);
     fp_cta::end(p.cta_trace, p.b_off);
+    fp_stamp::end(p.stamp);
 }
 
 // Version V of the flash kernel: its traits and entry point.
@@ -1654,6 +1667,7 @@ static cudaError_t launch_kv8_widen(const fp_attn_args *a, int64_t rows, void *k
     w.bt_stride = a->bt_stride;
     w.page_size = a->page_size > 0 ? a->page_size : 1;
     w.num_pages = a->num_pages;
+    w.stamp = a->stamp;
     const dim3 grid((unsigned)((rows + kWidenRows - 1) / kWidenRows), 2);
     return fp_pdl::launch<attention_kv8_widen_v0<T>>(grid, dim3(kWidenThreads), 0, stream, pdl_of(a), w);
 }

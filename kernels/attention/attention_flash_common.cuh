@@ -19,6 +19,7 @@
 #include "attention/attention_internal.h"
 #include "common/fast_exp2.cuh"
 #include "common/pdl.cuh"
+#include "common/span_stamp.cuh"
 #if defined(FP_CUDA_EMU) // the CPU emulation (tests/emu): the PTX below as C++
 #include "emu_sm80.h"
 #endif
@@ -62,6 +63,8 @@ struct flash_params {
                         // TMA stores (the kernel's tm_o; session 32), else 0: each thread's stores
     fp_cta_record *cta_trace; // the CTA timeline's records (kernels/common/cta_trace.cuh: one per CTA;
                               // v9: one per item), NULL: not traced (fp_attn_cuda_cta_trace_set)
+    fp_span_stamp stamp;      // the call's span under the kernel timer (fp_attn_args.stamp; rec NULL:
+                              // not stamped): every kernel of the call stamps it (span_stamp.cuh)
 };
 
 // The calling thread's CTA timeline (fp_attn_cuda_cta_trace_set) for a
@@ -151,6 +154,7 @@ inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_spl
     p.counters = nullptr;
     p.tickets = nullptr;
     p.cta_trace = nullptr; // the recording kernels' launchers set it (cta_trace_for)
+    p.stamp = a->stamp;
     return p;
 }
 
@@ -266,6 +270,7 @@ __device__ __forceinline__ float combine_reduce(float x, bool is_max, float *red
 template <typename T, int D>
 __global__ void __launch_bounds__(kCombineThreads) attention_split_combine_v1(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(p.stamp); // (the split kernel claimed the span: no start written here)
     __shared__ float w[kMaxSplits];
     __shared__ float red[kCombineThreads / 32];
     const int64_t row = blockIdx.x; // (b * hq + h) * sq + qi
@@ -302,6 +307,7 @@ __global__ void __launch_bounds__(kCombineThreads) attention_split_combine_v1(co
         o[col] = pack_op<T>::cvt(acc * inv);
     }
     if (p.lse && threadIdx.x == 0) p.lse[row] = lse;
+    fp_stamp::end(p.stamp);
 }
 
 // The dynamic shared-memory opt-in above 48 KiB is per device and kernel:

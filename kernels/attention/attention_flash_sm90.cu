@@ -91,6 +91,7 @@ __global__ void __launch_bounds__(fp_sm90::traits<D>::kWarpgroups * 128,
                                   Pipelined ? 1 : fp_sm90::traits<D>::kMinBlocks)
     attention_flash_fwd_v3(const __grid_constant__ flash_params p) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(p.stamp);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     using Tr = fp_sm90::traits<D>;
     constexpr int Br = Tr::kBr, Bc = Tr::kBc, NT = Tr::kWarpgroups * 128;
@@ -283,6 +284,7 @@ __global__ void __launch_bounds__(fp_sm90::traits<D>::kWarpgroups * 128,
     // Epilogue: row sums over the quad, normalize, write O (and lse) or the
     // split partials (attention_sm90_common.cuh).
     store_rows<T, D>(p, S, o_acc, m_run, l_run, m0 + wrow, rows, warp, lane, hk, b, split);
+    fp_stamp::end_warpgroups(p.stamp);
 #else
     __trap(); // no sm_90a features in this compilation: never launched (the launcher checks the device)
 #endif

@@ -722,11 +722,13 @@ __device__ __forceinline__ void flash_tma_body(const flash_params &p, const CUte
                                          *bb = b;
                                      });
             if (rec && tid % 128 == 0) fp_cta::end_max_at(rec);
+            fp_stamp::end_by(p.stamp, tid % 128 == 0); // each consumer warpgroup: the last one's is the end
             return;
         }
     }
     store_rows<T, D>(p, S, c.o_acc, c.m_run, c.l_run, m0 + wrow, rows, warp, lane, hk, b, split);
     if (rec && tid % 128 == 0) fp_cta::end_max_at(rec);
+    fp_stamp::end_by(p.stamp, tid % 128 == 0);
 }
 
 template <typename T, int D>
@@ -735,6 +737,7 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
                            const __grid_constant__ CUtensorMap tm_v,
         const __grid_constant__ CUtensorMap tm_o) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(p.stamp);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     flash_tma_body<T, D, false>(p, tm_k, tm_v, tm_o);
 #else
@@ -749,6 +752,7 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
                            const __grid_constant__ CUtensorMap tm_v,
         const __grid_constant__ CUtensorMap tm_o) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(p.stamp);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     flash_tma_body<T, D, true>(p, tm_k, tm_v, tm_o);
 #else
@@ -767,6 +771,7 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
         const __grid_constant__ CUtensorMap tm_o) {
     static_assert(D == 128 && sizeof(T) == 2, "the wide tile: head_dim 128, 16-bit types");
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(p.stamp);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     flash_tma_body<T, D, false, 2, 176>(p, tm_k, tm_v, tm_o);
 #else
@@ -782,6 +787,7 @@ __global__ void __launch_bounds__(fp_tma::threads_of<10>(), 1)
         const __grid_constant__ CUtensorMap tm_o) {
     static_assert(D == 64, "v10 is head_dim 64 only");
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(p.stamp);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     flash_tma_body<T, D, true, 3>(p, tm_k, tm_v, tm_o);
 #else
@@ -807,8 +813,9 @@ __global__ void __launch_bounds__(fp_tma::threads_of<10>(), 1)
 constexpr int kVtThreads = 256, kVtPitch = 144; // tile rows of 128 bytes + 16 (a staggered bank start a row)
 __global__ void __launch_bounds__(kVtThreads)
     fp8_transpose_v(const uint8_t *v, int64_t v_bs, int64_t v_ss, int64_t v_hs, const int32_t *seqlens_k, int sk,
-                    int skp, int b_off, uint8_t *vt) {
+                    int skp, int b_off, uint8_t *vt, fp_span_stamp stamp) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(stamp); // the call's first kernel (kernel timer)
     extern __shared__ __align__(16) unsigned char vt_smem[];
     const int k0 = blockIdx.x * 128, hk = blockIdx.y, hkv = gridDim.y, b = b_off + blockIdx.z;
     int L = sk;
@@ -836,6 +843,7 @@ __global__ void __launch_bounds__(kVtThreads)
         }
         *reinterpret_cast<uint4 *>(out + (int64_t)d * skp + 16 * c) = make_uint4(w[0], w[1], w[2], w[3]);
     }
+    fp_stamp::end(stamp);
 }
 
 // ---- v9: persistent CTAs (fp_tma::producer_items / consumer_items) ------------
@@ -1156,8 +1164,10 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     attention_flash_fwd_v9(const __grid_constant__ flash_params p, const __grid_constant__ CUtensorMap tm_k,
                            const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ v9_args x) {
     fp_pdl::enter(); // first: kernels/common/pdl.cuh
+    fp_stamp::begin(p.stamp);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     flash_tma_persistent_body<T, D>(p, tm_k, tm_v, x);
+    fp_stamp::end_warpgroups(p.stamp); // every warpgroup as it leaves: the last consumer's is the end
 #else
     __trap();
 #endif
@@ -1619,7 +1629,7 @@ fp_status launch_fp8(const fp_attn_args *a, const fp_tma::kv_map &mk, encode_til
         return fp_pdl::launch<fp8_transpose_v>(
             dim3((unsigned)(skp / Tr::kBc), (unsigned)a->heads_kv, (unsigned)a->batch), dim3(kVtThreads),
             (size_t)128 * kVtPitch, stream, pdl_of(a), static_cast<const uint8_t *>(a->v), a->v_bs, a->v_ss,
-            a->v_hs, a->seqlens_k, a->seqlen_k, (int)skp, 0, static_cast<uint8_t *>(vt.ptr));
+            a->v_hs, a->seqlens_k, a->seqlen_k, (int)skp, 0, static_cast<uint8_t *>(vt.ptr), a->stamp);
     });
     const fp_status put = fp_ctx_scratch_put(&vt); // stream-ordered: the kernels above still read it
     return st != FP_OK ? st : put;

@@ -22,6 +22,7 @@
 
 #include "attention/attention_flash_layout.h"
 #include "attention/attention_internal.h"
+#include "common/span_stamp.cuh"
 
 namespace {
 
@@ -51,6 +52,7 @@ struct simple_params {
     const int32_t *cu_q, *cu_k;
     const int32_t *block_table; // paged KV or NULL
     int bt_stride, page_size, num_pages;
+    fp_span_stamp stamp; // the call's span (kernel timer; the row-wise kernel's only: rec NULL elsewhere)
 };
 
 simple_params make_params(const fp_attn_args *a) {
@@ -73,6 +75,8 @@ simple_params make_params(const fp_attn_args *a) {
     p.bt_stride = a->bt_stride;
     p.page_size = a->page_size;
     p.num_pages = a->num_pages;
+    p.stamp.rec = p.stamp.rec_end = nullptr; // fp_attn_cuda_rowwise sets it
+    p.stamp.seq = 0;
     return p;
 }
 
@@ -97,8 +101,7 @@ constexpr int kRowWarps = 4;
 constexpr int kMaxDim = 256;
 
 // grid: ceil(batch * hq * sq / 4); block: 128 (4 warps, a row each).
-template <typename T>
-__global__ void __launch_bounds__(kRowWarps * 32) attention_rowwise_v0(const __grid_constant__ simple_params p) {
+template <typename T> __device__ __forceinline__ void rowwise_body(const simple_params &p) {
     __shared__ float q_smem[kRowWarps][kMaxDim];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t row = (int64_t)blockIdx.x * kRowWarps + warp; // (b * hq + h) * sq + qi
@@ -164,6 +167,12 @@ __global__ void __launch_bounds__(kRowWarps * 32) attention_rowwise_v0(const __g
         if (d < p.d) out[d] = elt<T>::cvt(o[i] * inv);
     }
     if (p.lse && lane == 0) p.lse[row] = l == 0.0f ? -INFINITY : (m + log2f(l)) * 0.69314718055994531f;
+}
+template <typename T>
+__global__ void __launch_bounds__(kRowWarps * 32) attention_rowwise_v0(const __grid_constant__ simple_params p) {
+    fp_stamp::begin(p.stamp);
+    rowwise_body<T>(p);
+    fp_stamp::end_warps(p.stamp); // each warp's row ends on its own
 }
 
 constexpr int kSoftmaxThreads = 256;
@@ -270,6 +279,7 @@ extern "C" fp_status fp_attn_cuda_rowwise(const fp_attn_args *a, cudaStream_t st
     if (a->head_dim > kMaxDim)
         return fp_set_error(FP_ERR_UNSUPPORTED, "attention rowwise kernel: head_dim %d > %d", a->head_dim, kMaxDim);
     simple_params p = make_params(a);
+    p.stamp = a->stamp;
     const int64_t rows = (int64_t)a->batch * a->heads_q * a->seqlen_q;
     const int64_t blocks = (rows + kRowWarps - 1) / kRowWarps;
     if (blocks > 2147483647LL) return fp_set_error(FP_ERR_UNSUPPORTED, "attention: %lld rows", (long long)rows);

@@ -8,7 +8,9 @@
 //             span s.seq and, if this is the span's first kernel to claim
 //             it, writes the start.
 //   end(s)    where thread 0 of each CTA finishes its work (every exit
-//             thread 0 takes): an atomic max of the end.
+//             thread 0 takes): an atomic max of the end; end_warpgroups(s)
+//             / end_warps(s) the same from each warpgroup's / warp's
+//             first thread.
 // Both are one uniform branch when s.rec is NULL (not traced).
 #pragma once
 
@@ -65,6 +67,24 @@ __device__ __forceinline__ void begin(const fp_span_stamp &s) {
 // The end stamp from thread 0 of the CTA.
 __device__ __forceinline__ void end(const fp_span_stamp &s) {
     if (s.rec_end != nullptr && first_thread()) raise_end(s.rec_end);
+}
+
+// The end stamp from the first thread of each warpgroup (128 threads of a
+// one-dimensional block): the warp-specialized kernels, whose warpgroups
+// finish at different times (the producer before its consumers), so thread
+// 0 alone would end the span early.
+__device__ __forceinline__ void end_warpgroups(const fp_span_stamp &s) {
+    if (s.rec_end != nullptr && threadIdx.x % 128 == 0) raise_end(s.rec_end);
+}
+// ... and from the threads the kernel names (thread_ends: where the caller
+// already holds its thread index, so that no register stays live for it).
+__device__ __forceinline__ void end_by(const fp_span_stamp &s, bool thread_ends) {
+    if (s.rec_end != nullptr && thread_ends) raise_end(s.rec_end);
+}
+// ... and from each warp's first lane: kernels whose warps work on
+// independent rows and leave at their own times.
+__device__ __forceinline__ void end_warps(const fp_span_stamp &s) {
+    if (s.rec_end != nullptr && threadIdx.x % 32 == 0) raise_end(s.rec_end);
 }
 
 } // namespace fp_stamp

@@ -56,8 +56,9 @@ fp_status fp_attention_forward(fp_context *ctx, fp_stream stream, const fp_atten
     const int cuda = ctx->kind == FP_DEVICE_CUDA;
     fp_attn_note_begin(cuda ? ctx->attn_kernel : 0);
     FP_TRY(fp_attn_check(params, cuda, &a));
-    const uint64_t span =
-        fp_ctx_trace_begin(ctx, stream, span_name(&a), "op", fp_attn_bytes(&a), fp_attention_flops(params));
+    /* a.stamp: under the kernel timer, the kernels time the span (no event) */
+    const uint64_t span = fp_ctx_trace_begin_stamped(ctx, stream, span_name(&a), "op", fp_attn_bytes(&a),
+                                                     fp_attention_flops(params), &a.stamp);
     const fp_status st = forward_run(ctx, stream, &a);
     fp_ctx_trace_end(ctx, span);
     return st;

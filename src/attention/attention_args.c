@@ -325,6 +325,7 @@ fp_status fp_attn_check(const fp_attention_params *user, int cuda, fp_attn_args 
     a->page_size = paged ? p->page_size : 0;
     a->num_pages = paged ? p->num_pages : 0;
     a->ctx = NULL; /* set by the CUDA dispatch */
+    memset(&a->stamp, 0, sizeof a->stamp); /* fp_attention_forward's span fills it */
     return FP_OK;
 }
 

@@ -45,6 +45,11 @@ typedef struct fp_attn_args {
     /* The context, for its per-stream workspace (fp_ctx_scratch_get); NULL
      * (kernel-level tests): scratch is allocated stream-ordered per call. */
     fp_context *ctx;
+    /* The call's span under the kernel timer (span_stamp.h; rec NULL: not
+     * stamped): fp_attention_forward fills it, every kernel of the flash
+     * and row-wise paths stamps it (the baseline's cuBLAS GEMMs cannot: its
+     * span keeps events). */
+    fp_span_stamp stamp;
 } fp_attn_args;
 
 /* Keys kept by query row i of a sequence with sq queries and L keys: [lo,

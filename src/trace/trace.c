@@ -60,6 +60,7 @@ struct fp_trace_state {
     uint64_t lo_seq;       /* handles below it were cleared */
     size_t open;
     uint64_t recorded, dropped, skipped_capturing, unresolved;
+    uint64_t host_timed; /* kernel-timed spans no kernel stamped (the host clock's times) */
     int64_t step;
     int depth;
     range_entry stack[FP_TRACE_MAX_DEPTH];
@@ -224,7 +225,7 @@ static void reset_locked(struct fp_trace_state *t) {
     }
     t->lo_seq = t->next_seq + 1;
     t->open = 0;
-    t->recorded = t->dropped = t->skipped_capturing = t->unresolved = 0;
+    t->recorded = t->dropped = t->skipped_capturing = t->unresolved = t->host_timed = 0;
 }
 
 /* The calls that need the ring a successful fp_trace_enable creates (a
@@ -949,6 +950,7 @@ static void resolve_kernel_locked(fp_context *ctx, struct fp_trace_state *t) {
         } else if (e == cudaSuccess && r[0] < q) {
             s->span.start_s = s->host_start_s;
             s->span.end_s = s->host_end_s;
+            ++t->host_timed;
         } else {
             s->state = SLOT_EMPTY;
             ++t->unresolved;
@@ -1065,6 +1067,7 @@ fp_status fp_trace_get_stats(fp_context *ctx, fp_trace_stats *out) {
         st.depth = t->depth;
         st.timer = (int)t->timer;
         st.clock_error_s = t->stamps ? t->calib_err_s : 0;
+        st.host_timed = t->host_timed;
         pthread_mutex_unlock(&t->mu);
     }
     return fp_struct_write(out, &st, STATS_SIZE_FIRST, sizeof st, "fp_trace_stats (out)");

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fp_test.h"
+#include "trace_test_util.h"
 
 static void sleep_us(unsigned us) { usleep(us); }
 
@@ -20,14 +21,6 @@ static size_t read_all(fp_context *ctx, fp_trace_span *out, size_t max) {
     size_t n = 0;
     CHECK_OK(fp_trace_read(ctx, out, max, &n, 0));
     return n;
-}
-
-static fp_trace_stats stats_of(fp_context *ctx) {
-    fp_trace_stats st;
-    memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
-    CHECK_OK(fp_trace_get_stats(ctx, &st));
-    return st;
 }
 
 /* 1 if b lies inside a in time. */

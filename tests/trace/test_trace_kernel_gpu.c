@@ -16,34 +16,12 @@
 #include <string.h>
 
 #include "fp_test.h"
+#include "trace_test_util.h"
 #include "internal.h"
 #include "fastpath/norm.h"
 #include "timing/probes.h"
-#if FP_TEST_EMULATED
-#include "emu_runtime_counts.h"
-#endif
 
 enum { ROWS = 64, COLS = 1024, N_AXPBY = 4096 };
-
-/* event records since the last call (the emulation counts them; -1 on a GPU) */
-static long long events_since(void) {
-#if FP_TEST_EMULATED
-    fp_emu_runtime_counts c;
-    fp_emu_runtime_counts_get(&c);
-    fp_emu_runtime_counts_reset();
-    return c.n[FP_EMU_CALL_EVENT_RECORD];
-#else
-    return -1;
-#endif
-}
-
-static fp_trace_stats stats_of(fp_context *ctx) {
-    fp_trace_stats st;
-    memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
-    CHECK_OK(fp_trace_get_stats(ctx, &st));
-    return st;
-}
 
 /* axpby in a stamped span, as an instrumented op does it */
 static void stamped_axpby(fp_context *ctx, fp_stream stream, const char *name, size_t n, float *buf,
@@ -183,8 +161,10 @@ int main(void) {
     CHECK_OK(fp_trace_read(ctx, s, 16, &n, 0));
     CHECK_MSG(n == 7, "%zu spans", n); /* the range, norm fwd, axpby, norm bwd, fill, nothing, the sync */
     st = stats_of(ctx);
-    CHECK_MSG(st.unresolved == 0 && st.skipped_capturing == 1 && st.open == 0, "unresolved %llu, skipped %llu",
-              (unsigned long long)st.unresolved, (unsigned long long)st.skipped_capturing);
+    /* host-timed: "nothing" alone (the others' kernels stamped them) */
+    CHECK_MSG(st.unresolved == 0 && st.skipped_capturing == 1 && st.open == 0 && st.host_timed == 1,
+              "unresolved %llu, skipped %llu, host-timed %llu", (unsigned long long)st.unresolved,
+              (unsigned long long)st.skipped_capturing, (unsigned long long)st.host_timed);
     const fp_trace_span *range = find(s, n, "layer/forward"), *nf = find(s, n, "norm_fwd"),
                         *ax = find(s, n, "axpby"), *nb = find(s, n, "norm_bwd"), *fill = find(s, n, "fill"),
                         *none = find(s, n, "nothing");
@@ -222,8 +202,9 @@ int main(void) {
     for (int i = 0; i < 6; ++i) stamped_axpby(ctx, NULL, "again", N_AXPBY, ab, NULL);
     CHECK_OK(fp_trace_read(ctx, s, 16, &n, 0));
     st = stats_of(ctx);
-    CHECK_MSG(n == 4 && st.dropped == 2 && st.unresolved == 0, "%zu spans, dropped %llu, unresolved %llu", n,
-              (unsigned long long)st.dropped, (unsigned long long)st.unresolved);
+    CHECK_MSG(n == 4 && st.dropped == 2 && st.unresolved == 0 && st.host_timed == 0,
+              "%zu spans, dropped %llu, unresolved %llu, host-timed %llu", n, (unsigned long long)st.dropped,
+              (unsigned long long)st.unresolved, (unsigned long long)st.host_timed);
     for (size_t i = 1; i < n; ++i) CHECK(s[i].start_s >= s[i - 1].end_s && s[i].end_s >= s[i].start_s);
 
     /* host cost of a stamped pair (no kernel: begin, end, the ring) */

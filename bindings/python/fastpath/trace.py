@@ -69,7 +69,7 @@ class TraceStats(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t), ("capacity", c_size_t), ("count", c_size_t), ("open", c_size_t),
                 ("recorded", u64), ("dropped", u64), ("skipped_capturing", u64), ("unresolved", u64),
                 ("step", i64), ("depth", c_int), ("enabled", c_int), ("timer", c_int),
-                ("clock_error_s", c_double)]
+                ("clock_error_s", c_double), ("host_timed", u64)]
 
 
 class Roofs(ctypes.Structure):
