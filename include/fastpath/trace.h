@@ -65,9 +65,9 @@
  *     fp_trace_clear: to within fp_trace_stats.clock_error_s of the
  *     event-timed spans (half the calibration's width: a few
  *     microseconds); among themselves exact to the timer's resolution (32
- *     ns on an H100). Other spans (copies, fills, attention, graph
- *     replays, collectives, user ranges, the attention baseline's cuBLAS
- *     GEMMs) keep two events. A stamped span whose op launched no kernel
+ *     ns on an H100). Other spans (copies, fills, graph replays,
+ *     collectives, user ranges, the attention baseline's cuBLAS GEMMs)
+ *     keep two events. A stamped span whose op launched no kernel
  *     keeps the host clock's begin and end (counted in
  *     fp_trace_stats.host_timed).
  *     Rings of more than 65536 spans share the records: a span whose
