@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(fp_sm90::traits<D>::kWarpgroups * 128,
     // Epilogue: row sums over the quad, normalize, write O (and lse) or the
     // split partials (attention_sm90_common.cuh).
     store_rows<T, D>(p, S, o_acc, m_run, l_run, m0 + wrow, rows, warp, lane, hk, b, split);
-    fp_stamp::end_warpgroups(p.stamp);
+    fp_stamp::end_by(p.stamp, threadIdx.x % 128 == 0); // each warpgroup
 #else
     __trap(); // no sm_90a features in this compilation: never launched (the launcher checks the device)
 #endif

@@ -1167,7 +1167,7 @@ __global__ void __launch_bounds__(fp_tma::kThreads, 1)
     fp_stamp::begin(p.stamp);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FP_CUDA_EMU)
     flash_tma_persistent_body<T, D>(p, tm_k, tm_v, x);
-    fp_stamp::end_warpgroups(p.stamp); // every warpgroup as it leaves: the last consumer's is the end
+    fp_stamp::end_by(p.stamp, threadIdx.x % 128 == 0); // each warpgroup as it leaves: the last one's is the end
 #else
     __trap();
 #endif

@@ -8,9 +8,9 @@
 //             span s.seq and, if this is the span's first kernel to claim
 //             it, writes the start.
 //   end(s)    where thread 0 of each CTA finishes its work (every exit
-//             thread 0 takes): an atomic max of the end; end_warpgroups(s)
-//             / end_warps(s) the same from each warpgroup's / warp's
-//             first thread.
+//             thread 0 takes): an atomic max of the end; end_by(s, mine)
+//             the same from the threads the kernel names (each warpgroup's
+//             or warp's first, where they finish at their own times).
 // Both are one uniform branch when s.rec is NULL (not traced).
 #pragma once
 
@@ -69,22 +69,14 @@ __device__ __forceinline__ void end(const fp_span_stamp &s) {
     if (s.rec_end != nullptr && first_thread()) raise_end(s.rec_end);
 }
 
-// The end stamp from the first thread of each warpgroup (128 threads of a
-// one-dimensional block): the warp-specialized kernels, whose warpgroups
-// finish at different times (the producer before its consumers), so thread
-// 0 alone would end the span early.
-__device__ __forceinline__ void end_warpgroups(const fp_span_stamp &s) {
-    if (s.rec_end != nullptr && threadIdx.x % 128 == 0) raise_end(s.rec_end);
-}
-// ... and from the threads the kernel names (thread_ends: where the caller
-// already holds its thread index, so that no register stays live for it).
+// The end stamp from the threads the kernel names (thread_ends): each
+// warpgroup's first in the warp-specialized kernels, whose warpgroups finish
+// at different times (the producer before its consumers: thread 0 alone
+// would end the span early), each warp's first where warps work on rows of
+// their own. Where the caller already holds its thread index, pass the test
+// on it, so that no register stays live for threadIdx.
 __device__ __forceinline__ void end_by(const fp_span_stamp &s, bool thread_ends) {
     if (s.rec_end != nullptr && thread_ends) raise_end(s.rec_end);
-}
-// ... and from each warp's first lane: kernels whose warps work on
-// independent rows and leave at their own times.
-__device__ __forceinline__ void end_warps(const fp_span_stamp &s) {
-    if (s.rec_end != nullptr && threadIdx.x % 32 == 0) raise_end(s.rec_end);
 }
 
 } // namespace fp_stamp

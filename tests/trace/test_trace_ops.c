@@ -23,6 +23,7 @@
 #include "fastpath/pipeline.h"
 #include "fastpath/trace.h"
 #include "fp_test.h"
+#include "trace_test_util.h"
 #include "internal.h"
 #include "norm/norm_launch.h" /* fp_norm_forward_version, fp_norm_backward_version */
 
@@ -141,13 +142,7 @@ static double attn_bytes(const fp_attention_params *p) {
            (2.0 * p->batch * p->seqlen_q * p->heads_q + 2.0 * p->batch * p->seqlen_k * p->heads_kv);
 }
 
-static fp_trace_stats stats(void) {
-    fp_trace_stats s;
-    memset(&s, 0, sizeof s);
-    s.struct_size = sizeof s;
-    CHECK_OK(fp_trace_get_stats(g_ctx, &s));
-    return s;
-}
+static fp_trace_stats stats(void) { return stats_of(g_ctx); }
 
 /* Reads (and clears) the ring: the finished spans into g_spans. */
 static size_t take_spans(void) {
