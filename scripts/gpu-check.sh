@@ -295,11 +295,15 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # run's rows (v4 with a dresidual, else v3)
     "ab-bwdring|FP_NORM_BWD_RING=1 norm/layernorm_bwd --rows 16384 --cols 4096 --dtype bf16"
     "ab-bwdv3|FP_NORM_BWD_RING=0 norm/layernorm_bwd --rows 16384 --cols 4096 --dtype bf16"
-    # the norm kernels before session 28 (GELU tanh / SiLU by tanhf / expf
-    # with the activation's switch per element; LayerNorm's forward
-    # statistics through two reductions) against today's, interleaved in one
+    # the norm kernels' forms against each other, interleaved in one
     # process, outputs compared (their difference: the fast forms' error on
-    # the device): 16384 x 4096, 4096 x 768, 8192 x 8192, fwd and bwd
+    # the device): GELU tanh / SiLU by tanhf / expf with the activation's
+    # switch per element (before session 28) against the fast forms;
+    # LayerNorm's forward statistics through two reductions (the default
+    # since session 44) against one (session 28's: rows layernorm_fwd_plain
+    # and layernorm_fwd_fused, as session 41 measured them; the fast GELU
+    # alone: layernorm_fwd_fused_two): 16384 x 4096, 4096 x 768, 8192 x
+    # 8192, fwd and bwd
     "ab-normk|norm/kernel_ab --dtype bf16"
     # norm forward v4 (v2's rows in persistent CTAs, the next row's loads
     # issued before this row's reduction, streaming loads, one barrier per

@@ -49,6 +49,13 @@ struct fb_run {
     const fb_options *options;
     fb_result *results, *last;
     char skip_reason[256];
+    /* Where finished rows go (main.c: printed, added to the report and the
+     * profile), each once and in order: at fb_rows_done and when the
+     * scenario returns. emitted: the last row handed on (NULL: none). */
+    void (*emit)(void *sink, const fb_result *r);
+    void (*emitted_all)(void *sink); /* after each batch: flush, rewrite the report */
+    void *sink;
+    fb_result *emitted;
 };
 
 /* registry.c */

@@ -230,6 +230,32 @@ static int write_json(const char *path, cJSON *doc) {
     return ok;
 }
 
+/* Where a scenario's finished rows go (fb_run.emit, in order, each once):
+ * stdout, the report's results and the profile, the failures counted; after
+ * each batch a scenario hands on mid-run (fb_rows_done) stdout is flushed
+ * and the report rewritten, so a run stopped by a time limit keeps them. */
+typedef struct row_sink {
+    cJSON *doc, *results;
+    fb_profile *prof;
+    const char *json_path;
+    int tty, failures;
+} row_sink;
+
+static void sink_row(void *user, const fb_result *r) {
+    row_sink *k = user;
+    if (k->tty) fprintf(stderr, "\r\033[K"); /* the progress line */
+    fb_print_row(stdout, r);
+    cJSON_AddItemToArray(k->results, fb_result_json(r));
+    fb_profile_add_run(k->prof, r);
+    if (r->status != FP_OK || (r->has_ab && r->ab.compared && !r->ab.agreement.passed)) k->failures++;
+}
+
+static void sink_flush(void *user) {
+    row_sink *k = user;
+    fflush(stdout);
+    if (k->json_path) write_json(k->json_path, k->doc);
+}
+
 static int cmd_list(void) {
     for (int i = 0; i < fb_scenario_count(); ++i) {
         const fb_scenario *s = fb_scenario_at(i);
@@ -321,7 +347,7 @@ static int cmd_run(int argc, char **argv, int trace_cmd) {
     cJSON_AddFalseToObject(doc, "complete");
     cJSON *results = cJSON_AddArrayToObject(doc, "results");
     cJSON *skipped = cJSON_AddArrayToObject(doc, "skipped");
-    int tty = isatty(STDOUT_FILENO) && isatty(STDERR_FILENO), failures = 0, done = 0;
+    int tty = isatty(STDOUT_FILENO) && isatty(STDERR_FILENO), done = 0;
     printf("device: %s (%s)\n", dev.name, dev.kind == FP_DEVICE_CUDA ? "cuda" : "cpu");
     fb_profile prof;
     memset(&prof, 0, sizeof prof);
@@ -338,6 +364,7 @@ static int cmd_run(int argc, char **argv, int trace_cmd) {
         profiles = cJSON_AddArrayToObject(doc, "profiles");
     }
     const double t_start = fp_now_s();
+    row_sink sink = {doc, results, &prof, o.json_path, tty, 0};
     fb_print_header(stdout);
     for (int i = 0; i < fb_scenario_count(); ++i) {
         const fb_scenario *s = fb_scenario_at(i);
@@ -346,16 +373,15 @@ static int cmd_run(int argc, char **argv, int trace_cmd) {
         if (tty) progress(done, selected, s->name, fp_now_s() - t_start);
         fb_run run;
         fb_run_init(&run, s, ctx, &o);
+        run.emit = sink_row;
+        run.emitted_all = sink_flush;
+        run.sink = &sink;
         fp_clear_error();
         fb_profile_scenario_begin(&prof, ctx, done);
         fp_status st = s->run(&run);
         if (tty) fprintf(stderr, "\r\033[K");
-        for (fb_result *r = run.results; r; r = r->next) {
-            fb_print_row(stdout, r);
-            cJSON_AddItemToArray(results, fb_result_json(r));
-            fb_profile_add_run(&prof, r);
-            if (r->status != FP_OK || (r->has_ab && r->ab.compared && !r->ab.agreement.passed)) failures++;
-        }
+        run.emitted_all = NULL; /* the rows not yet handed on; the report is written below */
+        fb_rows_done(&run);
         if (st == FP_ERR_UNSUPPORTED && !run.results) {
             const char *why = run.skip_reason[0] ? run.skip_reason : fp_last_error();
             fb_print_skip(stdout, s->name, why);
@@ -372,7 +398,7 @@ static int cmd_run(int argc, char **argv, int trace_cmd) {
             cJSON_AddStringToObject(r, "detail", fp_last_error());
             cJSON_AddBoolToObject(r, "passed", 0);
             cJSON_AddItemToArray(results, r);
-            failures++;
+            sink.failures++;
         }
         /* a skipped scenario ran nothing to judge */
         cJSON *pj = run.results || st != FP_ERR_UNSUPPORTED ? fb_profile_scenario_end(&prof, ctx, s->name) : NULL;
@@ -383,6 +409,7 @@ static int cmd_run(int argc, char **argv, int trace_cmd) {
          * limit (the GPU check's) still leaves every finished result. */
         if (o.json_path && done < selected) write_json(o.json_path, doc);
     }
+    const int failures = sink.failures;
     int rc = failures ? 1 : 0;
     if (trace_cmd) {
         char commit[64];

@@ -102,6 +102,17 @@ fb_result *fb_result_new(fb_run *run) {
     return r;
 }
 
+void fb_rows_done(fb_run *run) {
+    if (!run->emit) return;
+    int any = 0;
+    for (fb_result *r = run->emitted ? run->emitted->next : run->results; r; r = r->next) {
+        run->emit(run->sink, r);
+        run->emitted = r;
+        any = 1;
+    }
+    if (any && run->emitted_all) run->emitted_all(run->sink);
+}
+
 void fb_param_int(fb_result *r, const char *key, int64_t v) {
     if (r) cJSON_AddNumberToObject(r->params, key, (double)v);
 }

@@ -91,6 +91,12 @@ void fb_host_report(fb_run *run, const fp_stats *base, const fp_stats *opt, fp_a
 /* Starts a result row named after the scenario plus an optional suffix
  * ("norm/layernorm_fwd" + "bf16" -> shown with its params). */
 fb_result *fb_result_new(fb_run *run);
+/* Every row made so far is finished: print them now (and write them to the
+ * --json report) instead of when the scenario returns, so that a run
+ * stopped by a time limit keeps them. Rows are never printed twice; a row
+ * changed after this call keeps what it had. Long scenarios call it after
+ * each shape. */
+void fb_rows_done(fb_run *run);
 /* Parameters shown in the "shape" column and written to "params". */
 void fb_param_int(fb_result *r, const char *key, int64_t v);
 void fb_param_str(fb_result *r, const char *key, const char *v);

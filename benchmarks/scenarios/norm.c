@@ -44,14 +44,15 @@
  *                        kernel after them; e.g. --baseline 4 --optimized 4
  *                        --fused_reduce 1): dgamma / dbeta then compare
  *                        exactly (param fused_reduce).
- *   norm/kernel_ab       the kernels' earlier forms (GELU tanh / SiLU by
- *                        tanhf / expf, LayerNorm's statistics through two
- *                        reductions; before session 28) as the baseline vs
- *                        today's, on the same inputs, interleaved, outputs
- *                        compared: variants layernorm_fwd_fused,
- *                        layernorm_fwd_plain, rmsnorm_fwd_fused,
- *                        layernorm_bwd_fused, rmsnorm_bwd_fused (CUDA only;
- *                        16384x4096, 4096x768, 8192x8192; bf16 unless --dtype).
+ *   norm/kernel_ab       the kernels' forms against each other (GELU tanh /
+ *                        SiLU by tanhf / expf or the fast forms, LayerNorm's
+ *                        statistics through two reductions or one), on the
+ *                        same inputs, interleaved, outputs compared:
+ *                        variants layernorm_fwd_fused,
+ *                        layernorm_fwd_fused_two, layernorm_fwd_plain,
+ *                        rmsnorm_fwd_fused, layernorm_bwd_fused,
+ *                        rmsnorm_bwd_fused (CUDA only; 16384x4096, 4096x768,
+ *                        8192x8192; bf16 unless --dtype).
  *
  * Shapes (GPU): 4096x768, 16384x4096, 8192x8192, 2048x12288, 1000x5120,
  * 333x1537, 2048x18432; --rows R --cols C for one shape. With --quick and on CPU
@@ -229,6 +230,7 @@ static fp_status run_sweep(fb_run *run, fp_norm_kind kind, sweep_cell cell) {
                 const fp_dtype dt = dts[di];
                 fb_result *r = new_row(run, rows, cols, dt, fused ? "fused" : "plain");
                 cell(run, r, kind, rows, cols, dt, fused, copy_gbps);
+                fb_rows_done(run);
             }
     return FP_OK;
 }
@@ -547,21 +549,28 @@ static fp_status run_bwd_versions(fb_run *run) {
     return FP_OK;
 }
 
-/* ---- the kernels' earlier forms against today's (session 28) ---- */
+/* ---- the kernels' other forms against each other (session 28) ---- */
 
-/* Each row: one op on the same inputs twice, the earlier forms (version 0 |
- * the FP_NORM_VOPT_* bits that bring them back: GELU (tanh) / SiLU by tanhf /
- * expf and an IEEE division; LayerNorm's statistics through two reductions)
- * as the baseline against today's (version 0), interleaved by the timing
- * engine, outputs compared at the dtype's tolerance (their difference is
- * the fast forms' error on this device). Rows:
- *   layernorm_fwd_fused  residual + LayerNorm + bias + GELU (tanh), residual_out,
- *                        stats: both changes
- *   layernorm_fwd_plain  LayerNorm with gamma, beta, stats: the one reduction
- *   rmsnorm_fwd_fused    residual + RMSNorm + bias + SiLU: the fast SiLU
- *   layernorm_bwd_fused  through GELU (tanh), bias, dresidual_out, dgamma /
- *                        dbeta: the fast GELU derivative, the activation's switch per vector
- *   rmsnorm_bwd_fused    through SiLU, dresidual_out, dgamma */
+/* Each row: one op on the same inputs twice, under two sets of the
+ * FP_NORM_VOPT_* bits (version 0, the automatic kernel, with GELU (tanh) /
+ * SiLU by tanhf / expf and an IEEE division: ACCURATE_ACT; LayerNorm's
+ * statistics through two reductions: TWO_REDUCTIONS, today's default, or
+ * one of the threads' moments: ONE_REDUCTION, session 28's), interleaved by
+ * the timing engine, outputs compared at the dtype's tolerance (their
+ * difference is the fast forms' error on this device). Rows, baseline ->
+ * optimized:
+ *   layernorm_fwd_fused      residual + LayerNorm + bias + GELU (tanh),
+ *                            residual_out, stats: accurate GELU and two
+ *                            reductions -> fast GELU and one (session 28's
+ *                            change as a whole, as session 41 measured it)
+ *   layernorm_fwd_fused_two  the same op: accurate GELU -> fast GELU, two
+ *                            reductions on both sides (today's default)
+ *   layernorm_fwd_plain      LayerNorm with gamma, beta, stats: two
+ *                            reductions (the default) -> one
+ *   rmsnorm_fwd_fused        residual + RMSNorm + bias + SiLU: the fast SiLU
+ *   layernorm_bwd_fused      through GELU (tanh), bias, dresidual_out, dgamma /
+ *                            dbeta: the fast GELU derivative, the activation's switch per vector
+ *   rmsnorm_bwd_fused        through SiLU, dresidual_out, dgamma */
 typedef struct kab_job {
     fp_context *ctx;
     int bwd, version;
@@ -577,19 +586,35 @@ static fp_status kab_job_run(void *user, fp_stream stream) {
 
 static const int64_t k_gpu_shapes_kernel_ab[][2] = {{16384, 4096}, {4096, 768}, {8192, 8192}};
 
-/* Forward params of row variant v (0 LayerNorm fused, 1 LayerNorm plain, 2
- * RMSNorm fused) over bb's inputs (x, dres as the residual, g, b) into out /
- * sum / stats. */
-static void kab_fwd_params(int v, const bwd_bufs *bb, int64_t rows, int64_t cols, fp_dtype dt, void *out, void *sum,
-                           fp_norm_params *p) {
-    const fp_norm_kind kind = v == 2 ? FP_NORM_RMSNORM : FP_NORM_LAYERNORM;
+typedef struct kab_variant {
+    const char *name;
+    fp_norm_kind kind;
+    int bwd, fused;
+    int base_bits, opt_bits;
+} kab_variant;
+
+static const kab_variant k_kab_variants[] = {
+    {"layernorm_fwd_fused", FP_NORM_LAYERNORM, 0, 1, FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS,
+     FP_NORM_VOPT_ONE_REDUCTION},
+    {"layernorm_fwd_fused_two", FP_NORM_LAYERNORM, 0, 1, FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS, 0},
+    {"layernorm_fwd_plain", FP_NORM_LAYERNORM, 0, 0, 0, FP_NORM_VOPT_ONE_REDUCTION},
+    {"rmsnorm_fwd_fused", FP_NORM_RMSNORM, 0, 1, FP_NORM_VOPT_ACCURATE_ACT, 0},
+    {"layernorm_bwd_fused", FP_NORM_LAYERNORM, 1, 1, FP_NORM_VOPT_ACCURATE_ACT, 0},
+    {"rmsnorm_bwd_fused", FP_NORM_RMSNORM, 1, 1, FP_NORM_VOPT_ACCURATE_ACT, 0},
+};
+
+/* Forward params of a variant (fused: residual, bias and the activation)
+ * over bb's inputs (x, dres as the residual, g, b) into out / sum / stats. */
+static void kab_fwd_params(const kab_variant *kv, const bwd_bufs *bb, int64_t rows, int64_t cols, fp_dtype dt,
+                           void *out, void *sum, fp_norm_params *p) {
+    const fp_norm_kind kind = kv->kind;
     fwd_params(kind, rows, cols, dt, bb->x, p);
     p->gamma = bb->g;
     p->beta = kind == FP_NORM_LAYERNORM ? bb->b : NULL;
     p->mean = kind == FP_NORM_LAYERNORM ? (float *)bb->stats : NULL;
     p->rstd = (float *)bb->stats + rows;
     p->out = out;
-    if (v != 1) {
+    if (kv->fused) {
         p->residual = bb->dres;
         p->residual_out = sum;
         p->bias = bb->b;
@@ -599,11 +624,6 @@ static void kab_fwd_params(int v, const bwd_bufs *bb, int64_t rows, int64_t cols
 
 static fp_status run_kernel_ab(fb_run *run) {
     if (fb_kind(run) != FP_DEVICE_CUDA) return fb_skip(run, "CUDA only: compares CUDA kernel forms");
-    static const char *const names[] = {"layernorm_fwd_fused", "layernorm_fwd_plain", "rmsnorm_fwd_fused",
-                                        "layernorm_bwd_fused", "rmsnorm_bwd_fused"};
-    static const int base_bits[] = {FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS,
-                                    FP_NORM_VOPT_TWO_REDUCTIONS, FP_NORM_VOPT_ACCURATE_ACT,
-                                    FP_NORM_VOPT_ACCURATE_ACT, FP_NORM_VOPT_ACCURATE_ACT};
     fp_context *ctx = fb_ctx(run);
     shape_list sl;
     fp_dtype dts[3];
@@ -613,13 +633,14 @@ static fp_status run_kernel_ab(fb_run *run) {
     double copy_gbps = measure_copy_gbps(run);
     for (int si = 0; si < sl.n; ++si)
         for (int di = 0; di < ndt; ++di)
-            for (int v = 0; v < 5; ++v) {
+            for (size_t v = 0; v < sizeof k_kab_variants / sizeof k_kab_variants[0]; ++v) {
+                const kab_variant *kv = &k_kab_variants[v];
                 const int64_t rows = sl.shapes[si][0], cols = sl.shapes[si][1];
                 const fp_dtype dt = dts[di];
                 const size_t n = (size_t)rows * (size_t)cols, es = fp_dtype_size(dt);
-                const int bwd = v >= 3;
-                const fp_norm_kind kind = v == 2 || v == 4 ? FP_NORM_RMSNORM : FP_NORM_LAYERNORM;
-                fb_result *r = new_row(run, rows, cols, dt, names[v]);
+                const int bwd = kv->bwd;
+                const fp_norm_kind kind = kv->kind;
+                fb_result *r = new_row(run, rows, cols, dt, kv->name);
                 bwd_bufs bb;
                 void *out[2] = {NULL, NULL}, *sum[2] = {NULL, NULL}, *dpar[2] = {NULL, NULL};
                 fp_status st = bwd_bufs_alloc(ctx, rows, cols, dt, 41, 1, &bb);
@@ -636,9 +657,9 @@ static fp_status run_kernel_ab(fb_run *run) {
                         memset(&job[k], 0, sizeof job[k]);
                         job[k].ctx = ctx;
                         job[k].bwd = bwd;
-                        job[k].version = k == 0 ? base_bits[v] : 0;
+                        job[k].version = k == 0 ? kv->base_bits : kv->opt_bits;
                         if (!bwd) {
-                            kab_fwd_params(v, &bb, rows, cols, dt, out[k], sum[k], &job[k].fp);
+                            kab_fwd_params(kv, &bb, rows, cols, dt, out[k], sum[k], &job[k].fp);
                         } else {
                             fp_norm_backward_params *p = &job[k].bp;
                             bwd_bufs_params(&bb, kind, rows, cols, dt, p);
@@ -660,6 +681,7 @@ static fp_status run_kernel_ab(fb_run *run) {
                 bwd_bufs_free(ctx, &bb);
                 void *ptrs[] = {out[0], out[1], sum[0], sum[1], dpar[0], dpar[1]};
                 for (int k = 0; k < 6; ++k) fp_mem_free(ctx, ptrs[k]);
+                fb_rows_done(run);
             }
     return FP_OK;
 }
@@ -682,8 +704,8 @@ FB_SCENARIO(norm_fwd_versions, "norm/fwd_versions",
             "registers; CUDA only",
             run_fwd_versions)
 FB_SCENARIO(norm_kernel_ab, "norm/kernel_ab",
-            "norm kernels' earlier forms (accurate GELU / SiLU, LayerNorm's two reductions) vs today's, "
-            "interleaved, outputs compared; CUDA only",
+            "norm kernels' forms against each other (accurate vs fast GELU / SiLU, LayerNorm's two "
+            "reductions vs one), interleaved, outputs compared; CUDA only",
             run_kernel_ab)
 FB_SCENARIO(norm_bwd_versions, "norm/bwd_versions",
             "norm backward v2 (dx + separate dgamma/dbeta pass) vs v3 (one pass); CUDA only", run_bwd_versions)

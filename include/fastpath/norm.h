@@ -17,10 +17,9 @@
  * the row held on chip, so no E[s^2] - E[s]^2 cancellation, and LayerNorm
  * sums s minus the row's first element (x or s) rather than s, so a large
  * mean with a small spread keeps its digits. The variance is the biased (population) one, as in
- * torch.nn.LayerNorm. (CUDA, a block per row: each thread's mean and squared
- * deviations from it over its own part of the row, merged pairwise across
- * the row in one reduction: the same two-pass accuracy, one barrier round
- * trip instead of two.)
+ * torch.nn.LayerNorm. (CUDA, a block per row: the row's mean in one
+ * reduction, then the squared deviations from it over the registers in a
+ * second.)
  *
  * GELU (tanh) and SiLU on CUDA are computed as y * sigmoid(z) (z = 2
  * sqrt(2/pi) (y + 0.044715 y^3), resp. y) with the hardware's approximate

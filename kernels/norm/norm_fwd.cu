@@ -14,8 +14,9 @@
 //                thread, blockDim.x threads per row: a warp per row (4 rows
 //                per block) when the row fits 32 threads x 4 vectors, else a
 //                block per row (<= 512 threads). Two-pass variance over the
-//                registers (a block per row: each thread's mean and squared
-//                deviations, merged in one reduction: row_moments); one read
+//                registers (LayerNorm in a block per row: the mean, then the
+//                squared deviations, two reductions; one reduction of each
+//                thread's moments, row_moments, is opt-in: kernel_desc); one read
 //                of x/residual, one write of out/res_out. The activation's
 //                switch is taken once per 16-byte vector (act_vec).
 //   norm_fwd_v3  rows beyond v2's registers (aligned, > 512 threads x 32
@@ -156,7 +157,7 @@ __device__ __forceinline__ float row_s(const T *x, const T *res, T *res_out, con
 
 // The row's mean (of s - shift; 0 for RMSNorm) and rstd from s_reg and acc
 // (row_s's sum). A block per row reduces through shared memory: red0, and
-// red1 for LayerNorm's second reduction (FP_NORM_FWD_LN_STATS=2); lead: each
+// red1 for LayerNorm's second reduction (d.ln_two_reductions); lead: each
 // reduction starts with a barrier (row_sum). Returns the count of reductions
 // through shared memory (0 for a warp per row).
 template <int NV, int V>
@@ -850,16 +851,24 @@ using namespace fpnorm;
 
 // The desc the kernels get for a version request (its FP_NORM_VOPT_* bits):
 // the activation's kernel code (kernel_act), and LayerNorm's statistics in
-// v2's block per row through one reduction of the threads' moments
-// (row_moments), or through two (the mean, then the squared deviations: two
-// barrier pairs, as before session 28) under FP_NORM_VOPT_TWO_REDUCTIONS or
-// FP_NORM_FWD_LN_STATS=2 (read once); v4 keeping gamma / beta / bias in
-// registers under FP_NORM_VOPT_V4_PARAMS or FP_NORM_FWD_V4_PARAMS=1.
+// v2's / v4's block per row through two reductions (the mean, then the
+// squared deviations: two barrier pairs), or through one reduction of the
+// threads' moments (row_moments) under FP_NORM_VOPT_ONE_REDUCTION or
+// FP_NORM_FWD_LN_STATS=1 (read once; FP_NORM_VOPT_TWO_REDUCTIONS or
+// FP_NORM_FWD_LN_STATS=2 keep two). One reduction was session 28's default
+// (half the barriers, predicted 86-89% of copy bandwidth for the plain
+// LayerNorm); the H200 measured it at 0.87x / 0.90x the two reductions
+// without a residual at 16384 x 4096 / 8192 x 8192, bf16 (session 41,
+// norm/kernel_ab, interleaved), so two are the default again. v4 keeps
+// gamma / beta / bias in registers under FP_NORM_VOPT_V4_PARAMS or
+// FP_NORM_FWD_V4_PARAMS=1.
 static fp_norm_fwd_desc kernel_desc(const fp_norm_fwd_desc *d, int version) {
-    static const bool env_two = env_switch("FP_NORM_FWD_LN_STATS", 2) == 2;
+    static const int env_stats = env_switch("FP_NORM_FWD_LN_STATS", 2);
     fp_norm_fwd_desc r = *d;
     r.act = kernel_act(d->act, version);
-    r.ln_two_reductions = env_two || (version & FP_NORM_VOPT_TWO_REDUCTIONS);
+    const bool one = (env_stats == 1 || (version & FP_NORM_VOPT_ONE_REDUCTION)) && env_stats != 2 &&
+                     !(version & FP_NORM_VOPT_TWO_REDUCTIONS);
+    r.ln_two_reductions = !one;
     r.v4_params = v4_params_in_regs() || (version & FP_NORM_VOPT_V4_PARAMS);
     return r;
 }

@@ -31,8 +31,11 @@ typedef struct fp_norm_fwd_desc {
     int pdl;           /* 1: launch with programmatic dependent launch (the
                           context's FP_CTX_LAUNCH_PDL; kernels/common/pdl.cuh) */
     int ln_two_reductions; /* set by the launchers: 1 = LayerNorm's mean and
-                          variance as two reductions in v2's block per row
-                          (before session 28; FP_NORM_FWD_LN_STATS=2) */
+                          variance as two reductions in v2's / v4's block per
+                          row (the default); 0 = one reduction of the
+                          threads' moments (session 28's form, measured
+                          slower: FP_NORM_VOPT_ONE_REDUCTION,
+                          FP_NORM_FWD_LN_STATS=1) */
     int v4_params;     /* set by the launchers: 1 = v4 keeps gamma / beta /
                           bias in registers across its rows (NV <= 2;
                           FP_NORM_VOPT_V4_PARAMS, FP_NORM_FWD_V4_PARAMS=1) */
@@ -65,15 +68,23 @@ typedef struct fp_norm_bwd_desc {
  *                                environment's FP_NORM_ACT_FAST=0 does the
  *                                same for every call)
  *   FP_NORM_VOPT_TWO_REDUCTIONS  LayerNorm's row statistics through two
- *                                reductions: forward v2, the mean and then the
- *                                squared deviations (before session 28;
- *                                FP_NORM_FWD_LN_STATS=2); backward, its two
+ *                                reductions: forward v2 / v4, the mean and
+ *                                then the squared deviations (the default
+ *                                again since session 44; FP_NORM_FWD_LN_STATS
+ *                                =2 for every call); backward, its two
  *                                row sums one after the other (before session
  *                                15; FP_NORM_BWD_SEP_SUMS=1)
- * and, forward only, a choice the GPU check measures:
+ * and, forward only, choices the GPU check measures:
  *   FP_NORM_VOPT_V4_PARAMS       forward v4 keeps gamma / beta / bias in
  *                                registers across its rows
  *                                (FP_NORM_FWD_V4_PARAMS=1 for every call)
+ *   FP_NORM_VOPT_ONE_REDUCTION   LayerNorm's row statistics in v2's / v4's
+ *                                block per row through one reduction of the
+ *                                threads' moments (session 28's default;
+ *                                0.87-0.90x the two reductions on an H200
+ *                                without a residual, session 41: now opt-in;
+ *                                FP_NORM_FWD_LN_STATS=1 for every call;
+ *                                FP_NORM_VOPT_TWO_REDUCTIONS wins over it)
  * and, backward only, one:
  *   FP_NORM_VOPT_FUSED_REDUCE    backward v3 / v4 sum the dgamma / dbeta /
  *                                dbias partial rows in their own tail (the
@@ -87,9 +98,10 @@ enum {
     FP_NORM_VOPT_TWO_REDUCTIONS = 0x200,
     FP_NORM_VOPT_V4_PARAMS = 0x400,
     FP_NORM_VOPT_FUSED_REDUCE = 0x800,
+    FP_NORM_VOPT_ONE_REDUCTION = 0x1000,
     FP_NORM_VOPT_ALL = FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS,
     FP_NORM_VOPT_BWD_ALL = FP_NORM_VOPT_ALL | FP_NORM_VOPT_FUSED_REDUCE,
-    FP_NORM_VOPT_FWD_ALL = FP_NORM_VOPT_ALL | FP_NORM_VOPT_V4_PARAMS
+    FP_NORM_VOPT_FWD_ALL = FP_NORM_VOPT_ALL | FP_NORM_VOPT_V4_PARAMS | FP_NORM_VOPT_ONE_REDUCTION
 };
 /* Kernel versions (see the header comments of the .cu files):
  *   0 = automatic (best for the shape), 1 = scalar/any-shape, 2 = vectorized

@@ -312,6 +312,34 @@ def test_partial_report_survives_a_kill(fastbench, tmp_path):
     assert doc["complete"] is False
 
 
+def test_rows_of_a_scenario_killed_midway_survive(fastbench, tmp_path):
+    """A scenario that hands on each shape's rows (fb_rows_done) has them
+    printed and in the JSON before it ends: a run stopped inside its one
+    scenario (the GPU check's time limit) keeps them."""
+    import signal
+    import time as _time
+    path = tmp_path / "midway.json"
+    out = tmp_path / "midway.txt"
+    with open(out, "w") as f:
+        p = subprocess.Popen([fastbench, "run", "norm/layernorm_fwd", "--device", "cpu", "--dtype", "bf16",
+                              "--max-time", "1", "--min-samples", "5", "--json", str(path)],
+                             stdout=f, stderr=subprocess.DEVNULL)
+        deadline = _time.time() + 120
+        while not path.exists() and _time.time() < deadline and p.poll() is None:
+            _time.sleep(0.02)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    assert path.exists(), "no report within 120 s"
+    doc = json.loads(path.read_text())
+    # four rows of ~2 s each (--max-time 1 a side): the first report comes
+    # seconds before the end unless nothing was handed on until the end
+    assert doc["complete"] is False, "the report was first written when the scenario ended"
+    rows = doc["results"]
+    assert len(rows) >= 1 and all(r["name"] == "norm/layernorm_fwd" for r in rows)
+    printed = [l for l in out.read_text().splitlines() if l.startswith("norm/layernorm_fwd")]
+    assert len(printed) >= len(rows)
+
+
 def test_graph_rows_and_their_targets(fastbench, tmp_path):
     """graph/ on the CPU: every eager / replay pair agrees, the host-cost rows
     carry their metrics, and scripts/gpu-results.py reads issue 15's targets

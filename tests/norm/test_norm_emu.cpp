@@ -622,7 +622,7 @@ void test_forward_v4() {
         {3, 256, 0, 1, 0, 0, 0, 0, 0, "misaligned: v1"},
         {2, 16392, 0, 0, 0, 0, 0, -1, -1, "past v2's registers: v3"},
     };
-    static const int opts[] = {0, FP_NORM_VOPT_V4_PARAMS, FP_NORM_VOPT_TWO_REDUCTIONS,
+    static const int opts[] = {0, FP_NORM_VOPT_V4_PARAMS, FP_NORM_VOPT_ONE_REDUCTION,
                                FP_NORM_VOPT_V4_PARAMS | FP_NORM_VOPT_ACCURATE_ACT};
     uint64_t seed = 4000;
     for (const V4Shape &sh : shapes)

@@ -49,16 +49,20 @@ static void test_forward(fp_context *ctx) {
         {9, 4096, 0, 0, 3},   /* v3 (row staged in shared memory) forced on a v2 shape */
         {3, 18432, 0, 0, -1}, /* past v2's registers: v3 (f32: 72 KB, the opt-in) */
         {3, 7, 0, 0, -1},     /* tiny */
-        /* the kernels' earlier forms (accurate GELU / SiLU, LayerNorm's two
-         * reductions), kept for the A/B: automatic version, block per row
-         * (16-bit) and warp per row / block per row (f32) */
+        /* the kernels' other forms, kept for the A/B (accurate GELU / SiLU,
+         * LayerNorm's two reductions asked for by their bit, its one
+         * reduction of the threads' moments): automatic version, block per
+         * row (16-bit) and warp per row / block per row (f32) */
         {9, 4096, 0, 0, FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS},
         {37, 768, 0, 0, FP_NORM_VOPT_ACCURATE_ACT | FP_NORM_VOPT_TWO_REDUCTIONS},
+        {9, 4096, 0, 0, FP_NORM_VOPT_ONE_REDUCTION},
+        {37, 768, 0, 0, FP_NORM_VOPT_ONE_REDUCTION},
         /* v4 (v2's rows in persistent CTAs): a warp per row (16-bit) / a
          * block per row (f32), a block per row; the parameters in registers */
         {37, 768, 0, 0, 4},
         {9, 4096, 0, 0, 4},
         {9, 4096, 0, 0, 4 | FP_NORM_VOPT_V4_PARAMS | FP_NORM_VOPT_TWO_REDUCTIONS},
+        {9, 4096, 0, 0, 4 | FP_NORM_VOPT_ONE_REDUCTION},
     };
     /* v4 walking many rows per CTA (a direct launch's desc has no SM count:
      * the grid is the CTAs that fit one SM, e.g. 8 of 4 warps, ~80 rows a
