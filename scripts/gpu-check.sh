@@ -334,6 +334,12 @@ if [ $built -eq 1 ] && want bench && phase_time bench "${FP_GPU_CHECK_BENCH_CAP:
     # tile rate
     "panatomy|attention/prefill_anatomy"
     "ab-graph6|graph/decode_step --kernel 6 --batch 1"
+    # the fused split combine merging through shared memory (session 44:
+    # every split's partials in one L2 round trip; FP_ATTN_MERGE_STAGE=1) in
+    # the decode step (eager vs replay) and the decode rows, against the
+    # graph and decode runs' rows; the anatomy run's merge_reg_vs_staged
+    # rows time it interleaved, with each side's merge time
+    "ab-mergestage|FP_ATTN_MERGE_STAGE=1 graph/decode_step attention/decode --batch 1"
     # programmatic dependent launch (FP_CTX_LAUNCH_PDL 1) on both sides of
     # the graph rows (eager vs replay, the host cost of a launch with the
     # attribute), against the graph run's rows; graph/pdl there times it

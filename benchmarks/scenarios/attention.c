@@ -494,7 +494,11 @@ static fp_status run_versions(fb_run *run) {
  * default (baseline: v1's 64-row tiles, split-KV, the fused combine) against
  * the same call with FP_CTX_ATTENTION_KERNEL = 6 (optimized: the decode
  * kernel, its own split count), outputs compared: the measurement that
- * decides whether v6 becomes the decode default. Shapes: batch 1 x 1024,
+ * decides whether v6 becomes the decode default (rows default_vs_v6); and
+ * the default call with its fused combine merging from registers
+ * (baseline) against through shared memory (optimized: one L2 round trip
+ * for all the splits' partials, fp_attn_merge_stage; rows
+ * merge_reg_vs_staged), which decides FP_ATTN_MERGE_STAGE's default. Shapes: batch 1 x 1024,
  * 4096 and 32768 keys, batch 8 x 4096; 32 query / 8 KV heads of 128, bf16
  * (--kv, --batch, --head_dim, --dtype narrow or widen them; --quick: 8 / 2
  * heads, 1024 keys). Each row says which kernels ran with how many splits.
@@ -716,11 +720,27 @@ static fb_result *row_new(fb_run *run, const char *versions, fp_dtype dt, int ba
     return r;
 }
 
-static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt, int anatomy) {
+/* One side of a merge_reg_vs_staged row: the call (pref_fn) with the fused
+ * combine's staged merge switched to `stage` (fp_attn_merge_stage_set). */
+typedef struct merge_run {
+    pref_run r;
+    int stage;
+} merge_run;
+
+static fp_status merge_fn(void *user, fp_stream stream) {
+    merge_run *m = user;
+    fp_attn_merge_stage_set(m->stage);
+    return pref_fn(&m->r, stream);
+}
+
+/* kind 0: default_vs_v6 (v1 against the decode kernel); 1:
+ * merge_reg_vs_staged (the default call, its fused combine merging from
+ * registers against through shared memory: fp_attn_merge_stage). */
+static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt, int anatomy, int kind) {
     fp_context *ctx = fb_ctx(run);
     const fp_device_info *dev = fb_device(run);
     const int hq = fb_quick(run) ? 8 : 32, hkv = fb_quick(run) ? 2 : 8;
-    fb_result *r = row_new(run, "default_vs_v6", dt, batch);
+    fb_result *r = row_new(run, kind ? "merge_reg_vs_staged" : "default_vs_v6", dt, batch);
     fb_param_int(r, "seqlen_k", sk);
     fb_param_int(r, "heads_q", hq);
     fb_param_int(r, "heads_kv", hkv);
@@ -736,33 +756,43 @@ static void run_decode_pair(fb_run *run, int batch, int sk, int d, fp_dtype dt, 
     p1.q = B.q; p1.k = B.k; p1.v = B.v; p1.o = o1;
     p2 = p1;
     p2.o = o2;
-    pref_run base = {ctx, &p1, 0}, v6 = {ctx, &p2, 6};
+    /* kind 1: both sides the default kernel, the merge switched per call */
+    merge_run base = {{ctx, &p1, 0}, kind ? 0 : -1}, opt = {{ctx, &p2, kind ? 0 : 6}, kind ? 1 : -1};
+    const char *bn = kind ? "reg" : "default", *on = kind ? "staged" : "v6";
     fp_ab_report rep;
     const double kv_bytes = 2.0 * (double)nk * (double)elt;
     if (st == FP_OK)
-        st = ab_outputs(run, pref_fn, &base, pref_fn, &v6, o1, o2, nq, dt, kv_bytes + 2.0 * (double)nq * (double)elt,
+        st = ab_outputs(run, merge_fn, &base, merge_fn, &opt, o1, o2, nq, dt, kv_bytes + 2.0 * (double)nq * (double)elt,
                         fp_attention_flops(&p1), &rep);
     if (st == FP_OK) {
-        char b[320], o[320];
-        ran_with(&base, b, sizeof b);
-        ran_with(&v6, o, sizeof o);
+        char b[320], o[320], key[48];
+        fp_attn_merge_stage_set(base.stage);
+        ran_with(&base.r, b, sizeof b);
+        fp_attn_merge_stage_set(opt.stage);
+        ran_with(&opt.r, o, sizeof o);
         fb_result_set_ab(r, &rep);
         const double gb_base = kv_bytes / (rep.baseline.median_ms * 1e-3) / 1e9;
-        const double gb_v6 = kv_bytes / (rep.optimized.median_ms * 1e-3) / 1e9;
-        fb_result_metric(r, "default_kv_gbps", gb_base);
-        fb_result_metric(r, "v6_kv_gbps", gb_v6);
-        if (dev && dev->peak_gbps > 0) fb_result_metric(r, "v6_pct_hbm", 100.0 * gb_v6 / dev->peak_gbps);
+        const double gb_opt = kv_bytes / (rep.optimized.median_ms * 1e-3) / 1e9;
+        snprintf(key, sizeof key, "%s_kv_gbps", bn);
+        fb_result_metric(r, key, gb_base);
+        snprintf(key, sizeof key, "%s_kv_gbps", on);
+        fb_result_metric(r, key, gb_opt);
+        snprintf(key, sizeof key, "%s_pct_hbm", on);
+        if (dev && dev->peak_gbps > 0) fb_result_metric(r, key, 100.0 * gb_opt / dev->peak_gbps);
         fb_result_note(r, "baseline %s, optimized %s", b, o);
         if (anatomy) {
             char ta[144] = "", tb[144] = "";
-            st = anatomy_metrics(run, r, &base, "default", rep.baseline.median_ms * 1e3, 0, ta, sizeof ta);
-            if (st == FP_OK) st = anatomy_metrics(run, r, &v6, "v6", rep.optimized.median_ms * 1e3, 0, tb, sizeof tb);
+            fp_attn_merge_stage_set(base.stage);
+            st = anatomy_metrics(run, r, &base.r, bn, rep.baseline.median_ms * 1e3, 0, ta, sizeof ta);
+            fp_attn_merge_stage_set(opt.stage);
+            if (st == FP_OK) st = anatomy_metrics(run, r, &opt.r, on, rep.optimized.median_ms * 1e3, 0, tb, sizeof tb);
             if (st != FP_OK) fb_result_fail(r, st, fp_last_error());
             else fb_result_note(r, "baseline %s, optimized %s; %s; %s", b, o, ta, tb);
         }
     } else {
         fb_result_fail(r, st, fp_last_error());
     }
+    fp_attn_merge_stage_set(-1);
     fp_context_set_option(ctx, FP_CTX_ATTENTION_KERNEL, 0);
     attn_bufs_free(ctx, &B);
 }
@@ -779,12 +809,14 @@ static fp_status decode_versions(fb_run *run, int anatomy) {
     int kv_opt, b_opt;
     if (!decode_opts(run, 1 << 24, 65536, &kv_opt, &b_opt)) return FP_ERR_UNSUPPORTED; /* fb_skip said why */
     for (int t = 0; t < ndt; ++t) {
-        if (kv_opt || b_opt) { /* the given shape only (the other from the first default pair) */
-            run_decode_pair(run, b_opt ? b_opt : 1, kv_opt ? kv_opt : 1024, dims[0], dts[t], anatomy);
-            continue;
-        }
-        for (int i = 0; i < (quick ? 1 : 4); ++i)
-            run_decode_pair(run, pairs[i][0], pairs[i][1], dims[0], dts[t], anatomy);
+        for (int i = 0; i < (kv_opt || b_opt ? 1 : quick ? 1 : 4); ++i)
+            for (int kind = 0; kind < 2; ++kind) {
+                if (kv_opt || b_opt) /* the given shape only (the other from the first default pair) */
+                    run_decode_pair(run, b_opt ? b_opt : 1, kv_opt ? kv_opt : 1024, dims[0], dts[t], anatomy, kind);
+                else
+                    run_decode_pair(run, pairs[i][0], pairs[i][1], dims[0], dts[t], anatomy, kind);
+                fb_rows_done(run);
+            }
     }
     return FP_OK;
 }

@@ -481,7 +481,113 @@ __global__ void __launch_bounds__(kWidenThreads) attention_kv8_widen_v0(const __
 // H100; the CPU emulation does not count static shared memory).
 constexpr int kTailLseRegs = 4; // splits up to 128 (split_count's cap) merge from registers
 
-template <typename T, int D, int NT>
+// The merge of one packed row r of a tile (a warp; lane: columns lane +
+// 32 j) from its splits' lse values lse_at(s) and partial columns
+// o_at(s, j), wherever they are (L2 or the staged copy): the same weights
+// and the same fmaf order over the splits either way.
+// row: r's index in lse_part / o_part (split 0) and in p.lse.
+template <typename T, int D, typename LseAt, typename OAt>
+__device__ __forceinline__ void merge_row(const flash_params &p, const fp_flash::seq_view &S, int hk, int r,
+                                          int64_t row, int lane, LseAt lse_at, OAt o_at) {
+    const int qi = r / p.group, h = hk * p.group + r % p.group;
+    const int ns = p.num_splits;
+    float acc[D / 32];
+#pragma unroll
+    for (int j = 0; j < D / 32; ++j) acc[j] = 0.0f;
+    float mx = -INFINITY, sum = 0.0f;
+    if (ns <= 32 * kTailLseRegs) {
+        // The row's lse values read once, kTailLseRegs per lane (split
+        // lane + 32 i), all loads issued together: one L2 round trip
+        // where re-reading them for the max, the sum and each split's
+        // weight cost three (about 1 us of the tail on an H100).
+        float ls[kTailLseRegs];
+#pragma unroll
+        for (int i = 0; i < kTailLseRegs; ++i) ls[i] = lane + 32 * i < ns ? lse_at(lane + 32 * i) : -INFINITY;
+#pragma unroll
+        for (int i = 0; i < kTailLseRegs; ++i) mx = fmaxf(mx, ls[i]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float w[kTailLseRegs];
+#pragma unroll
+        for (int i = 0; i < kTailLseRegs; ++i) {
+            // lse_s = -inf (no key in the split): weight 0; a NaN lse_s
+            // (fmaxf skipped it) makes the row NaN. The same sum order
+            // as the loop below (lane-strided, then the shuffles).
+            w[i] = combine_weight(ls[i], mx);
+            if (lane + 32 * i < ns) sum += w[i];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        // each lane: columns lane + 32 j; split s's weight from lane s % 32;
+        // the partial loads do not depend on the weights (unrolled by 16:
+        // 16 splits x D / 32 loads in flight per lane)
+#pragma unroll
+        for (int i = 0; i < kTailLseRegs; ++i) {
+            if (32 * i >= ns) break;
+            const int n_i = ns - 32 * i < 32 ? ns - 32 * i : 32;
+#pragma unroll 16
+            for (int l = 0; l < n_i; ++l) {
+                const float wl = __shfl_sync(0xffffffffu, w[i], l);
+                const int s = 32 * i + l;
+#pragma unroll
+                for (int j = 0; j < D / 32; ++j) acc[j] = fmaf(wl, o_at(s, j), acc[j]);
+            }
+        }
+    } else {
+        for (int s = lane; s < ns; s += 32) mx = fmaxf(mx, lse_at(s));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        for (int s = lane; s < ns; s += 32) sum += combine_weight(lse_at(s), mx);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+#pragma unroll 4
+        for (int s = 0; s < ns; ++s) {
+            const float w = combine_weight(lse_at(s), mx);
+#pragma unroll
+            for (int j = 0; j < D / 32; ++j) acc[j] = fmaf(w, o_at(s, j), acc[j]);
+        }
+    }
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
+#pragma unroll
+    for (int j = 0; j < D / 32; ++j) o[lane + j * 32] = pack_op<T>::cvt(acc[j] * inv);
+    if (p.lse && lane == 0) p.lse[row] = combine_lse(mx, sum);
+}
+
+// The fused split combine (p.counters set, p.num_splits > 1), after a CTA
+// wrote its split's partials for the packed rows [m0, rows_end) of its
+// query tile: the CTA counts its arrival on the tile's counter, and the last
+// of the tile's num_splits CTAs merges the tile's rows as
+// attention_split_combine_v1 does (same weights, the same fmaf order over
+// the splits; the row sums reduce over a warp instead of a block), then
+// resets the counter to 0 for the next launch. One kernel instead of two:
+// a launch less on the host (about 3 us on an H100) and no dependent
+// kernel's start on the GPU. Every CTA of a tile reaches here or none does
+// (the m0 >= rows exit is the same for all splits of a tile). Memory order:
+// the CTA's partial stores are released by its arrival (a barrier, then
+// thread 0's acq_rel atomic), the last CTA acquires the others' by the same
+// atomic and reads the partials through L2 (__ldcg, or cp.async.cg), where
+// the other SMs' stores are (FP_ATTN_MERGE_FENCE=sc: every thread's
+// fence.sc.gpu before and after the arrival, as before session 14).
+// `flag`: a word of the CTA's dynamic shared memory, free once every thread
+// passed the first barrier here (the tiles are dead after the KV loop). Not a
+// static __shared__ variable: it would add to the dynamic size (v2 at
+// head_dim 64 uses exactly the 48 KiB a launch gets without the opt-in, and
+// 4 bytes more made every v2 launch fail with cudaErrorInvalidValue on an
+// H100; the CPU emulation does not count static shared memory).
+//
+// Staged (p.merge_staged, where the tile's rows x splits fit the kernel's
+// kSmem bytes of dynamic shared memory past the flag): the merging CTA's
+// threads copy every split's partial rows into shared memory with cp.async
+// and load the lse values (four in flight a thread) at once, then one
+// barrier: one L2 round trip for all of them, where the register path waits
+// for the lse values' round trip, then one per 16 splits' partials (at 1024
+// keys, 16 splits: two round trips become one; 32 splits, three; about a
+// third of a microsecond each on an H100, of the ~2.5-3.7 us a merge took on
+// an H200, session 41). kSmem 0: never (no room known).
+template <int D> constexpr size_t kMergeStageOff = 16; // past the flag word, 16-byte aligned
+
+template <typename T, int D, int NT, size_t kSmem>
 __device__ __forceinline__ void split_combine_fused(const flash_params &p, const fp_flash::seq_view &S, int b,
                                                     int hk, int m_tile, int m0, int rows_end, int *flag) {
     const int64_t tile = ((int64_t)b * p.hkv + hk) * p.m_tiles + m_tile;
@@ -510,75 +616,55 @@ __device__ __forceinline__ void split_combine_fused(const flash_params &p, const
     fp_cta::merged(p.cta_trace, p.b_off);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t rows_total = (int64_t)p.batch * p.hq * p.sq;
-    const int ns = p.num_splits;
-    for (int r = m0 + warp; r < rows_end; r += NT / 32) { // a warp per packed row
+    const int ns = p.num_splits, nrows = rows_end - m0;
+    const int64_t split_stride = rows_total * D;
+    // row index (into lse_part / o_part of split 0) of the tile's packed row r
+    auto row_of = [&](int r) {
         const int qi = r / p.group, h = hk * p.group + r % p.group;
-        const int64_t row = ((int64_t)b * p.hq + h) * p.sq + qi;
-        const float *lse_s = p.lse_part + row;
-        const float *op = p.o_part + row * D + lane;
-        const int64_t split_stride = rows_total * D;
-        float acc[D / 32];
-#pragma unroll
-        for (int j = 0; j < D / 32; ++j) acc[j] = 0.0f;
-        float mx = -INFINITY, sum = 0.0f;
-        if (ns <= 32 * kTailLseRegs) {
-            // The row's lse values read once, kTailLseRegs per lane (split
-            // lane + 32 i), all loads issued together: one L2 round trip
-            // where re-reading them for the max, the sum and each split's
-            // weight cost three (about 1 us of the tail on an H100).
-            float ls[kTailLseRegs];
-#pragma unroll
-            for (int i = 0; i < kTailLseRegs; ++i)
-                ls[i] = lane + 32 * i < ns ? __ldcg(lse_s + (int64_t)(lane + 32 * i) * rows_total) : -INFINITY;
-#pragma unroll
-            for (int i = 0; i < kTailLseRegs; ++i) mx = fmaxf(mx, ls[i]);
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            float w[kTailLseRegs];
-#pragma unroll
-            for (int i = 0; i < kTailLseRegs; ++i) {
-                // lse_s = -inf (no key in the split): weight 0; a NaN lse_s
-                // (fmaxf skipped it) makes the row NaN. The same sum order
-                // as the loop below (lane-strided, then the shuffles).
-                w[i] = combine_weight(ls[i], mx);
-                if (lane + 32 * i < ns) sum += w[i];
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            // each lane: columns lane + 32 j; split s's weight from lane s % 32;
-            // the partial loads do not depend on the weights (unrolled by 16:
-            // 16 splits x D / 32 loads in flight per lane)
-#pragma unroll
-            for (int i = 0; i < kTailLseRegs; ++i) {
-                if (32 * i >= ns) break;
-                const int n_i = ns - 32 * i < 32 ? ns - 32 * i : 32;
-#pragma unroll 16
-                for (int l = 0; l < n_i; ++l) {
-                    const float wl = __shfl_sync(0xffffffffu, w[i], l);
-                    const int64_t s = 32 * i + l;
-#pragma unroll
-                    for (int j = 0; j < D / 32; ++j) acc[j] = fmaf(wl, __ldcg(op + s * split_stride + j * 32), acc[j]);
-                }
-            }
-        } else {
-            for (int s = lane; s < ns; s += 32) mx = fmaxf(mx, __ldcg(lse_s + s * rows_total));
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            for (int s = lane; s < ns; s += 32) sum += combine_weight(__ldcg(lse_s + s * rows_total), mx);
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-#pragma unroll 4
-            for (int s = 0; s < ns; ++s) {
-                const float w = combine_weight(__ldcg(lse_s + s * rows_total), mx);
-#pragma unroll
-                for (int j = 0; j < D / 32; ++j) acc[j] = fmaf(w, __ldcg(op + s * split_stride + j * 32), acc[j]);
-            }
+        return ((int64_t)b * p.hq + h) * p.sq + qi;
+    };
+    const int64_t staged_bytes = (int64_t)ns * nrows * (D + 1) * (int64_t)sizeof(float);
+    if (kSmem > 0 && p.merge_staged && staged_bytes + (int64_t)kMergeStageOff<D> <= (int64_t)kSmem) { // CTA-uniform
+        // [split][row][D] partials, then [split][row] lse values
+        float *st_o = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(flag) + kMergeStageOff<D>);
+        float *st_l = st_o + (int64_t)ns * nrows * D;
+        constexpr int CH = D / 4; // 16-byte chunks a row
+        const int chunks = ns * nrows * CH, cells = ns * nrows;
+        for (int idx = threadIdx.x; idx < chunks; idx += NT) {
+            const int c = idx % CH, sr = idx / CH, r = sr % nrows, s = sr / nrows;
+            cp_async16(smem_u32(st_o + (int64_t)sr * D + c * 4), p.o_part + s * split_stride + row_of(m0 + r) * D + c * 4,
+                       true);
         }
-        const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-        T *o = static_cast<T *>(p.o) + S.o0 + (int64_t)qi * p.o_ss + (int64_t)h * p.o_hs;
+        cp_async_commit();
+        for (int base = threadIdx.x; base < cells; base += 4 * NT) {
+            float v[4];
 #pragma unroll
-        for (int j = 0; j < D / 32; ++j) o[lane + j * 32] = pack_op<T>::cvt(acc[j] * inv);
-        if (p.lse && lane == 0) p.lse[row] = combine_lse(mx, sum);
+            for (int u = 0; u < 4; ++u) {
+                const int i = base + u * NT;
+                v[u] = i < cells ? __ldcg(p.lse_part + (int64_t)(i / nrows) * rows_total + row_of(m0 + i % nrows))
+                                 : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                if (base + u * NT < cells) st_l[base + u * NT] = v[u];
+        }
+        cp_async_wait<0>();
+        __syncthreads();
+        for (int r = m0 + warp; r < rows_end; r += NT / 32) { // a warp per packed row
+            const int rr = r - m0;
+            merge_row<T, D>(
+                p, S, hk, r, row_of(r), lane, [&](int s) { return st_l[s * nrows + rr]; },
+                [&](int s, int j) { return st_o[((int64_t)s * nrows + rr) * D + lane + j * 32]; });
+        }
+    } else {
+        for (int r = m0 + warp; r < rows_end; r += NT / 32) { // a warp per packed row
+            const int64_t row = row_of(r);
+            const float *lse_s = p.lse_part + row;
+            const float *op = p.o_part + row * D + lane;
+            merge_row<T, D>(
+                p, S, hk, r, row, lane, [&](int s) { return __ldcg(lse_s + (int64_t)s * rows_total); },
+                [&](int s, int j) { return __ldcg(op + (int64_t)s * split_stride + j * 32); });
+        }
     }
     if (threadIdx.x == 0) p.counters[tile] = 0; // stream order publishes it to the next launch
 }
@@ -681,6 +767,14 @@ __device__ __forceinline__ void online_softmax(float (*s)[4], float (*o)[4], flo
             o[j][2 * e + 1] *= corr;
         }
     }
+}
+
+// The dynamic shared memory of flash_fwd_body's launch: the Q tile and the
+// K / V stages (kKv8: and the e4m3 staging tiles of K and V, Bc x D bytes
+// each).
+template <typename T, int D, typename Tr, bool kKv8> constexpr size_t flash_smem_bytes() {
+    return (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * fp_flash::smem_layout<D>::kPitch * sizeof(T) +
+           (kKv8 ? 2 * (size_t)Tr::kBc * D : 0);
 }
 
 // The body of both versions; Tr = traits<D> (v1) or traits_v2<D> (v2).
@@ -950,9 +1044,12 @@ __device__ __forceinline__ void flash_fwd_body(const flash_params &p) {
                     if ((lane & 3) == 0) p.lse_part[prow] = lse;
                 }
             }
+        // the staged merge: not in the kernels at the register file's cap
+        // (kTightRegs: v2 at head_dim 128)
+        constexpr size_t kStage = Tr::kTightRegs ? 0 : flash_smem_bytes<T, D, Tr, kKv8>();
         if (p.num_splits > 1 && p.counters)
-            split_combine_fused<T, D, NT>(p, S, b, hk, m_tile, m0, rows < m0 + Br ? rows : m0 + Br,
-                                          reinterpret_cast<int *>(smem_raw));
+            split_combine_fused<T, D, NT, kStage>(p, S, b, hk, m_tile, m0, rows < m0 + Br ? rows : m0 + Br,
+                                                  reinterpret_cast<int *>(smem_raw));
     };
     if constexpr (kTight) {
         cta_work again;
@@ -1184,8 +1281,9 @@ __device__ __forceinline__ void decode_fwd_body(const flash_params &p) {
     // The fused combine's flag is word 0 of the merge buffer: its first
     // barrier comes before the flag is written, after every read above.
     if (p.num_splits > 1 && p.counters)
-        split_combine_fused<T, D, NT>(p, S, b, hk, m_tile, m0, rows < m0 + Br ? rows : m0 + Br,
-                                      reinterpret_cast<int *>(smem_raw));
+        split_combine_fused<T, D, NT, decode_smem_bytes<T, D>(kKv8)>(p, S, b, hk, m_tile, m0,
+                                                                    rows < m0 + Br ? rows : m0 + Br,
+                                                                    reinterpret_cast<int *>(smem_raw));
 }
 
 template <typename T, int D, typename TK = T>
@@ -1297,10 +1395,7 @@ fp_status launch_flash(const fp_attn_args *a, int num_splits, cudaStream_t strea
                             p.m_tiles, num_splits, a->heads_kv);
     // fp8 KV cache: v1 + the e4m3 staging tiles of K and V (Bc x D bytes
     // each); v6 its own layout (decode_smem_bytes)
-    const size_t smem =
-        V == 6 ? decode_smem_bytes<T, D>(kIsKv8<TK>)
-               : (size_t)(Tr::kBr + 2 * Tr::kStages * Tr::kBc) * fp_flash::smem_layout<D>::kPitch * sizeof(T) +
-                     (kIsKv8<TK> ? 2 * (size_t)Tr::kBc * D : 0);
+    const size_t smem = V == 6 ? decode_smem_bytes<T, D>(kIsKv8<TK>) : flash_smem_bytes<T, D, Tr, kIsKv8<TK>>();
     constexpr auto kernel = flash_kernel<T, D, V, TK>();
     FP_TRY(smem_opt_in<kernel>(smem));
     cta_trace_for(a, p, (int64_t)p.m_tiles * num_splits * a->heads_kv * a->batch);

@@ -57,6 +57,11 @@ struct flash_params {
                         // barrier (the default: 0.2-0.5 us faster at 1024 keys on an H100, session
                         // 14); 0 = every thread's __threadfence (fence.sc.gpu, with an L1
                         // invalidate) before and after it (FP_ATTN_MERGE_FENCE=sc, for A/B runs)
+    int merge_staged;   // fused combine: 1 = the merging CTA copies every split's partials of its
+                        // rows into its shared memory (cp.async) while it loads their lse values,
+                        // one L2 round trip for all, where they fit (fp_attn_merge_stage:
+                        // FP_ATTN_MERGE_STAGE=1, until a GPU has measured it); 0: the lse values,
+                        // then 16 splits' partials a round trip
     int *tickets;       // v9's item tickets ([2] ints, zero between launches: fp_tma::producer_items), else NULL
     float o_scale;      // fp8 inputs: O is multiplied by it (v_descale; fp_attn_args.o_scale)
     int o_tma;          // v5 / v8 / v10 (one split, 16-bit, dense): O leaves through shared memory and
@@ -107,10 +112,12 @@ inline int merge_release_env() {
     return v;
 }
 
+
 // Parameters of a launch with br packed query rows per CTA.
 inline flash_params make_flash_params(const fp_attn_args *a, int br, int num_splits) {
     flash_params p;
     p.merge_release = merge_release_env();
+    p.merge_staged = fp_attn_merge_stage(); // FP_ATTN_MERGE_STAGE, or the A/B's switch
     p.flat_loads = flat_loads_env();
     p.o_scale = a->o_scale;
     p.o_tma = 0; // the TMA launchers set it (launch_v5)

@@ -298,6 +298,15 @@ typedef struct fp_cta_record {
     uint32_t flags;              /* FP_CTA_MERGED */
     uint32_t tiles;              /* key tiles its KV loop ran (written with FP_CTA_LOOP) */
 } fp_cta_record;                 /* 56 bytes */
+/* The fused split combine's staged merge (split_combine_fused in
+ * kernels/attention/attention_flash.cu: the merging CTA copies the splits'
+ * partials into shared memory, one L2 round trip for all): 1 on, 0 off, -1
+ * as the environment says (FP_ATTN_MERGE_STAGE=1: on; else off, the merge
+ * before session 44). Process-wide, read by each launch: the tests and
+ * fastbench's interleaved A/B switch it between calls. */
+void fp_attn_merge_stage_set(int on);
+int fp_attn_merge_stage(void);
+
 /* Sets the calling thread's trace: while records != NULL, each launch of a
  * recording kernel from this thread whose grid has at most `capacity` CTAs
  * (v9: items; one launch: batch <= 65535) writes records[cta] (device

@@ -1,9 +1,28 @@
 /* fp_attention_last_kernel: which attention kernel the calling thread's last
  * call launched, recorded by the launchers (kernels/attention) on success. */
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention/attention_internal.h"
+
+/* The fused split combine's staged merge: -1 until set (the environment
+ * decides), else 0 / 1. */
+static atomic_int g_merge_stage = -1;
+
+void fp_attn_merge_stage_set(int on) { atomic_store(&g_merge_stage, on < 0 ? -1 : on != 0); }
+
+int fp_attn_merge_stage(void) {
+    const int v = atomic_load(&g_merge_stage);
+    if (v >= 0) return v;
+    static int env = -1; /* read once; a race reads the same value twice */
+    if (env < 0) {
+        const char *e = getenv("FP_ATTN_MERGE_STAGE");
+        env = e && strcmp(e, "1") == 0;
+    }
+    return env;
+}
 
 static _Thread_local fp_attention_kernel_info tl_info = {"none", 0, 0, 0, 0, ""};
 

@@ -719,6 +719,10 @@ static void test_split_combine_modes_gpu(void) {
         {"fused_dec4_c",   2, 4,  700,  4, 4, 64,  FP_F16,  1, -1, -1, 0, 1, 1, 0},
         {"fused_d32",      2, 1,  900,  4, 1, 32,  FP_F16,  0, -1, -1, 0, 1, 0, 0},
         {"fused_d256",     1, 2,  600,  2, 1, 256, FP_BF16, 1, -1, -1, 0, 1, 0, 0},
+        /* a prefill tile of 64 packed rows: its partials (24 splits under
+         * the automatic choice) do not fit v1's shared memory, and the
+         * staged merge falls back to the register path */
+        {"fused_pre_c",    1, 48, 1500, 4, 2, 64,  FP_BF16, 1, -1, -1, 0, 1, 0, 0},
     };
     const int impls[] = {0, 3, 8, -3}; /* auto, v1 with 2 / 7 splits, v2 with 3 */
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
@@ -757,6 +761,24 @@ static void test_split_combine_modes_gpu(void) {
                 CHECK_MSG(memcmp(fused, D.h_o, o_bytes) == 0 && memcmp(fused_lse, D.h_lse, lse_bytes) == 0,
                           "%s/impl %d: fused call %d differs from the first", c->name, impls[t], rep + 1);
             }
+            if (st != FP_OK) continue;
+            /* the staged merge (the partials through shared memory,
+             * fp_attn_merge_stage) does the register merge's arithmetic on
+             * the same values: the same bytes, twice in a row (the counters
+             * reset), where the tile's partials fit (decode rows) and where
+             * they do not (the register path runs). Only impl 0 (the
+             * context's call) fuses the combine: the forced-split launches
+             * have no context, hence no counters, and run the combine
+             * kernel, which these runs then compare with itself. */
+            fp_attn_merge_stage_set(1);
+            for (int rep = 0; rep < 2 && st == FP_OK; ++rep) {
+                st = dev_run(&D, impls[t]);
+                CHECK_MSG(st == FP_OK, "%s/impl %d staged: %s", c->name, impls[t], fp_last_error());
+                CHECK_MSG(st != FP_OK || (memcmp(fused, D.h_o, o_bytes) == 0 && memcmp(fused_lse, D.h_lse, lse_bytes) == 0),
+                          "%s/impl %d: staged merge call %d differs from the register merge", c->name, impls[t],
+                          rep + 1);
+            }
+            fp_attn_merge_stage_set(-1);
             if (st != FP_OK) continue;
             size_t bad = 0, first = 0;
             double max_diff = 0;
