@@ -585,7 +585,7 @@ __device__ __forceinline__ void merge_row(const flash_params &p, const fp_flash:
 // keys, 16 splits: two round trips become one; 32 splits, three; about a
 // third of a microsecond each on an H100, of the ~2.5-3.7 us a merge took on
 // an H200, session 41). kSmem 0: never (no room known).
-template <int D> constexpr size_t kMergeStageOff = 16; // past the flag word, 16-byte aligned
+constexpr size_t kMergeStageOff = 16; // past the flag word, 16-byte aligned
 
 template <typename T, int D, int NT, size_t kSmem>
 __device__ __forceinline__ void split_combine_fused(const flash_params &p, const fp_flash::seq_view &S, int b,
@@ -624,9 +624,9 @@ __device__ __forceinline__ void split_combine_fused(const flash_params &p, const
         return ((int64_t)b * p.hq + h) * p.sq + qi;
     };
     const int64_t staged_bytes = (int64_t)ns * nrows * (D + 1) * (int64_t)sizeof(float);
-    if (kSmem > 0 && p.merge_staged && staged_bytes + (int64_t)kMergeStageOff<D> <= (int64_t)kSmem) { // CTA-uniform
+    if (kSmem > 0 && p.merge_staged && staged_bytes + (int64_t)kMergeStageOff <= (int64_t)kSmem) { // CTA-uniform
         // [split][row][D] partials, then [split][row] lse values
-        float *st_o = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(flag) + kMergeStageOff<D>);
+        float *st_o = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(flag) + kMergeStageOff);
         float *st_l = st_o + (int64_t)ns * nrows * D;
         constexpr int CH = D / 4; // 16-byte chunks a row
         const int chunks = ns * nrows * CH, cells = ns * nrows;
