@@ -808,16 +808,16 @@ static fp_status decode_versions(fb_run *run, int anatomy) {
     const int quick = fb_quick(run);
     int kv_opt, b_opt;
     if (!decode_opts(run, 1 << 24, 65536, &kv_opt, &b_opt)) return FP_ERR_UNSUPPORTED; /* fb_skip said why */
-    for (int t = 0; t < ndt; ++t) {
-        for (int i = 0; i < (kv_opt || b_opt ? 1 : quick ? 1 : 4); ++i)
+    /* --kv / --batch: the given shape only (the other from the first default pair) */
+    const int given[1][2] = {{b_opt ? b_opt : 1, kv_opt ? kv_opt : 1024}};
+    const int(*shapes)[2] = kv_opt || b_opt ? given : pairs;
+    const int nshapes = kv_opt || b_opt || quick ? 1 : 4;
+    for (int t = 0; t < ndt; ++t)
+        for (int i = 0; i < nshapes; ++i)
             for (int kind = 0; kind < 2; ++kind) {
-                if (kv_opt || b_opt) /* the given shape only (the other from the first default pair) */
-                    run_decode_pair(run, b_opt ? b_opt : 1, kv_opt ? kv_opt : 1024, dims[0], dts[t], anatomy, kind);
-                else
-                    run_decode_pair(run, pairs[i][0], pairs[i][1], dims[0], dts[t], anatomy, kind);
+                run_decode_pair(run, shapes[i][0], shapes[i][1], dims[0], dts[t], anatomy, kind);
                 fb_rows_done(run);
             }
-    }
     return FP_OK;
 }
 static fp_status run_decode_versions(fb_run *run) { return decode_versions(run, 0); }

@@ -16,12 +16,14 @@ void fp_attn_merge_stage_set(int on) { atomic_store(&g_merge_stage, on < 0 ? -1 
 int fp_attn_merge_stage(void) {
     const int v = atomic_load(&g_merge_stage);
     if (v >= 0) return v;
-    static int env = -1; /* read once; a race reads the same value twice */
-    if (env < 0) {
-        const char *e = getenv("FP_ATTN_MERGE_STAGE");
-        env = e && strcmp(e, "1") == 0;
+    static atomic_int env = -1; /* read once (two first callers read the same value) */
+    int e = atomic_load(&env);
+    if (e < 0) {
+        const char *s = getenv("FP_ATTN_MERGE_STAGE");
+        e = s && strcmp(s, "1") == 0;
+        atomic_store(&env, e);
     }
-    return env;
+    return e;
 }
 
 static _Thread_local fp_attention_kernel_info tl_info = {"none", 0, 0, 0, 0, ""};
